@@ -1,0 +1,186 @@
+//! `accel serve` configuration: flags, environment (`ACCEL_*`) and a TOML file.
+//!
+//! Precedence: flag, then environment variable, then the file given by `--config`,
+//! then the built-in default. The file uses the flags' names with underscores:
+//!
+//! ```toml
+//! database = "postgres://accel@127.0.0.1:5432/accel"
+//! placement_listen = "0.0.0.0:8778"
+//! accelerator_listen = "0.0.0.0:6666"
+//! auth_strategy = "noauth"          # or "keystone"
+//! policy_file = "/etc/accel/policy.yaml"
+//! enforce_new_defaults = false
+//! cors_allowed_origin = ["https://dashboard.example.com"]
+//! allocation_conflict_retry_count = 10
+//! randomize_allocation_candidates = false
+//! max_allocation_candidates = 100000
+//! log_format = "text"               # or "json"
+//! ```
+//!
+//! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
+
+use accel_server::auth::AuthStrategy;
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct ServeArgs {
+    /// TOML configuration file (keys as the flags, with underscores).
+    #[arg(long, env = "ACCEL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Database URL: sqlite://PATH (created when absent) or postgres://USER@HOST:PORT/DB.
+    /// Default: a SQLite file in the platform's data directory.
+    #[arg(long, env = "ACCEL_DATABASE")]
+    pub database: Option<String>,
+    /// Address of the Placement API [default: 127.0.0.1:8778].
+    #[arg(long, env = "ACCEL_PLACEMENT_LISTEN")]
+    pub placement_listen: Option<String>,
+    /// Address of the accelerator (Cyborg v2) API [default: 127.0.0.1:6666].
+    #[arg(long, env = "ACCEL_ACCELERATOR_LISTEN")]
+    pub accelerator_listen: Option<String>,
+    /// noauth (upstream's noauth2) or keystone [default: noauth].
+    #[arg(long, env = "ACCEL_AUTH_STRATEGY")]
+    pub auth_strategy: Option<AuthStrategy>,
+    /// Policy overrides in oslo.policy YAML syntax.
+    #[arg(long, env = "ACCEL_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
+    /// Enforce the new (secure RBAC) policy defaults instead of new-or-deprecated.
+    #[arg(long, env = "ACCEL_ENFORCE_NEW_DEFAULTS")]
+    pub enforce_new_defaults: bool,
+    /// An origin allowed by CORS (repeatable).
+    #[arg(long = "cors-allowed-origin", env = "ACCEL_CORS_ALLOWED_ORIGIN", value_delimiter = ',')]
+    pub cors_allowed_origin: Vec<String>,
+    /// Log format: text or json [default: text].
+    #[arg(long, env = "ACCEL_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// The configuration file's schema.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    database: Option<String>,
+    placement_listen: Option<String>,
+    accelerator_listen: Option<String>,
+    auth_strategy: Option<AuthStrategy>,
+    policy_file: Option<PathBuf>,
+    enforce_new_defaults: Option<bool>,
+    cors_allowed_origin: Option<Vec<String>>,
+    allocation_conflict_retry_count: Option<u32>,
+    randomize_allocation_candidates: Option<bool>,
+    max_allocation_candidates: Option<usize>,
+    log_format: Option<String>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub database: Option<String>,
+    pub placement_listen: String,
+    pub accelerator_listen: String,
+    pub auth_strategy: AuthStrategy,
+    pub policy_file: Option<PathBuf>,
+    pub enforce_new_defaults: bool,
+    pub cors_allowed_origin: Vec<String>,
+    pub allocation_conflict_retry_count: u32,
+    pub randomize_allocation_candidates: bool,
+    pub max_allocation_candidates: usize,
+    pub log_format: String,
+}
+
+impl ServeConfig {
+    pub fn load(args: ServeArgs) -> anyhow::Result<Self> {
+        let file: FileConfig = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let log_format = args
+            .log_format
+            .or(file.log_format)
+            .unwrap_or_else(|| "text".into());
+        if log_format != "text" && log_format != "json" {
+            bail!("log_format must be text or json, not {log_format:?}");
+        }
+        let cfg = ServeConfig {
+            database: args.database.or(file.database),
+            placement_listen: args
+                .placement_listen
+                .or(file.placement_listen)
+                .unwrap_or_else(|| "127.0.0.1:8778".into()),
+            accelerator_listen: args
+                .accelerator_listen
+                .or(file.accelerator_listen)
+                .unwrap_or_else(|| "127.0.0.1:6666".into()),
+            auth_strategy: args.auth_strategy.or(file.auth_strategy).unwrap_or_default(),
+            policy_file: args.policy_file.or(file.policy_file),
+            enforce_new_defaults: args.enforce_new_defaults
+                || file.enforce_new_defaults.unwrap_or(false),
+            cors_allowed_origin: if args.cors_allowed_origin.is_empty() {
+                file.cors_allowed_origin.unwrap_or_default()
+            } else {
+                args.cors_allowed_origin
+            },
+            allocation_conflict_retry_count: file.allocation_conflict_retry_count.unwrap_or(10),
+            randomize_allocation_candidates: file.randomize_allocation_candidates.unwrap_or(false),
+            max_allocation_candidates: file.max_allocation_candidates.unwrap_or(100_000),
+            log_format,
+        };
+        Ok(cfg)
+    }
+
+    /// The database URL, defaulting to `<data dir>/accel/accel.db`.
+    pub fn database_url(&self) -> anyhow::Result<String> {
+        if let Some(url) = &self.database {
+            return Ok(url.clone());
+        }
+        let dir = dirs::data_dir()
+            .context("no platform data directory; pass --database")?
+            .join("accel");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating data directory {}", dir.display()))?;
+        Ok(format!("sqlite://{}", dir.join("accel.db").display()))
+    }
+
+    /// The database URL without any password.
+    pub fn redacted_database(&self) -> String {
+        let url = self.database_url().unwrap_or_default();
+        match (url.find("://"), url.rfind('@')) {
+            (Some(s), Some(at)) if at > s => {
+                let creds = &url[s + 3..at];
+                match creds.split_once(':') {
+                    Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                    None => url,
+                }
+            }
+            _ => url,
+        }
+    }
+
+    pub fn policy(&self) -> anyhow::Result<accel_core::policy::Policy> {
+        let mut policy = accel_core::policy::Policy::placement(self.enforce_new_defaults);
+        if let Some(path) = &self.policy_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading policy file {}", path.display()))?;
+            policy = policy
+                .with_overrides_yaml(&text)
+                .with_context(|| format!("invalid policy file {}", path.display()))?;
+        }
+        Ok(policy)
+    }
+
+    pub fn server_config(&self) -> accel_server::ServerConfig {
+        accel_server::ServerConfig {
+            auth_strategy: self.auth_strategy,
+            cors_allowed_origins: self.cors_allowed_origin.clone(),
+            allocation_conflict_retry_count: self.allocation_conflict_retry_count,
+            randomize_allocation_candidates: self.randomize_allocation_candidates,
+            max_allocation_candidates: self.max_allocation_candidates,
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The `accel` command: the composition root that wires configuration, the store and
+//! the servers together. `accel serve` runs the API server; client commands and the
+//! node agent join as their issues land.
+
+mod config;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "accel", version, about = "Accelerator management: Placement- and Cyborg-compatible APIs, node agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API server (Placement API; accelerator API when available).
+    Serve(config::ServeArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = config::ServeConfig::load(args)?;
+            init_tracing(&cfg.log_format);
+            let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            rt.block_on(serve(cfg))
+        }
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
+    let url = cfg.database_url()?;
+    let store = accel_store::Store::connect(&url)
+        .await
+        .with_context(|| format!("opening database {}", cfg.redacted_database()))?;
+    let policy = cfg.policy()?;
+    let state = Arc::new(accel_server::AppState {
+        store,
+        policy,
+        config: cfg.server_config(),
+    });
+    let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
+        .await
+        .with_context(|| format!("binding the Placement API to {}", cfg.placement_listen))?;
+    tracing::info!(
+        placement = %listener.local_addr()?,
+        database = %cfg.redacted_database(),
+        "accel serve ready"
+    );
+    accel_server::serve(state.clone(), listener, shutdown_signal()).await?;
+    state.store.close().await;
+    tracing::info!("accel serve stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested, draining");
+}

@@ -1,0 +1,406 @@
+//! A small JSON-Schema (draft 4 subset) validator whose messages match Python's
+//! `jsonschema` package.
+//!
+//! Upstream Placement validates every body and query string with `jsonschema` and puts
+//! the library's message in the error `detail`; clients and the gabbi suite match
+//! fragments such as `'name' is a required property` or `Failed validating 'maxLength'`.
+//! Rather than translate another library's wording, this module implements the
+//! keywords Placement's schemas use and words errors the same way.
+
+use regex::Regex;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The first validation error found, already formatted like Python's
+/// `str(ValidationError)` (newlines flattened, as webob renders them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaError {
+    pub message: String,
+    pub keyword: &'static str,
+    pub schema_path: String,
+    pub instance_path: String,
+    pub instance: String,
+}
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}  Failed validating '{}' in schema{}:  On instance{}:     {}",
+            self.message, self.keyword, self.schema_path, self.instance_path, self.instance
+        )
+    }
+}
+
+/// Validates `instance` against `schema`.
+pub fn validate(instance: &Value, schema: &Value) -> Result<(), SchemaError> {
+    check(instance, schema, &mut Vec::new(), &mut Vec::new())
+}
+
+fn regex(p: &str) -> Regex {
+    static CACHE: OnceLock<Mutex<HashMap<String, Regex>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    c.entry(p.to_owned())
+        .or_insert_with(|| Regex::new(p).unwrap_or_else(|_| Regex::new("$^").expect("static")))
+        .clone()
+}
+
+/// Python's `repr()` of a JSON value.
+pub fn pyrepr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => pystr(s),
+        Value::Array(a) => format!("[{}]", a.iter().map(pyrepr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!("{}: {}", pystr(k), pyrepr(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn pystr(s: &str) -> String {
+    if s.contains('\'') && !s.contains('"') {
+        format!("\"{s}\"")
+    } else {
+        format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
+fn path_str(p: &[String]) -> String {
+    p.iter().map(|s| format!("[{s}]")).collect()
+}
+
+fn fail(
+    keyword: &'static str,
+    message: String,
+    spath: &[String],
+    ipath: &[String],
+    instance: &Value,
+) -> SchemaError {
+    SchemaError {
+        message,
+        keyword,
+        schema_path: path_str(spath),
+        instance_path: path_str(ipath),
+        instance: pyrepr(instance),
+    }
+}
+
+fn type_ok(v: &Value, t: &str) -> bool {
+    match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        _ => true,
+    }
+}
+
+fn is_uuid_like(s: &str) -> bool {
+    // oslo's is_uuid_like: uuid.UUID() accepts hex with or without dashes, braces,
+    // and a urn prefix.
+    let t = s.trim_start_matches("urn:").trim_start_matches("uuid:");
+    let t = t.trim_start_matches('{').trim_end_matches('}');
+    let hex: String = t.chars().filter(|c| *c != '-').collect();
+    hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+fn check(
+    inst: &Value,
+    schema: &Value,
+    spath: &mut Vec<String>,
+    ipath: &mut Vec<String>,
+) -> Result<(), SchemaError> {
+    let Some(s) = schema.as_object() else {
+        return Ok(());
+    };
+    for (kw, arg) in s {
+        let r = keyword(inst, s, kw, arg, spath, ipath);
+        r?;
+    }
+    Ok(())
+}
+
+fn keyword(
+    inst: &Value,
+    s: &Map<String, Value>,
+    kw: &str,
+    arg: &Value,
+    spath: &mut Vec<String>,
+    ipath: &mut Vec<String>,
+) -> Result<(), SchemaError> {
+    match kw {
+        "type" => {
+            let types: Vec<&str> = match arg {
+                Value::String(t) => vec![t.as_str()],
+                Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                _ => vec![],
+            };
+            if !types.iter().any(|t| type_ok(inst, t)) {
+                let names = types.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
+                return Err(fail("type", format!("{} is not of type {names}", pyrepr(inst)), spath, ipath, inst));
+            }
+        }
+        "required" => {
+            if let (Some(o), Some(req)) = (inst.as_object(), arg.as_array()) {
+                for r in req.iter().filter_map(Value::as_str) {
+                    if !o.contains_key(r) {
+                        return Err(fail("required", format!("'{r}' is a required property"), spath, ipath, inst));
+                    }
+                }
+            }
+        }
+        "properties" => {
+            if let (Some(o), Some(props)) = (inst.as_object(), arg.as_object()) {
+                for (k, sub) in props {
+                    if let Some(v) = o.get(k) {
+                        spath.push("'properties'".into());
+                        spath.push(format!("'{k}'"));
+                        ipath.push(format!("'{k}'"));
+                        let r = check(v, sub, spath, ipath);
+                        spath.truncate(spath.len() - 2);
+                        ipath.pop();
+                        r?;
+                    }
+                }
+            }
+        }
+        "patternProperties" => {
+            if let (Some(o), Some(pats)) = (inst.as_object(), arg.as_object()) {
+                for (pat, sub) in pats {
+                    let re = regex(pat);
+                    for (k, v) in o {
+                        if re.is_match(k) {
+                            spath.push("'patternProperties'".into());
+                            spath.push(format!("'{pat}'"));
+                            ipath.push(format!("'{k}'"));
+                            let r = check(v, sub, spath, ipath);
+                            spath.truncate(spath.len() - 2);
+                            ipath.pop();
+                            r?;
+                        }
+                    }
+                }
+            }
+        }
+        "additionalProperties" => {
+            if let Some(o) = inst.as_object() {
+                let props = s.get("properties").and_then(Value::as_object);
+                let pats: Vec<&String> = s
+                    .get("patternProperties")
+                    .and_then(Value::as_object)
+                    .map(|p| p.keys().collect())
+                    .unwrap_or_default();
+                let extras: Vec<&String> = o
+                    .keys()
+                    .filter(|k| !props.is_some_and(|p| p.contains_key(*k)))
+                    .filter(|k| !pats.iter().any(|p| regex(p).is_match(k)))
+                    .collect();
+                match arg {
+                    Value::Bool(false) if !extras.is_empty() => {
+                        let quoted = extras.iter().map(|k| pystr(k)).collect::<Vec<_>>().join(", ");
+                        let msg = if !pats.is_empty() {
+                            let mut p: Vec<String> = pats.iter().map(|p| pystr(p)).collect();
+                            p.sort();
+                            let verb = if extras.len() == 1 { "does" } else { "do" };
+                            format!("{quoted} {verb} not match any of the regexes: {}", p.join(", "))
+                        } else {
+                            let verb = if extras.len() == 1 { "was" } else { "were" };
+                            format!("Additional properties are not allowed ({quoted} {verb} unexpected)")
+                        };
+                        return Err(fail("additionalProperties", msg, spath, ipath, inst));
+                    }
+                    Value::Object(_) => {
+                        for k in extras {
+                            spath.push("'additionalProperties'".into());
+                            ipath.push(format!("'{k}'"));
+                            let r = check(&o[k.as_str()], arg, spath, ipath);
+                            spath.pop();
+                            ipath.pop();
+                            r?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        "minProperties" => {
+            if let (Some(o), Some(n)) = (inst.as_object(), arg.as_u64()) {
+                if (o.len() as u64) < n {
+                    let msg = if n == 1 {
+                        format!("{} should be non-empty", pyrepr(inst))
+                    } else {
+                        format!("{} does not have enough properties", pyrepr(inst))
+                    };
+                    return Err(fail("minProperties", msg, spath, ipath, inst));
+                }
+            }
+        }
+        "maxProperties" => {
+            if let (Some(o), Some(n)) = (inst.as_object(), arg.as_u64()) {
+                if (o.len() as u64) > n {
+                    return Err(fail("maxProperties", format!("{} has too many properties", pyrepr(inst)), spath, ipath, inst));
+                }
+            }
+        }
+        "items" => {
+            if let Some(a) = inst.as_array() {
+                for (i, v) in a.iter().enumerate() {
+                    spath.push("'items'".into());
+                    ipath.push(i.to_string());
+                    let r = check(v, arg, spath, ipath);
+                    spath.pop();
+                    ipath.pop();
+                    r?;
+                }
+            }
+        }
+        "minItems" => {
+            if let (Some(a), Some(n)) = (inst.as_array(), arg.as_u64()) {
+                if (a.len() as u64) < n {
+                    let msg = if n == 1 {
+                        format!("{} should be non-empty", pyrepr(inst))
+                    } else {
+                        format!("{} is too short", pyrepr(inst))
+                    };
+                    return Err(fail("minItems", msg, spath, ipath, inst));
+                }
+            }
+        }
+        "maxItems" => {
+            if let (Some(a), Some(n)) = (inst.as_array(), arg.as_u64()) {
+                if (a.len() as u64) > n {
+                    return Err(fail("maxItems", format!("{} is too long", pyrepr(inst)), spath, ipath, inst));
+                }
+            }
+        }
+        "uniqueItems" => {
+            if let (Some(a), Some(true)) = (inst.as_array(), arg.as_bool()) {
+                for i in 0..a.len() {
+                    if a[i + 1..].contains(&a[i]) {
+                        return Err(fail("uniqueItems", format!("{} has non-unique elements", pyrepr(inst)), spath, ipath, inst));
+                    }
+                }
+            }
+        }
+        "minLength" => {
+            if let (Some(t), Some(n)) = (inst.as_str(), arg.as_u64()) {
+                if (t.chars().count() as u64) < n {
+                    let msg = if n == 1 {
+                        format!("{} should be non-empty", pyrepr(inst))
+                    } else {
+                        format!("{} is too short", pyrepr(inst))
+                    };
+                    return Err(fail("minLength", msg, spath, ipath, inst));
+                }
+            }
+        }
+        "maxLength" => {
+            if let (Some(t), Some(n)) = (inst.as_str(), arg.as_u64()) {
+                if (t.chars().count() as u64) > n {
+                    return Err(fail("maxLength", format!("{} is too long", pyrepr(inst)), spath, ipath, inst));
+                }
+            }
+        }
+        "pattern" => {
+            if let (Some(t), Some(p)) = (inst.as_str(), arg.as_str()) {
+                if !regex(p).is_match(t) {
+                    return Err(fail("pattern", format!("{} does not match {}", pyrepr(inst), pystr(p)), spath, ipath, inst));
+                }
+            }
+        }
+        "minimum" => {
+            if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
+                if inst.is_number() && x < m {
+                    return Err(fail("minimum", format!("{} is less than the minimum of {}", pyrepr(inst), arg), spath, ipath, inst));
+                }
+            }
+        }
+        "maximum" => {
+            if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
+                if inst.is_number() && x > m {
+                    return Err(fail("maximum", format!("{} is greater than the maximum of {}", pyrepr(inst), arg), spath, ipath, inst));
+                }
+            }
+        }
+        "enum" => {
+            if let Some(opts) = arg.as_array() {
+                if !opts.contains(inst) {
+                    return Err(fail("enum", format!("{} is not one of {}", pyrepr(inst), pyrepr(arg)), spath, ipath, inst));
+                }
+            }
+        }
+        "format" => {
+            if let (Some(t), Some("uuid")) = (inst.as_str(), arg.as_str()) {
+                if !is_uuid_like(t) {
+                    return Err(fail("format", format!("{} is not a 'uuid'", pyrepr(inst)), spath, ipath, inst));
+                }
+            }
+        }
+        "anyOf" | "oneOf" => {
+            if let Some(subs) = arg.as_array() {
+                let ok = subs
+                    .iter()
+                    .filter(|sub| check(inst, sub, &mut Vec::new(), &mut Vec::new()).is_ok())
+                    .count();
+                let bad = if kw == "anyOf" { ok == 0 } else { ok != 1 };
+                if bad {
+                    let (kwname, msg) = if kw == "anyOf" || ok == 0 {
+                        (if kw == "anyOf" { "anyOf" } else { "oneOf" }, format!("{} is not valid under any of the given schemas", pyrepr(inst)))
+                    } else {
+                        ("oneOf", format!("{} is valid under each of the given schemas", pyrepr(inst)))
+                    };
+                    return Err(fail(kwname, msg, spath, ipath, inst));
+                }
+            }
+        }
+        "not" => {
+            if check(inst, arg, &mut Vec::new(), &mut Vec::new()).is_ok() {
+                return Err(fail("not", format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)), spath, ipath, inst));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(i: Value, s: Value) -> String {
+        validate(&i, &s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn messages_match_python() {
+        let s = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}},
+                       "required": ["name"], "additionalProperties": false});
+        assert!(err(json!({}), s.clone()).starts_with("'name' is a required property  Failed validating 'required' in schema:"));
+        assert!(err(json!({"name": "x", "bad_field": 1}), s.clone())
+            .starts_with("Additional properties are not allowed ('bad_field' was unexpected)"));
+        assert!(err(json!({"name": "xxxx"}), s.clone()).contains("Failed validating 'maxLength' in schema['properties']['name']"));
+        assert!(err(json!({"name": 5}), s).starts_with("5 is not of type 'string'"));
+        assert!(err(json!(0), json!({"minimum": 1})).starts_with("0 is less than the minimum of 1"));
+        assert!(err(json!("instance"), json!({"pattern": "^[A-Z0-9_]+$"}))
+            .starts_with("'instance' does not match '^[A-Z0-9_]+$'"));
+        assert!(err(json!({"x": 1}), json!({"patternProperties": {"^a$": {}}, "additionalProperties": false}))
+            .starts_with("'x' does not match any of the regexes: '^a$'"));
+        assert!(err(json!({}), json!({"minProperties": 1})).contains("should be non-empty"));
+        assert!(validate(&json!("7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c"), &json!({"format": "uuid"})).is_ok());
+        assert!(validate(&json!("nope"), &json!({"format": "uuid"})).is_err());
+        assert_eq!(pyrepr(&json!({"a": [true, null, "b"]})), "{'a': [True, None, 'b']}");
+    }
+}

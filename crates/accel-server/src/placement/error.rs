@@ -1,0 +1,139 @@
+//! Placement's error body: `{"errors": [{status, title, detail, code, request_id}]}`.
+//!
+//! `code` appears from 1.23 and comes from upstream's closed set. `detail` is built the
+//! way webob renders it upstream (status explanation, a blank line, the message), since
+//! clients and the gabbi suite match fragments of it.
+
+use axum::http::StatusCode;
+
+/// Upstream's closed set of error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Undefined,
+    InventoryInUse,
+    ConcurrentUpdate,
+    DuplicateName,
+    ProviderInUse,
+    ProviderCannotDeleteParent,
+    ProviderNotFound,
+    QueryDuplicateKey,
+    QueryBadValue,
+    QueryMissingValue,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Undefined => "placement.undefined_code",
+            Code::InventoryInUse => "placement.inventory.inuse",
+            Code::ConcurrentUpdate => "placement.concurrent_update",
+            Code::DuplicateName => "placement.duplicate_name",
+            Code::ProviderInUse => "placement.resource_provider.inuse",
+            Code::ProviderCannotDeleteParent => "placement.resource_provider.cannot_delete_parent",
+            Code::ProviderNotFound => "placement.resource_provider.not_found",
+            Code::QueryDuplicateKey => "placement.query.duplicate_key",
+            Code::QueryBadValue => "placement.query.bad_value",
+            Code::QueryMissingValue => "placement.query.missing_value",
+        }
+    }
+}
+
+/// An error a handler returns; rendered by the dispatcher, which knows the request id
+/// and microversion.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub code: Code,
+    /// Extra headers (`allow` on 405).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            code: Code::Undefined,
+            headers: Vec::new(),
+        }
+    }
+    pub fn bad_request(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, m)
+    }
+    pub fn not_found(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, m)
+    }
+    pub fn conflict(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, m)
+    }
+    pub fn forbidden(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, m)
+    }
+    pub fn internal(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, m)
+    }
+    pub fn with_code(mut self, code: Code) -> Self {
+        self.code = code;
+        self
+    }
+    pub fn concurrent(m: impl Into<String>) -> Self {
+        Self::conflict(m).with_code(Code::ConcurrentUpdate)
+    }
+
+    /// The `detail` text as webob would render it.
+    pub fn detail(&self) -> String {
+        match self.status {
+            StatusCode::METHOD_NOT_ALLOWED => format!(
+                "{} \n\n The method specified is not allowed for this resource.",
+                self.message
+            ),
+            StatusCode::NOT_ACCEPTABLE => format!(
+                "The resource could not be generated that was acceptable to your browser (content of type application/json. \n\n {}",
+                self.message
+            ),
+            s => format!("{}\n\n {}  ", explanation(s), self.message),
+        }
+    }
+}
+
+fn explanation(s: StatusCode) -> &'static str {
+    match s.as_u16() {
+        400 => "The server could not comply with the request since it is either malformed or otherwise incorrect.",
+        403 => "Access was denied to this resource.",
+        404 => "The resource could not be found.",
+        409 => "There was a conflict when trying to complete your request.",
+        415 => "The request media type is not supported by this server.",
+        _ => "The server has either erred or is incapable of performing the requested operation.",
+    }
+}
+
+impl From<accel_store::StoreError> for ApiError {
+    fn from(e: accel_store::StoreError) -> Self {
+        use accel_store::{Conflict, StoreError};
+        match e {
+            StoreError::NotFound(m) => ApiError::not_found(m),
+            StoreError::Invalid(m) => ApiError::bad_request(m),
+            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::concurrent(m),
+            StoreError::Conflict(Conflict::InventoryInUse, m) => {
+                ApiError::conflict(m).with_code(Code::InventoryInUse)
+            }
+            StoreError::Conflict(Conflict::Duplicate, m) => {
+                ApiError::conflict(m).with_code(Code::DuplicateName)
+            }
+            StoreError::Conflict(Conflict::ProviderInUse, m) => {
+                ApiError::conflict(m).with_code(Code::ProviderInUse)
+            }
+            StoreError::Conflict(Conflict::CannotDeleteParent, m) => {
+                ApiError::conflict(m).with_code(Code::ProviderCannotDeleteParent)
+            }
+            StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
+            e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                tracing::error!(error = %e, "store error");
+                ApiError::internal(format!("{e}"))
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The Placement API (microversions 1.0 to 1.39).
+//!
+//! One fallback handler does what upstream's middleware stack does, in the same
+//! order, because clients observe that order: request id, CORS, noauth (401), version
+//! parsing (400/406), route match (404/405 with `Allow`), version gate, content checks,
+//! then the handler, whose errors render as `{"errors": [...]}`.
+//!
+//! Routing is a table ([`routes::ROUTES`]) rather than axum's router so that a path
+//! that exists with another method answers 405 with upstream's `Allow` list, and a
+//! route newer than the requested microversion answers 404.
+
+pub mod error;
+pub mod microversion;
+mod qs;
+mod request;
+mod routes;
+
+mod aggregates;
+mod allocation_candidates;
+mod allocations;
+mod inventories;
+mod reshaper;
+mod resource_classes;
+mod resource_providers;
+mod root;
+mod traits;
+mod usages;
+
+pub use request::{Reply, Req};
+
+use crate::auth::{self, Credentials};
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, Request, Response, StatusCode};
+use error::ApiError;
+use microversion::{Version, VersionError};
+use serde_json::json;
+use std::sync::Arc;
+
+/// The Placement router: every request goes through [`handle`].
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(state)
+}
+
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Response<Body> {
+    let request_id = format!("req-{}", uuid::Uuid::new_v4());
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let method = parts.method.clone();
+
+    // CORS (only when origins are configured): preflight answers here.
+    let origin = parts
+        .headers
+        .get("origin")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(resp) = crate::cors::preflight(&app.config.cors_allowed_origins, &method, &parts.headers) {
+        return finish(resp, &request_id, None, &app, origin.as_deref());
+    }
+
+    // noauth2: everything but the root needs a token.
+    let creds = if path == "/" || path.is_empty() {
+        Credentials::anonymous()
+    } else {
+        match auth::authenticate(&app, &parts.headers).await {
+            Ok(c) => c,
+            Err(resp) => return finish(resp, &request_id, None, &app, origin.as_deref()),
+        }
+    };
+
+    let version = match microversion::from_headers(
+        parts
+            .headers
+            .get_all("openstack-api-version")
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            let resp = version_error(e, &request_id);
+            return finish(resp, &request_id, None, &app, origin.as_deref());
+        }
+    };
+
+    let result = async {
+        // Upstream checks this before dispatch, for every route.
+        if let Some(len) = parts.headers.get("content-length") {
+            let n: i64 = len
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| ApiError::bad_request("content-length header must be an integer"))?;
+            if n > 0 && !parts.headers.contains_key("content-type") {
+                return Err(ApiError::bad_request(
+                    "content-type header required when content-length > 0",
+                ));
+            }
+        }
+        let (route, params) = routes::resolve(&path, &method, version)?;
+        let body = axum::body::to_bytes(body, MAX_BODY)
+            .await
+            .map_err(|_| ApiError::bad_request("request body too large or unreadable"))?;
+        let req = Req::new(
+            method.clone(),
+            parts.uri.query().unwrap_or(""),
+            parts.headers.clone(),
+            body,
+            version,
+            creds,
+            params,
+            request_id.clone(),
+        );
+        route.check_content(&req)?;
+        (route.handler)(app.clone(), req).await
+    }
+    .await;
+
+    let resp = match result {
+        Ok(reply) => reply.into_response(version),
+        Err(e) => error_response(&e, &request_id, Some(version)),
+    };
+    finish(resp, &request_id, Some(version), &app, origin.as_deref())
+}
+
+fn version_error(e: VersionError, request_id: &str) -> Response<Body> {
+    match e {
+        VersionError::Malformed(m) => error_response(
+            &ApiError::bad_request(format!("Invalid microversion: {m}")),
+            request_id,
+            None,
+        ),
+        VersionError::Unacceptable(v) => {
+            let err = ApiError::new(
+                StatusCode::NOT_ACCEPTABLE,
+                format!("Invalid microversion: Unacceptable version header: {v}"),
+            );
+            let body = json!({"errors": [{
+                "status": 406,
+                "title": "Not Acceptable",
+                "detail": err.detail(),
+                "request_id": request_id,
+                "max_version": Version::MAX.to_string(),
+                "min_version": Version::MIN.to_string(),
+            }]});
+            json_response(StatusCode::NOT_ACCEPTABLE, &body)
+        }
+    }
+}
+
+/// Renders an error in Placement's format (`code` from 1.23).
+pub fn error_response(e: &ApiError, request_id: &str, version: Option<Version>) -> Response<Body> {
+    let mut err = json!({
+        "status": e.status.as_u16(),
+        "title": e.status.canonical_reason().unwrap_or(""),
+        "detail": e.detail(),
+    });
+    if version.is_some_and(|v| v.at_least(23)) {
+        err["code"] = json!(e.code.as_str());
+    }
+    err["request_id"] = json!(request_id);
+    let mut resp = json_response(e.status, &json!({ "errors": [err] }));
+    for (k, v) in &e.headers {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            resp.headers_mut().insert(*k, v);
+        }
+    }
+    resp
+}
+
+pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn finish(
+    mut resp: Response<Body>,
+    request_id: &str,
+    version: Option<Version>,
+    app: &AppState,
+    origin: Option<&str>,
+) -> Response<Body> {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("x-openstack-request-id", v.clone());
+        h.insert("openstack-request-id", v);
+    }
+    if let Some(v) = version {
+        if let Ok(val) = HeaderValue::from_str(&format!("placement {v}")) {
+            h.insert("openstack-api-version", val);
+        }
+        h.append("vary", HeaderValue::from_static("openstack-api-version"));
+    }
+    crate::cors::decorate(&app.config.cors_allowed_origins, origin, h);
+    resp
+}
+
+/// Checks `rule` against the caller, with upstream's default target.
+pub(crate) fn authorize(app: &AppState, req: &Req, rule: &str) -> Result<(), ApiError> {
+    let target = req.creds.default_target();
+    authorize_target(app, req, rule, &target)
+}
+
+pub(crate) fn authorize_target(
+    app: &AppState,
+    req: &Req,
+    rule: &str,
+    target: &accel_core::policy::Target,
+) -> Result<(), ApiError> {
+    match app.policy.authorize(rule, &req.creds.policy, target) {
+        Ok(d) if d.is_allowed() => Ok(()),
+        Ok(_) => Err(ApiError::forbidden(format!(
+            "Policy does not allow {rule} to be performed."
+        ))),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
+}
+

@@ -1,0 +1,285 @@
+//! `/resource_providers` and `/resource_providers/{uuid}`.
+
+use super::error::{ApiError, ApiResult};
+use super::{authorize, qs, Reply, Req};
+use crate::AppState;
+use accel_store::placement::providers::{self, ParentChange, Provider};
+use accel_store::placement::lookup;
+use accel_store::{Conflict, StoreError};
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub(crate) fn provider_url(uuid: &str) -> String {
+    format!("/resource_providers/{uuid}")
+}
+
+/// A provider as upstream serialises it at `req`'s microversion.
+pub(crate) fn render(req: &Req, rp: &Provider) -> Value {
+    let url = provider_url(&rp.uuid);
+    let mut links = vec![json!({"rel": "self", "href": url})];
+    let mut rels = vec!["inventories", "usages"];
+    if req.mv(1) {
+        rels.push("aggregates");
+    }
+    if req.mv(6) {
+        rels.push("traits");
+    }
+    if req.mv(11) {
+        rels.push("allocations");
+    }
+    for rel in rels {
+        links.push(json!({"rel": rel, "href": format!("{url}/{rel}")}));
+    }
+    let mut v = json!({
+        "uuid": rp.uuid,
+        "name": rp.name,
+        "generation": rp.generation,
+        "links": links,
+    });
+    if req.mv(14) {
+        v["parent_provider_uuid"] = json!(rp.parent_uuid);
+        v["root_provider_uuid"] = json!(rp.root_uuid);
+    }
+    v
+}
+
+fn post_schema(req: &Req, with_uuid: bool) -> Value {
+    let mut props = json!({"name": {"type": "string", "maxLength": 200}});
+    if with_uuid {
+        props["uuid"] = json!({"type": "string", "format": "uuid"});
+    }
+    if req.mv(14) {
+        props["parent_provider_uuid"] =
+            json!({"anyOf": [{"type": "string", "format": "uuid"}, {"type": "null"}]});
+    }
+    json!({"type": "object", "properties": props, "required": ["name"], "additionalProperties": false})
+}
+
+/// Looks a provider up inside a transaction, with upstream's 404 wording.
+pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Provider, StoreError> {
+    providers::get(tx, uuid).await?.ok_or_else(|| {
+        StoreError::NotFound(format!("No resource provider with uuid {uuid} found"))
+    })
+}
+
+pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:create")?;
+    let data = req.json(&post_schema(&req, true))?;
+    let name = data["name"].as_str().unwrap_or_default().to_owned();
+    let uuid = match data.get("uuid").and_then(Value::as_str) {
+        Some(u) if !u.is_empty() => qs::normalize_uuid(u),
+        _ => uuid::Uuid::new_v4().to_string(),
+    };
+    let parent = data
+        .get("parent_provider_uuid")
+        .and_then(Value::as_str)
+        .map(qs::normalize_uuid);
+    let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
+    let rp = app
+        .store
+        .write(move |tx| Box::pin(async move { providers::create(tx, &u, &n, p.as_deref()).await }))
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::Duplicate, what) => ApiError::from(StoreError::Conflict(
+                Conflict::Duplicate,
+                format!("Conflicting resource provider {what} already exists."),
+            )),
+            StoreError::Invalid(m) => ApiError::bad_request(format!(
+                "Unable to create resource provider \"{name}\", {uuid}: {m}"
+            )),
+            e => e.into(),
+        })?;
+    let location = provider_url(&rp.uuid);
+    if req.mv(20) {
+        Ok(Reply::json(render(&req, &rp))
+            .header("location", location)
+            .modified(rp.modified))
+    } else {
+        Ok(Reply::status(StatusCode::CREATED).header("location", location))
+    }
+}
+
+pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:show")?;
+    let uuid = req.param(0).to_owned();
+    let rp = app
+        .store
+        .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
+        .await?;
+    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+}
+
+pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:delete")?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    app.store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = providers::get(tx, &u).await?.ok_or_else(|| {
+                    StoreError::NotFound(format!("No resource provider with uuid {u} found for delete"))
+                })?;
+                providers::delete(tx, &rp).await
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::CannotDeleteParent, _) => ApiError::from(StoreError::Conflict(
+                Conflict::CannotDeleteParent,
+                format!("Unable to delete parent resource provider {uuid}: It has child resource providers."),
+            )),
+            StoreError::Conflict(Conflict::ProviderInUse, m) => ApiError::from(StoreError::Conflict(
+                Conflict::ProviderInUse,
+                format!("Unable to delete resource provider {uuid}: {m}"),
+            )),
+            e => e.into(),
+        })?;
+    Ok(Reply::no_content())
+}
+
+pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:update")?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    // Upstream loads the provider (404) before validating the body.
+    app.store
+        .read(move |tx| Box::pin(async move { require(tx, &u).await }))
+        .await?;
+    let data = req.json(&post_schema(&req, false))?;
+    let name = data["name"].as_str().unwrap_or_default().to_owned();
+    let parent = match data.get("parent_provider_uuid") {
+        None => ParentChange::Keep,
+        Some(Value::Null) => ParentChange::Clear,
+        Some(v) => ParentChange::Set(qs::normalize_uuid(v.as_str().unwrap_or_default())),
+    };
+    let allow_reparent = req.mv(37);
+    let (u, n) = (uuid.clone(), name.clone());
+    let rp = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                if !allow_reparent {
+                    match &parent {
+                        ParentChange::Set(p) if rp.parent_uuid.as_deref() != Some(p.as_str()) => {
+                            if rp.parent_uuid.is_some() {
+                                return Err(StoreError::Invalid(
+                                    "re-parenting a provider is not currently allowed.".into(),
+                                ));
+                            }
+                        }
+                        ParentChange::Clear if rp.parent_uuid.is_some() => {
+                            return Err(StoreError::Invalid(
+                                "un-parenting a provider is not currently allowed.".into(),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                providers::update(tx, &rp, &n, parent).await
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::Duplicate, _) => ApiError::from(StoreError::Conflict(
+                Conflict::Duplicate,
+                format!("Conflicting resource provider {name} already exists."),
+            )),
+            StoreError::Invalid(m) => {
+                ApiError::bad_request(format!("Unable to save resource provider {uuid}: {m}"))
+            }
+            e => e.into(),
+        })?;
+    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+}
+
+fn list_schema(req: &Req) -> Value {
+    let mut props = json!({
+        "name": {"type": "string"},
+        "uuid": {"type": "string", "format": "uuid"},
+    });
+    if req.mv(3) {
+        props["member_of"] = json!({"type": "string"});
+    }
+    if req.mv(4) {
+        props["resources"] = json!({"type": "string"});
+    }
+    if req.mv(14) {
+        props["in_tree"] = json!({"type": "string", "format": "uuid"});
+    }
+    if req.mv(18) {
+        props["required"] = json!({"type": "string"});
+    }
+    json!({"type": "object", "properties": props, "additionalProperties": false})
+}
+
+pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:list")?;
+    req.validate_query(&list_schema(&req))?;
+    let mut filter = providers::Filter::default();
+    let aggs = if req.query_last("member_of").is_some() {
+        qs::member_of(&req, "member_of", "")?
+    } else {
+        qs::AggQuery::default()
+    };
+    filter.member_of = aggs.required;
+    filter.forbidden_aggregates = aggs.forbidden;
+    let traits = if req.query_last("required").is_some() {
+        qs::traits(&req, "required")?
+    } else {
+        qs::TraitQuery::default()
+    };
+    filter.name = req.query_last("name").map(str::to_owned);
+    filter.uuid = req.query_last("uuid").map(qs::normalize_uuid);
+    let in_tree = req.query_last("in_tree").map(qs::normalize_uuid);
+    let resources = match req.query_last("resources") {
+        Some(r) => qs::resources(r)?,
+        None => Vec::new(),
+    };
+    let modified_now = accel_store::now();
+    let rps = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                if let Some(t) = in_tree {
+                    match providers::get(tx, &t).await? {
+                        Some(rp) => filter.in_tree = Some(rp.root_id),
+                        None => return Ok(Vec::new()),
+                    }
+                }
+                let names: Vec<String> = resources.iter().map(|(n, _)| n.clone()).collect();
+                let rc_ids = lookup::resource_class_ids(tx, &names).await?;
+                for (name, amount) in &resources {
+                    let id = rc_ids.get(name).ok_or_else(|| {
+                        StoreError::Invalid(format!(
+                            "Invalid resource class in resources parameter: No such resource class {name}."
+                        ))
+                    })?;
+                    filter.resources.push((*id, *amount));
+                }
+                let tnames: Vec<String> = traits.names().cloned().collect();
+                let t_ids = lookup::trait_ids(tx, &tnames).await?;
+                let mut missing: Vec<&String> = tnames.iter().filter(|n| !t_ids.contains_key(*n)).collect();
+                missing.sort();
+                missing.dedup();
+                if !missing.is_empty() {
+                    let list = missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+                    return Err(StoreError::Invalid(format!(
+                        "Invalid trait(s) in \"required\" parameter: No such trait(s): {list}."
+                    )));
+                }
+                filter.required = traits
+                    .required
+                    .iter()
+                    .map(|any| any.iter().map(|t| t_ids[t]).collect())
+                    .collect();
+                filter.forbidden = traits.forbidden.iter().map(|t| t_ids[t]).collect();
+                providers::list(tx, &filter).await
+            })
+        })
+        .await?;
+    let modified = rps.iter().map(|r| r.modified).max().unwrap_or(modified_now);
+    let out: Vec<Value> = rps.iter().map(|rp| render(&req, rp)).collect();
+    Ok(Reply::json(json!({ "resource_providers": out })).modified(modified))
+}

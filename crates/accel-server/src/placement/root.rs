@@ -1,0 +1,20 @@
+//! `GET /`: the version document (no auth needed).
+
+use super::error::ApiResult;
+use super::microversion::Version;
+use super::{Reply, Req};
+use crate::AppState;
+use serde_json::json;
+use std::sync::Arc;
+
+pub async fn home(_app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    let body = json!({"versions": [{
+        "id": format!("v{}", Version::MIN),
+        "max_version": Version::MAX.to_string(),
+        "min_version": Version::MIN.to_string(),
+        "status": "CURRENT",
+        "links": [{"rel": "self", "href": ""}],
+    }]});
+    let reply = Reply::json(body);
+    Ok(if req.mv(15) { reply.modified_now() } else { reply })
+}

@@ -1,0 +1,34 @@
+//! Not yet implemented.
+
+use super::error::{ApiError, ApiResult};
+use super::{Reply, Req};
+use crate::AppState;
+use std::sync::Arc;
+
+pub async fn list(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn show(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn create(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn delete(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn set_for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}
+
+pub async fn delete_for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
+    Err(ApiError::internal("not implemented"))
+}

@@ -1,0 +1,172 @@
+//! Persistence for accel: the only crate that knows SQL.
+//!
+//! One concrete [`Store`] over `sqlx::Any`, so the same queries run on SQLite (the
+//! embedded default) and PostgreSQL (the replicated deployment). Queries use `$N`
+//! placeholders, which both drivers accept, and only portable SQL: `ON CONFLICT DO
+//! NOTHING`, `RETURNING`, `CAST(SUM(..) AS BIGINT)` (PostgreSQL would otherwise return
+//! NUMERIC).
+//!
+//! Invariants kept here, not in callers:
+//! - every multi-statement write runs in one transaction ([`Store::write`]);
+//! - provider and consumer generations change only through compare-and-swap
+//!   (`UPDATE .. SET generation = g + 1 WHERE id = .. AND generation = g`), so two
+//!   servers on one PostgreSQL database never both win a race;
+//! - SQLite write transactions start with `BEGIN IMMEDIATE` so a reader never has to
+//!   upgrade its lock (which SQLite refuses with SQLITE_BUSY instead of waiting).
+
+mod error;
+mod migrate;
+pub mod placement;
+
+pub use error::{Conflict, StoreError};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyConnection, AnyPool, Connection};
+
+pub use sqlx::Row;
+
+/// Which database engine a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Handle on the database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// A transaction on the store's connection. Store modules take `&mut Tx`.
+pub type Tx = AnyConnection;
+
+pub(crate) type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+impl Store {
+    /// Connects to `url` (`sqlite://PATH` or `postgres://...`), creating a SQLite file
+    /// when absent, and applies migrations. Safe to call from several processes at once.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let url = if path == ":memory:" || path.is_empty() {
+                "sqlite::memory:".to_owned()
+            } else {
+                format!("sqlite://{path}?mode=rwc")
+            };
+            (Backend::Sqlite, url)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Backend::Postgres, url.to_owned())
+        } else {
+            return Err(StoreError::Config(format!(
+                "unsupported database URL {url:?}: use sqlite://PATH or postgres://USER@HOST:PORT/DB"
+            )));
+        };
+        let opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
+        let pool = match backend {
+            // One connection: SQLite has a single writer anyway, and one connection
+            // makes `sqlite::memory:` one database rather than one per connection.
+            Backend::Sqlite => AnyPoolOptions::new()
+                .max_connections(1)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(opts)
+                .await
+                .map_err(StoreError::Db)?,
+            Backend::Postgres => AnyPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(opts)
+                .await
+                .map_err(StoreError::Db)?,
+        };
+        let store = Store { pool, backend };
+        migrate::run(&store).await?;
+        placement::sync_standards(&store).await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Runs `f` inside one write transaction, committing on `Ok` and rolling back on
+    /// `Err`.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+    {
+        let mut conn = self.pool.acquire().await?;
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        sqlx::query(begin).execute(&mut *conn).await?;
+        let result = f(&mut conn).await;
+        match result {
+            Ok(v) => {
+                sqlx::query("COMMIT").execute(&mut *conn).await?;
+                Ok(v)
+            }
+            Err(e) => {
+                // The connection is unusable if rollback fails; closing it is the
+                // safe answer and the pool replaces it.
+                if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+                    let _ = conn.detach().close().await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `f` in a read-only snapshot (a transaction, so several queries agree).
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+    {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("BEGIN").execute(&mut *conn).await?;
+        let result = f(&mut conn).await;
+        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            let _ = conn.detach().close().await;
+        }
+        result
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Seconds since the Unix epoch, the unit of every `created_at`/`updated_at` column.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `$first, $first+1, ...` placeholders for an `IN (...)` list of `n` values.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,86 @@
+//! Schema migrations, embedded in the binary and applied at start-up.
+//!
+//! Each backend has its own SQL files (types differ); both share version numbers.
+//! Applying takes a lock first (`pg_advisory_xact_lock` on PostgreSQL, `BEGIN
+//! IMMEDIATE` on SQLite) so several servers starting together apply each version once.
+
+use crate::{Backend, Store, StoreError};
+use sqlx::Connection;
+
+struct Migration {
+    version: i64,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sqlite: include_str!("../migrations/sqlite/0001_placement.sql"),
+    postgres: include_str!("../migrations/postgres/0001_placement.sql"),
+}];
+
+/// Arbitrary constant naming accel's migration lock.
+const PG_LOCK_KEY: i64 = 0x0acce1_0001;
+
+pub(crate) async fn run(store: &Store) -> Result<(), StoreError> {
+    let mut conn = store.pool.acquire().await?;
+    match store.backend {
+        Backend::Sqlite => sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?,
+        Backend::Postgres => sqlx::query("BEGIN").execute(&mut *conn).await?,
+    };
+    let result = apply(store.backend, &mut conn).await;
+    match result {
+        Ok(()) => {
+            sqlx::query("COMMIT").execute(&mut *conn).await?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            Err(e)
+        }
+    }
+}
+
+async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
+    if backend == Backend::Postgres {
+        sqlx::query(&format!("SELECT pg_advisory_xact_lock({PG_LOCK_KEY})"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS accel_schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM accel_schema_migrations")
+        .fetch_all(&mut *conn)
+        .await?;
+    for m in MIGRATIONS {
+        if done.contains(&m.version) {
+            continue;
+        }
+        let sql = match backend {
+            Backend::Sqlite => m.sqlite,
+            Backend::Postgres => m.postgres,
+        };
+        for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            let stmt: String = stmt
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if stmt.trim().is_empty() {
+                continue;
+            }
+            sqlx::query(&stmt).execute(&mut *conn).await?;
+        }
+        sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES ($1, $2)")
+            .bind(m.version)
+            .bind(crate::now())
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(version = m.version, "applied migration");
+    }
+    let _ = conn.ping().await;
+    Ok(())
+}

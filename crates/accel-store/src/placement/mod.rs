@@ -1,0 +1,48 @@
+//! Placement's tables: resource providers, classes, traits, aggregates, inventories,
+//! consumers and allocations.
+//!
+//! Functions take an open transaction (`&mut Tx`) so a handler can compose several in
+//! one atomic unit through [`crate::Store::write`]. Names (resource classes, traits)
+//! are resolved to ids here; callers pass validated names from `accel_core::names`.
+
+pub mod lookup;
+pub mod providers;
+
+use crate::{Store, StoreError};
+use accel_core::standard;
+
+/// Inserts the standard resource classes (ids = upstream index) and the os-traits
+/// catalogue when missing. Idempotent and safe to run from several servers at once.
+pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
+    store
+        .write(|tx| {
+            Box::pin(async move {
+                let now = crate::now();
+                for (i, name) in standard::RESOURCE_CLASSES.iter().enumerate() {
+                    sqlx::query(
+                        "INSERT INTO resource_classes (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(i as i64)
+                    .bind(*name)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let have: Vec<String> = sqlx::query_scalar("SELECT name FROM traits")
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let have: std::collections::HashSet<String> = have.into_iter().collect();
+                for name in standard::traits().filter(|t| !have.contains(*t)) {
+                    sqlx::query(
+                        "INSERT INTO traits (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(name)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+}

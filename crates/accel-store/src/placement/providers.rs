@@ -1,0 +1,390 @@
+//! Resource providers: the nodes of provider trees.
+//!
+//! A provider's `root_provider_id` is denormalised (upstream does the same) so that
+//! tree queries are one indexed lookup. Re-parenting (1.37) rewrites the root of the
+//! whole moved subtree in the same transaction.
+
+use crate::{placeholders, Conflict, StoreError, Tx};
+use sqlx::Row;
+
+/// A provider as the API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub generation: i64,
+    pub parent_uuid: Option<String>,
+    pub root_uuid: String,
+    pub parent_id: Option<i64>,
+    pub root_id: i64,
+    /// `updated_at`, or `created_at` when never updated (epoch seconds).
+    pub modified: i64,
+}
+
+const SELECT: &str = "SELECT rp.id, rp.uuid, rp.name, rp.generation, rp.parent_provider_id, \
+     rp.root_provider_id, p.uuid AS parent_uuid, r.uuid AS root_uuid, \
+     COALESCE(rp.updated_at, rp.created_at) AS modified \
+     FROM resource_providers rp \
+     JOIN resource_providers r ON r.id = rp.root_provider_id \
+     LEFT JOIN resource_providers p ON p.id = rp.parent_provider_id";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<Provider, sqlx::Error> {
+    Ok(Provider {
+        id: row.try_get("id")?,
+        uuid: row.try_get("uuid")?,
+        name: row.try_get("name")?,
+        generation: row.try_get("generation")?,
+        parent_id: row.try_get("parent_provider_id")?,
+        root_id: row.try_get("root_provider_id")?,
+        parent_uuid: row.try_get("parent_uuid")?,
+        root_uuid: row.try_get("root_uuid")?,
+        modified: row.try_get("modified")?,
+    })
+}
+
+pub async fn get(tx: &mut Tx, uuid: &str) -> Result<Option<Provider>, StoreError> {
+    let row = sqlx::query(&format!("{SELECT} WHERE rp.uuid = $1"))
+        .bind(uuid)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// Like [`get`] but a missing provider is [`StoreError::NotFound`].
+pub async fn require(tx: &mut Tx, uuid: &str) -> Result<Provider, StoreError> {
+    get(tx, uuid)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("resource provider {uuid}")))
+}
+
+/// Which of `uuid` and `name` are already taken (for the duplicate message).
+pub async fn taken(tx: &mut Tx, uuid: &str, name: &str) -> Result<(bool, bool), StoreError> {
+    let rows = sqlx::query("SELECT uuid, name FROM resource_providers WHERE uuid = $1 OR name = $2")
+        .bind(uuid)
+        .bind(name)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut dup = (false, false);
+    for r in rows {
+        let u: String = r.try_get("uuid")?;
+        let n: String = r.try_get("name")?;
+        dup.0 |= u == uuid;
+        dup.1 |= n == name;
+    }
+    Ok(dup)
+}
+
+/// Creates a provider; the parent (if any) must exist.
+pub async fn create(
+    tx: &mut Tx,
+    uuid: &str,
+    name: &str,
+    parent_uuid: Option<&str>,
+) -> Result<Provider, StoreError> {
+    let (dup_uuid, dup_name) = taken(tx, uuid, name).await?;
+    if dup_uuid || dup_name {
+        let mut what = Vec::new();
+        if dup_uuid {
+            what.push(format!("uuid: {uuid}"));
+        }
+        if dup_name {
+            what.push(format!("name: {name}"));
+        }
+        return Err(StoreError::conflict(Conflict::Duplicate, what.join(", ")));
+    }
+    let parent = match parent_uuid {
+        Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "The parent provider UUID {p} does not exist"
+            ))
+        })?),
+        None => None,
+    };
+    let now = crate::now();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, root_provider_id, created_at) \
+         VALUES ($1, $2, 0, $3, $4, $5) RETURNING id",
+    )
+    .bind(uuid)
+    .bind(name)
+    .bind(parent.as_ref().map(|p| p.id))
+    .bind(parent.as_ref().map(|p| p.root_id))
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    if parent.is_none() {
+        sqlx::query("UPDATE resource_providers SET root_provider_id = id WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    require(tx, uuid).await
+}
+
+/// What an update does to the parent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParentChange {
+    Keep,
+    Set(String),
+    Clear,
+}
+
+/// Renames and/or re-parents `rp`. Re-parenting must not create a loop.
+pub async fn update(
+    tx: &mut Tx,
+    rp: &Provider,
+    name: &str,
+    parent: ParentChange,
+) -> Result<Provider, StoreError> {
+    if name != rp.name {
+        let other: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM resource_providers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if other.is_some() {
+            return Err(StoreError::conflict(Conflict::Duplicate, name.to_owned()));
+        }
+    }
+    let now = crate::now();
+    sqlx::query("UPDATE resource_providers SET name = $1, updated_at = $2 WHERE id = $3")
+        .bind(name)
+        .bind(now)
+        .bind(rp.id)
+        .execute(&mut *tx)
+        .await?;
+    let new_parent = match parent {
+        ParentChange::Keep => None,
+        ParentChange::Clear => Some(None),
+        ParentChange::Set(p) => {
+            let parent = get(tx, &p).await?.ok_or_else(|| {
+                StoreError::Invalid(format!("The parent provider UUID {p} does not exist"))
+            })?;
+            Some(Some(parent))
+        }
+    };
+    if let Some(new_parent) = new_parent {
+        if new_parent.as_ref().map(|p| p.id) != rp.parent_id {
+            let subtree = descendants(tx, rp.id).await?;
+            let new_root = match &new_parent {
+                Some(p) => {
+                    if p.id == rp.id || subtree.contains(&p.id) {
+                        return Err(StoreError::Invalid(
+                            "creating loop in the provider tree is not allowed.".into(),
+                        ));
+                    }
+                    p.root_id
+                }
+                None => rp.id,
+            };
+            sqlx::query(
+                "UPDATE resource_providers SET parent_provider_id = $1, root_provider_id = $2 WHERE id = $3",
+            )
+            .bind(new_parent.as_ref().map(|p| p.id))
+            .bind(new_root)
+            .bind(rp.id)
+            .execute(&mut *tx)
+            .await?;
+            if !subtree.is_empty() {
+                let sql = format!(
+                    "UPDATE resource_providers SET root_provider_id = $1 WHERE id IN ({})",
+                    placeholders(2, subtree.len())
+                );
+                let mut q = sqlx::query(&sql).bind(new_root);
+                for id in &subtree {
+                    q = q.bind(*id);
+                }
+                q.execute(&mut *tx).await?;
+            }
+        }
+    }
+    require(tx, &rp.uuid).await
+}
+
+/// Ids of every provider below `id` (not including it).
+pub async fn descendants(tx: &mut Tx, id: i64) -> Result<Vec<i64>, StoreError> {
+    let mut out = Vec::new();
+    let mut frontier = vec![id];
+    while !frontier.is_empty() {
+        let sql = format!(
+            "SELECT id FROM resource_providers WHERE parent_provider_id IN ({})",
+            placeholders(1, frontier.len())
+        );
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for f in &frontier {
+            q = q.bind(*f);
+        }
+        frontier = q.fetch_all(&mut *tx).await?;
+        out.extend_from_slice(&frontier);
+    }
+    Ok(out)
+}
+
+/// Deletes a provider with no children and no allocations, with its inventories,
+/// traits and aggregate links.
+pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
+    let children: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM resource_providers WHERE parent_provider_id = $1",
+    )
+    .bind(rp.id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if children > 0 {
+        return Err(StoreError::conflict(Conflict::CannotDeleteParent, ""));
+    }
+    let allocs: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM allocations WHERE resource_provider_id = $1")
+            .bind(rp.id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if allocs > 0 {
+        return Err(StoreError::conflict(
+            Conflict::ProviderInUse,
+            "Resource provider has allocations.",
+        ));
+    }
+    for table in [
+        "inventories",
+        "resource_provider_traits",
+        "resource_provider_aggregates",
+    ] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE resource_provider_id = $1"))
+            .bind(rp.id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let n = sqlx::query("DELETE FROM resource_providers WHERE id = $1")
+        .bind(rp.id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n != 1 {
+        return Err(StoreError::NotFound(format!("resource provider {}", rp.uuid)));
+    }
+    Ok(())
+}
+
+/// Compare-and-swap on a provider's generation: succeeds only if it is still
+/// `expected`, and returns the new generation.
+pub async fn bump_generation(tx: &mut Tx, id: i64, expected: i64) -> Result<i64, StoreError> {
+    let n = sqlx::query(
+        "UPDATE resource_providers SET generation = $1, updated_at = $2 WHERE id = $3 AND generation = $4",
+    )
+    .bind(expected + 1)
+    .bind(crate::now())
+    .bind(id)
+    .bind(expected)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        return Err(StoreError::conflict(
+            Conflict::ConcurrentUpdate,
+            "resource provider generation conflict",
+        ));
+    }
+    Ok(expected + 1)
+}
+
+/// Filters of `GET /resource_providers`; every given filter must hold.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    /// Root id of the tree to stay in.
+    pub in_tree: Option<i64>,
+    /// AND of any-of lists of trait ids.
+    pub required: Vec<Vec<i64>>,
+    pub forbidden: Vec<i64>,
+    /// AND of any-of lists of aggregate uuids (direct membership).
+    pub member_of: Vec<Vec<String>>,
+    pub forbidden_aggregates: Vec<String>,
+    /// (resource class id, amount): each must fit on the provider itself.
+    pub resources: Vec<(i64, i64)>,
+}
+
+/// Lists providers matching `f`, ordered by id (creation order).
+pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> {
+    enum Arg {
+        S(String),
+        I(i64),
+    }
+    let mut args: Vec<Arg> = Vec::new();
+    let mut next = |args: &mut Vec<Arg>, a: Arg| {
+        args.push(a);
+        format!("${}", args.len())
+    };
+    let mut wh: Vec<String> = Vec::new();
+    if let Some(n) = &f.name {
+        wh.push(format!("rp.name = {}", next(&mut args, Arg::S(n.clone()))));
+    }
+    if let Some(u) = &f.uuid {
+        wh.push(format!("rp.uuid = {}", next(&mut args, Arg::S(u.clone()))));
+    }
+    if let Some(r) = f.in_tree {
+        wh.push(format!("rp.root_provider_id = {}", next(&mut args, Arg::I(r))));
+    }
+    for any in &f.required {
+        let ids: Vec<String> = any.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
+        wh.push(format!(
+            "rp.id IN (SELECT resource_provider_id FROM resource_provider_traits WHERE trait_id IN ({}))",
+            ids.join(", ")
+        ));
+    }
+    if !f.forbidden.is_empty() {
+        let ids: Vec<String> = f.forbidden.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
+        wh.push(format!(
+            "rp.id NOT IN (SELECT resource_provider_id FROM resource_provider_traits WHERE trait_id IN ({}))",
+            ids.join(", ")
+        ));
+    }
+    for any in &f.member_of {
+        let ids: Vec<String> = any.iter().map(|a| next(&mut args, Arg::S(a.clone()))).collect();
+        wh.push(format!(
+            "rp.id IN (SELECT rpa.resource_provider_id FROM resource_provider_aggregates rpa \
+             JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id WHERE pa.uuid IN ({}))",
+            ids.join(", ")
+        ));
+    }
+    if !f.forbidden_aggregates.is_empty() {
+        let ids: Vec<String> = f
+            .forbidden_aggregates
+            .iter()
+            .map(|a| next(&mut args, Arg::S(a.clone())))
+            .collect();
+        wh.push(format!(
+            "rp.id NOT IN (SELECT rpa.resource_provider_id FROM resource_provider_aggregates rpa \
+             JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id WHERE pa.uuid IN ({}))",
+            ids.join(", ")
+        ));
+    }
+    for (rc, amount) in &f.resources {
+        let rc = next(&mut args, Arg::I(*rc));
+        let amt = next(&mut args, Arg::I(*amount));
+        wh.push(format!(
+            "rp.id IN (SELECT inv.resource_provider_id FROM inventories inv \
+             LEFT JOIN (SELECT resource_provider_id, CAST(SUM(used) AS BIGINT) AS used FROM allocations \
+                        WHERE resource_class_id = {rc} GROUP BY resource_provider_id) u \
+               ON u.resource_provider_id = inv.resource_provider_id \
+             WHERE inv.resource_class_id = {rc} \
+               AND COALESCE(u.used, 0) + {amt} <= (inv.total - inv.reserved) * inv.allocation_ratio \
+               AND inv.min_unit <= {amt} AND inv.max_unit >= {amt} AND {amt} % inv.step_size = 0)"
+        ));
+    }
+    let mut sql = SELECT.to_owned();
+    if !wh.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&wh.join(" AND "));
+    }
+    sql.push_str(" ORDER BY rp.id");
+    let mut q = sqlx::query(&sql);
+    for a in args {
+        q = match a {
+            Arg::S(s) => q.bind(s),
+            Arg::I(i) => q.bind(i),
+        };
+    }
+    let rows = q.fetch_all(&mut *tx).await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
