@@ -46,14 +46,7 @@ impl Credentials {
 
     /// Upstream's default policy target: the caller's own project and user.
     pub fn default_target(&self) -> policy::Target {
-        let mut t = policy::Target::new();
-        if let Some(p) = &self.policy.project_id {
-            t.insert("project_id", p.clone());
-        }
-        if let Some(u) = &self.policy.user_id {
-            t.insert("user_id", u.clone());
-        }
-        t
+        policy::Target::from_credentials(&self.policy)
     }
 
     pub fn project_id(&self) -> Option<&str> {

@@ -24,7 +24,10 @@ pub enum Check {
     /// `role:NAME`; the name may itself use `%(key)s`.
     Role(Template),
     /// `kind:match` for any other kind.
-    Generic { kind: GenericKind, expected: Template },
+    Generic {
+        kind: GenericKind,
+        expected: Template,
+    },
     Not(Box<Check>),
     And(Vec<Check>),
     Or(Vec<Check>),

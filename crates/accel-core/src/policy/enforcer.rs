@@ -17,7 +17,7 @@
 //!
 //! Differences, chosen to fail at startup rather than per request: a malformed check
 //! string and a cycle of `rule:` references are errors when the rules are built (oslo
-//! logs the first and denies; the second overflows the stack on use).
+//! logs the first and denies; the second raises `RecursionError` when used).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -34,7 +34,9 @@ pub enum Decision {
     Denied,
     /// The token's scope is not among the rule's `scope_types`; the check string was
     /// not evaluated. Placement answers this with 403 like [`Decision::Denied`].
-    WrongScope { token_scope: Scope },
+    WrongScope {
+        token_scope: Scope,
+    },
 }
 
 impl Decision {
@@ -58,7 +60,9 @@ pub enum PolicyError {
     NotAMapping,
     #[error("policy file: rule names must be strings, found {0}")]
     BadName(String),
-    #[error("policy file: rule {name:?} must be a check string (or a list of lists), found {found}")]
+    #[error(
+        "policy file: rule {name:?} must be a check string (or a list of lists), found {found}"
+    )]
     BadValue { name: String, found: String },
     #[error("policy rule {name:?}: {source}")]
     Parse {
@@ -346,9 +350,8 @@ fn find_cycle(rules: &RuleMap) -> Option<Vec<String>> {
             }
             None => {}
         }
-        let Some(check) = rules.get(name) else {
-            return None;
-        };
+        // A reference to an undefined rule ends the path; it is no cycle.
+        let check = rules.get(name)?;
         marks.insert(name, Mark::OnPath);
         path.push(name);
         let mut refs = Vec::new();
@@ -365,5 +368,40 @@ fn find_cycle(rules: &RuleMap) -> Option<Vec<String>> {
     let mut marks = HashMap::new();
     let mut names: Vec<&str> = rules.keys().map(String::as_str).collect();
     names.sort_unstable();
-    names.into_iter().find_map(|name| visit(name, rules, &mut marks, &mut Vec::new()))
+    names
+        .into_iter()
+        .find_map(|name| visit(name, rules, &mut marks, &mut Vec::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(pairs: &[(&str, &str)]) -> RuleMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), parser::parse(v).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn cycles_are_found_and_named_in_order() {
+        let r = rules(&[
+            ("a", "role:x or rule:b"),
+            ("b", "not rule:c"),
+            ("c", "rule:a"),
+        ]);
+        assert_eq!(find_cycle(&r).unwrap(), ["a", "b", "c", "a"]);
+        assert_eq!(find_cycle(&rules(&[("a", "rule:a")])).unwrap(), ["a", "a"]);
+    }
+
+    #[test]
+    fn shared_and_undefined_references_are_not_cycles() {
+        let r = rules(&[
+            ("a", "rule:b and rule:c"),
+            ("b", "rule:c"),
+            ("c", "rule:missing"),
+        ]);
+        assert_eq!(find_cycle(&r), None);
+    }
 }

@@ -45,7 +45,9 @@ pub enum Problem {
     EmptyPart { token: String, part: &'static str },
     #[error("{token:?}: remote `{kind}:` checks are not supported")]
     RemoteCheck { token: String, kind: String },
-    #[error("{token:?}: bad substitution; use `%(key)s` for a target value and `%%` for a percent sign")]
+    #[error(
+        "{token:?}: bad substitution; use `%(key)s` for a target value and `%%` for a percent sign"
+    )]
     BadSubstitution { token: String },
 }
 
@@ -123,10 +125,7 @@ fn tokenize(rule: &str) -> Result<Vec<Token>, Problem> {
     let mut out = Vec::new();
     for word in rule.split_whitespace() {
         let body = word.trim_start_matches('(');
-        out.extend(std::iter::repeat_n(
-            Token::LParen,
-            word.len() - body.len(),
-        ));
+        out.extend(std::iter::repeat_n(Token::LParen, word.len() - body.len()));
         if body.is_empty() {
             continue;
         }
@@ -153,7 +152,8 @@ fn tokenize(rule: &str) -> Result<Vec<Token>, Problem> {
 }
 
 fn is_quoted(s: &str) -> bool {
-    s.len() >= 2 && ((s.starts_with('"') && s.ends_with('"')) || (s.starts_with('\'') && s.ends_with('\'')))
+    s.len() >= 2
+        && ((s.starts_with('"') && s.ends_with('"')) || (s.starts_with('\'') && s.ends_with('\'')))
 }
 
 fn parse_check(token: &str) -> Result<Check, Problem> {
@@ -315,5 +315,66 @@ fn collapse(mut items: Vec<Check>, join: fn(Vec<Check>) -> Check) -> Check {
         items.remove(0)
     } else {
         join(items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(s: &str) -> (GenericKind, Template) {
+        match parse(s).unwrap() {
+            Check::Generic { kind, expected } => (kind, expected),
+            other => panic!("{s:?} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn templates_split_fields_from_text() {
+        let (_, t) = generic("x:a%(b)s%%c%(d)s");
+        assert_eq!(
+            t.0,
+            vec![
+                Piece::Text("a".into()),
+                Piece::Field("b".into()),
+                Piece::Text("%c".into()),
+                Piece::Field("d".into()),
+            ]
+        );
+        assert_eq!(t.to_string(), "a%(b)s%%c%(d)s");
+    }
+
+    #[test]
+    fn python_literals_on_the_left_are_values_not_paths() {
+        let literal = |s: &str| match generic(s).0 {
+            GenericKind::Literal { value, .. } => Some(value),
+            GenericKind::Credential(_) => None,
+        };
+        assert_eq!(literal("True:x").as_deref(), Some("True"));
+        assert_eq!(literal("None:x").as_deref(), Some("None"));
+        assert_eq!(literal("'member':x").as_deref(), Some("member"));
+        assert_eq!(literal("\"member\":x").as_deref(), Some("member"));
+        assert_eq!(literal("+42:x").as_deref(), Some("42"));
+        assert_eq!(literal("-0:x").as_deref(), Some("0"));
+        assert_eq!(literal("project_id:x"), None);
+        assert_eq!(literal("user.name:x"), None);
+        assert_eq!(literal("true:x"), None);
+    }
+
+    #[test]
+    fn operators_are_case_insensitive_but_kinds_are_not() {
+        assert_eq!(
+            parse("role:a AnD NoT role:b").unwrap().to_string(),
+            "(role:a and not role:b)"
+        );
+        assert!(matches!(parse("RULE:x").unwrap(), Check::Generic { .. }));
+    }
+
+    #[test]
+    fn the_only_colon_that_counts_is_the_first() {
+        assert_eq!(
+            parse("rule:placement:traits:list").unwrap(),
+            Check::Rule("placement:traits:list".into())
+        );
     }
 }

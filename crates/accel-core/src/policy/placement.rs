@@ -30,13 +30,19 @@ pub const RESOURCE_CLASSES_CREATE: &str = "placement:resource_classes:create";
 pub const RESOURCE_CLASSES_SHOW: &str = "placement:resource_classes:show";
 pub const RESOURCE_CLASSES_UPDATE: &str = "placement:resource_classes:update";
 pub const RESOURCE_CLASSES_DELETE: &str = "placement:resource_classes:delete";
-pub const RESOURCE_PROVIDERS_INVENTORIES_LIST: &str = "placement:resource_providers:inventories:list";
-pub const RESOURCE_PROVIDERS_INVENTORIES_CREATE: &str = "placement:resource_providers:inventories:create";
-pub const RESOURCE_PROVIDERS_INVENTORIES_SHOW: &str = "placement:resource_providers:inventories:show";
-pub const RESOURCE_PROVIDERS_INVENTORIES_UPDATE: &str = "placement:resource_providers:inventories:update";
-pub const RESOURCE_PROVIDERS_INVENTORIES_DELETE: &str = "placement:resource_providers:inventories:delete";
+pub const RESOURCE_PROVIDERS_INVENTORIES_LIST: &str =
+    "placement:resource_providers:inventories:list";
+pub const RESOURCE_PROVIDERS_INVENTORIES_CREATE: &str =
+    "placement:resource_providers:inventories:create";
+pub const RESOURCE_PROVIDERS_INVENTORIES_SHOW: &str =
+    "placement:resource_providers:inventories:show";
+pub const RESOURCE_PROVIDERS_INVENTORIES_UPDATE: &str =
+    "placement:resource_providers:inventories:update";
+pub const RESOURCE_PROVIDERS_INVENTORIES_DELETE: &str =
+    "placement:resource_providers:inventories:delete";
 pub const RESOURCE_PROVIDERS_AGGREGATES_LIST: &str = "placement:resource_providers:aggregates:list";
-pub const RESOURCE_PROVIDERS_AGGREGATES_UPDATE: &str = "placement:resource_providers:aggregates:update";
+pub const RESOURCE_PROVIDERS_AGGREGATES_UPDATE: &str =
+    "placement:resource_providers:aggregates:update";
 pub const RESOURCE_PROVIDERS_USAGES: &str = "placement:resource_providers:usages";
 pub const USAGES: &str = "placement:usages";
 pub const TRAITS_LIST: &str = "placement:traits:list";
@@ -50,7 +56,8 @@ pub const ALLOCATIONS_MANAGE: &str = "placement:allocations:manage";
 pub const ALLOCATIONS_LIST: &str = "placement:allocations:list";
 pub const ALLOCATIONS_UPDATE: &str = "placement:allocations:update";
 pub const ALLOCATIONS_DELETE: &str = "placement:allocations:delete";
-pub const RESOURCE_PROVIDERS_ALLOCATIONS_LIST: &str = "placement:resource_providers:allocations:list";
+pub const RESOURCE_PROVIDERS_ALLOCATIONS_LIST: &str =
+    "placement:resource_providers:allocations:list";
 pub const ALLOCATION_CANDIDATES_LIST: &str = "placement:allocation_candidates:list";
 pub const RESHAPER_RESHAPE: &str = "placement:reshaper:reshape";
 
@@ -209,7 +216,10 @@ pub const RULES: &[RuleDefault] = &[
         scope_types: &[Scope::Project],
         deprecated: None,
         description: "Show resource provider inventory.",
-        operations: &[op("GET", "/resource_providers/{uuid}/inventories/{resource_class}")],
+        operations: &[op(
+            "GET",
+            "/resource_providers/{uuid}/inventories/{resource_class}",
+        )],
     },
     RuleDefault {
         name: RESOURCE_PROVIDERS_INVENTORIES_UPDATE,
@@ -217,7 +227,13 @@ pub const RULES: &[RuleDefault] = &[
         scope_types: &[Scope::Project],
         deprecated: None,
         description: "Update resource provider inventory.",
-        operations: &[op("PUT", "/resource_providers/{uuid}/inventories"), op("PUT", "/resource_providers/{uuid}/inventories/{resource_class}")],
+        operations: &[
+            op("PUT", "/resource_providers/{uuid}/inventories"),
+            op(
+                "PUT",
+                "/resource_providers/{uuid}/inventories/{resource_class}",
+            ),
+        ],
     },
     RuleDefault {
         name: RESOURCE_PROVIDERS_INVENTORIES_DELETE,
@@ -225,7 +241,13 @@ pub const RULES: &[RuleDefault] = &[
         scope_types: &[Scope::Project],
         deprecated: None,
         description: "Delete resource provider inventory.",
-        operations: &[op("DELETE", "/resource_providers/{uuid}/inventories"), op("DELETE", "/resource_providers/{uuid}/inventories/{resource_class}")],
+        operations: &[
+            op("DELETE", "/resource_providers/{uuid}/inventories"),
+            op(
+                "DELETE",
+                "/resource_providers/{uuid}/inventories/{resource_class}",
+            ),
+        ],
     },
     RuleDefault {
         name: RESOURCE_PROVIDERS_AGGREGATES_LIST,
