@@ -49,7 +49,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ACCEL_ENFORCE_NEW_DEFAULTS")]
     pub enforce_new_defaults: bool,
     /// An origin allowed by CORS (repeatable).
-    #[arg(long = "cors-allowed-origin", env = "ACCEL_CORS_ALLOWED_ORIGIN", value_delimiter = ',')]
+    #[arg(
+        long = "cors-allowed-origin",
+        env = "ACCEL_CORS_ALLOWED_ORIGIN",
+        value_delimiter = ','
+    )]
     pub cors_allowed_origin: Vec<String>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "ACCEL_LOG_FORMAT")]
@@ -117,7 +121,10 @@ impl ServeConfig {
                 .accelerator_listen
                 .or(file.accelerator_listen)
                 .unwrap_or_else(|| "127.0.0.1:6666".into()),
-            auth_strategy: args.auth_strategy.or(file.auth_strategy).unwrap_or_default(),
+            auth_strategy: args
+                .auth_strategy
+                .or(file.auth_strategy)
+                .unwrap_or_default(),
             policy_file: args.policy_file.or(file.policy_file),
             enforce_new_defaults: args.enforce_new_defaults
                 || file.enforce_new_defaults.unwrap_or(false),

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "accel", version, about = "Accelerator management: Placement- and Cyborg-compatible APIs, node agent")]
+#[command(
+    name = "accel",
+    version,
+    about = "Accelerator management: Placement- and Cyborg-compatible APIs, node agent"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,7 +40,9 @@ fn main() -> anyhow::Result<()> {
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {

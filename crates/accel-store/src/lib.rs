@@ -17,6 +17,7 @@
 mod error;
 mod migrate;
 pub mod placement;
+pub mod testing;
 
 pub use error::{Conflict, StoreError};
 
@@ -77,10 +78,18 @@ impl Store {
                 .max_connections(1)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
-                        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
                         Ok(())
                     })
                 })

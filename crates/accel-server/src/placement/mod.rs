@@ -80,7 +80,12 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     ) {
         Ok(v) => v,
         Err(e) => {
-            let resp = version_error(e, &request_id);
+            let html = parts
+                .headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("text/html"));
+            let resp = version_error(e, &request_id, html);
             return finish(resp, &request_id, None, &app, origin.as_deref());
         }
     };
@@ -125,7 +130,28 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     finish(resp, &request_id, Some(version), &app, origin.as_deref())
 }
 
-fn version_error(e: VersionError, request_id: &str) -> Response<Body> {
+/// Version errors come from a layer that renders HTML when the client asks for it.
+fn version_error(e: VersionError, request_id: &str, html: bool) -> Response<Body> {
+    if html {
+        let (status, msg) = match &e {
+            VersionError::Malformed(m) => (StatusCode::BAD_REQUEST, format!("Invalid microversion: {m}")),
+            VersionError::Unacceptable(v) => (
+                StatusCode::NOT_ACCEPTABLE,
+                format!("Invalid microversion: Unacceptable version header: {v}"),
+            ),
+        };
+        let title = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+        let body = format!(
+            "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {msg}\n </body>\n</html>"
+        );
+        let mut resp = Response::new(Body::from(body));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/html; charset=UTF-8"),
+        );
+        return resp;
+    }
     match e {
         VersionError::Malformed(m) => error_response(
             &ApiError::bad_request(format!("Invalid microversion: {m}")),

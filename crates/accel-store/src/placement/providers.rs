@@ -60,11 +60,12 @@ pub async fn require(tx: &mut Tx, uuid: &str) -> Result<Provider, StoreError> {
 
 /// Which of `uuid` and `name` are already taken (for the duplicate message).
 pub async fn taken(tx: &mut Tx, uuid: &str, name: &str) -> Result<(bool, bool), StoreError> {
-    let rows = sqlx::query("SELECT uuid, name FROM resource_providers WHERE uuid = $1 OR name = $2")
-        .bind(uuid)
-        .bind(name)
-        .fetch_all(&mut *tx)
-        .await?;
+    let rows =
+        sqlx::query("SELECT uuid, name FROM resource_providers WHERE uuid = $1 OR name = $2")
+            .bind(uuid)
+            .bind(name)
+            .fetch_all(&mut *tx)
+            .await?;
     let mut dup = (false, false);
     for r in rows {
         let u: String = r.try_get("uuid")?;
@@ -94,10 +95,13 @@ pub async fn create(
         return Err(StoreError::conflict(Conflict::Duplicate, what.join(", ")));
     }
     let parent = match parent_uuid {
-        Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
-            StoreError::Invalid(format!(
-                "The parent provider UUID {p} does not exist"
+        Some(p) if p == uuid => {
+            return Err(StoreError::Invalid(
+                "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.".into(),
             ))
+        }
+        Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
+            StoreError::Invalid("parent provider UUID does not exist.".into())
         })?),
         None => None,
     };
@@ -159,7 +163,7 @@ pub async fn update(
         ParentChange::Clear => Some(None),
         ParentChange::Set(p) => {
             let parent = get(tx, &p).await?.ok_or_else(|| {
-                StoreError::Invalid(format!("The parent provider UUID {p} does not exist"))
+                StoreError::Invalid("parent provider UUID does not exist.".into())
             })?;
             Some(Some(parent))
         }
@@ -224,12 +228,11 @@ pub async fn descendants(tx: &mut Tx, id: i64) -> Result<Vec<i64>, StoreError> {
 /// Deletes a provider with no children and no allocations, with its inventories,
 /// traits and aggregate links.
 pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
-    let children: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM resource_providers WHERE parent_provider_id = $1",
-    )
-    .bind(rp.id)
-    .fetch_one(&mut *tx)
-    .await?;
+    let children: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM resource_providers WHERE parent_provider_id = $1")
+            .bind(rp.id)
+            .fetch_one(&mut *tx)
+            .await?;
     if children > 0 {
         return Err(StoreError::conflict(Conflict::CannotDeleteParent, ""));
     }
@@ -249,10 +252,12 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
         "resource_provider_traits",
         "resource_provider_aggregates",
     ] {
-        sqlx::query(&format!("DELETE FROM {table} WHERE resource_provider_id = $1"))
-            .bind(rp.id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE resource_provider_id = $1"
+        ))
+        .bind(rp.id)
+        .execute(&mut *tx)
+        .await?;
     }
     let n = sqlx::query("DELETE FROM resource_providers WHERE id = $1")
         .bind(rp.id)
@@ -260,7 +265,10 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
         .await?
         .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!("resource provider {}", rp.uuid)));
+        return Err(StoreError::NotFound(format!(
+            "resource provider {}",
+            rp.uuid
+        )));
     }
     Ok(())
 }
@@ -311,7 +319,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
         I(i64),
     }
     let mut args: Vec<Arg> = Vec::new();
-    let mut next = |args: &mut Vec<Arg>, a: Arg| {
+    let next = |args: &mut Vec<Arg>, a: Arg| {
         args.push(a);
         format!("${}", args.len())
     };
@@ -323,7 +331,10 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
         wh.push(format!("rp.uuid = {}", next(&mut args, Arg::S(u.clone()))));
     }
     if let Some(r) = f.in_tree {
-        wh.push(format!("rp.root_provider_id = {}", next(&mut args, Arg::I(r))));
+        wh.push(format!(
+            "rp.root_provider_id = {}",
+            next(&mut args, Arg::I(r))
+        ));
     }
     for any in &f.required {
         let ids: Vec<String> = any.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
@@ -333,14 +344,21 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
         ));
     }
     if !f.forbidden.is_empty() {
-        let ids: Vec<String> = f.forbidden.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
+        let ids: Vec<String> = f
+            .forbidden
+            .iter()
+            .map(|t| next(&mut args, Arg::I(*t)))
+            .collect();
         wh.push(format!(
             "rp.id NOT IN (SELECT resource_provider_id FROM resource_provider_traits WHERE trait_id IN ({}))",
             ids.join(", ")
         ));
     }
     for any in &f.member_of {
-        let ids: Vec<String> = any.iter().map(|a| next(&mut args, Arg::S(a.clone()))).collect();
+        let ids: Vec<String> = any
+            .iter()
+            .map(|a| next(&mut args, Arg::S(a.clone())))
+            .collect();
         wh.push(format!(
             "rp.id IN (SELECT rpa.resource_provider_id FROM resource_provider_aggregates rpa \
              JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id WHERE pa.uuid IN ({}))",

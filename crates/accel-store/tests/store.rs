@@ -1,0 +1,198 @@
+//! The store suite, run against SQLite and PostgreSQL alike.
+
+use accel_store::placement::providers::{self, Filter, ParentChange};
+use accel_store::{testing, Conflict, Store, StoreError};
+
+async fn each_backend<F, Fut>(f: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f(testing::sqlite().await).await;
+    f(testing::postgres().await).await;
+}
+
+async fn create(
+    store: &Store,
+    uuid: &str,
+    name: &str,
+    parent: Option<&str>,
+) -> Result<providers::Provider, StoreError> {
+    let (u, n, p) = (uuid.to_owned(), name.to_owned(), parent.map(str::to_owned));
+    store
+        .write(move |tx| Box::pin(async move { providers::create(tx, &u, &n, p.as_deref()).await }))
+        .await
+}
+
+const A: &str = "7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c";
+const B: &str = "0b8d5e0c-2a7f-4c41-8a0b-6f5e2d1c3b4a";
+const C: &str = "c3b4a0b8-d5e0-4c2a-7f41-8a0b6f5e2d1c";
+
+#[tokio::test]
+async fn standards_are_synced_once() {
+    each_backend(|store| async move {
+        let n: i64 = store
+            .read(|tx| {
+                Box::pin(async move {
+                    Ok(
+                        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM resource_classes")
+                            .fetch_one(&mut *tx)
+                            .await?,
+                    )
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, 21);
+        let traits: i64 = store
+            .read(|tx| {
+                Box::pin(async move {
+                    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM traits")
+                        .fetch_one(&mut *tx)
+                        .await?)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(traits as usize, accel_core::standard::traits().count());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_migrations_are_idempotent_across_servers() {
+    let url = testing::fresh_postgres_url().await.unwrap();
+    // Two servers starting at once on one database must both succeed.
+    let (a, b) = tokio::join!(Store::connect(&url), Store::connect(&url));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    create(&a, A, "a", None).await.unwrap();
+    let seen = b
+        .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
+        .await
+        .unwrap();
+    assert!(
+        seen.is_some(),
+        "the second server sees the first one's writes"
+    );
+}
+
+#[tokio::test]
+async fn providers_trees_and_conflicts() {
+    each_backend(|store| async move {
+        let root = create(&store, A, "root", None).await.unwrap();
+        assert_eq!(root.root_uuid, A);
+        assert_eq!(root.generation, 0);
+        let child = create(&store, B, "child", Some(A)).await.unwrap();
+        assert_eq!(child.root_uuid, A);
+        assert_eq!(child.parent_uuid.as_deref(), Some(A));
+        // Duplicate name and uuid.
+        match create(&store, A, "root", None).await {
+            Err(StoreError::Conflict(Conflict::Duplicate, what)) => {
+                assert!(what.contains("uuid") && what.contains("name"), "{what}")
+            }
+            other => panic!("expected duplicate, got {other:?}"),
+        }
+        // Unknown parent and self-parent are refused and write nothing.
+        assert!(matches!(
+            create(&store, C, "x", Some(C)).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            create(&store, C, "x", Some("00000000-0000-0000-0000-000000000000")).await,
+            Err(StoreError::Invalid(_))
+        ));
+        // A parent cannot be deleted; a loop cannot be made.
+        let err = store
+            .write(|tx| {
+                Box::pin(async move {
+                    let rp = providers::require(tx, A).await?;
+                    providers::delete(tx, &rp).await
+                })
+            })
+            .await;
+        assert!(matches!(
+            err,
+            Err(StoreError::Conflict(Conflict::CannotDeleteParent, _))
+        ));
+        let err = store
+            .write(|tx| {
+                Box::pin(async move {
+                    let rp = providers::require(tx, A).await?;
+                    providers::update(tx, &rp, "root", ParentChange::Set(B.to_owned())).await
+                })
+            })
+            .await;
+        assert!(matches!(err, Err(StoreError::Invalid(m)) if m.contains("loop")));
+        // Un-parenting moves the subtree's root.
+        let moved = store
+            .write(|tx| {
+                Box::pin(async move {
+                    let rp = providers::require(tx, B).await?;
+                    providers::update(tx, &rp, "child", ParentChange::Clear).await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(moved.root_uuid, B);
+        let listed = store
+            .read(|tx| {
+                Box::pin(async move {
+                    providers::list(
+                        tx,
+                        &Filter {
+                            name: Some("child".into()),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].uuid, B);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn generation_compare_and_swap() {
+    each_backend(|store| async move {
+        let rp = create(&store, A, "cas", None).await.unwrap();
+        let id = rp.id;
+        let g = store
+            .write(move |tx| Box::pin(async move { providers::bump_generation(tx, id, 0).await }))
+            .await
+            .unwrap();
+        assert_eq!(g, 1);
+        let stale = store
+            .write(move |tx| Box::pin(async move { providers::bump_generation(tx, id, 0).await }))
+            .await;
+        assert!(matches!(
+            stale,
+            Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _))
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_cas_has_exactly_one_winner_on_postgres() {
+    let store = testing::postgres().await;
+    let rp = create(&store, A, "race", None).await.unwrap();
+    let id = rp.id;
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let s = store.clone();
+        set.spawn(async move {
+            s.write(move |tx| Box::pin(async move { providers::bump_generation(tx, id, 0).await }))
+                .await
+                .is_ok()
+        });
+    }
+    let mut wins = 0;
+    while let Some(r) = set.join_next().await {
+        wins += r.unwrap() as usize;
+    }
+    assert_eq!(wins, 1);
+}

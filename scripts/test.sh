@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The project's test command (README.md): lint, unit and integration tests on SQLite and
+# PostgreSQL, the os-traits data check, and upstream Placement's gabbi suite on both
+# backends. Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and the conformance Python
+# (CONFORMANCE_PY, made by ../shared/conformance/placement/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ACCEL_TEST_PG="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+PY="${CONFORMANCE_PY:-$(../shared/conformance/placement/setup.sh)}"
+export CONFORMANCE_PY="$PY"
+
+echo "== rustfmt"; cargo fmt --all --check
+echo "== clippy"; cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== os-traits data file"; "$PY" scripts/os-traits.py check
+echo "== cargo test (SQLite and PostgreSQL)"; cargo test --workspace -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
+grep -q "^error" /tmp/accel-cargo-test.log && exit 1
+grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
+cargo build -q -p accel-cli
+
+# Upstream Placement's functional suite, against accel, on both backends. The floor is
+# the count this tree is known to pass (docs/conformance.md); a drop fails the run.
+floor="$(cat .ci/gabbi-floor)"
+status=0
+for backend in sqlite postgres; do
+  echo "== gabbi ($backend)"
+  out="$(ACCEL_BIN=target/debug/accel ACCEL_PORT=18778 scripts/gabbi.sh "$backend" 2>&1 | tee "/tmp/accel-gabbi-$backend.txt")"
+  grep -E "FAIL|RESET" <<<"$out" || true
+  line="$(tail -1 <<<"$out")"
+  passed="$(sed -n 's/^tests: \([0-9]*\) passed.*/\1/p' <<<"$line")"
+  failed="$(sed -n 's/^tests: [0-9]* passed, \([0-9]*\) failed.*/\1/p' <<<"$line")"
+  echo "gabbi $backend: ${passed:-0} of $(( ${passed:-0} + ${failed:-0} )) upstream tests pass (floor $floor); per-file table in /tmp/accel-gabbi-$backend.txt"
+  if [[ -z "$passed" || "$passed" -lt "$floor" ]]; then
+    echo "gabbi $backend: $passed passed, below the floor of $floor" >&2
+    status=1
+  fi
+done
+[[ $status == 0 ]] && echo "accel: all checks passed"
+exit "$status"
