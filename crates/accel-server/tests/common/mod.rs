@@ -1,0 +1,80 @@
+//! Spawns the real server on port 0 with a fresh database, and typed helpers for it.
+
+#![allow(dead_code)]
+
+use accel_server::{AppState, ServerConfig};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    _shutdown: oneshot::Sender<()>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        Self::spawn_with(backend, ServerConfig { allocation_conflict_retry_count: 10, max_allocation_candidates: 100_000, ..Default::default() }, false).await
+    }
+
+    pub async fn spawn_with(backend: Backend, config: ServerConfig, new_defaults: bool) -> TestApp {
+        let store = match backend {
+            Backend::Sqlite => accel_store::testing::sqlite().await,
+            Backend::Postgres => accel_store::testing::postgres().await,
+        };
+        let state = Arc::new(AppState {
+            store,
+            policy: accel_core::policy::Policy::placement(new_defaults),
+            config,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(accel_server::serve(state, listener, async {
+            let _ = rx.await;
+        }));
+        TestApp {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            _shutdown: tx,
+        }
+    }
+
+    /// A request as the admin at microversion `mv`.
+    pub fn req(&self, method: reqwest::Method, path: &str, mv: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", format!("placement {mv}"))
+    }
+
+    pub async fn json(&self, method: reqwest::Method, path: &str, mv: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.req(method, path, mv);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn create_provider(&self, name: &str, parent: Option<&str>) -> Value {
+        let mut body = serde_json::json!({"name": name});
+        if let Some(p) = parent {
+            body["parent_provider_uuid"] = p.into();
+        }
+        let (s, v) = self.json(reqwest::Method::POST, "/resource_providers", "1.39", Some(body)).await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+}
