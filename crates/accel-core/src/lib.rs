@@ -3,7 +3,8 @@
 //! policy engine. Nothing here performs I/O or knows about HTTP or SQL, so every rule
 //! can be tested directly and shared by the server and the agent.
 
+pub mod candidates;
 pub mod capacity;
 pub mod names;
-pub mod standard;
 pub mod policy;
+pub mod standard;

@@ -110,10 +110,7 @@ mod tests {
             Err(NameError::BadCharacters)
         );
         assert_eq!(ResourceClassName::parse(""), Err(NameError::Empty));
-        assert_eq!(
-            TraitName::parse(&"A".repeat(256)),
-            Err(NameError::TooLong)
-        );
+        assert_eq!(TraitName::parse(&"A".repeat(256)), Err(NameError::TooLong));
         assert_eq!(TraitName::parse_custom("HW_X"), Err(NameError::NotCustom));
         assert!(TraitName::parse_custom("CUSTOM_X").unwrap().is_custom());
     }

@@ -60,7 +60,9 @@ mod tests {
         let all: Vec<_> = traits().collect();
         assert!(all.len() > 300);
         assert!(all.windows(2).all(|w| w[0] < w[1]), "sorted and unique");
-        assert!(all.iter().all(|t| is_symbol(t) && !t.starts_with("CUSTOM_")));
+        assert!(all
+            .iter()
+            .all(|t| is_symbol(t) && !t.starts_with("CUSTOM_")));
         assert!(all.contains(&MISC_SHARES_VIA_AGGREGATE));
     }
 
@@ -68,6 +70,9 @@ mod tests {
     fn classes_are_symbols() {
         assert!(RESOURCE_CLASSES.iter().all(|c| is_symbol(c)));
         assert_eq!(RESOURCE_CLASSES[0], "VCPU");
-        assert_eq!(RESOURCE_CLASSES[20], "NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC");
+        assert_eq!(
+            RESOURCE_CLASSES[20],
+            "NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC"
+        );
     }
 }

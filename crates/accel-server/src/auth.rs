@@ -28,7 +28,9 @@ impl std::str::FromStr for AuthStrategy {
         match s {
             "noauth" | "noauth2" => Ok(AuthStrategy::Noauth),
             "keystone" => Ok(AuthStrategy::Keystone),
-            other => Err(format!("unknown auth strategy {other:?}: use noauth or keystone")),
+            other => Err(format!(
+                "unknown auth strategy {other:?}: use noauth or keystone"
+            )),
         }
     }
 }
@@ -63,7 +65,10 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Authenticates a request or answers 401.
-pub async fn authenticate(app: &AppState, headers: &HeaderMap) -> Result<Credentials, Response<Body>> {
+pub async fn authenticate(
+    app: &AppState,
+    headers: &HeaderMap,
+) -> Result<Credentials, Response<Body>> {
     match app.config.auth_strategy {
         AuthStrategy::Noauth => noauth(headers).ok_or_else(unauthorized),
         // Keystone token validation arrives with the accelerator API; until then a
@@ -81,7 +86,11 @@ pub fn noauth(headers: &HeaderMap) -> Option<Credentials> {
         None => (token, token),
     };
     let roles: Vec<String> = match header(headers, "x-roles") {
-        Some(r) => r.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        Some(r) => r
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
         None if user == "admin" => vec!["admin".to_owned()],
         None => Vec::new(),
     };

@@ -20,10 +20,16 @@ pub fn preflight(origins: &[String], method: &Method, h: &HeaderMap) -> Option<R
     if !origins.iter().any(|o| o == origin || o == "*") {
         return Some(resp);
     }
-    if !ALLOW_METHODS.split(", ").any(|m| m.eq_ignore_ascii_case(req_method)) {
+    if !ALLOW_METHODS
+        .split(", ")
+        .any(|m| m.eq_ignore_ascii_case(req_method))
+    {
         return Some(resp);
     }
-    if let Some(req_headers) = h.get("access-control-request-headers").and_then(|v| v.to_str().ok()) {
+    if let Some(req_headers) = h
+        .get("access-control-request-headers")
+        .and_then(|v| v.to_str().ok())
+    {
         let ok = req_headers
             .split(',')
             .map(|s| s.trim().to_ascii_lowercase())
@@ -48,7 +54,15 @@ pub fn preflight(origins: &[String], method: &Method, h: &HeaderMap) -> Option<R
 }
 
 fn is_simple_header(h: &str) -> bool {
-    matches!(h, "cache-control" | "content-language" | "content-type" | "expires" | "last-modified" | "pragma")
+    matches!(
+        h,
+        "cache-control"
+            | "content-language"
+            | "content-type"
+            | "expires"
+            | "last-modified"
+            | "pragma"
+    )
 }
 
 /// Adds the actual-request CORS headers for an allowed origin.

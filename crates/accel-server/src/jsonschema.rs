@@ -148,15 +148,31 @@ fn keyword(
                 _ => vec![],
             };
             if !types.iter().any(|t| type_ok(inst, t)) {
-                let names = types.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
-                return Err(fail("type", format!("{} is not of type {names}", pyrepr(inst)), spath, ipath, inst));
+                let names = types
+                    .iter()
+                    .map(|t| format!("'{t}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(fail(
+                    "type",
+                    format!("{} is not of type {names}", pyrepr(inst)),
+                    spath,
+                    ipath,
+                    inst,
+                ));
             }
         }
         "required" => {
             if let (Some(o), Some(req)) = (inst.as_object(), arg.as_array()) {
                 for r in req.iter().filter_map(Value::as_str) {
                     if !o.contains_key(r) {
-                        return Err(fail("required", format!("'{r}' is a required property"), spath, ipath, inst));
+                        return Err(fail(
+                            "required",
+                            format!("'{r}' is a required property"),
+                            spath,
+                            ipath,
+                            inst,
+                        ));
                     }
                 }
             }
@@ -209,12 +225,19 @@ fn keyword(
                     .collect();
                 match arg {
                     Value::Bool(false) if !extras.is_empty() => {
-                        let quoted = extras.iter().map(|k| pystr(k)).collect::<Vec<_>>().join(", ");
+                        let quoted = extras
+                            .iter()
+                            .map(|k| pystr(k))
+                            .collect::<Vec<_>>()
+                            .join(", ");
                         let msg = if !pats.is_empty() {
                             let mut p: Vec<String> = pats.iter().map(|p| pystr(p)).collect();
                             p.sort();
                             let verb = if extras.len() == 1 { "does" } else { "do" };
-                            format!("{quoted} {verb} not match any of the regexes: {}", p.join(", "))
+                            format!(
+                                "{quoted} {verb} not match any of the regexes: {}",
+                                p.join(", ")
+                            )
                         } else {
                             let verb = if extras.len() == 1 { "was" } else { "were" };
                             format!("Additional properties are not allowed ({quoted} {verb} unexpected)")
@@ -250,7 +273,13 @@ fn keyword(
         "maxProperties" => {
             if let (Some(o), Some(n)) = (inst.as_object(), arg.as_u64()) {
                 if (o.len() as u64) > n {
-                    return Err(fail("maxProperties", format!("{} has too many properties", pyrepr(inst)), spath, ipath, inst));
+                    return Err(fail(
+                        "maxProperties",
+                        format!("{} has too many properties", pyrepr(inst)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
@@ -281,7 +310,13 @@ fn keyword(
         "maxItems" => {
             if let (Some(a), Some(n)) = (inst.as_array(), arg.as_u64()) {
                 if (a.len() as u64) > n {
-                    return Err(fail("maxItems", format!("{} is too long", pyrepr(inst)), spath, ipath, inst));
+                    return Err(fail(
+                        "maxItems",
+                        format!("{} is too long", pyrepr(inst)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
@@ -289,7 +324,13 @@ fn keyword(
             if let (Some(a), Some(true)) = (inst.as_array(), arg.as_bool()) {
                 for i in 0..a.len() {
                     if a[i + 1..].contains(&a[i]) {
-                        return Err(fail("uniqueItems", format!("{} has non-unique elements", pyrepr(inst)), spath, ipath, inst));
+                        return Err(fail(
+                            "uniqueItems",
+                            format!("{} has non-unique elements", pyrepr(inst)),
+                            spath,
+                            ipath,
+                            inst,
+                        ));
                     }
                 }
             }
@@ -309,42 +350,78 @@ fn keyword(
         "maxLength" => {
             if let (Some(t), Some(n)) = (inst.as_str(), arg.as_u64()) {
                 if (t.chars().count() as u64) > n {
-                    return Err(fail("maxLength", format!("{} is too long", pyrepr(inst)), spath, ipath, inst));
+                    return Err(fail(
+                        "maxLength",
+                        format!("{} is too long", pyrepr(inst)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
         "pattern" => {
             if let (Some(t), Some(p)) = (inst.as_str(), arg.as_str()) {
                 if !regex(p).is_match(t) {
-                    return Err(fail("pattern", format!("{} does not match {}", pyrepr(inst), pystr(p)), spath, ipath, inst));
+                    return Err(fail(
+                        "pattern",
+                        format!("{} does not match {}", pyrepr(inst), pystr(p)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
         "minimum" => {
             if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
                 if inst.is_number() && x < m {
-                    return Err(fail("minimum", format!("{} is less than the minimum of {}", pyrepr(inst), arg), spath, ipath, inst));
+                    return Err(fail(
+                        "minimum",
+                        format!("{} is less than the minimum of {}", pyrepr(inst), arg),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
         "maximum" => {
             if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
                 if inst.is_number() && x > m {
-                    return Err(fail("maximum", format!("{} is greater than the maximum of {}", pyrepr(inst), arg), spath, ipath, inst));
+                    return Err(fail(
+                        "maximum",
+                        format!("{} is greater than the maximum of {}", pyrepr(inst), arg),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
         "enum" => {
             if let Some(opts) = arg.as_array() {
                 if !opts.contains(inst) {
-                    return Err(fail("enum", format!("{} is not one of {}", pyrepr(inst), pyrepr(arg)), spath, ipath, inst));
+                    return Err(fail(
+                        "enum",
+                        format!("{} is not one of {}", pyrepr(inst), pyrepr(arg)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
         "format" => {
             if let (Some(t), Some("uuid")) = (inst.as_str(), arg.as_str()) {
                 if !is_uuid_like(t) {
-                    return Err(fail("format", format!("{} is not a 'uuid'", pyrepr(inst)), spath, ipath, inst));
+                    return Err(fail(
+                        "format",
+                        format!("{} is not a 'uuid'", pyrepr(inst)),
+                        spath,
+                        ipath,
+                        inst,
+                    ));
                 }
             }
         }
@@ -357,9 +434,18 @@ fn keyword(
                 let bad = if kw == "anyOf" { ok == 0 } else { ok != 1 };
                 if bad {
                     let (kwname, msg) = if kw == "anyOf" || ok == 0 {
-                        (if kw == "anyOf" { "anyOf" } else { "oneOf" }, format!("{} is not valid under any of the given schemas", pyrepr(inst)))
+                        (
+                            if kw == "anyOf" { "anyOf" } else { "oneOf" },
+                            format!(
+                                "{} is not valid under any of the given schemas",
+                                pyrepr(inst)
+                            ),
+                        )
                     } else {
-                        ("oneOf", format!("{} is valid under each of the given schemas", pyrepr(inst)))
+                        (
+                            "oneOf",
+                            format!("{} is valid under each of the given schemas", pyrepr(inst)),
+                        )
                     };
                     return Err(fail(kwname, msg, spath, ipath, inst));
                 }
@@ -367,7 +453,13 @@ fn keyword(
         }
         "not" => {
             if check(inst, arg, &mut Vec::new(), &mut Vec::new()).is_ok() {
-                return Err(fail("not", format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)), spath, ipath, inst));
+                return Err(fail(
+                    "not",
+                    format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)),
+                    spath,
+                    ipath,
+                    inst,
+                ));
             }
         }
         _ => {}
@@ -388,19 +480,31 @@ mod tests {
     fn messages_match_python() {
         let s = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}},
                        "required": ["name"], "additionalProperties": false});
-        assert!(err(json!({}), s.clone()).starts_with("'name' is a required property  Failed validating 'required' in schema:"));
+        assert!(err(json!({}), s.clone())
+            .starts_with("'name' is a required property  Failed validating 'required' in schema:"));
         assert!(err(json!({"name": "x", "bad_field": 1}), s.clone())
             .starts_with("Additional properties are not allowed ('bad_field' was unexpected)"));
-        assert!(err(json!({"name": "xxxx"}), s.clone()).contains("Failed validating 'maxLength' in schema['properties']['name']"));
+        assert!(err(json!({"name": "xxxx"}), s.clone())
+            .contains("Failed validating 'maxLength' in schema['properties']['name']"));
         assert!(err(json!({"name": 5}), s).starts_with("5 is not of type 'string'"));
         assert!(err(json!(0), json!({"minimum": 1})).starts_with("0 is less than the minimum of 1"));
         assert!(err(json!("instance"), json!({"pattern": "^[A-Z0-9_]+$"}))
             .starts_with("'instance' does not match '^[A-Z0-9_]+$'"));
-        assert!(err(json!({"x": 1}), json!({"patternProperties": {"^a$": {}}, "additionalProperties": false}))
-            .starts_with("'x' does not match any of the regexes: '^a$'"));
+        assert!(err(
+            json!({"x": 1}),
+            json!({"patternProperties": {"^a$": {}}, "additionalProperties": false})
+        )
+        .starts_with("'x' does not match any of the regexes: '^a$'"));
         assert!(err(json!({}), json!({"minProperties": 1})).contains("should be non-empty"));
-        assert!(validate(&json!("7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c"), &json!({"format": "uuid"})).is_ok());
+        assert!(validate(
+            &json!("7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c"),
+            &json!({"format": "uuid"})
+        )
+        .is_ok());
         assert!(validate(&json!("nope"), &json!({"format": "uuid"})).is_err());
-        assert_eq!(pyrepr(&json!({"a": [true, null, "b"]})), "{'a': [True, None, 'b']}");
+        assert_eq!(
+            pyrepr(&json!({"a": [true, null, "b"]})),
+            "{'a': [True, None, 'b']}"
+        );
     }
 }

@@ -10,26 +10,47 @@ use serde_json::json;
 #[tokio::test]
 async fn root_versions_and_protocol_errors() {
     let app = TestApp::spawn(common::Backend::Sqlite).await;
-    let resp = app.client.get(format!("{}/", app.base)).send().await.unwrap();
+    let resp = app
+        .client
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["openstack-api-version"], "placement 1.0");
-    assert!(resp.headers()["x-openstack-request-id"].to_str().unwrap().starts_with("req-"));
+    assert!(resp.headers()["x-openstack-request-id"]
+        .to_str()
+        .unwrap()
+        .starts_with("req-"));
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["versions"][0]["max_version"], "1.39");
 
     // No token: 401 (but not on /).
-    let resp = app.client.get(format!("{}/resource_providers", app.base)).send().await.unwrap();
+    let resp = app
+        .client
+        .get(format!("{}/resource_providers", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 401);
 
     // Unsupported and malformed versions.
-    let (s, v) = app.json(Method::GET, "/resource_providers", "9.9", None).await;
+    let (s, v) = app
+        .json(Method::GET, "/resource_providers", "9.9", None)
+        .await;
     assert_eq!(s, 406);
     assert_eq!(v["errors"][0]["max_version"], "1.39");
-    let (s, _) = app.json(Method::GET, "/resource_providers", "1.2.3", None).await;
+    let (s, _) = app
+        .json(Method::GET, "/resource_providers", "1.2.3", None)
+        .await;
     assert_eq!(s, 400);
 
     // Wrong method: 405 with Allow; unknown route: 404; route newer than the version: 404.
-    let resp = app.req(Method::DELETE, "/resource_providers", "1.39").send().await.unwrap();
+    let resp = app
+        .req(Method::DELETE, "/resource_providers", "1.39")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 405);
     assert_eq!(resp.headers()["allow"], "GET, POST");
     let (s, _) = app.json(Method::GET, "/nope", "1.39", None).await;
@@ -50,17 +71,41 @@ async fn providers_on_both_backends() {
         assert_eq!(child["parent_provider_uuid"], root_uuid.as_str());
 
         // Duplicate name: 409 with the code from 1.23, none before.
-        let (s, v) = app.json(Method::POST, "/resource_providers", "1.39", Some(json!({"name": "root"}))).await;
+        let (s, v) = app
+            .json(
+                Method::POST,
+                "/resource_providers",
+                "1.39",
+                Some(json!({"name": "root"})),
+            )
+            .await;
         assert_eq!(s, 409);
         assert_eq!(v["errors"][0]["code"], "placement.duplicate_name");
-        let (s, v) = app.json(Method::POST, "/resource_providers", "1.22", Some(json!({"name": "root"}))).await;
+        let (s, v) = app
+            .json(
+                Method::POST,
+                "/resource_providers",
+                "1.22",
+                Some(json!({"name": "root"})),
+            )
+            .await;
         assert_eq!(s, 409);
         assert!(v["errors"][0].get("code").is_none());
 
         // Deleting a parent is refused.
-        let (s, v) = app.json(Method::DELETE, &format!("/resource_providers/{root_uuid}"), "1.39", None).await;
+        let (s, v) = app
+            .json(
+                Method::DELETE,
+                &format!("/resource_providers/{root_uuid}"),
+                "1.39",
+                None,
+            )
+            .await;
         assert_eq!(s, 409);
-        assert_eq!(v["errors"][0]["code"], "placement.resource_provider.cannot_delete_parent");
+        assert_eq!(
+            v["errors"][0]["code"],
+            "placement.resource_provider.cannot_delete_parent"
+        );
     }
 }
 
@@ -75,7 +120,14 @@ async fn rejected_requests_write_nothing() {
             json!({"name": "x", "uuid": "not-a-uuid"}),
             json!({"name": "x", "parent_provider_uuid": "00000000-0000-0000-0000-000000000000"}),
         ] {
-            let (s, v) = app.json(Method::POST, "/resource_providers", "1.39", Some(body.clone())).await;
+            let (s, v) = app
+                .json(
+                    Method::POST,
+                    "/resource_providers",
+                    "1.39",
+                    Some(body.clone()),
+                )
+                .await;
             assert_eq!(s, 400, "{body} -> {v}");
             assert!(v["errors"][0]["detail"].as_str().unwrap().len() > 10);
         }
@@ -87,7 +139,9 @@ async fn rejected_requests_write_nothing() {
             .await
             .unwrap();
         assert_eq!(resp.status(), 415);
-        let (s, v) = app.json(Method::GET, "/resource_providers", "1.39", None).await;
+        let (s, v) = app
+            .json(Method::GET, "/resource_providers", "1.39", None)
+            .await;
         assert_eq!(s, 200);
         assert_eq!(v["resource_providers"], json!([]));
     }

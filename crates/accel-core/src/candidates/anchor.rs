@@ -49,7 +49,6 @@ pub(crate) struct Var {
 /// Everything the solver needs for one anchor, in local indexes.
 #[derive(Debug)]
 pub(crate) struct Problem {
-    pub anchor: ProviderId,
     /// Ascending global ids of every provider that is an option somewhere.
     pub locals: Vec<ProviderId>,
     pub sharing: Vec<bool>,
@@ -99,8 +98,20 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
             if opts.is_empty() {
                 return None;
             }
-            let amounts = g.resources.iter().map(|&(slot, _, amount)| (slot, amount)).collect();
-            raw.push((Var { group: gi, granular: true, amounts, options: Vec::new() }, opts));
+            let amounts = g
+                .resources
+                .iter()
+                .map(|&(slot, _, amount)| (slot, amount))
+                .collect();
+            raw.push((
+                Var {
+                    group: gi,
+                    granular: true,
+                    amounts,
+                    options: Vec::new(),
+                },
+                opts,
+            ));
         } else {
             for &(slot, rc, amount) in &g.resources {
                 let opts: Vec<ProviderId> = own
@@ -113,7 +124,12 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
                 if opts.is_empty() {
                     return None;
                 }
-                let var = Var { group: gi, granular: false, amounts: vec![(slot, amount)], options: Vec::new() };
+                let var = Var {
+                    group: gi,
+                    granular: false,
+                    amounts: vec![(slot, amount)],
+                    options: Vec::new(),
+                };
                 raw.push((var, opts));
             }
         }
@@ -122,7 +138,12 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
     let mut locals: Vec<ProviderId> = raw.iter().flat_map(|(_, o)| o.iter().copied()).collect();
     locals.sort_unstable();
     locals.dedup();
-    let local_of = |p: ProviderId| locals.binary_search(&p).map(|i| i as u32).unwrap_or(u32::MAX);
+    let local_of = |p: ProviderId| {
+        locals
+            .binary_search(&p)
+            .map(|i| i as u32)
+            .unwrap_or(u32::MAX)
+    };
 
     let foreign_signature = if locals.iter().all(|&p| snap.provider(p).root != anchor) {
         Some(raw.iter().map(|(_, o)| o.clone()).collect())
@@ -157,7 +178,11 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
     roots.dedup();
     let root_slot = locals
         .iter()
-        .map(|&p| roots.binary_search(&snap.provider(p).root).map_or(0, |i| i as u32))
+        .map(|&p| {
+            roots
+                .binary_search(&snap.provider(p).root)
+                .map_or(0, |i| i as u32)
+        })
         .collect();
     let sharing = locals.iter().map(|&p| snap.is_sharing(p)).collect();
 
@@ -207,7 +232,10 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
         .same_subtree
         .iter()
         .map(|gs| {
-            let mut pos: Vec<usize> = gs.iter().flat_map(|&g| group_vars[g].iter().copied()).collect();
+            let mut pos: Vec<usize> = gs
+                .iter()
+                .flat_map(|&g| group_vars[g].iter().copied())
+                .collect();
             pos.sort_unstable();
             pos
         })
@@ -221,7 +249,6 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
     }
 
     Some(Problem {
-        anchor,
         n_roots: roots.len(),
         locals,
         sharing,
@@ -253,7 +280,12 @@ struct ClassKey<'a> {
 
 /// Class ids per local. Providers with children never share a class: swapping them
 /// would not swap their subtrees.
-fn equivalence_classes(plan: &Plan<'_>, anchor: ProviderId, locals: &[ProviderId], vars: &[Var]) -> Vec<u32> {
+fn equivalence_classes(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    locals: &[ProviderId],
+    vars: &[Var],
+) -> Vec<u32> {
     let snap = plan.snap;
     let words = vars.len().div_ceil(64);
     let mut membership = vec![vec![0u64; words]; locals.len()];
@@ -378,16 +410,33 @@ mod tests {
     use super::*;
 
     fn var(granular: bool, amounts: Vec<(usize, i64)>, options: Vec<u32>) -> Var {
-        Var { group: 0, granular, amounts, options }
+        Var {
+            group: 0,
+            granular,
+            amounts,
+            options,
+        }
     }
 
     #[test]
     fn matching_detects_too_few_distinct_providers() {
-        let vars = vec![var(true, vec![], vec![0, 1]), var(true, vec![], vec![0, 1]), var(true, vec![], vec![1])];
+        let vars = vec![
+            var(true, vec![], vec![0, 1]),
+            var(true, vec![], vec![0, 1]),
+            var(true, vec![], vec![1]),
+        ];
         assert!(!distinct_granular_ok(&vars, 2));
-        let vars = vec![var(true, vec![], vec![0]), var(true, vec![], vec![0, 1]), var(true, vec![], vec![1, 2])];
+        let vars = vec![
+            var(true, vec![], vec![0]),
+            var(true, vec![], vec![0, 1]),
+            var(true, vec![], vec![1, 2]),
+        ];
         assert!(distinct_granular_ok(&vars, 3));
-        let vars = vec![var(true, vec![], vec![0]), var(true, vec![], vec![0]), var(true, vec![], vec![1, 2])];
+        let vars = vec![
+            var(true, vec![], vec![0]),
+            var(true, vec![], vec![0]),
+            var(true, vec![], vec![1, 2]),
+        ];
         assert!(!distinct_granular_ok(&vars, 3));
     }
 
@@ -396,9 +445,15 @@ mod tests {
         // two locals, one class: free 3 and 5, max_unit 2 and 5
         let free = vec![3, 5];
         let max_unit = vec![2, 5];
-        let ok = vec![var(true, vec![(0, 4)], vec![1]), var(true, vec![(0, 3)], vec![0, 1])];
+        let ok = vec![
+            var(true, vec![(0, 4)], vec![1]),
+            var(true, vec![(0, 3)], vec![0, 1]),
+        ];
         assert!(capacity_bound_ok(1, &ok, &free, &max_unit));
-        let too_much = vec![var(true, vec![(0, 4)], vec![1]), var(true, vec![(0, 4)], vec![0, 1])];
+        let too_much = vec![
+            var(true, vec![(0, 4)], vec![1]),
+            var(true, vec![(0, 4)], vec![0, 1]),
+        ];
         assert!(!capacity_bound_ok(1, &too_much, &free, &max_unit));
     }
 }

@@ -126,7 +126,11 @@ impl Group<'_> {
     }
 
     /// Whether the chosen providers together carry every any-of list of `required`.
-    pub fn collectively_ok(&self, snap: &Snapshot, chosen: impl Iterator<Item = ProviderId> + Clone) -> bool {
+    pub fn collectively_ok(
+        &self,
+        snap: &Snapshot,
+        chosen: impl Iterator<Item = ProviderId> + Clone,
+    ) -> bool {
         self.required.iter().all(|any| {
             chosen
                 .clone()
@@ -265,13 +269,14 @@ fn normalise<'r>(snap: &Snapshot, g: &'r RequestGroup, rcs: &mut Vec<RcId>) -> O
         return None;
     }
     let in_tree_root = in_tree_root(snap, g.in_tree).ok()?;
-    let resources = distinct_resources(&g.resources, |rc| match rcs.iter().position(|&r| r == rc) {
-        Some(slot) => slot,
-        None => {
-            rcs.push(rc);
-            rcs.len() - 1
-        }
-    });
+    let resources =
+        distinct_resources(&g.resources, |rc| match rcs.iter().position(|&r| r == rc) {
+            Some(slot) => slot,
+            None => {
+                rcs.push(rc);
+                rcs.len() - 1
+            }
+        });
     Some(Group {
         suffix: &g.suffix,
         granular,

@@ -480,7 +480,10 @@ mod tests {
         ));
         // 1 <-> 2 under root 0's name but never reaching it.
         assert!(matches!(
-            Snapshot::new(vec![node(None, 0), node(Some(2), 0), node(Some(1), 0)], None),
+            Snapshot::new(
+                vec![node(None, 0), node(Some(2), 0), node(Some(1), 0)],
+                None
+            ),
             Err(SnapshotError::Cycle { .. })
         ));
     }

@@ -1,14 +1,118 @@
-//! Not yet implemented.
+//! `/resource_providers/{uuid}/aggregates` (1.1 on; generations from 1.19).
 
 use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::resource_providers::require;
+use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_core::policy::placement as rules;
+use accel_store::placement::aggregates;
+use accel_store::{Conflict, StoreError};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
-pub async fn show(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+const GENERATION_CHANGED: &str =
+    "Resource provider's generation already changed. Please update the generation and try again.";
+
+/// Upstream's aggregate list schema.
+fn list_schema() -> Value {
+    json!({
+        "type": "array",
+        "items": {"type": "string", "format": "uuid"},
+        "uniqueItems": true,
+    })
 }
 
-pub async fn update(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn put_schema(req: &Req) -> Value {
+    if req.mv(19) {
+        json!({
+            "type": "object",
+            "properties": {
+                "aggregates": list_schema(),
+                "resource_provider_generation": {"type": "integer"},
+            },
+            "required": ["aggregates", "resource_provider_generation"],
+            "additionalProperties": false,
+        })
+    } else {
+        list_schema()
+    }
+}
+
+fn render(req: &Req, uuids: &[String], generation: i64) -> Reply {
+    let mut body = json!({ "aggregates": uuids });
+    if req.mv(19) {
+        body["resource_provider_generation"] = json!(generation);
+    }
+    // Upstream records no time for associations and answers "now".
+    Reply::json(body).modified_now()
+}
+
+pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_AGGREGATES_LIST)?;
+    let uuid = req.param(0).to_owned();
+    let (uuids, generation) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await?;
+                Ok((aggregates::for_provider(tx, rp.id).await?, rp.generation))
+            })
+        })
+        .await?;
+    Ok(render(&req, &uuids, generation))
+}
+
+pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_AGGREGATES_UPDATE)?;
+    let uuid = req.param(0).to_owned();
+    // Upstream loads the provider (404) before it reads the body.
+    let u = uuid.clone();
+    app.store
+        .read(move |tx| Box::pin(async move { require(tx, &u).await }))
+        .await?;
+    let data = req.json(&put_schema(&req))?;
+    let with_generation = req.mv(19);
+    let (list, expected) = if with_generation {
+        (
+            data["aggregates"].clone(),
+            data["resource_provider_generation"].as_i64(),
+        )
+    } else {
+        (data, None)
+    };
+    let given: Vec<String> = list
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let normalized: Vec<String> = given.iter().map(|u| qs::normalize_uuid(u)).collect();
+    let generation = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await?;
+                if let Some(g) = expected {
+                    if g != rp.generation {
+                        return Ok(Err(()));
+                    }
+                }
+                let gen =
+                    aggregates::set_for_provider(tx, &rp, &normalized, with_generation).await?;
+                Ok(Ok(gen))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::ConcurrentUpdate, _) => ApiError::concurrent(
+                "Update conflict: Another thread concurrently updated the data. Please retry your update",
+            ),
+            e => e.into(),
+        })?
+        .map_err(|()| ApiError::concurrent(GENERATION_CHANGED))?;
+    // Upstream answers with the list as the client sent it.
+    Ok(render(&req, &given, generation))
 }

@@ -1,10 +1,563 @@
-//! Not yet implemented.
+//! `GET /allocation_candidates` (1.10+): parse the request groups exactly as upstream
+//! does (suffixes, orphans, resourceless groups, same_subtree, root_required), read
+//! one consistent picture of the providers, and let `accel_core::candidates` search it.
+//!
+//! The search is bounded by `limit` and by the server's `max_allocation_candidates`,
+//! so an answer is never computed in full only to be truncated.
 
-use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::error::{ApiError, ApiResult, Code};
+use super::{authorize, qs, Reply, Req};
+use crate::jsonschema::pyrepr;
 use crate::AppState;
+use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
+use accel_store::placement::world::{self, World};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub async fn list(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+const PREFIXES: [&str; 4] = ["resources", "required", "member_of", "in_tree"];
+
+fn group_pat(req: &Req) -> &'static str {
+    if req.mv(33) {
+        "[a-zA-Z0-9_-]{1,64}"
+    } else {
+        "[1-9][0-9]*"
+    }
+}
+
+fn schema(req: &Req) -> Value {
+    let limit = json!({"type": ["integer", "string"], "pattern": "^[1-9][0-9]*$", "minimum": 1, "minLength": 1});
+    if !req.mv(25) {
+        let mut props = json!({"resources": {"type": "string"}});
+        if req.mv(16) {
+            props["limit"] = limit;
+        }
+        if req.mv(17) {
+            props["required"] = json!({"type": ["string"]});
+        }
+        if req.mv(21) {
+            props["member_of"] = json!({"type": ["string"]});
+        }
+        return json!({"type": "object", "properties": props, "required": ["resources"], "additionalProperties": false});
+    }
+    let mut props =
+        json!({"limit": limit, "group_policy": {"type": "string", "enum": ["none", "isolate"]}});
+    if req.mv(35) {
+        props["root_required"] = json!({"type": ["string"]});
+    }
+    if req.mv(36) {
+        props["same_subtree"] = json!({"type": ["string"]});
+    }
+    let mut pats = Map::new();
+    let kinds: &[&str] = if req.mv(31) {
+        &PREFIXES
+    } else {
+        &PREFIXES[..3]
+    };
+    for k in kinds {
+        pats.insert(
+            format!("^{k}({})?$", group_pat(req)),
+            json!({"type": "string"}),
+        );
+    }
+    json!({"type": "object", "properties": props, "patternProperties": pats, "additionalProperties": false})
+}
+
+/// One request group as parsed from the query string (names, not ids).
+#[derive(Default, Debug)]
+struct Group {
+    resources: Vec<(String, i64)>,
+    traits: qs::TraitQuery,
+    aggs: qs::AggQuery,
+    in_tree: Option<String>,
+}
+
+struct Parsed {
+    /// Suffix -> group, in first-seen order.
+    groups: Vec<(String, Group)>,
+    limit: Option<usize>,
+    group_policy: Option<String>,
+    root_required: Vec<String>,
+    root_forbidden: Vec<String>,
+    same_subtree: Vec<Vec<String>>,
+}
+
+fn parse(req: &Req) -> ApiResult<Parsed> {
+    let limit = req
+        .query_all("limit")
+        .first()
+        .and_then(|l| l.parse::<usize>().ok());
+    let group_policy = req.query_all("group_policy").first().map(|s| s.to_string());
+    let mut root_required = Vec::new();
+    let mut root_forbidden = Vec::new();
+    let rr = req.query_all("root_required");
+    if !rr.is_empty() {
+        if rr.len() > 1 {
+            return Err(ApiError::bad_request(
+                "Query parameter 'root_required' may be specified only once.",
+            )
+            .with_code(Code::QueryDuplicateKey));
+        }
+        let q = qs::trait_value(rr[0], true, false)?;
+        root_required = q.required.into_iter().flatten().collect();
+        root_forbidden = q.forbidden;
+        root_required.sort();
+        root_required.dedup();
+        root_forbidden.sort();
+        root_forbidden.dedup();
+        let conflicts: Vec<&String> = root_forbidden
+            .iter()
+            .filter(|t| root_required.contains(t))
+            .collect();
+        if !conflicts.is_empty() {
+            let list = conflicts
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ApiError::bad_request(format!(
+                "Conflicting required and forbidden traits found in root_required: {list}"
+            ))
+            .with_code(Code::QueryBadValue));
+        }
+    }
+    let mut same_subtree = Vec::new();
+    for val in req.query_all("same_subtree") {
+        let mut suffixes: Vec<String> = val.split(',').map(|s| s.trim().to_owned()).collect();
+        if suffixes.iter().any(String::is_empty) {
+            return Err(ApiError::bad_request(
+                "Empty string (unsuffixed group) can not be specified in `same_subtree` ",
+            )
+            .with_code(Code::QueryBadValue));
+        }
+        suffixes.sort();
+        suffixes.dedup();
+        same_subtree.push(suffixes);
+    }
+
+    let key_re = regex::Regex::new(&format!(
+        "^(resources|required|member_of|in_tree)({})?$",
+        group_pat(req)
+    ))
+    .expect("static pattern");
+    let mut groups: Vec<(String, Group)> = Vec::new();
+    for (key, val) in &req.query {
+        let Some(c) = key_re.captures(key) else {
+            continue;
+        };
+        let prefix = c.get(1).map_or("", |m| m.as_str());
+        let suffix = c.get(2).map_or("", |m| m.as_str()).to_owned();
+        let idx = match groups.iter().position(|(s, _)| *s == suffix) {
+            Some(i) => i,
+            None => {
+                groups.push((suffix.clone(), Group::default()));
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[idx].1;
+        match prefix {
+            "resources" => g.resources = qs::resources(val)?,
+            "required" => g.traits = qs::traits(req, &format!("required{suffix}"))?,
+            "member_of" => g.aggs = qs::member_of(req, &format!("member_of{suffix}"), &suffix)?,
+            _ => g.in_tree = Some(qs::in_tree(val)?),
+        }
+    }
+
+    if req.mv(36) {
+        let resourceless: Vec<&String> = groups
+            .iter()
+            .filter(|(_, g)| g.resources.is_empty())
+            .map(|(s, _)| s)
+            .collect();
+        if resourceless.len() == groups.len() {
+            return Err(ApiError::bad_request(
+                "There must be at least one resources or resources[$S] parameter.",
+            )
+            .with_code(Code::QueryMissingValue));
+        }
+        let in_subtree = |s: &String| same_subtree.iter().any(|set| set.contains(s));
+        let bad: Vec<&String> = resourceless
+            .into_iter()
+            .filter(|s| !in_subtree(s))
+            .collect();
+        if !bad.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - {}.",
+                py_list(bad.iter().map(|s| s.as_str()))
+            ))
+            .with_code(Code::QueryBadValue));
+        }
+        let known: Vec<&str> = groups.iter().map(|(s, _)| s.as_str()).collect();
+        let bad: Vec<&str> = same_subtree
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|s| !known.contains(s))
+            .collect();
+        if !bad.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Real suffixes should be specified in `same_subtree`: {} not found in {}.",
+                py_list(bad.into_iter()),
+                py_list(known.into_iter())
+            ))
+            .with_code(Code::QueryBadValue));
+        }
+    } else {
+        let orphans: Vec<String> = groups
+            .iter()
+            .filter(|(_, g)| !g.traits.required.is_empty() && g.resources.is_empty())
+            .map(|(s, _)| format!("required{s}"))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "All traits parameters must be associated with resources.  Found the following orphaned traits keys: {}",
+                orphans.join(", ")
+            )));
+        }
+        let orphans: Vec<String> = groups
+            .iter()
+            .filter(|(_, g)| {
+                g.resources.is_empty()
+                    && (!g.aggs.required.is_empty() || !g.aggs.forbidden.is_empty())
+            })
+            .map(|(s, _)| format!("member_of{s}"))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "All member_of parameters must be associated with resources. Found the following orphaned member_of keys: {}",
+                orphans.join(", ")
+            )));
+        }
+        if groups.iter().any(|(_, g)| g.resources.is_empty()) {
+            return Err(ApiError::bad_request(
+                "All request groups must specify resources.",
+            ));
+        }
+        if groups.is_empty() {
+            return Err(ApiError::bad_request(
+                "At least one request group (`resources` or `resources{$S}`) is required.",
+            ));
+        }
+    }
+    if req.mv(22) {
+        let mut conflicts: Vec<String> = Vec::new();
+        for (s, g) in &groups {
+            for any in &g.traits.required {
+                if any.iter().all(|t| g.traits.forbidden.contains(t)) {
+                    let mut names = any.clone();
+                    names.sort();
+                    conflicts.push(format!("required{s}: ({})", names.join(", ")));
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            conflicts.sort();
+            return Err(ApiError::bad_request(format!(
+                "Conflicting required and forbidden traits found in the following traits keys: {}",
+                conflicts.join(", ")
+            )));
+        }
+    }
+    if group_policy.is_none() && groups.iter().filter(|(s, _)| !s.is_empty()).count() > 1 {
+        return Err(ApiError::bad_request(
+            "The \"group_policy\" parameter is required when specifying more than one \"resources{N}\" parameter.",
+        ));
+    }
+    Ok(Parsed {
+        groups,
+        limit,
+        group_policy,
+        root_required,
+        root_forbidden,
+        same_subtree,
+    })
+}
+
+fn py_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    pyrepr(&Value::Array(
+        items.map(|s| Value::String(s.to_owned())).collect(),
+    ))
+}
+
+pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:allocation_candidates:list")?;
+    req.validate_query(&schema(&req))?;
+    let parsed = parse(&req)?;
+    let world = app
+        .store
+        .read(|tx| Box::pin(async move { world::load(tx).await }))
+        .await?;
+    let body = answer(&app, &req, &parsed, &world)?;
+    Ok(Reply::json(body).modified_now())
+}
+
+fn empty() -> Value {
+    json!({"allocation_requests": [], "provider_summaries": {}})
+}
+
+fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Value> {
+    let rc_ids: HashMap<&str, i64> = world
+        .rc_names
+        .iter()
+        .map(|(id, n)| (n.as_str(), *id))
+        .collect();
+    // Unknown resource classes are a 400, checked group by group as upstream does.
+    for (_, g) in &p.groups {
+        for (rc, _) in &g.resources {
+            if !rc_ids.contains_key(rc.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid resource class in resources parameter: No such resource class {rc}."
+                )));
+            }
+        }
+    }
+    let trait_ids: HashMap<&str, i64> = world
+        .trait_names
+        .iter()
+        .map(|(id, n)| (n.as_str(), *id))
+        .collect();
+    let mut unknown: Vec<&str> = p
+        .groups
+        .iter()
+        .flat_map(|(_, g)| g.traits.names())
+        .chain(p.root_required.iter())
+        .chain(p.root_forbidden.iter())
+        .map(String::as_str)
+        .filter(|t| !trait_ids.contains_key(t))
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    if !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "No such trait(s): {}.",
+            unknown.join(", ")
+        )));
+    }
+    let trait_id = |name: &str| -> u32 { trait_ids[name] as u32 };
+
+    // The snapshot: provider index i is world.providers[i].
+    let index: HashMap<i64, u32> = world
+        .providers
+        .iter()
+        .enumerate()
+        .map(|(i, rp)| (rp.id, i as u32))
+        .collect();
+    let providers: Vec<engine::Provider> = world
+        .providers
+        .iter()
+        .map(|rp| engine::Provider {
+            uuid: uuid::Uuid::parse_str(&rp.uuid).unwrap_or_default(),
+            parent: rp
+                .parent_id
+                .and_then(|p| index.get(&p))
+                .map(|&i| ProviderId(i)),
+            root: ProviderId(index.get(&rp.root_id).copied().unwrap_or(0)),
+            inventories: rp
+                .inventories
+                .iter()
+                .map(|inv| engine::Inventory {
+                    rc: inv.rc as u32,
+                    total: inv.total,
+                    reserved: inv.reserved,
+                    min_unit: inv.min_unit,
+                    max_unit: inv.max_unit,
+                    step_size: inv.step_size,
+                    allocation_ratio: inv.allocation_ratio,
+                    used: inv.used,
+                })
+                .collect(),
+            traits: rp.traits.iter().map(|t| *t as u32).collect(),
+            aggregates: rp
+                .aggregates
+                .iter()
+                .filter_map(|a| uuid::Uuid::parse_str(a).ok())
+                .collect(),
+        })
+        .collect();
+    let sharing = trait_ids
+        .get(accel_core::standard::MISC_SHARES_VIA_AGGREGATE)
+        .map(|t| *t as u32);
+    let snapshot = engine::Snapshot::new(providers, sharing)
+        .map_err(|e| ApiError::internal(format!("inconsistent provider trees: {e:?}")))?;
+    let by_uuid: HashMap<&str, u32> = world
+        .providers
+        .iter()
+        .enumerate()
+        .map(|(i, rp)| (rp.uuid.as_str(), i as u32))
+        .collect();
+
+    let mut groups = Vec::new();
+    for (suffix, g) in &p.groups {
+        let in_tree = match &g.in_tree {
+            Some(u) => match by_uuid.get(u.as_str()) {
+                Some(&i) => Some(ProviderId(i)),
+                None => return Ok(empty()),
+            },
+            None => None,
+        };
+        groups.push(engine::RequestGroup {
+            suffix: suffix.clone(),
+            resources: g
+                .resources
+                .iter()
+                .map(|(rc, n)| (rc_ids[rc.as_str()] as u32, *n))
+                .collect(),
+            required: g
+                .traits
+                .required
+                .iter()
+                .map(|any| any.iter().map(|t| trait_id(t)).collect())
+                .collect(),
+            forbidden: g.traits.forbidden.iter().map(|t| trait_id(t)).collect(),
+            member_of: g
+                .aggs
+                .required
+                .iter()
+                .map(|any| {
+                    any.iter()
+                        .filter_map(|a| uuid::Uuid::parse_str(a).ok())
+                        .collect()
+                })
+                .collect(),
+            forbidden_aggregates: g
+                .aggs
+                .forbidden
+                .iter()
+                .filter_map(|a| uuid::Uuid::parse_str(a).ok())
+                .collect(),
+            in_tree,
+        });
+    }
+    let request = engine::Request {
+        groups,
+        group_policy: match p.group_policy.as_deref() {
+            Some("isolate") => GroupPolicy::Isolate,
+            _ => GroupPolicy::None,
+        },
+        same_subtree: p.same_subtree.clone(),
+        root_required: p.root_required.iter().map(|t| vec![trait_id(t)]).collect(),
+        root_forbidden: p.root_forbidden.iter().map(|t| trait_id(t)).collect(),
+        limit: p.limit,
+        nested: req.mv(29),
+        randomize: app
+            .config
+            .randomize_allocation_candidates
+            .then(rand::random::<u64>),
+    };
+    let cap = if app.config.max_allocation_candidates == 0 {
+        usize::MAX
+    } else {
+        app.config.max_allocation_candidates
+    };
+    let outcome = engine::search(&snapshot, &request, cap);
+    Ok(render(req, p, world, &outcome))
+}
+
+fn render(req: &Req, p: &Parsed, world: &World, outcome: &engine::Outcome) -> Value {
+    let uuid_of = |id: ProviderId| world.providers[id.0 as usize].uuid.as_str();
+    let rc_name = |rc: u32| {
+        world
+            .rc_names
+            .get(&(rc as i64))
+            .map(String::as_str)
+            .unwrap_or("")
+    };
+    let mut areqs = Vec::with_capacity(outcome.candidates.len());
+    for c in &outcome.candidates {
+        if req.mv(12) {
+            let mut allocs: Map<String, Value> = Map::new();
+            for (rp, rc, amount) in &c.allocations {
+                let entry = allocs
+                    .entry(uuid_of(*rp).to_owned())
+                    .or_insert_with(|| json!({"resources": {}}));
+                entry["resources"][rc_name(*rc)] = json!(amount);
+            }
+            let mut areq = json!({ "allocations": allocs });
+            if req.mv(34) {
+                let mut m = Map::new();
+                for (suffix, rps) in &c.mappings {
+                    m.insert(
+                        suffix.clone(),
+                        json!(rps.iter().map(|r| uuid_of(*r)).collect::<Vec<_>>()),
+                    );
+                }
+                areq["mappings"] = Value::Object(m);
+            }
+            areqs.push(areq);
+        } else {
+            let mut per_rp: BTreeMap<u32, Map<String, Value>> = BTreeMap::new();
+            let mut order: Vec<u32> = Vec::new();
+            for (rp, rc, amount) in &c.allocations {
+                if !per_rp.contains_key(&rp.0) {
+                    order.push(rp.0);
+                }
+                per_rp
+                    .entry(rp.0)
+                    .or_default()
+                    .insert(rc_name(*rc).to_owned(), json!(amount));
+            }
+            let allocs: Vec<Value> = order
+                .iter()
+                .map(|i| json!({"resource_provider": {"uuid": uuid_of(ProviderId(*i))}, "resources": per_rp[i]}))
+                .collect();
+            areqs.push(json!({ "allocations": allocs }));
+        }
+    }
+    let requested: Vec<&str> = p
+        .groups
+        .iter()
+        .flat_map(|(_, g)| g.resources.iter().map(|(rc, _)| rc.as_str()))
+        .collect();
+    let mut summaries = Map::new();
+    for id in &outcome.summary_providers {
+        let rp = &world.providers[id.0 as usize];
+        let mut resources = Map::new();
+        for inv in &rp.inventories {
+            let name = world
+                .rc_names
+                .get(&inv.rc)
+                .map(String::as_str)
+                .unwrap_or("");
+            if req.mv(27) || requested.contains(&name) {
+                let capacity = accel_core::capacity::Limits {
+                    total: inv.total,
+                    reserved: inv.reserved,
+                    min_unit: inv.min_unit,
+                    max_unit: inv.max_unit,
+                    step_size: inv.step_size,
+                    allocation_ratio: inv.allocation_ratio,
+                }
+                .capacity();
+                resources.insert(
+                    name.to_owned(),
+                    json!({"capacity": capacity, "used": inv.used}),
+                );
+            }
+        }
+        let mut s = json!({ "resources": resources });
+        if req.mv(17) {
+            let mut traits: Vec<&str> = rp
+                .traits
+                .iter()
+                .filter_map(|t| world.trait_names.get(t).map(String::as_str))
+                .collect();
+            traits.sort_unstable();
+            s["traits"] = json!(traits);
+        }
+        if req.mv(29) {
+            let uuid_by_id = |db_id: i64| {
+                world
+                    .providers
+                    .binary_search_by_key(&db_id, |x| x.id)
+                    .ok()
+                    .map(|i| world.providers[i].uuid.clone())
+            };
+            let parent = rp.parent_id.and_then(uuid_by_id);
+            let root = uuid_by_id(rp.root_id);
+            s["parent_provider_uuid"] = json!(parent);
+            s["root_provider_uuid"] = json!(root);
+        }
+        summaries.insert(rp.uuid.clone(), s);
+    }
+    json!({"allocation_requests": areqs, "provider_summaries": summaries})
 }

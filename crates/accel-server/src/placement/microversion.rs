@@ -80,13 +80,19 @@ mod tests {
     #[test]
     fn parsing() {
         assert_eq!(from_headers(std::iter::empty()), Ok(Version::MIN));
-        assert_eq!(from_headers(["placement 1.5"].into_iter()), Ok(Version(1, 5)));
+        assert_eq!(
+            from_headers(["placement 1.5"].into_iter()),
+            Ok(Version(1, 5))
+        );
         assert_eq!(
             from_headers(["compute 2.1, placement latest"].into_iter()),
             Ok(Version::MAX)
         );
         assert!(matches!(parse("1.2.3"), Err(VersionError::Malformed(_))));
-        assert!(matches!(parse("pony.horse"), Err(VersionError::Malformed(_))));
+        assert!(matches!(
+            parse("pony.horse"),
+            Err(VersionError::Malformed(_))
+        ));
         assert!(matches!(parse("0.5"), Err(VersionError::Unacceptable(_))));
         assert!(matches!(parse("1.40"), Err(VersionError::Unacceptable(_))));
         assert!(Version(1, 10) > Version(1, 9));

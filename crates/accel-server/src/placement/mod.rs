@@ -57,7 +57,9 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
         .get("origin")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    if let Some(resp) = crate::cors::preflight(&app.config.cors_allowed_origins, &method, &parts.headers) {
+    if let Some(resp) =
+        crate::cors::preflight(&app.config.cors_allowed_origins, &method, &parts.headers)
+    {
         return finish(resp, &request_id, None, &app, origin.as_deref());
     }
 
@@ -134,13 +136,20 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
 fn version_error(e: VersionError, request_id: &str, html: bool) -> Response<Body> {
     if html {
         let (status, msg) = match &e {
-            VersionError::Malformed(m) => (StatusCode::BAD_REQUEST, format!("Invalid microversion: {m}")),
+            VersionError::Malformed(m) => (
+                StatusCode::BAD_REQUEST,
+                format!("Invalid microversion: {m}"),
+            ),
             VersionError::Unacceptable(v) => (
                 StatusCode::NOT_ACCEPTABLE,
                 format!("Invalid microversion: Unacceptable version header: {v}"),
             ),
         };
-        let title = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+        let title = format!(
+            "{} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        );
         let body = format!(
             "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {msg}\n </body>\n</html>"
         );
@@ -246,4 +255,3 @@ pub(crate) fn authorize_target(
         Err(e) => Err(ApiError::internal(e.to_string())),
     }
 }
-

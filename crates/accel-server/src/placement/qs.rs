@@ -46,7 +46,11 @@ fn py_int(s: &str) -> Option<i64> {
         Some(d) => (true, d),
         None => (false, t.strip_prefix('+').unwrap_or(t)),
     };
-    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+    {
         return None;
     }
     let clean: String = digits.chars().filter(|c| *c != '_').collect();
@@ -267,6 +271,9 @@ mod tests {
             vec![vec!["A".to_string(), "B".to_string()]]
         );
         assert!(trait_value("A,,B", true, true).is_err());
-        assert_eq!(trait_value("!!!A", true, true).unwrap().forbidden, vec!["A".to_string()]);
+        assert_eq!(
+            trait_value("!!!A", true, true).unwrap().forbidden,
+            vec!["A".to_string()]
+        );
     }
 }

@@ -1,26 +1,196 @@
-//! Not yet implemented.
+//! `/resource_classes` and `/resource_classes/{name}` (microversion 1.2 on).
+//!
+//! `PUT /resource_classes/{name}` renames a custom class up to 1.6 and is a body-less
+//! create-or-verify (201/204) from 1.7.
 
 use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
-use crate::AppState;
+use super::request::content_type;
+use super::{authorize, Reply, Req};
+use crate::{jsonschema, AppState};
+use accel_core::policy::placement as rules;
+use accel_store::placement::classes::{self, ResourceClass};
+use accel_store::{Conflict, StoreError};
+use axum::http::StatusCode;
+use serde_json::{json, Value};
 use std::sync::Arc;
 
-pub async fn list(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn url(name: &str) -> String {
+    format!("/resource_classes/{name}")
 }
 
-pub async fn create(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn render(rc: &ResourceClass) -> Value {
+    json!({
+        "name": rc.name,
+        "links": [{"rel": "self", "href": url(&rc.name)}],
+    })
 }
 
-pub async fn show(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// Upstream's POST (and pre-1.7 PUT) body schema.
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^CUSTOM_[A-Z0-9_]+$", "maxLength": 255},
+        },
+        "required": ["name"],
+        "additionalProperties": false,
+    })
 }
 
-pub async fn update(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// Parses and validates a JSON text as upstream's `extract_json` does.
+fn extract_json(text: &[u8], schema: &Value) -> ApiResult<Value> {
+    let v: Value = serde_json::from_slice(text)
+        .map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+    jsonschema::validate(&v, schema)
+        .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
+    Ok(v)
 }
 
-pub async fn delete(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// Custom classes show when they last changed; standard ones are "now", as upstream.
+fn modified(rc: &ResourceClass) -> i64 {
+    if rc.is_standard() {
+        accel_store::now()
+    } else {
+        rc.modified
+    }
+}
+
+pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_CLASSES_LIST)?;
+    let rcs = app
+        .store
+        .read(|tx| Box::pin(async move { classes::list(tx).await }))
+        .await?;
+    let at = rcs
+        .iter()
+        .map(modified)
+        .max()
+        .unwrap_or_else(accel_store::now);
+    let out: Vec<Value> = rcs.iter().map(render).collect();
+    Ok(Reply::json(json!({ "resource_classes": out })).modified(at))
+}
+
+pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_CLASSES_CREATE)?;
+    let data = req.json(&schema())?;
+    let name = data["name"].as_str().unwrap_or_default().to_owned();
+    let n = name.clone();
+    let rc = app
+        .store
+        .write(move |tx| Box::pin(async move { classes::create(tx, &n).await }))
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::Duplicate, _) => {
+                ApiError::conflict(format!("Conflicting resource class already exists: {name}"))
+            }
+            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::conflict(m),
+            e => e.into(),
+        })?;
+    Ok(Reply::status(StatusCode::CREATED).header("location", url(&rc.name)))
+}
+
+pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_CLASSES_SHOW)?;
+    let name = req.param(0).to_owned();
+    let rc = app
+        .store
+        .read(move |tx| Box::pin(async move { classes::require(tx, &name).await }))
+        .await?;
+    Ok(Reply::json(render(&rc)).modified(modified(&rc)))
+}
+
+pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    if req.mv(7) {
+        create_or_verify(app, req).await
+    } else {
+        rename(app, req).await
+    }
+}
+
+/// 1.2 to 1.6: rename a custom class.
+async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    let ct = content_type(&req.headers);
+    if ct != "application/json" {
+        let shown = if ct.is_empty() { "None".to_owned() } else { ct };
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("The media type {shown} is not supported, use application/json"),
+        ));
+    }
+    authorize(&app, &req, rules::RESOURCE_CLASSES_UPDATE)?;
+    let name = req.param(0).to_owned();
+    let data = req.json(&schema())?;
+    let new_name = data["name"].as_str().unwrap_or_default().to_owned();
+    let (n, nn) = (name.clone(), new_name.clone());
+    let rc = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rc = classes::require(tx, &n).await?;
+                classes::rename(tx, &rc, &nn).await
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::Duplicate, _) => {
+                ApiError::conflict(format!("Resource class already exists: {new_name}"))
+            }
+            StoreError::Invalid(_) => {
+                ApiError::bad_request(format!("Cannot update standard resource class {name}"))
+            }
+            e => e.into(),
+        })?;
+    Ok(Reply::json(render(&rc)))
+}
+
+/// 1.7 on: create the class unless it exists (201 / 204).
+async fn create_or_verify(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_CLASSES_UPDATE)?;
+    let name = req.param(0).to_owned();
+    // Upstream validates the name by formatting it into a JSON document.
+    extract_json(format!("{{\"name\": \"{name}\"}}").as_bytes(), &schema())?;
+    let n = name.clone();
+    let created = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                if classes::get(tx, &n).await?.is_some() {
+                    return Ok(false);
+                }
+                match classes::create(tx, &n).await {
+                    Ok(_) => Ok(true),
+                    Err(StoreError::Conflict(Conflict::Duplicate, _)) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::conflict(m),
+            e => e.into(),
+        })?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    };
+    Ok(Reply::status(status).header("location", url(&name)))
+}
+
+pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_CLASSES_DELETE)?;
+    let name = req.param(0).to_owned();
+    app.store
+        .write(move |tx| Box::pin(async move { classes::delete(tx, &name).await }))
+        .await
+        .map_err(|e| match e {
+            StoreError::Invalid(m) => {
+                ApiError::bad_request(format!("Error in delete resource class: {m}"))
+            }
+            StoreError::Conflict(Conflict::InUse, m) => {
+                ApiError::conflict(format!("Error in delete resource class: {m}"))
+            }
+            e => e.into(),
+        })?;
+    Ok(Reply::no_content())
 }

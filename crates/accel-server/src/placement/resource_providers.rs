@@ -3,8 +3,8 @@
 use super::error::{ApiError, ApiResult};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
-use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::placement::lookup;
+use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{Conflict, StoreError};
 use axum::http::StatusCode;
 use serde_json::{json, Value};
@@ -58,9 +58,9 @@ fn post_schema(req: &Req, with_uuid: bool) -> Value {
 
 /// Looks a provider up inside a transaction, with upstream's 404 wording.
 pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Provider, StoreError> {
-    providers::get(tx, uuid).await?.ok_or_else(|| {
-        StoreError::NotFound(format!("No resource provider with uuid {uuid} found"))
-    })
+    providers::get(tx, uuid)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("No resource provider with uuid {uuid} found")))
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -81,10 +81,12 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .write(move |tx| Box::pin(async move { providers::create(tx, &u, &n, p.as_deref()).await }))
         .await
         .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, what) => ApiError::from(StoreError::Conflict(
-                Conflict::Duplicate,
-                format!("Conflicting resource provider {what} already exists."),
-            )),
+            StoreError::Conflict(Conflict::Duplicate, what) => {
+                ApiError::from(StoreError::Conflict(
+                    Conflict::Duplicate,
+                    format!("Conflicting resource provider {what} already exists."),
+                ))
+            }
             StoreError::Invalid(m) => ApiError::bad_request(format!(
                 "Unable to create resource provider \"{name}\", {uuid}: {m}"
             )),

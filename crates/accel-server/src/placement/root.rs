@@ -16,5 +16,9 @@ pub async fn home(_app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         "links": [{"rel": "self", "href": ""}],
     }]});
     let reply = Reply::json(body);
-    Ok(if req.mv(15) { reply.modified_now() } else { reply })
+    Ok(if req.mv(15) {
+        reply.modified_now()
+    } else {
+        reply
+    })
 }

@@ -56,9 +56,7 @@ impl MethodRoute {
                     let shown = if ct.is_empty() { "None".to_owned() } else { ct };
                     Err(ApiError::new(
                         StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        format!(
-                            "The media type {shown} is not supported, use application/json"
-                        ),
+                        format!("The media type {shown} is not supported, use application/json"),
                     ))
                 }
             }

@@ -1,34 +1,262 @@
-//! Not yet implemented.
+//! `/traits`, `/traits/{name}` and `/resource_providers/{uuid}/traits` (1.6 on).
+//!
+//! Trait lists are sorted by name everywhere, so answers do not depend on the
+//! database's row order.
 
 use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::resource_providers::require;
+use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_core::policy::placement as rules;
+use accel_store::placement::lookup;
+use accel_store::placement::traits::{self, Filter, Trait};
+use accel_store::{Conflict, StoreError};
+use axum::http::StatusCode;
+use serde_json::{json, Value};
 use std::sync::Arc;
 
-pub async fn list(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+const GENERATION_CHANGED: &str =
+    "Resource provider's generation already changed. Please update the generation and try again.";
+const CONCURRENT: &str = "Another thread concurrently updated the data. Please retry your update";
+
+fn url(name: &str) -> String {
+    format!("/traits/{name}")
 }
 
-pub async fn show(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// `{"traits": [...]}` and the latest change among them (now when empty).
+fn serialize(ts: &[Trait]) -> (Value, i64) {
+    let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
+    let at = ts
+        .iter()
+        .map(|t| t.modified)
+        .max()
+        .unwrap_or_else(accel_store::now);
+    (json!({ "traits": names }), at)
 }
 
-pub async fn create(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// A custom trait name as upstream's `CUSTOM_TRAIT` schema accepts it.
+fn valid_custom(name: &str) -> bool {
+    let n = name.chars().count();
+    (1..=255).contains(&n)
+        && name.strip_prefix("CUSTOM_").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        })
 }
 
-pub async fn delete(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn list_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "associated": {"type": "string"},
+        },
+        "additionalProperties": false,
+    })
 }
 
-pub async fn for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::TRAITS_LIST)?;
+    req.validate_query(&list_schema())?;
+    let mut filter = Filter::default();
+    if let Some(name) = req.query_last("name") {
+        let Some((op, value)) = name.split_once(':') else {
+            return Err(ApiError::bad_request(format!(
+                "Badly formatted name parameter. Expected name query string parameter in form: ?name=[in|startswith]:[name1,name2|prefix]. Got: \"{name}\""
+            )));
+        };
+        match op {
+            "in" => filter.name_in = Some(value.split(',').map(str::to_owned).collect()),
+            "startswith" => filter.prefix = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    if let Some(assoc) = req.query_last("associated") {
+        filter.associated = match assoc.to_lowercase().as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "The query parameter \"associated\" only accepts \"true\" or \"false\"",
+                ))
+            }
+        };
+    }
+    let ts = app
+        .store
+        .read(move |tx| Box::pin(async move { traits::list(tx, &filter).await }))
+        .await?;
+    let (body, at) = serialize(&ts);
+    Ok(Reply::json(body).modified(at))
 }
 
-pub async fn set_for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::TRAITS_SHOW)?;
+    let name = req.param(0).to_owned();
+    let n = name.clone();
+    let t = app
+        .store
+        .read(move |tx| Box::pin(async move { traits::get(tx, &n).await }))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("No such trait(s): {name}.")))?;
+    Ok(Reply::no_content().modified(t.modified))
 }
 
-pub async fn delete_for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::TRAITS_UPDATE)?;
+    let name = req.param(0).to_owned();
+    if !valid_custom(&name) {
+        return Err(ApiError::bad_request(
+            "The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix \"CUSTOM_\" and use following characters: \"A\"-\"Z\", \"0\"-\"9\" and \"_\"",
+        ));
+    }
+    let n = name.clone();
+    let (t, created) = app
+        .store
+        .write(move |tx| Box::pin(async move { traits::ensure(tx, &n).await }))
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    };
+    Ok(Reply::status(status)
+        .header("location", url(&name))
+        .modified(t.modified))
+}
+
+pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::TRAITS_DELETE)?;
+    let name = req.param(0).to_owned();
+    app.store
+        .write(move |tx| Box::pin(async move { traits::delete(tx, &name).await }))
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
+            e => e.into(),
+        })?;
+    Ok(Reply::no_content())
+}
+
+pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_LIST)?;
+    let uuid = req.param(0).to_owned();
+    let (rp, ts) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await.map_err(|e| match e {
+                    StoreError::NotFound(m) => StoreError::NotFound(format!(
+                        "No resource provider with uuid {uuid} found: {m}"
+                    )),
+                    e => e,
+                })?;
+                let ts = traits::for_provider(tx, rp.id).await?;
+                Ok((rp, ts))
+            })
+        })
+        .await?;
+    let (mut body, at) = serialize(&ts);
+    body["resource_provider_generation"] = json!(rp.generation);
+    Ok(Reply::json(body).modified(at))
+}
+
+fn set_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "traits": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 255},
+            },
+            "resource_provider_generation": {"type": "integer"},
+        },
+        "required": ["traits", "resource_provider_generation"],
+        "additionalProperties": false,
+    })
+}
+
+/// Maps a lost compare-and-swap to upstream's wording.
+fn concurrent(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Conflict(Conflict::ConcurrentUpdate, _) => ApiError::concurrent(CONCURRENT),
+        e => e.into(),
+    }
+}
+
+pub async fn set_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_UPDATE)?;
+    let uuid = req.param(0).to_owned();
+    let data = req.json(&set_schema())?;
+    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
+    let names: Vec<String> = data["traits"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    enum Fail {
+        Generation,
+        Missing(Vec<String>),
+    }
+    let outcome = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await?;
+                if rp.generation != generation {
+                    return Ok(Err(Fail::Generation));
+                }
+                let ids = lookup::trait_ids(tx, &names).await?;
+                let mut missing: Vec<String> = names
+                    .iter()
+                    .filter(|n| !ids.contains_key(*n))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    missing.sort();
+                    missing.dedup();
+                    return Ok(Err(Fail::Missing(missing)));
+                }
+                let want: Vec<i64> = ids.values().copied().collect();
+                let gen = traits::set_for_provider(tx, &rp, &want).await?;
+                let ts = traits::for_provider(tx, rp.id).await?;
+                Ok(Ok((gen, ts)))
+            })
+        })
+        .await
+        .map_err(concurrent)?;
+    let (gen, ts) = match outcome {
+        Ok(v) => v,
+        Err(Fail::Generation) => return Err(ApiError::concurrent(GENERATION_CHANGED)),
+        Err(Fail::Missing(m)) => {
+            return Err(ApiError::bad_request(format!(
+                "No such trait {}",
+                m.join(", ")
+            )))
+        }
+    };
+    let (mut body, at) = serialize(&ts);
+    body["resource_provider_generation"] = json!(gen);
+    Ok(Reply::json(body).modified(at))
+}
+
+pub async fn delete_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_DELETE)?;
+    let uuid = req.param(0).to_owned();
+    app.store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await?;
+                traits::set_for_provider(tx, &rp, &[]).await
+            })
+        })
+        .await
+        .map_err(concurrent)?;
+    Ok(Reply::no_content())
 }

@@ -23,7 +23,16 @@ pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
 
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
-        Self::spawn_with(backend, ServerConfig { allocation_conflict_retry_count: 10, max_allocation_candidates: 100_000, ..Default::default() }, false).await
+        Self::spawn_with(
+            backend,
+            ServerConfig {
+                allocation_conflict_retry_count: 10,
+                max_allocation_candidates: 100_000,
+                ..Default::default()
+            },
+            false,
+        )
+        .await
     }
 
     pub async fn spawn_with(backend: Backend, config: ServerConfig, new_defaults: bool) -> TestApp {
@@ -57,7 +66,13 @@ impl TestApp {
             .header("openstack-api-version", format!("placement {mv}"))
     }
 
-    pub async fn json(&self, method: reqwest::Method, path: &str, mv: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        mv: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut r = self.req(method, path, mv);
         if let Some(b) = body {
             r = r.json(&b);
@@ -73,7 +88,14 @@ impl TestApp {
         if let Some(p) = parent {
             body["parent_provider_uuid"] = p.into();
         }
-        let (s, v) = self.json(reqwest::Method::POST, "/resource_providers", "1.39", Some(body)).await;
+        let (s, v) = self
+            .json(
+                reqwest::Method::POST,
+                "/resource_providers",
+                "1.39",
+                Some(body),
+            )
+            .await;
         assert_eq!(s, 200, "{v}");
         v
     }

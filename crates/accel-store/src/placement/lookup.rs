@@ -22,7 +22,10 @@ async fn ids(
     }
     let mut out = HashMap::new();
     for row in q.fetch_all(&mut *tx).await? {
-        out.insert(row.try_get::<String, _>("name")?, row.try_get::<i64, _>("id")?);
+        out.insert(
+            row.try_get::<String, _>("name")?,
+            row.try_get::<i64, _>("id")?,
+        );
     }
     Ok(out)
 }

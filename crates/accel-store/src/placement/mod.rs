@@ -5,8 +5,11 @@
 //! one atomic unit through [`crate::Store::write`]. Names (resource classes, traits)
 //! are resolved to ids here; callers pass validated names from `accel_core::names`.
 
+pub mod aggregates;
+pub mod classes;
 pub mod lookup;
 pub mod providers;
+pub mod traits;
 
 use crate::{Store, StoreError};
 use accel_core::standard;
@@ -46,3 +49,4 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
         })
         .await
 }
+pub mod world;

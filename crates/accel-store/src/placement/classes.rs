@@ -1,0 +1,179 @@
+//! Resource classes: the standard catalogue (ids = upstream index) and custom
+//! `CUSTOM_*` classes, whose ids start at [`standard::CUSTOM_RC_BASE_ID`].
+
+use crate::{Conflict, StoreError, Tx};
+use accel_core::standard;
+use sqlx::Row;
+
+/// A resource class row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceClass {
+    pub id: i64,
+    pub name: String,
+    /// `updated_at`, or `created_at` when never updated (epoch seconds).
+    pub modified: i64,
+}
+
+impl ResourceClass {
+    /// Standard classes are never renamed or deleted.
+    pub fn is_standard(&self) -> bool {
+        self.id < standard::CUSTOM_RC_BASE_ID
+    }
+}
+
+const SELECT: &str =
+    "SELECT id, name, COALESCE(updated_at, created_at) AS modified FROM resource_classes";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<ResourceClass, sqlx::Error> {
+    Ok(ResourceClass {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        modified: row.try_get("modified")?,
+    })
+}
+
+fn not_found(name: &str) -> StoreError {
+    StoreError::NotFound(format!("No such resource class {name}."))
+}
+
+/// Every class, standard ones first (by id, as upstream lists them).
+pub async fn list(tx: &mut Tx) -> Result<Vec<ResourceClass>, StoreError> {
+    let rows = sqlx::query(&format!("{SELECT} ORDER BY id"))
+        .fetch_all(&mut *tx)
+        .await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+pub async fn get(tx: &mut Tx, name: &str) -> Result<Option<ResourceClass>, StoreError> {
+    let row = sqlx::query(&format!("{SELECT} WHERE name = $1"))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// Like [`get`], but a missing class is upstream's "No such resource class" 404.
+pub async fn require(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError> {
+    get(tx, name).await?.ok_or_else(|| not_found(name))
+}
+
+/// Creates a custom class with the next free id (>= 10000). An existing name is
+/// [`Conflict::Duplicate`] with the name as detail.
+///
+/// Ids are chosen as `max + 1`; a concurrent creator on PostgreSQL may take the same
+/// id first, in which case the insert does nothing and the next id is tried.
+pub async fn create(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError> {
+    if !name.starts_with(accel_core::names::CUSTOM_PREFIX) {
+        return Err(StoreError::Invalid(format!(
+            "name must start with {}",
+            accel_core::names::CUSTOM_PREFIX
+        )));
+    }
+    let now = crate::now();
+    for _ in 0..100 {
+        if get(tx, name).await?.is_some() {
+            return Err(StoreError::conflict(Conflict::Duplicate, name.to_owned()));
+        }
+        let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM resource_classes")
+            .fetch_one(&mut *tx)
+            .await?;
+        let id = match max {
+            Some(m) if m >= standard::CUSTOM_RC_BASE_ID => m + 1,
+            _ => standard::CUSTOM_RC_BASE_ID,
+        };
+        let n = sqlx::query(
+            "INSERT INTO resource_classes (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            return Ok(ResourceClass {
+                id,
+                name: name.to_owned(),
+                modified: now,
+            });
+        }
+    }
+    Err(StoreError::conflict(
+        Conflict::ConcurrentUpdate,
+        format!("Max retries of DB transaction exceeded attempting to create resource class: {name}, please try again."),
+    ))
+}
+
+/// Renames a custom class (microversions 1.2 to 1.6).
+///
+/// Errors: standard class -> [`StoreError::Invalid`]; name taken ->
+/// [`Conflict::Duplicate`].
+pub async fn rename(
+    tx: &mut Tx,
+    rc: &ResourceClass,
+    new_name: &str,
+) -> Result<ResourceClass, StoreError> {
+    if rc.is_standard() {
+        return Err(StoreError::Invalid(format!(
+            "Cannot update standard resource class {}.",
+            rc.name
+        )));
+    }
+    let other: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM resource_classes WHERE name = $1 AND id <> $2")
+            .bind(new_name)
+            .bind(rc.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if other.is_some() {
+        return Err(StoreError::conflict(
+            Conflict::Duplicate,
+            new_name.to_owned(),
+        ));
+    }
+    let now = crate::now();
+    sqlx::query("UPDATE resource_classes SET name = $1, updated_at = $2 WHERE id = $3")
+        .bind(new_name)
+        .bind(now)
+        .bind(rc.id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(ResourceClass {
+        id: rc.id,
+        name: new_name.to_owned(),
+        modified: now,
+    })
+}
+
+/// Deletes a custom class that no inventory uses.
+///
+/// Errors: missing -> [`StoreError::NotFound`]; standard -> [`StoreError::Invalid`];
+/// in use -> [`Conflict::InUse`]. Messages are upstream's.
+pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
+    let rc = require(tx, name).await?;
+    if rc.is_standard() {
+        return Err(StoreError::Invalid(format!(
+            "Cannot delete standard resource class {name}."
+        )));
+    }
+    let used: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM inventories WHERE resource_class_id = $1")
+            .bind(rc.id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if used > 0 {
+        return Err(StoreError::conflict(
+            Conflict::InUse,
+            format!("Cannot delete resource class {name}. Class is in use in inventory."),
+        ));
+    }
+    let n = sqlx::query("DELETE FROM resource_classes WHERE id = $1")
+        .bind(rc.id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n != 1 {
+        return Err(not_found(name));
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Traits: the os-traits catalogue plus `CUSTOM_*` traits, and the traits each
+//! provider has. Every list comes back sorted by name, on every backend.
+
+use super::providers::{self, Provider};
+use crate::{placeholders, Conflict, StoreError, Tx};
+use sqlx::Row;
+
+/// A trait row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trait {
+    pub id: i64,
+    pub name: String,
+    /// `updated_at`, or `created_at` when never updated (epoch seconds).
+    pub modified: i64,
+}
+
+const SELECT: &str =
+    "SELECT t.id, t.name, COALESCE(t.updated_at, t.created_at) AS modified FROM traits t";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<Trait, sqlx::Error> {
+    Ok(Trait {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        modified: row.try_get("modified")?,
+    })
+}
+
+/// Filters of `GET /traits`; every given filter must hold.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    /// Only these names.
+    pub name_in: Option<Vec<String>>,
+    /// Only names starting with this (taken literally, not as a LIKE pattern).
+    pub prefix: Option<String>,
+    /// Only traits some provider has (`true`) or none has (`false`).
+    pub associated: Option<bool>,
+}
+
+/// Traits matching `f`, sorted by name.
+pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Trait>, StoreError> {
+    let mut wh: Vec<String> = Vec::new();
+    let mut args: Vec<String> = Vec::new();
+    if let Some(names) = &f.name_in {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        wh.push(format!(
+            "t.name IN ({})",
+            placeholders(args.len() + 1, names.len())
+        ));
+        args.extend(names.iter().cloned());
+    }
+    if let Some(p) = &f.prefix {
+        // Compared by substring so `_` and `%` in the prefix stay literal.
+        args.push(p.clone());
+        wh.push(format!(
+            "SUBSTR(t.name, 1, {}) = ${}",
+            p.chars().count(),
+            args.len()
+        ));
+    }
+    match f.associated {
+        Some(true) => wh.push(
+            "EXISTS (SELECT 1 FROM resource_provider_traits rpt WHERE rpt.trait_id = t.id)".into(),
+        ),
+        Some(false) => wh.push(
+            "NOT EXISTS (SELECT 1 FROM resource_provider_traits rpt WHERE rpt.trait_id = t.id)"
+                .into(),
+        ),
+        None => {}
+    }
+    let mut sql = SELECT.to_owned();
+    if !wh.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&wh.join(" AND "));
+    }
+    sql.push_str(" ORDER BY t.name");
+    let mut q = sqlx::query(&sql);
+    for a in &args {
+        q = q.bind(a.as_str());
+    }
+    let rows = q.fetch_all(&mut *tx).await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+pub async fn get(tx: &mut Tx, name: &str) -> Result<Option<Trait>, StoreError> {
+    let row = sqlx::query(&format!("{SELECT} WHERE t.name = $1"))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+fn not_found(name: &str) -> StoreError {
+    StoreError::NotFound(format!("No such trait(s): {name}."))
+}
+
+/// Creates the trait unless it exists; returns it and whether this call created it.
+pub async fn ensure(tx: &mut Tx, name: &str) -> Result<(Trait, bool), StoreError> {
+    if let Some(t) = get(tx, name).await? {
+        return Ok((t, false));
+    }
+    let n =
+        sqlx::query("INSERT INTO traits (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(name)
+            .bind(crate::now())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    let t = get(tx, name).await?.ok_or_else(|| not_found(name))?;
+    Ok((t, n == 1))
+}
+
+/// Deletes a custom trait no provider has.
+///
+/// Errors: missing -> [`StoreError::NotFound`]; standard -> [`StoreError::Invalid`];
+/// in use -> [`Conflict::InUse`]. Messages are upstream's.
+pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
+    let t = get(tx, name).await?.ok_or_else(|| not_found(name))?;
+    if !name.starts_with(accel_core::names::CUSTOM_PREFIX) {
+        return Err(StoreError::Invalid(format!(
+            "Cannot delete standard trait {name}."
+        )));
+    }
+    let used: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM resource_provider_traits WHERE trait_id = $1")
+            .bind(t.id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if used > 0 {
+        return Err(StoreError::conflict(
+            Conflict::InUse,
+            format!("The trait {name} is in use by a resource provider."),
+        ));
+    }
+    let n = sqlx::query("DELETE FROM traits WHERE id = $1")
+        .bind(t.id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n != 1 {
+        return Err(not_found(name));
+    }
+    Ok(())
+}
+
+/// The traits of one provider, sorted by name.
+pub async fn for_provider(tx: &mut Tx, rp_id: i64) -> Result<Vec<Trait>, StoreError> {
+    let rows = sqlx::query(&format!(
+        "{SELECT} JOIN resource_provider_traits rpt ON rpt.trait_id = t.id \
+         WHERE rpt.resource_provider_id = $1 ORDER BY t.name"
+    ))
+    .bind(rp_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// Replaces the provider's traits with `want` (trait ids). When the set changes, the
+/// provider's generation is bumped by compare-and-swap from `rp.generation`; returns
+/// the generation after the call.
+pub async fn set_for_provider(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Result<i64, StoreError> {
+    let have: Vec<i64> = sqlx::query_scalar(
+        "SELECT trait_id FROM resource_provider_traits WHERE resource_provider_id = $1",
+    )
+    .bind(rp.id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let to_delete: Vec<i64> = have.iter().copied().filter(|t| !want.contains(t)).collect();
+    let mut to_add: Vec<i64> = want.iter().copied().filter(|t| !have.contains(t)).collect();
+    to_add.sort_unstable();
+    to_add.dedup();
+    if to_delete.is_empty() && to_add.is_empty() {
+        return Ok(rp.generation);
+    }
+    if !to_delete.is_empty() {
+        let sql = format!(
+            "DELETE FROM resource_provider_traits WHERE resource_provider_id = $1 AND trait_id IN ({})",
+            placeholders(2, to_delete.len())
+        );
+        let mut q = sqlx::query(&sql).bind(rp.id);
+        for t in &to_delete {
+            q = q.bind(*t);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    for t in &to_add {
+        sqlx::query(
+            "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(rp.id)
+        .bind(*t)
+        .execute(&mut *tx)
+        .await?;
+    }
+    providers::bump_generation(tx, rp.id, rp.generation).await
+}

@@ -1,0 +1,136 @@
+//! A consistent read of every provider with its inventories, usage, traits and
+//! aggregates: the input of the allocation-candidate search.
+//!
+//! Loaded in one read transaction (five full-table queries, each indexed), so the
+//! search sees one instant of the database. Claims never trust this picture: they
+//! re-check capacity inside their own write transaction.
+
+use crate::{StoreError, Tx};
+use sqlx::Row;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorldInventory {
+    pub rc: i64,
+    pub total: i64,
+    pub reserved: i64,
+    pub min_unit: i64,
+    pub max_unit: i64,
+    pub step_size: i64,
+    pub allocation_ratio: f64,
+    pub used: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorldProvider {
+    pub id: i64,
+    pub uuid: String,
+    pub parent_id: Option<i64>,
+    pub root_id: i64,
+    pub inventories: Vec<WorldInventory>,
+    pub traits: Vec<i64>,
+    pub aggregates: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    /// Ordered by provider id.
+    pub providers: Vec<WorldProvider>,
+    pub rc_names: HashMap<i64, String>,
+    pub trait_names: HashMap<i64, String>,
+}
+
+pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
+    let mut providers: Vec<WorldProvider> = Vec::new();
+    let mut index: HashMap<i64, usize> = HashMap::new();
+    for r in sqlx::query(
+        "SELECT id, uuid, parent_provider_id, root_provider_id FROM resource_providers ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        let id: i64 = r.try_get("id")?;
+        index.insert(id, providers.len());
+        providers.push(WorldProvider {
+            id,
+            uuid: r.try_get("uuid")?,
+            parent_id: r.try_get("parent_provider_id")?,
+            root_id: r.try_get("root_provider_id")?,
+            inventories: Vec::new(),
+            traits: Vec::new(),
+            aggregates: Vec::new(),
+        });
+    }
+    let mut used: HashMap<(i64, i64), i64> = HashMap::new();
+    for r in sqlx::query(
+        "SELECT resource_provider_id, resource_class_id, CAST(SUM(used) AS BIGINT) AS used \
+         FROM allocations GROUP BY resource_provider_id, resource_class_id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        used.insert(
+            (
+                r.try_get("resource_provider_id")?,
+                r.try_get("resource_class_id")?,
+            ),
+            r.try_get("used")?,
+        );
+    }
+    for r in sqlx::query(
+        "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
+         step_size, allocation_ratio FROM inventories ORDER BY resource_provider_id, resource_class_id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        let rp: i64 = r.try_get("resource_provider_id")?;
+        let rc: i64 = r.try_get("resource_class_id")?;
+        if let Some(&i) = index.get(&rp) {
+            providers[i].inventories.push(WorldInventory {
+                rc,
+                total: r.try_get("total")?,
+                reserved: r.try_get("reserved")?,
+                min_unit: r.try_get("min_unit")?,
+                max_unit: r.try_get("max_unit")?,
+                step_size: r.try_get("step_size")?,
+                allocation_ratio: r.try_get("allocation_ratio")?,
+                used: used.get(&(rp, rc)).copied().unwrap_or(0),
+            });
+        }
+    }
+    for r in sqlx::query("SELECT resource_provider_id, trait_id FROM resource_provider_traits")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let rp: i64 = r.try_get("resource_provider_id")?;
+        if let Some(&i) = index.get(&rp) {
+            providers[i].traits.push(r.try_get("trait_id")?);
+        }
+    }
+    for r in sqlx::query(
+        "SELECT rpa.resource_provider_id, pa.uuid FROM resource_provider_aggregates rpa \
+         JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        let rp: i64 = r.try_get("resource_provider_id")?;
+        if let Some(&i) = index.get(&rp) {
+            providers[i].aggregates.push(r.try_get("uuid")?);
+        }
+    }
+    let rc_names = super::lookup::resource_class_names(tx).await?;
+    let mut trait_names = HashMap::new();
+    for r in sqlx::query("SELECT id, name FROM traits")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        trait_names.insert(r.try_get::<i64, _>("id")?, r.try_get::<String, _>("name")?);
+    }
+    Ok(World {
+        providers,
+        rc_names,
+        trait_names,
+    })
+}
