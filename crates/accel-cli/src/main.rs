@@ -66,6 +66,11 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("binding the Placement API to {}", cfg.placement_listen))?;
     tracing::info!(
         placement = %listener.local_addr()?,
+        accelerator = %cfg.accelerator_listen,
+        "the accelerator API is not served yet; its address is reserved"
+    );
+    tracing::info!(
+        placement = %listener.local_addr()?,
         database = %cfg.redacted_database(),
         "accel serve ready"
     );

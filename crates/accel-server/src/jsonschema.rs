@@ -451,16 +451,14 @@ fn keyword(
                 }
             }
         }
-        "not" => {
-            if check(inst, arg, &mut Vec::new(), &mut Vec::new()).is_ok() {
-                return Err(fail(
-                    "not",
-                    format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)),
-                    spath,
-                    ipath,
-                    inst,
-                ));
-            }
+        "not" if check(inst, arg, &mut Vec::new(), &mut Vec::new()).is_ok() => {
+            return Err(fail(
+                "not",
+                format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)),
+                spath,
+                ipath,
+                inst,
+            ));
         }
         _ => {}
     }

@@ -20,7 +20,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
 }];
 
 /// Arbitrary constant naming accel's migration lock.
-const PG_LOCK_KEY: i64 = 0x0acce1_0001;
+const PG_LOCK_KEY: i64 = 0x000a_cce1_0001;
 
 pub(crate) async fn run(store: &Store) -> Result<(), StoreError> {
     let mut conn = store.pool.acquire().await?;

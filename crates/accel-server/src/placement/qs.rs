@@ -69,9 +69,6 @@ pub struct TraitQuery {
 }
 
 impl TraitQuery {
-    pub fn is_empty(&self) -> bool {
-        self.required.is_empty() && self.forbidden.is_empty()
-    }
     /// Every trait named, required or forbidden.
     pub fn names(&self) -> impl Iterator<Item = &String> {
         self.required.iter().flatten().chain(self.forbidden.iter())

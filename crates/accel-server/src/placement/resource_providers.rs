@@ -164,12 +164,13 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 let rp = require(tx, &u).await?;
                 if !allow_reparent {
                     match &parent {
-                        ParentChange::Set(p) if rp.parent_uuid.as_deref() != Some(p.as_str()) => {
-                            if rp.parent_uuid.is_some() {
-                                return Err(StoreError::Invalid(
-                                    "re-parenting a provider is not currently allowed.".into(),
-                                ));
-                            }
+                        ParentChange::Set(p)
+                            if rp.parent_uuid.is_some()
+                                && rp.parent_uuid.as_deref() != Some(p.as_str()) =>
+                        {
+                            return Err(StoreError::Invalid(
+                                "re-parenting a provider is not currently allowed.".into(),
+                            ));
                         }
                         ParentChange::Clear if rp.parent_uuid.is_some() => {
                             return Err(StoreError::Invalid(
