@@ -69,13 +69,115 @@ pub(crate) struct Problem {
     pub subtree_at: Vec<Vec<usize>>,
     /// Per var position: unsuffixed groups whose collective traits are due there.
     pub traits_at: Vec<Vec<usize>>,
+    /// Per class slot: locals that some decision asking for the class may pick.
+    pub slot_suppliers: Vec<Vec<u32>>,
+    /// Per (position, class slot), flattened: what the decisions from that position on
+    /// still ask for.
+    pub pending: Vec<Pending>,
     /// When no option belongs to the anchor's own tree, the per-decision option lists;
     /// two anchors with equal signatures yield the same candidates.
     pub foreign_signature: Option<Vec<Vec<ProviderId>>>,
 }
 
+/// Outstanding demand for one class from a position of the search onwards.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pending {
+    pub total: i64,
+    pub count: u32,
+    /// The common amount when every outstanding request is the same size.
+    pub uniform: Option<i64>,
+}
+
 /// Build the problem for `anchor`, or `None` when it cannot yield a candidate.
 pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) -> Option<Problem> {
+    let snap = plan.snap;
+    let raw = decisions(plan, anchor)?;
+
+    let mut locals: Vec<ProviderId> = raw.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+    locals.sort_unstable();
+    locals.dedup();
+    let foreign_signature = locals
+        .iter()
+        .all(|&p| snap.provider(p).root != anchor)
+        .then(|| raw.iter().map(|(_, o)| o.clone()).collect());
+    let mut vars: Vec<Var> = raw
+        .into_iter()
+        .map(|(mut var, opts)| {
+            var.options = opts
+                .iter()
+                .map(|p| locals.binary_search(p).map_or(u32::MAX, |i| i as u32))
+                .collect();
+            var
+        })
+        .collect();
+
+    let (free, max_unit) = rooms(plan, &locals);
+    if !capacity_bound_ok(plan.rcs.len(), &vars, &free, &max_unit)
+        || (plan.isolate && !distinct_granular_ok(&vars, locals.len()))
+        || !collective_traits_possible(plan, &locals, &vars)
+    {
+        return None;
+    }
+
+    let class = equivalence_classes(plan, anchor, &locals, &vars);
+    let mut roots: Vec<ProviderId> = locals.iter().map(|&p| snap.provider(p).root).collect();
+    roots.sort_unstable();
+    roots.dedup();
+    let root_slot = locals
+        .iter()
+        .map(|&p| {
+            roots
+                .binary_search(&snap.provider(p).root)
+                .map_or(0, |i| i as u32)
+        })
+        .collect();
+    let sharing = locals.iter().map(|&p| snap.is_sharing(p)).collect();
+
+    if let Some(rng) = rng {
+        for var in &mut vars {
+            rng.shuffle(&mut var.options);
+        }
+    }
+    // Unsuffixed first, then fewest options; stable, so group order breaks ties.
+    vars.sort_by_key(|v| (v.granular, v.options.len()));
+
+    let mut group_vars = vec![Vec::new(); plan.groups.len()];
+    for (pos, v) in vars.iter().enumerate() {
+        group_vars[v.group].push(pos);
+    }
+    let mut traits_at = vec![Vec::new(); vars.len()];
+    for (gi, g) in plan.groups.iter().enumerate() {
+        if !g.granular && !g.required.is_empty() {
+            if let Some(&last) = group_vars[gi].last() {
+                traits_at[last].push(gi);
+            }
+        }
+    }
+    let (subtree_sets, subtree_at) = subtree_index(plan, &group_vars, vars.len());
+    let (slot_suppliers, pending) = demand_index(plan.rcs.len(), &vars);
+
+    Some(Problem {
+        n_roots: roots.len(),
+        locals,
+        sharing,
+        root_slot,
+        class,
+        free,
+        max_unit,
+        vars,
+        group_vars,
+        subtree_sets,
+        subtree_at,
+        traits_at,
+        slot_suppliers,
+        pending,
+        foreign_signature,
+    })
+}
+
+/// Every decision with its allowed providers (global ids, ascending), in group order;
+/// `None` as soon as one decision has no option.
+fn decisions(plan: &Plan<'_>, anchor: ProviderId) -> Option<Vec<(Var, Vec<ProviderId>)>> {
     let snap = plan.snap;
     let own = snap.tree(anchor);
     let foreign: Vec<ProviderId> = snap
@@ -84,8 +186,6 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
         .copied()
         .filter(|&sp| snap.provider(sp).root != anchor)
         .collect();
-
-    // Options as global ids, in group order.
     let mut raw: Vec<(Var, Vec<ProviderId>)> = Vec::new();
     for (gi, g) in plan.groups.iter().enumerate() {
         if g.granular {
@@ -95,14 +195,7 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
                 .copied()
                 .filter(|&p| g.granular_ok(snap, p))
                 .collect();
-            if opts.is_empty() {
-                return None;
-            }
-            let amounts = g
-                .resources
-                .iter()
-                .map(|&(slot, _, amount)| (slot, amount))
-                .collect();
+            let amounts = g.resources.iter().map(|&(slot, _, n)| (slot, n)).collect();
             raw.push((
                 Var {
                     group: gi,
@@ -121,114 +214,74 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
                     .filter(|&(p, own_tree)| g.unsuffixed_ok(snap, p, rc, amount, anchor, own_tree))
                     .map(|(p, _)| p)
                     .collect();
-                if opts.is_empty() {
-                    return None;
-                }
-                let var = Var {
-                    group: gi,
-                    granular: false,
-                    amounts: vec![(slot, amount)],
-                    options: Vec::new(),
-                };
-                raw.push((var, opts));
+                let amounts = vec![(slot, amount)];
+                raw.push((
+                    Var {
+                        group: gi,
+                        granular: false,
+                        amounts,
+                        options: Vec::new(),
+                    },
+                    opts,
+                ));
             }
         }
+        if raw.last().is_some_and(|(_, opts)| opts.is_empty()) {
+            return None;
+        }
     }
+    Some(raw)
+}
 
-    let mut locals: Vec<ProviderId> = raw.iter().flat_map(|(_, o)| o.iter().copied()).collect();
-    locals.sort_unstable();
-    locals.dedup();
-    let local_of = |p: ProviderId| {
-        locals
-            .binary_search(&p)
-            .map(|i| i as u32)
-            .unwrap_or(u32::MAX)
-    };
-
-    let foreign_signature = if locals.iter().all(|&p| snap.provider(p).root != anchor) {
-        Some(raw.iter().map(|(_, o)| o.clone()).collect())
-    } else {
-        None
-    };
-
+/// `capacity - used` and `max_unit` per (local, class slot); `i64::MIN` where the
+/// provider has no inventory of the class.
+fn rooms(plan: &Plan<'_>, locals: &[ProviderId]) -> (Vec<i64>, Vec<i64>) {
     let nrc = plan.rcs.len();
     let mut free = vec![i64::MIN; locals.len() * nrc];
     let mut max_unit = vec![i64::MIN; locals.len() * nrc];
     for (li, &p) in locals.iter().enumerate() {
         for (slot, &rc) in plan.rcs.iter().enumerate() {
-            if let Some(inv) = snap.inventory(p, rc) {
+            if let Some(inv) = plan.snap.inventory(p, rc) {
                 free[li * nrc + slot] = inv.capacity().saturating_sub(inv.used);
                 max_unit[li * nrc + slot] = inv.max_unit;
             }
         }
     }
+    (free, max_unit)
+}
 
-    let mut vars: Vec<Var> = raw
-        .into_iter()
-        .map(|(mut var, opts)| {
-            var.options = opts.into_iter().map(local_of).collect();
-            var
-        })
-        .collect();
-
-    let class = equivalence_classes(plan, anchor, &locals, &vars);
-
-    let mut roots: Vec<ProviderId> = locals.iter().map(|&p| snap.provider(p).root).collect();
-    roots.sort_unstable();
-    roots.dedup();
-    let root_slot = locals
-        .iter()
-        .map(|&p| {
-            roots
-                .binary_search(&snap.provider(p).root)
-                .map_or(0, |i| i as u32)
-        })
-        .collect();
-    let sharing = locals.iter().map(|&p| snap.is_sharing(p)).collect();
-
-    if !capacity_bound_ok(nrc, &vars, &free, &max_unit) {
-        return None;
-    }
-    if plan.isolate && !distinct_granular_ok(&vars, locals.len()) {
-        return None;
-    }
-    for (gi, g) in plan.groups.iter().enumerate() {
-        if !g.granular && !g.required.is_empty() {
-            let mut pool: Vec<TraitId> = vars
-                .iter()
-                .filter(|v| v.group == gi)
-                .flat_map(|v| v.options.iter())
-                .flat_map(|&li| snap.provider(locals[li as usize]).traits.iter().copied())
-                .collect();
-            pool.sort_unstable();
-            pool.dedup();
-            if !g.required.iter().all(|any| has_any(&pool, any)) {
-                return None;
-            }
+/// Whether some choice of options could carry each unsuffixed group's required traits.
+fn collective_traits_possible(plan: &Plan<'_>, locals: &[ProviderId], vars: &[Var]) -> bool {
+    plan.groups.iter().enumerate().all(|(gi, g)| {
+        if g.granular || g.required.is_empty() {
+            return true;
         }
-    }
+        let mut pool: Vec<TraitId> = vars
+            .iter()
+            .filter(|v| v.group == gi)
+            .flat_map(|v| v.options.iter())
+            .flat_map(|&li| {
+                plan.snap
+                    .provider(locals[li as usize])
+                    .traits
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        pool.sort_unstable();
+        pool.dedup();
+        g.required.iter().all(|any| has_any(&pool, any))
+    })
+}
 
-    if let Some(rng) = rng {
-        for var in &mut vars {
-            rng.shuffle(&mut var.options);
-        }
-    }
-    // Unsuffixed first, then fewest options; stable, so group order breaks ties.
-    vars.sort_by_key(|v| (v.granular, v.options.len()));
-
-    let mut group_vars = vec![Vec::new(); plan.groups.len()];
-    for (pos, v) in vars.iter().enumerate() {
-        group_vars[v.group].push(pos);
-    }
-    let mut traits_at = vec![Vec::new(); vars.len()];
-    for (gi, g) in plan.groups.iter().enumerate() {
-        if !g.granular && !g.required.is_empty() {
-            if let Some(&last) = group_vars[gi].iter().max() {
-                traits_at[last].push(gi);
-            }
-        }
-    }
-    let subtree_sets: Vec<Vec<usize>> = plan
+/// Var positions per `same_subtree` entry (entries with fewer than two decisions hold
+/// trivially and are dropped) and, per position, the entries that contain it.
+fn subtree_index(
+    plan: &Plan<'_>,
+    group_vars: &[Vec<usize>],
+    n_vars: usize,
+) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    let sets: Vec<Vec<usize>> = plan
         .same_subtree
         .iter()
         .map(|gs| {
@@ -241,29 +294,50 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
         })
         .filter(|pos| pos.len() >= 2)
         .collect();
-    let mut subtree_at = vec![Vec::new(); vars.len()];
-    for (si, set) in subtree_sets.iter().enumerate() {
+    let mut at = vec![Vec::new(); n_vars];
+    for (si, set) in sets.iter().enumerate() {
         for &pos in set {
-            subtree_at[pos].push(si);
+            at[pos].push(si);
         }
     }
-
-    Some(Problem {
-        n_roots: roots.len(),
-        locals,
-        sharing,
-        root_slot,
-        class,
-        free,
-        max_unit,
-        vars,
-        group_vars,
-        subtree_sets,
-        subtree_at,
-        traits_at,
-        foreign_signature,
-    })
+    (sets, at)
 }
+
+/// Per class slot, the locals that may supply it; per (position, slot), the demand
+/// still outstanding from that position on.
+fn demand_index(nrc: usize, vars: &[Var]) -> (Vec<Vec<u32>>, Vec<Pending>) {
+    let mut suppliers = vec![Vec::new(); nrc];
+    for var in vars {
+        for &(slot, _) in &var.amounts {
+            suppliers[slot].extend_from_slice(&var.options);
+        }
+    }
+    for s in &mut suppliers {
+        s.sort_unstable();
+        s.dedup();
+    }
+    let mut pending = vec![Pending::default(); (vars.len() + 1) * nrc];
+    for pos in (0..vars.len()).rev() {
+        for slot in 0..nrc {
+            pending[pos * nrc + slot] = pending[(pos + 1) * nrc + slot];
+        }
+        for &(slot, amount) in &vars[pos].amounts {
+            let p = &mut pending[pos * nrc + slot];
+            p.uniform = match (p.count, p.uniform) {
+                (0, _) => Some(amount),
+                (_, Some(u)) if u == amount => Some(u),
+                _ => None,
+            };
+            p.total = p.total.saturating_add(amount);
+            p.count += 1;
+        }
+    }
+    (suppliers, pending)
+}
+
+/// The inventory fields that decide fits: total, reserved, min, max, step, ratio bits,
+/// used.
+type InventoryKey = (i64, i64, i64, i64, i64, u64, i64);
 
 /// What makes two untouched providers interchangeable for the rest of a search.
 #[derive(PartialEq, Eq, Hash)]
@@ -273,7 +347,7 @@ struct ClassKey<'a> {
     traits: &'a [TraitId],
     aggregates: &'a [Uuid],
     /// Per requested class: the inventory fields that decide fits, ratio as bits.
-    inventory: Vec<Option<(i64, i64, i64, i64, i64, u64, i64)>>,
+    inventory: Vec<Option<InventoryKey>>,
     /// Which decisions list the provider.
     member_of_vars: Vec<u64>,
 }
@@ -337,19 +411,24 @@ fn equivalence_classes(
     class
 }
 
-/// For every class asked for by more than one decision, the free capacity of all
-/// providers that could supply it must cover the total asked (upstream
-/// `_pre_check_overall_capacity`, tightened to free capacity and `max_unit`).
+/// For every class asked for by more than one decision, the room of all providers
+/// that could supply it must cover the total asked (upstream
+/// `_pre_check_overall_capacity`, tightened to free capacity, `max_unit`, and whole
+/// multiples of the request size when all requests for the class are the same size).
 fn capacity_bound_ok(nrc: usize, vars: &[Var], free: &[i64], max_unit: &[i64]) -> bool {
     for slot in 0..nrc {
         let mut demand = 0i64;
         let mut askers = 0;
+        let mut uniform: Option<i64> = None;
+        let mut mixed = false;
         let mut suppliers: Vec<u32> = Vec::new();
         for var in vars {
             for &(s, amount) in &var.amounts {
                 if s == slot {
                     demand = demand.saturating_add(amount);
                     askers += 1;
+                    mixed |= uniform.is_some_and(|u| u != amount);
+                    uniform = Some(amount);
                     suppliers.extend_from_slice(&var.options);
                 }
             }
@@ -357,11 +436,17 @@ fn capacity_bound_ok(nrc: usize, vars: &[Var], free: &[i64], max_unit: &[i64]) -
         if askers < 2 {
             continue;
         }
+        let unit = if mixed {
+            1
+        } else {
+            uniform.unwrap_or(1).max(1)
+        };
         suppliers.sort_unstable();
         suppliers.dedup();
         let supply = suppliers.iter().fold(0i64, |acc, &li| {
             let i = li as usize * nrc + slot;
-            acc.saturating_add(free[i].min(max_unit[i]).max(0))
+            let room = free[i].min(max_unit[i]).max(0);
+            acc.saturating_add(room - room % unit)
         });
         if demand > supply {
             return false;

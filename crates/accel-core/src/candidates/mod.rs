@@ -13,12 +13,12 @@
 //! single-unit groups that is `n^k` tuples to find `n!/(n-k)!` answers, and `limit` is
 //! applied only after everything was generated. Here:
 //!
-//! 1. [`plan`] normalises the request and holds the per-provider predicates;
+//! 1. `plan` normalises the request and holds the per-provider predicates;
 //! 2. anchors (roots) are visited in ascending id order, or seeded-random order;
-//! 3. [`anchor`] turns each anchor into decisions (one per granular group, one per class
+//! 3. `anchor` turns each anchor into decisions (one per granular group, one per class
 //!    of the unsuffixed group) with their allowed providers, and discards the anchor
 //!    early when cheap bounds prove it infeasible;
-//! 4. [`solver`] backtracks lazily over those decisions with capacity accounting per
+//! 4. `solver` backtracks lazily over those decisions with capacity accounting per
 //!    provider, prunes `isolate`, `same_subtree`, collective-trait and pre-1.29
 //!    violations at the first decision that makes them certain, and skips
 //!    interchangeable providers after one of them failed;
@@ -36,12 +36,13 @@
 //!
 //! Upstream's order is "undefined but deterministic" and `limit` keeps its first N, so
 //! only counts are comparable. Ours: anchors ascending, then depth-first within an
-//! anchor ([`Strategy::DepthFirst`], upstream's default
+//! anchor ([`GenerationStrategy::DepthFirst`], upstream's default
 //! `allocation_candidates_generation_strategy`), or one candidate per anchor per round
-//! ([`Strategy::BreadthFirst`]). With [`Request::randomize`] the anchor and option
-//! orders and the final list are shuffled with that seed; a limited result is therefore
-//! a random selection biased towards spreading over anchors rather than upstream's
-//! uniform `random.sample` of the full set, which would require enumerating it.
+//! ([`GenerationStrategy::BreadthFirst`]). With [`Request::randomize`] the anchor order,
+//! the option order of every decision and the final list are shuffled with that seed.
+//! A limited result is then random (random anchors first, random choices within each)
+//! but not the uniform `random.sample` of the full set upstream takes, which would
+//! require enumerating the full set.
 
 mod anchor;
 mod plan;
@@ -62,7 +63,7 @@ use solver::{AnchorSearch, Found};
 
 /// How candidates of different anchors are interleaved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Strategy {
+pub enum GenerationStrategy {
     /// Every candidate of one anchor before the next anchor.
     #[default]
     DepthFirst,
@@ -76,14 +77,14 @@ pub struct SearchOptions {
     /// Never return more than this many candidates (`max_allocation_candidates`);
     /// `usize::MAX` for no cap.
     pub cap: usize,
-    pub strategy: Strategy,
+    pub strategy: GenerationStrategy,
 }
 
 impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
             cap: usize::MAX,
-            strategy: Strategy::DepthFirst,
+            strategy: GenerationStrategy::DepthFirst,
         }
     }
 }
@@ -96,7 +97,7 @@ pub fn search(snapshot: &Snapshot, request: &Request, cap: usize) -> Outcome {
         request,
         &SearchOptions {
             cap,
-            strategy: Strategy::DepthFirst,
+            strategy: GenerationStrategy::DepthFirst,
         },
     )
 }
@@ -127,7 +128,7 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
         signature_fresh(&mut signatures, &pb).then_some(pb)
     });
     match options.strategy {
-        Strategy::DepthFirst => {
+        GenerationStrategy::DepthFirst => {
             'anchors: for pb in problems.by_ref() {
                 let mut search = AnchorSearch::new(&plan, pb);
                 while let Some(found) = search.next_found() {
@@ -137,7 +138,7 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
                 }
             }
         }
-        Strategy::BreadthFirst => {
+        GenerationStrategy::BreadthFirst => {
             // Round one builds anchors lazily; later rounds revisit the live ones.
             let mut live: Vec<AnchorSearch<'_>> = Vec::new();
             let mut full = false;

@@ -158,8 +158,9 @@ pub(crate) struct Plan<'r> {
 
 impl<'r> Plan<'r> {
     /// `None` when the request cannot match anything whatever the providers: no groups,
-    /// an unsuffixed group without resources (upstream finds no trees for it) or an
-    /// `in_tree` outside the snapshot.
+    /// an unsuffixed group without resources (upstream finds no trees for it), an
+    /// amount below 1 (upstream rejects it with a 400) or an `in_tree` outside the
+    /// snapshot.
     pub fn new(snap: &'r Snapshot, request: &'r Request) -> Option<Self> {
         if request.groups.is_empty() {
             return None;
@@ -265,7 +266,7 @@ fn distinct_resources(
 
 fn normalise<'r>(snap: &Snapshot, g: &'r RequestGroup, rcs: &mut Vec<RcId>) -> Option<Group<'r>> {
     let granular = g.is_granular();
-    if !granular && g.resources.is_empty() {
+    if (!granular && g.resources.is_empty()) || g.resources.iter().any(|r| r.1 < 1) {
         return None;
     }
     let in_tree_root = in_tree_root(snap, g.in_tree).ok()?;

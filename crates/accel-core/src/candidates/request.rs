@@ -52,6 +52,7 @@ pub enum GroupPolicy {
 /// A whole `GET /allocation_candidates` query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
+    /// At most one group per suffix (the parser merges repeated keys).
     pub groups: Vec<RequestGroup>,
     pub group_policy: GroupPolicy,
     /// Each entry lists suffixes whose providers must all lie under one of them. Unknown

@@ -132,6 +132,7 @@ pub struct Snapshot {
     sharing_anchors: HashMap<ProviderId, Vec<ProviderId>>,
     /// Anchor root -> sharing providers that list it as an anchor, ascending.
     anchor_sharing: HashMap<ProviderId, Vec<ProviderId>>,
+    by_uuid: HashMap<Uuid, ProviderId>,
     nested: bool,
 }
 
@@ -178,6 +179,11 @@ impl Snapshot {
             .map(|p| sharing_trait.is_some_and(|t| p.traits.binary_search(&t).is_ok()))
             .collect();
         let (sharing_anchors, anchor_sharing) = sharing_links(&providers, &is_sharing);
+        let by_uuid = providers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.uuid, ProviderId(i as u32)))
+            .collect();
 
         Ok(Snapshot {
             providers,
@@ -190,6 +196,7 @@ impl Snapshot {
             is_sharing,
             sharing_anchors,
             anchor_sharing,
+            by_uuid,
             nested,
         })
     }
@@ -201,6 +208,11 @@ impl Snapshot {
 
     pub fn provider(&self, id: ProviderId) -> &Provider {
         &self.providers[id.index()]
+    }
+
+    /// The id of the provider with this uuid (for `in_tree`).
+    pub fn lookup(&self, uuid: &Uuid) -> Option<ProviderId> {
+        self.by_uuid.get(uuid).copied()
     }
 
     /// The id of `MISC_SHARES_VIA_AGGREGATE`, if the caller knows it.
@@ -462,6 +474,9 @@ mod tests {
         assert!(snap.has_children(ProviderId(1)));
         assert!(!snap.has_children(ProviderId(2)));
         assert!(snap.has_nested());
+        let uuid = snap.provider(ProviderId(3)).uuid;
+        assert_eq!(snap.lookup(&uuid), Some(ProviderId(3)));
+        assert_eq!(snap.lookup(&Uuid::nil()), None);
     }
 
     #[test]
