@@ -1,34 +1,514 @@
-//! Not yet implemented.
+//! `/resource_providers/{uuid}/inventories[/{resource_class}]`.
+//!
+//! Every write is a full-set replacement in the store (`inventories::replace`) inside
+//! one transaction, guarded by the provider generation the client sent (or, for
+//! `DELETE` of one class, the generation just read).
 
-use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::error::{ApiError, ApiResult, Code};
+use super::resource_providers::{provider_url, require};
+use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_store::placement::inventories::{self, Inventory};
+use accel_store::placement::lookup;
+use accel_store::{Conflict, StoreError};
+use axum::http::StatusCode;
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-pub async fn list(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+const MAX_INT: i64 = 2_147_483_647;
+const MAX_FLOAT: f64 = 3.40282e38;
+const RC_PATTERN: &str = "^[A-Z0-9_]+$";
+
+fn record_schema(gen_required: bool, with_class: bool) -> Value {
+    let int = |min: i64| json!({"type": "integer", "maximum": MAX_INT, "minimum": min});
+    let mut props = json!({
+        "resource_provider_generation": {"type": "integer"},
+        "total": int(1),
+        "reserved": int(0),
+        "min_unit": int(1),
+        "max_unit": int(1),
+        "step_size": int(1),
+        "allocation_ratio": {"type": "number", "maximum": MAX_FLOAT},
+    });
+    let mut required = vec![json!("total")];
+    if gen_required {
+        required.push(json!("resource_provider_generation"));
+    }
+    if with_class {
+        props["resource_class"] = json!({"type": "string", "pattern": RC_PATTERN});
+        required.push(json!("resource_class"));
+    }
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
 }
 
-pub async fn create(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn put_all_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "resource_provider_generation": {"type": "integer"},
+            "inventories": {"type": "object", "patternProperties": {RC_PATTERN: record_schema(false, false)}},
+        },
+        "required": ["resource_provider_generation", "inventories"],
+        "additionalProperties": false,
+    })
 }
 
-pub async fn replace_all(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// Inventory fields from a validated record, with upstream's defaults.
+fn from_record(rc_name: &str, rc_id: i64, v: &Value) -> Inventory {
+    let int = |k: &str, d: i64| v.get(k).and_then(Value::as_i64).unwrap_or(d);
+    Inventory {
+        rc_id,
+        rc_name: rc_name.to_owned(),
+        total: int("total", 0),
+        reserved: int("reserved", 0),
+        min_unit: int("min_unit", 1),
+        max_unit: int("max_unit", MAX_INT),
+        step_size: int("step_size", 1),
+        allocation_ratio: v
+            .get("allocation_ratio")
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0),
+        modified: accel_store::now(),
+    }
 }
 
-pub async fn delete_all(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn render(inv: &Inventory) -> Value {
+    json!({
+        "total": inv.total,
+        "reserved": inv.reserved,
+        "min_unit": inv.min_unit,
+        "max_unit": inv.max_unit,
+        "step_size": inv.step_size,
+        "allocation_ratio": inv.allocation_ratio,
+    })
 }
 
-pub async fn show(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn render_one(inv: &Inventory, generation: i64) -> Value {
+    let mut v = render(inv);
+    v["resource_provider_generation"] = json!(generation);
+    v
 }
 
-pub async fn update(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// Upstream refuses capacity <= 0 before 1.26 and < 0 from 1.26.
+fn check_capacity(req: &Req, uuid: &str, inv: &Inventory) -> Result<(), String> {
+    let cap = inv.capacity();
+    let bad = if req.mv(26) { cap < 0 } else { cap <= 0 };
+    if !bad {
+        return Ok(());
+    }
+    let tail = if req.mv(26) {
+        "The reserved value is greater than total."
+    } else {
+        "The reserved value is greater than or equal to total."
+    };
+    Err(format!(
+        "Invalid inventory for '{}' on resource provider '{uuid}'. {tail}",
+        inv.rc_name
+    ))
 }
 
-pub async fn delete(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn rp_not_found(uuid: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "No resource provider with uuid {uuid} found : No resource provider with uuid {uuid} found"
+    ))
+}
+
+pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:inventories:list")?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    let (rp, invs) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let invs = inventories::list(tx, rp.id).await?;
+                Ok((rp, invs))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => rp_not_found(&uuid),
+            e => e.into(),
+        })?;
+    let mut map = Map::new();
+    for inv in &invs {
+        map.insert(inv.rc_name.clone(), render(inv));
+    }
+    let modified = invs
+        .iter()
+        .map(|i| i.modified)
+        .max()
+        .unwrap_or_else(accel_store::now);
+    Ok(
+        Reply::json(json!({"inventories": map, "resource_provider_generation": rp.generation}))
+            .modified(modified),
+    )
+}
+
+pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, "placement:resource_providers:inventories:show")?;
+    let uuid = req.param(0).to_owned();
+    let rc = req.param(1).to_owned();
+    let (u, c) = (uuid.clone(), rc.clone());
+    let (rp, inv) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let inv = inventories::list(tx, rp.id)
+                    .await?
+                    .into_iter()
+                    .find(|i| i.rc_name == c);
+                Ok((rp, inv))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => rp_not_found(&uuid),
+            e => e.into(),
+        })?;
+    let inv =
+        inv.ok_or_else(|| ApiError::not_found(format!("No inventory of class {rc} for {uuid}")))?;
+    Ok(Reply::json(render_one(&inv, rp.generation)).modified(inv.modified))
+}
+
+/// The operations that rewrite a provider's inventory.
+enum Op {
+    ReplaceAll {
+        generation: i64,
+        records: Vec<(String, Value)>,
+    },
+    Create {
+        class: String,
+        record: Value,
+    },
+    Update {
+        class: String,
+        generation: i64,
+        record: Value,
+    },
+    Delete {
+        class: String,
+    },
+    DeleteAll,
+}
+
+/// Why an operation was refused before writing, with the words upstream uses.
+enum Refusal {
+    Generation,
+    UnknownClass(String),
+    Capacity(String),
+    Exists(String),
+    Missing(String),
+}
+
+async fn apply(
+    app: &AppState,
+    uuid: &str,
+    op: Op,
+    req: &Req,
+) -> Result<(i64, Vec<Inventory>), (Option<Refusal>, StoreError)> {
+    let u = uuid.to_owned();
+    let mut capacity_err: Option<String> = None;
+    let records: Vec<(String, Value)> = match &op {
+        Op::ReplaceAll { records, .. } => records.clone(),
+        Op::Create { class, record } | Op::Update { class, record, .. } => {
+            vec![(class.clone(), record.clone())]
+        }
+        _ => vec![],
+    };
+    // Capacity is a property of the body alone; check it first as upstream does.
+    for (class, rec) in &records {
+        let inv = from_record(class, -1, rec);
+        if let Err(m) = check_capacity(req, uuid, &inv) {
+            capacity_err = Some(m);
+            break;
+        }
+    }
+    let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<Refusal>));
+    let r2 = refusal.clone();
+    let cap_err = capacity_err.clone();
+    let result = app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let refuse = |r: Refusal| {
+                    *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    StoreError::Invalid(String::new())
+                };
+                let current = inventories::list(tx, rp.id).await?;
+                let names: Vec<String> = records.iter().map(|(c, _)| c.clone()).collect();
+                let ids = lookup::resource_class_ids(tx, &names).await?;
+                let resolve = |class: &str, rec: &Value| -> Result<Inventory, String> {
+                    ids.get(class)
+                        .map(|id| from_record(class, *id, rec))
+                        .ok_or_else(|| class.to_owned())
+                };
+                let new: Vec<Inventory> = match op {
+                    Op::ReplaceAll {
+                        generation,
+                        records,
+                    } => {
+                        if generation != rp.generation {
+                            return Err(refuse(Refusal::Generation));
+                        }
+                        let mut out = Vec::new();
+                        for (c, rec) in &records {
+                            out.push(
+                                resolve(c, rec).map_err(|c| refuse(Refusal::UnknownClass(c)))?,
+                            );
+                        }
+                        if let Some(m) = cap_err {
+                            return Err(refuse(Refusal::Capacity(m)));
+                        }
+                        out
+                    }
+                    Op::Create { class, record } => {
+                        let inv = resolve(&class, &record)
+                            .map_err(|c| refuse(Refusal::UnknownClass(c)))?;
+                        if let Some(m) = cap_err {
+                            return Err(refuse(Refusal::Capacity(m)));
+                        }
+                        if current.iter().any(|i| i.rc_id == inv.rc_id) {
+                            return Err(refuse(Refusal::Exists(class)));
+                        }
+                        let mut out = current.clone();
+                        out.push(inv);
+                        out
+                    }
+                    Op::Update {
+                        class,
+                        generation,
+                        record,
+                    } => {
+                        if generation != rp.generation {
+                            return Err(refuse(Refusal::Generation));
+                        }
+                        let inv = resolve(&class, &record)
+                            .map_err(|c| refuse(Refusal::UnknownClass(c)))?;
+                        if let Some(m) = cap_err {
+                            return Err(refuse(Refusal::Capacity(m)));
+                        }
+                        if !current.iter().any(|i| i.rc_id == inv.rc_id) {
+                            return Err(refuse(Refusal::Missing(class)));
+                        }
+                        current
+                            .iter()
+                            .map(|i| {
+                                if i.rc_id == inv.rc_id {
+                                    inv.clone()
+                                } else {
+                                    i.clone()
+                                }
+                            })
+                            .collect()
+                    }
+                    Op::Delete { class } => {
+                        if !current.iter().any(|i| i.rc_name == class) {
+                            return Err(refuse(Refusal::Missing(class)));
+                        }
+                        current
+                            .iter()
+                            .filter(|i| i.rc_name != class)
+                            .cloned()
+                            .collect()
+                    }
+                    Op::DeleteAll => Vec::new(),
+                };
+                let generation = inventories::replace(tx, &rp, &new).await?;
+                let after = inventories::list(tx, rp.id).await?;
+                Ok((generation, after))
+            })
+        })
+        .await;
+    result.map_err(|e| {
+        let r = refusal.lock().unwrap_or_else(|e| e.into_inner()).take();
+        (r, e)
+    })
+}
+
+fn generation_conflict() -> ApiError {
+    ApiError::concurrent("resource provider generation conflict")
+}
+
+fn other(uuid: &str, e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound(_) => rp_not_found(uuid),
+        e => e.into(),
+    }
+}
+
+pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(
+        &app,
+        &req,
+        "placement:resource_providers:inventories:update",
+    )?;
+    let uuid = req.param(0).to_owned();
+    exists(&app, &uuid).await?;
+    let data = req.json(&put_all_schema())?;
+    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
+    let records: Vec<(String, Value)> = data["inventories"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
+        Ok((generation, invs)) => {
+            let mut map = Map::new();
+            for inv in &invs {
+                map.insert(inv.rc_name.clone(), render(inv));
+            }
+            let modified = invs.iter().map(|i| i.modified).max().unwrap_or_else(accel_store::now);
+            Ok(Reply::json(json!({"inventories": map, "resource_provider_generation": generation})).modified(modified))
+        }
+        Err((Some(Refusal::Generation), _)) => Err(generation_conflict()),
+        Err((Some(Refusal::UnknownClass(c)), _)) => Err(ApiError::bad_request(format!(
+            "Unknown resource class in inventory for resource provider {uuid}: No such resource class {c}."
+        ))),
+        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+            "Unable to update inventory for resource provider {uuid}: {m}"
+        ))),
+        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => {
+            Err(ApiError::conflict(format!("update conflict: {m}")).with_code(Code::InventoryInUse))
+        }
+        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(
+            "update conflict: Another thread concurrently updated the data. Please retry your update",
+        )),
+        Err((_, e)) => Err(other(&uuid, e)),
+    }
+}
+
+pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(
+        &app,
+        &req,
+        "placement:resource_providers:inventories:create",
+    )?;
+    let uuid = req.param(0).to_owned();
+    exists(&app, &uuid).await?;
+    let data = req.json(&record_schema(false, true))?;
+    let class = data["resource_class"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
+        Ok((generation, invs)) => {
+            let inv = invs
+                .iter()
+                .find(|i| i.rc_name == class)
+                .ok_or_else(|| ApiError::internal("inventory vanished after create"))?;
+            Ok(Reply::json(render_one(inv, generation))
+                .with_status(StatusCode::CREATED)
+                .header("location", format!("{}/inventories/{class}", provider_url(&uuid)))
+                .modified(inv.modified))
+        }
+        Err((Some(Refusal::UnknownClass(c) | Refusal::Missing(c)), _)) => Err(ApiError::bad_request(format!(
+            "Unable to create inventory for resource provider {uuid}: No such resource class {c}."
+        ))),
+        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+            "Unable to create inventory for resource provider {uuid}: {m}"
+        ))),
+        Err((Some(Refusal::Exists(c)), _)) => Err(ApiError::concurrent(format!(
+            "Update conflict: Inventory for {c} on resource provider {uuid} already exists."
+        ))),
+        Err((Some(Refusal::Generation), _)) | Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => {
+            Err(ApiError::concurrent(
+                "Update conflict: Another thread concurrently updated the data. Please retry your update",
+            ))
+        }
+        Err((_, e)) => Err(other(&uuid, e)),
+    }
+}
+
+pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(
+        &app,
+        &req,
+        "placement:resource_providers:inventories:update",
+    )?;
+    let uuid = req.param(0).to_owned();
+    let class = req.param(1).to_owned();
+    exists(&app, &uuid).await?;
+    let data = req.json(&record_schema(true, false))?;
+    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
+    match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
+        Ok((generation, invs)) => {
+            let inv = invs
+                .iter()
+                .find(|i| i.rc_name == class)
+                .ok_or_else(|| ApiError::internal("inventory vanished after update"))?;
+            Ok(Reply::json(render_one(inv, generation)).modified(inv.modified))
+        }
+        Err((Some(Refusal::Generation), _)) => Err(generation_conflict()),
+        Err((Some(Refusal::UnknownClass(c) | Refusal::Missing(c)), _)) => Err(ApiError::bad_request(format!(
+            "No inventory record with resource class for resource provider {uuid}: No inventory of class {c} found."
+        ))),
+        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+            "Unable to update inventory for resource provider {uuid}: {m}"
+        ))),
+        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(
+            "update conflict: Another thread concurrently updated the data. Please retry your update",
+        )),
+        Err((_, e)) => Err(other(&uuid, e)),
+    }
+}
+
+pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(
+        &app,
+        &req,
+        "placement:resource_providers:inventories:delete",
+    )?;
+    let uuid = req.param(0).to_owned();
+    let class = req.param(1).to_owned();
+    exists(&app, &uuid).await?;
+    match apply(&app, &uuid, Op::Delete { class: class.clone() }, &req).await {
+        Ok(_) => Ok(Reply::no_content()),
+        Err((Some(Refusal::Missing(c)), _)) => Err(ApiError::not_found(format!(
+            "No inventory of class {c} found for delete: No inventory of class {c} found."
+        ))),
+        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => Err(ApiError::concurrent(format!(
+            "Unable to delete inventory of class {class}: {m}"
+        ))),
+        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(format!(
+            "Unable to delete inventory of class {class}: Another thread concurrently updated the data. Please retry your update"
+        ))),
+        Err((_, e)) => Err(other(&uuid, e)),
+    }
+}
+
+pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(
+        &app,
+        &req,
+        "placement:resource_providers:inventories:delete",
+    )?;
+    let uuid = req.param(0).to_owned();
+    exists(&app, &uuid).await?;
+    match apply(&app, &uuid, Op::DeleteAll, &req).await {
+        Ok(_) => Ok(Reply::no_content()),
+        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => {
+            Err(ApiError::conflict(m).with_code(Code::InventoryInUse))
+        }
+        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(format!(
+            "Unable to delete inventory for resource provider {uuid} because the inventory was updated by another process. Please retry your request."
+        ))),
+        Err((_, e)) => Err(other(&uuid, e)),
+    }
+}
+
+/// Upstream loads the provider (404) before looking at the body.
+async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
+    let u = uuid.to_owned();
+    app.store
+        .read(move |tx| Box::pin(async move { require(tx, &u).await.map(|_| ()) }))
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => {
+                ApiError::not_found(format!("No resource provider with uuid {uuid} found"))
+            }
+            e => e.into(),
+        })
 }

@@ -7,6 +7,7 @@
 
 pub mod aggregates;
 pub mod classes;
+pub mod inventories;
 pub mod lookup;
 pub mod providers;
 pub mod traits;

@@ -1,0 +1,170 @@
+//! Inventories: what each provider offers, per resource class.
+//!
+//! Every change goes through [`replace`], which compares the new full set with the
+//! stored one, refuses to drop a class that allocations still use, writes the
+//! difference, and bumps the provider generation by compare-and-swap, all in the
+//! caller's transaction.
+
+use super::providers::{self, Provider};
+use crate::{Conflict, StoreError, Tx};
+use sqlx::Row;
+use std::collections::HashMap;
+
+/// One inventory record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inventory {
+    pub rc_id: i64,
+    pub rc_name: String,
+    pub total: i64,
+    pub reserved: i64,
+    pub min_unit: i64,
+    pub max_unit: i64,
+    pub step_size: i64,
+    pub allocation_ratio: f64,
+    /// `updated_at` or `created_at` (epoch seconds).
+    pub modified: i64,
+}
+
+impl Inventory {
+    pub fn capacity(&self) -> i64 {
+        accel_core::capacity::Limits {
+            total: self.total,
+            reserved: self.reserved,
+            min_unit: self.min_unit,
+            max_unit: self.max_unit,
+            step_size: self.step_size,
+            allocation_ratio: self.allocation_ratio,
+        }
+        .capacity()
+    }
+}
+
+/// A provider's inventories, ordered by resource class id.
+pub async fn list(tx: &mut Tx, rp_id: i64) -> Result<Vec<Inventory>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT i.resource_class_id, rc.name, i.total, i.reserved, i.min_unit, i.max_unit, \
+         i.step_size, i.allocation_ratio, COALESCE(i.updated_at, i.created_at) AS modified \
+         FROM inventories i JOIN resource_classes rc ON rc.id = i.resource_class_id \
+         WHERE i.resource_provider_id = $1 ORDER BY i.resource_class_id",
+    )
+    .bind(rp_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Inventory {
+                rc_id: r.try_get(0)?,
+                rc_name: r.try_get(1)?,
+                total: r.try_get(2)?,
+                reserved: r.try_get(3)?,
+                min_unit: r.try_get(4)?,
+                max_unit: r.try_get(5)?,
+                step_size: r.try_get(6)?,
+                allocation_ratio: r.try_get(7)?,
+                modified: r.try_get(8)?,
+            })
+        })
+        .collect()
+}
+
+/// Usage per resource class id on one provider.
+pub async fn usage(tx: &mut Tx, rp_id: i64) -> Result<HashMap<i64, i64>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT resource_class_id, CAST(SUM(used) AS BIGINT) FROM allocations \
+         WHERE resource_provider_id = $1 GROUP BY resource_class_id",
+    )
+    .bind(rp_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
+        .collect()
+}
+
+/// Replaces the provider's whole inventory with `new` (keyed by class id) and bumps
+/// its generation from `rp.generation`. Classes dropped while allocated are refused
+/// with [`Conflict::InventoryInUse`] naming them; nothing is written then.
+pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i64, StoreError> {
+    let old = list(tx, rp.id).await?;
+    let used = usage(tx, rp.id).await?;
+    let dropped: Vec<&Inventory> = old
+        .iter()
+        .filter(|o| !new.iter().any(|n| n.rc_id == o.rc_id))
+        .collect();
+    let in_use: Vec<&str> = dropped
+        .iter()
+        .filter(|o| used.get(&o.rc_id).copied().unwrap_or(0) > 0)
+        .map(|o| o.rc_name.as_str())
+        .collect();
+    if !in_use.is_empty() {
+        return Err(StoreError::conflict(
+            Conflict::InventoryInUse,
+            format!(
+                "Inventory for '{}' on resource provider '{}' in use.",
+                in_use.join(", "),
+                rp.uuid
+            ),
+        ));
+    }
+    let now = crate::now();
+    for o in &dropped {
+        sqlx::query(
+            "DELETE FROM inventories WHERE resource_provider_id = $1 AND resource_class_id = $2",
+        )
+        .bind(rp.id)
+        .bind(o.rc_id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for n in new {
+        match old.iter().find(|o| o.rc_id == n.rc_id) {
+            Some(o) if same_limits(o, n) => {}
+            Some(_) => {
+                sqlx::query(
+                    "UPDATE inventories SET total = $1, reserved = $2, min_unit = $3, max_unit = $4, \
+                     step_size = $5, allocation_ratio = $6, updated_at = $7 \
+                     WHERE resource_provider_id = $8 AND resource_class_id = $9",
+                )
+                .bind(n.total)
+                .bind(n.reserved)
+                .bind(n.min_unit)
+                .bind(n.max_unit)
+                .bind(n.step_size)
+                .bind(n.allocation_ratio)
+                .bind(now)
+                .bind(rp.id)
+                .bind(n.rc_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query(
+                    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
+                     min_unit, max_unit, step_size, allocation_ratio, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(rp.id)
+                .bind(n.rc_id)
+                .bind(n.total)
+                .bind(n.reserved)
+                .bind(n.min_unit)
+                .bind(n.max_unit)
+                .bind(n.step_size)
+                .bind(n.allocation_ratio)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+    }
+    providers::bump_generation(tx, rp.id, rp.generation).await
+}
+
+fn same_limits(a: &Inventory, b: &Inventory) -> bool {
+    a.total == b.total
+        && a.reserved == b.reserved
+        && a.min_unit == b.min_unit
+        && a.max_unit == b.max_unit
+        && a.step_size == b.step_size
+        && a.allocation_ratio == b.allocation_ratio
+}
