@@ -125,11 +125,33 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     }
     .await;
 
+    let host = parts
+        .headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost")
+        .to_owned();
     let resp = match result {
-        Ok(reply) => reply.into_response(version),
+        Ok(reply) => absolute_location(reply.into_response(version), &host),
         Err(e) => error_response(&e, &request_id, Some(version)),
     };
     finish(resp, &request_id, Some(version), &app, origin.as_deref())
+}
+
+/// webob makes `Location` absolute against the request's host; clients compare it.
+fn absolute_location(mut resp: Response<Body>, host: &str) -> Response<Body> {
+    let rel = resp
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .filter(|l| l.starts_with('/'))
+        .map(str::to_owned);
+    if let Some(rel) = rel {
+        if let Ok(v) = HeaderValue::from_str(&format!("http://{host}{rel}")) {
+            resp.headers_mut().insert("location", v);
+        }
+    }
+    resp
 }
 
 /// Version errors come from a layer that renders HTML when the client asks for it.
