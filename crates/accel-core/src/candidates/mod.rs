@@ -104,12 +104,36 @@ pub fn search(snapshot: &Snapshot, request: &Request, cap: usize) -> Outcome {
 
 /// [`search`] with every server-side option.
 pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptions) -> Outcome {
+    search_counted(snapshot, request, options).0
+}
+
+/// How much work one search did. Deterministic for a given snapshot, request and
+/// options (no clock), so tests can bound the cost of a scenario without timing it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SearchWork {
+    /// Anchor roots that passed the root-level filters (`root_required`, `in_tree`,
+    /// providers matching every group) and were looked at: rejected by the static
+    /// bounds, skipped as a repeat of an earlier all-sharing anchor, or searched.
+    pub anchors_considered: usize,
+    /// Anchors that passed the static bounds and reached the backtracking solver.
+    pub anchors_searched: usize,
+    /// Options tried by the solver, over all anchors: the unit of backtracking work.
+    pub option_checks: u64,
+}
+
+/// [`search_with`], also reporting the [`SearchWork`] it took.
+pub fn search_counted(
+    snapshot: &Snapshot,
+    request: &Request,
+    options: &SearchOptions,
+) -> (Outcome, SearchWork) {
+    let mut work = SearchWork::default();
     let want = request.limit.unwrap_or(usize::MAX).min(options.cap);
     if want == 0 {
-        return Outcome::default();
+        return (Outcome::default(), work);
     }
     let Some(plan) = Plan::new(snapshot, request) else {
-        return Outcome::default();
+        return (Outcome::default(), work);
     };
     let mut rng = request.randomize.map(Rng::new);
     let mut anchors = plan.candidate_anchors();
@@ -123,7 +147,9 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
         shared_seen: HashSet::new(),
     };
     let mut signatures: HashSet<Vec<Vec<ProviderId>>> = HashSet::new();
+    let mut considered = 0usize;
     let mut problems = anchors.iter().filter_map(|&a| {
+        considered += 1;
         let pb = anchor::build(&plan, a, rng.as_mut())?;
         signature_fresh(&mut signatures, &pb).then_some(pb)
     });
@@ -131,11 +157,14 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
         GenerationStrategy::DepthFirst => {
             'anchors: for pb in problems.by_ref() {
                 let mut search = AnchorSearch::new(&plan, pb);
+                work.anchors_searched += 1;
                 while let Some(found) = search.next_found() {
                     if sink.take(found) {
+                        work.option_checks += search.steps();
                         break 'anchors;
                     }
                 }
+                work.option_checks += search.steps();
             }
         }
         GenerationStrategy::BreadthFirst => {
@@ -144,9 +173,12 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
             let mut full = false;
             for pb in problems.by_ref() {
                 let mut search = AnchorSearch::new(&plan, pb);
+                work.anchors_searched += 1;
                 if let Some(found) = search.next_found() {
                     full = sink.take(found);
                     live.push(search);
+                } else {
+                    work.option_checks += search.steps();
                 }
                 if full {
                     break;
@@ -162,23 +194,29 @@ pub fn search_with(snapshot: &Snapshot, request: &Request, options: &SearchOptio
                             full = sink.take(found);
                             true
                         }
-                        None => false,
+                        None => {
+                            work.option_checks += search.steps();
+                            false
+                        }
                     }
                 });
             }
+            work.option_checks += live.iter().map(AnchorSearch::steps).sum::<u64>();
         }
     }
     drop(problems);
+    work.anchors_considered = considered;
 
     let mut candidates = sink.out;
     if let Some(rng) = rng.as_mut() {
         rng.shuffle(&mut candidates);
     }
     let summary_providers = summary_providers(snapshot, &candidates, request.nested);
-    Outcome {
+    let outcome = Outcome {
         candidates,
         summary_providers,
-    }
+    };
+    (outcome, work)
 }
 
 /// Collects distinct candidates up to `want`.

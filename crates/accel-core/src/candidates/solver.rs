@@ -60,7 +60,7 @@ pub(crate) struct AnchorSearch<'p> {
     frames: Vec<Frame>,
     depth: usize,
     solutions: u64,
-    /// Options tried so far (for tests and diagnostics).
+    /// Options tried so far, reported as [`super::SearchWork::option_checks`].
     steps: u64,
     done: bool,
 }
@@ -94,6 +94,11 @@ impl<'p> AnchorSearch<'p> {
             done: nv == 0,
             pb,
         }
+    }
+
+    /// Options tried so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
     }
 
     /// The next candidate of this anchor, or `None` once exhausted.
