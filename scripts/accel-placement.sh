@@ -37,6 +37,10 @@ case "${1:-start}" in
   *) echo "usage: $0 start|stop" >&2; exit 2 ;;
 esac
 stop
+if curl -fsS -o /dev/null "http://127.0.0.1:$PORT/" 2>/dev/null; then
+  echo "port $PORT already answers HTTP: another server is running there; choose ACCEL_PORT" >&2
+  exit 1
+fi
 
 args=(serve --placement-listen "127.0.0.1:$PORT" --accelerator-listen "127.0.0.1:0")
 case "${GABBI_FIXTURE:-}" in

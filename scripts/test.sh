@@ -23,7 +23,7 @@ floor="$(cat .ci/gabbi-floor)"
 status=0
 for backend in sqlite postgres; do
   echo "== gabbi ($backend)"
-  out="$(ACCEL_BIN=target/debug/accel ACCEL_PORT=18778 scripts/gabbi.sh "$backend" 2>&1 | tee "/tmp/accel-gabbi-$backend.txt")"
+  out="$(ACCEL_BIN=target/debug/accel ACCEL_PORT=${ACCEL_GABBI_PORT:-18877} scripts/gabbi.sh "$backend" 2>&1 | tee "/tmp/accel-gabbi-$backend.txt")"
   grep -E "FAIL|RESET" <<<"$out" || true
   line="$(tail -1 <<<"$out")"
   passed="$(sed -n 's/^tests: \([0-9]*\) passed.*/\1/p' <<<"$line")"
