@@ -1,26 +1,436 @@
-//! Not yet implemented.
+//! `/allocations`, `/allocations/{consumer_uuid}` and
+//! `/resource_providers/{uuid}/allocations`.
+//!
+//! Every write replaces the full allocation set of each named consumer in one
+//! transaction (`accel_store::placement::allocations::{prepare, apply}`); a write that
+//! loses a provider-generation race is rerun from scratch up to
+//! `allocation_conflict_retry_count` times, as upstream retries, before answering 409.
 
 use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::resource_providers::require;
+use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_core::policy::placement as rules;
+use accel_store::placement::allocations::{
+    self as store, AllocationRow, ConsumerWrite, Refusable, Refusal,
+};
+use accel_store::{Conflict, StoreError};
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-pub async fn for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+pub(crate) const UUID_PATTERN: &str = "^[0-9a-fA-F-]{36}$";
+const RC_PATTERN: &str = "^[A-Z0-9_]+$";
+const GROUP_PAT_1_33: &str = "[a-zA-Z0-9_-]{1,64}";
+const CONSUMER_TYPE_PATTERN: &str = "^[A-Z0-9_]+$";
+
+fn resources_schema() -> Value {
+    json!({
+        "type": "object",
+        "minProperties": 1,
+        "patternProperties": {RC_PATTERN: {"type": "integer", "minimum": 1}},
+        "additionalProperties": false
+    })
 }
 
-pub async fn post_many(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn id_schema() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 255})
 }
 
-pub async fn for_consumer(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// `PUT /allocations/{c}` from 1.0 (list form).
+fn schema_v1_0() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "allocations": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "resource_provider": {
+                            "type": "object",
+                            "properties": {"uuid": {"type": "string", "format": "uuid"}},
+                            "additionalProperties": false,
+                            "required": ["uuid"]
+                        },
+                        "resources": resources_schema()
+                    },
+                    "required": ["resource_provider", "resources"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["allocations"],
+        "additionalProperties": false
+    })
 }
 
-pub async fn put_consumer(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn schema_v1_8() -> Value {
+    let mut s = schema_v1_0();
+    s["properties"]["project_id"] = id_schema();
+    s["properties"]["user_id"] = id_schema();
+    s["required"] = json!(["allocations", "project_id", "user_id"]);
+    s
 }
 
-pub async fn delete_consumer(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+/// The dict form (1.12).
+fn schema_v1_12() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "allocations": {
+                "type": "object",
+                "minProperties": 1,
+                "patternProperties": {
+                    UUID_PATTERN: {
+                        "type": "object",
+                        "properties": {
+                            "generation": {"type": "integer"},
+                            "resources": resources_schema()
+                        },
+                        "required": ["resources"],
+                        "additionalProperties": false
+                    }
+                },
+                "additionalProperties": false
+            },
+            "project_id": id_schema(),
+            "user_id": id_schema()
+        },
+        "additionalProperties": false,
+        "required": ["allocations", "project_id", "user_id"]
+    })
+}
+
+fn deletable() -> Value {
+    let mut s = schema_v1_12();
+    s["properties"]["allocations"]["minProperties"] = json!(0);
+    s
+}
+
+fn schema_v1_28() -> Value {
+    let mut s = deletable();
+    s["properties"]["consumer_generation"] =
+        json!({"type": ["integer", "null"], "additionalProperties": false});
+    s["required"] = json!([
+        "allocations",
+        "project_id",
+        "user_id",
+        "consumer_generation"
+    ]);
+    s
+}
+
+fn schema_v1_34() -> Value {
+    let mut s = schema_v1_28();
+    s["properties"]["mappings"] = json!({
+        "type": "object",
+        "minProperties": 1,
+        "patternProperties": {
+            GROUP_PAT_1_33: {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "format": "uuid"}
+            }
+        }
+    });
+    s
+}
+
+fn schema_v1_38() -> Value {
+    let mut s = schema_v1_34();
+    s["properties"]["consumer_type"] = json!({
+        "type": "string",
+        "pattern": CONSUMER_TYPE_PATTERN,
+        "minLength": 1,
+        "maxLength": 255
+    });
+    s["required"] = json!([
+        "allocations",
+        "project_id",
+        "user_id",
+        "consumer_generation",
+        "consumer_type"
+    ]);
+    s
+}
+
+fn put_schema(req: &Req) -> Value {
+    if req.mv(38) {
+        schema_v1_38()
+    } else if req.mv(34) {
+        schema_v1_34()
+    } else if req.mv(28) {
+        schema_v1_28()
+    } else if req.mv(12) {
+        schema_v1_12()
+    } else if req.mv(8) {
+        schema_v1_8()
+    } else {
+        schema_v1_0()
+    }
+}
+
+/// The per-consumer schema of `POST /allocations` (and the reshaper) at `req`'s
+/// microversion.
+pub(crate) fn post_item_schema(req: &Req) -> Value {
+    if req.mv(38) {
+        schema_v1_38()
+    } else if req.mv(34) {
+        schema_v1_34()
+    } else if req.mv(28) {
+        schema_v1_28()
+    } else {
+        deletable()
+    }
+}
+
+fn post_schema(req: &Req) -> Value {
+    json!({
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": false,
+        "patternProperties": {UUID_PATTERN: post_item_schema(req)}
+    })
+}
+
+fn amounts(resources: &Value) -> Vec<(String, i64)> {
+    resources
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(rc, v)| {
+                    let n = v
+                        .as_i64()
+                        .or_else(|| v.as_f64().map(|f| f as i64))
+                        .unwrap_or(0);
+                    (rc.clone(), n)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The dict form `{rp_uuid: {resources: {...}}}` as (provider, amounts) pairs.
+fn dict_allocations(v: &Value) -> Vec<(String, Vec<(String, i64)>)> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(rp, a)| (rp.clone(), amounts(&a["resources"])))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One consumer's validated body (dict form) as a store request.
+pub(crate) fn consumer_write(req: &Req, uuid: &str, data: &Value) -> ConsumerWrite {
+    let s = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_owned);
+    ConsumerWrite {
+        uuid: uuid.to_owned(),
+        project_id: s("project_id"),
+        user_id: s("user_id"),
+        check_generation: req.mv(28),
+        generation: data.get("consumer_generation").and_then(Value::as_i64),
+        consumer_type: if req.mv(38) { s("consumer_type") } else { None },
+        allocations: dict_allocations(&data["allocations"]),
+    }
+}
+
+/// Runs `prepare` + `apply` for `writes`, rerunning on provider-generation races.
+pub(crate) async fn write_with_retry(app: &AppState, writes: Vec<ConsumerWrite>) -> Refusable<()> {
+    let mut attempts = app.config.allocation_conflict_retry_count.max(1);
+    loop {
+        let w = writes.clone();
+        let result = store::write_refusable(&app.store, move |tx| {
+            Box::pin(async move {
+                let prepared = match store::prepare(tx, &w).await? {
+                    Ok(p) => p,
+                    Err(r) => return Ok(Err(r)),
+                };
+                store::apply(tx, &prepared).await
+            })
+        })
+        .await;
+        attempts -= 1;
+        match result {
+            Err(e) if store::is_retryable(&e) && attempts > 0 => {
+                tracing::debug!("retrying allocation write after a generation conflict");
+                continue;
+            }
+            Err(e) if store::is_retryable(&e) => {
+                tracing::warn!("exceeded retry limit on allocation write");
+                return Err(StoreError::conflict(
+                    Conflict::ConcurrentUpdate,
+                    store::PROVIDER_RACE,
+                ));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Words a refusal or failure of an allocation write as upstream does; `class_prefix`
+/// starts the unknown-class message.
+fn write_error(result: Refusable<()>, class_prefix: &str) -> ApiResult<()> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Refusal::ConsumerGeneration(m))) => Err(ApiError::concurrent(m)),
+        Ok(Err(Refusal::NoSuchProvider(u))) => Err(ApiError::bad_request(format!(
+            "Allocation for resource provider '{u}' that does not exist."
+        ))),
+        Ok(Err(Refusal::NoSuchClass(n))) => Err(ApiError::bad_request(format!(
+            "{class_prefix}No such resource class {n}."
+        ))),
+        Ok(Err(Refusal::InvalidInventory(m))) => Err(ApiError::conflict(format!(
+            "Unable to allocate inventory: {m}"
+        ))),
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, m)) => Err(ApiError::concurrent(
+            format!("Inventory and/or allocations changed while attempting to allocate: {m}"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::ALLOCATIONS_UPDATE)?;
+    let raw = req.param(0);
+    if !qs::is_uuid_like(raw) {
+        return Err(ApiError::bad_request(format!(
+            "Malformed consumer_uuid: {raw}"
+        )));
+    }
+    let uuid = qs::normalize_uuid(raw);
+    let data = req.json(&put_schema(&req))?;
+    let write = if req.mv(12) {
+        consumer_write(&req, &uuid, &data)
+    } else {
+        // The list form: later entries for one provider replace earlier ones.
+        let mut allocations: Vec<(String, Vec<(String, i64)>)> = Vec::new();
+        for a in data["allocations"].as_array().into_iter().flatten() {
+            let rp = a["resource_provider"]["uuid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let res = amounts(&a["resources"]);
+            match allocations.iter_mut().find(|(u, _)| *u == rp) {
+                Some(slot) => slot.1 = res,
+                None => allocations.push((rp, res)),
+            }
+        }
+        let s = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_owned);
+        ConsumerWrite {
+            uuid: uuid.clone(),
+            project_id: s("project_id"),
+            user_id: s("user_id"),
+            allocations,
+            ..Default::default()
+        }
+    };
+    let result = write_with_retry(&app, vec![write]).await;
+    write_error(
+        result,
+        &format!("Unable to allocate inventory for consumer {uuid}: "),
+    )?;
+    Ok(Reply::no_content())
+}
+
+pub async fn post_many(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::ALLOCATIONS_MANAGE)?;
+    let data = req.json(&post_schema(&req))?;
+    let writes: Vec<ConsumerWrite> = data
+        .as_object()
+        .map(|m| m.iter().map(|(c, v)| consumer_write(&req, c, v)).collect())
+        .unwrap_or_default();
+    let result = write_with_retry(&app, writes).await;
+    write_error(result, "Unable to allocate inventory ")?;
+    Ok(Reply::no_content())
+}
+
+fn last_modified(rows: &[AllocationRow]) -> i64 {
+    rows.iter()
+        .map(|r| r.modified)
+        .max()
+        .unwrap_or_else(accel_store::now)
+}
+
+pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::ALLOCATIONS_LIST)?;
+    let uuid = req.param(0).to_owned();
+    let rows = app
+        .store
+        .read(move |tx| Box::pin(async move { store::for_consumer(tx, &uuid).await }))
+        .await?;
+    let mut by_rp: Map<String, Value> = Map::new();
+    for r in &rows {
+        let entry = by_rp
+            .entry(r.rp_uuid.clone())
+            .or_insert_with(|| json!({"resources": {}}));
+        entry["resources"][&r.rc_name] = json!(r.used);
+        entry["generation"] = json!(r.rp_generation);
+    }
+    let mut out = json!({ "allocations": by_rp });
+    if let (Some(first), true) = (rows.first(), req.mv(12)) {
+        out["project_id"] = json!(first.project_id);
+        out["user_id"] = json!(first.user_id);
+        if req.mv(28) {
+            out["consumer_generation"] = json!(first.consumer_generation);
+        }
+        if req.mv(38) {
+            out["consumer_type"] = json!(first.consumer_type.as_deref().unwrap_or("unknown"));
+        }
+    }
+    Ok(Reply::json(out).modified(last_modified(&rows)))
+}
+
+pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_ALLOCATIONS_LIST)?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    let (rp, rows) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let rows = store::for_provider(tx, rp.id).await?;
+                Ok((rp, rows))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(m) => {
+                ApiError::not_found(format!("Resource provider '{uuid}' not found: {m}"))
+            }
+            e => e.into(),
+        })?;
+    let mut by_consumer: Map<String, Value> = Map::new();
+    for r in &rows {
+        let entry = by_consumer
+            .entry(r.consumer_uuid.clone())
+            .or_insert_with(|| json!({"resources": {}}));
+        entry["resources"][&r.rc_name] = json!(r.used);
+        if req.mv(28) {
+            entry["consumer_generation"] = json!(r.consumer_generation);
+        }
+    }
+    Ok(Reply::json(json!({
+        "allocations": by_consumer,
+        "resource_provider_generation": rp.generation,
+    }))
+    .modified(last_modified(&rows)))
+}
+
+pub async fn delete_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::ALLOCATIONS_DELETE)?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    let deleted = app
+        .store
+        .write(move |tx| Box::pin(async move { store::delete_for_consumer(tx, &u).await }))
+        .await?;
+    if !deleted {
+        return Err(ApiError::not_found(format!(
+            "No allocations for consumer '{uuid}'"
+        )));
+    }
+    Ok(Reply::no_content())
 }

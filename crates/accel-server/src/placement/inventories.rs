@@ -41,7 +41,7 @@ fn record_schema(gen_required: bool, with_class: bool) -> Value {
     json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
 }
 
-fn put_all_schema() -> Value {
+pub(crate) fn put_all_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -54,7 +54,7 @@ fn put_all_schema() -> Value {
 }
 
 /// Inventory fields from a validated record, with upstream's defaults.
-fn from_record(rc_name: &str, rc_id: i64, v: &Value) -> Inventory {
+pub(crate) fn from_record(rc_name: &str, rc_id: i64, v: &Value) -> Inventory {
     let int = |k: &str, d: i64| v.get(k).and_then(Value::as_i64).unwrap_or(d);
     Inventory {
         rc_id,

@@ -1,14 +1,107 @@
-//! Not yet implemented.
+//! `GET /resource_providers/{uuid}/usages` and `GET /usages`.
+//!
+//! Usage is always `SUM(allocations.used)`; both views are "modified now".
 
 use super::error::{ApiError, ApiResult};
-use super::{Reply, Req};
+use super::resource_providers::require;
+use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
+use accel_core::policy::placement as rules;
+use accel_core::policy::Target;
+use accel_store::placement::allocations::{self as store, TypeFilter};
+use accel_store::StoreError;
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-pub async fn for_provider(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_USAGES)?;
+    let uuid = req.param(0).to_owned();
+    let u = uuid.clone();
+    let (rp, usages) = app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let usages = store::provider_usages(tx, rp.id).await?;
+                Ok((rp, usages))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(m) => {
+                ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
+            }
+            e => e.into(),
+        })?;
+    let mut map = Map::new();
+    for (rc, n) in usages {
+        map.insert(rc, json!(n));
+    }
+    Ok(Reply::json(json!({
+        "resource_provider_generation": rp.generation,
+        "usages": map,
+    }))
+    .modified_now())
 }
 
-pub async fn totals(_app: Arc<AppState>, _req: Req) -> ApiResult<Reply> {
-    Err(ApiError::internal("not implemented"))
+fn schema(req: &Req) -> Value {
+    let id = json!({"type": "string", "minLength": 1, "maxLength": 255});
+    let mut s = json!({
+        "type": "object",
+        "properties": {"project_id": id, "user_id": id},
+        "required": ["project_id"],
+        "additionalProperties": false,
+    });
+    if req.mv(38) {
+        s["properties"]["consumer_type"] = json!({
+            "type": "string",
+            "pattern": "^[A-Z0-9_]+$|^all|^unknown$",
+            "minLength": 1,
+            "maxLength": 255,
+        });
+    }
+    s
+}
+
+pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
+    let project_id = req.query_last("project_id").map(str::to_owned);
+    let user_id = req.query_last("user_id").map(str::to_owned);
+    let mut target = Target::new();
+    if let Some(p) = &project_id {
+        target.insert("project_id", p.clone());
+    }
+    authorize_target(&app, &req, rules::USAGES, &target)?;
+    req.validate_query(&schema(&req))?;
+    let project_id = project_id.unwrap_or_default();
+    let filter = if req.mv(38) {
+        match req.query_last("consumer_type") {
+            Some("all") => TypeFilter::All,
+            Some("unknown") => TypeFilter::Unknown,
+            other => TypeFilter::ByType(other.map(str::to_owned)),
+        }
+    } else {
+        TypeFilter::Ungrouped
+    };
+    let grouped = filter != TypeFilter::Ungrouped;
+    let rows = app
+        .store
+        .read(move |tx| {
+            Box::pin(
+                async move { store::totals(tx, &project_id, user_id.as_deref(), &filter).await },
+            )
+        })
+        .await?;
+    let mut usages = Map::new();
+    for (key, rc, used, count) in rows {
+        if grouped {
+            let group = usages
+                .entry(key.unwrap_or_else(|| "unknown".into()))
+                .or_insert_with(|| json!({}));
+            group[&rc] = json!(used);
+            group["consumer_count"] = json!(count);
+        } else {
+            usages.insert(rc, json!(used));
+        }
+    }
+    Ok(Reply::json(json!({ "usages": usages })).modified_now())
 }

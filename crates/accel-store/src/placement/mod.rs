@@ -6,6 +6,7 @@
 //! are resolved to ids here; callers pass validated names from `accel_core::names`.
 
 pub mod aggregates;
+pub mod allocations;
 pub mod classes;
 pub mod inventories;
 pub mod lookup;

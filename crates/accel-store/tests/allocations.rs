@@ -1,0 +1,174 @@
+//! Allocation writes on SQLite and PostgreSQL: capacity, generations, consumers, and
+//! concurrent writers that must never over-allocate.
+
+use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusable, Refusal};
+use accel_store::placement::inventories::{self, Inventory};
+use accel_store::placement::providers;
+use accel_store::{testing, Store};
+
+async fn each_backend<F, Fut>(f: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f(testing::sqlite().await).await;
+    f(testing::postgres().await).await;
+}
+
+const RP: &str = "5c3d1a2b-0e4f-4a5b-8c6d-7e8f9a0b1c2d";
+const A: &str = "a1a1a1a1-0000-4000-8000-000000000001";
+const B: &str = "b2b2b2b2-0000-4000-8000-000000000002";
+
+/// A provider with `total` VCPU (class id 0).
+async fn provider(store: &Store, total: i64) {
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = providers::create(tx, RP, "rp", None).await?;
+                let inv = Inventory {
+                    rc_id: 0,
+                    rc_name: "VCPU".into(),
+                    total,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: total,
+                    step_size: 1,
+                    allocation_ratio: 1.0,
+                    modified: 0,
+                };
+                inventories::replace(tx, &rp, &[inv]).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+}
+
+fn vcpu(consumer: &str, n: i64, generation: Option<i64>) -> ConsumerWrite {
+    ConsumerWrite {
+        uuid: consumer.into(),
+        project_id: Some("p".into()),
+        user_id: Some("u".into()),
+        check_generation: true,
+        generation,
+        consumer_type: Some("INSTANCE".into()),
+        allocations: if n > 0 {
+            vec![(RP.into(), vec![("VCPU".into(), n)])]
+        } else {
+            vec![]
+        },
+    }
+}
+
+async fn write(store: &Store, w: Vec<ConsumerWrite>) -> Refusable<()> {
+    loop {
+        let w2 = w.clone();
+        let r = allocs::write_refusable(store, move |tx| {
+            Box::pin(async move {
+                let p = match allocs::prepare(tx, &w2).await? {
+                    Ok(p) => p,
+                    Err(r) => return Ok(Err(r)),
+                };
+                allocs::apply(tx, &p).await
+            })
+        })
+        .await;
+        match r {
+            Err(e) if allocs::is_retryable(&e) => continue,
+            r => return r,
+        }
+    }
+}
+
+async fn state(store: &Store) -> (i64, i64) {
+    store
+        .read(|tx| {
+            Box::pin(async move {
+                let rp = providers::require(tx, RP).await?;
+                let used = allocs::provider_usages(tx, rp.id).await?;
+                Ok((rp.generation, used.first().map(|u| u.1).unwrap_or(0)))
+            })
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn capacity_generations_and_consumers() {
+    each_backend(|store| async move {
+        provider(&store, 4).await;
+        assert_eq!(state(&store).await, (1, 0));
+        write(&store, vec![vcpu(A, 3, None)]).await.unwrap().unwrap();
+        assert_eq!(state(&store).await, (2, 3));
+
+        // Over capacity: refused, nothing written.
+        let r = write(&store, vec![vcpu(B, 2, None)]).await.unwrap();
+        assert!(matches!(r, Err(Refusal::InvalidInventory(m)) if m.contains("exceed the capacity")));
+        assert_eq!(state(&store).await, (2, 3));
+
+        // Wrong consumer generation.
+        let r = write(&store, vec![vcpu(A, 1, None)]).await.unwrap();
+        assert!(matches!(r, Err(Refusal::ConsumerGeneration(m)) if m.ends_with("expected 1 but got None")));
+
+        // Replacing A's own allocation frees its old usage first.
+        write(&store, vec![vcpu(A, 4, Some(1))]).await.unwrap().unwrap();
+        assert_eq!(state(&store).await, (3, 4));
+
+        // Both consumers in one write: A shrinks, B fits in what A gave back.
+        write(&store, vec![vcpu(A, 2, Some(2)), vcpu(B, 2, None)])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(state(&store).await, (4, 4));
+
+        // Emptying A bumps the provider and deletes the consumer.
+        write(&store, vec![vcpu(A, 0, Some(3))]).await.unwrap().unwrap();
+        assert_eq!(state(&store).await, (5, 2));
+        let a = A.to_owned();
+        let rows = store
+            .read(move |tx| Box::pin(async move { allocs::for_consumer(tx, &a).await }))
+            .await
+            .unwrap();
+        assert!(rows.is_empty());
+        let r = write(&store, vec![vcpu(A, 1, None)]).await.unwrap();
+        assert_eq!(r, Ok(()));
+
+        // Unknown class and provider.
+        let mut w = vcpu(B, 1, Some(1));
+        w.allocations[0].1[0].0 = "CUSTOM_NOPE".into();
+        let r = write(&store, vec![w]).await.unwrap();
+        assert_eq!(r, Err(Refusal::NoSuchClass("CUSTOM_NOPE".into())));
+        let mut w = vcpu(B, 1, Some(1));
+        w.allocations[0].0 = A.into();
+        let r = write(&store, vec![w]).await.unwrap();
+        assert_eq!(r, Err(Refusal::NoSuchProvider(A.into())));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_writers_never_over_allocate() {
+    each_backend(|store| async move {
+        provider(&store, 10).await;
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let c = format!("c0c0c0c0-0000-4000-8000-{i:012}");
+                write(&store, vec![vcpu(&c, 1, None)])
+                    .await
+                    .unwrap()
+                    .is_ok()
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            ok += usize::from(t.await.unwrap());
+        }
+        assert_eq!(ok, 10);
+        let (generation, used) = state(&store).await;
+        assert_eq!(used, 10);
+        assert_eq!(generation, 11);
+    })
+    .await;
+}
