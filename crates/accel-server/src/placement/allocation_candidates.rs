@@ -536,12 +536,14 @@ fn render(req: &Req, p: &Parsed, world: &World, outcome: &engine::Outcome) -> Va
         }
         let mut s = json!({ "resources": resources });
         if req.mv(17) {
-            let mut traits: Vec<&str> = rp
-                .traits
+            // Upstream lists a provider's traits in the database's order, which is
+            // creation order: standard traits before custom ones.
+            let mut ids = rp.traits.clone();
+            ids.sort_unstable();
+            let traits: Vec<&str> = ids
                 .iter()
                 .filter_map(|t| world.trait_names.get(t).map(String::as_str))
                 .collect();
-            traits.sort_unstable();
             s["traits"] = json!(traits);
         }
         if req.mv(29) {

@@ -83,6 +83,29 @@ impl ApiError {
         Self::conflict(m).with_code(Code::ConcurrentUpdate)
     }
 
+    /// The HTML body webob renders for this error.
+    pub fn html_body(&self) -> String {
+        let title = status_line(self.status);
+        let body = match self.status {
+            StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_ACCEPTABLE => {
+                html_escape(&self.message)
+            }
+            s => format!(
+                "{}<br /><br />\n{}\n",
+                explanation(s),
+                html_escape(&self.message)
+            ),
+        };
+        format!(
+            "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {body}\n </body>\n</html>"
+        )
+    }
+
+    /// The plain-text body webob renders when the client accepts neither HTML nor JSON.
+    pub fn plain_body(&self) -> String {
+        format!("{}\n\n{}", status_line(self.status), self.detail())
+    }
+
     /// The `detail` text as webob would render it.
     pub fn detail(&self) -> String {
         match self.status {
@@ -99,6 +122,72 @@ impl ApiError {
     }
 }
 
+/// How an error body is rendered. Upstream's handler rewrites a missing or `*/*`
+/// `Accept` to JSON; otherwise webob picks between HTML and JSON by quality (HTML wins a
+/// tie, being offered first) and falls back to plain text when neither is acceptable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorFormat {
+    Json,
+    Html,
+    Plain,
+}
+
+impl ErrorFormat {
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let accept = accept.map(str::trim).unwrap_or("");
+        if accept.is_empty() || accept == "*/*" {
+            return ErrorFormat::Json;
+        }
+        let ranges: Vec<(&str, f32)> = accept
+            .split(',')
+            .filter_map(|part| {
+                let mut it = part.split(';');
+                let range = it.next()?.trim();
+                if range.is_empty() {
+                    return None;
+                }
+                let q = it
+                    .filter_map(|p| p.trim().strip_prefix("q="))
+                    .find_map(|q| q.trim().parse::<f32>().ok())
+                    .unwrap_or(1.0);
+                Some((range, q))
+            })
+            .collect();
+        // The quality of an offer is that of the most specific range matching it.
+        let quality = |offer: &str| -> f32 {
+            let (otype, _) = offer.split_once('/').unwrap_or((offer, ""));
+            let mut best: Option<(u8, f32)> = None;
+            for &(range, q) in &ranges {
+                let spec = if range.eq_ignore_ascii_case(offer) {
+                    2
+                } else if range
+                    .strip_suffix("/*")
+                    .is_some_and(|t| t.eq_ignore_ascii_case(otype))
+                {
+                    1
+                } else if range == "*/*" {
+                    0
+                } else {
+                    continue;
+                };
+                if best.is_none_or(|(s, _)| spec > s) {
+                    best = Some((spec, q));
+                }
+            }
+            best.map_or(0.0, |(_, q)| q)
+        };
+        let html = quality("text/html");
+        let json = quality("application/json");
+        if html <= 0.0 && json <= 0.0 {
+            ErrorFormat::Plain
+        } else if html >= json {
+            ErrorFormat::Html
+        } else {
+            ErrorFormat::Json
+        }
+    }
+}
+
 fn explanation(s: StatusCode) -> &'static str {
     match s.as_u16() {
         400 => "The server could not comply with the request since it is either malformed or otherwise incorrect.",
@@ -108,6 +197,17 @@ fn explanation(s: StatusCode) -> &'static str {
         415 => "The request media type is not supported by this server.",
         _ => "The server has either erred or is incapable of performing the requested operation.",
     }
+}
+
+fn status_line(s: StatusCode) -> String {
+    format!("{} {}", s.as_u16(), s.canonical_reason().unwrap_or(""))
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 impl From<accel_store::StoreError> for ApiError {

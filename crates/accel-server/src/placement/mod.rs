@@ -33,7 +33,7 @@ use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
-use error::ApiError;
+use error::{ApiError, ErrorFormat};
 use microversion::{Version, VersionError};
 use serde_json::json;
 use std::sync::Arc;
@@ -133,7 +133,15 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
         .to_owned();
     let resp = match result {
         Ok(reply) => absolute_location(reply.into_response(version), &host),
-        Err(e) => error_response(&e, &request_id, Some(version)),
+        Err(e) => {
+            let format =
+                ErrorFormat::negotiate(parts.headers.get("accept").and_then(|v| v.to_str().ok()));
+            match format {
+                ErrorFormat::Json => error_response(&e, &request_id, Some(version)),
+                ErrorFormat::Html => text_error(&e, e.html_body(), "text/html; charset=UTF-8"),
+                ErrorFormat::Plain => text_error(&e, e.plain_body(), "text/plain; charset=UTF-8"),
+            }
+        }
     };
     finish(resp, &request_id, Some(version), &app, origin.as_deref())
 }
@@ -219,6 +227,20 @@ pub fn error_response(e: &ApiError, request_id: &str, version: Option<Version>) 
     }
     err["request_id"] = json!(request_id);
     let mut resp = json_response(e.status, &json!({ "errors": [err] }));
+    for (k, v) in &e.headers {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            resp.headers_mut().insert(*k, v);
+        }
+    }
+    resp
+}
+
+/// An error rendered as HTML or plain text, for clients that did not ask for JSON.
+fn text_error(e: &ApiError, body: String, content_type: &'static str) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = e.status;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static(content_type));
     for (k, v) in &e.headers {
         if let Ok(v) = HeaderValue::from_str(v) {
             resp.headers_mut().insert(*k, v);
