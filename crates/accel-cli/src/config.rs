@@ -15,6 +15,7 @@
 //! randomize_allocation_candidates = false
 //! max_allocation_candidates = 100000
 //! log_format = "text"               # or "json"
+//! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! ```
 //!
 //! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
@@ -58,6 +59,11 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "ACCEL_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// At start-up, report Cyborg's fake device (`HOST_FakeDevice`, 16 TEST_PCI
+    /// handles, FPGA, CUSTOM_FAKE_DEVICE) as an agent on compute node HOST would,
+    /// creating that compute node provider when absent.
+    #[arg(long, env = "ACCEL_FAKE_DEVICES", value_name = "HOST")]
+    pub fake_devices: Option<String>,
 }
 
 /// The configuration file's schema.
@@ -75,6 +81,7 @@ struct FileConfig {
     randomize_allocation_candidates: Option<bool>,
     max_allocation_candidates: Option<usize>,
     log_format: Option<String>,
+    fake_devices: Option<String>,
 }
 
 /// The resolved configuration.
@@ -91,6 +98,8 @@ pub struct ServeConfig {
     pub randomize_allocation_candidates: bool,
     pub max_allocation_candidates: usize,
     pub log_format: String,
+    /// Host whose fake device is reported at start-up, if any.
+    pub fake_devices: Option<String>,
 }
 
 impl ServeConfig {
@@ -137,7 +146,16 @@ impl ServeConfig {
             randomize_allocation_candidates: file.randomize_allocation_candidates.unwrap_or(false),
             max_allocation_candidates: file.max_allocation_candidates.unwrap_or(100_000),
             log_format,
+            fake_devices: args
+                .fake_devices
+                .or(file.fake_devices)
+                .filter(|h| !h.is_empty()),
         };
+        if let Some(host) = &cfg.fake_devices {
+            if host.len() > 200 || host.chars().any(char::is_whitespace) {
+                bail!("fake_devices must be a host name (no spaces, at most 200 characters), not {host:?}");
+            }
+        }
         Ok(cfg)
     }
 
@@ -171,6 +189,20 @@ impl ServeConfig {
 
     pub fn policy(&self) -> anyhow::Result<accel_core::policy::Policy> {
         let mut policy = accel_core::policy::Policy::placement(self.enforce_new_defaults);
+        if let Some(path) = &self.policy_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading policy file {}", path.display()))?;
+            policy = policy
+                .with_overrides_yaml(&text)
+                .with_context(|| format!("invalid policy file {}", path.display()))?;
+        }
+        Ok(policy)
+    }
+
+    /// Cyborg's rules for the accelerator API, with the same policy file applied: an
+    /// operator's file may hold rules for both services (their API rule names differ).
+    pub fn accelerator_policy(&self) -> anyhow::Result<accel_core::policy::Policy> {
+        let mut policy = accel_core::policy::Policy::cyborg(self.enforce_new_defaults);
         if let Some(path) = &self.policy_file {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading policy file {}", path.display()))?;

@@ -8,6 +8,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::sync::Arc;
 
+/// The API renders large JSON documents and decodes many rows per request; glibc's
+/// allocator spent about a quarter of the CPU of a provider listing (perf, see
+/// docs/benchmarks.md), mimalloc a fraction of that.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "accel",
@@ -60,21 +66,41 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         store,
         policy,
         config: cfg.server_config(),
+        placement_index: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
         .await
         .with_context(|| format!("binding the Placement API to {}", cfg.placement_listen))?;
+    let accel_listener = tokio::net::TcpListener::bind(&cfg.accelerator_listen)
+        .await
+        .with_context(|| format!("binding the accelerator API to {}", cfg.accelerator_listen))?;
+    if let Some(host) = &cfg.fake_devices {
+        let s = accel_server::accelerator::agent::report_fake_devices(&state.store, host)
+            .await
+            .with_context(|| format!("reporting the fake devices of host {host}"))?;
+        tracing::info!(host = %host, compute_node_created = s.compute_node_created, "fake devices reported");
+    }
+    let accelerator = accel_server::AcceleratorApi {
+        listener: accel_listener,
+        state: Arc::new(accel_server::accelerator::AccelState {
+            app: state.clone(),
+            policy: cfg.accelerator_policy()?,
+            bind_timeout_secs: 60,
+        }),
+    };
     tracing::info!(
         placement = %listener.local_addr()?,
-        accelerator = %cfg.accelerator_listen,
-        "the accelerator API is not served yet; its address is reserved"
-    );
-    tracing::info!(
-        placement = %listener.local_addr()?,
+        accelerator = %accelerator.listener.local_addr()?,
         database = %cfg.redacted_database(),
         "accel serve ready"
     );
-    accel_server::serve(state.clone(), listener, shutdown_signal()).await?;
+    accel_server::serve(
+        state.clone(),
+        listener,
+        Some(accelerator),
+        shutdown_signal(),
+    )
+    .await?;
     state.store.close().await;
     tracing::info!("accel serve stopped");
     Ok(())

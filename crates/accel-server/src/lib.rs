@@ -1,10 +1,12 @@
-//! The accel API server: the Placement API now, the accelerator API next, sharing one
-//! store, one policy engine and one auth layer.
+//! The accel API server: the Placement API and the accelerator (Cyborg v2) API, each
+//! with its own router, listener and error format, sharing one store, one policy engine
+//! and one auth layer.
 //!
 //! [`serve`] takes already-bound listeners and a shutdown future (tests bind port 0
 //! and read the address back), so nothing here chooses ports or installs signal
 //! handlers.
 
+pub mod accelerator;
 pub mod auth;
 mod cors;
 pub mod jsonschema;
@@ -34,16 +36,39 @@ pub struct AppState {
     pub store: Store,
     pub policy: Policy,
     pub config: ServerConfig,
+    /// The in-memory picture allocation candidates are searched in.
+    pub placement_index: placement::index::Index,
 }
 
-/// Serves the Placement API on `placement` until `shutdown` completes, then drains.
+/// The accelerator API's listener and state, for [`serve`].
+pub struct AcceleratorApi {
+    pub listener: TcpListener,
+    pub state: Arc<accelerator::AccelState>,
+}
+
+/// Serves the Placement API on `placement`, and the accelerator API on its own
+/// listener when given, until `shutdown` completes; then both drain.
 pub async fn serve(
     state: Arc<AppState>,
     placement: TcpListener,
+    accelerator: Option<AcceleratorApi>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = placement::router(state);
-    axum::serve(placement, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    use futures::FutureExt;
+    use std::future::IntoFuture;
+    let shutdown = shutdown.boxed().shared();
+    let placement_app = placement::router(state);
+    let placement_server = axum::serve(placement, placement_app)
+        .with_graceful_shutdown(shutdown.clone())
+        .into_future();
+    match accelerator {
+        None => placement_server.await,
+        Some(api) => {
+            let accel_server = axum::serve(api.listener, accelerator::router(api.state))
+                .with_graceful_shutdown(shutdown)
+                .into_future();
+            let (a, b) = tokio::join!(placement_server, accel_server);
+            a.and(b)
+        }
+    }
 }

@@ -14,6 +14,7 @@
 //! - SQLite write transactions start with `BEGIN IMMEDIATE` so a reader never has to
 //!   upgrade its lock (which SQLite refuses with SQLITE_BUSY instead of waiting).
 
+pub mod accelerator;
 mod error;
 mod migrate;
 pub mod placement;
@@ -41,9 +42,16 @@ pub enum Backend {
 /// Handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Writes (and, on PostgreSQL and in-memory SQLite, reads).
     pool: AnyPool,
+    /// SQLite files only: reader connections. In WAL mode readers run beside the one
+    /// writer and see the last committed state, so reads do not queue behind writes.
+    readers: Option<AnyPool>,
     backend: Backend,
 }
+
+/// Reader connections on a SQLite file (the writer is separate).
+const SQLITE_READERS: u32 = 4;
 
 /// A transaction on the store's connection. Store modules take `&mut Tx`.
 pub type Tx = AnyConnection;
@@ -71,6 +79,7 @@ impl Store {
             )));
         };
         let opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
+        let mut readers = None;
         let pool = match backend {
             // One connection: SQLite has a single writer anyway, and one connection
             // makes `sqlite::memory:` one database rather than one per connection.
@@ -90,6 +99,9 @@ impl Store {
                         sqlx::query("PRAGMA busy_timeout = 10000")
                             .execute(&mut *conn)
                             .await?;
+                        sqlx::query(placement::changes::temp_table_sql(Backend::Sqlite))
+                            .execute(&mut *conn)
+                            .await?;
                         Ok(())
                     })
                 })
@@ -98,12 +110,44 @@ impl Store {
                 .map_err(StoreError::Db)?,
             Backend::Postgres => AnyPoolOptions::new()
                 .max_connections(16)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::query(placement::changes::temp_table_sql(Backend::Postgres))
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
                 .acquire_timeout(Duration::from_secs(30))
                 .connect_with(opts)
                 .await
                 .map_err(StoreError::Db)?,
         };
-        let store = Store { pool, backend };
+        if backend == Backend::Sqlite && !url.starts_with("sqlite::memory:") {
+            let readers_opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
+            readers = Some(
+                AnyPoolOptions::new()
+                    .max_connections(SQLITE_READERS)
+                    .min_connections(0)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::query("PRAGMA busy_timeout = 10000")
+                                .execute(&mut *conn)
+                                .await?;
+                            sqlx::query("PRAGMA query_only = ON")
+                                .execute(&mut *conn)
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_lazy_with(readers_opts),
+            );
+        }
+        let store = Store {
+            pool,
+            readers,
+            backend,
+        };
         migrate::run(&store).await?;
         placement::sync_standards(&store).await?;
         Ok(store)
@@ -126,7 +170,13 @@ impl Store {
             Backend::Postgres => "BEGIN",
         };
         sqlx::query(begin).execute(&mut *conn).await?;
-        let result = f(&mut conn).await;
+        let result = match f(&mut conn).await {
+            // Placement changes are logged inside the transaction they belong to.
+            Ok(v) => placement::changes::flush(&mut conn, self.backend)
+                .await
+                .map(|()| v),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(v) => {
                 sqlx::query("COMMIT").execute(&mut *conn).await?;
@@ -149,8 +199,19 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self.pool.acquire().await?;
-        sqlx::query("BEGIN").execute(&mut *conn).await?;
+        let mut conn = self
+            .readers
+            .as_ref()
+            .unwrap_or(&self.pool)
+            .acquire()
+            .await?;
+        // PostgreSQL's default READ COMMITTED gives each statement its own snapshot;
+        // a read of several queries must see one instant.
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        sqlx::query(begin).execute(&mut *conn).await?;
         let result = f(&mut conn).await;
         if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
             let _ = conn.detach().close().await;
@@ -160,6 +221,9 @@ impl Store {
 
     /// Closes every connection.
     pub async fn close(&self) {
+        if let Some(r) = &self.readers {
+            r.close().await;
+        }
         self.pool.close().await;
     }
 }

@@ -13,11 +13,23 @@ struct Migration {
     postgres: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sqlite: include_str!("../migrations/sqlite/0001_placement.sql"),
-    postgres: include_str!("../migrations/postgres/0001_placement.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sqlite: include_str!("../migrations/sqlite/0001_placement.sql"),
+        postgres: include_str!("../migrations/postgres/0001_placement.sql"),
+    },
+    Migration {
+        version: 2,
+        sqlite: include_str!("../migrations/sqlite/0002_accelerator.sql"),
+        postgres: include_str!("../migrations/postgres/0002_accelerator.sql"),
+    },
+    Migration {
+        version: 3,
+        sqlite: include_str!("../migrations/sqlite/0003_placement_changes.sql"),
+        postgres: include_str!("../migrations/postgres/0003_placement_changes.sql"),
+    },
+];
 
 /// Arbitrary constant naming accel's migration lock.
 const PG_LOCK_KEY: i64 = 0x000a_cce1_0001;

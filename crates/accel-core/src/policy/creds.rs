@@ -33,6 +33,10 @@ pub struct Credentials {
     pub service_project_id: Option<String>,
     pub service_project_domain_id: Option<String>,
     pub service_roles: Vec<String>,
+    /// Cyborg adds `is_admin` (`'admin' in X-Roles`) to the values it enforces with, so
+    /// its legacy rules can say `is_admin:True`; Placement does not (`None`: the key is
+    /// absent and such a check is false).
+    pub is_admin: Option<bool>,
 }
 
 impl Default for Credentials {
@@ -51,6 +55,7 @@ impl Default for Credentials {
             service_project_id: None,
             service_project_domain_id: None,
             service_roles: Vec::new(),
+            is_admin: None,
         }
     }
 }
@@ -103,6 +108,7 @@ impl Credentials {
             "service_project_id" => text(&self.service_project_id),
             "service_project_domain_id" => text(&self.service_project_domain_id),
             "service_roles" => CredValue::List(&self.service_roles),
+            "is_admin" => CredValue::Bool(self.is_admin?),
             _ => return None,
         })
     }

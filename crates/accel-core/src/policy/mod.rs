@@ -15,6 +15,7 @@
 //! * [`enforcer`]: [`Policy`], which merges defaults, deprecated checks and policy
 //!   file overrides and enforces token scope the way oslo.policy 6 does.
 //! * [`placement`]: Placement's rule table and rule-name constants.
+//! * [`cyborg`]: Cyborg's (the accelerator API's) rule table and rule-name constants.
 //!
 //! Everything is pure: the server turns headers into [`Credentials`], builds a
 //! [`Policy`] once at startup (failing fast on a bad policy file) and maps anything but
@@ -22,6 +23,7 @@
 
 pub mod check;
 pub mod creds;
+pub mod cyborg;
 pub mod enforcer;
 pub mod parser;
 pub mod placement;
@@ -41,5 +43,12 @@ impl Policy {
     pub fn placement(enforce_new_defaults: bool) -> Policy {
         Policy::new(placement::RULES.iter().copied(), enforce_new_defaults)
             .expect("the built-in Placement rules parse and have no cycle (tested)")
+    }
+
+    /// Upstream Cyborg's rules (the secure defaults of master) with no policy file;
+    /// `enforce_new_defaults` as for [`Policy::placement`].
+    pub fn cyborg(enforce_new_defaults: bool) -> Policy {
+        Policy::new(cyborg::RULES.iter().copied(), enforce_new_defaults)
+            .expect("the built-in Cyborg rules parse and have no cycle (tested)")
     }
 }

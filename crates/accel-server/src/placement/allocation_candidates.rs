@@ -6,13 +6,14 @@
 //! so an answer is never computed in full only to be truncated.
 
 use super::error::{ApiError, ApiResult, Code};
+use super::index::Prepared;
 use super::{authorize, qs, Reply, Req};
 use crate::jsonschema::pyrepr;
 use crate::AppState;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
-use accel_store::placement::world::{self, World};
+use accel_store::placement::world::World;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const PREFIXES: [&str; 4] = ["resources", "required", "member_of", "in_tree"];
@@ -283,11 +284,8 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, "placement:allocation_candidates:list")?;
     req.validate_query(&schema(&req))?;
     let parsed = parse(&req)?;
-    let world = app
-        .store
-        .read(|tx| Box::pin(async move { world::load(tx).await }))
-        .await?;
-    let body = answer(&app, &req, &parsed, &world)?;
+    let index = app.placement_index.current(&app.store).await?;
+    let body = answer(&app, &req, &parsed, &index)?;
     Ok(Reply::json(body).modified_now())
 }
 
@@ -295,12 +293,9 @@ fn empty() -> Value {
     json!({"allocation_requests": [], "provider_summaries": {}})
 }
 
-fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Value> {
-    let rc_ids: HashMap<&str, i64> = world
-        .rc_names
-        .iter()
-        .map(|(id, n)| (n.as_str(), *id))
-        .collect();
+fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Value> {
+    let world = &index.world;
+    let rc_ids = &index.rc_ids;
     // Unknown resource classes are a 400, checked group by group as upstream does.
     for (_, g) in &p.groups {
         for (rc, _) in &g.resources {
@@ -311,11 +306,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Val
             }
         }
     }
-    let trait_ids: HashMap<&str, i64> = world
-        .trait_names
-        .iter()
-        .map(|(id, n)| (n.as_str(), *id))
-        .collect();
+    let trait_ids = &index.trait_ids;
     let mut unknown: Vec<&str> = p
         .groups
         .iter()
@@ -323,7 +314,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Val
         .chain(p.root_required.iter())
         .chain(p.root_forbidden.iter())
         .map(String::as_str)
-        .filter(|t| !trait_ids.contains_key(t))
+        .filter(|t| !trait_ids.contains_key(*t))
         .collect();
     unknown.sort_unstable();
     unknown.dedup();
@@ -335,56 +326,8 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Val
     }
     let trait_id = |name: &str| -> u32 { trait_ids[name] as u32 };
 
-    // The snapshot: provider index i is world.providers[i].
-    let index: HashMap<i64, u32> = world
-        .providers
-        .iter()
-        .enumerate()
-        .map(|(i, rp)| (rp.id, i as u32))
-        .collect();
-    let providers: Vec<engine::Provider> = world
-        .providers
-        .iter()
-        .map(|rp| engine::Provider {
-            uuid: uuid::Uuid::parse_str(&rp.uuid).unwrap_or_default(),
-            parent: rp
-                .parent_id
-                .and_then(|p| index.get(&p))
-                .map(|&i| ProviderId(i)),
-            root: ProviderId(index.get(&rp.root_id).copied().unwrap_or(0)),
-            inventories: rp
-                .inventories
-                .iter()
-                .map(|inv| engine::Inventory {
-                    rc: inv.rc as u32,
-                    total: inv.total,
-                    reserved: inv.reserved,
-                    min_unit: inv.min_unit,
-                    max_unit: inv.max_unit,
-                    step_size: inv.step_size,
-                    allocation_ratio: inv.allocation_ratio,
-                    used: inv.used,
-                })
-                .collect(),
-            traits: rp.traits.iter().map(|t| *t as u32).collect(),
-            aggregates: rp
-                .aggregates
-                .iter()
-                .filter_map(|a| uuid::Uuid::parse_str(a).ok())
-                .collect(),
-        })
-        .collect();
-    let sharing = trait_ids
-        .get(accel_core::standard::MISC_SHARES_VIA_AGGREGATE)
-        .map(|t| *t as u32);
-    let snapshot = engine::Snapshot::new(providers, sharing)
-        .map_err(|e| ApiError::internal(format!("inconsistent provider trees: {e:?}")))?;
-    let by_uuid: HashMap<&str, u32> = world
-        .providers
-        .iter()
-        .enumerate()
-        .map(|(i, rp)| (rp.uuid.as_str(), i as u32))
-        .collect();
+    let snapshot = &index.snapshot;
+    let by_uuid = &index.by_uuid;
 
     let mut groups = Vec::new();
     for (suffix, g) in &p.groups {
@@ -449,7 +392,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, world: &World) -> ApiResult<Val
     } else {
         app.config.max_allocation_candidates
     };
-    let outcome = engine::search(&snapshot, &request, cap);
+    let outcome = engine::search(snapshot, &request, cap);
     Ok(render(req, p, world, &outcome))
 }
 

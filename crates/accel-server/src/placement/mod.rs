@@ -10,6 +10,7 @@
 //! route newer than the requested microversion answers 404.
 
 pub mod error;
+pub mod index;
 pub mod microversion;
 mod qs;
 mod request;

@@ -147,6 +147,9 @@ pub fn content_type(headers: &HeaderMap) -> String {
 pub struct Reply {
     pub status: StatusCode,
     pub body: Option<Value>,
+    /// An already serialised JSON body (large listings serialise typed views
+    /// straight to bytes instead of building a `Value` tree first).
+    pub raw: Option<Vec<u8>>,
     pub headers: Vec<(&'static str, String)>,
     /// Seconds since the epoch; rendered as `last-modified` (with `cache-control:
     /// no-cache`) from 1.15.
@@ -158,14 +161,22 @@ impl Reply {
         Reply {
             status: StatusCode::OK,
             body: Some(body),
+            raw: None,
             headers: Vec::new(),
             last_modified: None,
         }
+    }
+    /// A 200 whose body is `view` serialised directly.
+    pub fn serialized(view: &impl serde::Serialize) -> Result<Self, serde_json::Error> {
+        let mut r = Self::status(StatusCode::OK);
+        r.raw = Some(serde_json::to_vec(view)?);
+        Ok(r)
     }
     pub fn status(status: StatusCode) -> Self {
         Reply {
             status,
             body: None,
+            raw: None,
             headers: Vec::new(),
             last_modified: None,
         }
@@ -191,9 +202,16 @@ impl Reply {
     }
 
     pub fn into_response(self, version: Version) -> Response<Body> {
-        let mut resp = match &self.body {
-            Some(b) => super::json_response(self.status, b),
-            None => {
+        let mut resp = match (&self.body, self.raw) {
+            (Some(b), _) => super::json_response(self.status, b),
+            (None, Some(raw)) => {
+                let mut r = Response::new(Body::from(raw));
+                *r.status_mut() = self.status;
+                r.headers_mut()
+                    .insert("content-type", HeaderValue::from_static("application/json"));
+                r
+            }
+            (None, None) => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = self.status;
                 r

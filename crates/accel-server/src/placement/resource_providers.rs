@@ -14,34 +14,92 @@ pub(crate) fn provider_url(uuid: &str) -> String {
     format!("/resource_providers/{uuid}")
 }
 
+/// A provider as upstream serialises it at a microversion: a typed view, serialised
+/// straight to bytes for listings (no intermediate `Value` per provider).
+pub(crate) struct ProviderView<'a> {
+    rp: &'a Provider,
+    /// Link relations after `self`.
+    rels: &'static [&'static str],
+    nested: bool,
+}
+
+impl<'a> ProviderView<'a> {
+    pub(crate) fn new(req: &Req, rp: &'a Provider) -> Self {
+        const RELS: [&str; 5] = [
+            "inventories",
+            "usages",
+            "aggregates",
+            "traits",
+            "allocations",
+        ];
+        let n = if req.mv(11) {
+            5
+        } else if req.mv(6) {
+            4
+        } else if req.mv(1) {
+            3
+        } else {
+            2
+        };
+        ProviderView {
+            rp,
+            rels: &RELS[..n],
+            nested: req.mv(14),
+        }
+    }
+}
+
+struct Links<'a>(&'a str, &'static [&'static str]);
+
+impl serde::Serialize for Links<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Link<'a>(&'a str, Option<&'a str>);
+        impl serde::Serialize for Link<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("rel", self.1.unwrap_or("self"))?;
+                match self.1 {
+                    None => {
+                        m.serialize_entry("href", &format_args!("/resource_providers/{}", self.0))?
+                    }
+                    Some(rel) => m.serialize_entry(
+                        "href",
+                        &format_args!("/resource_providers/{}/{rel}", self.0),
+                    )?,
+                }
+                m.end()
+            }
+        }
+        let mut seq = s.serialize_seq(Some(1 + self.1.len()))?;
+        seq.serialize_element(&Link(self.0, None))?;
+        for rel in self.1 {
+            seq.serialize_element(&Link(self.0, Some(rel)))?;
+        }
+        seq.end()
+    }
+}
+
+impl serde::Serialize for ProviderView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let rp = self.rp;
+        let mut m = s.serialize_map(Some(if self.nested { 6 } else { 4 }))?;
+        m.serialize_entry("uuid", &rp.uuid)?;
+        m.serialize_entry("name", &rp.name)?;
+        m.serialize_entry("generation", &rp.generation)?;
+        m.serialize_entry("links", &Links(&rp.uuid, self.rels))?;
+        if self.nested {
+            m.serialize_entry("parent_provider_uuid", &rp.parent_uuid)?;
+            m.serialize_entry("root_provider_uuid", &rp.root_uuid)?;
+        }
+        m.end()
+    }
+}
+
 /// A provider as upstream serialises it at `req`'s microversion.
 pub(crate) fn render(req: &Req, rp: &Provider) -> Value {
-    let url = provider_url(&rp.uuid);
-    let mut links = vec![json!({"rel": "self", "href": url})];
-    let mut rels = vec!["inventories", "usages"];
-    if req.mv(1) {
-        rels.push("aggregates");
-    }
-    if req.mv(6) {
-        rels.push("traits");
-    }
-    if req.mv(11) {
-        rels.push("allocations");
-    }
-    for rel in rels {
-        links.push(json!({"rel": rel, "href": format!("{url}/{rel}")}));
-    }
-    let mut v = json!({
-        "uuid": rp.uuid,
-        "name": rp.name,
-        "generation": rp.generation,
-        "links": links,
-    });
-    if req.mv(14) {
-        v["parent_provider_uuid"] = json!(rp.parent_uuid);
-        v["root_provider_uuid"] = json!(rp.root_uuid);
-    }
-    v
+    serde_json::to_value(ProviderView::new(req, rp)).unwrap_or(Value::Null)
 }
 
 fn post_schema(req: &Req, with_uuid: bool) -> Value {
@@ -283,6 +341,14 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         })
         .await?;
     let modified = rps.iter().map(|r| r.modified).max().unwrap_or(modified_now);
-    let out: Vec<Value> = rps.iter().map(|rp| render(&req, rp)).collect();
-    Ok(Reply::json(json!({ "resource_providers": out })).modified(modified))
+    #[derive(serde::Serialize)]
+    struct List<'a> {
+        resource_providers: Vec<ProviderView<'a>>,
+    }
+    let list = List {
+        resource_providers: rps.iter().map(|rp| ProviderView::new(&req, rp)).collect(),
+    };
+    Ok(Reply::serialized(&list)
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .modified(modified))
 }

@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 pub struct TestApp {
     pub base: String,
+    pub state: Arc<AppState>,
     pub client: reqwest::Client,
     _shutdown: oneshot::Sender<()>,
 }
@@ -40,18 +41,30 @@ impl TestApp {
             Backend::Sqlite => accel_store::testing::sqlite().await,
             Backend::Postgres => accel_store::testing::postgres().await,
         };
+        Self::spawn_on(store, config, new_defaults).await
+    }
+
+    /// A server on an existing store (several servers on one database are replicas).
+    pub async fn spawn_on(
+        store: accel_store::Store,
+        config: ServerConfig,
+        new_defaults: bool,
+    ) -> TestApp {
         let state = Arc::new(AppState {
             store,
             policy: accel_core::policy::Policy::placement(new_defaults),
             config,
+            placement_index: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(accel_server::serve(state, listener, async {
+        let state_ref = state.clone();
+        tokio::spawn(accel_server::serve(state, listener, None, async {
             let _ = rx.await;
         }));
         TestApp {
+            state: state_ref,
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),
             _shutdown: tx,

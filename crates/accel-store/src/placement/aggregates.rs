@@ -74,6 +74,7 @@ pub async fn set_for_provider(
         .execute(&mut *tx)
         .await?;
     }
+    super::changes::touch(tx, &[rp.id]).await?;
     if bump {
         providers::bump_generation(tx, rp.id, rp.generation).await
     } else {

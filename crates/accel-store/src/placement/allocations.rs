@@ -513,6 +513,7 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<()> {
     for i in items {
         let uuid = &prepared.consumers[i.consumer].row.uuid;
         if cleared.insert(uuid.clone()) {
+            super::changes::touch_consumer_providers(tx, uuid).await?;
             sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
                 .bind(uuid)
                 .execute(&mut *tx)
@@ -697,6 +698,7 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
     if ids.is_empty() {
         return Ok(false);
     }
+    super::changes::touch_consumer_providers(tx, consumer_uuid).await?;
     let sql = format!(
         "DELETE FROM allocations WHERE id IN ({})",
         placeholders(1, ids.len())
@@ -831,27 +833,38 @@ pub async fn totals(
     user_id: Option<&str>,
     filter: &TypeFilter,
 ) -> Result<Vec<TotalUsage>, StoreError> {
-    let mut from = "FROM allocations a \
-         JOIN consumers c ON c.uuid = a.consumer_id \
-         JOIN projects p ON p.id = c.project_id \
-         JOIN users u ON u.id = c.user_id \
-         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
-         JOIN resource_classes rc ON rc.id = a.resource_class_id \
-         WHERE p.external_id = $1"
-        .to_owned();
+    // The consumer filter, shared by the sums (over allocations) and the consumer
+    // counts (over consumers that hold any allocation: counting from `consumers` with
+    // an EXISTS probe is half the work of COUNT(DISTINCT) over the allocation join).
+    let mut filter_sql = " WHERE p.external_id = $1".to_owned();
     let mut args: Vec<String> = vec![project_id.to_owned()];
     if let Some(u) = user_id {
         args.push(u.to_owned());
-        from.push_str(&format!(" AND u.external_id = ${}", args.len()));
+        filter_sql.push_str(&format!(" AND u.external_id = ${}", args.len()));
     }
     match filter {
         TypeFilter::ByType(Some(t)) => {
             args.push(t.clone());
-            from.push_str(&format!(" AND ct.name = ${}", args.len()));
+            filter_sql.push_str(&format!(" AND ct.name = ${}", args.len()));
         }
-        TypeFilter::Unknown => from.push_str(" AND c.consumer_type_id IS NULL"),
+        TypeFilter::Unknown => filter_sql.push_str(" AND c.consumer_type_id IS NULL"),
         _ => {}
     }
+    let from = format!(
+        "FROM allocations a \
+         JOIN consumers c ON c.uuid = a.consumer_id \
+         JOIN projects p ON p.id = c.project_id \
+         JOIN users u ON u.id = c.user_id \
+         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
+         JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
+    );
+    let consumers_from = format!(
+        "FROM consumers c \
+         JOIN projects p ON p.id = c.project_id \
+         JOIN users u ON u.id = c.user_id \
+         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
+         AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
+    );
     match filter {
         TypeFilter::Ungrouped | TypeFilter::All | TypeFilter::Unknown => {
             let rows = fetch(
@@ -871,7 +884,7 @@ pub async fn totals(
             let count: i64 = if key.is_some() {
                 let r = fetch(
                     tx,
-                    format!("SELECT COUNT(DISTINCT a.consumer_id) {from}"),
+                    format!("SELECT COUNT(*) {consumers_from}"),
                     args.clone(),
                 )
                 .await?;
@@ -886,7 +899,7 @@ pub async fn totals(
         TypeFilter::ByType(_) => {
             let counts = fetch(
                 tx,
-                format!("SELECT ct.name, COUNT(DISTINCT a.consumer_id) {from} GROUP BY ct.name"),
+                format!("SELECT ct.name, COUNT(*) {consumers_from} GROUP BY ct.name"),
                 args.clone(),
             )
             .await?;

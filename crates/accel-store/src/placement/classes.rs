@@ -91,6 +91,7 @@ pub async fn create(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError
         .await?
         .rows_affected();
         if n == 1 {
+            super::changes::touch_names(tx).await?;
             return Ok(ResourceClass {
                 id,
                 name: name.to_owned(),
@@ -138,6 +139,7 @@ pub async fn rename(
         .bind(rc.id)
         .execute(&mut *tx)
         .await?;
+    super::changes::touch_names(tx).await?;
     Ok(ResourceClass {
         id: rc.id,
         name: new_name.to_owned(),
@@ -175,5 +177,5 @@ pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
     if n != 1 {
         return Err(not_found(name));
     }
-    Ok(())
+    super::changes::touch_names(tx).await
 }

@@ -7,6 +7,7 @@
 
 pub mod aggregates;
 pub mod allocations;
+pub mod changes;
 pub mod classes;
 pub mod inventories;
 pub mod lookup;
@@ -46,7 +47,7 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
                     .execute(&mut *tx)
                     .await?;
                 }
-                Ok(())
+                changes::touch_names(tx).await
             })
         })
         .await

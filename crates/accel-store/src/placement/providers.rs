@@ -4,6 +4,7 @@
 //! tree queries are one indexed lookup. Re-parenting (1.37) rewrites the root of the
 //! whole moved subtree in the same transaction.
 
+use super::changes;
 use crate::{placeholders, Conflict, StoreError, Tx};
 use sqlx::Row;
 
@@ -123,6 +124,7 @@ pub async fn create(
             .execute(&mut *tx)
             .await?;
     }
+    changes::touch(tx, &[id]).await?;
     require(tx, uuid).await
 }
 
@@ -158,6 +160,7 @@ pub async fn update(
         .bind(rp.id)
         .execute(&mut *tx)
         .await?;
+    changes::touch(tx, &[rp.id]).await?;
     let new_parent = match parent {
         ParentChange::Keep => None,
         ParentChange::Clear => Some(None),
@@ -190,6 +193,7 @@ pub async fn update(
             .bind(rp.id)
             .execute(&mut *tx)
             .await?;
+            changes::touch(tx, &subtree).await?;
             if !subtree.is_empty() {
                 let sql = format!(
                     "UPDATE resource_providers SET root_provider_id = $1 WHERE id IN ({})",
@@ -270,7 +274,7 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
             rp.uuid
         )));
     }
-    Ok(())
+    changes::touch(tx, &[rp.id]).await
 }
 
 /// Compare-and-swap on a provider's generation: succeeds only if it is still
@@ -292,6 +296,7 @@ pub async fn bump_generation(tx: &mut Tx, id: i64, expected: i64) -> Result<i64,
             "resource provider generation conflict",
         ));
     }
+    changes::touch(tx, &[id]).await?;
     Ok(expected + 1)
 }
 

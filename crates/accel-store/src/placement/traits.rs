@@ -108,6 +108,9 @@ pub async fn ensure(tx: &mut Tx, name: &str) -> Result<(Trait, bool), StoreError
             .await?
             .rows_affected();
     let t = get(tx, name).await?.ok_or_else(|| not_found(name))?;
+    if n == 1 {
+        super::changes::touch_names(tx).await?;
+    }
     Ok((t, n == 1))
 }
 
@@ -141,7 +144,7 @@ pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
     if n != 1 {
         return Err(not_found(name));
     }
-    Ok(())
+    super::changes::touch_names(tx).await
 }
 
 /// The traits of one provider, sorted by name.

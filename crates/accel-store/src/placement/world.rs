@@ -5,7 +5,7 @@
 //! search sees one instant of the database. Claims never trust this picture: they
 //! re-check capacity inside their own write transaction.
 
-use crate::{StoreError, Tx};
+use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -40,15 +40,72 @@ pub struct World {
     pub trait_names: HashMap<i64, String>,
 }
 
+/// Loads every provider and the name maps.
 pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
+    let providers = load_providers(tx, None).await?;
+    let (rc_names, trait_names) = load_names(tx).await?;
+    Ok(World {
+        providers,
+        rc_names,
+        trait_names,
+    })
+}
+
+/// Resource class and trait names by id.
+pub async fn load_names(
+    tx: &mut Tx,
+) -> Result<(HashMap<i64, String>, HashMap<i64, String>), StoreError> {
+    let rc_names = super::lookup::resource_class_names(tx).await?;
+    let mut trait_names = HashMap::new();
+    for r in sqlx::query("SELECT id, name FROM traits")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        trait_names.insert(r.try_get::<i64, _>("id")?, r.try_get::<String, _>("name")?);
+    }
+    Ok((rc_names, trait_names))
+}
+
+/// Largest `IN (...)` list per query when loading only some providers.
+const CHUNK: usize = 500;
+
+/// Loads the providers with the given ids (those that still exist), or every provider
+/// when `ids` is `None`; ordered by id.
+pub async fn load_providers(
+    tx: &mut Tx,
+    ids: Option<&[i64]>,
+) -> Result<Vec<WorldProvider>, StoreError> {
+    match ids {
+        None => load_where(tx, None).await,
+        Some(ids) => {
+            let mut out = Vec::new();
+            for chunk in ids.chunks(CHUNK) {
+                out.extend(load_where(tx, Some(chunk)).await?);
+            }
+            out.sort_unstable_by_key(|p| p.id);
+            Ok(out)
+        }
+    }
+}
+
+/// The five queries, optionally restricted to `ids` (`col IN ($1, ...)`).
+async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvider>, StoreError> {
+    let only = |col: &str, joiner: &str| match ids {
+        None => String::new(),
+        Some(ids) => format!(" {joiner} {col} IN ({})", placeholders(1, ids.len())),
+    };
     let mut providers: Vec<WorldProvider> = Vec::new();
     let mut index: HashMap<i64, usize> = HashMap::new();
-    for r in sqlx::query(
-        "SELECT id, uuid, parent_provider_id, root_provider_id FROM resource_providers ORDER BY id",
+    let rows = run(
+        tx,
+        format!(
+            "SELECT id, uuid, parent_provider_id, root_provider_id FROM resource_providers{} ORDER BY id",
+            only("id", "WHERE")
+        ),
+        ids,
     )
-    .fetch_all(&mut *tx)
-    .await?
-    {
+    .await?;
+    for r in rows {
         let id: i64 = r.try_get("id")?;
         index.insert(id, providers.len());
         providers.push(WorldProvider {
@@ -61,12 +118,19 @@ pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
             aggregates: Vec::new(),
         });
     }
+    if providers.is_empty() {
+        return Ok(providers);
+    }
     let mut used: HashMap<(i64, i64), i64> = HashMap::new();
-    for r in sqlx::query(
-        "SELECT resource_provider_id, resource_class_id, CAST(SUM(used) AS BIGINT) AS used \
-         FROM allocations GROUP BY resource_provider_id, resource_class_id",
+    for r in run(
+        tx,
+        format!(
+            "SELECT resource_provider_id, resource_class_id, CAST(SUM(used) AS BIGINT) AS used \
+             FROM allocations{} GROUP BY resource_provider_id, resource_class_id",
+            only("resource_provider_id", "WHERE")
+        ),
+        ids,
     )
-    .fetch_all(&mut *tx)
     .await?
     {
         used.insert(
@@ -77,11 +141,15 @@ pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
             r.try_get("used")?,
         );
     }
-    for r in sqlx::query(
-        "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
-         step_size, allocation_ratio FROM inventories ORDER BY resource_provider_id, resource_class_id",
+    for r in run(
+        tx,
+        format!(
+            "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
+             step_size, allocation_ratio FROM inventories{} ORDER BY resource_provider_id, resource_class_id",
+            only("resource_provider_id", "WHERE")
+        ),
+        ids,
     )
-    .fetch_all(&mut *tx)
     .await?
     {
         let rp: i64 = r.try_get("resource_provider_id")?;
@@ -99,20 +167,32 @@ pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
             });
         }
     }
-    for r in sqlx::query("SELECT resource_provider_id, trait_id FROM resource_provider_traits")
-        .fetch_all(&mut *tx)
-        .await?
+    for r in run(
+        tx,
+        format!(
+            "SELECT resource_provider_id, trait_id FROM resource_provider_traits{} \
+             ORDER BY resource_provider_id, trait_id",
+            only("resource_provider_id", "WHERE")
+        ),
+        ids,
+    )
+    .await?
     {
         let rp: i64 = r.try_get("resource_provider_id")?;
         if let Some(&i) = index.get(&rp) {
             providers[i].traits.push(r.try_get("trait_id")?);
         }
     }
-    for r in sqlx::query(
-        "SELECT rpa.resource_provider_id, pa.uuid FROM resource_provider_aggregates rpa \
-         JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id",
+    for r in run(
+        tx,
+        format!(
+            "SELECT rpa.resource_provider_id, pa.uuid FROM resource_provider_aggregates rpa \
+             JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id{} \
+             ORDER BY rpa.resource_provider_id, pa.id",
+            only("rpa.resource_provider_id", "WHERE")
+        ),
+        ids,
     )
-    .fetch_all(&mut *tx)
     .await?
     {
         let rp: i64 = r.try_get("resource_provider_id")?;
@@ -120,17 +200,17 @@ pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
             providers[i].aggregates.push(r.try_get("uuid")?);
         }
     }
-    let rc_names = super::lookup::resource_class_names(tx).await?;
-    let mut trait_names = HashMap::new();
-    for r in sqlx::query("SELECT id, name FROM traits")
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        trait_names.insert(r.try_get::<i64, _>("id")?, r.try_get::<String, _>("name")?);
+    Ok(providers)
+}
+
+async fn run(
+    tx: &mut Tx,
+    sql: String,
+    ids: Option<&[i64]>,
+) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
+    let mut q = sqlx::query(&sql);
+    for id in ids.unwrap_or(&[]) {
+        q = q.bind(*id);
     }
-    Ok(World {
-        providers,
-        rc_names,
-        trait_names,
-    })
+    Ok(q.fetch_all(&mut *tx).await?)
 }

@@ -1,0 +1,16 @@
+//! The accelerator (Cyborg) domain: device profiles and accelerator requests (ARQs).
+//!
+//! Pure rules only: what a valid profile group is, how many ARQs a group asks for, which
+//! ARQ state may follow which, what a host's hardware report holds. The server turns wire JSON into these types once, at the
+//! edge; the store persists them.
+
+pub mod arq;
+pub mod device;
+pub mod profile;
+
+pub use arq::ArqState;
+pub use device::{
+    fake_device, AttachType, DeviceStatus, DeviceType, ReportedDeployable, ReportedDevice,
+    ReportedHandle,
+};
+pub use profile::{DeviceProfile, Group, ProfileError};

@@ -1,0 +1,145 @@
+//! How hardware records get in: an agent's report over HTTP
+//! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), and the built-in fake
+//! source ([`report_fake_devices`]) that reports what Cyborg's fake driver would.
+//!
+//! Upstream agents report over RPC to the conductor; this endpoint is accel's. The
+//! body is the host's full device list in upstream's `DriverDevice` shape:
+//!
+//! ```json
+//! {"devices": [{"type": "FPGA", "vendor": "0xABCD", "model": "m",
+//!   "std_board_info": "{...}", "vendor_board_info": "...",
+//!   "controlpath_id": {"cpid_type": "PCI", "cpid_info": "{...}"},
+//!   "deployables": [{"name": "host_FakeDevice", "num_accelerators": 16, "driver_name": "fake",
+//!     "attributes": [{"key": "rc", "value": "FPGA"}],
+//!     "attach_handles": [{"attach_type": "TEST_PCI", "attach_info": "{...}", "in_use": false}]}]}]}
+//! ```
+
+use super::error::{AccelError, AccelResult};
+use super::{json_reply, AccelState, Ctx};
+use accel_core::accelerator::{
+    fake_device, AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
+};
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::report::{self, Summary};
+use accel_store::{Store, StoreError};
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+/// Reports Cyborg's fake device for `host` (creating the compute node provider when it
+/// is absent), as an agent on that host would at start-up.
+pub async fn report_fake_devices(store: &Store, host: &str) -> Result<Summary, StoreError> {
+    let host = host.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(
+                async move { report::replace_host(tx, &host, &[fake_device(&host)], true).await },
+            )
+        })
+        .await
+}
+
+fn bad(what: impl std::fmt::Display) -> AccelError {
+    AccelError::bad_request(format!("Invalid device report: {what}"))
+}
+
+fn text(v: &Value, key: &str) -> AccelResult<String> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| bad(format!("{key} must be a string")))
+}
+
+fn opt_text(v: &Value, key: &str) -> AccelResult<Option<String>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(bad(format!("{key} must be a string or null"))),
+    }
+}
+
+fn list<'a>(v: &'a Value, key: &str) -> AccelResult<&'a [Value]> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(bad(format!("{key} must be a list"))),
+    }
+}
+
+fn parse_device(v: &Value) -> AccelResult<ReportedDevice> {
+    let ty = text(v, "type")?;
+    let device_type =
+        DeviceType::parse(&ty).ok_or_else(|| bad(format!("unknown device type {ty}")))?;
+    let cpid = v
+        .get("controlpath_id")
+        .ok_or_else(|| bad("controlpath_id is required"))?;
+    let deployables = list(v, "deployables")?
+        .iter()
+        .map(|d| {
+            let attributes = list(d, "attributes")?
+                .iter()
+                .map(|a| Ok((text(a, "key")?, text(a, "value")?)))
+                .collect::<AccelResult<_>>()?;
+            let attach_handles = list(d, "attach_handles")?
+                .iter()
+                .map(|h| {
+                    let t = text(h, "attach_type")?;
+                    Ok(ReportedHandle {
+                        attach_type: AttachType::parse(&t)
+                            .ok_or_else(|| bad(format!("unknown attach type {t}")))?,
+                        attach_info: text(h, "attach_info")?,
+                        in_use: h.get("in_use").and_then(Value::as_bool).unwrap_or(false),
+                    })
+                })
+                .collect::<AccelResult<_>>()?;
+            Ok(ReportedDeployable {
+                name: text(d, "name")?,
+                num_accelerators: d
+                    .get("num_accelerators")
+                    .and_then(Value::as_i64)
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| bad("num_accelerators must be a non-negative integer"))?,
+                driver_name: opt_text(d, "driver_name")?,
+                attributes,
+                attach_handles,
+            })
+        })
+        .collect::<AccelResult<_>>()?;
+    Ok(ReportedDevice {
+        device_type,
+        vendor: text(v, "vendor")?,
+        model: text(v, "model")?,
+        std_board_info: opt_text(v, "std_board_info")?,
+        vendor_board_info: opt_text(v, "vendor_board_info")?,
+        cpid_type: text(cpid, "cpid_type")?,
+        cpid_info: text(cpid, "cpid_info")?,
+        deployables,
+    })
+}
+
+pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let body = ctx.json_body()?;
+    let devices = list(&body, "devices")?
+        .iter()
+        .map(parse_device)
+        .collect::<AccelResult<Vec<_>>>()?;
+    let h = host.to_owned();
+    let s = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(async move { report::replace_host(tx, &h, &devices, false).await })
+        })
+        .await?;
+    Ok(json_reply(
+        StatusCode::OK,
+        &json!({
+            "hostname": host,
+            "devices_added": s.devices_added,
+            "devices_removed": s.devices_removed,
+            "devices_kept": s.devices_kept,
+        }),
+    ))
+}

@@ -1,0 +1,366 @@
+//! `/v2/accelerator_requests`: create from a profile, list, show, bind/unbind (PATCH),
+//! delete.
+//!
+//! Visibility is the store's [`accel_store::accelerator::Scope`]: a project sees only
+//! its ARQs, an admin all. Bind, unbind, delete by instance and deletion of a bound ARQ
+//! need a service token (Nova's), as upstream master requires since CVE-2026-40214.
+//!
+//! A bind is validated with upstream's patch rules and recorded durably: the ARQ moves
+//! `Initial|Unbound → BindStarted` and a `bind_jobs` row (deadline = now +
+//! `bind_timeout`) is written in the same transaction before `202`. Performing the job
+//! (attach-handle allocation, programming, the Nova event) is the bind worker's part and
+//! not done here yet: such an ARQ stays `BindStarted`.
+
+use super::error::{AccelError, AccelResult};
+use super::microversion::Version;
+use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::arqs::{self, Arq, Binding, Filter};
+use accel_store::accelerator::{hardware, profiles};
+use accel_store::StoreError;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+fn service_token_required() -> AccelError {
+    AccelError::forbidden(
+        "This operation requires a service token. Use the Compute API to manage instance accelerators.",
+    )
+}
+
+fn reply_list(ctx: &Ctx, status: StatusCode, list: &[Arq]) -> Response<Body> {
+    let arqs: Vec<Value> = list.iter().map(|a| render::arq(ctx, a)).collect();
+    json_reply(status, &json!({ "arqs": arqs }))
+}
+
+pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ARQ_CREATE)?;
+    ctx.only_params(&[])?;
+    let body = ctx.json_body()?;
+    let obj = body
+        .as_object()
+        .ok_or_else(|| AccelError::bad_request("The request body must be a JSON object."))?;
+    let name = match obj.get("device_profile_name") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => {
+            return Err(AccelError::bad_request("DeviceProfile name needed."))
+        }
+        Some(_) => {
+            return Err(AccelError::bad_request(
+                "device_profile_name must be a string.",
+            ))
+        }
+    };
+    let group = match obj.get("device_profile_group_id") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                .ok_or_else(|| {
+                    AccelError::bad_request(
+                        "device_profile_group_id must be a non-negative integer.",
+                    )
+                })? as usize,
+        ),
+    };
+    let project = ctx.creds.project_id().map(str::to_owned);
+    let created = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let profile = profiles::by_name(tx, &name).await?.ok_or_else(|| {
+                    StoreError::NotFound(format!("Device Profile not found with name={name}"))
+                })?;
+                if let Some(g) = group {
+                    if g >= profile.groups.len() {
+                        return Err(StoreError::Invalid(format!(
+                            "Device profile {name} has no group {g}."
+                        )));
+                    }
+                }
+                arqs::create_for_profile(tx, &profile, group, project.as_deref()).await
+            })
+        })
+        .await?;
+    Ok(reply_list(ctx, StatusCode::CREATED, &created))
+}
+
+pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ARQ_GET_ALL)?;
+    ctx.only_params(&["bind_state", "instance"])?;
+    let instance = ctx.param("instance").map(str::to_owned);
+    if let Some(i) = &instance {
+        require_uuid(i)?;
+    }
+    let resolved = match ctx.param("bind_state") {
+        None => false,
+        Some("resolved") => true,
+        // Upstream: ARQBadState, a 500.
+        Some(other) => {
+            return Err(AccelError::bad_request(format!(
+                "Bad state: {other} for ARQ: None. Expected state(s): ['resolved']"
+            )))
+        }
+    };
+    let scope = ctx.scope();
+    let found = st
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                if let (Some(i), true) = (&instance, resolved) {
+                    if arqs::unresolved_for_instance(tx, &scope, i).await? > 0 {
+                        return Ok(None);
+                    }
+                }
+                let f = Filter {
+                    instance,
+                    resolved_only: resolved,
+                };
+                Ok(Some(arqs::list(tx, &scope, &f).await?))
+            })
+        })
+        .await?;
+    match found {
+        None => Err(AccelError::locked()),
+        Some(list) => Ok(reply_list(ctx, StatusCode::OK, &list)),
+    }
+}
+
+pub async fn show(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ARQ_GET_ONE)?;
+    ctx.only_params(&[])?;
+    require_uuid(uuid)?;
+    let (scope, u) = (ctx.scope(), uuid.to_owned());
+    let arq = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { arqs::require(tx, &scope, &u).await }))
+        .await?;
+    Ok(json_reply(StatusCode::OK, &render::arq(ctx, &arq)))
+}
+
+/// `?arqs=u1,u2` (or the uuid in the path) or `?instance=`, exactly one of them.
+pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ARQ_DELETE)?;
+    ctx.only_params(&["arqs", "instance"])?;
+    let list = id.or(ctx.param("arqs")).filter(|s| !s.is_empty());
+    let instance = ctx.param("instance").filter(|s| !s.is_empty());
+    let scope = ctx.scope();
+    match (list, instance) {
+        (Some(list), None) => {
+            let uuids: Vec<String> = list.split(',').map(str::to_owned).collect();
+            let (sc, us) = (scope.clone(), uuids.clone());
+            let found = st
+                .app
+                .store
+                .read(move |tx| {
+                    Box::pin(async move {
+                        let mut out = Vec::with_capacity(us.len());
+                        for u in &us {
+                            out.push(arqs::require(tx, &sc, u).await?);
+                        }
+                        Ok(out)
+                    })
+                })
+                .await?;
+            // Once bound, only Nova (with its service token) may delete an ARQ.
+            if let (Some(arq), false) = (
+                found.iter().find(|a| a.instance_uuid.is_some()),
+                ctx.is_service,
+            ) {
+                return Err(AccelError::forbidden(format!(
+                    "ARQ {} is bound to instance {}. Use the Compute API to manage instance accelerators.",
+                    arq.uuid,
+                    arq.instance_uuid.as_deref().unwrap_or_default()
+                )));
+            }
+            st.app
+                .store
+                .write(move |tx| Box::pin(async move { arqs::delete_by_uuids(tx, &scope, &uuids).await }))
+                .await?;
+        }
+        (None, Some(instance)) => {
+            require_uuid(instance)?;
+            if !ctx.is_service {
+                return Err(service_token_required());
+            }
+            let i = instance.to_owned();
+            st.app
+                .store
+                .write(move |tx| Box::pin(async move { arqs::delete_by_instance(tx, &scope, &i).await }))
+                .await?;
+        }
+        // Upstream: ObjectActionError, a 500.
+        _ => {
+            return Err(AccelError::bad_request(
+                "Object action delete failed because: Provide either an ARQ uuid list or an instance UUID",
+            ))
+        }
+    }
+    Ok(empty_reply(StatusCode::NO_CONTENT))
+}
+
+/// One ARQ's validated patch.
+enum Op {
+    Bind(Binding),
+    Unbind,
+}
+
+/// Upstream's `_validate_arq_patch`: all ops add or all remove; paths limited to
+/// hostname, device_rp_uuid, instance_uuid and (2.1+, admin only) project_id; an add
+/// needs the first three.
+fn validate(ctx: &Ctx, patch: &Value) -> AccelResult<Op> {
+    let ops = patch
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| AccelError::patch("A patch must be a non-empty list of operations"))?;
+    let mut parsed = Vec::with_capacity(ops.len());
+    for op in ops {
+        let o = op
+            .as_object()
+            .ok_or_else(|| AccelError::patch("Every operation must be an object"))?;
+        let kind = o.get("op").and_then(Value::as_str).unwrap_or("");
+        let path = o
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| AccelError::patch("Every operation needs a path"))?;
+        parsed.push((kind, path, o.get("value")));
+    }
+    let add = parsed.iter().all(|(k, _, _)| *k == "add");
+    if !add && !parsed.iter().all(|(k, _, _)| *k == "remove") {
+        return Err(AccelError::patch("Every op must be add or remove"));
+    }
+    let mut fields: Vec<(&str, Option<String>)> = vec![
+        ("hostname", None),
+        ("device_rp_uuid", None),
+        ("instance_uuid", None),
+    ];
+    let allow_project = ctx.version >= Version::PROJECT_ID;
+    if allow_project {
+        fields.push(("project_id", None));
+    }
+    for (_, path, value) in &parsed {
+        let name = path.trim_start_matches('/');
+        if name == "project_id" {
+            if !allow_project {
+                return Err(AccelError::not_acceptable(format!(
+                    "Request not acceptable. The minimal required API version should be {}",
+                    Version::PROJECT_ID
+                )));
+            }
+            if !ctx.is_admin {
+                return Err(AccelError::denied(rules::ARQ_UPDATE));
+            }
+        }
+        let slot = fields
+            .iter_mut()
+            .find(|(f, _)| *f == name)
+            .ok_or_else(|| AccelError::patch(format!("Invalid path in patch {path}")))?;
+        if add {
+            // Values are not type-checked upstream; a string form is what is stored.
+            slot.1 = Some(match value {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(v) => v.to_string(),
+            });
+        }
+    }
+    if !add {
+        return Ok(Op::Unbind);
+    }
+    let absent: Vec<&str> = fields
+        .iter()
+        .filter(|(f, v)| v.is_none() && *f != "project_id")
+        .map(|(f, _)| *f)
+        .collect();
+    if !absent.is_empty() {
+        return Err(AccelError::patch(format!(
+            "Fields absent in patch {}",
+            absent.join(",")
+        )));
+    }
+    let get = |n: &str| {
+        fields
+            .iter()
+            .find(|(f, _)| *f == n)
+            .and_then(|(_, v)| v.clone())
+    };
+    Ok(Op::Bind(Binding {
+        hostname: get("hostname").unwrap_or_default(),
+        device_rp_uuid: get("device_rp_uuid").unwrap_or_default(),
+        instance_uuid: get("instance_uuid").unwrap_or_default(),
+        // Absent: the caller's project (`ExtARQ` keeps it when the token has none).
+        project_id: get("project_id")
+            .filter(|p| !p.is_empty())
+            .or_else(|| ctx.creds.project_id().map(str::to_owned)),
+    }))
+}
+
+/// `PATCH /accelerator_requests` with `{arq_uuid: [ops]}`; also accepted on the item
+/// URL (openstacksdk sends the same map there) and, on the item URL, a bare op list.
+pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ARQ_UPDATE)?;
+    ctx.only_params(&[])?;
+    let body = ctx.json_body()?;
+    let map: Map<String, Value> = match (body, id) {
+        (Value::Object(m), _) if !m.is_empty() => m,
+        (list @ Value::Array(_), Some(id)) => std::iter::once((id.to_owned(), list)).collect(),
+        _ => {
+            return Err(AccelError::patch(
+                "The body must map ARQ uuids to lists of operations",
+            ))
+        }
+    };
+    let mut plan: Vec<(String, Op)> = Vec::with_capacity(map.len());
+    for (uuid, ops) in &map {
+        require_uuid(uuid)?;
+        plan.push((uuid.clone(), validate(ctx, ops)?));
+    }
+    if !ctx.is_service {
+        return Err(service_token_required());
+    }
+    let scope = ctx.scope();
+    let deadline = accel_store::now() + st.bind_timeout_secs;
+    st.app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                // No hot-add: a bind to an instance that already has ARQs is refused,
+                // judged by the first ARQ's instance, as upstream.
+                if let Some((_, Op::Bind(b))) = plan.first() {
+                    if arqs::instance_has_arqs(tx, &scope, &b.instance_uuid).await? {
+                        return Err(StoreError::Invalid(format!(
+                            "Couldn't apply patch. Reason: Instance {} already has accelerator requests. Cannot bind additional ARQs.",
+                            b.instance_uuid
+                        )));
+                    }
+                }
+                for (uuid, op) in &plan {
+                    match op {
+                        Op::Bind(b) => {
+                            let deps = hardware::list_deployables(
+                                tx,
+                                &[(hardware::DeployableColumn::RpUuid, b.device_rp_uuid.clone())],
+                            )
+                            .await?;
+                            if deps.is_empty() {
+                                return Err(StoreError::NotFound(format!(
+                                    "Deployable not found with resource provider uuid={}",
+                                    b.device_rp_uuid
+                                )));
+                            }
+                            arqs::start_bind(tx, &scope, uuid, b, deadline).await?;
+                        }
+                        Op::Unbind => {
+                            arqs::unbind(tx, &scope, uuid).await?;
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .await?;
+    Ok(empty_reply(StatusCode::ACCEPTED))
+}

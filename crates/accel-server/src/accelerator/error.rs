@@ -1,0 +1,176 @@
+//! The accelerator API's error body: Cyborg's `ParsableErrorMiddleware` envelope around
+//! WSME's fault, i.e. JSON text inside a JSON string:
+//!
+//! ```json
+//! {"error_message": "{\"faultcode\": \"Client\", \"faultstring\": \"...\", \"debuginfo\": null}"}
+//! ```
+//!
+//! `faultcode` is `Client` for 4xx and `Server` otherwise. Both layers are rendered as
+//! Python's `json.dumps` writes them (`", "` and `": "` separators, non-ASCII escaped),
+//! since that is the byte stream clients have always seen.
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode};
+use serde_json::Value;
+
+/// An error a handler returns.
+#[derive(Debug)]
+pub struct AccelError {
+    pub status: StatusCode,
+    pub message: String,
+    /// Render the body as given instead of as a fault (upstream's 423 is `null`).
+    pub raw_body: Option<String>,
+}
+
+pub type AccelResult<T> = Result<T, AccelError>;
+
+impl AccelError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        AccelError {
+            status,
+            message: message.into(),
+            raw_body: None,
+        }
+    }
+    pub fn bad_request(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, m)
+    }
+    pub fn not_found(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, m)
+    }
+    pub fn forbidden(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, m)
+    }
+    pub fn not_acceptable(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_ACCEPTABLE, m)
+    }
+    pub fn conflict(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, m)
+    }
+    /// The policy refusal upstream's `HTTPForbidden` gives.
+    pub fn denied(rule: &str) -> Self {
+        Self::forbidden(format!(
+            "Access was denied to the following resource: {rule}"
+        ))
+    }
+    /// `PatchError`.
+    pub fn patch(reason: impl std::fmt::Display) -> Self {
+        Self::bad_request(format!("Couldn't apply patch. Reason: {reason}"))
+    }
+    pub fn invalid_uuid(value: &str) -> Self {
+        Self::bad_request(format!("Expected a uuid but received {value}."))
+    }
+    /// `423 Locked` with WSME's `null` body (ARQs of the instance not resolved yet).
+    pub fn locked() -> Self {
+        AccelError {
+            status: StatusCode::LOCKED,
+            message: String::new(),
+            raw_body: Some("null".into()),
+        }
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let inner = match self.raw_body {
+            Some(raw) => raw,
+            None => {
+                let code = if self.status.is_client_error() {
+                    "Client"
+                } else {
+                    "Server"
+                };
+                format!(
+                    "{{\"faultcode\": {}, \"faultstring\": {}, \"debuginfo\": null}}",
+                    py_string(code),
+                    py_string(&self.message)
+                )
+            }
+        };
+        envelope(self.status, &inner)
+    }
+}
+
+/// `{"error_message": <text>}` with the given status.
+pub fn envelope(status: StatusCode, text: &str) -> Response<Body> {
+    let body = format!("{{\"error_message\": {}}}", py_string(text));
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// A JSON string literal as Python's `json.dumps` writes it (`ensure_ascii`).
+pub fn py_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON value as Python's `json.dumps` writes it (used where upstream embeds JSON
+/// text in a field, e.g. a deployable's `attributes_list`).
+pub fn py_dumps(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => if *b { "true" } else { "false" }.into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => py_string(s),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(py_dumps).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!("{}: {}", py_string(k), py_dumps(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+impl From<accel_store::StoreError> for AccelError {
+    fn from(e: accel_store::StoreError) -> Self {
+        use accel_store::StoreError;
+        match e {
+            StoreError::NotFound(m) => AccelError::not_found(m),
+            StoreError::Invalid(m) => AccelError::bad_request(m),
+            StoreError::Conflict(_, m) => AccelError::conflict(m),
+            e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                tracing::error!(error = %e, "store error");
+                AccelError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_json() {
+        assert_eq!(py_string("a\"é"), "\"a\\\"\\u00e9\"");
+        let v = serde_json::json!([{"traits1": "CUSTOM_FAKE_DEVICE"}, {"rc": "FPGA"}]);
+        assert_eq!(
+            py_dumps(&v),
+            "[{\"traits1\": \"CUSTOM_FAKE_DEVICE\"}, {\"rc\": \"FPGA\"}]"
+        );
+    }
+}

@@ -1,0 +1,303 @@
+//! Hardware records: `/v2/devices` (with enable/disable), `/v2/deployables` and
+//! `/v2/attributes`. Reads need a project manager or an admin and writes an admin
+//! (CVE-2026-40213's secure defaults); the agent report fills the records.
+
+use super::error::{AccelError, AccelResult};
+use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use accel_core::accelerator::DeviceStatus;
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
+use accel_store::accelerator::report;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// `(field, value)` filters, and the query's other parameters.
+type Filters<'a> = (Vec<(String, String)>, Vec<(&'a str, &'a str)>);
+
+/// WSME's array-of-filters query syntax: `filters.field=f&filters.value=v`, or indexed
+/// `filters[0].field=...&filters[0].value=...`. Returns the pairs and the other params.
+fn filters(ctx: &Ctx) -> AccelResult<Filters<'_>> {
+    let mut slots: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
+    let mut rest = Vec::new();
+    for (k, v) in &ctx.query {
+        let Some(tail) = k.strip_prefix("filters") else {
+            rest.push((k.as_str(), v.as_str()));
+            continue;
+        };
+        let (index, attr) = match tail.strip_prefix('[') {
+            Some(t) => t
+                .split_once("].")
+                .map(|(i, a)| (i.to_owned(), a))
+                .ok_or_else(|| AccelError::bad_request(format!("Unknown argument: \"{k}\"")))?,
+            None => (
+                String::new(),
+                tail.strip_prefix('.')
+                    .ok_or_else(|| AccelError::bad_request(format!("Unknown argument: \"{k}\"")))?,
+            ),
+        };
+        let slot = slots.entry(index).or_default();
+        match attr {
+            "field" => slot.0 = Some(v.clone()),
+            "value" => slot.1 = Some(v.clone()),
+            _ => {
+                return Err(AccelError::bad_request(format!(
+                    "Unknown argument: \"{k}\""
+                )))
+            }
+        }
+    }
+    let pairs = slots
+        .into_values()
+        .map(|(f, v)| match (f, v) {
+            (Some(f), Some(v)) => Ok((f, v)),
+            _ => Err(AccelError::bad_request(
+                "A filter needs both field and value.",
+            )),
+        })
+        .collect::<AccelResult<_>>()?;
+    Ok((pairs, rest))
+}
+
+pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_GET_ALL)?;
+    let (pairs, rest) = filters(ctx)?;
+    let mut f: Vec<(DeviceColumn, String)> = Vec::new();
+    for (k, v) in rest {
+        match k {
+            "type" | "vendor" | "hostname" if !v.is_empty() => {
+                f.push((DeviceColumn::parse(k).expect("listed above"), v.to_owned()))
+            }
+            "type" | "vendor" | "hostname" => {}
+            other => {
+                return Err(AccelError::bad_request(format!(
+                    "Unknown argument: \"{other}\""
+                )))
+            }
+        }
+    }
+    for (field, value) in pairs {
+        // Upstream accepts paging and sorting keys here too; they do not filter.
+        match DeviceColumn::parse(&field) {
+            Some(c) => f.push((c, value)),
+            None if matches!(field.as_str(), "limit" | "marker" | "sort_key" | "sort_dir") => {}
+            None => {
+                return Err(AccelError::bad_request(format!(
+                    "Unsupported filter field {field}"
+                )))
+            }
+        }
+    }
+    let found = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { hardware::list_devices(tx, &f).await }))
+        .await?;
+    let list: Vec<Value> = found.iter().map(|d| render::device(ctx, d)).collect();
+    Ok(json_reply(StatusCode::OK, &json!({ "devices": list })))
+}
+
+pub async fn show_device(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_GET_ONE)?;
+    ctx.only_params(&[])?;
+    let u = uuid.to_owned();
+    let d = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { hardware::device_by_uuid(tx, &u).await }))
+        .await?;
+    Ok(json_reply(StatusCode::OK, &render::device(ctx, &d)))
+}
+
+/// `POST /devices/{uuid}/enable|disable`: the status, and `reserved` on every one of
+/// the device's provider inventories (total while maintaining, 0 when enabled).
+pub async fn set_device_status(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+    action: &str,
+) -> AccelResult<Response<Body>> {
+    let (rule, status) = match action {
+        "enable" => (rules::DEVICE_ENABLE, DeviceStatus::Enabled),
+        _ => (rules::DEVICE_DISABLE, DeviceStatus::Maintaining),
+    };
+    ctx.authorize(st, rule)?;
+    ctx.only_params(&[])?;
+    require_uuid(uuid)?;
+    let u = uuid.to_owned();
+    st.app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let d = hardware::set_device_status(tx, &u, status).await?;
+                report::apply_status(tx, &d).await
+            })
+        })
+        .await?;
+    Ok(empty_reply(StatusCode::OK))
+}
+
+async fn render_deployables(
+    st: &AccelState,
+    ctx: &Ctx,
+    f: Vec<(DeployableColumn, String)>,
+) -> AccelResult<Vec<Value>> {
+    let (deps, attrs) = st
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let deps = hardware::list_deployables(tx, &f).await?;
+                let ids: Vec<i64> = deps.iter().map(|d| d.id).collect();
+                let attrs = hardware::attributes_of(tx, &ids).await?;
+                Ok((deps, attrs))
+            })
+        })
+        .await?;
+    Ok(deps
+        .iter()
+        .map(|d| render::deployable(ctx, d, attrs.get(&d.id).map_or(&[], Vec::as_slice)))
+        .collect())
+}
+
+pub async fn list_deployables(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEPLOYABLE_GET_ALL)?;
+    let (pairs, rest) = filters(ctx)?;
+    if let Some((k, _)) = rest.first() {
+        return Err(AccelError::bad_request(format!(
+            "Unknown argument: \"{k}\""
+        )));
+    }
+    let mut f = Vec::new();
+    for (field, value) in pairs {
+        match DeployableColumn::parse(&field) {
+            Some(c) => f.push((c, value)),
+            // Accepted by upstream's API but ignored by its database filter.
+            None if matches!(
+                field.as_str(),
+                "parent_uuid"
+                    | "root_uuid"
+                    | "board"
+                    | "availability"
+                    | "interface_type"
+                    | "instance_uuid"
+                    | "limit"
+                    | "marker"
+                    | "sort_key"
+                    | "sort_dir"
+            ) => {}
+            None => {
+                return Err(AccelError::bad_request(format!(
+                    "Unsupported filter field {field}"
+                )))
+            }
+        }
+    }
+    let list = render_deployables(st, ctx, f).await?;
+    Ok(json_reply(StatusCode::OK, &json!({ "deployables": list })))
+}
+
+pub async fn show_deployable(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEPLOYABLE_GET_ONE)?;
+    ctx.only_params(&[])?;
+    require_uuid(uuid)?;
+    let list = render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())]).await?;
+    let one = list
+        .into_iter()
+        .next()
+        .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))?;
+    Ok(json_reply(StatusCode::OK, &one))
+}
+
+pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ATTRIBUTE_GET_ALL)?;
+    ctx.only_params(&["deployable_id", "key"])?;
+    let deployable_id = match ctx.param("deployable_id").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(d) => Some(d.trim().parse::<i64>().map_err(|_| {
+            AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. Expected an integer."))
+        })?),
+    };
+    let key = ctx
+        .param("key")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let found = st
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(
+                async move { hardware::list_attributes(tx, deployable_id, key.as_deref()).await },
+            )
+        })
+        .await?;
+    let list: Vec<Value> = found.iter().map(|a| render::attribute(ctx, a)).collect();
+    Ok(json_reply(StatusCode::OK, &json!({ "attributes": list })))
+}
+
+pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ATTRIBUTE_GET_ONE)?;
+    ctx.only_params(&[])?;
+    require_uuid(uuid)?;
+    let u = uuid.to_owned();
+    let a = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { hardware::attribute_by_uuid(tx, &u).await }))
+        .await?;
+    Ok(json_reply(StatusCode::OK, &render::attribute(ctx, &a)))
+}
+
+/// `POST /attributes` with a flat `{"deployable_id": 1, "key": "k", "value": "v"}`.
+/// API-made attributes are not pushed to Placement, as upstream.
+pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ATTRIBUTE_CREATE)?;
+    ctx.only_params(&[])?;
+    let body = ctx.json_body()?;
+    let field = |k: &str| body.get(k).filter(|v| !v.is_null());
+    let deployable_id = field("deployable_id")
+        .and_then(|v| {
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
+        .ok_or_else(|| AccelError::bad_request("deployable_id (an integer) is required."))?;
+    let text = |k: &str| -> AccelResult<String> {
+        match field(k) {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(AccelError::bad_request(format!(
+                "{k} (a non-empty string) is required."
+            ))),
+        }
+    };
+    let (key, value) = (text("key")?, text("value")?);
+    let a = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(
+                async move { hardware::create_attribute(tx, deployable_id, &key, &value).await },
+            )
+        })
+        .await?;
+    Ok(json_reply(StatusCode::CREATED, &render::attribute(ctx, &a)))
+}
+
+pub async fn delete_attribute(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ATTRIBUTE_DELETE)?;
+    ctx.only_params(&[])?;
+    let u = uuid.to_owned();
+    st.app
+        .store
+        .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
+        .await?;
+    Ok(empty_reply(StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,207 @@
+//! `/v2/device_profiles`: list, show (by name from 2.2), create, delete.
+
+use super::error::{AccelError, AccelResult};
+use super::microversion::Version;
+use super::{empty_reply, is_uuid_like, json_reply, render, AccelState, Ctx};
+use accel_core::accelerator::DeviceProfile;
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::profiles::{self, Profile};
+use accel_store::{Conflict, StoreError};
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_PROFILE_GET_ALL)?;
+    ctx.only_params(&["name"])?;
+    let names: Option<Vec<String>> = ctx
+        .param("name")
+        .map(|n| n.split(',').map(str::to_owned).collect());
+    let found = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { profiles::list(tx, names.as_deref()).await }))
+        .await?;
+    let list: Vec<Value> = found.iter().map(|p| render::profile(ctx, p)).collect();
+    Ok(json_reply(
+        StatusCode::OK,
+        &json!({ "device_profiles": list }),
+    ))
+}
+
+fn not_found(by: &str, value: &str) -> AccelError {
+    AccelError::not_found(format!("Device Profile not found with {by}={value}"))
+}
+
+pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_PROFILE_GET_ONE)?;
+    ctx.only_params(&[])?;
+    let by_uuid = is_uuid_like(id);
+    if !by_uuid && ctx.version < Version::DP_BY_NAME {
+        return Err(AccelError::not_acceptable(format!(
+            "Request not acceptable. The minimal required API version should be {}",
+            Version::DP_BY_NAME
+        )));
+    }
+    let key = id.to_owned();
+    let found = st
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                if by_uuid {
+                    profiles::by_uuid(tx, &key).await
+                } else {
+                    profiles::by_name(tx, &key).await
+                }
+            })
+        })
+        .await?
+        .ok_or_else(|| not_found(if by_uuid { "uuid" } else { "name" }, id))?;
+    Ok(json_reply(
+        StatusCode::OK,
+        &json!({ "device_profile": render::profile_shown(ctx, &found) }),
+    ))
+}
+
+/// Group values are strings on the wire; WSME also takes integers (stored as text).
+fn group_entries(v: &Value) -> AccelResult<Vec<(String, String)>> {
+    let obj = v.as_object().ok_or_else(|| {
+        AccelError::bad_request(accel_core::accelerator::ProfileError::GroupNotObject.to_string())
+    })?;
+    obj.iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+                other => {
+                    let kind = match other {
+                        Value::Null => "null",
+                        Value::Bool(_) => "a boolean",
+                        Value::Number(_) => "a fraction",
+                        Value::Array(_) => "a list",
+                        _ => "an object",
+                    };
+                    return Err(AccelError::bad_request(
+                        accel_core::accelerator::ProfileError::BadValueType(kind, k.clone())
+                            .to_string(),
+                    ));
+                }
+            };
+            Ok((k.clone(), text))
+        })
+        .collect()
+}
+
+/// The one-element list body, turned into a domain profile (all validation here).
+fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
+    let one = match body {
+        Value::Array(mut list) if list.len() == 1 => list.remove(0),
+        _ => {
+            return Err(AccelError::bad_request(
+                "Only one device profile allowed per POST request for now.",
+            ))
+        }
+    };
+    let obj = one
+        .as_object()
+        .ok_or_else(|| AccelError::bad_request("A device profile must be a JSON object."))?;
+    let text = |key: &str| -> AccelResult<Option<String>> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(AccelError::bad_request(format!(
+                "Device profile field {key} must be a string."
+            ))),
+        }
+    };
+    let name = text("name")?.unwrap_or_default();
+    let description = text("description")?;
+    let uuid = match text("uuid")? {
+        None => None,
+        Some(u) => Some(
+            uuid::Uuid::try_parse(&u)
+                .ok()
+                .filter(|_| is_uuid_like(&u))
+                .ok_or_else(|| AccelError::invalid_uuid(&u))?,
+        ),
+    };
+    DeviceProfile::check_name(&name).map_err(|e| AccelError::bad_request(e.to_string()))?;
+    let groups = match obj.get("groups") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(gs)) => gs.iter().map(group_entries).collect::<AccelResult<_>>()?,
+        Some(_) => {
+            return Err(AccelError::bad_request(
+                "Device profile groups must be a list of JSON objects.",
+            ))
+        }
+    };
+    DeviceProfile::parse(&name, description, uuid, groups)
+        .map_err(|e| AccelError::bad_request(e.to_string()))
+}
+
+pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_PROFILE_CREATE)?;
+    ctx.only_params(&[])?;
+    let profile = parse_body(ctx.json_body()?)?;
+    let name = profile.name.clone();
+    let created = st
+        .app
+        .store
+        .write(move |tx| Box::pin(async move { profiles::create(tx, &profile).await }))
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(Conflict::Duplicate, d) if d.starts_with("uuid ") => {
+                AccelError::conflict(format!(
+                    "DeviceProfile with uuid {} already exists.",
+                    &d["uuid ".len()..]
+                ))
+            }
+            StoreError::Conflict(Conflict::Duplicate, _) => {
+                AccelError::conflict(format!("A device_profile with name {name} already exists."))
+            }
+            e => e.into(),
+        })?;
+    Ok(json_reply(
+        StatusCode::CREATED,
+        &render::profile(ctx, &created),
+    ))
+}
+
+/// `DELETE /device_profiles/{uuid|name}` or `?value=uuid` / `?value=n1,n2`: all named
+/// profiles go, or none (upstream deletes those before the first missing one).
+pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEVICE_PROFILE_DELETE)?;
+    ctx.only_params(&["value"])?;
+    let value = match id.or(ctx.param("value")) {
+        Some(v) if !v.is_empty() => v.to_owned(),
+        _ => return Err(AccelError::bad_request("Missing argument: \"value\"")),
+    };
+    st.app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                let targets: Vec<Profile> = if is_uuid_like(&value) {
+                    vec![profiles::by_uuid(tx, &value).await?.ok_or_else(|| {
+                        StoreError::NotFound(format!("Device Profile not found with uuid={value}"))
+                    })?]
+                } else {
+                    let mut out = Vec::new();
+                    for name in value.split(',') {
+                        out.push(profiles::by_name(tx, name).await?.ok_or_else(|| {
+                            StoreError::NotFound(format!(
+                                "Device Profile not found with name={name}"
+                            ))
+                        })?);
+                    }
+                    out
+                };
+                for p in &targets {
+                    profiles::delete(tx, p).await?;
+                }
+                Ok(())
+            })
+        })
+        .await?;
+    Ok(empty_reply(StatusCode::NO_CONTENT))
+}

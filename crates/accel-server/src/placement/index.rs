@@ -1,0 +1,270 @@
+//! The in-memory placement index that allocation candidates are searched in.
+//!
+//! Loading every provider, inventory, usage, trait and aggregate per request costs
+//! five full-table queries and an engine snapshot build; at 100,000 providers that is
+//! most of a request. The index keeps the last [`Prepared`] picture (the store's
+//! [`World`] plus the engine [`Snapshot`](engine::Snapshot) and name maps built from
+//! it) together with the change version it reflects
+//! (`accel_store::placement::changes`).
+//!
+//! Every request still asks the database, in one read snapshot, for the current
+//! version (one 16-row query). Equal: the cached picture is exactly that snapshot's
+//! data and is used as is. Newer: the providers logged as changed since are re-read in
+//! the same snapshot and merged in; if the log no longer reaches back, everything is
+//! reloaded. So every answer reflects a consistent state no older than the request,
+//! whichever server replica made the changes. Claims never trust the index: they
+//! re-check capacity inside their own write transaction.
+//!
+//! Refreshes are serialised by a mutex; readers hold an `Arc` to the picture they
+//! started with, so a refresh never waits for a search.
+
+use accel_core::candidates::{self as engine, ProviderId};
+use accel_store::placement::changes::{self, Delta, Version};
+use accel_store::placement::world::{self, World, WorldProvider};
+use accel_store::{Store, StoreError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One consistent picture of the placement data, ready to search.
+pub struct Prepared {
+    pub version: Version,
+    /// Provider index `i` in `snapshot` is `world.providers[i]`.
+    pub world: World,
+    pub snapshot: engine::Snapshot,
+    pub by_uuid: HashMap<String, u32>,
+    pub rc_ids: HashMap<String, i64>,
+    pub trait_ids: HashMap<String, i64>,
+}
+
+impl Prepared {
+    fn build(version: Version, world: World) -> Result<Self, StoreError> {
+        let rc_ids = world
+            .rc_names
+            .iter()
+            .map(|(id, n)| (n.clone(), *id))
+            .collect();
+        let trait_ids: HashMap<String, i64> = world
+            .trait_names
+            .iter()
+            .map(|(id, n)| (n.clone(), *id))
+            .collect();
+        let index: HashMap<i64, u32> = world
+            .providers
+            .iter()
+            .enumerate()
+            .map(|(i, rp)| (rp.id, i as u32))
+            .collect();
+        let providers: Vec<engine::Provider> = world
+            .providers
+            .iter()
+            .map(|rp| engine::Provider {
+                uuid: uuid::Uuid::parse_str(&rp.uuid).unwrap_or_default(),
+                parent: rp
+                    .parent_id
+                    .and_then(|p| index.get(&p))
+                    .map(|&i| ProviderId(i)),
+                root: ProviderId(index.get(&rp.root_id).copied().unwrap_or(0)),
+                inventories: rp
+                    .inventories
+                    .iter()
+                    .map(|inv| engine::Inventory {
+                        rc: inv.rc as u32,
+                        total: inv.total,
+                        reserved: inv.reserved,
+                        min_unit: inv.min_unit,
+                        max_unit: inv.max_unit,
+                        step_size: inv.step_size,
+                        allocation_ratio: inv.allocation_ratio,
+                        used: inv.used,
+                    })
+                    .collect(),
+                traits: rp.traits.iter().map(|t| *t as u32).collect(),
+                aggregates: rp
+                    .aggregates
+                    .iter()
+                    .filter_map(|a| uuid::Uuid::parse_str(a).ok())
+                    .collect(),
+            })
+            .collect();
+        let sharing = trait_ids
+            .get(accel_core::standard::MISC_SHARES_VIA_AGGREGATE)
+            .map(|t| *t as u32);
+        let snapshot = engine::Snapshot::new(providers, sharing)
+            .map_err(|e| StoreError::Invalid(format!("inconsistent provider trees: {e:?}")))?;
+        let by_uuid = world
+            .providers
+            .iter()
+            .enumerate()
+            .map(|(i, rp)| (rp.uuid.clone(), i as u32))
+            .collect();
+        Ok(Prepared {
+            version,
+            world,
+            snapshot,
+            by_uuid,
+            rc_ids,
+            trait_ids,
+        })
+    }
+}
+
+/// How the last refreshes went; for logs, tests and the benchmark notes.
+#[derive(Debug, Default)]
+pub struct IndexStats {
+    /// Requests answered from the cached picture unchanged.
+    pub hits: AtomicU64,
+    /// Refreshes that re-read only the changed providers.
+    pub incremental: AtomicU64,
+    /// Refreshes that re-read everything.
+    pub full: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Index {
+    current: tokio::sync::Mutex<Option<Arc<Prepared>>>,
+    pub stats: IndexStats,
+}
+
+/// What the read transaction found.
+enum Step {
+    Same,
+    Changed {
+        version: Version,
+        changed: Vec<i64>,
+        loaded: Vec<WorldProvider>,
+        names: Option<(HashMap<i64, String>, HashMap<i64, String>)>,
+    },
+    Full {
+        version: Version,
+        world: World,
+    },
+}
+
+impl Index {
+    /// The picture of the database as of now (see the module docs).
+    pub async fn current(&self, store: &Store) -> Result<Arc<Prepared>, StoreError> {
+        let mut guard = self.current.lock().await;
+        let known = guard.as_ref().map(|p| p.version);
+        let step = store
+            .read(move |tx| {
+                Box::pin(async move {
+                    let version = changes::version(tx).await?;
+                    let Some(known) = known else {
+                        let world = world::load(tx).await?;
+                        return Ok(Step::Full { version, world });
+                    };
+                    if known == version {
+                        return Ok(Step::Same);
+                    }
+                    match changes::since(tx, &known, &version).await? {
+                        Delta::Some { providers, names } => {
+                            let loaded = world::load_providers(tx, Some(&providers)).await?;
+                            let names = if names {
+                                Some(world::load_names(tx).await?)
+                            } else {
+                                None
+                            };
+                            Ok(Step::Changed {
+                                version,
+                                changed: providers,
+                                loaded,
+                                names,
+                            })
+                        }
+                        Delta::Reload => {
+                            let world = world::load(tx).await?;
+                            Ok(Step::Full { version, world })
+                        }
+                    }
+                })
+            })
+            .await?;
+        let prepared = match step {
+            Step::Same => {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(guard.clone().expect("a known version has a picture"));
+            }
+            Step::Full { version, world } => {
+                self.stats.full.fetch_add(1, Ordering::Relaxed);
+                Prepared::build(version, world)?
+            }
+            Step::Changed {
+                version,
+                changed,
+                loaded,
+                names,
+            } => {
+                self.stats.incremental.fetch_add(1, Ordering::Relaxed);
+                let old = guard.take().expect("a known version has a picture");
+                // Reuse the old world's allocations when no search still holds it.
+                let old_world = match Arc::try_unwrap(old) {
+                    Ok(p) => p.world,
+                    Err(shared) => shared.world.clone(),
+                };
+                Prepared::build(version, merge(old_world, &changed, loaded, names))?
+            }
+        };
+        let prepared = Arc::new(prepared);
+        *guard = Some(prepared.clone());
+        Ok(prepared)
+    }
+}
+
+/// Replaces the `changed` providers of `old` (sorted ids) with `loaded` (sorted by id;
+/// a changed id missing from it was deleted).
+fn merge(
+    old: World,
+    changed: &[i64],
+    loaded: Vec<WorldProvider>,
+    names: Option<(HashMap<i64, String>, HashMap<i64, String>)>,
+) -> World {
+    let mut out = Vec::with_capacity(old.providers.len() + loaded.len());
+    let mut fresh = loaded.into_iter().peekable();
+    for rp in old.providers {
+        while fresh.peek().is_some_and(|f| f.id < rp.id) {
+            out.extend(fresh.next());
+        }
+        if changed.binary_search(&rp.id).is_err() {
+            out.push(rp);
+        }
+    }
+    out.extend(fresh);
+    let (rc_names, trait_names) = names.unwrap_or((old.rc_names, old.trait_names));
+    World {
+        providers: out,
+        rc_names,
+        trait_names,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rp(id: i64, tag: &str) -> WorldProvider {
+        WorldProvider {
+            id,
+            uuid: format!("{tag}-{id}"),
+            parent_id: None,
+            root_id: id,
+            inventories: Vec::new(),
+            traits: Vec::new(),
+            aggregates: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn merge_replaces_inserts_and_deletes_in_id_order() {
+        let old = World {
+            providers: vec![rp(1, "old"), rp(3, "old"), rp(5, "old"), rp(7, "old")],
+            ..World::default()
+        };
+        // 3 changed, 5 deleted, 6 and 9 created.
+        let changed = [3, 5, 6, 9];
+        let loaded = vec![rp(3, "new"), rp(6, "new"), rp(9, "new")];
+        let merged = merge(old, &changed, loaded, None);
+        let got: Vec<String> = merged.providers.iter().map(|p| p.uuid.clone()).collect();
+        assert_eq!(got, ["old-1", "new-3", "new-6", "old-7", "new-9"]);
+    }
+}

@@ -1,0 +1,431 @@
+//! `extended_accelerator_requests` (ARQs) and `bind_jobs`.
+//!
+//! Every function takes the caller's [`Scope`] and applies it in SQL: a project sees and
+//! touches only its own ARQs (CVE-2026-40214). Lists use the `instance_uuid` and
+//! `project_id` indexes; the profile name and the attach handle come from joins in the
+//! same query, not one query per ARQ as upstream does.
+
+use super::profiles::Profile;
+use super::{new_uuid, Scope, Stamps};
+use crate::{placeholders, StoreError, Tx};
+use accel_core::accelerator::ArqState;
+use sqlx::Row;
+
+/// The attach handle of a bound ARQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundHandle {
+    pub uuid: String,
+    pub attach_type: String,
+    /// JSON object text, as the agent reported it.
+    pub attach_info: String,
+}
+
+/// An ARQ as the API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arq {
+    pub id: i64,
+    pub uuid: String,
+    pub state: ArqState,
+    pub project_id: Option<String>,
+    pub device_profile_id: i64,
+    pub device_profile_name: String,
+    pub device_profile_group_id: i64,
+    pub hostname: Option<String>,
+    pub device_rp_uuid: Option<String>,
+    pub instance_uuid: Option<String>,
+    /// Set only while the ARQ is `Bound`, as upstream fills it.
+    pub attach_handle: Option<BoundHandle>,
+    pub stamps: Stamps,
+}
+
+const SELECT: &str = "SELECT a.id, a.uuid, a.state, a.project_id, a.device_profile_id, \
+     p.name AS dp_name, a.device_profile_group_id, a.hostname, a.device_rp_uuid, \
+     a.instance_uuid, a.created_at, a.updated_at, \
+     ah.uuid AS ah_uuid, ah.attach_type, ah.attach_info \
+     FROM extended_accelerator_requests a \
+     JOIN device_profiles p ON p.id = a.device_profile_id \
+     LEFT JOIN attach_handles ah ON ah.id = a.attach_handle_id";
+
+const RESOLVED: &str = "('Bound', 'BindFailed', 'Deleting')";
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<Arq, StoreError> {
+    let state: String = row.try_get("state")?;
+    let state = ArqState::parse(&state)
+        .ok_or_else(|| StoreError::Invalid(format!("stored ARQ state {state:?} is unknown")))?;
+    let ah_uuid: Option<String> = row.try_get("ah_uuid")?;
+    let attach_handle = match (state, ah_uuid) {
+        (ArqState::Bound, Some(uuid)) => Some(BoundHandle {
+            uuid,
+            attach_type: row.try_get("attach_type")?,
+            attach_info: row.try_get("attach_info")?,
+        }),
+        _ => None,
+    };
+    Ok(Arq {
+        id: row.try_get("id")?,
+        uuid: row.try_get("uuid")?,
+        state,
+        project_id: row.try_get("project_id")?,
+        device_profile_id: row.try_get("device_profile_id")?,
+        device_profile_name: row.try_get("dp_name")?,
+        device_profile_group_id: row.try_get("device_profile_group_id")?,
+        hostname: row.try_get("hostname")?,
+        device_rp_uuid: row.try_get("device_rp_uuid")?,
+        instance_uuid: row.try_get("instance_uuid")?,
+        attach_handle,
+        stamps: Stamps::from_row(row)?,
+    })
+}
+
+/// Query text and arguments built together so placeholders stay numbered right.
+struct Where {
+    clauses: Vec<String>,
+    args: Vec<String>,
+}
+
+impl Where {
+    fn new(scope: &Scope) -> Self {
+        let mut w = Where {
+            clauses: Vec::new(),
+            args: Vec::new(),
+        };
+        if let Scope::Project(p) = scope {
+            w.eq("a.project_id", p.clone());
+        }
+        w
+    }
+
+    fn eq(&mut self, column: &str, value: String) {
+        self.args.push(value);
+        self.clauses
+            .push(format!("{column} = ${}", self.args.len()));
+    }
+
+    fn raw(&mut self, clause: &str) {
+        self.clauses.push(clause.to_owned());
+    }
+
+    fn sql(&self, head: &str, tail: &str) -> String {
+        let mut sql = head.to_owned();
+        if !self.clauses.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&self.clauses.join(" AND "));
+        }
+        sql.push_str(tail);
+        sql
+    }
+
+    async fn fetch(&self, tx: &mut Tx, head: &str, tail: &str) -> Result<Vec<Arq>, StoreError> {
+        let sql = self.sql(head, tail);
+        let mut q = sqlx::query(&sql);
+        for a in &self.args {
+            q = q.bind(a);
+        }
+        q.fetch_all(&mut *tx).await?.iter().map(from_row).collect()
+    }
+
+    async fn count(&self, tx: &mut Tx) -> Result<i64, StoreError> {
+        let sql = self.sql("SELECT COUNT(*) FROM extended_accelerator_requests a", "");
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for a in &self.args {
+            q = q.bind(a);
+        }
+        Ok(q.fetch_one(&mut *tx).await?)
+    }
+}
+
+/// Creates the ARQs a profile asks for, in state `Initial`: for each group (or only
+/// group `only_group`), as many as [`accel_core::accelerator::Group::accelerator_count`],
+/// with the group's index as `device_profile_group_id`. Returned in creation order.
+pub async fn create_for_profile(
+    tx: &mut Tx,
+    profile: &Profile,
+    only_group: Option<usize>,
+    project_id: Option<&str>,
+) -> Result<Vec<Arq>, StoreError> {
+    let now = crate::now();
+    let mut uuids = Vec::new();
+    for (index, group) in profile.groups.iter().enumerate() {
+        if only_group.is_some_and(|g| g != index) {
+            continue;
+        }
+        for _ in 0..group.accelerator_count() {
+            let uuid = new_uuid();
+            sqlx::query(
+                "INSERT INTO extended_accelerator_requests \
+                 (uuid, project_id, state, device_profile_id, device_profile_group_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&uuid)
+            .bind(project_id)
+            .bind(ArqState::Initial.as_str())
+            .bind(profile.id)
+            .bind(index as i64)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            uuids.push(uuid);
+        }
+    }
+    if uuids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "{SELECT} WHERE a.uuid IN ({}) ORDER BY a.id",
+        placeholders(1, uuids.len())
+    );
+    let mut q = sqlx::query(&sql);
+    for u in &uuids {
+        q = q.bind(u);
+    }
+    q.fetch_all(&mut *tx).await?.iter().map(from_row).collect()
+}
+
+/// Filters of `GET /accelerator_requests`.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub instance: Option<String>,
+    /// Only `Bound`, `BindFailed` and `Deleting` ARQs.
+    pub resolved_only: bool,
+}
+
+/// The ARQs `scope` may see that match `f`, in creation order.
+pub async fn list(tx: &mut Tx, scope: &Scope, f: &Filter) -> Result<Vec<Arq>, StoreError> {
+    let mut w = Where::new(scope);
+    if let Some(i) = &f.instance {
+        w.eq("a.instance_uuid", i.clone());
+    }
+    if f.resolved_only {
+        w.raw(&format!("a.state IN {RESOLVED}"));
+    }
+    w.fetch(tx, SELECT, " ORDER BY a.id").await
+}
+
+/// How many of the instance's ARQs (that `scope` sees) are not resolved yet.
+pub async fn unresolved_for_instance(
+    tx: &mut Tx,
+    scope: &Scope,
+    instance: &str,
+) -> Result<i64, StoreError> {
+    let mut w = Where::new(scope);
+    w.eq("a.instance_uuid", instance.to_owned());
+    w.raw(&format!("a.state NOT IN {RESOLVED}"));
+    w.count(tx).await
+}
+
+/// Whether any ARQ `scope` sees is associated with `instance`.
+pub async fn instance_has_arqs(
+    tx: &mut Tx,
+    scope: &Scope,
+    instance: &str,
+) -> Result<bool, StoreError> {
+    let mut w = Where::new(scope);
+    w.eq("a.instance_uuid", instance.to_owned());
+    Ok(w.count(tx).await? > 0)
+}
+
+pub async fn get(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Option<Arq>, StoreError> {
+    let mut w = Where::new(scope);
+    w.eq("a.uuid", uuid.to_owned());
+    Ok(w.fetch(tx, SELECT, "").await?.into_iter().next())
+}
+
+fn not_found(uuid: &str) -> StoreError {
+    StoreError::NotFound(format!("ExtArq not found with uuid={uuid}"))
+}
+
+/// Like [`get`], with upstream's not-found message.
+pub async fn require(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, StoreError> {
+    get(tx, scope, uuid).await?.ok_or_else(|| not_found(uuid))
+}
+
+/// Releases what a bound ARQ holds (its attach handle and bind job) and removes it.
+async fn unbind_and_delete(tx: &mut Tx, arq: &Arq) -> Result<(), StoreError> {
+    release(tx, arq.id).await?;
+    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
+        .bind(&arq.uuid)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM extended_accelerator_requests WHERE id = $1")
+        .bind(arq.id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Frees the attach handle an ARQ holds, if any.
+async fn release(tx: &mut Tx, arq_id: i64) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE attach_handles SET in_use = 0, updated_at = $1 WHERE id = \
+         (SELECT attach_handle_id FROM extended_accelerator_requests WHERE id = $2)",
+    )
+    .bind(crate::now())
+    .bind(arq_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Deletes the given ARQs, unbinding bound ones. Not idempotent, as upstream: the first
+/// uuid that `scope` cannot see is [`StoreError::NotFound`] and nothing is deleted.
+pub async fn delete_by_uuids(
+    tx: &mut Tx,
+    scope: &Scope,
+    uuids: &[String],
+) -> Result<(), StoreError> {
+    let mut found = Vec::with_capacity(uuids.len());
+    for uuid in uuids {
+        found.push(require(tx, scope, uuid).await?);
+    }
+    for arq in &found {
+        unbind_and_delete(tx, arq).await?;
+    }
+    Ok(())
+}
+
+/// Deletes every ARQ of `instance` that `scope` sees; idempotent. Returns how many.
+pub async fn delete_by_instance(
+    tx: &mut Tx,
+    scope: &Scope,
+    instance: &str,
+) -> Result<usize, StoreError> {
+    let arqs = list(
+        tx,
+        scope,
+        &Filter {
+            instance: Some(instance.to_owned()),
+            resolved_only: false,
+        },
+    )
+    .await?;
+    for arq in &arqs {
+        unbind_and_delete(tx, arq).await?;
+    }
+    Ok(arqs.len())
+}
+
+/// What a bind patch sets on an ARQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub hostname: String,
+    pub device_rp_uuid: String,
+    pub instance_uuid: String,
+    pub project_id: Option<String>,
+}
+
+/// Moves an ARQ from `Initial` or `Unbound` to `BindStarted`, recording the binding,
+/// and persists its bind job (state `pending`, `deadline` in epoch seconds) in the same
+/// transaction, so a bind accepted with 202 survives a restart. The state check is a
+/// conditional UPDATE: a concurrent bind of the same ARQ loses with
+/// [`StoreError::Invalid`] (upstream's `ARQBadState`).
+pub async fn start_bind(
+    tx: &mut Tx,
+    scope: &Scope,
+    uuid: &str,
+    b: &Binding,
+    deadline: i64,
+) -> Result<Arq, StoreError> {
+    let arq = require(tx, scope, uuid).await?;
+    let sources = ArqState::BindStarted.allowed_sources();
+    let list: Vec<String> = sources
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    let now = crate::now();
+    let n = sqlx::query(&format!(
+        "UPDATE extended_accelerator_requests SET state = $1, hostname = $2, device_rp_uuid = $3, \
+         instance_uuid = $4, project_id = COALESCE($5, project_id), updated_at = $6 \
+         WHERE id = $7 AND state IN ({})",
+        list.join(", ")
+    ))
+    .bind(ArqState::BindStarted.as_str())
+    .bind(&b.hostname)
+    .bind(&b.device_rp_uuid)
+    .bind(&b.instance_uuid)
+    .bind(b.project_id.as_deref())
+    .bind(now)
+    .bind(arq.id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        return Err(bad_state(&arq, sources));
+    }
+    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
+        .bind(uuid)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at) \
+         VALUES ($1, 'pending', $2, 0, $3)",
+    )
+    .bind(uuid)
+    .bind(deadline)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    require(tx, scope, uuid).await
+}
+
+fn bad_state(arq: &Arq, expected: &[ArqState]) -> StoreError {
+    let expected: Vec<String> = expected.iter().map(|s| format!("'{s}'")).collect();
+    StoreError::Invalid(format!(
+        "Bad state: {} for ARQ: {}. Expected state(s): [{}]",
+        arq.state,
+        arq.uuid,
+        expected.join(", ")
+    ))
+}
+
+/// Unbinds an ARQ: clears hostname, device provider and instance (the project stays),
+/// frees its attach handle, drops its bind job and moves it to `Unbound`.
+pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, StoreError> {
+    let arq = require(tx, scope, uuid).await?;
+    if !arq.state.can_become(ArqState::Unbound) && arq.state != ArqState::Unbound {
+        return Err(bad_state(&arq, ArqState::Unbound.allowed_sources()));
+    }
+    release(tx, arq.id).await?;
+    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
+        .bind(uuid)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE extended_accelerator_requests SET state = $1, hostname = NULL, \
+         device_rp_uuid = NULL, instance_uuid = NULL, attach_handle_id = NULL, \
+         deployable_id = NULL, updated_at = $2 WHERE id = $3",
+    )
+    .bind(ArqState::Unbound.as_str())
+    .bind(crate::now())
+    .bind(arq.id)
+    .execute(&mut *tx)
+    .await?;
+    require(tx, scope, uuid).await
+}
+
+/// A persisted bind job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindJob {
+    pub arq_uuid: String,
+    pub state: String,
+    pub deadline: i64,
+    pub attempts: i64,
+}
+
+/// The bind job of an ARQ, if one is recorded.
+pub async fn bind_job(tx: &mut Tx, arq_uuid: &str) -> Result<Option<BindJob>, StoreError> {
+    let row = sqlx::query(
+        "SELECT arq_uuid, state, deadline, attempts FROM bind_jobs WHERE arq_uuid = $1",
+    )
+    .bind(arq_uuid)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|r| {
+        Ok(BindJob {
+            arq_uuid: r.try_get(0)?,
+            state: r.try_get(1)?,
+            deadline: r.try_get(2)?,
+            attempts: r.try_get(3)?,
+        })
+    })
+    .transpose()
+}

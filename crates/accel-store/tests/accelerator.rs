@@ -1,0 +1,454 @@
+//! The accelerator store suite, run against SQLite and PostgreSQL alike.
+
+use accel_core::accelerator::{fake_device, ArqState, DeviceProfile, DeviceStatus};
+use accel_store::accelerator::arqs::{self, Binding, Filter};
+use accel_store::accelerator::{hardware, profiles, report, Scope};
+use accel_store::placement::{inventories, providers, traits};
+use accel_store::{testing, Conflict, Store, StoreError};
+
+async fn each_backend<F, Fut>(f: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f(testing::sqlite().await).await;
+    f(testing::postgres().await).await;
+}
+
+fn profile(name: &str, groups: &[&[(&str, &str)]]) -> DeviceProfile {
+    let groups = groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect();
+    DeviceProfile::parse(name, Some("d".into()), None, groups).unwrap()
+}
+
+async fn create_profile(store: &Store, p: DeviceProfile) -> Result<profiles::Profile, StoreError> {
+    store
+        .write(move |tx| Box::pin(async move { profiles::create(tx, &p).await }))
+        .await
+}
+
+async fn create_arqs(store: &Store, name: &str, project: &str) -> Vec<arqs::Arq> {
+    let (name, project) = (name.to_owned(), project.to_owned());
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let p = profiles::by_name(tx, &name).await?.unwrap();
+                arqs::create_for_profile(tx, &p, None, Some(&project)).await
+            })
+        })
+        .await
+        .unwrap()
+}
+
+fn project(p: &str) -> Scope {
+    Scope::Project(p.to_owned())
+}
+
+#[tokio::test]
+async fn profiles_keep_group_order_and_refuse_duplicates() {
+    each_backend(|store| async move {
+        let p = create_profile(
+            &store,
+            profile(
+                "dp1",
+                &[
+                    &[("trait:CUSTOM_B", "required"), ("resources:FPGA", "2")],
+                    &[("resources:PGPU", "1")],
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.groups.len(), 2);
+        assert_eq!(p.groups[0].entries()[0].0, "trait:CUSTOM_B", "key order kept");
+        assert_eq!(p.stamps.updated, None);
+        let dup = create_profile(&store, profile("dp1", &[&[("resources:FPGA", "1")]])).await;
+        assert!(matches!(dup, Err(StoreError::Conflict(Conflict::Duplicate, _))));
+        let mut same_uuid = profile("dp2", &[&[("resources:FPGA", "1")]]);
+        same_uuid.uuid = Some(p.uuid.parse().unwrap());
+        let dup = create_profile(&store, same_uuid).await;
+        assert!(matches!(dup, Err(StoreError::Conflict(Conflict::Duplicate, d)) if d.starts_with("uuid")));
+        create_profile(&store, profile("dp3", &[&[("resources:FPGA", "1")]]))
+            .await
+            .unwrap();
+        let named = store
+            .read(|tx| {
+                Box::pin(async move {
+                    profiles::list(tx, Some(&["dp3".to_owned(), "nope".to_owned()])).await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(named.len(), 1);
+        assert_eq!(named[0].name, "dp3");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn arqs_are_counted_scoped_and_block_profile_delete() {
+    each_backend(|store| async move {
+        create_profile(
+            &store,
+            profile(
+                "dp",
+                &[
+                    &[("resources:FPGA", "2"), ("resources:CUSTOM_X", "1")],
+                    &[("resources:PGPU", "1")],
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+        let mine = create_arqs(&store, "dp", "p1").await;
+        assert_eq!(mine.len(), 4);
+        let groups: Vec<i64> = mine.iter().map(|a| a.device_profile_group_id).collect();
+        assert_eq!(groups, [0, 0, 0, 1]);
+        assert!(mine
+            .iter()
+            .all(|a| a.state == ArqState::Initial && a.device_profile_name == "dp"));
+        let theirs = create_arqs(&store, "dp", "p2").await;
+
+        let seen = store
+            .read(|tx| {
+                Box::pin(async move { arqs::list(tx, &project("p1"), &Filter::default()).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), 4, "a project sees only its own ARQs");
+        let all = store
+            .read(|tx| {
+                Box::pin(async move { arqs::list(tx, &Scope::All, &Filter::default()).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 8);
+        let other = theirs[0].uuid.clone();
+        let hidden = store
+            .read(move |tx| Box::pin(async move { arqs::get(tx, &project("p1"), &other).await }))
+            .await
+            .unwrap();
+        assert!(hidden.is_none());
+
+        let in_use = store
+            .write(|tx| {
+                Box::pin(async move {
+                    let p = profiles::by_name(tx, "dp").await?.unwrap();
+                    profiles::delete(tx, &p).await
+                })
+            })
+            .await;
+        assert!(matches!(
+            in_use,
+            Err(StoreError::Conflict(Conflict::InUse, _))
+        ));
+
+        // A batch with one unknown uuid deletes nothing.
+        let batch = vec![mine[0].uuid.clone(), theirs[0].uuid.clone()];
+        let r = store
+            .write(move |tx| {
+                Box::pin(async move { arqs::delete_by_uuids(tx, &project("p1"), &batch).await })
+            })
+            .await;
+        assert!(matches!(r, Err(StoreError::NotFound(m)) if m.contains(&theirs[0].uuid)));
+        let still = store
+            .read(|tx| {
+                Box::pin(async move { arqs::list(tx, &project("p1"), &Filter::default()).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(still.len(), 4);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bind_start_persists_a_job_and_instance_filters_work() {
+    each_backend(|store| async move {
+        create_profile(&store, profile("dp", &[&[("resources:FPGA", "2")]]))
+            .await
+            .unwrap();
+        let a = create_arqs(&store, "dp", "p1").await;
+        let instance = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e".to_owned();
+        let binding = Binding {
+            hostname: "host1".into(),
+            device_rp_uuid: report::provider_uuid("host1_FakeDevice"),
+            instance_uuid: instance.clone(),
+            project_id: None,
+        };
+        let (u0, b0) = (a[0].uuid.clone(), binding.clone());
+        let started = store
+            .write(move |tx| {
+                Box::pin(async move { arqs::start_bind(tx, &project("p1"), &u0, &b0, 1000).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(started.state, ArqState::BindStarted);
+        assert_eq!(started.instance_uuid.as_deref(), Some(instance.as_str()));
+        assert_eq!(started.project_id.as_deref(), Some("p1"));
+        let u0 = a[0].uuid.clone();
+        let job = store
+            .read(move |tx| Box::pin(async move { arqs::bind_job(tx, &u0).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (job.state.as_str(), job.deadline, job.attempts),
+            ("pending", 1000, 0)
+        );
+
+        // A second bind of the same ARQ is a bad state.
+        let (u0, b0) = (a[0].uuid.clone(), binding.clone());
+        let again = store
+            .write(move |tx| {
+                Box::pin(async move { arqs::start_bind(tx, &project("p1"), &u0, &b0, 1000).await })
+            })
+            .await;
+        assert!(
+            matches!(again, Err(StoreError::Invalid(m)) if m.starts_with("Bad state: BindStarted"))
+        );
+
+        let i = instance.clone();
+        let unresolved = store
+            .read(move |tx| {
+                Box::pin(async move { arqs::unresolved_for_instance(tx, &project("p1"), &i).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(unresolved, 1);
+        let i = instance.clone();
+        let by_instance = store
+            .read(move |tx| {
+                Box::pin(async move {
+                    arqs::list(
+                        tx,
+                        &Scope::All,
+                        &Filter {
+                            instance: Some(i),
+                            resolved_only: false,
+                        },
+                    )
+                    .await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(by_instance.len(), 1);
+
+        let u0 = a[0].uuid.clone();
+        let unbound = store
+            .write(move |tx| Box::pin(async move { arqs::unbind(tx, &project("p1"), &u0).await }))
+            .await
+            .unwrap();
+        assert_eq!(unbound.state, ArqState::Unbound);
+        assert_eq!(unbound.instance_uuid, None);
+
+        // Delete by instance is idempotent and scoped.
+        for _ in 0..2 {
+            let i = instance.clone();
+            store
+                .write(move |tx| {
+                    Box::pin(async move { arqs::delete_by_instance(tx, &project("p2"), &i).await })
+                })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}
+
+async fn providers_named(store: &Store, name: &str) -> Vec<providers::Provider> {
+    let name = name.to_owned();
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                providers::list(
+                    tx,
+                    &providers::Filter {
+                        name: Some(name),
+                        ..Default::default()
+                    },
+                )
+                .await
+            })
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn fake_report_fills_records_and_placement() {
+    each_backend(|store| async move {
+        let refused = store
+            .write(|tx| {
+                Box::pin(async move {
+                    report::replace_host(tx, "host1", &[fake_device("host1")], false).await
+                })
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "no compute node provider yet"
+        );
+        for round in 0..2 {
+            let s = store
+                .write(|tx| {
+                    Box::pin(async move {
+                        report::replace_host(tx, "host1", &[fake_device("host1")], true).await
+                    })
+                })
+                .await
+                .unwrap();
+            assert_eq!(s.compute_node_created, round == 0);
+            assert_eq!(
+                (s.devices_added, s.devices_kept),
+                if round == 0 { (1, 0) } else { (0, 1) }
+            );
+        }
+        let devices = store
+            .read(|tx| Box::pin(async move { hardware::list_devices(tx, &[]).await }))
+            .await
+            .unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].hostname, "host1");
+        let deps = store
+            .read(|tx| Box::pin(async move { hardware::list_deployables(tx, &[]).await }))
+            .await
+            .unwrap();
+        assert_eq!(deps.len(), 1);
+        assert_eq!(deps[0].name, "host1_FakeDevice");
+        let dep_id = deps[0].id;
+        let handles = store
+            .read(move |tx| Box::pin(async move { hardware::handles_of(tx, dep_id).await }))
+            .await
+            .unwrap();
+        assert_eq!(handles.len(), 16);
+
+        let compute = &providers_named(&store, "host1").await[0];
+        let child = &providers_named(&store, "host1_FakeDevice").await[0];
+        assert_eq!(child.uuid, report::provider_uuid("host1_FakeDevice"));
+        assert_eq!(child.parent_uuid.as_deref(), Some(compute.uuid.as_str()));
+        let id = child.id;
+        let (inv, tr) = store
+            .read(move |tx| {
+                Box::pin(async move {
+                    Ok((
+                        inventories::list(tx, id).await?,
+                        traits::for_provider(tx, id).await?,
+                    ))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(inv.len(), 1);
+        assert_eq!(
+            (
+                inv[0].rc_name.as_str(),
+                inv[0].total,
+                inv[0].max_unit,
+                inv[0].reserved
+            ),
+            ("FPGA", 16, 16, 0)
+        );
+        assert_eq!(
+            tr.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["CUSTOM_FAKE_DEVICE"]
+        );
+        let gen = child.generation;
+        assert_eq!(
+            providers_named(&store, "host1_FakeDevice").await[0].generation,
+            gen,
+            "a repeated report changes nothing"
+        );
+
+        // Disabling reserves the whole inventory.
+        let uuid = devices[0].uuid.clone();
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let d =
+                        hardware::set_device_status(tx, &uuid, DeviceStatus::Maintaining).await?;
+                    report::apply_status(tx, &d).await
+                })
+            })
+            .await
+            .unwrap();
+        let inv = store
+            .read(move |tx| Box::pin(async move { inventories::list(tx, id).await }))
+            .await
+            .unwrap();
+        assert_eq!(inv[0].reserved, 16);
+
+        // An empty report removes the host's records and device providers.
+        let s = store
+            .write(|tx| {
+                Box::pin(async move { report::replace_host(tx, "host1", &[], false).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(s.devices_removed, 1);
+        assert!(providers_named(&store, "host1_FakeDevice").await.is_empty());
+        assert_eq!(
+            providers_named(&store, "host1").await.len(),
+            1,
+            "the compute node stays"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn attributes_crud() {
+    each_backend(|store| async move {
+        store
+            .write(|tx| {
+                Box::pin(
+                    async move { report::replace_host(tx, "h", &[fake_device("h")], true).await },
+                )
+            })
+            .await
+            .unwrap();
+        let dep = store
+            .read(|tx| Box::pin(async move { hardware::list_deployables(tx, &[]).await }))
+            .await
+            .unwrap()
+            .remove(0);
+        let id = dep.id;
+        let a = store
+            .write(move |tx| {
+                Box::pin(async move { hardware::create_attribute(tx, id, "k", "v").await })
+            })
+            .await
+            .unwrap();
+        let listed = store
+            .read(move |tx| {
+                Box::pin(async move { hardware::list_attributes(tx, Some(id), Some("k")).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed, vec![a.clone()]);
+        let missing = store
+            .write(|tx| {
+                Box::pin(async move { hardware::create_attribute(tx, 999_999, "k", "v").await })
+            })
+            .await;
+        assert!(matches!(missing, Err(StoreError::NotFound(_))));
+        let u = a.uuid.clone();
+        store
+            .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
+            .await
+            .unwrap();
+        let u = a.uuid.clone();
+        let gone = store
+            .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
+            .await;
+        assert!(matches!(gone, Err(StoreError::NotFound(_))));
+    })
+    .await;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Side-by-side Placement benchmarks over HTTP: accel or upstream Placement 16.0.0, on a
+# fresh SQLite or PostgreSQL database, driven by a load tool; prints the tool's table.
+#
+#   scripts/bench-placement.sh accel|upstream sqlite|postgres writes [placement-load args]
+#   scripts/bench-placement.sh accel|upstream sqlite|postgres candidates [perfload.py args]
+#
+# writes:     target/release/placement-load (create provider, PUT inventories,
+#             PUT allocations, GET usages, GET resource_providers)
+# candidates: ../shared/conformance/placement/perfload.py (load a scenario, time
+#             GET /allocation_candidates)
+# Env: BENCH_PORT (18790), UPSTREAM_WORKERS (1 on SQLite, 2 on PostgreSQL),
+#      BENCH_PG_ADMIN (postgres://postgres@127.0.0.1:5432/postgres).
+# Build first: cargo build --release -p accel-cli -p accel-bench
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+KIT="$ROOT/../shared/conformance/placement"
+TARGET="${1:?accel|upstream}"; BACKEND="${2:?sqlite|postgres}"; WHAT="${3:?writes|candidates}"
+shift 3
+PORT="${BENCH_PORT:-18790}"
+PG_ADMIN="${BENCH_PG_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}"
+PG_BASE="${PG_ADMIN%/*}"
+
+stop_all() {
+  ACCEL_PORT="$PORT" ACCEL_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-run" "$HERE/accel-placement.sh" stop >/dev/null 2>&1 || true
+  PLACEMENT_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+}
+trap stop_all EXIT
+
+case "$TARGET" in
+  accel)
+    ACCEL_PORT="$PORT" ACCEL_BACKEND="$BACKEND" ACCEL_PG_URL="$PG_ADMIN" \
+      ACCEL_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-run" "$HERE/accel-placement.sh" start >/dev/null
+    ;;
+  upstream)
+    export PLACEMENT_PORT="$PORT" FRESH=1 PLACEMENT_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-upstream"
+    if [[ "$BACKEND" == postgres ]]; then
+      PY="$(WITH_UPSTREAM=1 "$KIT/setup.sh")"
+      "$PY" -c 'import psycopg2' 2>/dev/null || "$(dirname "$PY")/pip" install -q psycopg2-binary >&2
+      export PLACEMENT_DB_URL="postgresql+psycopg2://${PG_BASE#postgres://}/accel_bench_upstream"
+      export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-2}"
+    else
+      export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-1}"
+    fi
+    "$KIT/upstream-placement.sh" start >/dev/null
+    ;;
+  *) echo "target: accel or upstream" >&2; exit 2 ;;
+esac
+
+echo "# $TARGET on $BACKEND, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+case "$WHAT" in
+  writes) "$ROOT/target/release/placement-load" --url "http://127.0.0.1:$PORT" "$@" ;;
+  candidates)
+    PY="$("$KIT/setup.sh")"
+    "$PY" "$KIT/perfload.py" --url "http://127.0.0.1:$PORT" "$@"
+    ;;
+  *) echo "what: writes or candidates" >&2; exit 2 ;;
+esac
+if [[ "$TARGET" == accel ]]; then
+  pid="$(cat "${TMPDIR:-/tmp}/accel-bench-run/accel.pid" 2>/dev/null || true)"
+  [[ -n "$pid" ]] && echo "# accel resident memory: $(awk '/VmRSS|VmHWM/ {printf "%s %s %s; ", $1, $2, $3}' "/proc/$pid/status")"
+fi
