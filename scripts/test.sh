@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README.md): lint, unit and integration tests on SQLite and
-# PostgreSQL, the os-traits data check, and upstream Placement's gabbi suite on both
-# backends. Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and the conformance Python
-# (CONFORMANCE_PY, made by ../shared/conformance/placement/setup.sh).
+# PostgreSQL, the os-traits data check, the real OpenStack clients against the
+# accelerator API, and upstream Placement's gabbi suite on both backends. Needs
+# PostgreSQL on 127.0.0.1:5432 (trust auth) and the conformance Python (CONFORMANCE_PY,
+# made by ../shared/conformance/placement/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ACCEL_TEST_PG="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
@@ -16,6 +17,11 @@ echo "== cargo test (SQLite and PostgreSQL)"; cargo test --workspace -q 2>&1 | t
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
 cargo build -q -p accel-cli
+
+# The real clients from PyPI (python-cyborgclient through OSC, openstacksdk) against
+# the accelerator API.
+echo "== OpenStack clients against the accelerator API"
+ACCEL_BIN=target/debug/accel scripts/cyborg-clients.sh
 
 # Upstream Placement's functional suite, against accel, on both backends. The floor is
 # the count this tree is known to pass (docs/conformance.md); a drop fails the run.

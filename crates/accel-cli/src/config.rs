@@ -16,10 +16,26 @@
 //! max_allocation_candidates = 100000
 //! log_format = "text"               # or "json"
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
+//! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
+//! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
+//! nova_token = "..."                # X-Auth-Token for Nova (until Keystone sessions)
+//!
+//! # With auth_strategy = "keystone" (keystonemiddleware's option names):
+//! [keystone_authtoken]
+//! auth_url = "http://keystone:5000/v3"
+//! username = "cyborg"
+//! password = "secret"
+//! project_name = "service"
+//! user_domain_name = "Default"      # default
+//! project_domain_name = "Default"   # default
+//! service_token_roles = ["service"] # default
+//! service_token_roles_required = true  # default
+//! token_cache_time = 300            # seconds; -1 disables
 //! ```
 //!
 //! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
 
+use accel_server::auth::keystone::KeystoneConfig;
 use accel_server::auth::AuthStrategy;
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -64,6 +80,26 @@ pub struct ServeArgs {
     /// creating that compute node provider when absent.
     #[arg(long, env = "ACCEL_FAKE_DEVICES", value_name = "HOST")]
     pub fake_devices: Option<String>,
+    /// Seconds an accepted ARQ bind may take before it ends BindFailed (upstream
+    /// `bind_timeout`) [default: 60].
+    #[arg(
+        long = "bind-timeout",
+        env = "ACCEL_BIND_TIMEOUT",
+        value_name = "SECONDS"
+    )]
+    pub bind_timeout_seconds: Option<i64>,
+    /// Nova's compute API root (e.g. http://nova:8774/v2.1) for the
+    /// accelerator-request-bound events. Without it events are recorded, not sent.
+    #[arg(long, env = "ACCEL_NOVA_URL", value_name = "URL")]
+    pub nova_url: Option<String>,
+    /// Token sent to Nova as X-Auth-Token with the events.
+    #[arg(
+        long,
+        env = "ACCEL_NOVA_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub nova_token: Option<String>,
 }
 
 /// The configuration file's schema.
@@ -82,6 +118,10 @@ struct FileConfig {
     max_allocation_candidates: Option<usize>,
     log_format: Option<String>,
     fake_devices: Option<String>,
+    keystone_authtoken: Option<KeystoneConfig>,
+    bind_timeout_seconds: Option<i64>,
+    nova_url: Option<String>,
+    nova_token: Option<String>,
 }
 
 /// The resolved configuration.
@@ -100,6 +140,13 @@ pub struct ServeConfig {
     pub log_format: String,
     /// Host whose fake device is reported at start-up, if any.
     pub fake_devices: Option<String>,
+    /// The `[keystone_authtoken]` table (required when `auth_strategy` is keystone).
+    pub keystone: Option<KeystoneConfig>,
+    /// Seconds an accepted bind may take before it ends BindFailed.
+    pub bind_timeout_seconds: i64,
+    /// Nova's compute API root for external events; `None` records them unsent.
+    pub nova_url: Option<String>,
+    pub nova_token: Option<String>,
 }
 
 impl ServeConfig {
@@ -150,7 +197,38 @@ impl ServeConfig {
                 .fake_devices
                 .or(file.fake_devices)
                 .filter(|h| !h.is_empty()),
+            keystone: file.keystone_authtoken,
+            bind_timeout_seconds: args
+                .bind_timeout_seconds
+                .or(file.bind_timeout_seconds)
+                .unwrap_or(60),
+            nova_url: args.nova_url.or(file.nova_url).filter(|u| !u.is_empty()),
+            nova_token: args
+                .nova_token
+                .or(file.nova_token)
+                .filter(|t| !t.is_empty()),
         };
+        if !(1..=86_400).contains(&cfg.bind_timeout_seconds) {
+            bail!(
+                "bind_timeout_seconds must be between 1 and 86400, not {}",
+                cfg.bind_timeout_seconds
+            );
+        }
+        if let Some(u) = &cfg.nova_url {
+            // reqwest is built without a TLS backend; put a TLS-terminating proxy in front.
+            if !u.starts_with("http://") {
+                bail!("nova_url must be an http:// URL of the compute API root (this build has no TLS client), not {u:?}");
+            }
+        }
+        if cfg.auth_strategy == AuthStrategy::Keystone {
+            match &cfg.keystone {
+                None => bail!(
+                    "auth_strategy is keystone: the config file needs a [keystone_authtoken] \
+                     table with auth_url, username, password and project_name"
+                ),
+                Some(k) => k.validate().map_err(anyhow::Error::msg)?,
+            }
+        }
         if let Some(host) = &cfg.fake_devices {
             if host.len() > 200 || host.chars().any(char::is_whitespace) {
                 bail!("fake_devices must be a host name (no spaces, at most 200 characters), not {host:?}");
@@ -213,13 +291,101 @@ impl ServeConfig {
         Ok(policy)
     }
 
-    pub fn server_config(&self) -> accel_server::ServerConfig {
-        accel_server::ServerConfig {
+    pub fn server_config(&self) -> anyhow::Result<accel_server::ServerConfig> {
+        let keystone = match (self.auth_strategy, &self.keystone) {
+            (AuthStrategy::Keystone, Some(k)) => Some(std::sync::Arc::new(
+                accel_server::auth::keystone::Keystone::new(k.clone())
+                    .map_err(anyhow::Error::msg)?,
+            )),
+            _ => None,
+        };
+        Ok(accel_server::ServerConfig {
             auth_strategy: self.auth_strategy,
             cors_allowed_origins: self.cors_allowed_origin.clone(),
             allocation_conflict_retry_count: self.allocation_conflict_retry_count,
             randomize_allocation_candidates: self.randomize_allocation_candidates,
             max_allocation_candidates: self.max_allocation_candidates,
-        }
+            keystone,
+        })
+    }
+}
+
+#[cfg(test)]
+mod keystone_config_tests {
+    use super::*;
+
+    /// Loads `text` as the config file, with only `--auth-strategy keystone` given.
+    fn load(text: &str) -> anyhow::Result<ServeConfig> {
+        let path = std::env::temp_dir().join(format!("accel-config-test-{}.toml", unique_suffix()));
+        std::fs::write(&path, text).unwrap();
+        let result = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            auth_strategy: Some(AuthStrategy::Keystone),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    fn unique_suffix() -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        )
+    }
+
+    #[test]
+    fn keystone_needs_its_table() {
+        let err = load("").unwrap_err().to_string();
+        assert!(err.contains("[keystone_authtoken]"), "{err}");
+    }
+
+    #[test]
+    fn keystone_table_with_keystonemiddleware_names() {
+        let cfg = load(
+            "[keystone_authtoken]\n\
+             auth_url = \"http://127.0.0.1:5000/v3\"\n\
+             username = \"cyborg\"\n\
+             password = \"pw\"\n\
+             project_name = \"service\"\n\
+             service_token_roles = [\"service\", \"nova\"]\n\
+             service_token_roles_required = false\n\
+             token_cache_time = 60\n",
+        )
+        .unwrap();
+        let k = cfg.keystone.as_ref().unwrap();
+        assert_eq!(k.service_token_roles, ["service", "nova"]);
+        assert!(!k.service_token_roles_required);
+        assert_eq!(k.token_cache_time, 60);
+        let server = cfg.server_config().unwrap();
+        assert_eq!(server.auth_strategy, AuthStrategy::Keystone);
+        assert!(server.keystone.is_some());
+    }
+
+    #[test]
+    fn keystone_table_typos_fail_at_start() {
+        let err = format!(
+            "{:#}",
+            load(
+                "[keystone_authtoken]\n\
+                 auth_url = \"http://ks/v3\"\n\
+                 username = \"u\"\n\
+                 password = \"p\"\n\
+                 project_name = \"s\"\n\
+                 service_token_role = [\"service\"]\n",
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("unknown field `service_token_role`"), "{err}");
+        let err = load(
+            "[keystone_authtoken]\nauth_url = \"https://ks/v3\"\nusername = \"u\"\n\
+             password = \"p\"\nproject_name = \"s\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("TLS"), "{err}");
     }
 }

@@ -2,6 +2,8 @@
 //! the servers together. `accel serve` runs the API server; client commands and the
 //! node agent join as their issues land.
 
+mod boot;
+mod client;
 mod config;
 
 use anyhow::Context;
@@ -29,6 +31,15 @@ struct Cli {
 enum Command {
     /// Run the API server (Placement API; accelerator API when available).
     Serve(config::ServeArgs),
+    /// Device profiles of the accelerator API: create, list, show, delete.
+    DeviceProfile(client::ProfileArgs),
+    /// Accelerator requests: create, list, show, bind, unbind, delete.
+    Arq(client::ArqArgs),
+    /// Boot an instance's accelerators as Nova would, without Nova: claim in Placement,
+    /// create and bind the device profile's ARQs, print the attach handles.
+    Boot(boot::BootArgs),
+    /// Reverse of boot: unbind and delete the instance's ARQs, release its allocations.
+    Unboot(boot::UnbootArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +51,10 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(serve(cfg))
         }
+        Command::DeviceProfile(a) => client::run(client::profiles::run(&a.conn, a.command)),
+        Command::Arq(a) => client::run(client::arqs::run(&a.conn, a.command)),
+        Command::Boot(a) => boot::boot(a),
+        Command::Unboot(a) => boot::unboot(a),
     }
 }
 
@@ -65,7 +80,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     let state = Arc::new(accel_server::AppState {
         store,
         policy,
-        config: cfg.server_config(),
+        config: cfg.server_config()?,
         placement_index: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
@@ -80,13 +95,29 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("reporting the fake devices of host {host}"))?;
         tracing::info!(host = %host, compute_node_created = s.compute_node_created, "fake devices reported");
     }
+    let accel_state = Arc::new(accel_server::accelerator::AccelState {
+        app: state.clone(),
+        policy: cfg.accelerator_policy()?,
+        bind_timeout_secs: cfg.bind_timeout_seconds,
+        bind_wakeup: Default::default(),
+    });
+    // The bind worker and the Nova event sender; they resume what a previous (or
+    // crashed) server left in the database.
+    let workers = accel_server::accelerator::binder::spawn(
+        &accel_state,
+        accel_server::accelerator::binder::WorkerConfig::new(cfg.nova_url.clone().map(|url| {
+            accel_server::accelerator::binder::NovaEndpoint {
+                url,
+                token: cfg.nova_token.clone(),
+            }
+        })),
+    );
+    if cfg.nova_url.is_none() {
+        tracing::warn!("no nova_url: accelerator-request-bound events are recorded, not sent");
+    }
     let accelerator = accel_server::AcceleratorApi {
         listener: accel_listener,
-        state: Arc::new(accel_server::accelerator::AccelState {
-            app: state.clone(),
-            policy: cfg.accelerator_policy()?,
-            bind_timeout_secs: 60,
-        }),
+        state: accel_state,
     };
     tracing::info!(
         placement = %listener.local_addr()?,
@@ -101,6 +132,10 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await?;
+    workers
+        .shutdown()
+        .await
+        .context("stopping the bind worker")?;
     state.store.close().await;
     tracing::info!("accel serve stopped");
     Ok(())

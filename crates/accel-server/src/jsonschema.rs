@@ -38,12 +38,16 @@ pub fn validate(instance: &Value, schema: &Value) -> Result<(), SchemaError> {
     check(instance, schema, &mut Vec::new(), &mut Vec::new())
 }
 
-fn regex(p: &str) -> Regex {
-    static CACHE: OnceLock<Mutex<HashMap<String, Regex>>> = OnceLock::new();
+/// Compiled patterns, shared: a `Regex` clone would start with an empty match cache
+/// (rebuilt on every request), an `Arc` keeps the warmed one.
+fn regex(p: &str) -> std::sync::Arc<Regex> {
+    static CACHE: OnceLock<Mutex<HashMap<String, std::sync::Arc<Regex>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
     c.entry(p.to_owned())
-        .or_insert_with(|| Regex::new(p).unwrap_or_else(|_| Regex::new("$^").expect("static")))
+        .or_insert_with(|| {
+            std::sync::Arc::new(Regex::new(p).unwrap_or_else(|_| Regex::new("$^").expect("static")))
+        })
         .clone()
 }
 

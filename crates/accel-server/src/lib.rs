@@ -2,6 +2,9 @@
 //! with its own router, listener and error format, sharing one store, one policy engine
 //! and one auth layer.
 //!
+//! Besides the listeners, `accel serve` runs the accelerator API's background workers
+//! ([`accelerator::binder`]); [`workflow`] is the Nova workflow as a client of both APIs.
+//!
 //! [`serve`] takes already-bound listeners and a shutdown future (tests bind port 0
 //! and read the address back), so nothing here chooses ports or installs signal
 //! handlers.
@@ -11,6 +14,7 @@ pub mod auth;
 mod cors;
 pub mod jsonschema;
 pub mod placement;
+pub mod workflow;
 
 use accel_core::policy::Policy;
 use accel_store::Store;
@@ -29,6 +33,9 @@ pub struct ServerConfig {
     pub randomize_allocation_candidates: bool,
     /// Upper bound on candidates computed per request, whatever `limit` says.
     pub max_allocation_candidates: usize,
+    /// The Keystone validator (configuration, own token, validation cache), present
+    /// when `auth_strategy` is keystone.
+    pub keystone: Option<Arc<auth::keystone::Keystone>>,
 }
 
 /// Everything a handler can reach.

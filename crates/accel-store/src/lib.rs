@@ -99,9 +99,6 @@ impl Store {
                         sqlx::query("PRAGMA busy_timeout = 10000")
                             .execute(&mut *conn)
                             .await?;
-                        sqlx::query(placement::changes::temp_table_sql(Backend::Sqlite))
-                            .execute(&mut *conn)
-                            .await?;
                         Ok(())
                     })
                 })
@@ -110,14 +107,6 @@ impl Store {
                 .map_err(StoreError::Db)?,
             Backend::Postgres => AnyPoolOptions::new()
                 .max_connections(16)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        sqlx::query(placement::changes::temp_table_sql(Backend::Postgres))
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                })
                 .acquire_timeout(Duration::from_secs(30))
                 .connect_with(opts)
                 .await
@@ -170,9 +159,10 @@ impl Store {
             Backend::Postgres => "BEGIN",
         };
         sqlx::query(begin).execute(&mut *conn).await?;
-        let result = match f(&mut conn).await {
+        let (result, touched) = placement::changes::collecting(f(&mut conn)).await;
+        let result = match result {
             // Placement changes are logged inside the transaction they belong to.
-            Ok(v) => placement::changes::flush(&mut conn, self.backend)
+            Ok(v) => placement::changes::flush(&mut conn, &touched)
                 .await
                 .map(|()| v),
             Err(e) => Err(e),
@@ -217,6 +207,23 @@ impl Store {
             let _ = conn.detach().close().await;
         }
         result
+    }
+
+    /// Runs `f` on a reader connection without a transaction. For a single statement
+    /// only (one statement is its own snapshot); saves the `BEGIN`/`ROLLBACK` round
+    /// trips on hot paths such as the candidate index's version check.
+    pub async fn read_one<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+    {
+        let mut conn = self
+            .readers
+            .as_ref()
+            .unwrap_or(&self.pool)
+            .acquire()
+            .await?;
+        f(&mut conn).await
     }
 
     /// Closes every connection.

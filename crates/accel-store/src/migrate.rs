@@ -29,6 +29,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0003_placement_changes.sql"),
         postgres: include_str!("../migrations/postgres/0003_placement_changes.sql"),
     },
+    Migration {
+        version: 4,
+        sqlite: include_str!("../migrations/sqlite/0004_bind_worker.sql"),
+        postgres: include_str!("../migrations/postgres/0004_bind_worker.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

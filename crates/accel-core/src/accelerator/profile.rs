@@ -73,7 +73,8 @@ impl Group {
         self.0
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    /// The value of `key` (already normalised, e.g. `accel:bitstream_id`), if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == key)

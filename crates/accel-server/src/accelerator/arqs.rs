@@ -7,9 +7,9 @@
 //!
 //! A bind is validated with upstream's patch rules and recorded durably: the ARQ moves
 //! `Initial|Unbound → BindStarted` and a `bind_jobs` row (deadline = now +
-//! `bind_timeout`) is written in the same transaction before `202`. Performing the job
-//! (attach-handle allocation, programming, the Nova event) is the bind worker's part and
-//! not done here yet: such an ARQ stays `BindStarted`.
+//! `bind_timeout`) is written in the same transaction before `202`, then the bind
+//! worker is woken; performing the job (attach handle, programming, the Nova event) is
+//! [`super::binder`]'s.
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
@@ -362,5 +362,6 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
             })
         })
         .await?;
+    st.bind_wakeup.notify_one();
     Ok(empty_reply(StatusCode::ACCEPTED))
 }

@@ -20,6 +20,7 @@
 
 pub mod agent;
 mod arqs;
+pub mod binder;
 pub mod error;
 mod hardware;
 pub mod microversion;
@@ -35,7 +36,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use error::{AccelError, AccelResult};
 use microversion::Version;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// What accelerator handlers reach: the shared application state and Cyborg's policy.
@@ -44,6 +45,8 @@ pub struct AccelState {
     pub policy: Policy,
     /// How long a bind may take before it is failed (upstream `bind_timeout`, 60 s).
     pub bind_timeout_secs: i64,
+    /// Wakes this process's bind worker ([`binder`]) when a bind is accepted.
+    pub bind_wakeup: Arc<tokio::sync::Notify>,
 }
 
 /// The accelerator router; mount it on its own listener. It answers under both `/`
@@ -241,13 +244,7 @@ async fn versioned(
             Ok(c) => c,
             // keystonemiddleware's 401 sits outside Cyborg's app: its own body, no
             // envelope, no version headers.
-            Err(_) => {
-                return json_reply(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": {"code": 401, "title": "Unauthorized",
-                        "message": "The request you have made requires authentication."}}),
-                )
-            }
+            Err(rejection) => return rejection.keystonemiddleware_response(),
         }
     };
     let version = microversion::parse(
@@ -263,22 +260,10 @@ async fn versioned(
                 let body = axum::body::to_bytes(body, MAX_BODY)
                     .await
                     .map_err(|_| AccelError::bad_request("request body too large or unreadable"))?;
-                let mut creds = creds;
-                if creds.policy.service_roles.is_empty() {
-                    // keystonemiddleware's header for a validated service token; noauth
-                    // trusts it as it trusts X-Roles.
-                    if let Some(r) = headers.get("x-service-roles").and_then(|v| v.to_str().ok()) {
-                        creds.policy.service_roles = r
-                            .split(',')
-                            .map(|s| s.trim().to_owned())
-                            .filter(|s| !s.is_empty())
-                            .collect();
-                    }
-                }
                 let ctx = Ctx {
                     version,
                     is_admin: creds.policy.roles.iter().any(|r| r == "admin"),
-                    is_service: creds.policy.service_roles.iter().any(|r| r == "service"),
+                    is_service: auth::is_service(&st.app, &creds),
                     creds,
                     query: form_urlencoded::parse(query.unwrap_or("").as_bytes())
                         .map(|(k, v)| (k.into_owned(), v.into_owned()))

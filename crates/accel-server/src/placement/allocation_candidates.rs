@@ -11,9 +11,8 @@ use super::{authorize, qs, Reply, Req};
 use crate::jsonschema::pyrepr;
 use crate::AppState;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
-use accel_store::placement::world::World;
+use accel_store::placement::world::{World, WorldProvider};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const PREFIXES: [&str; 4] = ["resources", "required", "member_of", "in_tree"];
@@ -136,11 +135,13 @@ fn parse(req: &Req) -> ApiResult<Parsed> {
         same_subtree.push(suffixes);
     }
 
-    let key_re = regex::Regex::new(&format!(
-        "^(resources|required|member_of|in_tree)({})?$",
-        group_pat(req)
-    ))
-    .expect("static pattern");
+    static KEYS: std::sync::LazyLock<[regex::Regex; 2]> = std::sync::LazyLock::new(|| {
+        ["[1-9][0-9]*", "[a-zA-Z0-9_-]{1,64}"].map(|pat| {
+            regex::Regex::new(&format!("^(resources|required|member_of|in_tree)({pat})?$"))
+                .expect("static pattern")
+        })
+    });
+    let key_re = &KEYS[usize::from(req.mv(33))];
     let mut groups: Vec<(String, Group)> = Vec::new();
     for (key, val) in &req.query {
         let Some(c) = key_re.captures(key) else {
@@ -285,15 +286,14 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     req.validate_query(&schema(&req))?;
     let parsed = parse(&req)?;
     let index = app.placement_index.current(&app.store).await?;
-    let body = answer(&app, &req, &parsed, &index)?;
-    Ok(Reply::json(body).modified_now())
+    Ok(answer(&app, &req, &parsed, &index)?.modified_now())
 }
 
 fn empty() -> Value {
     json!({"allocation_requests": [], "provider_summaries": {}})
 }
 
-fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Value> {
+fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
     let world = &index.world;
     let rc_ids = &index.rc_ids;
     // Unknown resource classes are a 400, checked group by group as upstream does.
@@ -334,7 +334,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         let in_tree = match &g.in_tree {
             Some(u) => match by_uuid.get(u.as_str()) {
                 Some(&i) => Some(ProviderId(i)),
-                None => return Ok(empty()),
+                None => return Ok(Reply::json(empty())),
             },
             None => None,
         };
@@ -393,116 +393,251 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         app.config.max_allocation_candidates
     };
     let outcome = engine::search(snapshot, &request, cap);
-    Ok(render(req, p, world, &outcome))
-}
-
-fn render(req: &Req, p: &Parsed, world: &World, outcome: &engine::Outcome) -> Value {
-    let uuid_of = |id: ProviderId| world.providers[id.0 as usize].uuid.as_str();
-    let rc_name = |rc: u32| {
-        world
-            .rc_names
-            .get(&(rc as i64))
-            .map(String::as_str)
-            .unwrap_or("")
-    };
-    let mut areqs = Vec::with_capacity(outcome.candidates.len());
-    for c in &outcome.candidates {
-        if req.mv(12) {
-            let mut allocs: Map<String, Value> = Map::new();
-            for (rp, rc, amount) in &c.allocations {
-                let entry = allocs
-                    .entry(uuid_of(*rp).to_owned())
-                    .or_insert_with(|| json!({"resources": {}}));
-                entry["resources"][rc_name(*rc)] = json!(amount);
-            }
-            let mut areq = json!({ "allocations": allocs });
-            if req.mv(34) {
-                let mut m = Map::new();
-                for (suffix, rps) in &c.mappings {
-                    m.insert(
-                        suffix.clone(),
-                        json!(rps.iter().map(|r| uuid_of(*r)).collect::<Vec<_>>()),
-                    );
-                }
-                areq["mappings"] = Value::Object(m);
-            }
-            areqs.push(areq);
-        } else {
-            let mut per_rp: BTreeMap<u32, Map<String, Value>> = BTreeMap::new();
-            let mut order: Vec<u32> = Vec::new();
-            for (rp, rc, amount) in &c.allocations {
-                if !per_rp.contains_key(&rp.0) {
-                    order.push(rp.0);
-                }
-                per_rp
-                    .entry(rp.0)
-                    .or_default()
-                    .insert(rc_name(*rc).to_owned(), json!(amount));
-            }
-            let allocs: Vec<Value> = order
-                .iter()
-                .map(|i| json!({"resource_provider": {"uuid": uuid_of(ProviderId(*i))}, "resources": per_rp[i]}))
-                .collect();
-            areqs.push(json!({ "allocations": allocs }));
-        }
-    }
-    let requested: Vec<&str> = p
+    let requested = p
         .groups
         .iter()
         .flat_map(|(_, g)| g.resources.iter().map(|(rc, _)| rc.as_str()))
         .collect();
-    let mut summaries = Map::new();
-    for id in &outcome.summary_providers {
-        let rp = &world.providers[id.0 as usize];
-        let mut resources = Map::new();
-        for inv in &rp.inventories {
-            let name = world
-                .rc_names
-                .get(&inv.rc)
-                .map(String::as_str)
-                .unwrap_or("");
-            if req.mv(27) || requested.contains(&name) {
-                let capacity = accel_core::capacity::Limits {
-                    total: inv.total,
-                    reserved: inv.reserved,
-                    min_unit: inv.min_unit,
-                    max_unit: inv.max_unit,
-                    step_size: inv.step_size,
-                    allocation_ratio: inv.allocation_ratio,
+    let answer = Answer {
+        req,
+        world,
+        outcome: &outcome,
+        requested,
+    };
+    Reply::serialized(&answer).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The answer, serialised straight to bytes: at hundreds of candidates a `Value` tree
+/// cost more than the search itself.
+struct Answer<'a> {
+    req: &'a Req,
+    world: &'a World,
+    outcome: &'a engine::Outcome,
+    /// Classes the request names (summaries before 1.27 show only those).
+    requested: Vec<&'a str>,
+}
+
+impl Answer<'_> {
+    fn uuid(&self, id: ProviderId) -> &str {
+        &self.world.providers[id.0 as usize].uuid
+    }
+    fn rc_name(&self, rc: i64) -> &str {
+        self.world
+            .rc_names
+            .get(&rc)
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+    fn uuid_by_db_id(&self, db_id: i64) -> Option<&str> {
+        let w = self.world;
+        w.providers
+            .binary_search_by_key(&db_id, |x| x.id)
+            .ok()
+            .map(|i| w.providers[i].uuid.as_str())
+    }
+}
+
+impl serde::Serialize for Answer<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("allocation_requests", &Requests(self))?;
+        m.serialize_entry("provider_summaries", &Summaries(self))?;
+        m.end()
+    }
+}
+
+struct Requests<'a, 'b>(&'b Answer<'a>);
+
+impl serde::Serialize for Requests<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let a = self.0;
+        let mut seq = s.serialize_seq(Some(a.outcome.candidates.len()))?;
+        for c in &a.outcome.candidates {
+            seq.serialize_element(&Request(a, c))?;
+        }
+        seq.end()
+    }
+}
+
+struct Request<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
+
+/// The runs of `allocations` (sorted by provider) that share a provider.
+fn by_provider(
+    allocations: &[(ProviderId, engine::RcId, i64)],
+) -> impl Iterator<Item = &[(ProviderId, engine::RcId, i64)]> {
+    allocations.chunk_by(|x, y| x.0 == y.0)
+}
+
+impl serde::Serialize for Request<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let (a, c) = (self.0, self.1);
+        let mut m = s.serialize_map(None)?;
+        if a.req.mv(12) {
+            struct Allocs<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
+            impl serde::Serialize for Allocs<'_, '_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let (a, c) = (self.0, self.1);
+                    let mut m = s.serialize_map(None)?;
+                    for run in by_provider(&c.allocations) {
+                        struct One<'a, 'b>(&'b Answer<'a>, &'b [(ProviderId, engine::RcId, i64)]);
+                        impl serde::Serialize for One<'_, '_> {
+                            fn serialize<S: serde::Serializer>(
+                                &self,
+                                s: S,
+                            ) -> Result<S::Ok, S::Error> {
+                                let mut m = s.serialize_map(Some(1))?;
+                                m.serialize_entry(
+                                    "resources",
+                                    &Resources(self.0, self.1.to_vec()),
+                                )?;
+                                m.end()
+                            }
+                        }
+                        m.serialize_entry(a.uuid(run[0].0), &One(a, run))?;
+                    }
+                    m.end()
                 }
-                .capacity();
-                resources.insert(
-                    name.to_owned(),
-                    json!({"capacity": capacity, "used": inv.used}),
-                );
+            }
+            m.serialize_entry("allocations", &Allocs(a, c))?;
+            if a.req.mv(34) {
+                struct Mappings<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
+                impl serde::Serialize for Mappings<'_, '_> {
+                    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                        let (a, c) = (self.0, self.1);
+                        let mut m = s.serialize_map(Some(c.mappings.len()))?;
+                        for (suffix, rps) in &c.mappings {
+                            let uuids: Vec<&str> = rps.iter().map(|r| a.uuid(*r)).collect();
+                            m.serialize_entry(suffix, &uuids)?;
+                        }
+                        m.end()
+                    }
+                }
+                m.serialize_entry("mappings", &Mappings(a, c))?;
+            }
+        } else {
+            struct Legacy<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
+            impl serde::Serialize for Legacy<'_, '_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let (a, c) = (self.0, self.1);
+                    let mut seq = s.serialize_seq(None)?;
+                    for run in by_provider(&c.allocations) {
+                        #[derive(serde::Serialize)]
+                        struct Rp<'x> {
+                            uuid: &'x str,
+                        }
+                        #[derive(serde::Serialize)]
+                        struct Item<'x, 'a> {
+                            resource_provider: Rp<'x>,
+                            resources: Resources<'a, 'x>,
+                        }
+                        seq.serialize_element(&Item {
+                            resource_provider: Rp {
+                                uuid: a.uuid(run[0].0),
+                            },
+                            resources: Resources(a, run.to_vec()),
+                        })?;
+                    }
+                    seq.end()
+                }
+            }
+            m.serialize_entry("allocations", &Legacy(a, c))?;
+        }
+        m.end()
+    }
+}
+
+/// `{class: amount}` for one provider's run of allocations.
+struct Resources<'a, 'b>(&'b Answer<'a>, Vec<(ProviderId, engine::RcId, i64)>);
+
+impl serde::Serialize for Resources<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.1.len()))?;
+        for (_, rc, amount) in &self.1 {
+            m.serialize_entry(self.0.rc_name(*rc as i64), amount)?;
+        }
+        m.end()
+    }
+}
+
+struct Summaries<'a, 'b>(&'b Answer<'a>);
+
+impl serde::Serialize for Summaries<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let a = self.0;
+        let mut m = s.serialize_map(Some(a.outcome.summary_providers.len()))?;
+        for id in &a.outcome.summary_providers {
+            m.serialize_entry(a.uuid(*id), &Summary(a, *id))?;
+        }
+        m.end()
+    }
+}
+
+struct Summary<'a, 'b>(&'b Answer<'a>, ProviderId);
+
+impl serde::Serialize for Summary<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let a = self.0;
+        let rp = &a.world.providers[self.1 .0 as usize];
+        struct Inventories<'a, 'b>(&'b Answer<'a>, &'b WorldProvider);
+        impl serde::Serialize for Inventories<'_, '_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let (a, rp) = (self.0, self.1);
+                let mut m = s.serialize_map(None)?;
+                for inv in &rp.inventories {
+                    let name = a.rc_name(inv.rc);
+                    if a.req.mv(27) || a.requested.contains(&name) {
+                        let capacity = accel_core::capacity::Limits {
+                            total: inv.total,
+                            reserved: inv.reserved,
+                            min_unit: inv.min_unit,
+                            max_unit: inv.max_unit,
+                            step_size: inv.step_size,
+                            allocation_ratio: inv.allocation_ratio,
+                        }
+                        .capacity();
+                        #[derive(serde::Serialize)]
+                        struct Cap {
+                            capacity: i64,
+                            used: i64,
+                        }
+                        m.serialize_entry(
+                            name,
+                            &Cap {
+                                capacity,
+                                used: inv.used,
+                            },
+                        )?;
+                    }
+                }
+                m.end()
             }
         }
-        let mut s = json!({ "resources": resources });
-        if req.mv(17) {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("resources", &Inventories(a, rp))?;
+        if a.req.mv(17) {
             // Upstream lists a provider's traits in the database's order, which is
             // creation order: standard traits before custom ones.
             let mut ids = rp.traits.clone();
             ids.sort_unstable();
             let traits: Vec<&str> = ids
                 .iter()
-                .filter_map(|t| world.trait_names.get(t).map(String::as_str))
+                .filter_map(|t| a.world.trait_names.get(t).map(String::as_str))
                 .collect();
-            s["traits"] = json!(traits);
+            m.serialize_entry("traits", &traits)?;
         }
-        if req.mv(29) {
-            let uuid_by_id = |db_id: i64| {
-                world
-                    .providers
-                    .binary_search_by_key(&db_id, |x| x.id)
-                    .ok()
-                    .map(|i| world.providers[i].uuid.clone())
-            };
-            let parent = rp.parent_id.and_then(uuid_by_id);
-            let root = uuid_by_id(rp.root_id);
-            s["parent_provider_uuid"] = json!(parent);
-            s["root_provider_uuid"] = json!(root);
+        if a.req.mv(29) {
+            m.serialize_entry(
+                "parent_provider_uuid",
+                &rp.parent_id.and_then(|p| a.uuid_by_db_id(p)),
+            )?;
+            m.serialize_entry("root_provider_uuid", &a.uuid_by_db_id(rp.root_id))?;
         }
-        summaries.insert(rp.uuid.clone(), s);
+        m.end()
     }
-    json!({"allocation_requests": areqs, "provider_summaries": summaries})
 }

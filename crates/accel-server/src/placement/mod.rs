@@ -70,7 +70,10 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     } else {
         match auth::authenticate(&app, &parts.headers).await {
             Ok(c) => c,
-            Err(resp) => return finish(resp, &request_id, None, &app, origin.as_deref()),
+            Err(rejection) => {
+                let resp = rejection.placement_response(&request_id);
+                return finish(resp, &request_id, None, &app, origin.as_deref());
+            }
         }
     };
 

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod accel;
+pub mod keystone;
+
 use accel_server::{AppState, ServerConfig};
 use serde_json::Value;
 use std::sync::Arc;

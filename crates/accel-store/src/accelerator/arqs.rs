@@ -241,15 +241,35 @@ pub async fn require(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Stor
 
 /// Releases what a bound ARQ holds (its attach handle and bind job) and removes it.
 async fn unbind_and_delete(tx: &mut Tx, arq: &Arq) -> Result<(), StoreError> {
+    lock(tx, arq.id).await?;
     release(tx, arq.id).await?;
-    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
-        .bind(&arq.uuid)
-        .execute(&mut *tx)
-        .await?;
+    forget_jobs(tx, &arq.uuid).await?;
     sqlx::query("DELETE FROM extended_accelerator_requests WHERE id = $1")
         .bind(arq.id)
         .execute(&mut *tx)
         .await?;
+    Ok(())
+}
+
+/// Row-locks an ARQ before its job and handle, the order the bind worker takes them in
+/// ([`super::binds::perform`]), so an unbind racing a bind waits instead of deadlocking.
+async fn lock(tx: &mut Tx, arq_id: i64) -> Result<(), StoreError> {
+    sqlx::query("UPDATE extended_accelerator_requests SET updated_at = updated_at WHERE id = $1")
+        .bind(arq_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Drops an ARQ's bind job and programming request: an unbind, a delete or a new
+/// bind supersedes them (a worker holding the old job then finds nothing to finish).
+async fn forget_jobs(tx: &mut Tx, uuid: &str) -> Result<(), StoreError> {
+    for table in ["bind_jobs", "program_requests"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE arq_uuid = $1"))
+            .bind(uuid)
+            .execute(&mut *tx)
+            .await?;
+    }
     Ok(())
 }
 
@@ -351,10 +371,7 @@ pub async fn start_bind(
     if n != 1 {
         return Err(bad_state(&arq, sources));
     }
-    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
-        .bind(uuid)
-        .execute(&mut *tx)
-        .await?;
+    forget_jobs(tx, uuid).await?;
     sqlx::query(
         "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at) \
          VALUES ($1, 'pending', $2, 0, $3)",
@@ -384,11 +401,9 @@ pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Store
     if !arq.state.can_become(ArqState::Unbound) && arq.state != ArqState::Unbound {
         return Err(bad_state(&arq, ArqState::Unbound.allowed_sources()));
     }
+    lock(tx, arq.id).await?;
     release(tx, arq.id).await?;
-    sqlx::query("DELETE FROM bind_jobs WHERE arq_uuid = $1")
-        .bind(uuid)
-        .execute(&mut *tx)
-        .await?;
+    forget_jobs(tx, uuid).await?;
     sqlx::query(
         "UPDATE extended_accelerator_requests SET state = $1, hostname = NULL, \
          device_rp_uuid = NULL, instance_uuid = NULL, attach_handle_id = NULL, \

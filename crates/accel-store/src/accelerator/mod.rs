@@ -10,9 +10,13 @@
 //! - a profile referenced by ARQs cannot be deleted ([`crate::Conflict::InUse`]);
 //! - a host's hardware report replaces that host's records and reconciles its Placement
 //!   providers in the caller's transaction ([`report::replace_host`]), so a failed
-//!   report leaves both as they were.
+//!   report leaves both as they were;
+//! - a bind job is performed once, takes an attach handle once and always ends
+//!   ([`binds`]); the Nova event commits with the resolution it reports ([`events`]).
 
 pub mod arqs;
+pub mod binds;
+pub mod events;
 pub mod hardware;
 pub mod profiles;
 pub mod report;

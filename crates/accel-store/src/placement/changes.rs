@@ -6,10 +6,12 @@
 //! which providers they touched:
 //!
 //! - during the transaction, store functions call [`touch`] / [`touch_names`], which
-//!   insert into a per-connection temporary table (no shared lock is taken);
-//! - just before `COMMIT`, [`flush`] moves those rows into `placement_changes` under
-//!   one new `(shard, seq)`: it increments the sequence of one of [`SHARDS`] rows of
-//!   `placement_change_shards`, chosen by the smallest touched provider id.
+//!   only note the ids in memory (a task-local set scoped to the `Store::write` call:
+//!   no statement, no shared lock);
+//! - just before `COMMIT`, [`flush`] writes them to `placement_changes` under one new
+//!   `(shard, seq)`: it increments the sequence of one of [`SHARDS`] rows of
+//!   `placement_change_shards`, chosen by the smallest touched provider id. That is two
+//!   statements per changing transaction and none for the others.
 //!
 //! Why this is exact: a shard's row is updated under its row lock, and a rolled-back
 //! transaction rolls its increment back too, so within any one database snapshot the
@@ -23,8 +25,11 @@
 //! The log is pruned as it grows; a reader that finds a gap in a shard (its rows were
 //! pruned) falls back to a full reload.
 
-use crate::{Backend, StoreError, Tx};
+use crate::{StoreError, Tx};
 use sqlx::Row;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::future::Future;
 
 /// Number of sequence rows writers spread over.
 pub const SHARDS: usize = 16;
@@ -35,42 +40,45 @@ pub const NAMES: i64 = -1;
 /// Log rows kept per shard beyond the newest sequence.
 const KEEP_PER_SHARD: i64 = 4096;
 
-/// The temporary table each connection collects its touches in.
-pub(crate) fn temp_table_sql(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => {
-            "CREATE TEMP TABLE IF NOT EXISTS pending_placement_changes (provider_id BIGINT NOT NULL)"
-        }
-        Backend::Postgres => {
-            "CREATE TEMP TABLE IF NOT EXISTS pending_placement_changes (provider_id BIGINT NOT NULL) \
-             ON COMMIT DELETE ROWS"
-        }
-    }
+tokio::task_local! {
+    /// The ids touched by the write transaction running in this task.
+    static TOUCHED: RefCell<BTreeSet<i64>>;
+}
+
+/// Runs `fut` (a write transaction's body) with an empty touch set, and returns its
+/// output with the ids it touched.
+pub(crate) async fn collecting<T>(fut: impl Future<Output = T>) -> (T, BTreeSet<i64>) {
+    TOUCHED
+        .scope(RefCell::new(BTreeSet::new()), async move {
+            let out = fut.await;
+            let ids = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+            (out, ids)
+        })
+        .await
+}
+
+fn note(ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
+    TOUCHED
+        .try_with(|t| t.borrow_mut().extend(ids))
+        .map_err(|_| StoreError::Config("a placement change was made outside Store::write".into()))
 }
 
 /// Records that the providers `ids` changed (their existence, tree, inventories,
-/// usage, traits or aggregates).
-pub async fn touch(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
-    for id in ids {
-        sqlx::query("INSERT INTO pending_placement_changes (provider_id) VALUES ($1)")
-            .bind(*id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    Ok(())
+/// usage, traits or aggregates). `tx` is taken to keep the call inside a transaction.
+pub async fn touch(_tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
+    note(ids.iter().copied())
 }
 
 /// Records that every provider holding allocations of `consumer` changed (called
 /// before those allocations are deleted).
 pub async fn touch_consumer_providers(tx: &mut Tx, consumer: &str) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO pending_placement_changes (provider_id) \
-         SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = $1",
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = $1",
     )
     .bind(consumer)
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(())
+    note(ids)
 }
 
 /// Records that resource class or trait names changed.
@@ -78,28 +86,20 @@ pub async fn touch_names(tx: &mut Tx) -> Result<(), StoreError> {
     touch(tx, &[NAMES]).await
 }
 
-/// Moves this transaction's touches into the shared log under one new sequence
+/// Writes this transaction's touches to the shared log under one new sequence
 /// number. Called by `Store::write` right before `COMMIT`.
-pub(crate) async fn flush(tx: &mut Tx, backend: Backend) -> Result<(), StoreError> {
-    let ids: Vec<i64> =
-        sqlx::query_scalar("SELECT DISTINCT provider_id FROM pending_placement_changes")
-            .fetch_all(&mut *tx)
-            .await?;
-    if ids.is_empty() {
+pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreError> {
+    let Some(&first) = ids.iter().next() else {
         return Ok(());
-    }
-    let shard = ids
-        .iter()
-        .copied()
-        .min()
-        .unwrap_or(0)
-        .rem_euclid(SHARDS as i64);
+    };
+    let shard = first.rem_euclid(SHARDS as i64);
     let seq: i64 = sqlx::query_scalar(
         "UPDATE placement_change_shards SET seq = seq + 1 WHERE shard = $1 RETURNING seq",
     )
     .bind(shard as i32)
     .fetch_one(&mut *tx)
     .await?;
+    let ids: Vec<i64> = ids.iter().copied().collect();
     for chunk in ids.chunks(300) {
         let values: Vec<String> = (0..chunk.len())
             .map(|i| format!("($1, $2, ${})", i + 3))
@@ -118,11 +118,6 @@ pub(crate) async fn flush(tx: &mut Tx, backend: Backend) -> Result<(), StoreErro
         sqlx::query("DELETE FROM placement_changes WHERE shard = $1 AND seq < $2")
             .bind(shard as i32)
             .bind(seq - KEEP_PER_SHARD)
-            .execute(&mut *tx)
-            .await?;
-    }
-    if backend == Backend::Sqlite {
-        sqlx::query("DELETE FROM pending_placement_changes")
             .execute(&mut *tx)
             .await?;
     }

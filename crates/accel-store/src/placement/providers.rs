@@ -400,7 +400,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
         sql.push_str(" WHERE ");
         sql.push_str(&wh.join(" AND "));
     }
-    sql.push_str(" ORDER BY rp.id");
+    let sql = packed(tx, &sql);
     let mut q = sqlx::query(&sql);
     for a in args {
         q = match a {
@@ -408,6 +408,59 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             Arg::I(i) => q.bind(i),
         };
     }
-    let rows = q.fetch_all(&mut *tx).await?;
-    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+    let packed: String = q.fetch_one(&mut *tx).await?.try_get(0)?;
+    unpack(&packed)
+}
+
+/// Wraps a query selecting [`SELECT`]'s columns so the database returns all rows as one
+/// JSON array in a single row. Listings of thousands of providers otherwise pay, per
+/// row, a hand-off from the driver's thread and a conversion through `sqlx::Any`; the
+/// database's JSON encoder does the same work in one pass.
+fn packed(tx: &Tx, sql: &str) -> String {
+    const COLS: &str = "q.id, q.uuid, q.name, q.generation, q.parent_provider_id, \
+         q.root_provider_id, q.parent_uuid, q.root_uuid, q.modified";
+    if tx.backend_name() == "PostgreSQL" {
+        format!(
+            "SELECT COALESCE(json_agg(json_build_array({COLS}) ORDER BY q.id), '[]')::text FROM ({sql}) q"
+        )
+    } else {
+        format!("SELECT COALESCE(json_group_array(json_array({COLS})), '[]') FROM ({sql}) q")
+    }
+}
+
+type PackedRow = (
+    i64,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    i64,
+    Option<String>,
+    String,
+    i64,
+);
+
+fn unpack(packed: &str) -> Result<Vec<Provider>, StoreError> {
+    let rows: Vec<PackedRow> = serde_json::from_str(packed)
+        .map_err(|e| StoreError::Config(format!("decoding packed provider rows: {e}")))?;
+    let mut out: Vec<Provider> = rows
+        .into_iter()
+        .map(
+            |(id, uuid, name, generation, parent_id, root_id, parent_uuid, root_uuid, modified)| {
+                Provider {
+                    id,
+                    uuid,
+                    name,
+                    generation,
+                    parent_uuid,
+                    root_uuid,
+                    parent_id,
+                    root_id,
+                    modified,
+                }
+            },
+        )
+        .collect();
+    out.sort_unstable_by_key(|p| p.id);
+    Ok(out)
 }

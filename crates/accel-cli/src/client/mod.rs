@@ -1,0 +1,75 @@
+//! Client commands: `accel device-profile ...` and `accel arq ...` over HTTP against
+//! the accelerator (Cyborg v2) API, with human tables by default and `-f json`.
+//!
+//! They speak only the wire protocol (no store, no server types), so they work against
+//! any Cyborg-compatible endpoint; errors show the server's own message, unwrapped from
+//! Cyborg's `error_message` envelope.
+
+pub mod arqs;
+mod http;
+mod output;
+pub mod profiles;
+
+/// Where the accelerator API is and how to authenticate; shared by all client commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Connection {
+    /// Accelerator API endpoint (with or without `/accelerator`).
+    #[arg(
+        long,
+        env = "ACCEL_URL",
+        default_value = "http://127.0.0.1:6666",
+        global = true
+    )]
+    pub url: String,
+    /// Token sent as X-Auth-Token (noauth: `user[:project]`, `admin` is an admin).
+    #[arg(long, env = "ACCEL_TOKEN", default_value = "admin", global = true)]
+    pub token: String,
+    /// Output format.
+    #[arg(short = 'f', long = "format", value_enum, default_value_t = Format::Table, global = true)]
+    pub format: Format,
+}
+
+/// How results are printed.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// `accel device-profile ...`.
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub command: profiles::ProfileCommand,
+}
+
+/// `accel arq ...`.
+#[derive(clap::Args, Debug)]
+pub struct ArqArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub command: arqs::ArqCommand,
+}
+
+/// Runs a client command on a small runtime and prints its output; a failure is one
+/// line on stderr (the server's message) and exit status 1, without a backtrace.
+pub fn run(fut: impl std::future::Future<Output = anyhow::Result<String>>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match rt.block_on(fut) {
+        Ok(out) => {
+            if !out.is_empty() {
+                println!("{out}");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("accel: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! `accel device-profile ...` and `accel arq ...`: the built binary run against the
+//! real server (both APIs on port 0, a fresh database per test, the fake device
+//! reported), on SQLite and PostgreSQL.
+
+use accel_server::accelerator::AccelState;
+use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
+
+struct Server {
+    accel: String,
+    placement: String,
+    _shutdown: oneshot::Sender<()>,
+}
+
+async fn spawn(store: accel_store::Store) -> Server {
+    accel_server::accelerator::agent::report_fake_devices(&store, "compute1")
+        .await
+        .unwrap();
+    let app = Arc::new(AppState {
+        store,
+        policy: accel_core::policy::Policy::placement(false),
+        config: ServerConfig {
+            allocation_conflict_retry_count: 10,
+            max_allocation_candidates: 1000,
+            ..Default::default()
+        },
+        placement_index: Default::default(),
+    });
+    let accel = Arc::new(AccelState {
+        app: app.clone(),
+        policy: accel_core::policy::Policy::cyborg(false),
+        bind_timeout_secs: 60,
+        bind_wakeup: Default::default(),
+    });
+    let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (p, a) = (
+        placement.local_addr().unwrap(),
+        listener.local_addr().unwrap(),
+    );
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(accel_server::serve(
+        app,
+        placement,
+        Some(AcceleratorApi {
+            listener,
+            state: accel,
+        }),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    Server {
+        accel: format!("http://{a}"),
+        placement: format!("http://{p}"),
+        _shutdown: tx,
+    }
+}
+
+/// What one run of the binary printed.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        assert!(self.ok, "command failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl Server {
+    /// `accel ARGS` with ACCEL_URL pointing here and the given token.
+    async fn accel_as(&self, token: &str, args: &[&str]) -> Run {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_accel"))
+            .args(args)
+            .env("ACCEL_URL", format!("{}/accelerator", self.accel))
+            .env("ACCEL_TOKEN", token)
+            .env_remove("ACCEL_SERVICE_TOKEN")
+            .output()
+            .await
+            .unwrap();
+        Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    async fn accel(&self, args: &[&str]) -> Run {
+        self.accel_as("admin", args).await
+    }
+
+    async fn fake_device_rp(&self) -> String {
+        let v: Value = reqwest::Client::new()
+            .get(format!(
+                "{}/resource_providers?name=compute1_FakeDevice",
+                self.placement
+            ))
+            .header("x-auth-token", "admin")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+async fn stores() -> Vec<accel_store::Store> {
+    vec![
+        accel_store::testing::sqlite().await,
+        accel_store::testing::postgres().await,
+    ]
+}
+
+#[tokio::test]
+async fn device_profile_create_list_show_delete() {
+    for store in stores().await {
+        let s = spawn(store).await;
+        let created = s
+            .accel(&[
+                "device-profile",
+                "create",
+                "dp1",
+                "--group",
+                "resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required",
+                "--group",
+                "resources:CUSTOM_ACCELERATOR_FPGA=2",
+                "--description",
+                "two groups",
+            ])
+            .await;
+        assert!(created.ok, "{}", created.stderr);
+        // The default output is a Field/Value table.
+        let lines: Vec<&str> = created.stdout.lines().collect();
+        assert!(lines[1].starts_with("| Field "), "{}", created.stdout);
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("| name ") && l.contains(" dp1 ")));
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("| description ") && l.contains(" two groups ")));
+
+        let list = s
+            .accel(&["device-profile", "list", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(list.as_array().unwrap().len(), 1);
+        assert_eq!(list[0]["name"], "dp1");
+        assert_eq!(
+            list[0]["groups"],
+            serde_json::json!([
+                {"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"},
+                {"resources:CUSTOM_ACCELERATOR_FPGA": "2"}
+            ])
+        );
+        let uuid = list[0]["uuid"].as_str().unwrap().to_owned();
+        let table = s.accel(&["device-profile", "list"]).await;
+        assert!(table.ok);
+        assert!(table.stdout.lines().nth(1).unwrap().starts_with("| uuid "));
+        assert!(table.stdout.contains(&uuid));
+
+        // Show by name (microversion 2.2+) and by uuid.
+        for key in ["dp1", uuid.as_str()] {
+            let shown = s
+                .accel(&["device-profile", "show", key, "-f", "json"])
+                .await
+                .json();
+            assert_eq!(shown["uuid"], uuid.as_str());
+            assert_eq!(shown["description"], "two groups");
+        }
+
+        // A member may not create one; the server's message comes through.
+        let denied = s
+            .accel_as(
+                "alice:p1",
+                &[
+                    "device-profile",
+                    "create",
+                    "x",
+                    "--group",
+                    "resources:FPGA=1",
+                ],
+            )
+            .await;
+        assert!(!denied.ok);
+        assert!(
+            denied.stderr.contains("HTTP 403: Access was denied"),
+            "{}",
+            denied.stderr
+        );
+        let bad = s
+            .accel(&["device-profile", "create", "y", "--group", "resources:FPGA"])
+            .await;
+        assert!(!bad.ok);
+        assert!(bad.stderr.contains("is not KEY=VALUE"), "{}", bad.stderr);
+
+        let deleted = s.accel(&["device-profile", "delete", "dp1"]).await;
+        assert!(deleted.ok, "{}", deleted.stderr);
+        assert_eq!(deleted.stdout, "");
+        let list = s
+            .accel(&["device-profile", "list", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(list, serde_json::json!([]));
+        let missing = s.accel(&["device-profile", "show", &uuid]).await;
+        assert!(!missing.ok);
+        assert!(missing.stderr.contains("HTTP 404"), "{}", missing.stderr);
+    }
+}
+
+#[tokio::test]
+async fn arq_create_list_show_bind_unbind_delete() {
+    for store in stores().await {
+        let s = spawn(store).await;
+        let created = s
+            .accel(&[
+                "device-profile",
+                "create",
+                "dp1",
+                "--groups-json",
+                r#"[{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]"#,
+            ])
+            .await;
+        assert!(created.ok, "{}", created.stderr);
+
+        // Project p1's member creates an ARQ; project p2 does not see it.
+        let arqs = s
+            .accel_as("alice:p1", &["arq", "create", "dp1", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(arqs.as_array().unwrap().len(), 1);
+        assert_eq!(arqs[0]["state"], "Initial");
+        assert_eq!(arqs[0]["device_profile_group_id"], 0);
+        let arq = arqs[0]["uuid"].as_str().unwrap().to_owned();
+        let theirs = s
+            .accel_as("bob:p2", &["arq", "list", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(theirs, serde_json::json!([]));
+        let mine = s.accel_as("alice:p1", &["arq", "list"]).await;
+        assert!(mine.stdout.contains(&arq), "{}", mine.stdout);
+
+        // Bind, as Nova does: the user's token (the ARQ takes the token's project)
+        // and a service token (--service-token defaults to the token).
+        let rp = s.fake_device_rp().await;
+        let bound = s
+            .accel_as(
+                "alice:p1",
+                &[
+                    "arq",
+                    "bind",
+                    &arq,
+                    "--hostname",
+                    "compute1",
+                    "--device-rp-uuid",
+                    &rp,
+                    "--instance-uuid",
+                    INSTANCE,
+                    "-f",
+                    "json",
+                ],
+            )
+            .await
+            .json();
+        assert_eq!(bound["uuid"], arq.as_str());
+        assert_eq!(bound["instance_uuid"], INSTANCE);
+        assert_eq!(bound["hostname"], "compute1");
+        assert_eq!(bound["device_rp_uuid"], rp.as_str());
+        assert_ne!(bound["state"], "Initial");
+        let by_instance = s
+            .accel_as(
+                "alice:p1",
+                &["arq", "list", "--instance", INSTANCE, "-f", "json"],
+            )
+            .await
+            .json();
+        assert_eq!(by_instance[0]["uuid"], arq.as_str());
+
+        let unbound = s
+            .accel_as("alice:p1", &["arq", "unbind", &arq, "-f", "json"])
+            .await
+            .json();
+        assert_eq!(unbound["state"], "Unbound");
+        assert_eq!(unbound["instance_uuid"], Value::Null);
+
+        let shown = s
+            .accel_as("alice:p1", &["arq", "show", &arq, "-f", "json"])
+            .await
+            .json();
+        assert_eq!(shown["state"], "Unbound");
+        assert_eq!(shown["project_id"], "p1");
+
+        let deleted = s.accel_as("alice:p1", &["arq", "delete", &arq]).await;
+        assert!(deleted.ok, "{}", deleted.stderr);
+        let gone = s.accel_as("alice:p1", &["arq", "show", &arq]).await;
+        assert!(!gone.ok);
+        assert!(gone.stderr.contains("HTTP 404"), "{}", gone.stderr);
+        let bad = s.accel(&["arq", "show", "../v2"]).await;
+        assert!(!bad.ok);
+        assert!(bad.stderr.contains("is not a uuid"), "{}", bad.stderr);
+    }
+}

@@ -1,0 +1,438 @@
+//! The bind worker and the Nova event sender: the background half of an ARQ bind.
+//!
+//! ```text
+//!  PATCH (bind) ──tx──▶ ARQ BindStarted + bind_jobs row ──▶ 202, wake ─┐
+//!                                                                     ▼
+//!  Binder::step: due jobs ─▶ claim (lease CAS) ─▶ perform, one tx per instance:
+//!                 attach handle (in_use CAS), ARQ Bound | BindFailed,
+//!                 instance resolved? ─▶ nova_events row (same tx) ─▶ wake ─┐
+//!                                                                          ▼
+//!  EventSender::step: due events ─▶ claim (lease CAS) ─▶ POST /os-server-external-events
+//!                 ─▶ delivered | rejected | retry with backoff | expired | no_endpoint
+//! ```
+//!
+//! Everything a job or an event needs is in the database, so any replica's worker may
+//! perform it and a restarted server resumes what a dead one left (its leases expire).
+//! Both loops are thin shells around a testable `step(now)`; they wake on a
+//! [`Notify`] (this process's new work) and poll (other replicas' work, retries,
+//! deadlines).
+
+use super::AccelState;
+use accel_core::accelerator::ArqState;
+use accel_store::accelerator::binds::{self, Outcome};
+use accel_store::accelerator::events::{self, Delivery, NovaEvent};
+use accel_store::{Store, StoreError};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+/// Nova's API endpoint for external events.
+#[derive(Debug, Clone)]
+pub struct NovaEndpoint {
+    /// The compute API root, e.g. `http://nova:8774/v2.1`; events go to
+    /// `<url>/os-server-external-events`.
+    pub url: String,
+    /// Sent as `X-Auth-Token` when set (Keystone sessions come with the auth work).
+    pub token: Option<String>,
+}
+
+/// How the background workers run.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This server's name on the leases it takes (unique per process).
+    pub owner: String,
+    /// How long a claimed job or event stays this server's before others may take it.
+    pub lease_secs: i64,
+    /// How often the database is polled for work this process was not woken for.
+    pub poll_interval: Duration,
+    /// Where events go; `None` records them as `no_endpoint`.
+    pub nova: Option<NovaEndpoint>,
+    /// Longest wait between two delivery attempts (the waits double from 1 s).
+    pub max_backoff_secs: i64,
+    /// Stop retrying an event this long after it was recorded (Nova waits 300 s by
+    /// default, `[DEFAULT] arq_binding_timeout`).
+    pub event_expiry_secs: i64,
+    /// Timeout of one POST to Nova.
+    pub nova_timeout: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults, with a fresh owner name.
+    pub fn new(nova: Option<NovaEndpoint>) -> WorkerConfig {
+        WorkerConfig {
+            owner: format!("accel-{}", uuid::Uuid::new_v4().simple()),
+            lease_secs: 30,
+            poll_interval: Duration::from_secs(2),
+            nova,
+            max_backoff_secs: 60,
+            event_expiry_secs: 900,
+            nova_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Jobs or events taken per step.
+const BATCH: i64 = 64;
+
+/// Performs bind jobs.
+pub struct Binder {
+    store: Store,
+    owner: String,
+    lease_secs: i64,
+    /// Woken when a step records Nova events.
+    events_wake: Arc<Notify>,
+}
+
+/// What one [`Binder::step`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BindStep {
+    /// Jobs looked at (due when the step began).
+    pub due: usize,
+    pub bound: usize,
+    pub failed: usize,
+    /// Jobs now waiting for the agent to program a deployable.
+    pub programming: usize,
+    /// Claimed by another worker first, or superseded.
+    pub skipped: usize,
+    /// Nova events recorded.
+    pub events: usize,
+}
+
+impl Binder {
+    pub fn new(store: Store, owner: impl Into<String>, lease_secs: i64) -> Binder {
+        Binder {
+            store,
+            owner: owner.into(),
+            lease_secs,
+            events_wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// One pass at time `now` (epoch seconds): takes the due jobs and performs them,
+    /// the jobs of one instance in one transaction.
+    pub async fn step(&self, now: i64) -> Result<BindStep, StoreError> {
+        let due = self
+            .store
+            .read(move |tx| Box::pin(async move { binds::due(tx, now, BATCH).await }))
+            .await?;
+        let mut report = BindStep {
+            due: due.len(),
+            ..Default::default()
+        };
+        let mut by_instance: BTreeMap<Option<String>, Vec<i64>> = BTreeMap::new();
+        for j in due {
+            by_instance.entry(j.instance_uuid).or_default().push(j.id);
+        }
+        for (_, ids) in by_instance {
+            let wanted = ids.len();
+            let (owner, lease_until) = (self.owner.clone(), now + self.lease_secs);
+            let claimed = self
+                .store
+                .write(move |tx| {
+                    Box::pin(async move {
+                        let mut got = Vec::with_capacity(ids.len());
+                        for id in ids {
+                            if binds::claim(tx, id, &owner, now, lease_until).await? {
+                                got.push(id);
+                            }
+                        }
+                        Ok(got)
+                    })
+                })
+                .await?;
+            report.skipped += wanted - claimed.len();
+            if claimed.is_empty() {
+                continue;
+            }
+            let owner = self.owner.clone();
+            let done = self
+                .store
+                .write(move |tx| {
+                    Box::pin(async move {
+                        let mut out = Vec::with_capacity(claimed.len());
+                        for id in claimed {
+                            out.push(binds::perform(tx, &owner, id, now).await?);
+                        }
+                        Ok(out)
+                    })
+                })
+                .await?;
+            for p in done {
+                match &p.outcome {
+                    Outcome::Bound(handle) => {
+                        report.bound += 1;
+                        tracing::info!(arq = %p.arq_uuid, attach_handle = %handle, "ARQ bound");
+                    }
+                    Outcome::Failed(reason) => {
+                        report.failed += 1;
+                        tracing::warn!(arq = %p.arq_uuid, %reason, "ARQ bind failed");
+                    }
+                    Outcome::Programming => report.programming += 1,
+                    Outcome::Skipped => report.skipped += 1,
+                }
+                if p.event_recorded {
+                    report.events += 1;
+                }
+            }
+        }
+        if report.events > 0 {
+            self.events_wake.notify_one();
+        }
+        Ok(report)
+    }
+}
+
+/// Delivers recorded Nova events.
+pub struct EventSender {
+    store: Store,
+    owner: String,
+    lease_secs: i64,
+    nova: Option<NovaEndpoint>,
+    client: reqwest::Client,
+    max_backoff_secs: i64,
+    expiry_secs: i64,
+}
+
+/// What one [`EventSender::step`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SendStep {
+    pub delivered: usize,
+    pub retrying: usize,
+    /// Rejected by Nova, expired, or recorded as `no_endpoint`.
+    pub given_up: usize,
+}
+
+/// The result of one POST.
+enum Attempt {
+    Delivered,
+    Rejected(String),
+    Retry(String),
+}
+
+impl EventSender {
+    pub fn new(store: Store, cfg: &WorkerConfig) -> EventSender {
+        EventSender {
+            store,
+            owner: cfg.owner.clone(),
+            lease_secs: cfg.lease_secs,
+            nova: cfg.nova.clone(),
+            client: reqwest::Client::builder()
+                .timeout(cfg.nova_timeout)
+                .build()
+                .unwrap_or_default(),
+            max_backoff_secs: cfg.max_backoff_secs,
+            expiry_secs: cfg.event_expiry_secs,
+        }
+    }
+
+    /// Seconds to wait after the `attempts`-th failed attempt: 1, 2, 4, ... capped.
+    fn backoff(&self, attempts: i64) -> i64 {
+        let exp = attempts.clamp(1, 31) - 1;
+        (1_i64 << exp).min(self.max_backoff_secs.max(1))
+    }
+
+    /// One pass at time `now`: claims the due events and tries each once.
+    pub async fn step(&self, now: i64) -> Result<SendStep, StoreError> {
+        let ids = self
+            .store
+            .read(move |tx| Box::pin(async move { events::due(tx, now, BATCH).await }))
+            .await?;
+        let mut report = SendStep::default();
+        for id in ids {
+            let (owner, lease_until) = (self.owner.clone(), now + self.lease_secs);
+            let claimed = self
+                .store
+                .write(move |tx| {
+                    Box::pin(async move { events::claim(tx, id, &owner, now, lease_until).await })
+                })
+                .await?;
+            let Some(ev) = claimed else { continue };
+            let (delivery, next, error) = match &self.nova {
+                None => {
+                    tracing::warn!(
+                        instance = %ev.instance_uuid,
+                        "no Nova endpoint configured: accelerator-request-bound event recorded, not sent"
+                    );
+                    (
+                        Delivery::NoEndpoint,
+                        now,
+                        Some("no Nova endpoint configured".to_owned()),
+                    )
+                }
+                Some(nova) => match self.post(nova, &ev).await {
+                    Attempt::Delivered => (Delivery::Delivered, now, None),
+                    Attempt::Rejected(e) => {
+                        tracing::error!(instance = %ev.instance_uuid, error = %e, "Nova rejected the event");
+                        (Delivery::Rejected, now, Some(e))
+                    }
+                    Attempt::Retry(e) if now - ev.created_at >= self.expiry_secs => {
+                        tracing::error!(instance = %ev.instance_uuid, error = %e, "giving up on the event");
+                        (Delivery::Expired, now, Some(e))
+                    }
+                    Attempt::Retry(e) => {
+                        let wait = self.backoff(ev.attempts);
+                        tracing::warn!(instance = %ev.instance_uuid, error = %e, retry_in_s = wait, "event not delivered");
+                        (Delivery::Pending, now + wait, Some(e))
+                    }
+                },
+            };
+            match delivery {
+                Delivery::Delivered => report.delivered += 1,
+                Delivery::Pending => report.retrying += 1,
+                _ => report.given_up += 1,
+            }
+            let owner = self.owner.clone();
+            self.store
+                .write(move |tx| {
+                    Box::pin(async move {
+                        events::settle(
+                            tx,
+                            id,
+                            &owner,
+                            delivery,
+                            next,
+                            error.as_deref(),
+                            accel_store::now().max(now),
+                        )
+                        .await
+                    })
+                })
+                .await?;
+        }
+        Ok(report)
+    }
+
+    /// `POST /os-server-external-events` at compute microversion 2.82, one event per
+    /// ARQ. 200 and 207 count as delivered: a 207 whose events are all 422 means the
+    /// instance is not on a host yet, which upstream ignores too (nova bug 1855752).
+    async fn post(&self, nova: &NovaEndpoint, ev: &NovaEvent) -> Attempt {
+        let url = format!(
+            "{}/os-server-external-events",
+            nova.url.trim_end_matches('/')
+        );
+        let mut req = self
+            .client
+            .post(&url)
+            .header("X-OpenStack-Nova-API-Version", "2.82")
+            .header("OpenStack-API-Version", "compute 2.82")
+            .json(&render_events(ev));
+        if let Some(t) = &nova.token {
+            req = req.header("X-Auth-Token", t);
+        }
+        match req.send().await {
+            Err(e) => Attempt::Retry(format!("POST {url}: {e}")),
+            Ok(resp) => {
+                let status = resp.status();
+                let body = resp.text().await.unwrap_or_default();
+                let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
+                if status.is_success() {
+                    if status.as_u16() == 207 {
+                        tracing::info!(instance = %ev.instance_uuid, body = %clip(&body), "Nova answered 207");
+                    }
+                    Attempt::Delivered
+                } else if status.is_client_error() && !matches!(status.as_u16(), 401 | 408 | 429) {
+                    Attempt::Rejected(what)
+                } else {
+                    Attempt::Retry(what)
+                }
+            }
+        }
+    }
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(300) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Nova's event body: `accelerator-request-bound`, `tag` = the ARQ uuid, status
+/// `completed` for `Bound`, `failed` otherwise (upstream's
+/// `ARQ_BIND_STATES_STATUS_MAP`).
+pub fn render_events(ev: &NovaEvent) -> serde_json::Value {
+    let events: Vec<serde_json::Value> = ev
+        .arqs
+        .iter()
+        .map(|(arq, state)| {
+            json!({
+                "name": "accelerator-request-bound",
+                "tag": arq,
+                "server_uuid": ev.instance_uuid,
+                "status": if *state == ArqState::Bound { "completed" } else { "failed" },
+            })
+        })
+        .collect();
+    json!({ "events": events })
+}
+
+/// The running workers of one server; stop them with [`Workers::shutdown`]. Dropping
+/// it aborts them.
+pub struct Workers {
+    tasks: JoinSet<anyhow::Result<()>>,
+    stop: watch::Sender<bool>,
+}
+
+/// Starts the bind worker and the event sender for `state`'s store, woken by
+/// `state.bind_wakeup`.
+pub fn spawn(state: &Arc<AccelState>, cfg: WorkerConfig) -> Workers {
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let binder = Binder::new(state.app.store.clone(), cfg.owner.clone(), cfg.lease_secs);
+    let sender = EventSender::new(state.app.store.clone(), &cfg);
+    let events_wake = binder.events_wake.clone();
+    let bind_wake = state.bind_wakeup.clone();
+    let poll = cfg.poll_interval;
+    {
+        let mut stop_rx = stop_rx.clone();
+        tasks.spawn(async move {
+            loop {
+                let more = match binder.step(accel_store::now()).await {
+                    Ok(r) => r.due as i64 >= BATCH,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "bind worker step failed; retrying");
+                        false
+                    }
+                };
+                if more {
+                    continue;
+                }
+                tokio::select! {
+                    _ = bind_wake.notified() => {}
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = stop_rx.changed() => return Ok(()),
+                }
+            }
+        });
+    }
+    {
+        let mut stop_rx = stop_rx;
+        tasks.spawn(async move {
+            loop {
+                if let Err(e) = sender.step(accel_store::now()).await {
+                    tracing::warn!(error = %e, "event sender step failed; retrying");
+                }
+                tokio::select! {
+                    _ = events_wake.notified() => {}
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = stop_rx.changed() => return Ok(()),
+                }
+            }
+        });
+    }
+    Workers { tasks, stop }
+}
+
+impl Workers {
+    /// Asks the workers to stop after their current step and waits for them.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        while let Some(r) = self.tasks.join_next().await {
+            r.map_err(|e| anyhow::anyhow!("background worker panicked: {e}"))??;
+        }
+        Ok(())
+    }
+}

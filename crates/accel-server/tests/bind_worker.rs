@@ -1,0 +1,574 @@
+//! The durable asynchronous bind: the bind worker, the Nova event outbox and sender,
+//! restarts and replicas. Each test runs on SQLite (a file, so a restarted server
+//! reopens it) and on a fresh PostgreSQL database; Nova is a small recording server.
+
+mod common;
+
+use accel_core::accelerator::{fake_device, ArqState, DeviceProfile};
+use accel_server::accelerator::binder::{self, Binder, EventSender, WorkerConfig};
+use accel_store::accelerator::arqs::{self, Binding};
+use accel_store::accelerator::events::Delivery;
+use accel_store::accelerator::hardware::{self, DeployableColumn};
+use accel_store::accelerator::{binds, events, profiles, report, Scope};
+use accel_store::Store;
+use common::accel::{workers, FakeNova, Server, TempDb};
+use common::BACKENDS;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn instance() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn fake_rp(host: &str) -> String {
+    report::provider_uuid(&format!("{host}_FakeDevice"))
+}
+
+/// Waits until the instance's event reached a final delivery state.
+async fn wait_delivery(server: &Server, instance: &str) -> events::NovaEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut interval = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        interval.tick().await;
+        let evs = server.events_of(instance).await;
+        if let Some(e) = evs.iter().find(|e| e.delivery != Delivery::Pending) {
+            assert_eq!(evs.len(), 1, "one event row per resolution: {evs:?}");
+            return e.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event of {instance} still pending: {evs:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bind_binds_and_sends_one_completed_event_per_arq() {
+    for backend in BACKENDS {
+        let nova = FakeNova::start(true).await;
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let server = Server::start(&url, Some("cn1"), Some(workers(Some(&nova)))).await;
+        server
+            .create_profile(
+                "two-fpgas",
+                json!([{"resources:FPGA": "2", "trait:CUSTOM_FAKE_DEVICE": "required"}]),
+            )
+            .await;
+        let arqs = server.create_arqs("two-fpgas").await;
+        assert_eq!(arqs.len(), 2);
+        let inst = instance();
+        server.bind(&arqs, "cn1", &fake_rp("cn1"), &inst).await;
+
+        let resolved = server.wait_resolved(&inst).await;
+        assert_eq!(resolved.len(), 2);
+        let mut handles = Vec::new();
+        for a in &resolved {
+            assert_eq!(a["state"], "Bound", "{backend:?}: {a}");
+            assert_eq!(a["attach_handle_type"], "TEST_PCI");
+            assert_eq!(a["attach_handle_info"]["domain"], "0000");
+            assert_eq!(a["hostname"], "cn1");
+            assert_eq!(a["instance_uuid"], inst.as_str());
+            handles.push(a["attach_handle_uuid"].as_str().unwrap().to_owned());
+        }
+        assert_ne!(handles[0], handles[1], "two ARQs, two handles");
+
+        let ev = wait_delivery(&server, &inst).await;
+        assert_eq!(ev.delivery, Delivery::Delivered);
+        assert_eq!(ev.attempts, 1);
+        let got = nova.events();
+        assert_eq!(got.len(), 2, "{got:?}");
+        for arq in &arqs {
+            let matching: Vec<&Value> = got.iter().filter(|e| e["tag"] == arq.as_str()).collect();
+            assert_eq!(matching.len(), 1, "one event for {arq}: {got:?}");
+            assert_eq!(
+                *matching[0],
+                json!({"name": "accelerator-request-bound", "tag": arq,
+                       "server_uuid": inst, "status": "completed"})
+            );
+        }
+        assert_eq!(*nova.versions.lock().unwrap(), ["2.82"]);
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bind_without_a_free_handle_fails_and_reports_failed() {
+    for backend in BACKENDS {
+        let nova = FakeNova::start(true).await;
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let server = Server::start(&url, None, Some(workers(Some(&nova)))).await;
+        // One device with a single attach handle; the profile asks for two.
+        let mut dev = fake_device("cn2");
+        dev.deployables[0].attach_handles.truncate(1);
+        server
+            .store
+            .write(move |tx| {
+                Box::pin(async move { report::replace_host(tx, "cn2", &[dev], true).await })
+            })
+            .await
+            .unwrap();
+        server
+            .create_profile("two", json!([{"resources:FPGA": "2"}]))
+            .await;
+        let arqs = server.create_arqs("two").await;
+        let inst = instance();
+        server.bind(&arqs, "cn2", &fake_rp("cn2"), &inst).await;
+        let resolved = server.wait_resolved(&inst).await;
+        let states: Vec<&str> = resolved
+            .iter()
+            .map(|a| a["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(states, ["Bound", "BindFailed"], "{backend:?}");
+        assert_eq!(resolved[1]["attach_handle_type"], "");
+        assert_eq!(resolved[1]["attach_handle_uuid"], Value::Null);
+
+        let ev = wait_delivery(&server, &inst).await;
+        assert_eq!(ev.delivery, Delivery::Delivered);
+        let got = nova.events();
+        let status_of = |arq: &str| {
+            got.iter()
+                .find(|e| e["tag"] == arq)
+                .map(|e| e["status"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            status_of(resolved[0]["uuid"].as_str().unwrap()).as_deref(),
+            Some("completed")
+        );
+        assert_eq!(
+            status_of(resolved[1]["uuid"].as_str().unwrap()).as_deref(),
+            Some("failed")
+        );
+        let job = {
+            let a = arqs_job(&server.store, resolved[1]["uuid"].as_str().unwrap()).await;
+            a.unwrap()
+        };
+        assert_eq!(job.state, "failed");
+        assert!(job.error.unwrap().contains("no free attach handle"));
+        server.stop().await;
+    }
+}
+
+async fn arqs_job(store: &Store, arq: &str) -> Option<binds::Job> {
+    let a = arq.to_owned();
+    store
+        .read(move |tx| Box::pin(async move { binds::job_of(tx, &a).await }))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_restarted_server_finishes_the_job_and_retries_the_event() {
+    for backend in BACKENDS {
+        let nova = FakeNova::start(false).await;
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        // The first server accepts the bind but dies before any worker ran.
+        let first = Server::start(&url, Some("cn3"), None).await;
+        first
+            .create_profile("one", json!([{"resources:FPGA": "1"}]))
+            .await;
+        let arqs = first.create_arqs("one").await;
+        let inst = instance();
+        first.bind(&arqs, "cn3", &fake_rp("cn3"), &inst).await;
+        let job = arqs_job(&first.store, &arqs[0]).await.unwrap();
+        assert_eq!(job.state, "pending");
+        first.stop().await;
+
+        // A new server on the same database, Nova still down.
+        let second = Server::start(&url, None, Some(workers(Some(&nova)))).await;
+        let resolved = second.wait_resolved(&inst).await;
+        assert_eq!(resolved[0]["state"], "Bound", "{backend:?}");
+        nova.wait_for("a refused delivery", |n| *n.refused.lock().unwrap() >= 1)
+            .await;
+        assert!(nova.events().is_empty());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending = second.events_of(&inst).await;
+            assert_eq!(pending.len(), 1);
+            if let Some(e) = &pending[0].last_error {
+                assert!(e.contains("HTTP 503"), "{e}");
+                assert_eq!(pending[0].delivery, Delivery::Pending);
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the failed attempt was not recorded"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Nova comes back: the retry (after the backoff) delivers it, once.
+        nova.up.store(true, Ordering::SeqCst);
+        nova.wait_for("the event", |n| !n.events().is_empty()).await;
+        let ev = wait_delivery(&second, &inst).await;
+        assert_eq!(ev.delivery, Delivery::Delivered);
+        assert!(ev.attempts >= 2, "{ev:?}");
+        assert_eq!(
+            nova.events(),
+            [json!({"name": "accelerator-request-bound", "tag": arqs[0],
+                    "server_uuid": inst, "status": "completed"})]
+        );
+        second.stop().await;
+    }
+}
+
+/// Store-level fixture: a fake host, a profile, and `n` ARQs bound (BindStarted, job
+/// pending) to each of `instances`.
+async fn seed_jobs(
+    store: &Store,
+    host: &str,
+    profile: DeviceProfile,
+    instances: &[String],
+) -> Vec<String> {
+    accel_server::accelerator::agent::report_fake_devices(store, host)
+        .await
+        .unwrap();
+    let (host, instances) = (host.to_owned(), instances.to_vec());
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let p = profiles::create(tx, &profile).await?;
+                let mut all = Vec::new();
+                for inst in &instances {
+                    for arq in arqs::create_for_profile(tx, &p, None, Some("p1")).await? {
+                        let b = Binding {
+                            hostname: host.clone(),
+                            device_rp_uuid: fake_rp(&host),
+                            instance_uuid: inst.clone(),
+                            project_id: None,
+                        };
+                        arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, accel_store::now() + 60)
+                            .await?;
+                        all.push(arq.uuid);
+                    }
+                }
+                Ok(all)
+            })
+        })
+        .await
+        .unwrap()
+}
+
+fn profile(name: &str, group: &[(&str, &str)]) -> DeviceProfile {
+    let g = group
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    DeviceProfile::parse(name, None, None, vec![g]).unwrap()
+}
+
+async fn arq_states(store: &Store, uuids: &[String]) -> Vec<(ArqState, Option<String>)> {
+    let uuids = uuids.to_vec();
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for u in &uuids {
+                    let a = arqs::require(tx, &Scope::All, u).await?;
+                    out.push((a.state, a.attach_handle.map(|h| h.uuid)));
+                }
+                Ok(out)
+            })
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_perform_each_job_once() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let (a, b) = (
+            Store::connect(&url).await.unwrap(),
+            Store::connect(&url).await.unwrap(),
+        );
+        let instances: Vec<String> = (0..6).map(|_| instance()).collect();
+        let arqs = seed_jobs(
+            &a,
+            "cn4",
+            profile("pair", &[("resources:FPGA", "2")]),
+            &instances,
+        )
+        .await;
+        assert_eq!(arqs.len(), 12);
+        let (wa, wb) = (
+            Binder::new(a.clone(), "server-a", 30),
+            Binder::new(b.clone(), "server-b", 30),
+        );
+        let now = accel_store::now();
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        assert_eq!(ra.bound + rb.bound, 12, "{backend:?}: {ra:?} {rb:?}");
+        assert_eq!(ra.failed + rb.failed, 0);
+        assert_eq!(ra.events + rb.events, 6, "one event per instance");
+        // Nothing is left for a second round.
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        assert_eq!((ra.unwrap().due, rb.unwrap().due), (0, 0));
+
+        let states = arq_states(&a, &arqs).await;
+        let mut handles: Vec<String> = states
+            .iter()
+            .map(|(s, h)| {
+                assert_eq!(*s, ArqState::Bound);
+                h.clone().unwrap()
+            })
+            .collect();
+        handles.sort();
+        handles.dedup();
+        assert_eq!(handles.len(), 12, "every ARQ got its own handle");
+        assert_eq!(handles_in_use(&a, "cn4").await, 12);
+        for inst in &instances {
+            let i = inst.clone();
+            let evs = a
+                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+                .await
+                .unwrap();
+            assert_eq!(evs.len(), 1, "{backend:?}: {evs:?}");
+            assert_eq!(evs[0].arqs.len(), 2);
+        }
+        a.close().await;
+        b.close().await;
+    }
+}
+
+/// How many attach handles of `host`'s fake deployable are in use.
+async fn handles_in_use(store: &Store, host: &str) -> usize {
+    let rp = fake_rp(host);
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                let dep = hardware::list_deployables(tx, &[(DeployableColumn::RpUuid, rp)]).await?;
+                let handles = hardware::handles_of(tx, dep[0].id).await?;
+                Ok(handles.iter().filter(|h| h.in_use).count())
+            })
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_and_deadlines_end_every_job() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let store = Store::connect(&url).await.unwrap();
+        let inst = vec![instance()];
+        let arqs = seed_jobs(
+            &store,
+            "cn5",
+            profile("one", &[("resources:FPGA", "1")]),
+            &inst,
+        )
+        .await;
+        let now = accel_store::now();
+        // A server claims the job and dies.
+        let job = arqs_job(&store, &arqs[0]).await.unwrap();
+        let got = store
+            .write(move |tx| {
+                Box::pin(async move { binds::claim(tx, job.id, "dead", now, now + 30).await })
+            })
+            .await
+            .unwrap();
+        assert!(got);
+        let w = Binder::new(store.clone(), "alive", 30);
+        assert_eq!(w.step(now).await.unwrap().due, 0, "leased: not due");
+        let r = w.step(now + 31).await.unwrap();
+        assert_eq!((r.due, r.bound), (1, 1), "{backend:?}: {r:?}");
+
+        // A bind that waits for an agent to program ends at its deadline.
+        let mut dev = fake_device("cn6");
+        dev.deployables[0].driver_name = Some("intel_fpga".into());
+        store
+            .write(move |tx| {
+                Box::pin(async move { report::replace_host(tx, "cn6", &[dev], true).await })
+            })
+            .await
+            .unwrap();
+        let bitstream = "6d3c8e0a-0e0b-4bd6-9a83-9a5d2a4f1c11";
+        let inst2 = instance();
+        let i2 = inst2.clone();
+        let arq2 = store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let prog = profile(
+                        "prog",
+                        &[("resources:FPGA", "1"), ("accel:bitstream_id", bitstream)],
+                    );
+                    let p = profiles::create(tx, &prog).await?;
+                    let arq = arqs::create_for_profile(tx, &p, None, Some("p1"))
+                        .await?
+                        .remove(0);
+                    let b = Binding {
+                        hostname: "cn6".into(),
+                        device_rp_uuid: fake_rp("cn6"),
+                        instance_uuid: i2,
+                        project_id: None,
+                    };
+                    arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, now + 60).await?;
+                    Ok(arq.uuid)
+                })
+            })
+            .await
+            .unwrap();
+        let r = w.step(now).await.unwrap();
+        assert_eq!(r.programming, 1, "{r:?}");
+        let a2 = arq2.clone();
+        let pr = store
+            .read(move |tx| Box::pin(async move { binds::program_request(tx, &a2).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                pr.state.as_str(),
+                pr.bitstream_id.as_deref(),
+                pr.hostname.as_str()
+            ),
+            ("pending", Some(bitstream), "cn6")
+        );
+        // Still waiting: not due again until the agent answers or the deadline passes.
+        assert_eq!(w.step(now + 1).await.unwrap().due, 0);
+        let r = w.step(now + 61).await.unwrap();
+        assert_eq!((r.due, r.failed, r.events), (1, 1, 1), "{r:?}");
+        assert_eq!(
+            arq_states(&store, std::slice::from_ref(&arq2)).await[0].0,
+            ArqState::BindFailed
+        );
+        let job = arqs_job(&store, &arq2).await.unwrap();
+        assert!(job.error.unwrap().contains("deadline"));
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn programming_by_the_fake_driver_succeeds_at_once_and_by_an_agent_when_it_answers() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let store = Store::connect(&url).await.unwrap();
+        let bitstream = "0b0c3c52-1c4e-4d37-8c38-2f7a1f9b9d10";
+        let inst = vec![instance()];
+        let arqs = seed_jobs(
+            &store,
+            "cn7",
+            profile(
+                "fake-prog",
+                &[("resources:FPGA", "1"), ("accel:bitstream_id", bitstream)],
+            ),
+            &inst,
+        )
+        .await;
+        let w = Binder::new(store.clone(), "w", 30);
+        let now = accel_store::now();
+        let r = w.step(now).await.unwrap();
+        assert_eq!(r.bound, 1, "{backend:?}: {r:?}");
+        let a = arqs[0].clone();
+        let pr = store
+            .read(move |tx| Box::pin(async move { binds::program_request(tx, &a).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(pr.state, "done");
+        let rp = fake_rp("cn7");
+        let dep = store
+            .read(move |tx| {
+                Box::pin(async move {
+                    accel_store::accelerator::hardware::list_deployables(
+                        tx,
+                        &[(
+                            accel_store::accelerator::hardware::DeployableColumn::RpUuid,
+                            rp,
+                        )],
+                    )
+                    .await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(dep[0].bitstream_id.as_deref(), Some(bitstream));
+
+        // An agent-driven device: the job waits, the agent's answer makes it due.
+        let mut dev = fake_device("cn8");
+        dev.deployables[0].driver_name = Some("xilinx".into());
+        store
+            .write(move |tx| {
+                Box::pin(async move { report::replace_host(tx, "cn8", &[dev], true).await })
+            })
+            .await
+            .unwrap();
+        let inst2 = instance();
+        let i2 = inst2.clone();
+        let arq2 = store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let p = profiles::by_name(tx, "fake-prog").await?.unwrap();
+                    let arq = arqs::create_for_profile(tx, &p, None, Some("p1"))
+                        .await?
+                        .remove(0);
+                    let b = Binding {
+                        hostname: "cn8".into(),
+                        device_rp_uuid: fake_rp("cn8"),
+                        instance_uuid: i2,
+                        project_id: None,
+                    };
+                    arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, now + 60).await?;
+                    Ok(arq.uuid)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(w.step(now).await.unwrap().programming, 1);
+        let a2 = arq2.clone();
+        store
+            .write(move |tx| {
+                Box::pin(async move { binds::finish_program_request(tx, &a2, Ok(()), now).await })
+            })
+            .await
+            .unwrap();
+        let r = w.step(now + 1).await.unwrap();
+        assert_eq!((r.bound, r.events), (1, 1), "{r:?}");
+        assert_eq!(arq_states(&store, &[arq2]).await[0].0, ArqState::Bound);
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn without_a_nova_endpoint_events_are_recorded_as_undeliverable() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let url = db.url.clone();
+        let store = Store::connect(&url).await.unwrap();
+        let inst = instance();
+        seed_jobs(
+            &store,
+            "cn9",
+            profile("one", &[("resources:FPGA", "1")]),
+            std::slice::from_ref(&inst),
+        )
+        .await;
+        let now = accel_store::now();
+        let r = Binder::new(store.clone(), "w", 30).step(now).await.unwrap();
+        assert_eq!(r.events, 1);
+        let sender = EventSender::new(store.clone(), &WorkerConfig::new(None));
+        let s = sender.step(now).await.unwrap();
+        assert_eq!((s.delivered, s.given_up), (0, 1), "{backend:?}");
+        let i = inst.clone();
+        let evs = store
+            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .await
+            .unwrap();
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].delivery, Delivery::NoEndpoint);
+        assert_eq!(evs[0].arqs[0].1, ArqState::Bound);
+        assert_eq!(
+            binder::render_events(&evs[0])["events"][0]["status"],
+            "completed"
+        );
+        store.close().await;
+    }
+}

@@ -1,0 +1,353 @@
+//! The accelerator API with its bind worker, for tests: a server on port 0 over a
+//! database a restarted server can reopen, and a fake Nova that records events.
+
+use super::Backend;
+use accel_server::accelerator::binder::{self, WorkerConfig, Workers};
+use accel_server::accelerator::AccelState;
+use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use accel_store::accelerator::events;
+use accel_store::Store;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+/// A database both a first and a restarted server can open; a SQLite file is removed
+/// when the test is done with it.
+pub struct TempDb {
+    pub url: String,
+    file: Option<std::path::PathBuf>,
+}
+
+impl TempDb {
+    pub async fn fresh(backend: Backend) -> TempDb {
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir()
+                    .join(format!("accel-bind-{}.db", uuid::Uuid::new_v4().simple()));
+                TempDb {
+                    url: format!("sqlite://{}", path.display()),
+                    file: Some(path),
+                }
+            }
+            Backend::Postgres => TempDb {
+                url: accel_store::testing::fresh_postgres_url().await.unwrap(),
+                file: None,
+            },
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        if let Some(p) = &self.file {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", p.display()));
+            }
+        }
+    }
+}
+
+/// Nova's `POST /os-server-external-events`, recording every event it accepts. While
+/// `up` is false it answers 503, as a Nova API that is down behind a proxy.
+#[derive(Clone)]
+pub struct FakeNova {
+    pub url: String,
+    pub events: Arc<Mutex<Vec<Value>>>,
+    /// The microversion header of each accepted POST.
+    pub versions: Arc<Mutex<Vec<String>>>,
+    pub refused: Arc<Mutex<usize>>,
+    pub up: Arc<AtomicBool>,
+    changed: Arc<Notify>,
+    _stop: Arc<oneshot::Sender<()>>,
+}
+
+impl FakeNova {
+    pub async fn start(up: bool) -> FakeNova {
+        let nova = FakeNova {
+            url: String::new(),
+            events: Default::default(),
+            versions: Default::default(),
+            refused: Default::default(),
+            up: Arc::new(AtomicBool::new(up)),
+            changed: Default::default(),
+            _stop: Arc::new(oneshot::channel().0),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = oneshot::channel::<()>();
+        let n = nova.clone();
+        let app = axum::Router::new().route(
+            "/v2.1/os-server-external-events",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
+                    let n = n.clone();
+                    async move {
+                        if !n.up.load(Ordering::SeqCst) {
+                            *n.refused.lock().unwrap() += 1;
+                            n.changed.notify_waiters();
+                            return (
+                                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                axum::Json(json!({})),
+                            );
+                        }
+                        let version = headers
+                            .get("x-openstack-nova-api-version")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        n.versions.lock().unwrap().push(version);
+                        let list = body["events"].as_array().cloned().unwrap_or_default();
+                        let mut answered = Vec::new();
+                        for mut e in list {
+                            n.events.lock().unwrap().push(e.clone());
+                            e["code"] = 200.into();
+                            answered.push(e);
+                        }
+                        n.changed.notify_waiters();
+                        (
+                            axum::http::StatusCode::OK,
+                            axum::Json(json!({"events": answered})),
+                        )
+                    }
+                },
+            ),
+        );
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        FakeNova {
+            url: format!("http://{addr}/v2.1"),
+            _stop: Arc::new(stop),
+            ..nova
+        }
+    }
+
+    pub fn endpoint(&self) -> binder::NovaEndpoint {
+        binder::NovaEndpoint {
+            url: self.url.clone(),
+            token: Some("nova-service-token".into()),
+        }
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 20 s) until `done` holds for this fake's state.
+    pub async fn wait_for(&self, what: &str, done: impl Fn(&FakeNova) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let notified = self.changed.notified();
+            if done(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                assert!(done(self), "fake Nova: timed out waiting for {what}");
+                return;
+            }
+        }
+    }
+}
+
+/// Worker settings for tests: quick polls, a short lease.
+pub fn workers(nova: Option<&FakeNova>) -> WorkerConfig {
+    WorkerConfig {
+        poll_interval: Duration::from_millis(100),
+        ..WorkerConfig::new(nova.map(FakeNova::endpoint))
+    }
+}
+
+/// Both APIs on port 0 over `url`'s database, with the workers when `cfg` is given.
+pub struct Server {
+    pub accel: String,
+    pub placement: String,
+    pub store: Store,
+    client: reqwest::Client,
+    workers: Option<Workers>,
+    shutdown: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Server {
+    pub async fn start(url: &str, fake_host: Option<&str>, cfg: Option<WorkerConfig>) -> Server {
+        let store = Store::connect(url).await.unwrap();
+        if let Some(host) = fake_host {
+            accel_server::accelerator::agent::report_fake_devices(&store, host)
+                .await
+                .unwrap();
+        }
+        let app = Arc::new(AppState {
+            store: store.clone(),
+            policy: accel_core::policy::Policy::placement(false),
+            config: ServerConfig {
+                allocation_conflict_retry_count: 10,
+                max_allocation_candidates: 1000,
+                ..Default::default()
+            },
+            placement_index: Default::default(),
+        });
+        let accel = Arc::new(AccelState {
+            app: app.clone(),
+            policy: accel_core::policy::Policy::cyborg(false),
+            bind_timeout_secs: 60,
+            bind_wakeup: Default::default(),
+        });
+        let workers = cfg.map(|c| binder::spawn(&accel, c));
+        let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a_addr = listener.local_addr().unwrap();
+        let p_addr = placement.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let done = tokio::spawn(accel_server::serve(
+            app,
+            placement,
+            Some(AcceleratorApi {
+                listener,
+                state: accel,
+            }),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        Server {
+            accel: format!("http://{a_addr}"),
+            placement: format!("http://{p_addr}"),
+            store,
+            client: reqwest::Client::new(),
+            workers,
+            shutdown: Some(tx),
+            done: Some(done),
+        }
+    }
+
+    /// Stops the listeners and the workers and closes the database, as a server that
+    /// exits.
+    pub async fn stop(mut self) {
+        if let Some(w) = self.workers.take() {
+            w.shutdown().await.unwrap();
+        }
+        let _ = self.shutdown.take().unwrap().send(());
+        self.done.take().unwrap().await.unwrap().unwrap();
+        self.store.close().await;
+    }
+
+    /// A request as Nova: project `p`, a member with a service token.
+    pub async fn nova(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self
+            .client
+            .request(method, format!("{}{path}", self.accel))
+            .header("x-auth-token", "nova:p1")
+            .header("x-roles", "member,reader")
+            .header("x-service-roles", "service");
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// A GET on the accelerator API as the admin (every project's ARQs).
+    pub async fn admin_get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.accel))
+            .header("x-auth-token", "admin")
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn create_profile(&self, name: &str, groups: Value) {
+        let r = self
+            .client
+            .post(format!("{}/v2/device_profiles", self.accel))
+            .header("x-auth-token", "admin")
+            .json(&json!([{"name": name, "groups": groups}]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+
+    pub async fn create_arqs(&self, profile: &str) -> Vec<String> {
+        let (s, v) = self
+            .nova(
+                reqwest::Method::POST,
+                "/v2/accelerator_requests",
+                Some(json!({"device_profile_name": profile})),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+        v["arqs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["uuid"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Nova's bind PATCH of every ARQ to `rp` on `host` for `instance`.
+    pub async fn bind(&self, arqs: &[String], host: &str, rp: &str, instance: &str) {
+        let body: serde_json::Map<String, Value> = arqs
+            .iter()
+            .map(|a| {
+                (
+                    a.clone(),
+                    json!([
+                        {"op": "add", "path": "/hostname", "value": host},
+                        {"op": "add", "path": "/device_rp_uuid", "value": rp},
+                        {"op": "add", "path": "/instance_uuid", "value": instance},
+                    ]),
+                )
+            })
+            .collect();
+        let (s, v) = self
+            .nova(
+                reqwest::Method::PATCH,
+                "/v2/accelerator_requests",
+                Some(Value::Object(body)),
+            )
+            .await;
+        assert_eq!(s, 202, "{v}");
+    }
+
+    /// Nova's wait: `?instance=&bind_state=resolved` until it stops answering 423.
+    pub async fn wait_resolved(&self, instance: &str) -> Vec<Value> {
+        let path = format!("/v2/accelerator_requests?instance={instance}&bind_state=resolved");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut interval = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            interval.tick().await;
+            let (s, v) = self.nova(reqwest::Method::GET, &path, None).await;
+            match s {
+                200 => return v["arqs"].as_array().unwrap().clone(),
+                423 if tokio::time::Instant::now() < deadline => continue,
+                _ => panic!("ARQs of {instance} not resolved: {s} {v}"),
+            }
+        }
+    }
+
+    pub async fn events_of(&self, instance: &str) -> Vec<events::NovaEvent> {
+        let i = instance.to_owned();
+        self.store
+            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .await
+            .unwrap()
+    }
+}

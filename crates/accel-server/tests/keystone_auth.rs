@@ -1,0 +1,776 @@
+//! Keystone auth mode, against the fake Keystone in `common::keystone`: both APIs on
+//! port 0 with a fresh database, tokens validated over HTTP, the validation cache,
+//! the service-token gate and the 401/503 renderings.
+
+mod common;
+
+use accel_server::accelerator::AccelState;
+use accel_server::auth::keystone::{Keystone, KeystoneConfig};
+use accel_server::auth::AuthStrategy;
+use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use common::keystone::{FakeKeystone, Subject};
+use common::{Backend, BACKENDS};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::oneshot;
+
+const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
+
+struct App {
+    accel: String,
+    placement: String,
+    ks: FakeKeystone,
+    client: reqwest::Client,
+    /// Seconds added to the validation cache's clock.
+    clock_offset: Arc<AtomicU64>,
+    _shutdown: oneshot::Sender<()>,
+}
+
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The `faultstring` inside Cyborg's `error_message` envelope.
+    fn fault(&self) -> String {
+        let inner = self.body["error_message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error envelope in {}", self.body));
+        let fault: Value = serde_json::from_str(inner).unwrap();
+        fault["faultstring"].as_str().unwrap().to_owned()
+    }
+}
+
+/// A request's tokens and extra headers.
+#[derive(Default, Clone)]
+struct Auth<'a> {
+    token: Option<&'a str>,
+    service: Option<&'a str>,
+    extra: Vec<(&'a str, &'a str)>,
+}
+
+fn user(token: &str) -> Auth<'_> {
+    Auth {
+        token: Some(token),
+        ..Default::default()
+    }
+}
+
+impl App {
+    /// Fake Keystone with the service user `accel` (project `service`, role
+    /// `service`), then accel in keystone mode pointed at it; `tweak` edits the
+    /// `[keystone_authtoken]` table.
+    async fn spawn(
+        backend: Backend,
+        fake_host: Option<&str>,
+        tweak: impl FnOnce(&mut KeystoneConfig),
+    ) -> App {
+        let ks = FakeKeystone::start().await;
+        ks.add_user("secret", Subject::project("accel", "service", &["service"]));
+        let mut cfg: KeystoneConfig = serde_json::from_value(json!({
+            "auth_url": format!("{}/v3", ks.url),
+            "username": "accel",
+            "password": "secret",
+            "project_name": "service",
+        }))
+        .unwrap();
+        tweak(&mut cfg);
+        let offset = Arc::new(AtomicU64::new(0));
+        let clock_offset = offset.clone();
+        let base = Instant::now();
+        let keystone = Keystone::new(cfg)
+            .unwrap()
+            .with_cache_clock(Arc::new(move || {
+                base + base.elapsed() + Duration::from_secs(offset.load(Ordering::SeqCst))
+            }));
+        let store = match backend {
+            Backend::Sqlite => accel_store::testing::sqlite().await,
+            Backend::Postgres => accel_store::testing::postgres().await,
+        };
+        if let Some(host) = fake_host {
+            accel_server::accelerator::agent::report_fake_devices(&store, host)
+                .await
+                .unwrap();
+        }
+        let app = Arc::new(AppState {
+            store,
+            policy: accel_core::policy::Policy::placement(false),
+            config: ServerConfig {
+                auth_strategy: AuthStrategy::Keystone,
+                keystone: Some(Arc::new(keystone)),
+                allocation_conflict_retry_count: 10,
+                max_allocation_candidates: 1000,
+                ..Default::default()
+            },
+            placement_index: Default::default(),
+        });
+        let accel = Arc::new(AccelState {
+            app: app.clone(),
+            policy: accel_core::policy::Policy::cyborg(false),
+            bind_timeout_secs: 60,
+            bind_wakeup: Default::default(),
+        });
+        let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (p_addr, a_addr) = (
+            placement.local_addr().unwrap(),
+            listener.local_addr().unwrap(),
+        );
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(accel_server::serve(
+            app,
+            placement,
+            Some(AcceleratorApi {
+                listener,
+                state: accel,
+            }),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        App {
+            accel: format!("http://{a_addr}"),
+            placement: format!("http://{p_addr}"),
+            ks,
+            client: reqwest::Client::new(),
+            clock_offset,
+            _shutdown: tx,
+        }
+    }
+
+    fn admin_token(&self) -> String {
+        self.ks.issue(Subject::project(
+            "admin",
+            "admin-project",
+            &["admin", "member", "reader"],
+        ))
+    }
+
+    fn member_token(&self, project: &str) -> String {
+        self.ks.issue(Subject::project(
+            &format!("user-{project}"),
+            project,
+            &["member", "reader"],
+        ))
+    }
+
+    /// Nova's service token.
+    fn service_token(&self) -> String {
+        self.ks
+            .issue(Subject::project("nova", "service", &["service", "admin"]))
+    }
+
+    async fn send(
+        &self,
+        url: String,
+        auth: &Auth<'_>,
+        method: Method,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut r = self.client.request(method, url);
+        if let Some(t) = auth.token {
+            r = r.header("x-auth-token", t);
+        }
+        if let Some(t) = auth.service {
+            r = r.header("x-service-token", t);
+        }
+        for (k, v) in &auth.extra {
+            r = r.header(*k, *v);
+        }
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    async fn accel(
+        &self,
+        auth: &Auth<'_>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        self.send(format!("{}{path}", self.accel), auth, method, body)
+            .await
+    }
+
+    /// `PATCH /v2/accelerator_requests` with `body`.
+    async fn patch_arqs(&self, body: &Value, auth: Auth<'_>) -> Reply {
+        self.accel(
+            &auth,
+            Method::PATCH,
+            "/v2/accelerator_requests",
+            Some(body.clone()),
+        )
+        .await
+    }
+
+    async fn placement(
+        &self,
+        auth: &Auth<'_>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut auth = auth.clone();
+        auth.extra.push(("openstack-api-version", "placement 1.39"));
+        self.send(format!("{}{path}", self.placement), &auth, method, body)
+            .await
+    }
+
+    async fn create_profile(&self, admin: &str, name: &str) {
+        let r = self
+            .accel(
+                &user(admin),
+                Method::POST,
+                "/v2/device_profiles",
+                Some(json!([{"name": name, "groups": [
+                    {"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]}])),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+
+    async fn create_arq(&self, token: &str, profile: &str) -> String {
+        let r = self
+            .accel(
+                &user(token),
+                Method::POST,
+                "/v2/accelerator_requests",
+                Some(json!({"device_profile_name": profile})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        r.body["arqs"][0]["uuid"].as_str().unwrap().to_owned()
+    }
+
+    fn keystone_uri(&self) -> String {
+        format!("Keystone uri=\"{}/v3\"", self.ks.url)
+    }
+}
+
+#[tokio::test]
+async fn admin_token_reads_and_writes_device_profiles() {
+    for backend in BACKENDS {
+        let app = App::spawn(backend, None, |_| {}).await;
+        let admin = app.admin_token();
+        app.create_profile(&admin, "dp1").await;
+        let list = app
+            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(list.status, 200);
+        assert_eq!(list.body["device_profiles"][0]["name"], "dp1");
+
+        // A member reads profiles but may not write them, whatever X-Roles says:
+        // identity headers are keystonemiddleware's to set, never the client's.
+        let member = app.member_token("p1");
+        let read = app
+            .accel(&user(&member), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(read.status, 200);
+        let spoof = Auth {
+            token: Some(&member),
+            extra: vec![("x-roles", "admin"), ("x-project-id", "admin-project")],
+            ..Default::default()
+        };
+        let denied = app
+            .accel(
+                &spoof,
+                Method::POST,
+                "/v2/device_profiles",
+                Some(json!([{"name": "dp2", "groups": [{"resources:FPGA": "1"}]}])),
+            )
+            .await;
+        assert_eq!(denied.status, 403, "{}", denied.body);
+        assert_eq!(
+            denied.fault(),
+            "Access was denied to the following resource: cyborg:device_profile:create"
+        );
+
+        let gone = app
+            .accel(
+                &user(&admin),
+                Method::DELETE,
+                "/v2/device_profiles/dp1",
+                None,
+            )
+            .await;
+        assert_eq!(gone.status, 204, "{}", gone.body);
+        let empty = app
+            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(empty.body["device_profiles"], json!([]));
+    }
+}
+
+#[tokio::test]
+async fn members_see_only_their_own_projects_arqs() {
+    for backend in BACKENDS {
+        let app = App::spawn(backend, Some("compute1"), |_| {}).await;
+        let admin = app.admin_token();
+        app.create_profile(&admin, "dp1").await;
+        let p = app.member_token("project-p");
+        let q = app.member_token("project-q");
+        let mine = app.create_arq(&p, "dp1").await;
+        let theirs = app.create_arq(&q, "dp1").await;
+
+        let list = app
+            .accel(&user(&p), Method::GET, "/v2/accelerator_requests", None)
+            .await;
+        assert_eq!(list.status, 200);
+        let uuids: Vec<&str> = list.body["arqs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["uuid"].as_str().unwrap())
+            .collect();
+        assert_eq!(uuids, [mine.as_str()]);
+
+        // Q's ARQ does not exist for P, even when P claims Q's project in a header.
+        let spoof = Auth {
+            token: Some(&p),
+            extra: vec![("x-project-id", "project-q")],
+            ..Default::default()
+        };
+        for auth in [user(&p), spoof] {
+            let r = app
+                .accel(
+                    &auth,
+                    Method::GET,
+                    &format!("/v2/accelerator_requests/{theirs}"),
+                    None,
+                )
+                .await;
+            assert_eq!(r.status, 404, "{}", r.body);
+            let r = app
+                .accel(
+                    &auth,
+                    Method::DELETE,
+                    &format!("/v2/accelerator_requests/{theirs}"),
+                    None,
+                )
+                .await;
+            assert_eq!(r.status, 404, "{}", r.body);
+        }
+
+        let all = app
+            .accel(&user(&admin), Method::GET, "/v2/accelerator_requests", None)
+            .await;
+        assert_eq!(all.body["arqs"].as_array().unwrap().len(), 2);
+
+        // Hardware reads need a manager or an admin.
+        let devices = app.accel(&user(&p), Method::GET, "/v2/devices", None).await;
+        assert_eq!(devices.status, 403);
+        let devices = app
+            .accel(&user(&admin), Method::GET, "/v2/devices", None)
+            .await;
+        assert_eq!(devices.status, 200);
+        assert_eq!(devices.body["devices"][0]["hostname"], "compute1");
+    }
+}
+
+#[tokio::test]
+async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let expired = app.ks.issue_until(
+        Subject::project("admin", "admin-project", &["admin"]),
+        SystemTime::now() - Duration::from_secs(5),
+    );
+    let revoked = app.admin_token();
+    app.ks.revoke(&revoked);
+    let cases = [
+        Auth::default(),
+        user("no-such-token"),
+        user(&expired),
+        user(&revoked),
+    ];
+    for auth in &cases {
+        let r = app
+            .accel(auth, Method::GET, "/accelerator/v2/device_profiles", None)
+            .await;
+        assert_eq!(r.status, 401, "{:?}", auth.token);
+        assert_eq!(
+            r.body,
+            json!({"error": {"code": 401, "title": "Unauthorized",
+                "message": "The request you have made requires authentication."}})
+        );
+        assert_eq!(
+            r.header("www-authenticate"),
+            Some(app.keystone_uri().as_str())
+        );
+
+        let r = app
+            .placement(auth, Method::GET, "/resource_providers", None)
+            .await;
+        assert_eq!(r.status, 401, "{:?}", auth.token);
+        let err = &r.body["errors"][0];
+        assert_eq!(err["status"], 401);
+        assert_eq!(err["title"], "Unauthorized");
+        assert_eq!(
+            err["detail"],
+            "The request you have made requires authentication."
+        );
+        assert!(err["request_id"].as_str().unwrap().starts_with("req-"));
+        assert_eq!(
+            r.header("www-authenticate"),
+            Some(app.keystone_uri().as_str())
+        );
+    }
+    // The version documents stay public.
+    for path in ["/", "/accelerator/", "/v2", "/accelerator/v2"] {
+        let r = app.accel(&Auth::default(), Method::GET, path, None).await;
+        assert_eq!(r.status, 200, "{path}");
+    }
+    let r = app
+        .placement(&Auth::default(), Method::GET, "/", None)
+        .await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn placement_api_in_keystone_mode() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let admin = app.admin_token();
+    let created = app
+        .placement(
+            &user(&admin),
+            Method::POST,
+            "/resource_providers",
+            Some(json!({"name": "cn1"})),
+        )
+        .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    let list = app
+        .placement(&user(&admin), Method::GET, "/resource_providers", None)
+        .await;
+    assert_eq!(list.body["resource_providers"][0]["name"], "cn1");
+    // Placement's default policy is admin-only; a member's X-Roles claim is ignored.
+    let member = app.member_token("p1");
+    let spoof = Auth {
+        token: Some(&member),
+        extra: vec![("x-roles", "admin")],
+        ..Default::default()
+    };
+    let denied = app
+        .placement(&spoof, Method::GET, "/resource_providers", None)
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+}
+
+#[tokio::test]
+async fn validations_are_cached_until_the_ttl_then_asked_again() {
+    let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = 300).await;
+    let admin = app.admin_token();
+    for _ in 0..3 {
+        let r = app
+            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(app.ks.validations(), 1, "two hits from the cache");
+    assert_eq!(app.ks.password_auths(), 1, "one own token, reused");
+
+    // Revoked in Keystone: the cached validation still answers until it expires...
+    app.ks.revoke(&admin);
+    let r = app
+        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(app.ks.validations(), 1);
+    // ...then the token is validated again, and refused.
+    app.clock_offset.store(301, Ordering::SeqCst);
+    let r = app
+        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(app.ks.validations(), 2);
+}
+
+#[tokio::test]
+async fn cache_disabled_asks_keystone_every_time() {
+    let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = -1).await;
+    let admin = app.admin_token();
+    for n in 1..=2 {
+        let r = app
+            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(app.ks.validations(), n);
+    }
+    app.ks.revoke(&admin);
+    let r = app
+        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 401);
+}
+
+#[tokio::test]
+async fn own_token_is_renewed_when_refused_or_about_to_expire() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let admin = app.admin_token();
+    let r = app
+        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(app.ks.password_auths(), 1);
+    // Keystone forgets our token: the validation is refused with 401, accel logs in
+    // again and asks once more.
+    app.ks.revoke_user("accel");
+    let other = app.member_token("p1");
+    let r = app
+        .accel(&user(&other), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(app.ks.password_auths(), 2);
+
+    // A token with less than two minutes left is replaced before it is used.
+    app.ks.set_password_token_lifetime(Duration::from_secs(60));
+    app.ks.revoke_user("accel");
+    for (i, p) in ["p2", "p3"].iter().enumerate() {
+        let t = app.member_token(p);
+        let r = app
+            .accel(&user(&t), Method::GET, "/v2/device_profiles", None)
+            .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(app.ks.password_auths(), 3 + i);
+    }
+}
+
+#[tokio::test]
+async fn service_token_gates_bind() {
+    for backend in BACKENDS {
+        let app = App::spawn(backend, Some("compute1"), |_| {}).await;
+        let admin = app.admin_token();
+        app.create_profile(&admin, "dp1").await;
+        let nova_user = app.member_token("p1");
+        let arq = app.create_arq(&nova_user, "dp1").await;
+        let rps = app
+            .placement(
+                &user(&admin),
+                Method::GET,
+                "/resource_providers?name=compute1_FakeDevice",
+                None,
+            )
+            .await;
+        let rp = rps.body["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let bind = json!({&arq: [
+            {"op": "add", "path": "/hostname", "value": "compute1"},
+            {"op": "add", "path": "/device_rp_uuid", "value": rp},
+            {"op": "add", "path": "/instance_uuid", "value": INSTANCE},
+        ]});
+
+        // No service token, or a header claiming one: 403 from Cyborg's gate.
+        for extra in [vec![], vec![("x-service-roles", "service")]] {
+            let r = app
+                .patch_arqs(
+                    &bind,
+                    Auth {
+                        token: Some(&nova_user),
+                        extra,
+                        ..Default::default()
+                    },
+                )
+                .await;
+            assert_eq!(r.status, 403, "{}", r.body);
+            assert!(r
+                .fault()
+                .starts_with("This operation requires a service token."));
+        }
+        // An invalid service token, or one without a service role
+        // (service_token_roles_required): keystonemiddleware's 401.
+        let not_service = app.member_token("p1");
+        for service in ["bogus", not_service.as_str()] {
+            let r = app
+                .patch_arqs(
+                    &bind,
+                    Auth {
+                        token: Some(&nova_user),
+                        service: Some(service),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            assert_eq!(r.status, 401, "{}", r.body);
+            assert_eq!(
+                r.header("www-authenticate"),
+                Some(app.keystone_uri().as_str())
+            );
+        }
+        // Nova's user token with its service token: accepted.
+        let service = app.service_token();
+        let r = app
+            .patch_arqs(
+                &bind,
+                Auth {
+                    token: Some(&nova_user),
+                    service: Some(&service),
+                    ..Default::default()
+                },
+            )
+            .await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        let shown = app
+            .accel(
+                &user(&nova_user),
+                Method::GET,
+                &format!("/v2/accelerator_requests/{arq}"),
+                None,
+            )
+            .await;
+        assert_eq!(shown.body["instance_uuid"], INSTANCE);
+        assert_eq!(shown.body["hostname"], "compute1");
+    }
+}
+
+#[tokio::test]
+async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
+    let app = App::spawn(Backend::Sqlite, Some("compute1"), |c| {
+        c.service_token_roles_required = false;
+        c.service_token_roles = vec!["nova-service".into()];
+    })
+    .await;
+    let member = app.member_token("p1");
+    let admin = app.admin_token();
+    app.create_profile(&admin, "dp1").await;
+    let arq = app.create_arq(&member, "dp1").await;
+    // A valid token whose roles miss service_token_roles passes authentication
+    // but is no service: the delete of ?instance= needs one.
+    let plain = app.member_token("p1");
+    let r = app
+        .accel(
+            &Auth {
+                token: Some(&member),
+                service: Some(&plain),
+                ..Default::default()
+            },
+            Method::DELETE,
+            &format!("/v2/accelerator_requests?instance={INSTANCE}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    // A token with the configured role counts as a service.
+    let svc = app
+        .ks
+        .issue(Subject::project("nova", "service", &["nova-service"]));
+    let r = app
+        .accel(
+            &Auth {
+                token: Some(&member),
+                service: Some(&svc),
+                ..Default::default()
+            },
+            Method::DELETE,
+            &format!("/v2/accelerator_requests?instance={INSTANCE}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let still = app
+        .accel(
+            &user(&member),
+            Method::GET,
+            &format!("/v2/accelerator_requests/{arq}"),
+            None,
+        )
+        .await;
+    assert_eq!(still.status, 200, "an ARQ of no instance is not deleted");
+}
+
+#[tokio::test]
+async fn expired_user_token_is_accepted_with_a_service_token() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let expired = app.ks.issue_until(
+        Subject::project("alice", "p1", &["member", "reader"]),
+        SystemTime::now() - Duration::from_secs(30),
+    );
+    let alone = app
+        .accel(
+            &user(&expired),
+            Method::GET,
+            "/v2/accelerator_requests",
+            None,
+        )
+        .await;
+    assert_eq!(alone.status, 401);
+    let service = app.service_token();
+    let with_service = app
+        .accel(
+            &Auth {
+                token: Some(&expired),
+                service: Some(&service),
+                ..Default::default()
+            },
+            Method::GET,
+            "/v2/accelerator_requests",
+            None,
+        )
+        .await;
+    assert_eq!(with_service.status, 200, "{}", with_service.body);
+}
+
+#[tokio::test]
+async fn system_scoped_admin_is_refused_by_project_scoped_rules() {
+    let app = App::spawn(Backend::Sqlite, Some("compute1"), |_| {}).await;
+    let system_admin = app
+        .ks
+        .issue(Subject::system("sysadmin", &["admin", "reader"]));
+    let r = app
+        .accel(&user(&system_admin), Method::GET, "/v2/devices", None)
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
+
+#[tokio::test]
+async fn keystone_unreachable_is_503() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let app = App::spawn(Backend::Sqlite, None, |c| {
+        c.auth_url = format!("http://{addr}/v3");
+        c.www_authenticate_uri = Some("http://keystone.example/identity".into());
+    })
+    .await;
+    let r = app
+        .accel(&user("any"), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.body["title"], "Service Unavailable");
+    let r = app
+        .placement(&user("any"), Method::GET, "/resource_providers", None)
+        .await;
+    assert_eq!(r.status, 503);
+    assert_eq!(
+        r.body["errors"][0]["detail"],
+        "The Keystone service is temporarily unavailable."
+    );
+    // No token is a 401 without asking Keystone, naming the configured public URI.
+    let r = app
+        .accel(&Auth::default(), Method::GET, "/v2/device_profiles", None)
+        .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Keystone uri=\"http://keystone.example/identity\"")
+    );
+}

@@ -1,0 +1,589 @@
+//! Performing bind jobs: the store half of the bind worker (`accel-server`'s
+//! `accelerator::binder`).
+//!
+//! A job (`bind_jobs`, written with the ARQ's move to `BindStarted` by
+//! [`super::arqs::start_bind`]) goes `pending → done | failed`, or through
+//! `programming` while the agent programs the deployable. Guarantees, all kept in SQL so
+//! they hold across replicas on one PostgreSQL database:
+//!
+//! - **One performer.** A worker first [`claim`]s a job: a compare-and-swap on
+//!   `owner`/`lease_until` that only succeeds when the job is unowned or its lease ran
+//!   out (a crashed server's jobs are free again after the lease). [`perform`] then
+//!   finishes it with a conditional `UPDATE .. WHERE owner = me AND state IN (active)`;
+//!   a worker whose lease was taken over finds nothing to update and changes nothing.
+//! - **A handle is given once.** The attach handle is taken with `UPDATE attach_handles
+//!   SET in_use = 1 WHERE id = .. AND in_use = 0`, in the transaction that moves the ARQ
+//!   to `Bound`.
+//! - **Every job ends.** A job found past its deadline ends `failed` (ARQ `BindFailed`),
+//!   whatever it was waiting for.
+//! - **The Nova event is never lost.** The transaction that resolves an instance's last
+//!   ARQ records the instance's event in the outbox ([`super::events`]). The instance's
+//!   ARQ rows are locked first (`UPDATE .. SET updated_at = updated_at`, portable row
+//!   locks), so two transactions finishing two ARQs of one instance cannot both see the
+//!   other as unresolved.
+
+use super::events;
+use super::profiles;
+use crate::{StoreError, Tx};
+use accel_core::accelerator::ArqState;
+use sqlx::Row;
+
+/// Job states a worker still has to act on.
+const ACTIVE: &str = "('pending', 'programming')";
+
+/// A job that is due: free to claim and with something to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueJob {
+    pub id: i64,
+    pub arq_uuid: String,
+    pub instance_uuid: Option<String>,
+}
+
+/// Jobs a worker should take at `now`, oldest first: unowned (or lease expired) and
+/// either pending, or programming with the agent's answer in or the deadline passed.
+pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<DueJob>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT j.id, j.arq_uuid, a.instance_uuid FROM bind_jobs j \
+         JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
+         LEFT JOIN program_requests pr ON pr.arq_uuid = j.arq_uuid \
+         WHERE (j.owner IS NULL OR j.lease_until < $1) \
+         AND (j.state = 'pending' OR (j.state = 'programming' \
+              AND (j.deadline < $1 OR pr.state IS NULL OR pr.state <> 'pending'))) \
+         ORDER BY j.id LIMIT $2",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DueJob {
+                id: r.try_get(0)?,
+                arq_uuid: r.try_get(1)?,
+                instance_uuid: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+/// Takes job `id` for `owner` until `lease_until` if it is active and unowned or its
+/// lease expired before `now`. True when this call got it.
+pub async fn claim(
+    tx: &mut Tx,
+    id: i64,
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+) -> Result<bool, StoreError> {
+    let n = sqlx::query(&format!(
+        "UPDATE bind_jobs SET owner = $1, lease_until = $2, attempts = attempts + 1, \
+         updated_at = $3 WHERE id = $4 AND state IN {ACTIVE} \
+         AND (owner IS NULL OR lease_until < $3)"
+    ))
+    .bind(owner)
+    .bind(lease_until)
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
+}
+
+/// How a [`perform`] call left its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The ARQ is `Bound` to this attach handle (uuid).
+    Bound(String),
+    /// The ARQ is `BindFailed`, for this reason.
+    Failed(String),
+    /// Waiting for the agent to program the deployable; the job is unowned again.
+    Programming,
+    /// Not this worker's any more (lease taken over, job gone with an unbind) or the
+    /// ARQ left `BindStarted` by other means: nothing was changed.
+    Skipped,
+}
+
+/// What [`perform`] did, and whether it recorded a Nova event (the instance's ARQs are
+/// all resolved now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Performed {
+    pub arq_uuid: String,
+    pub outcome: Outcome,
+    pub event_recorded: bool,
+}
+
+struct JobRow {
+    state: String,
+    deadline: i64,
+    arq_id: i64,
+    arq_uuid: String,
+    arq_state: String,
+    device_rp_uuid: Option<String>,
+    instance_uuid: Option<String>,
+    hostname: Option<String>,
+    profile_id: i64,
+    group: i64,
+}
+
+async fn job_row(tx: &mut Tx, id: i64) -> Result<Option<JobRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT j.state, j.deadline, a.id, a.uuid, a.state, a.device_rp_uuid, \
+         a.instance_uuid, a.hostname, a.device_profile_id, a.device_profile_group_id \
+         FROM bind_jobs j JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
+         WHERE j.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|r| {
+        Ok(JobRow {
+            state: r.try_get(0)?,
+            deadline: r.try_get(1)?,
+            arq_id: r.try_get(2)?,
+            arq_uuid: r.try_get(3)?,
+            arq_state: r.try_get(4)?,
+            device_rp_uuid: r.try_get(5)?,
+            instance_uuid: r.try_get(6)?,
+            hostname: r.try_get(7)?,
+            profile_id: r.try_get(8)?,
+            group: r.try_get(9)?,
+        })
+    })
+    .transpose()
+}
+
+/// Row locks on every ARQ of `instance`, held to the end of the transaction.
+async fn lock_instance(tx: &mut Tx, instance: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE extended_accelerator_requests SET updated_at = updated_at \
+         WHERE instance_uuid = $1",
+    )
+    .bind(instance)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Performs job `id`, which `owner` claimed, at `now`, in the caller's transaction:
+/// checks the deadline, finds the deployable under the ARQ's `device_rp_uuid`,
+/// records a programming request when the profile group names a bitstream or function
+/// (programming by the `fake` driver succeeds at once; other drivers wait for the
+/// agent), takes a free attach handle and moves the ARQ to `Bound`, or to `BindFailed`
+/// when any of that is impossible. When the ARQ was its instance's last unresolved one,
+/// the instance's Nova event is recorded in the same transaction.
+pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Performed, StoreError> {
+    let skipped = |arq_uuid: String| Performed {
+        arq_uuid,
+        outcome: Outcome::Skipped,
+        event_recorded: false,
+    };
+    // The instance of a BindStarted ARQ changes only with an unbind, which also drops
+    // the job; reading it before the lock is safe.
+    let Some(first) = job_row(tx, id).await? else {
+        return Ok(skipped(String::new()));
+    };
+    if let Some(i) = &first.instance_uuid {
+        lock_instance(tx, i).await?;
+    }
+    // Ours still? This also locks the job row until commit.
+    let mine = sqlx::query(&format!(
+        "UPDATE bind_jobs SET updated_at = $1 WHERE id = $2 AND owner = $3 AND state IN {ACTIVE}"
+    ))
+    .bind(now)
+    .bind(id)
+    .bind(owner)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    let Some(job) = job_row(tx, id).await? else {
+        return Ok(skipped(first.arq_uuid));
+    };
+    if mine != 1 {
+        return Ok(skipped(job.arq_uuid));
+    }
+    if job.arq_state != ArqState::BindStarted.as_str() {
+        finish_job(tx, id, "failed", Some("the ARQ left BindStarted"), now).await?;
+        return Ok(skipped(job.arq_uuid));
+    }
+    let outcome = match attempt(tx, &job, id, now).await? {
+        Step::Bound(handle) => Outcome::Bound(handle),
+        Step::Fail(reason) => {
+            fail(tx, &job, id, &reason, now).await?;
+            Outcome::Failed(reason)
+        }
+        Step::Wait => {
+            sqlx::query(
+                "UPDATE bind_jobs SET state = 'programming', owner = NULL, lease_until = NULL, \
+                 updated_at = $1 WHERE id = $2",
+            )
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            Outcome::Programming
+        }
+    };
+    let event_recorded = match (&outcome, &job.instance_uuid) {
+        (Outcome::Bound(_) | Outcome::Failed(_), Some(instance)) => {
+            record_if_resolved(tx, instance, now).await?
+        }
+        _ => false,
+    };
+    Ok(Performed {
+        arq_uuid: job.arq_uuid,
+        outcome,
+        event_recorded,
+    })
+}
+
+enum Step {
+    Bound(String),
+    Fail(String),
+    Wait,
+}
+
+async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, StoreError> {
+    if now > job.deadline {
+        return Ok(Step::Fail(format!(
+            "bind did not finish before its deadline ({} s after the epoch)",
+            job.deadline
+        )));
+    }
+    let Some(rp) = &job.device_rp_uuid else {
+        return Ok(Step::Fail("the ARQ has no device_rp_uuid".into()));
+    };
+    let dep = sqlx::query(
+        "SELECT id, driver_name, bitstream_id FROM deployables WHERE rp_uuid = $1 \
+         ORDER BY id LIMIT 1",
+    )
+    .bind(rp)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(dep) = dep else {
+        return Ok(Step::Fail(format!(
+            "no deployable with resource provider {rp}"
+        )));
+    };
+    let dep_id: i64 = dep.try_get(0)?;
+    let driver: Option<String> = dep.try_get(1)?;
+    let current_bitstream: Option<String> = dep.try_get(2)?;
+
+    let profile = profiles::by_id(tx, job.profile_id).await?;
+    let group = profile
+        .as_ref()
+        .and_then(|p| p.groups.get(job.group as usize));
+    let bitstream = group.and_then(|g| g.get("accel:bitstream_id"));
+    let function = group.and_then(|g| g.get("accel:function_id"));
+    if bitstream.is_some() && function.is_some() {
+        // Upstream refuses a group that names both.
+        return Ok(Step::Fail(
+            "the profile group sets both accel:bitstream_id and accel:function_id".into(),
+        ));
+    }
+    let wants_program =
+        function.is_some() || bitstream.is_some_and(|b| current_bitstream.as_deref() != Some(b));
+    if job.state == "pending" && wants_program {
+        let fake = driver.as_deref() == Some("fake");
+        sqlx::query("DELETE FROM program_requests WHERE arq_uuid = $1")
+            .bind(&job.arq_uuid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
+             function_id, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(&job.arq_uuid)
+        .bind(dep_id)
+        .bind(job.hostname.as_deref().unwrap_or_default())
+        .bind(bitstream)
+        .bind(function)
+        .bind(if fake { "done" } else { "pending" })
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if !fake {
+            return Ok(Step::Wait);
+        }
+        // The fake driver "programs" instantly, as upstream's fake driver does.
+        if let Some(b) = bitstream {
+            set_bitstream(tx, dep_id, b, now).await?;
+        }
+    } else if job.state == "programming" {
+        let pr = sqlx::query("SELECT state, error FROM program_requests WHERE arq_uuid = $1")
+            .bind(&job.arq_uuid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        match pr {
+            None => return Ok(Step::Fail("its programming request disappeared".into())),
+            Some(r) => {
+                let state: String = r.try_get(0)?;
+                let error: Option<String> = r.try_get(1)?;
+                match state.as_str() {
+                    "done" => {}
+                    "pending" => return Ok(Step::Wait),
+                    _ => {
+                        return Ok(Step::Fail(format!(
+                            "programming failed: {}",
+                            error.unwrap_or_else(|| "no reason given".into())
+                        )))
+                    }
+                }
+            }
+        }
+    }
+
+    let Some(handle) = take_handle(tx, dep_id, now).await? else {
+        return Ok(Step::Fail(format!(
+            "no free attach handle on the deployable of provider {rp}"
+        )));
+    };
+    let n = sqlx::query(
+        "UPDATE extended_accelerator_requests SET state = $1, attach_handle_id = $2, \
+         deployable_id = $3, updated_at = $4 WHERE id = $5 AND state = $6",
+    )
+    .bind(ArqState::Bound.as_str())
+    .bind(handle.0)
+    .bind(dep_id)
+    .bind(now)
+    .bind(job.arq_id)
+    .bind(ArqState::BindStarted.as_str())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        // The lock and the state check above make this unreachable; refuse to guess.
+        return Err(StoreError::Invalid(format!(
+            "ARQ {} left BindStarted during its bind",
+            job.arq_uuid
+        )));
+    }
+    finish_job(tx, id, "done", None, now).await?;
+    Ok(Step::Bound(handle.1))
+}
+
+async fn set_bitstream(
+    tx: &mut Tx,
+    dep_id: i64,
+    bitstream: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE deployables SET bitstream_id = $1, updated_at = $2 WHERE id = $3")
+        .bind(bitstream)
+        .bind(now)
+        .bind(dep_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Takes the first free handle of the deployable: `(id, uuid)`, or `None` when all are
+/// in use. A concurrent taker makes the conditional update miss; the next one is tried.
+async fn take_handle(
+    tx: &mut Tx,
+    dep_id: i64,
+    now: i64,
+) -> Result<Option<(i64, String)>, StoreError> {
+    loop {
+        let free = sqlx::query(
+            "SELECT id, uuid FROM attach_handles WHERE deployable_id = $1 AND in_use = 0 \
+             ORDER BY id LIMIT 1",
+        )
+        .bind(dep_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = free else { return Ok(None) };
+        let (hid, huuid): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
+        let n = sqlx::query(
+            "UPDATE attach_handles SET in_use = 1, updated_at = $1 WHERE id = $2 AND in_use = 0",
+        )
+        .bind(now)
+        .bind(hid)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            return Ok(Some((hid, huuid)));
+        }
+    }
+}
+
+async fn finish_job(
+    tx: &mut Tx,
+    id: i64,
+    state: &str,
+    error: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE bind_jobs SET state = $1, error = $2, owner = NULL, lease_until = NULL, \
+         updated_at = $3 WHERE id = $4",
+    )
+    .bind(state)
+    .bind(error)
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+async fn fail(
+    tx: &mut Tx,
+    job: &JobRow,
+    id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2 \
+         WHERE id = $3 AND state = $4",
+    )
+    .bind(ArqState::BindFailed.as_str())
+    .bind(now)
+    .bind(job.arq_id)
+    .bind(ArqState::BindStarted.as_str())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE program_requests SET state = 'failed', error = $1, updated_at = $2 \
+                 WHERE arq_uuid = $3 AND state = 'pending'",
+    )
+    .bind("the bind failed first")
+    .bind(now)
+    .bind(&job.arq_uuid)
+    .execute(&mut *tx)
+    .await?;
+    finish_job(tx, id, "failed", Some(reason), now).await
+}
+
+/// Records the instance's Nova event when none of its ARQs is unresolved any more.
+async fn record_if_resolved(tx: &mut Tx, instance: &str, now: i64) -> Result<bool, StoreError> {
+    let rows = sqlx::query(
+        "SELECT uuid, state FROM extended_accelerator_requests WHERE instance_uuid = $1 \
+         ORDER BY id",
+    )
+    .bind(instance)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut arqs = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let uuid: String = r.try_get(0)?;
+        let state: String = r.try_get(1)?;
+        let state = ArqState::parse(&state)
+            .ok_or_else(|| StoreError::Invalid(format!("stored ARQ state {state:?} is unknown")))?;
+        if !state.is_resolved() {
+            return Ok(false);
+        }
+        arqs.push((uuid, state));
+    }
+    if arqs.is_empty() {
+        return Ok(false);
+    }
+    events::record(tx, instance, &arqs, now).await?;
+    Ok(true)
+}
+
+/// A bind job as stored, for diagnostics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: i64,
+    pub arq_uuid: String,
+    pub state: String,
+    pub deadline: i64,
+    pub attempts: i64,
+    pub owner: Option<String>,
+    pub lease_until: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// The job of an ARQ, if it has one.
+pub async fn job_of(tx: &mut Tx, arq_uuid: &str) -> Result<Option<Job>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, arq_uuid, state, deadline, attempts, owner, lease_until, error \
+         FROM bind_jobs WHERE arq_uuid = $1",
+    )
+    .bind(arq_uuid)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|r| {
+        Ok(Job {
+            id: r.try_get(0)?,
+            arq_uuid: r.try_get(1)?,
+            state: r.try_get(2)?,
+            deadline: r.try_get(3)?,
+            attempts: r.try_get(4)?,
+            owner: r.try_get(5)?,
+            lease_until: r.try_get(6)?,
+            error: r.try_get(7)?,
+        })
+    })
+    .transpose()
+}
+
+/// A programming request the agent should carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramRequest {
+    pub arq_uuid: String,
+    pub deployable_id: i64,
+    pub hostname: String,
+    pub bitstream_id: Option<String>,
+    pub function_id: Option<String>,
+    pub state: String,
+}
+
+/// The programming request recorded for an ARQ's bind, if any.
+pub async fn program_request(
+    tx: &mut Tx,
+    arq_uuid: &str,
+) -> Result<Option<ProgramRequest>, StoreError> {
+    let row = sqlx::query(
+        "SELECT arq_uuid, deployable_id, hostname, bitstream_id, function_id, state \
+         FROM program_requests WHERE arq_uuid = $1",
+    )
+    .bind(arq_uuid)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.map(|r| {
+        Ok(ProgramRequest {
+            arq_uuid: r.try_get(0)?,
+            deployable_id: r.try_get(1)?,
+            hostname: r.try_get(2)?,
+            bitstream_id: r.try_get(3)?,
+            function_id: r.try_get(4)?,
+            state: r.try_get(5)?,
+        })
+    })
+    .transpose()
+}
+
+/// Ends a programming request (the agent's answer): `Ok(())` done, `Err(reason)`
+/// failed. The job waiting on it becomes due again.
+pub async fn finish_program_request(
+    tx: &mut Tx,
+    arq_uuid: &str,
+    result: Result<(), String>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let (state, error) = match result {
+        Ok(()) => ("done", None),
+        Err(e) => ("failed", Some(e)),
+    };
+    let n = sqlx::query(
+        "UPDATE program_requests SET state = $1, error = $2, updated_at = $3 \
+         WHERE arq_uuid = $4 AND state = 'pending'",
+    )
+    .bind(state)
+    .bind(error)
+    .bind(now)
+    .bind(arq_uuid)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        return Err(StoreError::NotFound(format!(
+            "no pending programming request for ARQ {arq_uuid}"
+        )));
+    }
+    Ok(())
+}
