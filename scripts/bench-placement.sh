@@ -22,23 +22,29 @@ PORT="${BENCH_PORT:-18790}"
 PG_ADMIN="${BENCH_PG_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}"
 PG_BASE="${PG_ADMIN%/*}"
 
-stop_all() {
-  ACCEL_PORT="$PORT" ACCEL_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-run" "$HERE/accel-placement.sh" stop >/dev/null 2>&1 || true
-  PLACEMENT_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+# Each target gets its own run directory per port, and only the server this run
+# started is stopped at exit (runs on other ports are left alone).
+ACCEL_DIR="${TMPDIR:-/tmp}/accel-bench-run-$PORT"
+UPSTREAM_DIR="${TMPDIR:-/tmp}/accel-bench-upstream-$PORT"
+stop_started() {
+  case "$TARGET" in
+    accel) ACCEL_PORT="$PORT" ACCEL_RUN_DIR="$ACCEL_DIR" "$HERE/accel-placement.sh" stop >/dev/null 2>&1 || true ;;
+    upstream) PLACEMENT_RUN_DIR="$UPSTREAM_DIR" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true ;;
+  esac
 }
-trap stop_all EXIT
+trap stop_started EXIT
 
 case "$TARGET" in
   accel)
     ACCEL_PORT="$PORT" ACCEL_BACKEND="$BACKEND" ACCEL_PG_URL="$PG_ADMIN" \
-      ACCEL_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-run" "$HERE/accel-placement.sh" start >/dev/null
+      ACCEL_RUN_DIR="$ACCEL_DIR" "$HERE/accel-placement.sh" start >/dev/null
     ;;
   upstream)
-    export PLACEMENT_PORT="$PORT" FRESH=1 PLACEMENT_RUN_DIR="${TMPDIR:-/tmp}/accel-bench-upstream"
+    export PLACEMENT_PORT="$PORT" FRESH=1 PLACEMENT_RUN_DIR="$UPSTREAM_DIR"
     if [[ "$BACKEND" == postgres ]]; then
       PY="$(WITH_UPSTREAM=1 "$KIT/setup.sh")"
       "$PY" -c 'import psycopg2' 2>/dev/null || "$(dirname "$PY")/pip" install -q psycopg2-binary >&2
-      export PLACEMENT_DB_URL="postgresql+psycopg2://${PG_BASE#postgres://}/accel_bench_upstream"
+      export PLACEMENT_DB_URL="postgresql+psycopg2://${PG_BASE#postgres://}/accel_bench_upstream_$PORT"
       export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-2}"
     else
       export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-1}"
@@ -58,6 +64,6 @@ case "$WHAT" in
   *) echo "what: writes or candidates" >&2; exit 2 ;;
 esac
 if [[ "$TARGET" == accel ]]; then
-  pid="$(cat "${TMPDIR:-/tmp}/accel-bench-run/accel.pid" 2>/dev/null || true)"
+  pid="$(cat "$ACCEL_DIR/accel.pid" 2>/dev/null || true)"
   [[ -n "$pid" ]] && echo "# accel resident memory: $(awk '/VmRSS|VmHWM/ {printf "%s %s %s; ", $1, $2, $3}' "/proc/$pid/status")"
 fi

@@ -34,6 +34,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0004_bind_worker.sql"),
         postgres: include_str!("../migrations/postgres/0004_bind_worker.sql"),
     },
+    Migration {
+        version: 5,
+        sqlite: include_str!("../migrations/sqlite/0005_usage_indexes.sql"),
+        postgres: include_str!("../migrations/postgres/0005_usage_indexes.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.
@@ -80,16 +85,14 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
             Backend::Sqlite => m.sqlite,
             Backend::Postgres => m.postgres,
         };
+        // Comment lines go first: a `;` inside a comment must not split a statement.
+        let sql: String = sql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
         for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            let stmt: String = stmt
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            if stmt.trim().is_empty() {
-                continue;
-            }
-            sqlx::query(&stmt).execute(&mut *conn).await?;
+            sqlx::query(stmt).execute(&mut *conn).await?;
         }
         sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES ($1, $2)")
             .bind(m.version)

@@ -85,7 +85,7 @@ pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let grouped = filter != TypeFilter::Ungrouped;
     let rows = app
         .store
-        .read(move |tx| {
+        .read_one(move |tx| {
             Box::pin(
                 async move { store::totals(tx, &project_id, user_id.as_deref(), &filter).await },
             )

@@ -838,8 +838,11 @@ pub async fn totals(
     // an EXISTS probe is half the work of COUNT(DISTINCT) over the allocation join).
     let mut filter_sql = " WHERE p.external_id = $1".to_owned();
     let mut args: Vec<String> = vec![project_id.to_owned()];
+    // The users table is joined only to filter by user.
+    let mut users_join = "";
     if let Some(u) = user_id {
         args.push(u.to_owned());
+        users_join = " JOIN users u ON u.id = c.user_id";
         filter_sql.push_str(&format!(" AND u.external_id = ${}", args.len()));
     }
     match filter {
@@ -853,83 +856,57 @@ pub async fn totals(
     let from = format!(
         "FROM allocations a \
          JOIN consumers c ON c.uuid = a.consumer_id \
-         JOIN projects p ON p.id = c.project_id \
-         JOIN users u ON u.id = c.user_id \
+         JOIN projects p ON p.id = c.project_id{users_join} \
          LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
          JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
     );
     let consumers_from = format!(
         "FROM consumers c \
-         JOIN projects p ON p.id = c.project_id \
-         JOIN users u ON u.id = c.user_id \
+         JOIN projects p ON p.id = c.project_id{users_join} \
          LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
          AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
     );
-    match filter {
-        TypeFilter::Ungrouped | TypeFilter::All | TypeFilter::Unknown => {
-            let rows = fetch(
-                tx,
-                format!(
-                    "SELECT rc.name, CAST(SUM(a.used) AS BIGINT) {from} GROUP BY a.resource_class_id, rc.name \
-                     ORDER BY a.resource_class_id"
-                ),
-                args.clone(),
-            )
-            .await?;
-            let key = match filter {
-                TypeFilter::All => Some("all".to_owned()),
-                TypeFilter::Unknown => Some("unknown".to_owned()),
-                _ => None,
-            };
-            let count: i64 = if key.is_some() {
-                let r = fetch(
-                    tx,
-                    format!("SELECT COUNT(*) {consumers_from}"),
-                    args.clone(),
-                )
-                .await?;
-                r.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0)
-            } else {
-                0
-            };
-            rows.iter()
-                .map(|r| Ok((key.clone(), r.try_get(0)?, r.try_get(1)?, count)))
-                .collect()
-        }
-        TypeFilter::ByType(_) => {
-            let counts = fetch(
-                tx,
-                format!("SELECT ct.name, COUNT(*) {consumers_from} GROUP BY ct.name"),
-                args.clone(),
-            )
-            .await?;
-            let mut by_type: HashMap<Option<String>, i64> = HashMap::new();
-            for r in &counts {
-                by_type.insert(r.try_get(0)?, r.try_get(1)?);
-            }
-            let rows = fetch(
-                tx,
-                format!(
-                    "SELECT ct.name, rc.name, CAST(SUM(a.used) AS BIGINT) {from} \
-                     GROUP BY ct.name, a.resource_class_id, rc.name ORDER BY ct.name, a.resource_class_id"
-                ),
-                args,
-            )
-            .await?;
-            rows.iter()
-                .map(|r| {
-                    let t: Option<String> = r.try_get(0)?;
-                    let n = by_type.get(&t).copied().unwrap_or(0);
-                    Ok((
-                        Some(t.unwrap_or_else(|| "unknown".to_owned())),
-                        r.try_get(1)?,
-                        r.try_get(2)?,
-                        n,
-                    ))
-                })
-                .collect()
+    // One statement (a snapshot of its own, and one round trip): the class sums
+    // (kind 0) and, when grouped, the consumer counts (kind 1).
+    let grouped_by_type = matches!(filter, TypeFilter::ByType(_));
+    let type_col = if grouped_by_type { "ct.name" } else { "NULL" };
+    let mut sql = format!(
+        "SELECT CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
+         CAST(SUM(a.used) AS BIGINT) AS n {from} GROUP BY {}a.resource_class_id, rc.name",
+        if grouped_by_type { "ct.name, " } else { "" }
+    );
+    if filter != &TypeFilter::Ungrouped {
+        sql.push_str(&format!(
+            " UNION ALL SELECT CAST(1 AS BIGINT), {type_col}, NULL, NULL, COUNT(*) {consumers_from}{}",
+            if grouped_by_type { " GROUP BY ct.name" } else { "" }
+        ));
+    }
+    sql.push_str(" ORDER BY 1, 2, 4");
+    let rows = fetch(tx, sql, args).await?;
+    let mut counts: HashMap<Option<String>, i64> = HashMap::new();
+    let mut sums: Vec<(Option<String>, String, i64)> = Vec::new();
+    for r in &rows {
+        let kind: i64 = r.try_get(0)?;
+        let t: Option<String> = r.try_get(1)?;
+        if kind == 1 {
+            counts.insert(t, r.try_get(4)?);
+        } else {
+            sums.push((t, r.try_get(2)?, r.try_get(4)?));
         }
     }
+    let key = |t: Option<String>| match filter {
+        TypeFilter::Ungrouped => None,
+        TypeFilter::All => Some("all".to_owned()),
+        TypeFilter::Unknown => Some("unknown".to_owned()),
+        TypeFilter::ByType(_) => Some(t.unwrap_or_else(|| "unknown".to_owned())),
+    };
+    Ok(sums
+        .into_iter()
+        .map(|(t, rc, n)| {
+            let count = counts.get(&t).copied().unwrap_or(0);
+            (key(t), rc, n, count)
+        })
+        .collect())
 }
 
 #[cfg(test)]
