@@ -2,6 +2,7 @@
 //! the servers together. `accel serve` runs the API server; client commands and the
 //! node agent join as their issues land.
 
+mod agent;
 mod boot;
 mod client;
 mod config;
@@ -40,6 +41,9 @@ enum Command {
     Boot(boot::BootArgs),
     /// Reverse of boot: unbind and delete the instance's ARQs, release its allocations.
     Unboot(boot::UnbootArgs),
+    /// The node agent: discover this host's accelerators and report them (`check`:
+    /// list them and the conflicts with Nova's [pci] rules).
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,6 +59,10 @@ fn main() -> anyhow::Result<()> {
         Command::Arq(a) => client::run(client::arqs::run(&a.conn, a.command)),
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
+        Command::Agent(a) => {
+            init_tracing("text");
+            agent::run(a)
+        }
     }
 }
 
@@ -141,7 +149,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -39,6 +39,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0005_usage_indexes.sql"),
         postgres: include_str!("../migrations/postgres/0005_usage_indexes.sql"),
     },
+    Migration {
+        version: 6,
+        sqlite: include_str!("../migrations/sqlite/0006_agent.sql"),
+        postgres: include_str!("../migrations/postgres/0006_agent.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

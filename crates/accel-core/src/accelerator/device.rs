@@ -43,6 +43,12 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// `devices.health` (accel's): `vanished` is a device no longer reported but kept,
+    /// unallocatable, while allocations or ARQs still hold it.
+    DeviceHealth { Ok => "ok", Unhealthy => "unhealthy", Vanished => "vanished" }
+);
+
+wire_enum!(
     /// `attach_handles.attach_type`. Nova attaches only `PCI`; `TEST_PCI` is the fake
     /// driver's.
     AttachType { Pci => "PCI", Mdev => "MDEV", TestPci => "TEST_PCI" }
@@ -62,9 +68,14 @@ pub struct ReportedHandle {
 pub struct ReportedDeployable {
     /// `<host>_<BDF>` or `<host>_FakeDevice`; also the Placement provider's name.
     pub name: String,
+    /// The deployable of the same device this one sits under (an FPGA region under its
+    /// card); its provider is then a child of the parent's provider.
+    pub parent: Option<String>,
     pub num_accelerators: i64,
     pub driver_name: Option<String>,
-    /// `rc` names the resource class; `trait*` keys name traits.
+    /// `rc` names the resource class (total = `num_accelerators`); `inventory:<CLASS>`
+    /// adds another inventory with the value as total (device memory); `trait*` keys
+    /// name traits.
     pub attributes: Vec<(String, String)>,
     pub attach_handles: Vec<ReportedHandle>,
 }
@@ -99,6 +110,8 @@ pub struct ReportedDevice {
     /// identifies the device across reports.
     pub cpid_type: String,
     pub cpid_info: String,
+    /// False when the agent finds the device unhealthy: its inventory is then reserved.
+    pub healthy: bool,
     pub deployables: Vec<ReportedDeployable>,
 }
 
@@ -138,8 +151,10 @@ pub fn fake_device(host: &str) -> ReportedDevice {
         cpid_type: "PCI".into(),
         cpid_info: "{\"domain\":\"0000\",\"bus\":\"0c\",\"device\":\"00\",\"function\":\"0\"}"
             .into(),
+        healthy: true,
         deployables: vec![ReportedDeployable {
             name,
+            parent: None,
             num_accelerators: NUM,
             driver_name: Some("fake".into()),
             attributes: vec![

@@ -10,7 +10,7 @@ pub mod profile;
 
 pub use arq::ArqState;
 pub use device::{
-    fake_device, AttachType, DeviceStatus, DeviceType, ReportedDeployable, ReportedDevice,
-    ReportedHandle,
+    fake_device, AttachType, DeviceHealth, DeviceStatus, DeviceType, ReportedDeployable,
+    ReportedDevice, ReportedHandle,
 };
 pub use profile::{DeviceProfile, Group, ProfileError};

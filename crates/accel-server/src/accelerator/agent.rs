@@ -1,9 +1,13 @@
 //! How hardware records get in: an agent's report over HTTP
-//! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), and the built-in fake
-//! source ([`report_fake_devices`]) that reports what Cyborg's fake driver would.
+//! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), the agent's start-up
+//! check (`GET /v2/agent/hosts/{hostname}`: 404 with what to fix when no compute node
+//! provider has that name), and the built-in fake source ([`report_fake_devices`]) that
+//! reports what Cyborg's fake driver would.
 //!
-//! Upstream agents report over RPC to the conductor; this endpoint is accel's. The
-//! body is the host's full device list in upstream's `DriverDevice` shape:
+//! Upstream agents report over RPC to the conductor; these endpoints are accel's. The
+//! body is the host's full device list in upstream's `DriverDevice` shape, plus
+//! accel's optional `health` (`ok` | `unhealthy`) per device and `parent` per
+//! deployable (an FPGA region under its card):
 //!
 //! ```json
 //! {"devices": [{"type": "FPGA", "vendor": "0xABCD", "model": "m",
@@ -13,6 +17,11 @@
 //!     "attributes": [{"key": "rc", "value": "FPGA"}],
 //!     "attach_handles": [{"attach_type": "TEST_PCI", "attach_info": "{...}", "in_use": false}]}]}]}
 //! ```
+//!
+//! The SHA-256 of the body is kept per host; a body equal to the last one applied is
+//! answered `{"unchanged": true}` after that one comparison (unless `?force=true`, or
+//! a vanished device is waiting for removal). A report that fails validation is
+//! rejected whole (400) and changes nothing.
 
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
@@ -25,6 +34,7 @@ use accel_store::{Store, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 /// Reports Cyborg's fake device for `host` (creating the compute node provider when it
 /// is absent), as an agent on that host would at start-up.
@@ -94,6 +104,7 @@ fn parse_device(v: &Value) -> AccelResult<ReportedDevice> {
                 .collect::<AccelResult<_>>()?;
             Ok(ReportedDeployable {
                 name: text(d, "name")?,
+                parent: opt_text(d, "parent")?,
                 num_accelerators: d
                     .get("num_accelerators")
                     .and_then(Value::as_i64)
@@ -113,33 +124,78 @@ fn parse_device(v: &Value) -> AccelResult<ReportedDevice> {
         vendor_board_info: opt_text(v, "vendor_board_info")?,
         cpid_type: text(cpid, "cpid_type")?,
         cpid_info: text(cpid, "cpid_info")?,
+        healthy: match opt_text(v, "health")?.as_deref() {
+            None | Some("ok") => true,
+            Some("unhealthy") => false,
+            Some(other) => return Err(bad(format!("unknown health {other}"))),
+        },
         deployables,
     })
 }
 
 pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+    ctx.only_params(&["force"])?;
+    let force = match ctx.param("force") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(bad(format!("force must be true or false, not {other}"))),
+    };
     let body = ctx.json_body()?;
     let devices = list(&body, "devices")?
         .iter()
         .map(parse_device)
         .collect::<AccelResult<Vec<_>>>()?;
+    let digest: String = Sha256::digest(&ctx.body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let h = host.to_owned();
     let s = st
         .app
         .store
         .write(move |tx| {
-            Box::pin(async move { report::replace_host(tx, &h, &devices, false).await })
+            Box::pin(async move { report::apply(tx, &h, &devices, &digest, force).await })
         })
         .await?;
     Ok(json_reply(
         StatusCode::OK,
         &json!({
             "hostname": host,
+            "unchanged": s.unchanged,
             "devices_added": s.devices_added,
             "devices_removed": s.devices_removed,
             "devices_kept": s.devices_kept,
+            "devices_vanished": s.devices_vanished,
         }),
     ))
+}
+
+/// `GET /v2/agent/hosts/{host}`: the compute node provider the agent reports under.
+pub(crate) async fn show_host(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let h = host.to_owned();
+    let found = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { report::host(tx, &h).await }))
+        .await?;
+    match found {
+        Some((rp, devices)) => Ok(json_reply(
+            StatusCode::OK,
+            &json!({
+                "hostname": host,
+                "compute_node_uuid": rp.uuid,
+                "devices": devices,
+            }),
+        )),
+        None => Err(AccelError::not_found(format!(
+            "No compute node resource provider named {host} in Placement. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it"
+        ))),
+    }
 }

@@ -367,6 +367,10 @@ async fn route(
             M::DELETE => return hardware::delete_attribute(st, ctx, id).await,
             _ => &[M::GET, M::DELETE],
         },
+        ["agent", "hosts", host] => match m {
+            M::GET => return agent::show_host(st, ctx, host).await,
+            _ => &[M::GET],
+        },
         ["agent", "hosts", host, "devices"] => match m {
             M::PUT => return agent::report(st, ctx, host).await,
             _ => &[M::PUT],

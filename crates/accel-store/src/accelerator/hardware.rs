@@ -19,6 +19,8 @@ pub struct Device {
     pub vendor_board_info: Option<String>,
     pub hostname: String,
     pub status: String,
+    /// `ok`, `unhealthy` or `vanished` ([`accel_core::accelerator::DeviceHealth`]).
+    pub health: String,
     pub stamps: Stamps,
 }
 
@@ -59,7 +61,7 @@ pub struct AttachHandle {
 }
 
 const DEVICE_SELECT: &str = "SELECT id, uuid, type, vendor, model, std_board_info, \
-     vendor_board_info, hostname, status, created_at, updated_at FROM devices";
+     vendor_board_info, hostname, status, health, created_at, updated_at FROM devices";
 const DEPLOYABLE_SELECT: &str = "SELECT id, uuid, parent_id, root_id, name, num_accelerators, \
      device_id, rp_uuid, driver_name, bitstream_id, created_at, updated_at FROM deployables";
 const ATTRIBUTE_SELECT: &str =
@@ -78,6 +80,7 @@ fn device(row: &sqlx::any::AnyRow) -> Result<Device, StoreError> {
         vendor_board_info: row.try_get("vendor_board_info")?,
         hostname: row.try_get("hostname")?,
         status: row.try_get("status")?,
+        health: row.try_get("health")?,
         stamps: Stamps::from_row(row)?,
     })
 }

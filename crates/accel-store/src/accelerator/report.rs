@@ -2,26 +2,31 @@
 //! reconcile the host's device providers in Placement, in the caller's transaction.
 //!
 //! ```text
-//!   reported devices ──keyed by cpid_info──▶ added / kept / removed devices
+//!   reported devices ──keyed by cpid_info──▶ added / kept / gone devices
 //!   deployables of a kept device ──keyed by name──▶ added / kept / removed
 //!   attributes by key, attach handles by attach_info
-//!   every deployable ──▶ child provider of the compute node provider (name = host):
-//!        uuid3(DNS, name), inventory {rc: total = max_unit = num_accelerators,
-//!        reserved = total while the device is `maintaining`}, traits from `trait*`
+//!   every deployable ──▶ provider: child of its parent deployable's provider, or of
+//!        the compute node provider (name = host, never modified); uuid3(DNS, name);
+//!        inventories {rc: num_accelerators, inventory:<RC>: value}, reserved = total
+//!        while the device is maintaining, unhealthy or vanished; traits from `trait*`
+//!   a gone device ──no allocation, no ARQ──▶ records and providers removed
+//!                 ──otherwise──▶ kept as `vanished` (reserved) until a later report
+//!                                finds it free, then removed
 //! ```
 //!
-//! This is upstream conductor's `report_data` diff done in one transaction (a simple
-//! replace-by-host; the agent issue refines it). Removing a deployable that an ARQ
-//! still holds, or whose provider has allocations, is refused with a conflict and
-//! nothing changes. The provider's traits are replaced by the reported set: accel owns
-//! these providers.
+//! This is upstream conductor's `report_data` diff done in one transaction, with
+//! linear lookups (maps by key) instead of its per-device re-listing. The provider's
+//! traits are replaced by the reported set: accel owns these providers. [`apply`]
+//! wraps it with the per-host digest, so an identical report costs one comparison.
 
 use super::hardware::{self, Deployable, Device};
 use super::new_uuid;
+use crate::placement::allocations;
 use crate::placement::{classes, inventories, providers, traits};
 use crate::{Conflict, StoreError, Tx};
-use accel_core::accelerator::{DeviceStatus, ReportedDeployable, ReportedDevice};
+use accel_core::accelerator::{DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice};
 use sqlx::Row;
+use std::collections::{HashMap, HashSet};
 
 /// The provider uuid Cyborg gives a deployable: `uuid3(NAMESPACE_DNS, name)`.
 pub fn provider_uuid(deployable_name: &str) -> String {
@@ -34,8 +39,135 @@ pub struct Summary {
     pub devices_added: usize,
     pub devices_removed: usize,
     pub devices_kept: usize,
+    /// Devices no longer reported but kept (reserved) because they are still in use.
+    pub devices_vanished: usize,
     /// Whether the compute node provider had to be created.
     pub compute_node_created: bool,
+    /// The report equalled the last one applied and was skipped.
+    pub unchanged: bool,
+}
+
+/// Every deployable named once per report, and a parent, when given, names a
+/// top-level deployable of the same device.
+pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
+    let mut names = HashSet::new();
+    for dev in reported {
+        for d in &dev.deployables {
+            if !names.insert(d.name.as_str()) {
+                return Err(StoreError::Invalid(format!(
+                    "deployable {} is reported twice",
+                    d.name
+                )));
+            }
+            if let Some(p) = &d.parent {
+                let ok = dev
+                    .deployables
+                    .iter()
+                    .any(|q| q.name == *p && q.parent.is_none());
+                if !ok {
+                    return Err(StoreError::Invalid(format!(
+                        "deployable {}: parent {p} is not a top-level deployable of the same device",
+                        d.name
+                    )));
+                }
+            }
+        }
+    }
+    let mut cpids = HashSet::new();
+    for dev in reported {
+        if !cpids.insert(dev.cpid_info.as_str()) {
+            return Err(StoreError::Invalid(format!(
+                "control path {} is reported twice",
+                dev.cpid_info
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Applies an agent's report unless it equals (`digest`) the last one applied for the
+/// host and nothing is pending there (no vanished device waiting to be removed); `force`
+/// applies it anyway.
+pub async fn apply(
+    tx: &mut Tx,
+    hostname: &str,
+    reported: &[ReportedDevice],
+    digest: &str,
+    force: bool,
+) -> Result<Summary, StoreError> {
+    if !force {
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT digest FROM agent_reports WHERE hostname = $1")
+                .bind(hostname)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if last.as_deref() == Some(digest) {
+            let pending: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM devices WHERE hostname = $1 AND health = $2",
+            )
+            .bind(hostname)
+            .bind(DeviceHealth::Vanished.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+            if pending == 0 {
+                return Ok(Summary {
+                    unchanged: true,
+                    ..Summary::default()
+                });
+            }
+        }
+    }
+    let summary = replace_host(tx, hostname, reported, false).await?;
+    let n =
+        sqlx::query("UPDATE agent_reports SET digest = $1, updated_at = $2 WHERE hostname = $3")
+            .bind(digest)
+            .bind(crate::now())
+            .bind(hostname)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    if n == 0 {
+        sqlx::query("INSERT INTO agent_reports (hostname, digest, updated_at) VALUES ($1, $2, $3)")
+            .bind(hostname)
+            .bind(digest)
+            .bind(crate::now())
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(summary)
+}
+
+/// The compute node provider named `hostname` and how many devices the host has.
+pub async fn host(
+    tx: &mut Tx,
+    hostname: &str,
+) -> Result<Option<(providers::Provider, usize)>, StoreError> {
+    let Some(p) = compute_node(tx, hostname).await? else {
+        return Ok(None);
+    };
+    let n = hardware::list_devices(
+        tx,
+        &[(hardware::DeviceColumn::Hostname, hostname.to_owned())],
+    )
+    .await?
+    .len();
+    Ok(Some((p, n)))
+}
+
+async fn compute_node(
+    tx: &mut Tx,
+    hostname: &str,
+) -> Result<Option<providers::Provider>, StoreError> {
+    Ok(providers::list(
+        tx,
+        &providers::Filter {
+            name: Some(hostname.to_owned()),
+            ..Default::default()
+        },
+    )
+    .await?
+    .into_iter()
+    .next())
 }
 
 /// Replaces `hostname`'s hardware records with `reported`. The compute node provider
@@ -47,18 +179,9 @@ pub async fn replace_host(
     reported: &[ReportedDevice],
     create_compute_node: bool,
 ) -> Result<Summary, StoreError> {
+    validate(reported)?;
     let mut summary = Summary::default();
-    let compute = match providers::list(
-        tx,
-        &providers::Filter {
-            name: Some(hostname.to_owned()),
-            ..Default::default()
-        },
-    )
-    .await?
-    .into_iter()
-    .next()
-    {
+    let compute = match compute_node(tx, hostname).await? {
         Some(p) => p,
         None if create_compute_node => {
             summary.compute_node_created = true;
@@ -76,23 +199,26 @@ pub async fn replace_host(
         &[(hardware::DeviceColumn::Hostname, hostname.to_owned())],
     )
     .await?;
+    let by_cpid: HashMap<&str, &ReportedDevice> =
+        reported.iter().map(|r| (r.cpid_info.as_str(), r)).collect();
+    let cpids = cpids_of_host(tx, hostname).await?;
     let mut kept: Vec<(Device, i64, &ReportedDevice)> = Vec::new();
+    let mut kept_cpids: HashSet<&str> = HashSet::new();
     for dev in existing {
-        let cpid: Option<(i64, String)> = sqlx::query(
-            "SELECT id, cpid_info FROM control_path_ids WHERE device_id = $1 ORDER BY id",
-        )
-        .bind(dev.id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, r.try_get(1)?)))
-        .transpose()?;
-        match cpid.and_then(|(id, info)| {
-            reported
-                .iter()
-                .find(|r| r.cpid_info == info)
-                .map(|r| (id, r))
-        }) {
-            Some((cpid_id, r)) => kept.push((dev, cpid_id, r)),
+        match cpids
+            .get(&dev.id)
+            .and_then(|(id, info)| by_cpid.get(info.as_str()).map(|r| (*id, *r)))
+        {
+            Some((cpid_id, r)) => {
+                kept_cpids.insert(r.cpid_info.as_str());
+                kept.push((dev, cpid_id, r));
+            }
+            None if in_use(tx, &dev).await? => {
+                if dev.health != DeviceHealth::Vanished.as_str() {
+                    set_health(tx, dev.id, DeviceHealth::Vanished).await?;
+                }
+                summary.devices_vanished += 1;
+            }
             None => {
                 remove_device(tx, &dev).await?;
                 summary.devices_removed += 1;
@@ -115,22 +241,37 @@ pub async fn replace_host(
         .bind(dev.id)
         .execute(&mut *tx)
         .await?;
+        let health = reported_health(r);
+        if dev.health != health.as_str() {
+            set_health(tx, dev.id, health).await?;
+        }
         let old = hardware::deployables_of_device(tx, dev.id).await?;
-        for d in &old {
-            if !r.deployables.iter().any(|n| n.name == d.name) {
+        let wanted: HashSet<&str> = r.deployables.iter().map(|n| n.name.as_str()).collect();
+        // Children (higher ids) before their parents.
+        for d in old.iter().rev() {
+            if !wanted.contains(d.name.as_str()) {
                 remove_deployable(tx, d).await?;
             }
         }
-        for n in &r.deployables {
+        let mut ids: HashMap<String, i64> = old
+            .iter()
+            .filter(|d| wanted.contains(d.name.as_str()))
+            .map(|d| (d.name.clone(), d.id))
+            .collect();
+        for n in parents_first(&r.deployables) {
             match old.iter().find(|d| d.name == n.name) {
                 Some(d) => update_deployable(tx, d, *cpid_id, n).await?,
-                None => insert_deployable(tx, dev.id, *cpid_id, n).await?,
+                None => {
+                    let parent = n.parent.as_ref().and_then(|p| ids.get(p).copied());
+                    let id = insert_deployable(tx, dev.id, *cpid_id, parent, n).await?;
+                    ids.insert(n.name.clone(), id);
+                }
             }
         }
         summary.devices_kept += 1;
     }
     for r in reported {
-        if kept.iter().any(|(_, _, k)| std::ptr::eq(*k, r)) {
+        if kept_cpids.contains(r.cpid_info.as_str()) {
             continue;
         }
         insert_device(tx, hostname, r).await?;
@@ -143,12 +284,106 @@ pub async fn replace_host(
     )
     .await?
     {
-        let maintaining = dev.status == DeviceStatus::Maintaining.as_str();
-        for d in hardware::deployables_of_device(tx, dev.id).await? {
-            sync_provider(tx, Some(&compute), &d, maintaining).await?;
-        }
+        sync_device(tx, Some(&compute), &dev).await?;
     }
     Ok(summary)
+}
+
+fn reported_health(r: &ReportedDevice) -> DeviceHealth {
+    if r.healthy {
+        DeviceHealth::Ok
+    } else {
+        DeviceHealth::Unhealthy
+    }
+}
+
+async fn set_health(tx: &mut Tx, device_id: i64, h: DeviceHealth) -> Result<(), StoreError> {
+    sqlx::query("UPDATE devices SET health = $1, updated_at = $2 WHERE id = $3")
+        .bind(h.as_str())
+        .bind(crate::now())
+        .bind(device_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Control-path id (id, info) of each device of the host, in one query.
+async fn cpids_of_host(
+    tx: &mut Tx,
+    hostname: &str,
+) -> Result<HashMap<i64, (i64, String)>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT c.device_id, c.id, c.cpid_info FROM control_path_ids c \
+         JOIN devices d ON d.id = c.device_id WHERE d.hostname = $1 ORDER BY c.id DESC",
+    )
+    .bind(hostname)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut out = HashMap::new();
+    for r in rows {
+        // Descending ids: the first control path of a device wins, as before.
+        out.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
+    }
+    Ok(out)
+}
+
+/// Top-level deployables first, so a child's parent exists when it is inserted.
+fn parents_first(ds: &[ReportedDeployable]) -> Vec<&ReportedDeployable> {
+    let mut v: Vec<&ReportedDeployable> = ds.iter().filter(|d| d.parent.is_none()).collect();
+    v.extend(ds.iter().filter(|d| d.parent.is_some()));
+    v
+}
+
+/// Whether anything still holds the device: an ARQ on one of its deployables or
+/// handles, or an allocation on one of its providers.
+async fn in_use(tx: &mut Tx, dev: &Device) -> Result<bool, StoreError> {
+    for d in hardware::deployables_of_device(tx, dev.id).await? {
+        if arq_holders(tx, d.id).await? > 0 {
+            return Ok(true);
+        }
+        if let Some(rp) = match &d.rp_uuid {
+            Some(u) => providers::get(tx, u).await?,
+            None => None,
+        } {
+            if !allocations::for_provider(tx, rp.id).await?.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+async fn arq_holders(tx: &mut Tx, deployable_id: i64) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT COUNT(*) FROM extended_accelerator_requests WHERE deployable_id = $1 OR \
+         attach_handle_id IN (SELECT id FROM attach_handles WHERE deployable_id = $1)",
+    )
+    .bind(deployable_id)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
+/// Reconciles every provider of `dev`, parents first.
+async fn sync_device(
+    tx: &mut Tx,
+    compute: Option<&providers::Provider>,
+    dev: &Device,
+) -> Result<(), StoreError> {
+    let unavailable =
+        dev.status == DeviceStatus::Maintaining.as_str() || dev.health != DeviceHealth::Ok.as_str();
+    let deps = hardware::deployables_of_device(tx, dev.id).await?;
+    let rp_of: HashMap<i64, Option<String>> =
+        deps.iter().map(|d| (d.id, d.rp_uuid.clone())).collect();
+    let mut ordered: Vec<&Deployable> = deps.iter().filter(|d| d.parent_id.is_none()).collect();
+    ordered.extend(deps.iter().filter(|d| d.parent_id.is_some()));
+    for d in ordered {
+        let parent = match d.parent_id.and_then(|p| rp_of.get(&p).cloned().flatten()) {
+            Some(uuid) => providers::get(tx, &uuid).await?,
+            None => compute.cloned(),
+        };
+        sync_provider(tx, parent.as_ref(), d, unavailable).await?;
+    }
+    Ok(())
 }
 
 async fn insert_device(tx: &mut Tx, hostname: &str, r: &ReportedDevice) -> Result<(), StoreError> {
@@ -179,8 +414,14 @@ async fn insert_device(tx: &mut Tx, hostname: &str, r: &ReportedDevice) -> Resul
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
-    for d in &r.deployables {
-        insert_deployable(tx, device_id, cpid_id, d).await?;
+    let mut ids: HashMap<String, i64> = HashMap::new();
+    for d in parents_first(&r.deployables) {
+        let parent = d.parent.as_ref().and_then(|p| ids.get(p).copied());
+        let id = insert_deployable(tx, device_id, cpid_id, parent, d).await?;
+        ids.insert(d.name.clone(), id);
+    }
+    if !r.healthy {
+        set_health(tx, device_id, DeviceHealth::Unhealthy).await?;
     }
     Ok(())
 }
@@ -189,11 +430,12 @@ async fn insert_deployable(
     tx: &mut Tx,
     device_id: i64,
     cpid_id: i64,
+    parent_id: Option<i64>,
     d: &ReportedDeployable,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO deployables (uuid, name, num_accelerators, device_id, rp_uuid, driver_name, \
-         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+         created_at, parent_id, root_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) RETURNING id",
     )
     .bind(new_uuid())
     .bind(&d.name)
@@ -202,6 +444,7 @@ async fn insert_deployable(
     .bind(provider_uuid(&d.name))
     .bind(d.driver_name.as_deref())
     .bind(crate::now())
+    .bind(parent_id)
     .fetch_one(&mut *tx)
     .await?;
     for (k, v) in &d.attributes {
@@ -210,7 +453,7 @@ async fn insert_deployable(
     for h in &d.attach_handles {
         insert_handle(tx, id, cpid_id, h).await?;
     }
-    Ok(())
+    Ok(id)
 }
 
 async fn insert_handle(
@@ -327,14 +570,7 @@ async fn remove_handle(tx: &mut Tx, id: i64, uuid: &str) -> Result<(), StoreErro
 }
 
 async fn remove_deployable(tx: &mut Tx, d: &Deployable) -> Result<(), StoreError> {
-    let holders: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM extended_accelerator_requests WHERE deployable_id = $1 OR \
-         attach_handle_id IN (SELECT id FROM attach_handles WHERE deployable_id = $1)",
-    )
-    .bind(d.id)
-    .fetch_one(&mut *tx)
-    .await?;
-    if holders > 0 {
+    if arq_holders(tx, d.id).await? > 0 {
         return Err(StoreError::conflict(
             Conflict::InUse,
             format!("Deployable {} is held by accelerator requests.", d.name),
@@ -360,8 +596,13 @@ async fn remove_deployable(tx: &mut Tx, d: &Deployable) -> Result<(), StoreError
 }
 
 async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), StoreError> {
-    for d in hardware::deployables_of_device(tx, dev.id).await? {
-        remove_deployable(tx, &d).await?;
+    // Children (higher ids) before their parents.
+    for d in hardware::deployables_of_device(tx, dev.id)
+        .await?
+        .iter()
+        .rev()
+    {
+        remove_deployable(tx, d).await?;
     }
     sqlx::query("DELETE FROM control_path_ids WHERE device_id = $1")
         .bind(dev.id)
@@ -374,54 +615,75 @@ async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Makes the deployable's provider match its records: exists (created under `compute`
-/// when given), one inventory of its `rc` with `reserved` = total while maintaining,
-/// and the traits of its `trait*` attributes.
+/// Makes the deployable's provider match its records: exists (created under `parent`
+/// when given), the inventories of its `rc` and `inventory:*` attributes with
+/// `reserved` = total while `unavailable`, and the traits of its `trait*` attributes.
 async fn sync_provider(
     tx: &mut Tx,
-    compute: Option<&providers::Provider>,
+    parent: Option<&providers::Provider>,
     d: &Deployable,
-    maintaining: bool,
+    unavailable: bool,
 ) -> Result<(), StoreError> {
     let Some(rp_uuid) = &d.rp_uuid else {
         return Ok(());
     };
-    let rp = match (providers::get(tx, rp_uuid).await?, compute) {
+    let rp = match (providers::get(tx, rp_uuid).await?, parent) {
         (Some(rp), _) => rp,
         (None, Some(c)) => providers::create(tx, rp_uuid, &d.name, Some(&c.uuid)).await?,
         (None, None) => return Ok(()),
     };
     let attrs = hardware::list_attributes(tx, Some(d.id), None).await?;
-    if let Some(rc) = attrs
-        .iter()
-        .find(|a| a.key == "rc")
-        .map(|a| a.value.clone())
-    {
+    // (class, total): `rc` with num_accelerators, `inventory:<RC>` with its value.
+    let mut wanted: Vec<(String, i64)> = Vec::new();
+    for a in &attrs {
+        if a.key == "rc" && d.num_accelerators > 0 {
+            wanted.push((a.value.clone(), d.num_accelerators));
+        } else if let Some(rc) = a.key.strip_prefix("inventory:") {
+            match a.value.parse::<i64>() {
+                Ok(n) if n > 0 => wanted.push((rc.to_owned(), n)),
+                _ => {
+                    return Err(StoreError::Invalid(format!(
+                        "deployable {}: attribute {} must be a positive integer, not {:?}",
+                        d.name, a.key, a.value
+                    )))
+                }
+            }
+        }
+    }
+    let mut want = Vec::new();
+    for (rc, n) in wanted {
         let class = match classes::get(tx, &rc).await? {
             Some(c) => c,
             None => classes::create(tx, &rc).await?,
         };
-        let n = d.num_accelerators;
-        let want = inventories::Inventory {
+        want.push(inventories::Inventory {
             rc_id: class.id,
             rc_name: class.name.clone(),
             total: n,
-            reserved: if maintaining { n } else { 0 },
+            reserved: if unavailable { n } else { 0 },
             min_unit: 1,
             max_unit: n,
             step_size: 1,
             allocation_ratio: 1.0,
             modified: 0,
-        };
-        let have = inventories::list(tx, rp.id).await?;
-        let same = have.len() == 1
-            && have[0].rc_id == want.rc_id
-            && (have[0].total, have[0].reserved, have[0].max_unit) == (n, want.reserved, n)
-            && (have[0].min_unit, have[0].step_size) == (1, 1)
-            && have[0].allocation_ratio == 1.0;
-        if !same {
-            inventories::replace(tx, &rp, &[want]).await?;
-        }
+        });
+    }
+    want.sort_by_key(|i| i.rc_id);
+    let have = inventories::list(tx, rp.id).await?;
+    let same = have.len() == want.len()
+        && have.iter().zip(&want).all(|(h, w)| {
+            (
+                h.rc_id,
+                h.total,
+                h.reserved,
+                h.max_unit,
+                h.min_unit,
+                h.step_size,
+            ) == (w.rc_id, w.total, w.reserved, w.max_unit, 1, 1)
+                && h.allocation_ratio == 1.0
+        });
+    if !same {
+        inventories::replace(tx, &rp, &want).await?;
     }
     let rp = providers::require(tx, rp_uuid).await?;
     let mut ids = Vec::new();
@@ -443,12 +705,8 @@ async fn sync_provider(
 }
 
 /// Applies a device's status to its providers' inventories (`reserved` = total while
-/// `maintaining`, 0 when `enabled`), for every deployable of the device (upstream
-/// updates one deployable, chosen by the device's id: a known bug).
+/// `maintaining`, unhealthy or vanished; 0 otherwise), for every deployable of the
+/// device (upstream updates one deployable, chosen by the device's id: a known bug).
 pub async fn apply_status(tx: &mut Tx, device: &Device) -> Result<(), StoreError> {
-    let maintaining = device.status == DeviceStatus::Maintaining.as_str();
-    for d in hardware::deployables_of_device(tx, device.id).await? {
-        sync_provider(tx, None, &d, maintaining).await?;
-    }
-    Ok(())
+    sync_device(tx, None, device).await
 }

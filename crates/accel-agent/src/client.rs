@@ -1,0 +1,125 @@
+//! The agent's two calls to the accelerator API: look up its compute node
+//! (`GET /v2/agent/hosts/{node}`) and report (`PUT /v2/agent/hosts/{node}/devices`).
+
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the accelerator API at {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    /// The server answered with an error; `message` is its explanation.
+    #[error("{status} from {url}: {message}")]
+    Refused {
+        url: String,
+        status: u16,
+        message: String,
+    },
+}
+
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// The server's view of the node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    pub compute_node_uuid: String,
+    pub devices: i64,
+}
+
+/// What a report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportOutcome {
+    pub unchanged: bool,
+    pub added: i64,
+    pub removed: i64,
+    pub kept: i64,
+    pub vanished: i64,
+}
+
+/// The human message inside Cyborg's `error_message` envelope, or the body.
+fn message_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    v.get("error_message")
+        .and_then(Value::as_str)
+        .and_then(|inner| serde_json::from_str::<Value>(inner).ok())
+        .and_then(|f| {
+            f.get("faultstring")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| body.to_owned())
+}
+
+impl Client {
+    pub fn new(base: &str, token: &str) -> Client {
+        Client {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder, url: &str) -> Result<Value, ClientError> {
+        let resp = req
+            .header("x-auth-token", &self.token)
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: url.to_owned(),
+                source,
+            })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if status >= 300 {
+            return Err(ClientError::Refused {
+                url: url.to_owned(),
+                status,
+                message: message_of(&text),
+            });
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn node(&self, node: &str) -> Result<NodeInfo, ClientError> {
+        let url = format!("{}/v2/agent/hosts/{node}", self.base);
+        let v = self.send(self.http.get(&url), &url).await?;
+        Ok(NodeInfo {
+            compute_node_uuid: v["compute_node_uuid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            devices: v["devices"].as_i64().unwrap_or(0),
+        })
+    }
+
+    /// Sends `body`; `force` makes the server apply it even when it equals the last one.
+    pub async fn report(
+        &self,
+        node: &str,
+        body: &Value,
+        force: bool,
+    ) -> Result<ReportOutcome, ClientError> {
+        let mut url = format!("{}/v2/agent/hosts/{node}/devices", self.base);
+        if force {
+            url.push_str("?force=true");
+        }
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let req = self
+            .http
+            .put(&url)
+            .header("content-type", "application/json")
+            .body(bytes);
+        let v = self.send(req, &url).await?;
+        let n = |k: &str| v[k].as_i64().unwrap_or(0);
+        Ok(ReportOutcome {
+            unchanged: v["unchanged"].as_bool().unwrap_or(false),
+            added: n("devices_added"),
+            removed: n("devices_removed"),
+            kept: n("devices_kept"),
+            vanished: n("devices_vanished"),
+        })
+    }
+}

@@ -1,0 +1,219 @@
+//! The agent's configuration: flags over the TOML file (`--config`) over defaults.
+//! Unknown keys are an error; a missing node name or server fails at start-up with
+//! what to set.
+//!
+//! ```toml
+//! server = "http://controller:6666"     # the accelerator API
+//! node = "compute-1.example.org"        # Nova's hypervisor_hostname
+//! token = "admin"
+//! sysfs_root = "/sys"
+//! drivers = ["nvidia", "intel_fpga"]   # default: every driver
+//! interval_seconds = 60
+//! nova_config = "/etc/nova/nova.conf"
+//! nvml = true
+//!
+//! [nic.physnets]
+//! physnet1 = ["eth2", "0000:3b:00.0"]
+//!
+//! [[fake.devices]]
+//! type = "FPGA"
+//! model = "demo"
+//! count = 4
+//! ```
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The file's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// The accelerator API root, e.g. `http://controller:6666`.
+    pub server: Option<String>,
+    /// The compute node's provider name (Nova's `hypervisor_hostname`).
+    pub node: Option<String>,
+    /// Token sent as `X-Auth-Token` (noauth: `admin`; keystone: a service token).
+    pub token: Option<String>,
+    /// Where sysfs is mounted (default `/sys`).
+    pub sysfs_root: Option<PathBuf>,
+    /// Drivers to run (default: all; they report only what they find).
+    pub drivers: Option<Vec<String>>,
+    /// Seconds between reports (default 60).
+    pub interval_seconds: Option<u64>,
+    /// Nova's configuration file, whose `[pci]` rules accel must not contradict.
+    pub nova_config: Option<PathBuf>,
+    /// Use NVML when `libnvidia-ml.so.1` loads (default true).
+    pub nvml: Option<bool>,
+    #[serde(default)]
+    pub nic: NicConfig,
+    #[serde(default)]
+    pub fake: FakeConfig,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicConfig {
+    /// Physical network name to the interface names or PF addresses on it.
+    #[serde(default)]
+    pub physnets: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeConfig {
+    #[serde(default)]
+    pub devices: Vec<FakeDevice>,
+}
+
+fn one() -> i64 {
+    1
+}
+fn one_u32() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn fake_vendor() -> String {
+    "abcd".into()
+}
+fn fake_model() -> String {
+    "fake".into()
+}
+
+/// One fake device.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FakeDevice {
+    /// `GPU`, `FPGA`, `QAT`, `NIC`, `SSD` or `AICHIP`.
+    #[serde(rename = "type")]
+    pub device_type: String,
+    /// Hex vendor id (default `abcd`, trait name `FAKE`).
+    #[serde(default = "fake_vendor")]
+    pub vendor: String,
+    /// Hex product id.
+    #[serde(default)]
+    pub product: String,
+    #[serde(default = "fake_model")]
+    pub model: String,
+    pub family: Option<String>,
+    /// Accelerators on the device (per region for an FPGA); default 1.
+    #[serde(default = "one")]
+    pub count: i64,
+    /// Class suffix instead of the type (`VGPU`).
+    pub class: Option<String>,
+    pub numa_node: Option<u32>,
+    /// FPGA regions (default 1).
+    #[serde(default = "one_u32")]
+    pub regions: u32,
+    pub interface_id: Option<String>,
+    pub function_id: Option<String>,
+    pub memory_mib: Option<i64>,
+    pub memory_kind: Option<String>,
+    #[serde(default = "yes")]
+    pub healthy: bool,
+}
+
+/// What the drivers need.
+#[derive(Debug, Clone, Default)]
+pub struct DriverSettings {
+    pub nvml: bool,
+    pub physnets: BTreeMap<String, Vec<String>>,
+    pub fake: Vec<FakeDevice>,
+}
+
+/// Command-line values; `None` leaves the file's (or the default).
+#[derive(Debug, Default, Clone)]
+pub struct Flags {
+    pub config: Option<PathBuf>,
+    pub server: Option<String>,
+    pub node: Option<String>,
+    pub token: Option<String>,
+    pub sysfs_root: Option<PathBuf>,
+    pub drivers: Option<Vec<String>>,
+    pub interval_seconds: Option<u64>,
+    pub nova_config: Option<PathBuf>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub server: String,
+    /// May be empty for `accel agent check` (no server needed).
+    pub node: String,
+    pub token: String,
+    pub sysfs_root: PathBuf,
+    pub drivers: Option<Vec<String>>,
+    pub interval_seconds: u64,
+    pub nova_config: Option<PathBuf>,
+    pub driver: DriverSettings,
+}
+
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
+
+impl Settings {
+    /// Merges `flags` over the file they name.
+    pub fn load(flags: Flags) -> Result<Settings, String> {
+        let file = match &flags.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let interval_seconds = flags
+            .interval_seconds
+            .or(file.interval_seconds)
+            .unwrap_or(60);
+        if interval_seconds == 0 {
+            return Err("interval_seconds must be at least 1".into());
+        }
+        let settings = Settings {
+            server: flags
+                .server
+                .or(file.server)
+                .unwrap_or_else(|| DEFAULT_SERVER.into())
+                .trim_end_matches('/')
+                .to_owned(),
+            node: flags.node.or(file.node).unwrap_or_default(),
+            token: flags.token.or(file.token).unwrap_or_else(|| "admin".into()),
+            sysfs_root: flags
+                .sysfs_root
+                .or(file.sysfs_root)
+                .unwrap_or_else(|| "/sys".into()),
+            drivers: flags.drivers.or(file.drivers),
+            interval_seconds,
+            nova_config: flags.nova_config.or(file.nova_config),
+            driver: DriverSettings {
+                nvml: file.nvml.unwrap_or(true),
+                physnets: file.nic.physnets,
+                fake: file.fake.devices,
+            },
+        };
+        if let Some(d) = &settings.drivers {
+            if let Some(bad) = d
+                .iter()
+                .find(|n| !crate::drivers::NAMES.contains(&n.as_str()))
+            {
+                return Err(format!(
+                    "unknown driver {bad:?} in drivers; known: {}",
+                    crate::drivers::NAMES.join(", ")
+                ));
+            }
+        }
+        Ok(settings)
+    }
+
+    /// The node name, required for reporting.
+    pub fn require_node(&self) -> Result<&str, String> {
+        if self.node.is_empty() {
+            Err("no node name: pass --node NAME (or `node` in the config file) with the compute node's Placement provider name, which is Nova's hypervisor_hostname (`openstack hypervisor list`)".into())
+        } else {
+            Ok(&self.node)
+        }
+    }
+}
+
+fn read_file(p: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| format!("reading the agent configuration {}: {e}", p.display()))?;
+    toml::from_str(&text).map_err(|e| format!("agent configuration {}: {e}", p.display()))
+}

@@ -1,0 +1,225 @@
+//! Discovery drivers, one module each behind [`Driver`] (discover, program, health),
+//! and the discovery pass that runs the enabled ones over one scan of the PCI bus.
+//!
+//! ```text
+//! Sysfs ──▶ PciBus::scan (every function, once)
+//!             │
+//!             ├─▶ nvidia ─┐   each driver starts from physical functions only and
+//!             ├─▶ intel_fpga  reaches VFs through their PF's virtfn* links, so a VF
+//!             ├─▶ xilinx  │   is never a device of its own
+//!             ├─▶ qat     ├─▶ FoundDevice* ─▶ first claim of a function wins
+//!             ├─▶ nvme    │                ─▶ Nova's [pci] rules: matching devices dropped
+//!             ├─▶ nic     │                ─▶ health()
+//!             └─▶ fake ───┘
+//! ```
+//!
+//! VF-correctness: a PF with SR-IOV VFs enabled offers its VFs (inventory = number of
+//! VFs, one attach handle each) and is not offered itself; a GPU's VFs become a `VGPU`
+//! inventory of that one GPU's provider, never GPUs of their own. Bridges, virtio
+//! functions and classes no driver knows are ignored.
+
+pub mod fake;
+pub mod intel_fpga;
+pub mod nic;
+pub mod nvidia;
+pub mod nvme;
+pub mod nvml;
+pub mod qat;
+pub mod xilinx;
+
+use crate::config::DriverSettings;
+use crate::model::{FoundDevice, Health};
+use crate::nova::{Conflict, NovaPci};
+use crate::pci::{PciBus, PciFunction, CLASS_BRIDGE, VENDOR_VIRTIO};
+use crate::sysfs::Sysfs;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// What a driver sees of the host.
+pub struct Host<'a> {
+    pub sysfs: &'a Sysfs,
+    pub bus: &'a PciBus,
+    pub config: &'a DriverSettings,
+}
+
+impl Host<'_> {
+    /// Functions that could be an accelerator at all: physical functions that are not
+    /// bridges or virtio devices.
+    pub fn candidates(&self) -> impl Iterator<Item = &PciFunction> {
+        self.bus
+            .physical()
+            .filter(|f| f.base_class() != CLASS_BRIDGE && f.vendor != VENDOR_VIRTIO)
+    }
+
+    /// The VFs of `pf` that are on the bus.
+    pub fn vfs<'b>(&'b self, pf: &'b PciFunction) -> impl Iterator<Item = &'b PciFunction> {
+        pf.virtfns.iter().filter_map(|a| self.bus.get(a))
+    }
+}
+
+/// Why programming did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    #[error("driver {0} cannot program devices")]
+    NotSupported(&'static str),
+    #[error("device {0} has no region {1}")]
+    NoSuchRegion(String, u32),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One kind of hardware.
+pub trait Driver: Send + Sync {
+    /// The name used in `--drivers` and as the deployables' `driver_name`.
+    fn name(&self) -> &'static str;
+
+    /// Every device of this kind on the host.
+    fn discover(&self, host: &Host) -> Vec<FoundDevice>;
+
+    /// Loads `bitstream` into `region` of `device` and returns the function id it now
+    /// carries, when the driver can tell.
+    fn program(
+        &self,
+        _host: &Host,
+        _device: &FoundDevice,
+        _region: u32,
+        _bitstream: &Path,
+    ) -> Result<Option<String>, ProgramError> {
+        Err(ProgramError::NotSupported(self.name()))
+    }
+
+    /// The device's health; by default [`pci_health`].
+    fn health(&self, host: &Host, device: &FoundDevice) -> Health {
+        pci_health(host, device)
+    }
+}
+
+/// A PCI device is healthy while its control function is still on the bus and has
+/// reported no fatal AER error (`aer_dev_fatal`, `TOTAL_ERR_FATAL` > 0).
+pub fn pci_health(host: &Host, device: &FoundDevice) -> Health {
+    let Some(f) = host.bus.get(&device.address) else {
+        return Health::Unhealthy;
+    };
+    let fatal = host
+        .sysfs
+        .read_opt(&f.path.join("aer_dev_fatal"))
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("TOTAL_ERR_FATAL "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    if fatal > 0 {
+        Health::Unhealthy
+    } else {
+        Health::Ok
+    }
+}
+
+/// Drivers bound by the host for its own use: a general-purpose PF (NVMe, NIC, QAT)
+/// bound to one of these stays the host's unless it has VFs.
+pub fn host_owned(f: &PciFunction) -> bool {
+    matches!(f.driver.as_deref(), Some(d) if d != "vfio-pci" && d != "pci-stub")
+}
+
+/// Every driver this build has, in discovery order.
+pub fn all(config: &DriverSettings) -> Vec<Box<dyn Driver>> {
+    vec![
+        Box::new(nvidia::Nvidia::new(config.nvml)),
+        Box::new(intel_fpga::IntelFpga),
+        Box::new(xilinx::Xilinx),
+        Box::new(qat::Qat),
+        Box::new(nvme::Nvme),
+        Box::new(nic::Nic),
+        Box::new(fake::Fake::default()),
+    ]
+}
+
+pub const NAMES: &[&str] = &[
+    "nvidia",
+    "intel_fpga",
+    "xilinx",
+    "qat",
+    "nvme",
+    "nic",
+    "fake",
+];
+
+/// The drivers named in `names` (all when `None`); an unknown name is an error.
+pub fn select(
+    config: &DriverSettings,
+    names: Option<&[String]>,
+) -> Result<Vec<Box<dyn Driver>>, String> {
+    let all = all(config);
+    match names {
+        None => Ok(all),
+        Some(names) => {
+            for n in names {
+                if !NAMES.contains(&n.as_str()) {
+                    return Err(format!(
+                        "unknown driver {n:?}; known drivers: {}",
+                        NAMES.join(", ")
+                    ));
+                }
+            }
+            Ok(all
+                .into_iter()
+                .filter(|d| names.iter().any(|n| n == d.name()))
+                .collect())
+        }
+    }
+}
+
+/// The outcome of one discovery pass.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    /// Devices to report, by address.
+    pub devices: Vec<FoundDevice>,
+    /// Devices left to Nova because one of their functions matches its `[pci]` rules.
+    pub conflicts: Vec<Conflict>,
+    /// Sysfs entries skipped, each naming its path.
+    pub warnings: Vec<String>,
+}
+
+/// Scans the bus once and runs `drivers` over it.
+pub fn discover(
+    sysfs: &Sysfs,
+    config: &DriverSettings,
+    drivers: &[Box<dyn Driver>],
+    nova: Option<&NovaPci>,
+) -> Discovery {
+    let bus = PciBus::scan(sysfs);
+    let host = Host {
+        sysfs,
+        bus: &bus,
+        config,
+    };
+    let mut out = Discovery::default();
+    let mut claimed: HashMap<crate::pci::PciAddress, &'static str> = HashMap::new();
+    for driver in drivers {
+        for mut dev in driver.discover(&host) {
+            if let Some(other) = dev.functions.iter().find_map(|f| claimed.get(f)) {
+                tracing::warn!(device = %dev.address, driver = driver.name(), other, "device already claimed by another driver, skipped");
+                continue;
+            }
+            if let Some(nova) = nova {
+                let conflicts = nova.conflicts(&host, &dev);
+                if !conflicts.is_empty() {
+                    for c in &conflicts {
+                        tracing::warn!(device = %c.device, function = %c.function, rule = %c.rule, "Nova's [pci] rules claim this device; accel leaves it to Nova");
+                    }
+                    out.conflicts.extend(conflicts);
+                    continue;
+                }
+            }
+            for f in &dev.functions {
+                claimed.insert(*f, driver.name());
+            }
+            dev.health = driver.health(&host, &dev);
+            out.devices.push(dev);
+        }
+    }
+    out.devices.sort_by_key(|d| d.address);
+    out.warnings = sysfs.take_warnings();
+    out
+}

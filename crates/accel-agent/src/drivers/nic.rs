@@ -1,0 +1,79 @@
+//! NICs (class `0x02`) that the configuration maps to a physical network
+//! (`[nic.physnets] physnet1 = ["eth2", "0000:3b:00.0"]`: interface names or PF
+//! addresses). Unmapped NICs are the host's and never offered. A mapped PF with VFs
+//! offers its VFs (`CUSTOM_ACCELERATOR_NIC` = number of VFs), each handle carrying
+//! `physical_network` as Cyborg's does; a mapped PF without VFs is offered only when
+//! bound to `vfio-pci` or nothing. Trait `CUSTOM_PHYSNET_<NAME>` names the network.
+
+use super::{host_owned, Driver, Host};
+use crate::model::{trait_part, FoundDevice, Handle, Health};
+use crate::pci::PciFunction;
+use accel_core::accelerator::DeviceType;
+
+pub struct Nic;
+
+fn physnet<'a>(host: &'a Host, f: &PciFunction) -> Option<&'a str> {
+    let netdevs = host.sysfs.list(&f.path.join("net"));
+    let addr = f.address.to_string();
+    host.config
+        .physnets
+        .iter()
+        .find(|(_, devs)| {
+            devs.iter()
+                .any(|d| *d == addr || netdevs.iter().any(|n| n == d))
+        })
+        .map(|(name, _)| name.as_str())
+}
+
+impl Driver for Nic {
+    fn name(&self) -> &'static str {
+        "nic"
+    }
+
+    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
+        let mut out = Vec::new();
+        for f in host.candidates() {
+            if f.base_class() != 0x02 {
+                continue;
+            }
+            let Some(net) = physnet(host, f) else {
+                continue;
+            };
+            let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
+            let handle = |a| Handle {
+                address: a,
+                extra: vec![("physical_network".into(), net.to_owned())],
+            };
+            let (count, handles) = if !vfs.is_empty() {
+                (vfs.len() as i64, vfs.iter().copied().map(handle).collect())
+            } else if !host_owned(f) {
+                (1, vec![handle(f.address)])
+            } else {
+                tracing::info!(device = %f.address, "mapped NIC has no VFs and is used by the host; not offered");
+                continue;
+            };
+            let mut functions = vec![f.address];
+            functions.extend(&vfs);
+            out.push(FoundDevice {
+                device_type: DeviceType::Nic,
+                vendor: f.vendor,
+                product: f.device,
+                model: format!("{:04x}", f.device),
+                family: None,
+                address: f.address,
+                numa_node: f.numa_node,
+                driver: "nic",
+                health: Health::Ok,
+                class: "NIC".into(),
+                count,
+                handles,
+                memory: None,
+                regions: Vec::new(),
+                extra_traits: vec![format!("CUSTOM_PHYSNET_{}", trait_part(net))],
+                functions,
+                board_info: vec![("physical_network".into(), net.to_owned())],
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,75 @@
+//! Intel QuickAssist: a PF with VFs offers `CUSTOM_ACCELERATOR_QAT` = number of VFs,
+//! one handle per VF, on one provider per card (Cyborg makes one deployable per VF). A
+//! PF without VFs is offered only when the host does not use it (bound to `vfio-pci` or
+//! to nothing).
+
+use super::{host_owned, Driver, Host};
+use crate::model::{FoundDevice, Handle, Health};
+use accel_core::accelerator::DeviceType;
+
+pub struct Qat;
+
+/// (PF id, VF id, family).
+const CARDS: &[(u16, u16, &str)] = &[
+    (0x0435, 0x0443, "DH895XCC"),
+    (0x37c8, 0x37c9, "C62X"),
+    (0x19e2, 0x19e3, "C3XXX"),
+    (0x18a0, 0x18a1, "C4XXX"),
+    (0x4940, 0x4941, "4XXX"),
+    (0x4942, 0x4943, "401XX"),
+];
+
+impl Driver for Qat {
+    fn name(&self) -> &'static str {
+        "qat"
+    }
+
+    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
+        let mut out = Vec::new();
+        for f in host.candidates() {
+            let Some(&(_, vf_id, family)) =
+                CARDS.iter().find(|c| f.vendor == 0x8086 && f.device == c.0)
+            else {
+                continue;
+            };
+            let vfs: Vec<_> = host
+                .vfs(f)
+                .filter(|v| v.device == vf_id)
+                .map(|v| v.address)
+                .collect();
+            let (count, handles) = if !vfs.is_empty() {
+                (
+                    vfs.len() as i64,
+                    vfs.iter().copied().map(Handle::pci).collect(),
+                )
+            } else if !host_owned(f) {
+                (1, vec![Handle::pci(f.address)])
+            } else {
+                tracing::debug!(device = %f.address, "QAT PF without VFs used by the host; not offered");
+                continue;
+            };
+            let mut functions = vec![f.address];
+            functions.extend(&vfs);
+            out.push(FoundDevice {
+                device_type: DeviceType::Qat,
+                vendor: f.vendor,
+                product: f.device,
+                model: format!("QAT {family}"),
+                family: Some(family.into()),
+                address: f.address,
+                numa_node: f.numa_node,
+                driver: "qat",
+                health: Health::Ok,
+                class: "QAT".into(),
+                count,
+                handles,
+                memory: None,
+                regions: Vec::new(),
+                extra_traits: Vec::new(),
+                functions,
+                board_info: Vec::new(),
+            });
+        }
+        out
+    }
+}

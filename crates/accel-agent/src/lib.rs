@@ -1,0 +1,25 @@
+//! The accel node agent: one per compute node. It finds the node's accelerators in
+//! sysfs through its drivers, models them as seed 003 says, leaves Nova's PCI devices
+//! alone, and reports the full picture to the server, which applies it to its records
+//! and to Placement in one transaction.
+//!
+//! ```text
+//! sysfs ──▶ pci (one scan) ──▶ drivers/* ──▶ FoundDevice ──▶ nova (drop Nova's)
+//!                                                 │
+//!                              model::Report ◀────┘ ──▶ client ──PUT──▶ server
+//! ```
+//!
+//! The agent never links the store: its only way to the data is the server's API.
+
+pub mod agent;
+pub mod client;
+pub mod config;
+pub mod drivers;
+pub mod model;
+pub mod nova;
+pub mod pci;
+pub mod sysfs;
+pub mod testing;
+
+pub use agent::{Agent, AgentError};
+pub use config::{Flags, Settings};

@@ -1,0 +1,268 @@
+//! Builders of fake sysfs trees, for tests and benchmarks: functions under
+//! `bus/pci/devices` with the files and links the kernel shows (ids, class, NUMA node,
+//! driver and IOMMU links, SR-IOV counts, `physfn`/`virtfn*`), and ready-made cards
+//! laid out as their drivers expose them.
+
+use std::path::{Path, PathBuf};
+
+/// A sysfs tree under `root`.
+pub struct FakeSysfs {
+    pub root: PathBuf,
+}
+
+/// One PCI function being built.
+pub struct Function {
+    pub path: PathBuf,
+    pub address: String,
+}
+
+fn write(path: &Path, text: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("create sysfs dir");
+    }
+    std::fs::write(path, format!("{text}\n")).expect("write sysfs file");
+}
+
+fn link(path: &Path, target: &str) {
+    let _ = std::fs::remove_file(path);
+    std::os::unix::fs::symlink(target, path).expect("sysfs symlink");
+}
+
+impl FakeSysfs {
+    pub fn new(root: impl Into<PathBuf>) -> FakeSysfs {
+        let root = root.into();
+        std::fs::create_dir_all(root.join("bus/pci/devices")).expect("create sysfs root");
+        FakeSysfs { root }
+    }
+
+    /// A function with vendor, device and class (`0x030200`).
+    pub fn function(&self, address: &str, vendor: u16, device: u16, class: u32) -> Function {
+        let path = self.root.join("bus/pci/devices").join(address);
+        write(&path.join("vendor"), &format!("0x{vendor:04x}"));
+        write(&path.join("device"), &format!("0x{device:04x}"));
+        write(&path.join("class"), &format!("0x{class:06x}"));
+        write(&path.join("subsystem_vendor"), &format!("0x{vendor:04x}"));
+        write(&path.join("subsystem_device"), "0x0000");
+        write(&path.join("numa_node"), "-1");
+        Function {
+            path,
+            address: address.to_owned(),
+        }
+    }
+
+    /// Removes a function (a device that went away).
+    pub fn remove(&self, address: &str) {
+        let _ = std::fs::remove_dir_all(self.root.join("bus/pci/devices").join(address));
+    }
+}
+
+impl Function {
+    pub fn numa(self, node: i32) -> Self {
+        write(&self.path.join("numa_node"), &node.to_string());
+        self
+    }
+
+    pub fn driver(self, name: &str) -> Self {
+        link(
+            &self.path.join("driver"),
+            &format!("../../../bus/pci/drivers/{name}"),
+        );
+        self
+    }
+
+    pub fn iommu_group(self, n: u32) -> Self {
+        link(
+            &self.path.join("iommu_group"),
+            &format!("../../../kernel/iommu_groups/{n}"),
+        );
+        self
+    }
+
+    /// Any file under the function (`fpga/.../afu_id`).
+    pub fn file(self, rel: &str, text: &str) -> Self {
+        write(&self.path.join(rel), text);
+        self
+    }
+
+    pub fn netdev(self, name: &str) -> Self {
+        std::fs::create_dir_all(self.path.join("net").join(name)).expect("netdev dir");
+        self
+    }
+
+    /// Enables VFs: `vfs` are (address, device id); each VF gets the PF's vendor and
+    /// class, a `physfn` link, and the PF a `virtfnN` link.
+    pub fn sriov(self, fs: &FakeSysfs, total: u32, vfs: &[(String, u16)]) -> (Self, Vec<Function>) {
+        write(&self.path.join("sriov_totalvfs"), &total.to_string());
+        write(&self.path.join("sriov_numvfs"), &vfs.len().to_string());
+        let vendor = std::fs::read_to_string(self.path.join("vendor")).expect("vendor");
+        let class = std::fs::read_to_string(self.path.join("class")).expect("class");
+        let numa = std::fs::read_to_string(self.path.join("numa_node")).expect("numa");
+        let parse =
+            |s: &str| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).unwrap_or(0);
+        let mut out = Vec::new();
+        for (i, (addr, device)) in vfs.iter().enumerate() {
+            let vf = fs
+                .function(addr, parse(&vendor) as u16, *device, parse(&class))
+                .file("numa_node", numa.trim());
+            link(&vf.path.join("physfn"), &format!("../{}", self.address));
+            link(&self.path.join(format!("virtfn{i}")), &format!("../{addr}"));
+            out.push(vf);
+        }
+        (self, out)
+    }
+}
+
+/// `DDDD:BB:SS.F` for bus `bus`, slot `slot`, function `f`.
+pub fn bdf(bus: u8, slot: u8, f: u8) -> String {
+    format!("0000:{bus:02x}:{slot:02x}.{f:x}")
+}
+
+/// VF addresses after `bus`: 8 per slot, starting at slot 1.
+pub fn vf_addresses(bus: u8, n: usize, device: u16) -> Vec<(String, u16)> {
+    (0..n)
+        .map(|i| (bdf(bus, 1 + (i / 8) as u8, (i % 8) as u8), device))
+        .collect()
+}
+
+pub const PAC_INTERFACE_ID: &str = "9926ab6d-6c92-5a68-aabc-a7d84c545738";
+pub const PAC_AFU_ID: &str = "d8424dc4a4a3c413f89e433683f9040b";
+
+/// 8 NVIDIA A100s: 4 on NUMA node 0 (buses 17, 31, 4b, 65), 4 on node 1 (ca, e3, b1, 98).
+pub fn eight_gpus(fs: &FakeSysfs) -> Vec<String> {
+    let buses: [(u8, i32); 8] = [
+        (0x17, 0),
+        (0x31, 0),
+        (0x4b, 0),
+        (0x65, 0),
+        (0x98, 1),
+        (0xb1, 1),
+        (0xca, 1),
+        (0xe3, 1),
+    ];
+    buses
+        .iter()
+        .enumerate()
+        .map(|(i, (bus, numa))| {
+            let a = bdf(*bus, 0, 0);
+            fs.function(&a, 0x10de, 0x20b0, 0x030200)
+                .numa(*numa)
+                .driver("vfio-pci")
+                .iommu_group(40 + i as u32);
+            a
+        })
+        .collect()
+}
+
+/// An Intel PAC Arria 10 in the OPAE `intel-fpga-*` layout, with `vfs` VFs (their
+/// ports then in the VFs) or none (the port in the PF).
+pub fn pac_opae(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
+    let a = bdf(bus, 0, 0);
+    let pf = fs
+        .function(&a, 0x8086, 0x09c4, 0x120000)
+        .numa(0)
+        .driver("intel-fpga-pci")
+        .file(
+            "fpga/intel-fpga-dev.0/intel-fpga-fme.0/pr/interface_id",
+            PAC_INTERFACE_ID,
+        );
+    if vfs == 0 {
+        pf.file("fpga/intel-fpga-dev.0/intel-fpga-port.0/afu_id", PAC_AFU_ID);
+    } else {
+        let (_, vfs) = pf.sriov(fs, 1, &vf_addresses(bus, vfs, 0x09c5));
+        for (i, vf) in vfs.into_iter().enumerate() {
+            vf.driver("vfio-pci").file(
+                &format!(
+                    "fpga/intel-fpga-dev.{}/intel-fpga-port.{}/afu_id",
+                    i + 1,
+                    i + 1
+                ),
+                PAC_AFU_ID,
+            );
+        }
+    }
+    a
+}
+
+/// The same card under the mainline DFL driver (`fpga_region`, `dfl-fme`, `dfl-port`).
+pub fn pac_dfl(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
+    let a = bdf(bus, 0, 0);
+    let pf = fs
+        .function(&a, 0x8086, 0x09c4, 0x120000)
+        .numa(1)
+        .driver("dfl-pci")
+        .file(
+            "fpga_region/region0/dfl-fme.0/dfl-fme-region.1/fpga_region/region1/compat_id",
+            &PAC_INTERFACE_ID.replace('-', ""),
+        );
+    if vfs == 0 {
+        pf.file("fpga_region/region0/dfl-port.0/afu_id", PAC_AFU_ID);
+    } else {
+        let (_, vfs) = pf.sriov(fs, 1, &vf_addresses(bus, vfs, 0x09c5));
+        for (i, vf) in vfs.into_iter().enumerate() {
+            vf.driver("vfio-pci").file(
+                &format!("fpga_region/region{}/dfl-port.{}/afu_id", i + 2, i + 1),
+                PAC_AFU_ID,
+            );
+        }
+    }
+    a
+}
+
+/// A QAT C62x PF (host driver `c6xx`) with `vfs` VFs bound to vfio-pci.
+pub fn qat(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
+    let a = bdf(bus, 0, 0);
+    let pf = fs
+        .function(&a, 0x8086, 0x37c8, 0x0b4000)
+        .numa(0)
+        .driver("c6xx");
+    let (_, vfs) = pf.sriov(fs, 16, &vf_addresses(bus, vfs, 0x37c9));
+    for vf in vfs {
+        vf.driver("vfio-pci");
+    }
+    a
+}
+
+/// An NVMe controller bound to `driver`.
+pub fn nvme(fs: &FakeSysfs, bus: u8, driver: &str) -> String {
+    let a = bdf(bus, 0, 0);
+    fs.function(&a, 0x144d, 0xa824, 0x010802)
+        .numa(0)
+        .driver(driver);
+    a
+}
+
+/// An Intel X710 port `netdev` (driver i40e) with `vfs` VFs (iavf).
+pub fn nic(fs: &FakeSysfs, bus: u8, netdev: &str, vfs: usize) -> String {
+    let a = bdf(bus, 0, 0);
+    let pf = fs
+        .function(&a, 0x8086, 0x1572, 0x020000)
+        .numa(0)
+        .driver("i40e")
+        .netdev(netdev);
+    let (_, vfs) = pf.sriov(fs, 64, &vf_addresses(bus, vfs, 0x154c));
+    for vf in vfs {
+        vf.driver("iavf");
+    }
+    a
+}
+
+/// A host bridge and a virtio NIC, which nothing must offer.
+pub fn bridge_and_virtio(fs: &FakeSysfs) {
+    fs.function("0000:00:00.0", 0x8086, 0x2020, 0x060000);
+    fs.function("0000:00:03.0", 0x1af4, 0x1000, 0x020000)
+        .driver("virtio-pci");
+}
+
+/// An A100 with SR-IOV enabled: `vfs` VFs of the same vendor and class.
+pub fn gpu_with_vfs(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
+    let a = bdf(bus, 0, 0);
+    let pf = fs
+        .function(&a, 0x10de, 0x20b5, 0x030200)
+        .numa(1)
+        .driver("nvidia");
+    let (_, vfs) = pf.sriov(fs, 16, &vf_addresses(bus, vfs, 0x20b5));
+    for vf in vfs {
+        vf.driver("nvidia");
+    }
+    a
+}

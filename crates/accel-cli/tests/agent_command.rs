@@ -1,0 +1,165 @@
+//! `accel agent check` and `accel agent --once`: the built binary over a fake sysfs
+//! tree, with Nova's rules and against the real server (SQLite and PostgreSQL).
+
+use accel_agent::testing::{self, FakeSysfs};
+use accel_server::accelerator::AccelState;
+use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn accel(args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_accel"))
+        .args(args)
+        .env("ACCEL_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn check_lists_every_conflict_with_novas_rules_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    testing::eight_gpus(&fs);
+    testing::qat(&fs, 0x3d, 2);
+    let root = fs.root.to_str().unwrap().to_owned();
+    let ok = accel(&["agent", "check", "--sysfs-root", &root]).await;
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+    assert!(
+        ok.stdout.contains("ok: 9 device(s), no conflict"),
+        "{}",
+        ok.stdout
+    );
+
+    let nova = dir.path().join("nova.conf");
+    std::fs::write(
+        &nova,
+        "[pci]\ndevice_spec = {\"vendor_id\": \"10de\", \"address\": \"*:17:00.*\"}\n\
+         device_spec = [{\"vendor_id\": \"8086\", \"product_id\": \"37c9\"}]\n",
+    )
+    .unwrap();
+    let bad = accel(&[
+        "agent",
+        "check",
+        "--sysfs-root",
+        &root,
+        "--nova-config",
+        nova.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(bad.code, Some(1), "{}", bad.stdout);
+    let conflicts: Vec<&str> = bad
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("conflict:"))
+        .collect();
+    assert_eq!(conflicts.len(), 3, "{}", bad.stdout);
+    assert!(conflicts[0].contains("device 0000:17:00.0 function 0000:17:00.0"));
+    assert!(conflicts[1].contains("device 0000:3d:00.0 function 0000:3d:01.0"));
+    assert!(conflicts[1].contains("37c9"));
+    assert!(
+        bad.stderr.contains("3 function(s) claimed by both"),
+        "{}",
+        bad.stderr
+    );
+}
+
+async fn spawn(store: accel_store::Store) -> (String, oneshot::Sender<()>) {
+    let app = Arc::new(AppState {
+        store,
+        policy: accel_core::policy::Policy::placement(false),
+        config: ServerConfig {
+            allocation_conflict_retry_count: 10,
+            max_allocation_candidates: 1000,
+            ..Default::default()
+        },
+        placement_index: Default::default(),
+    });
+    let accel = Arc::new(AccelState {
+        app: app.clone(),
+        policy: accel_core::policy::Policy::cyborg(false),
+        bind_timeout_secs: 60,
+        bind_wakeup: Default::default(),
+    });
+    let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(accel_server::serve(
+        app,
+        placement,
+        Some(AcceleratorApi {
+            listener,
+            state: accel,
+        }),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    (format!("http://{a}"), tx)
+}
+
+#[tokio::test]
+async fn once_reports_and_exits_and_says_what_to_fix_without_a_compute_node() {
+    for pg in [false, true] {
+        let store = if pg {
+            accel_store::testing::postgres().await
+        } else {
+            accel_store::testing::sqlite().await
+        };
+        let (url, _stop) = spawn(store.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        testing::pac_opae(&fs, 0x5e, 2);
+        let root = fs.root.to_str().unwrap().to_owned();
+        let args = [
+            "agent",
+            "--once",
+            "--server",
+            &url,
+            "--node",
+            "cn9",
+            "--sysfs-root",
+            &root,
+        ];
+        let missing = accel(&args).await;
+        assert_eq!(missing.code, Some(1));
+        assert!(
+            missing.stderr.contains("compute node \"cn9\" is not known")
+                && missing.stderr.contains("hypervisor_hostname"),
+            "{}",
+            missing.stderr
+        );
+        store
+            .write(|tx| {
+                Box::pin(async move {
+                    accel_store::placement::providers::create(
+                        tx,
+                        "0d9c1c3e-4b8e-4b8e-9d2a-2f1e1a0b0c0d",
+                        "cn9",
+                        None,
+                    )
+                    .await
+                })
+            })
+            .await
+            .unwrap();
+        let run = accel(&args).await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert_eq!(
+            run.stdout.trim(),
+            "reported: 1 added, 0 removed, 0 kept, 0 vanished"
+        );
+    }
+}

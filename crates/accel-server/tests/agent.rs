@@ -1,0 +1,370 @@
+//! The node agent against the real server on both backends: `accel agent --once`
+//! over fake sysfs trees builds seed 003's provider tree; restarts change nothing;
+//! unchanged reports are skipped; vanished devices go at once when free and only once
+//! released when allocated; an unknown compute node is refused with what to fix.
+
+mod common;
+
+use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::testing::{self, FakeSysfs};
+use accel_agent::{Agent, AgentError};
+use common::accel::{Server, TempDb};
+use common::BACKENDS;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+const MV: &str = "placement 1.39";
+
+async fn placement(
+    srv: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("{}{path}", srv.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", MV);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let s = resp.status().as_u16();
+    (s, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(srv: &Server, path: &str) -> Value {
+    let (s, v) = placement(srv, reqwest::Method::GET, path, None).await;
+    assert_eq!(s, 200, "{path}: {v}");
+    v
+}
+
+async fn compute_node(srv: &Server, name: &str) -> Value {
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::POST,
+        "/resource_providers",
+        Some(json!({"name": name})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
+    Agent::new(Settings {
+        server: srv.accel.clone(),
+        node: node.into(),
+        token: "admin".into(),
+        sysfs_root: root.to_owned(),
+        drivers: None,
+        interval_seconds: 60,
+        nova_config: None,
+        driver: DriverSettings::default(),
+    })
+    .unwrap()
+}
+
+/// name -> (uuid, parent name, inventories {class: (total, reserved)}, traits).
+type Tree = BTreeMap<
+    String,
+    (
+        String,
+        Option<String>,
+        BTreeMap<String, (i64, i64)>,
+        Vec<String>,
+    ),
+>;
+
+async fn tree(srv: &Server, root_uuid: &str) -> Tree {
+    let rps = get(srv, &format!("/resource_providers?in_tree={root_uuid}")).await;
+    let rps = rps["resource_providers"].as_array().unwrap().clone();
+    let name_of = |uuid: &str| {
+        rps.iter()
+            .find(|p| p["uuid"] == uuid)
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+    };
+    let mut out = Tree::new();
+    for p in &rps {
+        let uuid = p["uuid"].as_str().unwrap();
+        let inv = get(srv, &format!("/resource_providers/{uuid}/inventories")).await;
+        let inv = inv["inventories"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    (
+                        v["total"].as_i64().unwrap(),
+                        v["reserved"].as_i64().unwrap(),
+                    ),
+                )
+            })
+            .collect();
+        let traits = get(srv, &format!("/resource_providers/{uuid}/traits")).await;
+        let mut traits: Vec<String> = traits["traits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect();
+        traits.sort();
+        out.insert(
+            p["name"].as_str().unwrap().to_owned(),
+            (
+                uuid.to_owned(),
+                p["parent_provider_uuid"].as_str().and_then(name_of),
+                inv,
+                traits,
+            ),
+        );
+    }
+    out
+}
+
+fn uuid3(name: &str) -> String {
+    accel_store::accelerator::report::provider_uuid(name)
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = v.iter().map(|s| (*s).to_owned()).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        let gpus = testing::eight_gpus(&fs);
+        let pac = testing::pac_dfl(&fs, 0xaf, 2);
+        let qat = testing::qat(&fs, 0x3d, 16);
+        let ssd = testing::nvme(&fs, 0x5a, "vfio-pci");
+        testing::nvme(&fs, 0x5b, "nvme");
+        testing::bridge_and_virtio(&fs);
+        testing::gpu_with_vfs(&fs, 0x41, 4);
+
+        let mut a = agent(&srv, "cn1", dir.path());
+        let refused = a.step().await;
+        assert!(
+            matches!(refused, Err(AgentError::NoComputeNode { .. })),
+            "{refused:?}"
+        );
+        let err = a.check_node().await.unwrap_err().to_string();
+        assert!(err.contains("hypervisor_hostname"), "{err}");
+
+        let cn = compute_node(&srv, "cn1").await;
+        let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
+        let cn_gen = cn["generation"].as_i64().unwrap();
+        assert_eq!(a.check_node().await.unwrap().compute_node_uuid, cn_uuid);
+        let o = a.step().await.unwrap();
+        assert_eq!((o.added, o.removed, o.unchanged), (12, 0, false));
+
+        let t = tree(&srv, &cn_uuid).await;
+        // compute node + 8 GPUs + carved GPU + PAC card + region + QAT + SSD.
+        assert_eq!(t.len(), 14, "{:#?}", t.keys());
+        let cn_entry = &t["cn1"];
+        assert!(
+            cn_entry.2.is_empty() && cn_entry.3.is_empty(),
+            "never modified"
+        );
+        let gen = get(&srv, &format!("/resource_providers/{cn_uuid}")).await["generation"].clone();
+        assert_eq!(gen, cn_gen);
+        for (i, g) in gpus.iter().enumerate() {
+            let name = format!("cn1_{g}");
+            let (uuid, parent, inv, traits) = &t[&name];
+            assert_eq!(*uuid, uuid3(&name));
+            assert_eq!(parent.as_deref(), Some("cn1"));
+            assert_eq!(
+                inv,
+                &BTreeMap::from([("CUSTOM_ACCELERATOR_GPU".into(), (1, 0))])
+            );
+            let numa = if i < 4 {
+                "CUSTOM_NUMA_0"
+            } else {
+                "CUSTOM_NUMA_1"
+            };
+            assert_eq!(
+                *traits,
+                strs(&[
+                    "CUSTOM_GPU_NVIDIA",
+                    "CUSTOM_GPU_NVIDIA_AMPERE",
+                    "CUSTOM_OWNER_ACCEL",
+                    numa
+                ])
+            );
+        }
+        let carved = &t["cn1_0000:41:00.0"];
+        assert_eq!(
+            carved.2,
+            BTreeMap::from([("CUSTOM_ACCELERATOR_VGPU".into(), (4, 0))])
+        );
+        let card = &t[&format!("cn1_{pac}")];
+        assert_eq!(card.1.as_deref(), Some("cn1"));
+        assert!(
+            card.2.is_empty(),
+            "the FPGA card has no inventory of its own"
+        );
+        assert_eq!(
+            card.3,
+            strs(&[
+                "CUSTOM_FPGA_INTEL",
+                "CUSTOM_FPGA_INTEL_ARRIA10",
+                "CUSTOM_OWNER_ACCEL",
+                "CUSTOM_NUMA_1"
+            ])
+        );
+        let region = &t[&format!("cn1_{pac}_region0")];
+        assert_eq!(region.1.as_deref(), Some(format!("cn1_{pac}").as_str()));
+        assert_eq!(
+            region.2,
+            BTreeMap::from([("CUSTOM_ACCELERATOR_FPGA".into(), (2, 0))])
+        );
+        assert_eq!(
+            region.3,
+            strs(&[
+                "CUSTOM_FPGA_INTEL",
+                "CUSTOM_FPGA_INTEL_ARRIA10",
+                "CUSTOM_OWNER_ACCEL",
+                "CUSTOM_NUMA_1",
+                "CUSTOM_FPGA_REGION_INTEL_9926AB6D6C925A68AABCA7D84C545738",
+                "CUSTOM_PROGRAMMABLE",
+                "CUSTOM_FPGA_FUNCTION_INTEL_D8424DC4A4A3C413F89E433683F9040B",
+            ])
+        );
+        assert_eq!(
+            t[&format!("cn1_{qat}")].2,
+            BTreeMap::from([("CUSTOM_ACCELERATOR_QAT".into(), (16, 0))])
+        );
+        assert_eq!(
+            t[&format!("cn1_{ssd}")].3,
+            strs(&["CUSTOM_SSD_SAMSUNG", "CUSTOM_OWNER_ACCEL", "CUSTOM_NUMA_0"])
+        );
+        // The scheduler's view: a region with the function, on NUMA node 1.
+        let c = get(
+            &srv,
+            "/allocation_candidates?resources=CUSTOM_ACCELERATOR_FPGA:1&required=CUSTOM_FPGA_FUNCTION_INTEL_D8424DC4A4A3C413F89E433683F9040B,CUSTOM_NUMA_1",
+        )
+        .await;
+        assert_eq!(c["allocation_requests"].as_array().unwrap().len(), 1);
+
+        // Unchanged: skipped. A restarted agent forces a full report: same tree.
+        let o = a.step().await.unwrap();
+        assert!(o.unchanged);
+        let mut restarted = agent(&srv, "cn1", dir.path());
+        let o = restarted.step().await.unwrap();
+        assert_eq!((o.added, o.removed, o.kept, o.unchanged), (0, 0, 12, false));
+        assert_eq!(tree(&srv, &cn_uuid).await, t, "no duplicates, same uuids");
+        let (s, devices) = srv.admin_get("/v2/devices").await;
+        assert_eq!((s, devices["devices"].as_array().unwrap().len()), (200, 12));
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn removed_devices_go_when_free_and_wait_while_allocated() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        let gpus = testing::eight_gpus(&fs);
+        let cn = compute_node(&srv, "cn2").await;
+        let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
+        let mut a = agent(&srv, "cn2", dir.path());
+        a.step().await.unwrap();
+
+        let busy = uuid3(&format!("cn2_{}", gpus[0]));
+        let consumer = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &format!("/allocations/{consumer}"),
+            Some(json!({
+                "allocations": {busy.clone(): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+
+        fs.remove(&gpus[0]);
+        fs.remove(&gpus[1]);
+        let o = a.step().await.unwrap();
+        assert_eq!((o.removed, o.vanished, o.kept), (1, 1, 6));
+        let t = tree(&srv, &cn_uuid).await;
+        assert!(
+            !t.contains_key(&format!("cn2_{}", gpus[1])),
+            "free: removed"
+        );
+        let held = &t[&format!("cn2_{}", gpus[0])];
+        assert_eq!(
+            held.2,
+            BTreeMap::from([("CUSTOM_ACCELERATOR_GPU".into(), (1, 1))]),
+            "allocated: kept, reserved"
+        );
+        let (_, devices) = srv.admin_get("/v2/devices").await;
+        assert_eq!(devices["devices"].as_array().unwrap().len(), 7);
+        let c = get(
+            &srv,
+            "/allocation_candidates?resources=CUSTOM_ACCELERATOR_GPU:1",
+        )
+        .await;
+        assert_eq!(c["allocation_requests"].as_array().unwrap().len(), 6);
+
+        // Same report again: not skipped while a device waits; still held.
+        let o = a.step().await.unwrap();
+        assert_eq!((o.unchanged, o.vanished), (false, 1));
+        let (s, _) = placement(
+            &srv,
+            reqwest::Method::DELETE,
+            &format!("/allocations/{consumer}"),
+            None,
+        )
+        .await;
+        assert_eq!(s, 204);
+        let o = a.step().await.unwrap();
+        assert_eq!((o.removed, o.vanished), (1, 0));
+        let t = tree(&srv, &cn_uuid).await;
+        assert_eq!(t.len(), 7, "compute node + 6 GPUs");
+        let (_, devices) = srv.admin_get("/v2/devices").await;
+        assert_eq!(devices["devices"].as_array().unwrap().len(), 6);
+        let o = a.step().await.unwrap();
+        assert!(o.unchanged);
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_report_that_fails_validation_changes_nothing() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, Some("cn3"), None).await;
+        let body = json!({"devices": [{
+            "type": "FPGA", "vendor": "8086", "model": "m",
+            "controlpath_id": {"cpid_type": "PCI", "cpid_info": "x"},
+            "deployables": [{"name": "cn3_r", "parent": "cn3_missing", "num_accelerators": 1,
+                "attributes": [{"key": "rc", "value": "CUSTOM_ACCELERATOR_FPGA"}]}]}]});
+        let r = reqwest::Client::new()
+            .put(format!("{}/v2/agent/hosts/cn3/devices", srv.accel))
+            .header("x-auth-token", "admin")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("not a top-level deployable"), "{text}");
+        let (_, devices) = srv.admin_get("/v2/devices").await;
+        assert_eq!(
+            devices["devices"][0]["model"], "miss model info",
+            "the fake device stays"
+        );
+        srv.stop().await;
+    }
+}
