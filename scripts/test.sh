@@ -23,6 +23,13 @@ cargo build -q -p accel-cli
 echo "== OpenStack clients against the accelerator API"
 ACCEL_BIN=target/debug/accel scripts/cyborg-clients.sh
 
+# Upstream's cyborg-tempest-plugin API tests (42) in Keystone mode against a fake
+# Keystone; the script fails on any failure not listed, with its reason, in
+# scripts/tempest-accelerator-deviations.txt (tests that assert upstream's 500s).
+echo "== cyborg-tempest-plugin API tests"
+cargo build -q -p accel-bench
+scripts/tempest-accelerator.sh 2>&1 | tail -15
+
 # Upstream Placement's functional suite, against accel, on both backends. The floor is
 # the count this tree is known to pass (docs/conformance.md); a drop fails the run.
 floor="$(cat .ci/gabbi-floor)"

@@ -44,6 +44,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0006_agent.sql"),
         postgres: include_str!("../migrations/postgres/0006_agent.sql"),
     },
+    Migration {
+        version: 7,
+        sqlite: include_str!("../migrations/sqlite/0007_arq_instance_project_idx.sql"),
+        postgres: include_str!("../migrations/postgres/0007_arq_instance_project_idx.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

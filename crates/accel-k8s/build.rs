@@ -1,0 +1,19 @@
+//! Generates the kubelet APIs into OUT_DIR from `proto/` with protox (pure Rust, no
+//! `protoc`) and tonic-prost-build.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/deviceplugin/v1beta1/api.proto",
+        "proto/podresources/v1/api.proto",
+    ];
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .build_transport(false)
+        .compile_fds(fds)?;
+    Ok(())
+}

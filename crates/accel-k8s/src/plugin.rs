@@ -1,0 +1,222 @@
+//! The generated `DevicePlugin` service, delegating to the slot table: one value per
+//! kubelet resource (an instance or a pool), all over one [`Shared`] table.
+//!
+//! Kubelet fidelity (see `../shared/reference/akri-k8s.md` §1.5, §7):
+//! - kubelet sends one container per Allocate and keeps only the first response, so
+//!   every device of a container goes into one `ContainerAllocateResponse`;
+//! - a repeated Allocate of slots this node holds (init containers) succeeds;
+//! - each ListAndWatch message is the full list, sent whenever it changes.
+
+use crate::proto::deviceplugin as pb;
+use crate::slots::{Advertised, AllocError, Grant, ResourceKey, Usage};
+use crate::state::Shared;
+use pb::device_plugin_server::DevicePlugin;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Kubelet's health values.
+pub const HEALTHY: &str = "Healthy";
+pub const UNHEALTHY: &str = "Unhealthy";
+/// The environment variable listing the PCI addresses of a container's devices.
+pub const VISIBLE_DEVICES_ENV: &str = "ACCEL_VISIBLE_DEVICES";
+
+/// The plugin of one resource.
+pub struct Plugin {
+    shared: Arc<Shared>,
+    key: ResourceKey,
+    domain: String,
+}
+
+impl Plugin {
+    pub fn new(shared: Arc<Shared>, key: ResourceKey, domain: impl Into<String>) -> Plugin {
+        Plugin {
+            shared,
+            key,
+            domain: domain.into(),
+        }
+    }
+}
+
+fn to_proto(list: &[Advertised]) -> pb::ListAndWatchResponse {
+    pb::ListAndWatchResponse {
+        devices: list
+            .iter()
+            .map(|a| pb::Device {
+                id: a.id.clone(),
+                health: if a.healthy { HEALTHY } else { UNHEALTHY }.into(),
+                topology: a.numa_node.map(|n| pb::TopologyInfo {
+                    nodes: vec![pb::NumaNode { id: i64::from(n) }],
+                }),
+            })
+            .collect(),
+    }
+}
+
+/// One container's response: every granted device in it.
+pub fn container_response(domain: &str, grants: &[Grant]) -> pb::ContainerAllocateResponse {
+    let mut addresses: Vec<&str> = Vec::new();
+    let mut nodes = BTreeMap::new();
+    let mut annotations = std::collections::HashMap::new();
+    let mut cdi = Vec::new();
+    for g in grants {
+        for a in &g.device.pci_addresses {
+            if !addresses.contains(&a.as_str()) {
+                addresses.push(a);
+            }
+        }
+        for n in &g.device.device_nodes {
+            nodes
+                .entry(n.host_path.clone())
+                .or_insert_with(|| pb::DeviceSpec {
+                    container_path: n.container_path.clone(),
+                    host_path: n.host_path.clone(),
+                    permissions: n.permissions.clone(),
+                });
+        }
+        // Seed 001's slot annotation: "<slot>" or "C:<vdev>:<slot>".
+        let value = match &g.usage {
+            Usage::Pool { vdev, .. } => format!("C:{vdev}:{}", g.slot),
+            _ => g.slot.clone(),
+        };
+        annotations.insert(format!("{domain}/slot-{}", g.slot), value);
+        let (config, _) = g.instance.rsplit_once('-').unwrap_or((&g.instance, ""));
+        let name = format!("{domain}/{config}={}", g.instance);
+        if !cdi.iter().any(|c: &pb::CdiDevice| c.name == name) {
+            cdi.push(pb::CdiDevice { name });
+        }
+    }
+    let mut envs = std::collections::HashMap::new();
+    envs.insert(VISIBLE_DEVICES_ENV.to_string(), addresses.join(","));
+    pb::ContainerAllocateResponse {
+        envs,
+        mounts: Vec::new(),
+        devices: nodes.into_values().collect(),
+        annotations,
+        cdi_devices: cdi,
+    }
+}
+
+fn status(e: AllocError) -> Status {
+    match e {
+        AllocError::UnknownResource(_) => Status::not_found(e.to_string()),
+        AllocError::UnknownId(_) | AllocError::Duplicate(_) => {
+            Status::invalid_argument(e.to_string())
+        }
+        AllocError::SlotTaken { .. }
+        | AllocError::Unhealthy(_)
+        | AllocError::SameDevice(..)
+        | AllocError::NotEnoughDevices { .. } => Status::resource_exhausted(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for Plugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(pb::DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
+    }
+
+    type ListAndWatchStream = ReceiverStream<Result<pb::ListAndWatchResponse, Status>>;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let (tx, rx) = mpsc::channel(4);
+        let shared = self.shared.clone();
+        let key = self.key.clone();
+        let mut changes = shared.subscribe();
+        tokio::spawn(async move {
+            let mut last: Option<Vec<Advertised>> = None;
+            loop {
+                changes.borrow_and_update();
+                // The resource went away (its device and claims are gone): end the
+                // stream; kubelet marks the resource unhealthy and drops it later.
+                let Some(list) = shared.read(|t| t.list(&key)) else {
+                    break;
+                };
+                if last.as_ref() != Some(&list) {
+                    if tx.send(Ok(to_proto(&list))).await.is_err() {
+                        break;
+                    }
+                    last = Some(list);
+                }
+                tokio::select! {
+                    r = changes.changed() => if r.is_err() { break },
+                    _ = tx.closed() => break,
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<pb::PreferredAllocationRequest>,
+    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+        let container_responses = self.shared.read(|t| {
+            request
+                .get_ref()
+                .container_requests
+                .iter()
+                .map(|c| pb::ContainerPreferredAllocationResponse {
+                    device_i_ds: t.preferred(
+                        &self.key,
+                        &c.available_device_i_ds,
+                        &c.must_include_device_i_ds,
+                        usize::try_from(c.allocation_size).unwrap_or(0),
+                    ),
+                })
+                .collect()
+        });
+        Ok(Response::new(pb::PreferredAllocationResponse {
+            container_responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<pb::AllocateRequest>,
+    ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let containers: Vec<Vec<String>> = request
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| c.devices_ids)
+            .collect();
+        let result = self.shared.write(|t| {
+            let r = t.allocate(&self.key, &containers, Instant::now());
+            let changed = r.is_ok();
+            (r, changed)
+        });
+        match result {
+            Ok(grants) => Ok(Response::new(pb::AllocateResponse {
+                container_responses: grants
+                    .iter()
+                    .map(|g| container_response(&self.domain, g))
+                    .collect(),
+            })),
+            Err(e) => {
+                tracing::warn!(resource = ?self.key, ?containers, error = %e, "allocate refused");
+                Err(status(e))
+            }
+        }
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<pb::PreStartContainerRequest>,
+    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+        // Not requested (pre_start_required is false); answered for kubelets that ask.
+        Ok(Response::new(pb::PreStartContainerResponse {}))
+    }
+}

@@ -1,0 +1,68 @@
+//! The slot reclaimer: kubelet never says that a pod has gone (there is no
+//! deallocate), so held slots are compared with what kubelet's pod-resources API
+//! lists, and those unlisted for the grace period are freed.
+//!
+//! A failed List frees nothing: a kubelet that is down or restarting must not make
+//! running pods lose their devices.
+
+use crate::kubelet::connect;
+use crate::proto::podresources as pb;
+use crate::state::Shared;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one List may take.
+pub const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every `(resource name, device id)` some container on the node holds.
+pub async fn in_use(socket: &Path) -> Result<HashSet<(String, String)>, String> {
+    let call = async {
+        let channel = connect(socket).await.map_err(|e| format!("connect: {e}"))?;
+        let resp = pb::pod_resources_lister_client::PodResourcesListerClient::new(channel)
+            .list(pb::ListPodResourcesRequest {})
+            .await
+            .map_err(|s| format!("List: {}", s.message()))?;
+        Ok(resp
+            .into_inner()
+            .pod_resources
+            .into_iter()
+            .flat_map(|p| p.containers)
+            .flat_map(|c| c.devices)
+            .flat_map(|d| {
+                let r = d.resource_name;
+                d.device_ids.into_iter().map(move |id| (r.clone(), id))
+            })
+            .collect())
+    };
+    tokio::time::timeout(LIST_TIMEOUT, call)
+        .await
+        .map_err(|_| "pod-resources List timed out".to_string())?
+}
+
+/// Frees the slots no pod holds any more.
+pub struct Reclaimer {
+    shared: Arc<Shared>,
+    socket: PathBuf,
+    grace: Duration,
+}
+
+impl Reclaimer {
+    pub fn new(shared: Arc<Shared>, socket: impl Into<PathBuf>, grace: Duration) -> Reclaimer {
+        Reclaimer {
+            shared,
+            socket: socket.into(),
+            grace,
+        }
+    }
+
+    /// One pass at `now`; `Ok(true)` when slots were freed.
+    pub async fn step(&self, now: Instant) -> Result<bool, String> {
+        let in_use = in_use(&self.socket).await?;
+        Ok(self.shared.write(|t| {
+            let changed = t.reclaim(&in_use, now, self.grace);
+            (changed, changed)
+        }))
+    }
+}
