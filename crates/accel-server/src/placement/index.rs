@@ -128,7 +128,6 @@ pub struct Index {
 
 /// What the read transaction found.
 enum Step {
-    Same,
     Changed {
         version: Version,
         changed: Vec<i64>,
@@ -165,9 +164,6 @@ impl Index {
                         let world = world::load(tx).await?;
                         return Ok(Step::Full { version, world });
                     };
-                    if known == version {
-                        return Ok(Step::Same);
-                    }
                     match changes::since(tx, &known, &version).await? {
                         Delta::Some { providers, names } => {
                             let loaded = world::load_providers(tx, Some(&providers)).await?;
@@ -192,10 +188,6 @@ impl Index {
             })
             .await?;
         let prepared = match step {
-            Step::Same => {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(guard.clone().expect("a known version has a picture"));
-            }
             Step::Full { version, world } => {
                 self.stats.full.fetch_add(1, Ordering::Relaxed);
                 Prepared::build(version, world)?

@@ -90,9 +90,9 @@ pub async fn load_providers(
 
 /// The five queries, optionally restricted to `ids` (`col IN ($1, ...)`).
 async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvider>, StoreError> {
-    let only = |col: &str, joiner: &str| match ids {
+    let only = |col: &str| match ids {
         None => String::new(),
-        Some(ids) => format!(" {joiner} {col} IN ({})", placeholders(1, ids.len())),
+        Some(ids) => format!(" WHERE {col} IN ({})", placeholders(1, ids.len())),
     };
     let mut providers: Vec<WorldProvider> = Vec::new();
     let mut index: HashMap<i64, usize> = HashMap::new();
@@ -100,7 +100,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         tx,
         format!(
             "SELECT id, uuid, parent_provider_id, root_provider_id FROM resource_providers{} ORDER BY id",
-            only("id", "WHERE")
+            only("id")
         ),
         ids,
     )
@@ -127,7 +127,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         format!(
             "SELECT resource_provider_id, resource_class_id, CAST(SUM(used) AS BIGINT) AS used \
              FROM allocations{} GROUP BY resource_provider_id, resource_class_id",
-            only("resource_provider_id", "WHERE")
+            only("resource_provider_id")
         ),
         ids,
     )
@@ -146,7 +146,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         format!(
             "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
              step_size, allocation_ratio FROM inventories{} ORDER BY resource_provider_id, resource_class_id",
-            only("resource_provider_id", "WHERE")
+            only("resource_provider_id")
         ),
         ids,
     )
@@ -172,7 +172,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         format!(
             "SELECT resource_provider_id, trait_id FROM resource_provider_traits{} \
              ORDER BY resource_provider_id, trait_id",
-            only("resource_provider_id", "WHERE")
+            only("resource_provider_id")
         ),
         ids,
     )
@@ -189,7 +189,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
             "SELECT rpa.resource_provider_id, pa.uuid FROM resource_provider_aggregates rpa \
              JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id{} \
              ORDER BY rpa.resource_provider_id, pa.id",
-            only("rpa.resource_provider_id", "WHERE")
+            only("rpa.resource_provider_id")
         ),
         ids,
     )
