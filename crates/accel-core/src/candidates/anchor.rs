@@ -119,7 +119,13 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
         return None;
     }
 
-    let class = equivalence_classes(plan, anchor, &locals, &vars);
+    // Classes only prune among a decision's alternatives: when no decision has two,
+    // every provider may as well be its own class (and hashing them is skipped).
+    let class = if vars.iter().all(|v| v.options.len() <= 1) {
+        (0..locals.len() as u32).collect()
+    } else {
+        equivalence_classes(plan, anchor, &locals, &vars)
+    };
     let mut roots: Vec<ProviderId> = locals.iter().map(|&p| snap.provider(p).root).collect();
     roots.sort_unstable();
     roots.dedup();

@@ -45,6 +45,7 @@
 //! require enumerating the full set.
 
 mod anchor;
+mod forced;
 mod plan;
 mod request;
 mod rng;
@@ -57,6 +58,7 @@ pub use plan::providers_matching;
 pub use request::{Candidate, GroupPolicy, Outcome, Request, RequestGroup};
 pub use snapshot::{Inventory, Provider, ProviderId, RcId, Snapshot, SnapshotError, TraitId};
 
+use forced::Forced;
 use plan::Plan;
 use rng::Rng;
 use solver::{AnchorSearch, Found};
@@ -115,7 +117,8 @@ pub struct SearchWork {
     /// providers matching every group) and were looked at: rejected by the static
     /// bounds, skipped as a repeat of an earlier all-sharing anchor, or searched.
     pub anchors_considered: usize,
-    /// Anchors that passed the static bounds and reached the backtracking solver.
+    /// Anchors that passed the static bounds and reached the backtracking solver, or
+    /// whose single forced assignment (every decision with one option) was valid.
     pub anchors_searched: usize,
     /// Options tried by the solver, over all anchors: the unit of backtracking work.
     pub option_checks: u64,
@@ -150,14 +153,29 @@ pub fn search_counted(
     let mut considered = 0usize;
     let mut problems = anchors.iter().filter_map(|&a| {
         considered += 1;
+        match forced::solve(&plan, a) {
+            Forced::One { found, checks } => return Some(Next::Forced(found, checks)),
+            Forced::Nothing => return None,
+            Forced::Choice => {}
+        }
         let pb = anchor::build(&plan, a, rng.as_mut())?;
-        signature_fresh(&mut signatures, &pb).then_some(pb)
+        signature_fresh(&mut signatures, &pb).then(|| Next::Search(Box::new(pb)))
     });
     match options.strategy {
         GenerationStrategy::DepthFirst => {
-            'anchors: for pb in problems.by_ref() {
-                let mut search = AnchorSearch::new(&plan, pb);
+            'anchors: for next in problems.by_ref() {
                 work.anchors_searched += 1;
+                let pb = match next {
+                    Next::Forced(found, checks) => {
+                        work.option_checks += checks;
+                        if sink.take(found) {
+                            break 'anchors;
+                        }
+                        continue;
+                    }
+                    Next::Search(pb) => pb,
+                };
+                let mut search = AnchorSearch::new(&plan, *pb);
                 while let Some(found) = search.next_found() {
                     if sink.take(found) {
                         work.option_checks += search.steps();
@@ -171,14 +189,22 @@ pub fn search_counted(
             // Round one builds anchors lazily; later rounds revisit the live ones.
             let mut live: Vec<AnchorSearch<'_>> = Vec::new();
             let mut full = false;
-            for pb in problems.by_ref() {
-                let mut search = AnchorSearch::new(&plan, pb);
+            for next in problems.by_ref() {
                 work.anchors_searched += 1;
-                if let Some(found) = search.next_found() {
-                    full = sink.take(found);
-                    live.push(search);
-                } else {
-                    work.option_checks += search.steps();
+                match next {
+                    Next::Forced(found, checks) => {
+                        work.option_checks += checks;
+                        full = sink.take(found);
+                    }
+                    Next::Search(pb) => {
+                        let mut search = AnchorSearch::new(&plan, *pb);
+                        if let Some(found) = search.next_found() {
+                            full = sink.take(found);
+                            live.push(search);
+                        } else {
+                            work.option_checks += search.steps();
+                        }
+                    }
                 }
                 if full {
                     break;
@@ -217,6 +243,13 @@ pub fn search_counted(
         summary_providers,
     };
     (outcome, work)
+}
+
+/// What an anchor that passed the first checks needs: nothing more (its only
+/// candidate, and the decisions placed), or a search.
+enum Next {
+    Forced(Found, u64),
+    Search(Box<anchor::Problem>),
 }
 
 /// Collects distinct candidates up to `want`.

@@ -343,7 +343,11 @@ impl<'p> AnchorSearch<'p> {
     }
 }
 
-fn lowest_common_ancestor(plan: &Plan<'_>, a: ProviderId, b: ProviderId) -> Option<ProviderId> {
+pub(crate) fn lowest_common_ancestor(
+    plan: &Plan<'_>,
+    a: ProviderId,
+    b: ProviderId,
+) -> Option<ProviderId> {
     let snap = plan.snap;
     if snap.provider(a).root != snap.provider(b).root {
         return None;

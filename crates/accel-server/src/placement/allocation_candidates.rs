@@ -11,8 +11,9 @@ use super::{authorize, qs, Reply, Req};
 use crate::jsonschema::pyrepr;
 use crate::AppState;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
-use accel_store::placement::world::{World, WorldProvider};
+use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const PREFIXES: [&str; 4] = ["resources", "required", "member_of", "in_tree"];
@@ -294,7 +295,6 @@ fn empty() -> Value {
 }
 
 fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
-    let world = &index.world;
     let rc_ids = &index.rc_ids;
     // Unknown resource classes are a 400, checked group by group as upstream does.
     for (_, g) in &p.groups {
@@ -400,68 +400,70 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         .collect();
     let answer = Answer {
         req,
-        world,
+        index,
         outcome: &outcome,
         requested,
     };
-    Reply::serialized(&answer).map_err(|e| ApiError::internal(e.to_string()))
+    let body = answer.write(index.answer_size.load(Ordering::Relaxed));
+    index.answer_size.store(body.len(), Ordering::Relaxed);
+    let mut reply = Reply::status(StatusCode::OK);
+    reply.raw = Some(body);
+    Ok(reply)
 }
 
-/// The answer, serialised straight to bytes: at hundreds of candidates a `Value` tree
-/// cost more than the search itself.
+/// The answer, written straight to bytes by [`Answer::write`]: at hundreds of
+/// candidates a `Value` tree cost more than the search itself, and serde's generic
+/// map and string machinery (escaping every uuid, hashing every name lookup) still
+/// cost as much as the search.
 struct Answer<'a> {
     req: &'a Req,
-    world: &'a World,
+    index: &'a Prepared,
     outcome: &'a engine::Outcome,
     /// Classes the request names (summaries before 1.27 show only those).
     requested: Vec<&'a str>,
 }
 
-impl Answer<'_> {
-    fn uuid(&self, id: ProviderId) -> &str {
-        &self.world.providers[id.0 as usize].uuid
-    }
-    fn rc_name(&self, rc: i64) -> &str {
-        self.world
-            .rc_names
-            .get(&rc)
-            .map(String::as_str)
-            .unwrap_or("")
-    }
-    fn uuid_by_db_id(&self, db_id: i64) -> Option<&str> {
-        let w = self.world;
-        w.providers
-            .binary_search_by_key(&db_id, |x| x.id)
-            .ok()
-            .map(|i| w.providers[i].uuid.as_str())
-    }
-}
+/// A compact JSON writer over a byte buffer. Keys and values that never need
+/// escaping (uuids, class and trait names, validated suffixes) are checked by one
+/// byte scan and copied; anything else goes through serde_json's escaping.
+struct Json(Vec<u8>);
 
-impl serde::Serialize for Answer<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(2))?;
-        m.serialize_entry("allocation_requests", &Requests(self))?;
-        m.serialize_entry("provider_summaries", &Summaries(self))?;
-        m.end()
+impl Json {
+    fn raw(&mut self, s: &str) {
+        self.0.extend_from_slice(s.as_bytes());
     }
-}
-
-struct Requests<'a, 'b>(&'b Answer<'a>);
-
-impl serde::Serialize for Requests<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let a = self.0;
-        let mut seq = s.serialize_seq(Some(a.outcome.candidates.len()))?;
-        for c in &a.outcome.candidates {
-            seq.serialize_element(&Request(a, c))?;
+    fn byte(&mut self, b: u8) {
+        self.0.push(b);
+    }
+    fn str(&mut self, s: &str) {
+        // A fold without early exit, so the compiler can vectorise the scan.
+        let plain = !s.bytes().fold(false, |bad, b| {
+            bad | (b < 0x20) | (b == b'"') | (b == b'\\')
+        });
+        if plain {
+            self.0.push(b'"');
+            self.0.extend_from_slice(s.as_bytes());
+            self.0.push(b'"');
+        } else {
+            // Writing into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut self.0, s);
         }
-        seq.end()
+    }
+    /// `"key":`
+    fn key(&mut self, k: &str) {
+        self.str(k);
+        self.0.push(b':');
+    }
+    fn int(&mut self, n: i64) {
+        self.raw(itoa::Buffer::new().format(n));
+    }
+    /// A comma before every element but the first.
+    fn sep(&mut self, first: &mut bool) {
+        if !std::mem::take(first) {
+            self.0.push(b',');
+        }
     }
 }
-
-struct Request<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
 
 /// The runs of `allocations` (sorted by provider) that share a provider.
 fn by_provider(
@@ -470,174 +472,141 @@ fn by_provider(
     allocations.chunk_by(|x, y| x.0 == y.0)
 }
 
-impl serde::Serialize for Request<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        let (a, c) = (self.0, self.1);
-        let mut m = s.serialize_map(None)?;
-        if a.req.mv(12) {
-            struct Allocs<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
-            impl serde::Serialize for Allocs<'_, '_> {
-                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                    let (a, c) = (self.0, self.1);
-                    let mut m = s.serialize_map(None)?;
-                    for run in by_provider(&c.allocations) {
-                        struct One<'a, 'b>(&'b Answer<'a>, &'b [(ProviderId, engine::RcId, i64)]);
-                        impl serde::Serialize for One<'_, '_> {
-                            fn serialize<S: serde::Serializer>(
-                                &self,
-                                s: S,
-                            ) -> Result<S::Ok, S::Error> {
-                                let mut m = s.serialize_map(Some(1))?;
-                                m.serialize_entry(
-                                    "resources",
-                                    &Resources(self.0, self.1.to_vec()),
-                                )?;
-                                m.end()
-                            }
-                        }
-                        m.serialize_entry(a.uuid(run[0].0), &One(a, run))?;
-                    }
-                    m.end()
-                }
-            }
-            m.serialize_entry("allocations", &Allocs(a, c))?;
-            if a.req.mv(34) {
-                struct Mappings<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
-                impl serde::Serialize for Mappings<'_, '_> {
-                    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                        let (a, c) = (self.0, self.1);
-                        let mut m = s.serialize_map(Some(c.mappings.len()))?;
-                        for (suffix, rps) in &c.mappings {
-                            let uuids: Vec<&str> = rps.iter().map(|r| a.uuid(*r)).collect();
-                            m.serialize_entry(suffix, &uuids)?;
-                        }
-                        m.end()
-                    }
-                }
-                m.serialize_entry("mappings", &Mappings(a, c))?;
-            }
-        } else {
-            struct Legacy<'a, 'b>(&'b Answer<'a>, &'b engine::Candidate);
-            impl serde::Serialize for Legacy<'_, '_> {
-                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                    let (a, c) = (self.0, self.1);
-                    let mut seq = s.serialize_seq(None)?;
-                    for run in by_provider(&c.allocations) {
-                        #[derive(serde::Serialize)]
-                        struct Rp<'x> {
-                            uuid: &'x str,
-                        }
-                        #[derive(serde::Serialize)]
-                        struct Item<'x, 'a> {
-                            resource_provider: Rp<'x>,
-                            resources: Resources<'a, 'x>,
-                        }
-                        seq.serialize_element(&Item {
-                            resource_provider: Rp {
-                                uuid: a.uuid(run[0].0),
-                            },
-                            resources: Resources(a, run.to_vec()),
-                        })?;
-                    }
-                    seq.end()
-                }
-            }
-            m.serialize_entry("allocations", &Legacy(a, c))?;
-        }
-        m.end()
+impl Answer<'_> {
+    fn uuid(&self, id: ProviderId) -> &str {
+        &self.index.world.providers[id.0 as usize].uuid
     }
-}
 
-/// `{class: amount}` for one provider's run of allocations.
-struct Resources<'a, 'b>(&'b Answer<'a>, Vec<(ProviderId, engine::RcId, i64)>);
-
-impl serde::Serialize for Resources<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.1.len()))?;
-        for (_, rc, amount) in &self.1 {
-            m.serialize_entry(self.0.rc_name(*rc as i64), amount)?;
+    /// The whole document. `size_hint` (the last answer's size) saves the buffer's
+    /// regrowth copies.
+    fn write(&self, size_hint: usize) -> Vec<u8> {
+        let mut j = Json(Vec::with_capacity(size_hint));
+        j.raw("{\"allocation_requests\":[");
+        let mut first = true;
+        for c in &self.outcome.candidates {
+            j.sep(&mut first);
+            self.request(&mut j, c);
         }
-        m.end()
-    }
-}
-
-struct Summaries<'a, 'b>(&'b Answer<'a>);
-
-impl serde::Serialize for Summaries<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let a = self.0;
-        let mut m = s.serialize_map(Some(a.outcome.summary_providers.len()))?;
-        for id in &a.outcome.summary_providers {
-            m.serialize_entry(a.uuid(*id), &Summary(a, *id))?;
+        j.raw("],\"provider_summaries\":{");
+        let mut first = true;
+        for &id in &self.outcome.summary_providers {
+            j.sep(&mut first);
+            j.key(self.uuid(id));
+            self.summary(&mut j, id);
         }
-        m.end()
+        j.raw("}}");
+        j.0
     }
-}
 
-struct Summary<'a, 'b>(&'b Answer<'a>, ProviderId);
+    /// `{class: amount}` for one provider's run of allocations.
+    fn resources(&self, j: &mut Json, run: &[(ProviderId, engine::RcId, i64)]) {
+        j.byte(b'{');
+        let mut first = true;
+        for &(_, rc, amount) in run {
+            j.sep(&mut first);
+            j.key(self.index.rc_name(rc as i64));
+            j.int(amount);
+        }
+        j.byte(b'}');
+    }
 
-impl serde::Serialize for Summary<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let a = self.0;
-        let rp = &a.world.providers[self.1 .0 as usize];
-        struct Inventories<'a, 'b>(&'b Answer<'a>, &'b WorldProvider);
-        impl serde::Serialize for Inventories<'_, '_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let (a, rp) = (self.0, self.1);
-                let mut m = s.serialize_map(None)?;
-                for inv in &rp.inventories {
-                    let name = a.rc_name(inv.rc);
-                    if a.req.mv(27) || a.requested.contains(&name) {
-                        let capacity = accel_core::capacity::Limits {
-                            total: inv.total,
-                            reserved: inv.reserved,
-                            min_unit: inv.min_unit,
-                            max_unit: inv.max_unit,
-                            step_size: inv.step_size,
-                            allocation_ratio: inv.allocation_ratio,
-                        }
-                        .capacity();
-                        #[derive(serde::Serialize)]
-                        struct Cap {
-                            capacity: i64,
-                            used: i64,
-                        }
-                        m.serialize_entry(
-                            name,
-                            &Cap {
-                                capacity,
-                                used: inv.used,
-                            },
-                        )?;
-                    }
-                }
-                m.end()
+    fn request(&self, j: &mut Json, c: &engine::Candidate) {
+        if !self.req.mv(12) {
+            // [{"resource_provider": {"uuid": u}, "resources": {...}}, ...]
+            j.raw("{\"allocations\":[");
+            let mut first = true;
+            for run in by_provider(&c.allocations) {
+                j.sep(&mut first);
+                j.raw("{\"resource_provider\":{\"uuid\":");
+                j.str(self.uuid(run[0].0));
+                j.raw("},\"resources\":");
+                self.resources(j, run);
+                j.byte(b'}');
             }
+            j.raw("]}");
+            return;
         }
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("resources", &Inventories(a, rp))?;
-        if a.req.mv(17) {
+        j.raw("{\"allocations\":{");
+        let mut first = true;
+        for run in by_provider(&c.allocations) {
+            j.sep(&mut first);
+            j.key(self.uuid(run[0].0));
+            j.raw("{\"resources\":");
+            self.resources(j, run);
+            j.byte(b'}');
+        }
+        j.byte(b'}');
+        if self.req.mv(34) {
+            j.raw(",\"mappings\":{");
+            let mut first = true;
+            for (suffix, rps) in &c.mappings {
+                j.sep(&mut first);
+                j.key(suffix);
+                j.byte(b'[');
+                let mut first_rp = true;
+                for &rp in rps {
+                    j.sep(&mut first_rp);
+                    j.str(self.uuid(rp));
+                }
+                j.byte(b']');
+            }
+            j.byte(b'}');
+        }
+        j.byte(b'}');
+    }
+
+    fn summary(&self, j: &mut Json, id: ProviderId) {
+        let index = self.index;
+        let rp = &index.world.providers[id.0 as usize];
+        j.raw("{\"resources\":{");
+        let mut first = true;
+        for inv in &rp.inventories {
+            let name = index.rc_name(inv.rc);
+            if !(self.req.mv(27) || self.requested.contains(&name)) {
+                continue;
+            }
+            let capacity = accel_core::capacity::Limits {
+                total: inv.total,
+                reserved: inv.reserved,
+                min_unit: inv.min_unit,
+                max_unit: inv.max_unit,
+                step_size: inv.step_size,
+                allocation_ratio: inv.allocation_ratio,
+            }
+            .capacity();
+            j.sep(&mut first);
+            j.key(name);
+            j.raw("{\"capacity\":");
+            j.int(capacity);
+            j.raw(",\"used\":");
+            j.int(inv.used);
+            j.byte(b'}');
+        }
+        j.byte(b'}');
+        if self.req.mv(17) {
             // Upstream lists a provider's traits in the database's order, which is
-            // creation order: standard traits before custom ones.
-            let mut ids = rp.traits.clone();
-            ids.sort_unstable();
-            let traits: Vec<&str> = ids
-                .iter()
-                .filter_map(|t| a.world.trait_names.get(t).map(String::as_str))
-                .collect();
-            m.serialize_entry("traits", &traits)?;
+            // creation order: standard traits before custom ones. The index keeps
+            // each provider's trait ids sorted.
+            j.raw(",\"traits\":[");
+            let mut first = true;
+            for &t in &rp.traits {
+                if let Some(name) = index.trait_name(t) {
+                    j.sep(&mut first);
+                    j.str(name);
+                }
+            }
+            j.byte(b']');
         }
-        if a.req.mv(29) {
-            m.serialize_entry(
-                "parent_provider_uuid",
-                &rp.parent_id.and_then(|p| a.uuid_by_db_id(p)),
-            )?;
-            m.serialize_entry("root_provider_uuid", &a.uuid_by_db_id(rp.root_id))?;
+        if self.req.mv(29) {
+            let p = index.snapshot.provider(id);
+            j.raw(",\"parent_provider_uuid\":");
+            match p.parent {
+                Some(parent) => j.str(self.uuid(parent)),
+                None => j.raw("null"),
+            }
+            j.raw(",\"root_provider_uuid\":");
+            j.str(self.uuid(p.root));
         }
-        m.end()
+        j.byte(b'}');
     }
 }

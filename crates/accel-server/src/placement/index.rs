@@ -23,7 +23,7 @@ use accel_store::placement::changes::{self, Delta, Version};
 use accel_store::placement::world::{self, World, WorldProvider};
 use accel_store::{Store, StoreError};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// One consistent picture of the placement data, ready to search.
@@ -35,10 +35,70 @@ pub struct Prepared {
     pub by_uuid: HashMap<String, u32>,
     pub rc_ids: HashMap<String, i64>,
     pub trait_ids: HashMap<String, i64>,
+    /// `(id, name)` sorted by id: answers look names up by binary search, which at
+    /// a few hundred entries beats hashing.
+    rc_names: Vec<(i64, String)>,
+    /// Position in `rc_names` by class id, for ids below [`DENSE_IDS`] (every
+    /// standard class and the usual custom ones): one index instead of a search in
+    /// the loops that name every inventory of every summarised provider.
+    rc_dense: Vec<Option<u32>>,
+    trait_names: Vec<(i64, String)>,
+    /// The size of the last candidates answer rendered from this picture: the next
+    /// one's buffer starts that large.
+    pub answer_size: AtomicUsize,
+}
+
+/// Class ids at or above this are looked up by binary search only.
+const DENSE_IDS: i64 = 1 << 16;
+
+fn dense(names: &[(i64, String)]) -> Vec<Option<u32>> {
+    let len = names
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| (0..DENSE_IDS).contains(id))
+        .max()
+        .map_or(0, |max| max as usize + 1);
+    let mut v = vec![None; len];
+    for (i, (id, _)) in names.iter().enumerate() {
+        if (0..DENSE_IDS).contains(id) {
+            v[*id as usize] = Some(i as u32);
+        }
+    }
+    v
+}
+
+fn sorted_names(names: &HashMap<i64, String>) -> Vec<(i64, String)> {
+    let mut v: Vec<(i64, String)> = names.iter().map(|(id, n)| (*id, n.clone())).collect();
+    v.sort_unstable();
+    v
+}
+
+fn lookup(names: &[(i64, String)], id: i64) -> Option<&str> {
+    names
+        .binary_search_by_key(&id, |(i, _)| *i)
+        .ok()
+        .map(|i| names[i].1.as_str())
 }
 
 impl Prepared {
-    fn build(version: Version, world: World) -> Result<Self, StoreError> {
+    /// The name of resource class `id` ("" for an id the picture does not know).
+    pub fn rc_name(&self, id: i64) -> &str {
+        match usize::try_from(id).ok().and_then(|i| self.rc_dense.get(i)) {
+            Some(&Some(i)) => &self.rc_names[i as usize].1,
+            Some(None) => "",
+            None => lookup(&self.rc_names, id).unwrap_or(""),
+        }
+    }
+
+    pub fn trait_name(&self, id: i64) -> Option<&str> {
+        lookup(&self.trait_names, id)
+    }
+
+    fn build(version: Version, mut world: World) -> Result<Self, StoreError> {
+        // Answers list a provider's traits in id order (upstream's creation order).
+        for rp in &mut world.providers {
+            rp.traits.sort_unstable();
+        }
         let rc_ids = world
             .rc_names
             .iter()
@@ -98,13 +158,18 @@ impl Prepared {
             .enumerate()
             .map(|(i, rp)| (rp.uuid.clone(), i as u32))
             .collect();
+        let rc_names = sorted_names(&world.rc_names);
         Ok(Prepared {
             version,
+            rc_dense: dense(&rc_names),
+            rc_names,
+            trait_names: sorted_names(&world.trait_names),
             world,
             snapshot,
             by_uuid,
             rc_ids,
             trait_ids,
+            answer_size: AtomicUsize::new(0),
         })
     }
 }

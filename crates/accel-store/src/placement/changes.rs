@@ -128,16 +128,20 @@ pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreE
 pub type Version = [i64; SHARDS];
 
 /// Reads the version in the current transaction's snapshot.
+///
+/// One row of 16 columns rather than 16 rows: this is the per-request freshness check
+/// of the candidate index, and SQLite's driver hands every row across threads.
 pub async fn version(tx: &mut Tx) -> Result<Version, StoreError> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let cols: Vec<String> = (0..SHARDS)
+            .map(|s| format!("(SELECT seq FROM placement_change_shards WHERE shard = {s})"))
+            .collect();
+        format!("SELECT {}", cols.join(", "))
+    });
+    let r = sqlx::query(SQL.as_str()).fetch_one(&mut *tx).await?;
     let mut v = [0; SHARDS];
-    for r in sqlx::query("SELECT shard, seq FROM placement_change_shards")
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        let shard: i32 = r.try_get(0)?;
-        if let Some(slot) = v.get_mut(shard as usize) {
-            *slot = r.try_get(1)?;
-        }
+    for (shard, slot) in v.iter_mut().enumerate() {
+        *slot = r.try_get::<Option<i64>, _>(shard)?.unwrap_or(0);
     }
     Ok(v)
 }
