@@ -150,17 +150,41 @@ impl PciBus {
     /// Reads `<root>/bus/pci/devices`.
     pub fn scan(sysfs: &Sysfs) -> PciBus {
         let dir = sysfs.path("bus/pci/devices");
-        let mut functions = BTreeMap::new();
-        for name in sysfs.list(&dir) {
-            let path = dir.join(&name);
-            let Ok(address) = name.parse::<PciAddress>() else {
-                sysfs.warn(&path, "directory name is not a PCI address");
-                continue;
-            };
-            if let Some(f) = read_function(sysfs, address, path) {
-                functions.insert(address, f);
-            }
-        }
+        let names = sysfs.list(&dir);
+        let read = |names: &[String]| -> Vec<PciFunction> {
+            names
+                .iter()
+                .filter_map(|name| {
+                    let path = dir.join(name);
+                    let Ok(address) = name.parse::<PciAddress>() else {
+                        sysfs.warn(&path, "directory name is not a PCI address");
+                        return None;
+                    };
+                    read_function(sysfs, address, path)
+                })
+                .collect()
+        };
+        // Reading a function is a dozen small system calls; with a thousand functions
+        // that is most of discovery, so the list is split over the machine's cores.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let found: Vec<PciFunction> = if threads == 1 || names.len() < 64 {
+            read(&names)
+        } else {
+            let chunk = names.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let parts: Vec<_> = names
+                    .chunks(chunk)
+                    .map(|part| scope.spawn(move || read(part)))
+                    .collect();
+                parts
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            })
+        };
+        let functions = found.into_iter().map(|f| (f.address, f)).collect();
         PciBus { functions }
     }
 
