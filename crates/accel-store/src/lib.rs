@@ -83,8 +83,12 @@ impl Store {
         let pool = match backend {
             // One connection: SQLite has a single writer anyway, and one connection
             // makes `sqlite::memory:` one database rather than one per connection.
+            // No ping before each acquire (sqlx's default): the connection lives in
+            // this process and cannot be dropped by a server, and the ping is a round
+            // trip to its worker thread on every request.
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(1)
+                .test_before_acquire(false)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         sqlx::query("PRAGMA foreign_keys = ON")
@@ -118,6 +122,7 @@ impl Store {
                 AnyPoolOptions::new()
                     .max_connections(SQLITE_READERS)
                     .min_connections(0)
+                    .test_before_acquire(false)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
                             sqlx::query("PRAGMA busy_timeout = 10000")
