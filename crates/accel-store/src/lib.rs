@@ -249,6 +249,19 @@ pub fn now() -> i64 {
 }
 
 /// `$first, $first+1, ...` placeholders for an `IN (...)` list of `n` values.
+/// `($1, $2, $3), ($4, $5, $6), ...`: `rows` tuples of `cols` placeholders for a
+/// multi-row `INSERT ... VALUES`.
+pub(crate) fn value_rows(rows: usize, cols: usize) -> String {
+    (0..rows)
+        .map(|r| format!("({})", placeholders(1 + r * cols, cols)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Rows per multi-row statement: far below either backend's limit on bound
+/// parameters at the widths used here.
+pub(crate) const BATCH_ROWS: usize = 256;
+
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
     (first..first + n)
         .map(|i| format!("${i}"))

@@ -24,7 +24,9 @@ use super::new_uuid;
 use crate::placement::allocations;
 use crate::placement::{classes, inventories, providers, traits};
 use crate::{Conflict, StoreError, Tx};
-use accel_core::accelerator::{DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice};
+use accel_core::accelerator::{
+    DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice, ReportedHandle,
+};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
 
@@ -447,34 +449,71 @@ async fn insert_deployable(
     .bind(parent_id)
     .fetch_one(&mut *tx)
     .await?;
-    for (k, v) in &d.attributes {
-        hardware::insert_attribute(tx, id, k, v).await?;
-    }
-    for h in &d.attach_handles {
-        insert_handle(tx, id, cpid_id, h).await?;
-    }
+    let attributes: Vec<(&str, &str)> = d
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    insert_attributes(tx, id, &attributes).await?;
+    let handles: Vec<&ReportedHandle> = d.attach_handles.iter().collect();
+    insert_handles(tx, id, cpid_id, &handles).await?;
     Ok(id)
 }
 
-async fn insert_handle(
+/// New attributes of one deployable, a few hundred rows per statement (a report
+/// creates thousands; one statement each was most of a first report on PostgreSQL).
+async fn insert_attributes(
+    tx: &mut Tx,
+    deployable_id: i64,
+    attributes: &[(&str, &str)],
+) -> Result<(), StoreError> {
+    let now = crate::now();
+    for chunk in attributes.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "INSERT INTO attributes (uuid, deployable_id, key, value, created_at) VALUES {}",
+            crate::value_rows(chunk.len(), 5)
+        );
+        let mut q = sqlx::query(&sql);
+        for (k, v) in chunk {
+            q = q
+                .bind(new_uuid())
+                .bind(deployable_id)
+                .bind(*k)
+                .bind(*v)
+                .bind(now);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// New attach handles of one deployable, batched like [`insert_attributes`].
+async fn insert_handles(
     tx: &mut Tx,
     deployable_id: i64,
     cpid_id: i64,
-    h: &accel_core::accelerator::ReportedHandle,
+    handles: &[&ReportedHandle],
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO attach_handles (uuid, deployable_id, cpid_id, in_use, attach_type, attach_info, \
-         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(new_uuid())
-    .bind(deployable_id)
-    .bind(cpid_id)
-    .bind(i64::from(h.in_use))
-    .bind(h.attach_type.as_str())
-    .bind(&h.attach_info)
-    .bind(crate::now())
-    .execute(&mut *tx)
-    .await?;
+    let now = crate::now();
+    for chunk in handles.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "INSERT INTO attach_handles (uuid, deployable_id, cpid_id, in_use, attach_type, \
+             attach_info, created_at) VALUES {}",
+            crate::value_rows(chunk.len(), 7)
+        );
+        let mut q = sqlx::query(&sql);
+        for h in chunk {
+            q = q
+                .bind(new_uuid())
+                .bind(deployable_id)
+                .bind(cpid_id)
+                .bind(i64::from(h.in_use))
+                .bind(h.attach_type.as_str())
+                .bind(&h.attach_info)
+                .bind(now);
+        }
+        q.execute(&mut *tx).await?;
+    }
     Ok(())
 }
 
@@ -515,18 +554,21 @@ async fn update_deployable(
             Some(_) => {}
         }
     }
-    for (k, v) in &new.attributes {
-        if !attrs.iter().any(|a| a.key == *k) {
-            hardware::insert_attribute(tx, old.id, k, v).await?;
-        }
-    }
+    let added: Vec<(&str, &str)> = new
+        .attributes
+        .iter()
+        .filter(|(k, _)| !attrs.iter().any(|a| a.key == *k))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    insert_attributes(tx, old.id, &added).await?;
     let handles = hardware::handles_of(tx, old.id).await?;
+    let reported: HashMap<&str, &ReportedHandle> = new
+        .attach_handles
+        .iter()
+        .map(|n| (n.attach_info.as_str(), n))
+        .collect();
     for h in &handles {
-        match new
-            .attach_handles
-            .iter()
-            .find(|n| n.attach_info == h.attach_info)
-        {
+        match reported.get(h.attach_info.as_str()) {
             None => remove_handle(tx, h.id, &h.uuid).await?,
             Some(n) if n.attach_type.as_str() != h.attach_type => {
                 sqlx::query(
@@ -541,11 +583,13 @@ async fn update_deployable(
             Some(_) => {}
         }
     }
-    for n in &new.attach_handles {
-        if !handles.iter().any(|h| h.attach_info == n.attach_info) {
-            insert_handle(tx, old.id, cpid_id, n).await?;
-        }
-    }
+    let known: HashSet<&str> = handles.iter().map(|h| h.attach_info.as_str()).collect();
+    let added: Vec<&ReportedHandle> = new
+        .attach_handles
+        .iter()
+        .filter(|n| !known.contains(n.attach_info.as_str()))
+        .collect();
+    insert_handles(tx, old.id, cpid_id, &added).await?;
     Ok(())
 }
 

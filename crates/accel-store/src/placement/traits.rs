@@ -187,14 +187,17 @@ pub async fn set_for_provider(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Resul
         }
         q.execute(&mut *tx).await?;
     }
-    for t in &to_add {
-        sqlx::query(
-            "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(rp.id)
-        .bind(*t)
-        .execute(&mut *tx)
-        .await?;
+    for chunk in to_add.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {} \
+             ON CONFLICT DO NOTHING",
+            crate::value_rows(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for t in chunk {
+            q = q.bind(rp.id).bind(*t);
+        }
+        q.execute(&mut *tx).await?;
     }
     providers::bump_generation(tx, rp.id, rp.generation).await
 }
