@@ -280,13 +280,14 @@ pub async fn replace_host(
         summary.devices_added += 1;
     }
 
+    let mut names = Names::default();
     for dev in hardware::list_devices(
         tx,
         &[(hardware::DeviceColumn::Hostname, hostname.to_owned())],
     )
     .await?
     {
-        sync_device(tx, Some(&compute), &dev).await?;
+        sync_device(tx, Some(&compute), &dev, &mut names).await?;
     }
     Ok(summary)
 }
@@ -365,11 +366,74 @@ async fn arq_holders(tx: &mut Tx, deployable_id: i64) -> Result<i64, StoreError>
     .await?)
 }
 
+/// Trait and class ids by name, looked up once per report: a host's devices share
+/// most of their names, and one lookup per name per provider was a large part of a
+/// first report's statements.
+#[derive(Default)]
+struct Names {
+    traits: HashMap<String, i64>,
+    classes: HashMap<String, (i64, String)>,
+}
+
+impl Names {
+    async fn class(&mut self, tx: &mut Tx, rc: &str) -> Result<(i64, String), StoreError> {
+        if let Some(c) = self.classes.get(rc) {
+            return Ok(c.clone());
+        }
+        let class = match classes::get(tx, rc).await? {
+            Some(c) => c,
+            None => classes::create(tx, rc).await?,
+        };
+        let c = (class.id, class.name);
+        self.classes.insert(rc.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Ids of `wanted` (custom traits are created when missing; an unknown standard
+    /// trait is an error naming the deployable).
+    async fn traits(
+        &mut self,
+        tx: &mut Tx,
+        wanted: &[&str],
+        deployable: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let missing: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|t| !self.traits.contains_key(*t))
+            .collect();
+        if !missing.is_empty() {
+            for (name, id) in traits::ids_by_name(tx, &missing).await? {
+                self.traits.insert(name, id);
+            }
+        }
+        let mut ids = Vec::with_capacity(wanted.len());
+        for &name in wanted {
+            let id = match self.traits.get(name) {
+                Some(&id) => id,
+                None if name.starts_with(accel_core::names::CUSTOM_PREFIX) => {
+                    let id = traits::ensure(tx, name).await?.0.id;
+                    self.traits.insert(name.to_owned(), id);
+                    id
+                }
+                None => {
+                    return Err(StoreError::Invalid(format!(
+                        "Unknown standard trait {name} on deployable {deployable}"
+                    )))
+                }
+            };
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+}
+
 /// Reconciles every provider of `dev`, parents first.
 async fn sync_device(
     tx: &mut Tx,
     compute: Option<&providers::Provider>,
     dev: &Device,
+    names: &mut Names,
 ) -> Result<(), StoreError> {
     let unavailable =
         dev.status == DeviceStatus::Maintaining.as_str() || dev.health != DeviceHealth::Ok.as_str();
@@ -378,12 +442,19 @@ async fn sync_device(
         deps.iter().map(|d| (d.id, d.rp_uuid.clone())).collect();
     let mut ordered: Vec<&Deployable> = deps.iter().filter(|d| d.parent_id.is_none()).collect();
     ordered.extend(deps.iter().filter(|d| d.parent_id.is_some()));
+    // Providers synced so far, by uuid: a region's parent is its card, just synced.
+    let mut synced: HashMap<String, providers::Provider> = HashMap::new();
     for d in ordered {
         let parent = match d.parent_id.and_then(|p| rp_of.get(&p).cloned().flatten()) {
-            Some(uuid) => providers::get(tx, &uuid).await?,
+            Some(uuid) => match synced.get(&uuid) {
+                Some(p) => Some(p.clone()),
+                None => providers::get(tx, &uuid).await?,
+            },
             None => compute.cloned(),
         };
-        sync_provider(tx, parent.as_ref(), d, unavailable).await?;
+        if let Some(rp) = sync_provider(tx, parent.as_ref(), d, unavailable, names).await? {
+            synced.insert(rp.uuid.clone(), rp);
+        }
     }
     Ok(())
 }
@@ -662,29 +733,34 @@ async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), StoreError> {
 /// Makes the deployable's provider match its records: exists (created under `parent`
 /// when given), the inventories of its `rc` and `inventory:*` attributes with
 /// `reserved` = total while `unavailable`, and the traits of its `trait*` attributes.
+/// Returns the provider as it now is (`None` for a deployable without one).
 async fn sync_provider(
     tx: &mut Tx,
     parent: Option<&providers::Provider>,
     d: &Deployable,
     unavailable: bool,
-) -> Result<(), StoreError> {
+    names: &mut Names,
+) -> Result<Option<providers::Provider>, StoreError> {
     let Some(rp_uuid) = &d.rp_uuid else {
-        return Ok(());
+        return Ok(None);
     };
-    let rp = match (providers::get(tx, rp_uuid).await?, parent) {
-        (Some(rp), _) => rp,
-        (None, Some(c)) => providers::create(tx, rp_uuid, &d.name, Some(&c.uuid)).await?,
-        (None, None) => return Ok(()),
+    let (mut rp, created) = match (providers::get(tx, rp_uuid).await?, parent) {
+        (Some(rp), _) => (rp, false),
+        (None, Some(c)) => (
+            providers::create(tx, rp_uuid, &d.name, Some(&c.uuid)).await?,
+            true,
+        ),
+        (None, None) => return Ok(None),
     };
     let attrs = hardware::list_attributes(tx, Some(d.id), None).await?;
     // (class, total): `rc` with num_accelerators, `inventory:<RC>` with its value.
-    let mut wanted: Vec<(String, i64)> = Vec::new();
+    let mut wanted: Vec<(&str, i64)> = Vec::new();
     for a in &attrs {
         if a.key == "rc" && d.num_accelerators > 0 {
-            wanted.push((a.value.clone(), d.num_accelerators));
+            wanted.push((&a.value, d.num_accelerators));
         } else if let Some(rc) = a.key.strip_prefix("inventory:") {
             match a.value.parse::<i64>() {
-                Ok(n) if n > 0 => wanted.push((rc.to_owned(), n)),
+                Ok(n) if n > 0 => wanted.push((rc, n)),
                 _ => {
                     return Err(StoreError::Invalid(format!(
                         "deployable {}: attribute {} must be a positive integer, not {:?}",
@@ -696,13 +772,10 @@ async fn sync_provider(
     }
     let mut want = Vec::new();
     for (rc, n) in wanted {
-        let class = match classes::get(tx, &rc).await? {
-            Some(c) => c,
-            None => classes::create(tx, &rc).await?,
-        };
+        let (rc_id, rc_name) = names.class(tx, rc).await?;
         want.push(inventories::Inventory {
-            rc_id: class.id,
-            rc_name: class.name.clone(),
+            rc_id,
+            rc_name,
             total: n,
             reserved: if unavailable { n } else { 0 },
             min_unit: 1,
@@ -713,44 +786,40 @@ async fn sync_provider(
         });
     }
     want.sort_by_key(|i| i.rc_id);
-    let have = inventories::list(tx, rp.id).await?;
-    let same = have.len() == want.len()
-        && have.iter().zip(&want).all(|(h, w)| {
-            (
-                h.rc_id,
-                h.total,
-                h.reserved,
-                h.max_unit,
-                h.min_unit,
-                h.step_size,
-            ) == (w.rc_id, w.total, w.reserved, w.max_unit, 1, 1)
-                && h.allocation_ratio == 1.0
-        });
+    // A provider created just now has no inventories to compare with.
+    let same = if created {
+        want.is_empty()
+    } else {
+        let have = inventories::list(tx, rp.id).await?;
+        have.len() == want.len()
+            && have.iter().zip(&want).all(|(h, w)| {
+                (
+                    h.rc_id,
+                    h.total,
+                    h.reserved,
+                    h.max_unit,
+                    h.min_unit,
+                    h.step_size,
+                ) == (w.rc_id, w.total, w.reserved, w.max_unit, 1, 1)
+                    && h.allocation_ratio == 1.0
+            })
+    };
     if !same {
-        inventories::replace(tx, &rp, &want).await?;
+        rp.generation = inventories::replace(tx, &rp, &want).await?;
     }
-    let rp = providers::require(tx, rp_uuid).await?;
-    let mut ids = Vec::new();
-    for a in attrs.iter().filter(|a| a.key.starts_with("trait")) {
-        let t = if a.value.starts_with(accel_core::names::CUSTOM_PREFIX) {
-            traits::ensure(tx, &a.value).await?.0
-        } else {
-            traits::get(tx, &a.value).await?.ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "Unknown standard trait {} on deployable {}",
-                    a.value, d.name
-                ))
-            })?
-        };
-        ids.push(t.id);
-    }
-    traits::set_for_provider(tx, &rp, &ids).await?;
-    Ok(())
+    let trait_names: Vec<&str> = attrs
+        .iter()
+        .filter(|a| a.key.starts_with("trait"))
+        .map(|a| a.value.as_str())
+        .collect();
+    let ids = names.traits(tx, &trait_names, &d.name).await?;
+    rp.generation = traits::set_for_provider(tx, &rp, &ids).await?;
+    Ok(Some(rp))
 }
 
 /// Applies a device's status to its providers' inventories (`reserved` = total while
 /// `maintaining`, unhealthy or vanished; 0 otherwise), for every deployable of the
 /// device (upstream updates one deployable, chosen by the device's id: a known bug).
 pub async fn apply_status(tx: &mut Tx, device: &Device) -> Result<(), StoreError> {
-    sync_device(tx, None, device).await
+    sync_device(tx, None, device, &mut Names::default()).await
 }

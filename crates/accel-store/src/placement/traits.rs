@@ -91,6 +91,25 @@ pub async fn get(tx: &mut Tx, name: &str) -> Result<Option<Trait>, StoreError> {
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
+/// `(name, id)` of those of `names` that exist, in one statement per few hundred.
+pub async fn ids_by_name(tx: &mut Tx, names: &[&str]) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut out = Vec::with_capacity(names.len());
+    for chunk in names.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT name, id FROM traits WHERE name IN ({})",
+            crate::placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for n in chunk {
+            q = q.bind(*n);
+        }
+        for r in q.fetch_all(&mut *tx).await? {
+            out.push((r.try_get(0)?, r.try_get(1)?));
+        }
+    }
+    Ok(out)
+}
+
 fn not_found(name: &str) -> StoreError {
     StoreError::NotFound(format!("No such trait(s): {name}."))
 }
