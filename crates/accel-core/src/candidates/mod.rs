@@ -15,9 +15,11 @@
 //!
 //! 1. `plan` normalises the request and holds the per-provider predicates;
 //! 2. anchors (roots) are visited in ascending id order, or seeded-random order;
-//! 3. `anchor` turns each anchor into decisions (one per granular group, one per class
-//!    of the unsuffixed group) with their allowed providers, and discards the anchor
-//!    early when cheap bounds prove it infeasible;
+//! 3. `forced` settles an anchor where every decision has a single allowed provider
+//!    by checking that one assignment; otherwise `anchor` turns it into decisions
+//!    (one per granular group, one per class of the unsuffixed group) with their
+//!    allowed providers, and discards the anchor early when cheap bounds prove it
+//!    infeasible;
 //! 4. `solver` backtracks lazily over those decisions with capacity accounting per
 //!    provider, prunes `isolate`, `same_subtree`, collective-trait and pre-1.29
 //!    violations at the first decision that makes them certain, and skips
