@@ -25,7 +25,7 @@
 use super::plan::Plan;
 use super::request::Candidate;
 use super::snapshot::{ProviderId, RcId};
-use super::solver::{lowest_common_ancestor, Found};
+use super::solver::{consolidate, lowest_common_ancestor, Found};
 
 /// What [`solve`] found out about one anchor.
 pub(crate) enum Forced {
@@ -208,18 +208,12 @@ fn check(plan: &Plan<'_>, picks: &[Pick<'_>]) -> Forced {
 /// The candidate of a valid forced assignment, shaped as the solver's `emit` shapes it.
 fn emit(plan: &Plan<'_>, picks: &[Pick<'_>]) -> Found {
     let snap = plan.snap;
-    let mut allocations: Vec<(ProviderId, RcId, i64)> = picks
-        .iter()
-        .flat_map(|p| p.amounts.iter().map(|&(_, rc, n)| (p.provider, rc, n)))
-        .collect();
-    allocations.sort_unstable();
-    let mut merged: Vec<(ProviderId, RcId, i64)> = Vec::with_capacity(allocations.len());
-    for a in allocations {
-        match merged.last_mut() {
-            Some(last) if last.0 == a.0 && last.1 == a.1 => last.2 += a.2,
-            _ => merged.push(a),
-        }
-    }
+    let merged = consolidate(
+        picks
+            .iter()
+            .flat_map(|p| p.amounts.iter().map(|&(_, rc, n)| (p.provider, rc, n)))
+            .collect(),
+    );
     let mappings = plan
         .mapping_order
         .iter()

@@ -311,14 +311,7 @@ impl<'p> AnchorSearch<'p> {
                 allocations.push((id, self.plan.rcs[slot], amount));
             }
         }
-        allocations.sort_unstable();
-        let mut merged: Vec<(ProviderId, u32, i64)> = Vec::with_capacity(allocations.len());
-        for a in allocations {
-            match merged.last_mut() {
-                Some(last) if last.0 == a.0 && last.1 == a.1 => last.2 += a.2,
-                _ => merged.push(a),
-            }
-        }
+        let merged = consolidate(allocations);
         let mappings = self
             .plan
             .mapping_order
@@ -341,6 +334,21 @@ impl<'p> AnchorSearch<'p> {
             shared_only,
         }
     }
+}
+
+/// Sorts `(provider, class, amount)` triples and sums those of one provider and class.
+pub(crate) fn consolidate(
+    mut allocations: Vec<(ProviderId, u32, i64)>,
+) -> Vec<(ProviderId, u32, i64)> {
+    allocations.sort_unstable();
+    let mut merged: Vec<(ProviderId, u32, i64)> = Vec::with_capacity(allocations.len());
+    for a in allocations {
+        match merged.last_mut() {
+            Some(last) if last.0 == a.0 && last.1 == a.1 => last.2 += a.2,
+            _ => merged.push(a),
+        }
+    }
+    merged
 }
 
 pub(crate) fn lowest_common_ancestor(

@@ -560,20 +560,13 @@ impl Answer<'_> {
         let rp = &index.world.providers[id.0 as usize];
         j.raw("{\"resources\":{");
         let mut first = true;
-        for inv in &rp.inventories {
-            let name = index.rc_name(inv.rc);
+        // The engine's copy of the inventories (same order) knows its capacity.
+        for inv in &index.snapshot.provider(id).inventories {
+            let name = index.rc_name(i64::from(inv.rc));
             if !(self.req.mv(27) || self.requested.contains(&name)) {
                 continue;
             }
-            let capacity = accel_core::capacity::Limits {
-                total: inv.total,
-                reserved: inv.reserved,
-                min_unit: inv.min_unit,
-                max_unit: inv.max_unit,
-                step_size: inv.step_size,
-                allocation_ratio: inv.allocation_ratio,
-            }
-            .capacity();
+            let capacity = inv.capacity();
             j.sep(&mut first);
             j.key(name);
             j.raw("{\"capacity\":");
