@@ -747,7 +747,7 @@ async fn sync_provider(
     let (mut rp, created) = match (providers::get(tx, rp_uuid).await?, parent) {
         (Some(rp), _) => (rp, false),
         (None, Some(c)) => (
-            providers::create(tx, rp_uuid, &d.name, Some(&c.uuid)).await?,
+            providers::create_under(tx, rp_uuid, &d.name, c).await?,
             true,
         ),
         (None, None) => return Ok(None),
@@ -788,7 +788,10 @@ async fn sync_provider(
     want.sort_by_key(|i| i.rc_id);
     // A provider created just now has no inventories to compare with.
     let same = if created {
-        want.is_empty()
+        if !want.is_empty() {
+            rp.generation = inventories::set_on_new(tx, &rp, &want).await?;
+        }
+        true
     } else {
         let have = inventories::list(tx, rp.id).await?;
         have.len() == want.len()

@@ -137,27 +137,40 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
                 .execute(&mut *tx)
                 .await?;
             }
-            None => {
-                sqlx::query(
-                    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
-                     min_unit, max_unit, step_size, allocation_ratio, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(rp.id)
-                .bind(n.rc_id)
-                .bind(n.total)
-                .bind(n.reserved)
-                .bind(n.min_unit)
-                .bind(n.max_unit)
-                .bind(n.step_size)
-                .bind(n.allocation_ratio)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
+            None => insert(tx, rp.id, n, now).await?,
         }
     }
     providers::bump_generation(tx, rp.id, rp.generation).await
+}
+
+/// The inventories of a provider created in this same transaction (nothing to
+/// compare with, nothing allocated): inserted, and the generation bumped once.
+pub async fn set_on_new(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i64, StoreError> {
+    let now = crate::now();
+    for n in new {
+        insert(tx, rp.id, n, now).await?;
+    }
+    providers::bump_generation(tx, rp.id, rp.generation).await
+}
+
+async fn insert(tx: &mut Tx, rp_id: i64, n: &Inventory, now: i64) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
+         min_unit, max_unit, step_size, allocation_ratio, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(rp_id)
+    .bind(n.rc_id)
+    .bind(n.total)
+    .bind(n.reserved)
+    .bind(n.min_unit)
+    .bind(n.max_unit)
+    .bind(n.step_size)
+    .bind(n.allocation_ratio)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 fn same_limits(a: &Inventory, b: &Inventory) -> bool {

@@ -84,6 +84,41 @@ pub async fn create(
     name: &str,
     parent_uuid: Option<&str>,
 ) -> Result<Provider, StoreError> {
+    check_free(tx, uuid, name).await?;
+    let parent =
+        match parent_uuid {
+            Some(p) if p == uuid => return Err(same_as_parent()),
+            Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
+                StoreError::Invalid("parent provider UUID does not exist.".into())
+            })?),
+            None => None,
+        };
+    insert(tx, uuid, name, parent.as_ref()).await
+}
+
+/// [`create`] under a parent already read in this transaction (an agent report
+/// creates a device's providers right after their parent).
+pub async fn create_under(
+    tx: &mut Tx,
+    uuid: &str,
+    name: &str,
+    parent: &Provider,
+) -> Result<Provider, StoreError> {
+    if parent.uuid == uuid {
+        return Err(same_as_parent());
+    }
+    check_free(tx, uuid, name).await?;
+    insert(tx, uuid, name, Some(parent)).await
+}
+
+fn same_as_parent() -> StoreError {
+    StoreError::Invalid(
+        "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.".into(),
+    )
+}
+
+/// Upstream's 409 when the uuid or the name is taken.
+async fn check_free(tx: &mut Tx, uuid: &str, name: &str) -> Result<(), StoreError> {
     let (dup_uuid, dup_name) = taken(tx, uuid, name).await?;
     if dup_uuid || dup_name {
         let mut what = Vec::new();
@@ -95,17 +130,16 @@ pub async fn create(
         }
         return Err(StoreError::conflict(Conflict::Duplicate, what.join(", ")));
     }
-    let parent = match parent_uuid {
-        Some(p) if p == uuid => {
-            return Err(StoreError::Invalid(
-                "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.".into(),
-            ))
-        }
-        Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
-            StoreError::Invalid("parent provider UUID does not exist.".into())
-        })?),
-        None => None,
-    };
+    Ok(())
+}
+
+/// Inserts the row and returns the provider as [`require`] would read it back.
+async fn insert(
+    tx: &mut Tx,
+    uuid: &str,
+    name: &str,
+    parent: Option<&Provider>,
+) -> Result<Provider, StoreError> {
     let now = crate::now();
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, root_provider_id, created_at) \
@@ -113,8 +147,8 @@ pub async fn create(
     )
     .bind(uuid)
     .bind(name)
-    .bind(parent.as_ref().map(|p| p.id))
-    .bind(parent.as_ref().map(|p| p.root_id))
+    .bind(parent.map(|p| p.id))
+    .bind(parent.map(|p| p.root_id))
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
@@ -125,7 +159,17 @@ pub async fn create(
             .await?;
     }
     changes::touch(tx, &[id]).await?;
-    require(tx, uuid).await
+    Ok(Provider {
+        id,
+        uuid: uuid.to_owned(),
+        name: name.to_owned(),
+        generation: 0,
+        parent_uuid: parent.map(|p| p.uuid.clone()),
+        root_uuid: parent.map_or_else(|| uuid.to_owned(), |p| p.root_uuid.clone()),
+        parent_id: parent.map(|p| p.id),
+        root_id: parent.map_or(id, |p| p.root_id),
+        modified: now,
+    })
 }
 
 /// What an update does to the parent.
