@@ -786,13 +786,22 @@ async fn sync_provider(
         });
     }
     want.sort_by_key(|i| i.rc_id);
-    // A provider created just now has no inventories to compare with.
-    let same = if created {
-        if !want.is_empty() {
-            rp.generation = inventories::set_on_new(tx, &rp, &want).await?;
+    let trait_names: Vec<&str> = attrs
+        .iter()
+        .filter(|a| a.key.starts_with("trait"))
+        .map(|a| a.value.as_str())
+        .collect();
+    let trait_ids = names.traits(tx, &trait_names, &d.name).await?;
+    if created {
+        // Nothing to compare with: everything is inserted, one generation bump.
+        inventories::insert_on_new(tx, &rp, &want).await?;
+        traits::insert_on_new(tx, &rp, &trait_ids).await?;
+        if !want.is_empty() || !trait_ids.is_empty() {
+            rp.generation = providers::bump_generation(tx, rp.id, rp.generation).await?;
         }
-        true
-    } else {
+        return Ok(Some(rp));
+    }
+    let same = {
         let have = inventories::list(tx, rp.id).await?;
         have.len() == want.len()
             && have.iter().zip(&want).all(|(h, w)| {
@@ -810,13 +819,7 @@ async fn sync_provider(
     if !same {
         rp.generation = inventories::replace(tx, &rp, &want).await?;
     }
-    let trait_names: Vec<&str> = attrs
-        .iter()
-        .filter(|a| a.key.starts_with("trait"))
-        .map(|a| a.value.as_str())
-        .collect();
-    let ids = names.traits(tx, &trait_names, &d.name).await?;
-    rp.generation = traits::set_for_provider(tx, &rp, &ids).await?;
+    rp.generation = traits::set_for_provider(tx, &rp, &trait_ids).await?;
     Ok(Some(rp))
 }
 

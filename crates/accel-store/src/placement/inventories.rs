@@ -144,13 +144,18 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
 }
 
 /// The inventories of a provider created in this same transaction (nothing to
-/// compare with, nothing allocated): inserted, and the generation bumped once.
-pub async fn set_on_new(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i64, StoreError> {
+/// compare with, nothing allocated). The caller bumps the generation once for all
+/// it sets on the new provider.
+pub async fn insert_on_new(
+    tx: &mut Tx,
+    rp: &Provider,
+    new: &[Inventory],
+) -> Result<(), StoreError> {
     let now = crate::now();
     for n in new {
         insert(tx, rp.id, n, now).await?;
     }
-    providers::bump_generation(tx, rp.id, rp.generation).await
+    Ok(())
 }
 
 async fn insert(tx: &mut Tx, rp_id: i64, n: &Inventory, now: i64) -> Result<(), StoreError> {

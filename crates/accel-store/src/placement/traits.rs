@@ -206,7 +206,21 @@ pub async fn set_for_provider(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Resul
         }
         q.execute(&mut *tx).await?;
     }
-    for chunk in to_add.chunks(crate::BATCH_ROWS) {
+    insert_links(tx, rp.id, &to_add).await?;
+    providers::bump_generation(tx, rp.id, rp.generation).await
+}
+
+/// The traits of a provider created in this same transaction (it has none yet). The
+/// caller bumps the generation once for all it sets on the new provider.
+pub async fn insert_on_new(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Result<(), StoreError> {
+    let mut ids = want.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    insert_links(tx, rp.id, &ids).await
+}
+
+async fn insert_links(tx: &mut Tx, rp_id: i64, ids: &[i64]) -> Result<(), StoreError> {
+    for chunk in ids.chunks(crate::BATCH_ROWS) {
         let sql = format!(
             "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {} \
              ON CONFLICT DO NOTHING",
@@ -214,9 +228,9 @@ pub async fn set_for_provider(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Resul
         );
         let mut q = sqlx::query(&sql);
         for t in chunk {
-            q = q.bind(rp.id).bind(*t);
+            q = q.bind(rp_id).bind(*t);
         }
         q.execute(&mut *tx).await?;
     }
-    providers::bump_generation(tx, rp.id, rp.generation).await
+    Ok(())
 }
