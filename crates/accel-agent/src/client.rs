@@ -1,5 +1,6 @@
-//! The agent's two calls to the accelerator API: look up its compute node
-//! (`GET /v2/agent/hosts/{node}`) and report (`PUT /v2/agent/hosts/{node}/devices`).
+//! The agent's calls to the accelerator API: look up its compute node
+//! (`GET /v2/agent/hosts/{node}`), report (`PUT /v2/agent/hosts/{node}/devices`), and
+//! load and save the Kubernetes slot usage (`/v2/agent/hosts/{node}/kubernetes`).
 
 use serde_json::Value;
 
@@ -93,6 +94,25 @@ impl Client {
                 .to_owned(),
             devices: v["devices"].as_i64().unwrap_or(0),
         })
+    }
+
+    /// `GET /v2/agent/hosts/{node}/kubernetes`: the saved slot usage (seed 001's
+    /// `deviceUsage` strings) and the devices VMs hold.
+    pub async fn kubernetes_usage(&self, node: &str) -> Result<Value, ClientError> {
+        let url = format!("{}/v2/agent/hosts/{node}/kubernetes", self.base);
+        self.send(self.http.get(&url), &url).await
+    }
+
+    /// `PUT /v2/agent/hosts/{node}/kubernetes` with `{"usage": .., "claims": [..]}`;
+    /// answers the server's reply.
+    pub async fn kubernetes_save(&self, node: &str, body: &Value) -> Result<Value, ClientError> {
+        let url = format!("{}/v2/agent/hosts/{node}/kubernetes", self.base);
+        let req = self
+            .http
+            .put(&url)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body).unwrap_or_default());
+        self.send(req, &url).await
     }
 
     /// Sends `body`; `force` makes the server apply it even when it equals the last one.

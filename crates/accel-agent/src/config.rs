@@ -19,6 +19,10 @@
 //! type = "FPGA"
 //! model = "demo"
 //! count = 4
+//!
+//! [kubernetes]                         # kubelet device plugins (accel_k8s::config)
+//! [[kubernetes.configurations]]
+//! name = "gpu"
 //! ```
 
 use serde::Deserialize;
@@ -49,6 +53,8 @@ pub struct FileConfig {
     pub nic: NicConfig,
     #[serde(default)]
     pub fake: FakeConfig,
+    /// Kubelet device plugins; absent: the agent serves none.
+    pub kubernetes: Option<accel_k8s::KubernetesFile>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -148,6 +154,8 @@ pub struct Settings {
     pub interval_seconds: u64,
     pub nova_config: Option<PathBuf>,
     pub driver: DriverSettings,
+    /// The validated `[kubernetes]` table, when the file has one.
+    pub kubernetes: Option<accel_k8s::KubernetesConfig>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -166,6 +174,14 @@ impl Settings {
         if interval_seconds == 0 {
             return Err("interval_seconds must be at least 1".into());
         }
+        // A bad value stops the agent here, naming its key (`kubernetes.<path>`).
+        let kubernetes = match file.kubernetes {
+            Some(k) => Some(k.validate().map_err(|e| match &flags.config {
+                Some(p) => format!("agent configuration {}: {e}", p.display()),
+                None => e.to_string(),
+            })?),
+            None => None,
+        };
         let settings = Settings {
             server: flags
                 .server
@@ -187,6 +203,7 @@ impl Settings {
                 physnets: file.nic.physnets,
                 fake: file.fake.devices,
             },
+            kubernetes,
         };
         if let Some(d) = &settings.drivers {
             if let Some(bad) = d

@@ -10,11 +10,14 @@
 //! ```
 //!
 //! The agent never links the store: its only way to the data is the server's API.
+//! With a `[kubernetes]` table it also serves kubelet device plugins (crate
+//! `accel_k8s`) for the devices it finds ([`kubernetes`]).
 
 pub mod agent;
 pub mod client;
 pub mod config;
 pub mod drivers;
+pub mod kubernetes;
 pub mod model;
 pub mod nova;
 pub mod pci;

@@ -35,6 +35,22 @@ pub struct AgentArgs {
     /// Nova's configuration file: devices its [pci] device_spec rules match are left to Nova.
     #[arg(long, global = true)]
     nova_config: Option<PathBuf>,
+    /// Kubelet's device plugin directory; the [kubernetes] plugins serve while it exists.
+    #[arg(long, default_value = accel_k8s::run::DEFAULT_KUBELET_DIR)]
+    kubelet_dir: PathBuf,
+    /// Kubelet's pod-resources socket (which pods hold which slots).
+    #[arg(long, default_value = accel_k8s::run::DEFAULT_POD_RESOURCES_SOCKET)]
+    pod_resources_socket: PathBuf,
+    /// Where the CDI spec files go (default: [kubernetes] cdi_dir, else /var/run/cdi).
+    #[arg(long)]
+    cdi_dir: Option<PathBuf>,
+}
+
+/// Where kubelet and the container runtime are.
+struct KubeletPaths {
+    kubelet_dir: PathBuf,
+    pod_resources_socket: PathBuf,
+    cdi_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -64,11 +80,22 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match a.command {
         Some(AgentCommand::Check) => rt.block_on(check(settings)),
-        None => rt.block_on(agent(settings, a.once)),
+        None => {
+            let paths = KubeletPaths {
+                kubelet_dir: a.kubelet_dir,
+                pod_resources_socket: a.pod_resources_socket,
+                cdi_dir: a.cdi_dir,
+            };
+            rt.block_on(agent(settings, a.once, paths))
+        }
     }
 }
 
-async fn agent(settings: accel_agent::Settings, once: bool) -> anyhow::Result<()> {
+async fn agent(
+    settings: accel_agent::Settings,
+    once: bool,
+    paths: KubeletPaths,
+) -> anyhow::Result<()> {
     let mut agent = accel_agent::Agent::new(settings)?;
     let node = agent.check_node().await?;
     tracing::info!(node = %agent.settings.node, compute_node = %node.compute_node_uuid, "compute node found");
@@ -84,7 +111,68 @@ async fn agent(settings: accel_agent::Settings, once: bool) -> anyhow::Result<()
         );
         return Ok(());
     }
-    agent.run(crate::shutdown_signal()).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = std::sync::Arc::new(stop_tx);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            crate::shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+    }
+    // The plugins run beside the reports, in their own task: a kubelet that never
+    // answers delays only their registration.
+    let mut plugins = tokio::task::JoinSet::new();
+    if let Some(mut config) = agent
+        .settings
+        .kubernetes
+        .clone()
+        .filter(|k| !k.configurations.is_empty())
+    {
+        if let Some(dir) = paths.cdi_dir {
+            config.cdi_dir = dir;
+        }
+        let s = &agent.settings;
+        let source = std::sync::Arc::new(accel_agent::kubernetes::AgentDevices::new(
+            accel_agent::Agent::new(s.clone())?,
+        ));
+        let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::new(
+            &s.server, &s.token, &s.node,
+        ));
+        let options = accel_k8s::Options {
+            kubelet_dir: paths.kubelet_dir,
+            pod_resources_socket: paths.pod_resources_socket,
+            ..accel_k8s::Options::new(s.node.clone())
+        };
+        tracing::info!(
+            kubelet_dir = %options.kubelet_dir.display(),
+            configurations = config.configurations.len(),
+            "kubelet device plugins enabled"
+        );
+        let until = stopped(stop_rx.clone());
+        plugins.spawn(async move {
+            accel_k8s::run_with(config, source, record, options, until)
+                .await
+                .context("kubelet device plugins")
+        });
+    }
+    let reports = agent.run(stopped(stop_rx.clone()));
+    tokio::pin!(reports);
+    tokio::select! {
+        _ = &mut reports => {}
+        Some(ended) = plugins.join_next() => {
+            // The plugins end only at shutdown; earlier is a failure: stop and say so.
+            let _ = stop_tx.send(true);
+            reports.await;
+            return ended.context("kubelet device plugins task")?;
+        }
+    }
+    while let Some(ended) = plugins.join_next().await {
+        ended.context("kubelet device plugins task")??;
+    }
     Ok(())
 }
 

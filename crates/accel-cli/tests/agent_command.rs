@@ -163,3 +163,39 @@ async fn once_reports_and_exits_and_says_what_to_fix_without_a_compute_node() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_malformed_kubernetes_table_stops_the_agent_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    for (text, key) in [
+        (
+            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\ncapacity = 0\n",
+            "kubernetes.configurations[0].capacity",
+        ),
+        (
+            "[kubernetes]\nresource_domian = \"accel.dev\"\n",
+            "resource_domian",
+        ),
+        (
+            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
+             [kubernetes.configurations.selector]\nvendor = \"nvidia\"\n",
+            "kubernetes.configurations[0].selector.vendor",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let run = accel(&[
+            "agent",
+            "--config",
+            config.to_str().unwrap(),
+            "--node",
+            "cn1",
+            // Never contacted: the configuration is refused first.
+            "--server",
+            "http://127.0.0.1:9",
+        ])
+        .await;
+        assert_ne!(run.code, Some(0), "{text}");
+        assert!(run.stderr.contains(key), "{text}: {}", run.stderr);
+    }
+}

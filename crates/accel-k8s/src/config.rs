@@ -5,6 +5,7 @@
 //! [kubernetes]
 //! resource_domain = "accel.dev"      # resources are <domain>/<configuration>[-<hash>]
 //! reclaim_grace_seconds = 30         # a slot no pod lists is freed after this long
+//! cdi_dir = "/var/run/cdi"           # where the CDI spec files of the devices go
 //!
 //! [[kubernetes.configurations]]
 //! name = "gpu"                       # pooled resource accel.dev/gpu
@@ -22,12 +23,16 @@
 //! offending key when one is not.
 
 use serde::Deserialize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The default extended-resource domain.
 pub const DEFAULT_DOMAIN: &str = "accel.dev";
 /// The default reclaim grace, in seconds.
 pub const DEFAULT_RECLAIM_GRACE_SECONDS: u64 = 30;
+/// The default CDI spec directory (the runtime also reads `/etc/cdi`, which is the
+/// administrator's).
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
 /// Longest configuration name: `<name>-<8 hex>-<slot>` must stay a 63-character
 /// device id and `slot-<that>` a 63-character annotation name.
 pub const MAX_CONFIG_NAME: usize = 40;
@@ -41,6 +46,8 @@ pub struct KubernetesFile {
     /// Seconds a claimed slot may go unlisted by the pod-resources API before it is
     /// freed (default 30).
     pub reclaim_grace_seconds: Option<u64>,
+    /// Directory the CDI spec files are written to (default `/var/run/cdi`; absolute).
+    pub cdi_dir: Option<PathBuf>,
     /// The configurations; none means no device is offered to kubelet.
     #[serde(default)]
     pub configurations: Vec<ConfigurationFile>,
@@ -82,6 +89,7 @@ pub struct SelectorFile {
 pub struct KubernetesConfig {
     pub resource_domain: String,
     pub reclaim_grace: Duration,
+    pub cdi_dir: PathBuf,
     pub configurations: Vec<Configuration>,
 }
 
@@ -124,6 +132,7 @@ impl Default for KubernetesConfig {
         KubernetesConfig {
             resource_domain: DEFAULT_DOMAIN.into(),
             reclaim_grace: Duration::from_secs(DEFAULT_RECLAIM_GRACE_SECONDS),
+            cdi_dir: DEFAULT_CDI_DIR.into(),
             configurations: Vec::new(),
         }
     }
@@ -138,7 +147,8 @@ impl KubernetesConfig {
             #[serde(default)]
             kubernetes: KubernetesFile,
         }
-        let doc: Doc = toml::from_str(text).map_err(|e| bad("kubernetes", e.message()))?;
+        // The full text of a parse error quotes the offending line, so it names the key.
+        let doc: Doc = toml::from_str(text).map_err(|e| bad("kubernetes", e.to_string()))?;
         doc.kubernetes.validate()
     }
 }
@@ -164,6 +174,13 @@ impl KubernetesFile {
         let grace = self
             .reclaim_grace_seconds
             .unwrap_or(DEFAULT_RECLAIM_GRACE_SECONDS);
+        let cdi_dir = self.cdi_dir.unwrap_or_else(|| DEFAULT_CDI_DIR.into());
+        if !cdi_dir.is_absolute() {
+            return Err(bad(
+                "kubernetes.cdi_dir",
+                format!("{} must be an absolute path", cdi_dir.display()),
+            ));
+        }
         let mut configurations = Vec::with_capacity(self.configurations.len());
         for (i, c) in self.configurations.into_iter().enumerate() {
             let key = format!("kubernetes.configurations[{i}]");
@@ -182,6 +199,7 @@ impl KubernetesFile {
         Ok(KubernetesConfig {
             resource_domain,
             reclaim_grace: Duration::from_secs(grace),
+            cdi_dir,
             configurations,
         })
     }
@@ -312,6 +330,10 @@ mod tests {
         assert_eq!(
             err("[kubernetes]\nresource_domain = \"kubernetes.io\""),
             "kubernetes.resource_domain"
+        );
+        assert_eq!(
+            err("[kubernetes]\ncdi_dir = \"run/cdi\""),
+            "kubernetes.cdi_dir"
         );
     }
 

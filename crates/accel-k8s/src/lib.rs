@@ -9,13 +9,16 @@
 //!                                   ▼  │
 //!   plugin.rs: a DevicePlugin service per resource ◀──gRPC, unix sockets── kubelet
 //!   kubelet.rs: serve the sockets, Register, re-register when kubelet restarts
-//!   run.rs: the loop around the three steps
+//!   usage.rs: restore usage from, and save it to, a record (the server); devices VMs hold
+//!   cdi.rs: CDI spec files for the runtime
+//!   run.rs: the loop around the steps
 //! ```
 //!
 //! Every change to the table bumps one `watch` counter; every ListAndWatch stream
 //! recomputes its list on each bump and sends it when it differs, which is how the
 //! instance-level and pooled plugins notify each other.
 
+pub mod cdi;
 pub mod config;
 pub mod device;
 pub mod kubelet;
@@ -25,9 +28,11 @@ pub mod proto;
 pub mod run;
 pub mod slots;
 pub mod state;
+pub mod usage;
 
 pub use config::{KubernetesConfig, KubernetesFile};
 pub use device::{Device, DeviceNode, DeviceSource};
-pub use run::{run, Options};
+pub use run::{run, run_with, Options};
 pub use slots::SlotTable;
 pub use state::Shared;
+pub use usage::{Claim, Recorded, UsageRecord, UsageReport};

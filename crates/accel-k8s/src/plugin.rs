@@ -83,8 +83,9 @@ pub fn container_response(domain: &str, grants: &[Grant]) -> pb::ContainerAlloca
             _ => g.slot.clone(),
         };
         annotations.insert(format!("{domain}/slot-{}", g.slot), value);
+        // The instance is `<configuration>-<8 hex>`; its CDI spec is the configuration's.
         let (config, _) = g.instance.rsplit_once('-').unwrap_or((&g.instance, ""));
-        let name = format!("{domain}/{config}={}", g.instance);
+        let name = crate::cdi::device_name(domain, config, &g.instance);
         if !cdi.iter().any(|c: &pb::CdiDevice| c.name == name) {
             cdi.push(pb::CdiDevice { name });
         }

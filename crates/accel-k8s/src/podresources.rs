@@ -8,7 +8,7 @@
 use crate::kubelet::connect;
 use crate::proto::podresources as pb;
 use crate::state::Shared;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +18,12 @@ pub const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every `(resource name, device id)` some container on the node holds.
 pub async fn in_use(socket: &Path) -> Result<HashSet<(String, String)>, String> {
+    Ok(listed(socket).await?.into_keys().collect())
+}
+
+/// Every `(resource name, device id)` some container on the node holds, with the pod
+/// (`<namespace>/<name>`) it belongs to.
+pub async fn listed(socket: &Path) -> Result<HashMap<(String, String), String>, String> {
     let call = async {
         let channel = connect(socket).await.map_err(|e| format!("connect: {e}"))?;
         let resp = pb::pod_resources_lister_client::PodResourcesListerClient::new(channel)
@@ -28,11 +34,18 @@ pub async fn in_use(socket: &Path) -> Result<HashSet<(String, String)>, String> 
             .into_inner()
             .pod_resources
             .into_iter()
-            .flat_map(|p| p.containers)
-            .flat_map(|c| c.devices)
-            .flat_map(|d| {
+            .flat_map(|p| {
+                let pod = format!("{}/{}", p.namespace, p.name);
+                p.containers
+                    .into_iter()
+                    .flat_map(|c| c.devices)
+                    .map(move |d| (pod.clone(), d))
+            })
+            .flat_map(|(pod, d)| {
                 let r = d.resource_name;
-                d.device_ids.into_iter().map(move |id| (r.clone(), id))
+                d.device_ids
+                    .into_iter()
+                    .map(move |id| ((r.clone(), id), pod.clone()))
             })
             .collect())
     };
@@ -46,6 +59,8 @@ pub struct Reclaimer {
     shared: Arc<Shared>,
     socket: PathBuf,
     grace: Duration,
+    /// The last successful listing: which pod holds which `(resource, device id)`.
+    pods: HashMap<(String, String), String>,
 }
 
 impl Reclaimer {
@@ -54,15 +69,23 @@ impl Reclaimer {
             shared,
             socket: socket.into(),
             grace,
+            pods: HashMap::new(),
         }
     }
 
     /// One pass at `now`; `Ok(true)` when slots were freed.
-    pub async fn step(&self, now: Instant) -> Result<bool, String> {
-        let in_use = in_use(&self.socket).await?;
+    pub async fn step(&mut self, now: Instant) -> Result<bool, String> {
+        let pods = listed(&self.socket).await?;
+        let in_use: HashSet<(String, String)> = pods.keys().cloned().collect();
+        self.pods = pods;
         Ok(self.shared.write(|t| {
             let changed = t.reclaim(&in_use, now, self.grace);
             (changed, changed)
         }))
+    }
+
+    /// The pods of the last successful listing.
+    pub fn pods(&self) -> &HashMap<(String, String), String> {
+        &self.pods
     }
 }

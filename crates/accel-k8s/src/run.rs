@@ -2,9 +2,12 @@
 //! until the shutdown future resolves.
 //!
 //! - every `device_interval`: [`DeviceSource::devices`] (on a blocking thread: it may
-//!   read sysfs) into [`SlotTable::set_devices`];
-//! - every `watch_interval`: [`Registrar::step`] (serve, register, re-register);
-//! - every `reclaim_interval`: [`Reclaimer::step`].
+//!   read sysfs) into [`SlotTable::set_devices`], then the CDI spec files;
+//! - every `watch_interval`: [`Registrar::step`] (serve, register, re-register), once
+//!   [`Syncer::restore`] has put the recorded usage back; and [`Syncer::step`] when the
+//!   table changed since the last save;
+//! - every `reclaim_interval`: [`Reclaimer::step`], then [`Syncer::step`] (so devices
+//!   a VM took are noticed within that interval even when nothing else changes).
 
 use crate::config::KubernetesConfig;
 use crate::device::DeviceSource;
@@ -12,6 +15,7 @@ use crate::kubelet::Registrar;
 use crate::podresources::Reclaimer;
 use crate::slots::SlotTable;
 use crate::state::Shared;
+use crate::usage::{InMemory, Syncer, UsageRecord};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,13 +54,25 @@ impl Options {
     }
 }
 
-/// Serves the device plugins of `config` for the devices of `source` until
-/// `shutdown` resolves, then stops every server and removes its socket. A kubelet
-/// that is absent or does not answer only delays registration (retried every
-/// `watch_interval`); it never blocks the caller's discovery.
+/// [`run_with`] without a usage record: claims live as long as the process.
 pub async fn run(
     config: KubernetesConfig,
     source: Arc<dyn DeviceSource>,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    run_with(config, source, Arc::new(InMemory), options, shutdown).await
+}
+
+/// Serves the device plugins of `config` for the devices of `source` until
+/// `shutdown` resolves, then stops every server and removes its socket. Usage is
+/// restored from `record` before any plugin registers and saved to it after changes.
+/// A kubelet (or record) that is absent or does not answer only delays registration
+/// (retried every `watch_interval`); it never blocks the caller's discovery.
+pub async fn run_with(
+    config: KubernetesConfig,
+    source: Arc<dyn DeviceSource>,
+    record: Arc<dyn UsageRecord>,
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -66,11 +82,33 @@ pub async fn run(
         config.resource_domain.clone(),
         options.kubelet_dir.clone(),
     );
-    let reclaimer = Reclaimer::new(
+    let mut reclaimer = Reclaimer::new(
         shared.clone(),
         options.pod_resources_socket.clone(),
         config.reclaim_grace,
     );
+    let mut syncer = Syncer::new(shared.clone(), record);
+    let refresh = |found: Vec<crate::Device>| {
+        let changed = shared.write(|t| {
+            let changed = t.set_devices(&found);
+            (changed, changed)
+        });
+        if changed {
+            let by_config = shared.read(|t| t.devices_by_configuration());
+            if let Err(e) =
+                crate::cdi::write_specs(&config.cdi_dir, &config.resource_domain, &by_config)
+            {
+                tracing::warn!(dir = %config.cdi_dir.display(), error = %e, "CDI specs not written");
+            }
+        }
+    };
+    // Devices first: restoring skips the slots of devices not found yet.
+    let first = {
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || source.devices()).await?
+    };
+    refresh(first);
+    let mut saved = shared.subscribe();
     let mut devices = tokio::time::interval(options.device_interval);
     let mut watch = tokio::time::interval(options.watch_interval);
     let mut reclaim = tokio::time::interval(options.reclaim_interval);
@@ -84,12 +122,24 @@ pub async fn run(
             _ = devices.tick() => {
                 let source = source.clone();
                 let found = tokio::task::spawn_blocking(move || source.devices()).await?;
-                shared.write(|t| {
-                    let changed = t.set_devices(&found);
-                    (changed, changed)
-                });
+                refresh(found);
             }
             _ = watch.tick() => {
+                if !syncer.restored() {
+                    match syncer.restore().await {
+                        Ok(n) => tracing::info!(slots = n, "slot usage restored"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "slot usage not restored yet; plugins wait");
+                            continue;
+                        }
+                    }
+                }
+                if saved.has_changed().unwrap_or(false) {
+                    saved.borrow_and_update();
+                    if let Err(e) = syncer.step(reclaimer.pods()).await {
+                        tracing::warn!(error = %e, "slot usage not saved; retried");
+                    }
+                }
                 let r = registrar.step().await;
                 for (resource, why) in &r.failed {
                     tracing::debug!(%resource, why, "device plugin not registered yet");
@@ -98,6 +148,12 @@ pub async fn run(
             _ = reclaim.tick() => {
                 if let Err(e) = reclaimer.step(Instant::now()).await {
                     tracing::debug!(error = %e, "pod-resources unavailable; nothing reclaimed");
+                }
+                if syncer.restored() {
+                    saved.borrow_and_update();
+                    if let Err(e) = syncer.step(reclaimer.pods()).await {
+                        tracing::warn!(error = %e, "slot usage not saved; retried");
+                    }
                 }
             }
         }

@@ -30,7 +30,8 @@
 
 use crate::config::{Configuration, KubernetesConfig};
 use crate::device::{instance_hash, Device};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use crate::usage::Claim;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -123,7 +124,7 @@ pub enum AllocError {
     Duplicate(String),
     #[error("slot {slot:?} is held by {holder:?}")]
     SlotTaken { slot: String, holder: String },
-    #[error("device of {0:?} is unhealthy or gone")]
+    #[error("device of {0:?} is unhealthy, gone, or held by a virtual machine")]
     Unhealthy(String),
     #[error("virtual ids {0:?} and {1:?} are both held on one device; a container needs distinct devices")]
     SameDevice(String, String),
@@ -142,12 +143,15 @@ struct Slot {
 struct Instance {
     device: Device,
     present: bool,
+    /// A VM holds the device (a bound ARQ, or another consumer's Placement
+    /// allocation): its free slots are offered to nobody, like slots held elsewhere.
+    vm_held: bool,
     slots: Vec<Slot>,
 }
 
 impl Instance {
     fn offering(&self) -> bool {
-        self.present && self.device.healthy
+        self.present && self.device.healthy && !self.vm_held
     }
     fn free(&self) -> usize {
         self.slots.iter().filter(|s| s.usage == Usage::Free).count()
@@ -228,6 +232,7 @@ impl SlotTable {
                     Instance {
                         device: d.clone(),
                         present: true,
+                        vm_held: false,
                         slots: vec![
                             Slot {
                                 usage: Usage::Free,
@@ -556,14 +561,10 @@ impl SlotTable {
             for (name, inst) in pool.instances.iter_mut() {
                 let resource = format!("{}/{name}", self.domain);
                 for (i, s) in inst.slots.iter_mut().enumerate() {
-                    let key = match &s.usage {
-                        Usage::Node(n) if *n == self.node => {
-                            (resource.clone(), format!("{name}-{i}"))
-                        }
-                        Usage::Pool { vdev, node } if *node == self.node => {
-                            (pool_resource.clone(), vdev.clone())
-                        }
-                        _ => continue,
+                    let Some(key) =
+                        listed_as(&s.usage, &self.node, &resource, &pool_resource, name, i)
+                    else {
+                        continue;
                     };
                     if in_use.contains(&key) {
                         s.seen = Some(now);
@@ -617,6 +618,60 @@ impl SlotTable {
         applied
     }
 
+    /// Marks the devices (by [`Device::id`]) that virtual machines hold; the others
+    /// are unmarked. Returns whether anything kubelet sees changed.
+    pub fn set_vm_held(&mut self, device_ids: &BTreeSet<String>) -> bool {
+        let mut changed = false;
+        for inst in self.pools.iter_mut().flat_map(|p| p.instances.values_mut()) {
+            let held = device_ids.contains(&inst.device.id);
+            changed |= inst.vm_held != held;
+            inst.vm_held = held;
+        }
+        changed
+    }
+
+    /// Every slot this node holds, with its device and the pod kubelet lists it for:
+    /// `pods` maps `(resource name, device id)`, as pod-resources reports them, to
+    /// `<namespace>/<pod>`.
+    pub fn claims(&self, pods: &HashMap<(String, String), String>) -> Vec<Claim> {
+        let mut out = Vec::new();
+        for pool in &self.pools {
+            let pool_resource = format!("{}/{}", self.domain, pool.config.name);
+            for (name, inst) in &pool.instances {
+                let resource = format!("{}/{name}", self.domain);
+                for (i, s) in inst.slots.iter().enumerate() {
+                    if let Some(key) =
+                        listed_as(&s.usage, &self.node, &resource, &pool_resource, name, i)
+                    {
+                        out.push(Claim {
+                            slot: format!("{name}-{i}"),
+                            device: inst.device.id.clone(),
+                            pod: pods.get(&key).cloned(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The present devices of each configuration, by instance name (CDI specs).
+    pub fn devices_by_configuration(&self) -> Vec<(String, Vec<(String, Device)>)> {
+        self.pools
+            .iter()
+            .map(|p| {
+                (
+                    p.config.name.clone(),
+                    p.instances
+                        .iter()
+                        .filter(|(_, i)| i.present)
+                        .map(|(n, i)| (n.clone(), i.device.clone()))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
     /// The set of virtual ids the pools of this node hold (tests, diagnostics).
     pub fn held_vdevs(&self) -> BTreeSet<String> {
         self.pools
@@ -625,6 +680,25 @@ impl SlotTable {
             .flat_map(|i| i.slots.iter())
             .filter_map(|s| self.vdev_here(&s.usage).map(str::to_string))
             .collect()
+    }
+}
+
+/// How kubelet's pod-resources API lists a slot this node holds: `(resource name,
+/// device id)`, the slot id for the instance resource, the virtual id for the pool.
+fn listed_as(
+    u: &Usage,
+    node: &str,
+    resource: &str,
+    pool_resource: &str,
+    instance: &str,
+    i: usize,
+) -> Option<(String, String)> {
+    match u {
+        Usage::Node(n) if n == node => Some((resource.to_owned(), format!("{instance}-{i}"))),
+        Usage::Pool { vdev, node: n } if n == node => {
+            Some((pool_resource.to_owned(), vdev.clone()))
+        }
+        _ => None,
     }
 }
 

@@ -8,6 +8,7 @@ use accel_k8s::config::{Configuration, KubernetesConfig, Selector};
 use accel_k8s::kubelet::Registrar;
 use accel_k8s::podresources::Reclaimer;
 use accel_k8s::proto::deviceplugin as dp;
+use accel_k8s::slots::Usage;
 use accel_k8s::{Device, DeviceNode, Shared, SlotTable};
 use common::{ids, wait_list, FakeKubelet};
 use std::sync::Arc;
@@ -309,7 +310,7 @@ async fn a_removed_socket_is_re_created_and_re_registered() {
 async fn slots_no_pod_lists_are_reclaimed_after_the_grace() {
     let n = node().await;
     let grace = Duration::from_secs(30);
-    let reclaimer = Reclaimer::new(n.shared.clone(), n.kubelet.pod_resources_socket(), grace);
+    let mut reclaimer = Reclaimer::new(n.shared.clone(), n.kubelet.pod_resources_socket(), grace);
     let pool = n.kubelet.plugin(POOL).await;
     wait_list(&pool, "pool", |d| d.len() == 2).await;
     pool.client.clone().allocate(request(&["0"])).await.unwrap();
@@ -334,7 +335,73 @@ async fn slots_no_pod_lists_are_reclaimed_after_the_grace() {
 
     // A kubelet that does not answer frees nothing.
     pool.client.clone().allocate(request(&["1"])).await.unwrap();
-    let dead = Reclaimer::new(n.shared.clone(), n.kubelet.dir.join("absent.sock"), grace);
+    let mut dead = Reclaimer::new(n.shared.clone(), n.kubelet.dir.join("absent.sock"), grace);
     assert!(dead.step(t0 + Duration::from_secs(1000)).await.is_err());
     assert_eq!(n.shared.read(|t| t.held_vdevs()).len(), 1);
+}
+
+#[tokio::test]
+async fn a_thousand_allocate_release_cycles_leak_no_slot() {
+    let n = node().await;
+    let mut reclaimer = Reclaimer::new(
+        n.shared.clone(),
+        n.kubelet.pod_resources_socket(),
+        Duration::ZERO,
+    );
+    let pool = n.kubelet.plugin(POOL).await;
+    wait_list(&pool, "pool", |d| d.len() == 2).await;
+    let mut pool_client = pool.client.clone();
+    let il = n.kubelet.plugin(&n.instances[0]).await;
+    let mut il_client = il.client.clone();
+    let short = n.instances[0]
+        .strip_prefix("accel.dev/")
+        .unwrap()
+        .to_string();
+    for i in 0..1000 {
+        // Kubelet's pattern: allocate for a pod, the pod runs (listed), the pod ends.
+        let (resource, ids) = if i % 3 == 2 {
+            let id = format!("{short}-{}", i % 2);
+            il_client.allocate(request(&[&id])).await.unwrap();
+            (n.instances[0].clone(), vec![id])
+        } else {
+            let ids: Vec<&str> = if i % 3 == 0 {
+                vec!["0"]
+            } else {
+                vec!["0", "1"]
+            };
+            pool_client.allocate(request(&ids)).await.unwrap();
+            (
+                POOL.to_string(),
+                ids.iter().map(|s| s.to_string()).collect(),
+            )
+        };
+        n.kubelet.set_pods(vec![(resource, ids)]);
+        assert!(
+            !reclaimer.step(Instant::now()).await.unwrap(),
+            "cycle {i}: a listed slot was freed"
+        );
+        n.kubelet.set_pods(vec![]);
+        assert!(
+            reclaimer.step(Instant::now()).await.unwrap(),
+            "cycle {i}: nothing freed"
+        );
+        let held = n.shared.read(|t| {
+            t.usage()
+                .into_values()
+                .filter(|u| *u != Usage::Free)
+                .count()
+        });
+        assert_eq!(held, 0, "cycle {i}: a slot leaked");
+    }
+    wait_list(&pool, "pool after 1000 cycles", |d| {
+        ids(d) == healthy(&["0", "1"])
+    })
+    .await;
+    for name in &n.instances {
+        let il = n.kubelet.plugin(name).await;
+        wait_list(&il, name, |d| {
+            d.len() == 2 && d.iter().all(|x| x.health == "Healthy")
+        })
+        .await;
+    }
 }

@@ -19,6 +19,10 @@ async fn run_serves_the_configured_devices_until_shutdown() {
          [kubernetes.configurations.selector]\ndevice_type = \"FPGA\"\n",
     )
     .unwrap();
+    let config = KubernetesConfig {
+        cdi_dir: dir.path().join("cdi"),
+        ..config
+    };
     let devices: Vec<Device> = ["0000:af:00.0", "0000:d8:00.0"]
         .iter()
         .map(|a| Device {
@@ -48,6 +52,12 @@ async fn run_serves_the_configured_devices_until_shutdown() {
         let _ = stopped.await;
     }));
     let pool = kubelet.plugin("example.com/fpga").await;
+    let spec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("cdi/accel-example.com-fpga.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(spec["kind"], "example.com/fpga");
+    assert_eq!(spec["devices"].as_array().unwrap().len(), 2);
     let list = wait_list(&pool, "pool", |d| d.len() == 2).await;
     assert_eq!(
         ids(&list),

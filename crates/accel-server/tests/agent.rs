@@ -61,6 +61,7 @@ fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
         interval_seconds: 60,
         nova_config: None,
         driver: DriverSettings::default(),
+        kubernetes: None,
     })
     .unwrap()
 }

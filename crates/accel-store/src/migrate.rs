@@ -49,6 +49,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0007_arq_instance_project_idx.sql"),
         postgres: include_str!("../migrations/postgres/0007_arq_instance_project_idx.sql"),
     },
+    Migration {
+        version: 8,
+        sqlite: include_str!("../migrations/sqlite/0008_kubernetes.sql"),
+        postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

@@ -267,6 +267,52 @@ fn an_instance_allocation_shrinks_the_pool() {
 }
 
 #[test]
+fn devices_vms_hold_are_offered_to_nobody_and_claims_name_their_pods() {
+    let (mut t, names) = two_cameras();
+    let now = Instant::now();
+    let g = t.allocate(&pool(), &req(&[&["0"]]), now).unwrap();
+    let on = g[0][0].device.id.clone();
+    let other = if on == "cam-a" { "cam-b" } else { "cam-a" };
+    let other_instance = names
+        .iter()
+        .find(|n| **n != g[0][0].instance)
+        .unwrap()
+        .clone();
+    assert!(t.set_vm_held(&[other.to_string()].into_iter().collect()));
+    assert!(!t.set_vm_held(&[other.to_string()].into_iter().collect()));
+    // The VM's device: every slot Unhealthy, no pool id, refused at Allocate.
+    let key = ResourceKey::Instance(other_instance.clone());
+    assert!(ids(&t, &key).iter().all(|(_, h)| !h));
+    assert_eq!(ids(&t, &pool()), healthy(&["0", "1"]));
+    assert!(matches!(
+        t.allocate(&key, &req(&[&[&format!("{other_instance}-0")]]), now),
+        Err(AllocError::Unhealthy(_))
+    ));
+    assert!(matches!(
+        t.allocate(&pool(), &req(&[&["1", "0"]]), now),
+        Err(AllocError::NotEnoughDevices { .. })
+    ));
+    // Claims: the held slot, its device, and the pod once pod-resources lists it.
+    let slot = g[0][0].slot.clone();
+    assert_eq!(
+        t.claims(&HashMap::new()),
+        vec![Claim {
+            slot: slot.clone(),
+            device: on.clone(),
+            pod: None
+        }]
+    );
+    let pods: HashMap<(String, String), String> = [(
+        ("accel.dev/cam".to_string(), "0".to_string()),
+        "ns/p".to_string(),
+    )]
+    .into();
+    assert_eq!(t.claims(&pods)[0].pod.as_deref(), Some("ns/p"));
+    assert!(t.set_vm_held(&BTreeSet::new()));
+    assert_eq!(ids(&t, &pool()), healthy(&["0", "1", "2"]));
+}
+
+#[test]
 fn unhealthy_and_gone_devices_offer_nothing_and_come_back() {
     let (mut t, _) = two_cameras();
     let now = Instant::now();

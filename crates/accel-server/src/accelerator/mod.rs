@@ -23,6 +23,7 @@ mod arqs;
 pub mod binder;
 pub mod error;
 mod hardware;
+mod kubernetes;
 pub mod microversion;
 mod profiles;
 mod render;
@@ -374,6 +375,11 @@ async fn route(
         ["agent", "hosts", host, "devices"] => match m {
             M::PUT => return agent::report(st, ctx, host).await,
             _ => &[M::PUT],
+        },
+        ["agent", "hosts", host, "kubernetes"] => match m {
+            M::GET => return kubernetes::show(st, ctx, host).await,
+            M::PUT => return kubernetes::save(st, ctx, host).await,
+            _ => &[M::GET, M::PUT],
         },
         _ => return Err(AccelError::not_found("The resource could not be found.")),
     };

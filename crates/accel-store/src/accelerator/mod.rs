@@ -18,6 +18,7 @@ pub mod arqs;
 pub mod binds;
 pub mod events;
 pub mod hardware;
+pub mod kubernetes;
 pub mod profiles;
 pub mod report;
 

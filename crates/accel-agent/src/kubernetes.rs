@@ -1,0 +1,264 @@
+//! The agent's side of the kubelet device plugins (crate `accel_k8s`): the devices
+//! discovery finds, as the plugins see them ([`AgentDevices`]), and the slot usage kept
+//! by the server ([`ServerUsage`]).
+//!
+//! ```text
+//! Agent::discover ──FoundDevice──▶ to_device ──▶ accel_k8s::Device
+//!   id, PCI addresses      the control path; the attach handles (VFs, regions' handles)
+//!   device nodes           from sysfs, per address: VFIO group /dev/vfio/<group> (and
+//!                          /dev/vfio/vfio) when bound to vfio-pci; DRI render nodes
+//!                          drm/renderD*; any other node the device's sysfs directory
+//!                          shows (a `dev` file two levels down: fpga/*/intel-fpga-port.N,
+//!                          nvme/nvme0, ...) as /dev/<name>
+//!   NUMA, health, traits   as in the report (`CUSTOM_NUMA_<N>` etc.)
+//! ServerUsage ──GET/PUT /v2/agent/hosts/{node}/kubernetes──▶ accelerator API
+//! ```
+//!
+//! A vendor node the kernel does not show in sysfs (NVIDIA's `/dev/nvidia<N>`, whose
+//! minor only the driver's procfs knows) is not guessed: such a device gets its VFIO
+//! group when it is bound to vfio-pci, its render node when nvidia-drm shows one.
+
+use crate::client::Client;
+use crate::model::{FoundDevice, Health};
+use crate::Agent;
+use accel_k8s::usage::BoxFuture;
+use accel_k8s::{Device, DeviceNode, DeviceSource, Recorded, UsageRecord, UsageReport};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Discovery as a [`DeviceSource`]: every call is one discovery pass (the plugins'
+/// run loop calls it on a blocking thread).
+pub struct AgentDevices {
+    agent: Agent,
+}
+
+impl AgentDevices {
+    /// Uses its own [`Agent`] (drivers, Nova rules) built from the same settings.
+    pub fn new(agent: Agent) -> AgentDevices {
+        AgentDevices { agent }
+    }
+}
+
+impl DeviceSource for AgentDevices {
+    fn devices(&self) -> Vec<Device> {
+        let root = &self.agent.settings.sysfs_root;
+        self.agent
+            .discover()
+            .devices
+            .iter()
+            .map(|d| to_device(root, d))
+            .collect()
+    }
+}
+
+/// A found device as the plugins offer it.
+pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
+    let mut addresses: Vec<String> = d
+        .handles
+        .iter()
+        .chain(d.regions.iter().flat_map(|r| r.handles.iter()))
+        .map(|h| h.address.to_string())
+        .collect();
+    addresses.dedup();
+    if addresses.is_empty() {
+        addresses.push(d.address.to_string());
+    }
+    let mut nodes: Vec<DeviceNode> = Vec::new();
+    let control = d.address.to_string();
+    for a in std::iter::once(&control).chain(addresses.iter()) {
+        for n in device_nodes(sysfs_root, a) {
+            if !nodes.iter().any(|m| m.host_path == n.host_path) {
+                nodes.push(n);
+            }
+        }
+    }
+    Device {
+        id: control,
+        device_type: d.device_type.as_str().to_owned(),
+        vendor: d.vendor,
+        product: d.product,
+        model: d.model.clone(),
+        traits: d.device_traits(),
+        numa_node: d.numa_node,
+        healthy: d.health == Health::Ok,
+        pci_addresses: addresses,
+        device_nodes: nodes,
+    }
+}
+
+fn node(path: String) -> DeviceNode {
+    DeviceNode {
+        container_path: path.clone(),
+        host_path: path,
+        permissions: "rw".into(),
+    }
+}
+
+fn link_name(path: &Path) -> Option<String> {
+    std::fs::read_link(path)
+        .ok()
+        .and_then(|t| t.file_name().map(|f| f.to_string_lossy().into_owned()))
+}
+
+/// The device nodes sysfs shows for one PCI function.
+pub fn device_nodes(sysfs_root: &Path, address: &str) -> Vec<DeviceNode> {
+    let dir = sysfs_root.join("bus/pci/devices").join(address);
+    let mut out = Vec::new();
+    if link_name(&dir.join("driver")).as_deref() == Some("vfio-pci") {
+        if let Some(group) = link_name(&dir.join("iommu_group")) {
+            out.push(node("/dev/vfio/vfio".into()));
+            out.push(node(format!("/dev/vfio/{group}")));
+        }
+    }
+    walk(&dir, 3, &mut |name, under_drm| {
+        if !under_drm {
+            out.push(node(format!("/dev/{name}")));
+        } else if name.starts_with("renderD") {
+            out.push(node(format!("/dev/dri/{name}")));
+        }
+    });
+    out
+}
+
+/// Calls `found(name, under_drm)` for every directory below `dir` (at most `depth`
+/// levels, symlinks not followed) that holds a `dev` file: a character device the
+/// kernel created for the function.
+fn walk(dir: &Path, depth: usize, found: &mut dyn FnMut(&str, bool)) {
+    let under_drm = dir.file_name().is_some_and(|n| n == "drm");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut subs: Vec<_> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    subs.sort();
+    for sub in subs {
+        if sub.join("dev").is_file() {
+            if let Some(name) = sub.file_name() {
+                found(&name.to_string_lossy(), under_drm);
+            }
+        }
+        if depth > 1 && !under_drm {
+            walk(&sub, depth - 1, found);
+        }
+    }
+}
+
+/// The slot usage kept by the server.
+pub struct ServerUsage {
+    client: Client,
+    node: String,
+}
+
+impl ServerUsage {
+    pub fn new(server: &str, token: &str, node: &str) -> ServerUsage {
+        ServerUsage {
+            client: Client::new(server, token),
+            node: node.to_owned(),
+        }
+    }
+}
+
+fn held(v: &Value) -> BTreeSet<String> {
+    v["vm_held_devices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The body of `PUT /v2/agent/hosts/{node}/kubernetes`.
+pub fn save_body(report: &UsageReport) -> Value {
+    let usage: Map<String, Value> = report
+        .usage
+        .iter()
+        .map(|(slot, u)| (slot.clone(), Value::String(u.to_string())))
+        .collect();
+    let claims: Vec<Value> = report
+        .claims
+        .iter()
+        .map(|c| json!({"slot": c.slot, "device": c.device, "pod": c.pod}))
+        .collect();
+    json!({"usage": usage, "claims": claims})
+}
+
+impl UsageRecord for ServerUsage {
+    fn load(&self) -> BoxFuture<'_, Result<Recorded, String>> {
+        Box::pin(async move {
+            let v = self
+                .client
+                .kubernetes_usage(&self.node)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut usage = BTreeMap::new();
+            if let Some(m) = v["usage"].as_object() {
+                for (slot, u) in m {
+                    let u = u
+                        .as_str()
+                        .unwrap_or_default()
+                        .parse()
+                        .map_err(|e| format!("saved usage of {slot}: {e}"))?;
+                    usage.insert(slot.clone(), u);
+                }
+            }
+            Ok(Recorded {
+                usage,
+                vm_held: held(&v),
+            })
+        })
+    }
+
+    fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
+        Box::pin(async move {
+            let v = self
+                .client
+                .kubernetes_save(&self.node, &save_body(&report))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(held(&v))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeSysfs;
+
+    #[test]
+    fn nodes_come_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        fs.function("0000:3b:00.0", 0x10de, 0x20b0, 0x030200)
+            .driver("vfio-pci")
+            .iommu_group(41);
+        fs.function("0000:5e:00.0", 0x1002, 0x740f, 0x038000)
+            .driver("amdgpu")
+            .file("drm/card1/dev", "226:1")
+            .file("drm/renderD129/dev", "226:129");
+        fs.function("0000:af:00.0", 0x8086, 0x09c4, 0x120000)
+            .driver("intel-fpga-pci")
+            .file("fpga/intel-fpga-dev.0/intel-fpga-port.0/dev", "240:0")
+            .file("fpga/intel-fpga-dev.0/intel-fpga-fme.0/dev", "241:0");
+        let paths = |a: &str| -> Vec<String> {
+            device_nodes(dir.path(), a)
+                .into_iter()
+                .map(|n| n.host_path)
+                .collect()
+        };
+        assert_eq!(paths("0000:3b:00.0"), ["/dev/vfio/vfio", "/dev/vfio/41"]);
+        assert_eq!(paths("0000:5e:00.0"), ["/dev/dri/renderD129"]);
+        assert_eq!(
+            paths("0000:af:00.0"),
+            ["/dev/intel-fpga-fme.0", "/dev/intel-fpga-port.0"]
+        );
+        assert!(paths("0000:00:00.0").is_empty());
+    }
+}

@@ -1,0 +1,171 @@
+//! The node agent's Kubernetes slot usage (accel's own endpoints, beside the device
+//! report, with its policy: admin or service):
+//!
+//! - `PUT /v2/agent/hosts/{host}/kubernetes` stores the usage, allocates the devices
+//!   pods hold in Placement and answers the devices VMs hold;
+//! - `GET /v2/agent/hosts/{host}/kubernetes` answers the stored usage (a restarted
+//!   agent restores it) and the devices VMs hold.
+//!
+//! ```json
+//! PUT {"usage": {"gpu-1a2b3c4d-0": "node-a", "gpu-1a2b3c4d-1": "",
+//!                "gpu-99aa0b1c-1": "C:0:node-a"},
+//!      "claims": [{"slot": "gpu-1a2b3c4d-0", "device": "0000:3b:00.0", "pod": "default/train"},
+//!                 {"slot": "gpu-99aa0b1c-1", "device": "0000:5e:00.0", "pod": null}]}
+//! 200 {"hostname": "node-a", "vm_held_devices": ["0000:af:00.0"],
+//!      "consumers": {"<uuid>": ["0000:3b:00.0"]}, "usage_changed": true}
+//! ```
+//!
+//! Usage values are seed 001's: `""` (free), `<node>` or `C:<virtual id>:<node>`. The
+//! store does the work in one transaction (`accel_store::accelerator::kubernetes`).
+
+use super::error::{AccelError, AccelResult};
+use super::{json_reply, AccelState, Ctx};
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::kubernetes::{self as store, SlotClaim};
+use accel_store::placement::allocations;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Provider-generation races are retried this many times, as a Placement claim is.
+const RETRIES: usize = 5;
+
+fn bad(what: impl std::fmt::Display) -> AccelError {
+    AccelError::bad_request(format!("Invalid Kubernetes usage: {what}"))
+}
+
+/// `<instance>-<index>`: a kubelet device id, at most 63 characters.
+fn valid_slot(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// `""`, `<node>` or `C:<digits>:<node>`; a node name has no `:`.
+fn valid_usage(u: &str) -> bool {
+    let node = |n: &str| !n.is_empty() && n.len() <= 253 && !n.contains(':');
+    match u.split(':').collect::<Vec<_>>().as_slice() {
+        [""] => true,
+        [n] => node(n),
+        ["C", v, n] => !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && node(n),
+        _ => false,
+    }
+}
+
+fn parse(body: &Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)> {
+    let usage = match body.get("usage") {
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(slot, u)| {
+                let u = u
+                    .as_str()
+                    .ok_or_else(|| bad(format!("usage of {slot} must be a string")))?;
+                if !valid_slot(slot) {
+                    return Err(bad(format!("{slot:?} is not a slot id")));
+                }
+                if !valid_usage(u) {
+                    return Err(bad(format!(
+                        "usage of {slot} is {u:?}, neither \"\", \"<node>\" nor \"C:<virtual id>:<node>\""
+                    )));
+                }
+                Ok((slot.clone(), u.to_owned()))
+            })
+            .collect::<AccelResult<BTreeMap<_, _>>>()?,
+        _ => return Err(bad("usage must be an object of slot ids to usage strings")),
+    };
+    let claims = match body.get("claims") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|c| {
+                let s = |k: &str| {
+                    c.get(k)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .ok_or_else(|| bad(format!("claims: {k} must be a string")))
+                };
+                let pod = match c.get("pod") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(p)) if p.contains('/') => Some(p.clone()),
+                    Some(_) => {
+                        return Err(bad("claims: pod must be \"<namespace>/<name>\" or null"))
+                    }
+                };
+                Ok(SlotClaim {
+                    slot: s("slot")?,
+                    device: s("device")?,
+                    pod,
+                })
+            })
+            .collect::<AccelResult<Vec<_>>>()?,
+        Some(_) => return Err(bad("claims must be a list")),
+    };
+    Ok((usage, claims))
+}
+
+pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let (usage, claims) = parse(&ctx.json_body()?)?;
+    let mut attempt = 0;
+    let outcome = loop {
+        let (h, u, c) = (host.to_owned(), usage.clone(), claims.clone());
+        let r = st
+            .app
+            .store
+            .write(move |tx| Box::pin(async move { store::save(tx, &h, &u, &c).await }))
+            .await;
+        match r {
+            Err(e) if allocations::is_retryable(&e) && attempt < RETRIES => attempt += 1,
+            other => break other?,
+        }
+    };
+    Ok(json_reply(
+        StatusCode::OK,
+        &json!({
+            "hostname": host,
+            "vm_held_devices": outcome.vm_held,
+            "consumers": outcome.consumers,
+            "usage_changed": outcome.usage_changed,
+        }),
+    ))
+}
+
+pub(crate) async fn show(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let h = host.to_owned();
+    let saved = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { store::load(tx, &h).await }))
+        .await?;
+    Ok(json_reply(
+        StatusCode::OK,
+        &json!({
+            "hostname": host,
+            "usage": saved.usage,
+            "vm_held_devices": saved.vm_held,
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_strings_are_seed_001s() {
+        for ok in ["", "node-a", "C:0:node-a", "C:12:n.example.org"] {
+            assert!(valid_usage(ok), "{ok}");
+        }
+        for bad in ["C::node-a", "C:x:node-a", "C:0:", "a:b", "C:0:a:b"] {
+            assert!(!valid_usage(bad), "{bad}");
+        }
+        assert!(valid_slot("gpu-1a2b3c4d-0"));
+        assert!(!valid_slot("GPU-1"));
+        assert!(!valid_slot(&"a".repeat(64)));
+    }
+}

@@ -1,0 +1,491 @@
+//! The kubelet device plugins of `accel agent` against the real server (both
+//! backends) and a fake kubelet: a pod's slot becomes a Placement allocation that
+//! Nova's candidates no longer offer, usage survives an agent restart, and devices a
+//! VM holds (another consumer's allocation, a bound ARQ) are not advertised.
+
+mod common;
+#[path = "../../accel-k8s/tests/common/mod.rs"]
+mod kubelet;
+
+use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::kubernetes::{AgentDevices, ServerUsage};
+use accel_agent::testing::FakeSysfs;
+use accel_agent::Agent;
+use accel_k8s::config::KubernetesConfig;
+use accel_k8s::proto::deviceplugin as dp;
+use accel_store::accelerator::kubernetes::pod_consumer;
+use common::accel::{workers, Server, TempDb};
+use common::BACKENDS;
+use kubelet::{ids, wait_list, FakeKubelet};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const NODE: &str = "k8s-node";
+const POOL: &str = "accel.dev/gpu";
+const GPUS: [&str; 2] = ["0000:17:00.0", "0000:31:00.0"];
+
+async fn placement(
+    srv: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("{}{path}", srv.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "placement 1.39");
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let s = resp.status().as_u16();
+    (s, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn provider(address: &str) -> String {
+    accel_store::accelerator::report::provider_uuid(&format!("{NODE}_{address}"))
+}
+
+fn instance(address: &str) -> String {
+    format!("gpu-{}", accel_k8s::device::instance_hash(NODE, address))
+}
+
+/// Two GPUs bound to vfio-pci (IOMMU groups 40 and 41) and the agent's settings.
+fn host(dir: &Path, srv: &Server) -> Settings {
+    let fs = FakeSysfs::new(dir.join("sys"));
+    for (i, a) in GPUS.iter().enumerate() {
+        fs.function(a, 0x10de, 0x20b0, 0x030200)
+            .numa(0)
+            .driver("vfio-pci")
+            .iommu_group(40 + i as u32);
+    }
+    let mut kubernetes = KubernetesConfig::from_toml(
+        "[kubernetes]\nreclaim_grace_seconds = 2\n\
+         [[kubernetes.configurations]]\nname = \"gpu\"\ncapacity = 2\n\
+         [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+    )
+    .unwrap();
+    kubernetes.cdi_dir = dir.join("cdi");
+    Settings {
+        server: srv.accel.clone(),
+        node: NODE.into(),
+        token: "admin".into(),
+        sysfs_root: fs.root.clone(),
+        drivers: Some(vec!["nvidia".into()]),
+        interval_seconds: 60,
+        nova_config: None,
+        driver: DriverSettings::default(),
+        kubernetes: Some(kubernetes),
+    }
+}
+
+/// The compute node, and the agent's first report of the two GPUs.
+async fn reported(srv: &Server, settings: &Settings) {
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::POST,
+        "/resource_providers",
+        Some(json!({"name": NODE})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let o = Agent::new(settings.clone()).unwrap().step().await.unwrap();
+    assert_eq!(o.added, 2);
+}
+
+/// `accel agent`'s plugins, as the CLI starts them, with short intervals.
+struct Plugins {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Plugins {
+    fn start(settings: &Settings, kubelet: &FakeKubelet) -> Plugins {
+        let source = Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap()));
+        let record = Arc::new(ServerUsage::new(&settings.server, &settings.token, NODE));
+        let options = accel_k8s::Options {
+            kubelet_dir: kubelet.dir.clone(),
+            pod_resources_socket: kubelet.pod_resources_socket(),
+            device_interval: Duration::from_millis(50),
+            watch_interval: Duration::from_millis(20),
+            reclaim_interval: Duration::from_millis(50),
+            ..accel_k8s::Options::new(NODE)
+        };
+        let config = settings.kubernetes.clone().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(accel_k8s::run_with(
+            config,
+            source,
+            record,
+            options,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Plugins { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(kubelet::WAIT, self.task)
+            .await
+            .expect("plugins stop")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Polls until `f` holds (each poll is a request; the wait ends at the event).
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let deadline = tokio::time::Instant::now() + kubelet::WAIT;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tick.tick().await;
+        match f().await {
+            None => return,
+            Some(last) if tokio::time::Instant::now() > deadline => panic!("{what}: {last}"),
+            Some(_) => {}
+        }
+    }
+}
+
+fn request(ids: &[&str]) -> dp::AllocateRequest {
+    dp::AllocateRequest {
+        container_requests: vec![dp::ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+        }],
+    }
+}
+
+fn healthy(v: &[&str]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|s| (s.to_string(), "Healthy".to_string()))
+        .collect()
+}
+
+async fn candidates(srv: &Server) -> Vec<String> {
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::GET,
+        "/allocation_candidates?resources=CUSTOM_ACCELERATOR_GPU:1",
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    // The providers the candidates take the GPU from.
+    let mut out: Vec<String> = v["allocation_requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["allocations"].as_object().unwrap().keys().cloned())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[tokio::test]
+async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = host(dir.path(), &srv);
+        reported(&srv, &settings).await;
+        let mut all = vec![provider(GPUS[0]), provider(GPUS[1])];
+        all.sort();
+        assert_eq!(candidates(&srv).await, all);
+
+        let kdir = dir.path().join("kubelet");
+        std::fs::create_dir(&kdir).unwrap();
+        let kubelet = FakeKubelet::start(&kdir);
+        let plugins = Plugins::start(&settings, &kubelet);
+        let pool = kubelet.plugin(POOL).await;
+        wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1"])).await;
+        let resp = pool
+            .client
+            .clone()
+            .allocate(request(&["0"]))
+            .await
+            .unwrap()
+            .into_inner();
+        let c = &resp.container_responses[0];
+        let address = c.envs["ACCEL_VISIBLE_DEVICES"].clone();
+        let i = GPUS
+            .iter()
+            .position(|g| *g == address)
+            .expect("one of the GPUs");
+        let group = format!("/dev/vfio/{}", 40 + i);
+        let mut nodes: Vec<String> = c.devices.iter().map(|d| d.host_path.clone()).collect();
+        nodes.sort();
+        let mut want_nodes = vec![group.clone(), "/dev/vfio/vfio".to_string()];
+        want_nodes.sort();
+        assert_eq!(nodes, want_nodes);
+        assert_eq!(
+            c.cdi_devices[0].name,
+            format!("accel.dev/gpu={}", instance(&address))
+        );
+
+        // The CDI spec names the same device, with the same nodes.
+        let spec: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("cdi/accel-accel.dev-gpu.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(spec["kind"], "accel.dev/gpu");
+        let dev = spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == instance(&address).as_str())
+            .expect("the allocated device is in the spec");
+        assert_eq!(
+            dev["containerEdits"]["deviceNodes"],
+            json!([
+                {"path": "/dev/vfio/vfio", "hostPath": "/dev/vfio/vfio", "permissions": "rw"},
+                {"path": group, "hostPath": group, "permissions": "rw"},
+            ])
+        );
+
+        // Kubelet lists the pod: its consumer holds the whole device in Placement.
+        kubelet.set_pods(vec![(POOL.into(), vec!["0".into()])]);
+        let consumer = pod_consumer(NODE, "default/pod");
+        let want = json!({provider(&address): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}});
+        until("the pod's allocation", || async {
+            let (_, v) = placement(
+                &srv,
+                reqwest::Method::GET,
+                &format!("/allocations/{consumer}"),
+                None,
+            )
+            .await;
+            let got: Value = v["allocations"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, a)| (k.clone(), json!({"resources": a["resources"]})))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into()
+                })
+                .unwrap_or(Value::Null);
+            (got != want).then(|| v.to_string())
+        })
+        .await;
+        let (_, v) = placement(
+            &srv,
+            reqwest::Method::GET,
+            &format!("/allocations/{consumer}"),
+            None,
+        )
+        .await;
+        assert_eq!(v["consumer_type"], "KUBERNETES_POD");
+        // Nova's candidates no longer offer it.
+        assert_eq!(candidates(&srv).await, vec![provider(GPUS[1 - i])]);
+
+        // The agent restarts (and kubelet with it): the claim comes back from the server.
+        plugins.stop().await;
+        let kubelet = kubelet.restart();
+        let (s, saved) = srv
+            .admin_get(&format!("/v2/agent/hosts/{NODE}/kubernetes"))
+            .await;
+        assert_eq!(s, 200, "{saved}");
+        assert_eq!(
+            saved["usage"],
+            json!({format!("{}-1", instance(&address)): format!("C:0:{NODE}")})
+        );
+        let plugins = Plugins::start(&settings, &kubelet);
+        kubelet.set_pods(vec![(POOL.into(), vec!["0".into()])]);
+        let pool = kubelet.plugin(POOL).await;
+        // "0" is held; each device still has a free slot: three ids, not two.
+        wait_list(&pool, "pool after restart", |d| {
+            ids(d) == healthy(&["0", "1", "2"])
+        })
+        .await;
+        let il = kubelet
+            .plugin(&format!("accel.dev/{}", instance(&address)))
+            .await;
+        let short = instance(&address);
+        wait_list(&il, "instance after restart", |d| {
+            ids(d)
+                == vec![
+                    (format!("{short}-0"), "Healthy".into()),
+                    (format!("{short}-1"), "Unhealthy".into()),
+                ]
+        })
+        .await;
+        let again = pool
+            .client
+            .clone()
+            .allocate(request(&["0"]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            again.container_responses[0].envs["ACCEL_VISIBLE_DEVICES"],
+            address
+        );
+        assert_eq!(candidates(&srv).await, vec![provider(GPUS[1 - i])]);
+
+        // The pod ends: after the grace the slot is freed and so is the device.
+        kubelet.set_pods(vec![]);
+        until("the device back in the candidates", || async {
+            let c = candidates(&srv).await;
+            (c != all).then(|| format!("{c:?}"))
+        })
+        .await;
+        let (_, v) = placement(
+            &srv,
+            reqwest::Method::GET,
+            &format!("/allocations/{consumer}"),
+            None,
+        )
+        .await;
+        assert_eq!(v["allocations"], json!({}));
+        wait_list(&pool, "pool after the pod", |d| {
+            ids(d) == healthy(&["0", "1"])
+        })
+        .await;
+        plugins.stop().await;
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn devices_vms_hold_are_not_advertised() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = host(dir.path(), &srv);
+        reported(&srv, &settings).await;
+
+        // A VM's allocation on the second GPU (Nova scheduled it).
+        let vm = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &format!("/allocations/{vm}"),
+            Some(json!({
+                "allocations": {provider(GPUS[1]): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+
+        let kdir = dir.path().join("kubelet");
+        std::fs::create_dir(&kdir).unwrap();
+        let kubelet = FakeKubelet::start(&kdir);
+        let plugins = Plugins::start(&settings, &kubelet);
+        let pool = kubelet.plugin(POOL).await;
+        wait_list(&pool, "pool without the VM's GPU", |d| {
+            ids(d) == healthy(&["0"])
+        })
+        .await;
+        let taken = kubelet
+            .plugin(&format!("accel.dev/{}", instance(GPUS[1])))
+            .await;
+        wait_list(&taken, "the VM's GPU", |d| {
+            d.len() == 2 && d.iter().all(|x| x.health == "Unhealthy")
+        })
+        .await;
+        let refused = taken
+            .client
+            .clone()
+            .allocate(request(&[&format!("{}-0", instance(GPUS[1]))]))
+            .await
+            .unwrap_err();
+        assert!(refused.message().contains("virtual machine"), "{refused:?}");
+
+        // An ARQ bound to the first GPU: nothing is left to offer.
+        srv.create_profile("gpu", json!([{"resources:CUSTOM_ACCELERATOR_GPU": "1"}]))
+            .await;
+        let arqs = srv.create_arqs("gpu").await;
+        let inst = "1b3c5d7e-0000-4000-8000-000000000001";
+        srv.bind(&arqs, NODE, &provider(GPUS[0]), inst).await;
+        let resolved = srv.wait_resolved(inst).await;
+        assert_eq!(resolved[0]["state"], "Bound", "{resolved:?}");
+        wait_list(&pool, "pool with both GPUs taken", |d| d.is_empty()).await;
+        let bound = kubelet
+            .plugin(&format!("accel.dev/{}", instance(GPUS[0])))
+            .await;
+        wait_list(&bound, "the ARQ's GPU", |d| {
+            d.len() == 2 && d.iter().all(|x| x.health == "Unhealthy")
+        })
+        .await;
+        let (_, saved) = srv
+            .admin_get(&format!("/v2/agent/hosts/{NODE}/kubernetes"))
+            .await;
+        assert_eq!(saved["vm_held_devices"], json!(GPUS));
+
+        // The VM on the second GPU goes: it is offered again.
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::DELETE,
+            &format!("/allocations/{vm}"),
+            None,
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+        wait_list(&pool, "pool after the VM", |d| ids(d) == healthy(&["0"])).await;
+        wait_list(&taken, "the freed GPU", |d| {
+            d.iter().all(|x| x.health == "Healthy")
+        })
+        .await;
+        plugins.stop().await;
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bad_usage_is_refused_whole() {
+    let db = TempDb::fresh(common::Backend::Sqlite).await;
+    let srv = Server::start(&db.url, Some(NODE), None).await;
+    let put = |body: Value| {
+        let url = format!("{}/v2/agent/hosts/{NODE}/kubernetes", srv.accel);
+        async move {
+            let r = reqwest::Client::new()
+                .put(url)
+                .header("x-auth-token", "admin")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (s, t) = put(json!({"usage": {"gpu-1-0": "C:x:n"}})).await;
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("virtual id"), "{t}");
+    let (s, t) =
+        put(json!({"usage": {"gpu-1-0": ""}, "claims": [{"slot": "gpu-1-0", "device": "d"}]}))
+            .await;
+    assert_eq!(s, 400, "{t}");
+    let (s, t) = put(json!({"usage": {"gpu-1-0": NODE}})).await;
+    assert_eq!(s, 200, "{t}");
+    let (_, saved) = srv
+        .admin_get(&format!("/v2/agent/hosts/{NODE}/kubernetes"))
+        .await;
+    assert_eq!(saved["usage"], json!({"gpu-1-0": NODE}));
+    let (s, t) = put(json!({"usage": {}})).await;
+    assert_eq!(s, 200, "{t}");
+    let (s, _) = srv.admin_get("/v2/agent/hosts/nowhere/kubernetes").await;
+    assert_eq!(s, 200);
+    let r = reqwest::Client::new()
+        .put(format!("{}/v2/agent/hosts/nowhere/kubernetes", srv.accel))
+        .header("x-auth-token", "admin")
+        .json(&json!({"usage": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    srv.stop().await;
+}

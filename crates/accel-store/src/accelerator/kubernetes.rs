@@ -1,0 +1,420 @@
+//! Kubernetes pods and virtual machines on one inventory: the node agent's slot usage
+//! (seed 001's `deviceUsage`) is stored per host, and the devices pods hold are
+//! allocated in Placement, so Nova's scheduling cannot take them; the devices virtual
+//! machines hold are answered back, so the agent does not offer them to kubelet.
+//!
+//! ```text
+//! save(host, usage, claims)                          one transaction
+//!   kubernetes_slots     ◀── the held slots (replaced when they differ)
+//!   per device with claims, not held by a VM:
+//!     consumer = the pod of its first claimed slot (by slot name) that kubelet lists,
+//!                else the first slot itself (Allocate came before pod-resources did)
+//!     allocation = every inventory of every provider of the device, whole
+//!                  (min(capacity, max_unit) of each class; a reserved device: none)
+//!   consumers of the host no longer wanted ──▶ allocations::delete_for_consumer
+//!   changed ones ──▶ allocations::prepare + apply   (provider locks, capacity checks,
+//!                                                     change-log touches)
+//!   kubernetes_consumers ◀── the host's consumers
+//!   answer: devices held by a VM = an ARQ on the device (bound, or binding to one of
+//!           its providers), or an allocation on its providers by any consumer that is
+//!           not one of this host's pod consumers
+//! ```
+//!
+//! Why whole devices: a device's `capacity` slots let several containers share it,
+//! but Placement has no fraction of a `CUSTOM_ACCELERATOR_GPU: 1` inventory. The
+//! device is therefore allocated once, in full, whatever number of its slots are held;
+//! the other pods sharing it appear in the usage map only. Nothing is over-allocated
+//! (the allocation is checked against capacity under the provider lock like any other
+//! claim), and a device any pod holds has no capacity left for Nova. When Nova got the
+//! device first, the claim is refused by that check, the transaction rolls back (409),
+//! and the agent's next save finds the device held by a VM.
+//!
+//! Consumers are `uuid3(URL, "accel-kubernetes:<host>:pod:<namespace>/<name>")` (the
+//! pod-resources API gives no pod uid) or `...:slot:<slot>`, of consumer type
+//! `KUBERNETES_POD`, with upstream's incomplete-consumer project and user.
+
+use super::hardware::{self, DeviceColumn};
+use crate::placement::allocations::{self, ConsumerWrite};
+use crate::placement::{inventories, providers};
+use crate::{placeholders, Conflict, StoreError, Tx};
+use sqlx::Row;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The consumer type of the pods' allocations (Placement >= 1.38 shows it).
+pub const CONSUMER_TYPE: &str = "KUBERNETES_POD";
+
+/// A slot the agent's node holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotClaim {
+    /// `<instance>-<index>`; also a key of the usage map.
+    pub slot: String,
+    /// The device's PCI address (its provider is `<host>_<address>`).
+    pub device: String,
+    /// `<namespace>/<name>`, once kubelet's pod-resources API lists the slot.
+    pub pod: Option<String>,
+}
+
+/// What [`save`] did, and what the agent must not offer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Addresses of the host's devices that virtual machines hold.
+    pub vm_held: Vec<String>,
+    /// Each pod consumer and the devices it is allocated.
+    pub consumers: BTreeMap<String, Vec<String>>,
+    /// Whether the stored usage changed.
+    pub usage_changed: bool,
+    /// Consumers whose allocations were written or deleted.
+    pub allocations_changed: usize,
+}
+
+/// What [`load`] answers: the stored usage and the devices VMs hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Saved {
+    pub usage: BTreeMap<String, String>,
+    pub vm_held: Vec<String>,
+}
+
+fn consumer_uuid(host: &str, what: &str) -> String {
+    uuid::Uuid::new_v3(
+        &uuid::Uuid::NAMESPACE_URL,
+        format!("accel-kubernetes:{host}:{what}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// The Placement consumer of a pod on `host`.
+pub fn pod_consumer(host: &str, pod: &str) -> String {
+    consumer_uuid(host, &format!("pod:{pod}"))
+}
+
+/// The Placement consumer of a slot no listed pod holds yet.
+pub fn slot_consumer(host: &str, slot: &str) -> String {
+    consumer_uuid(host, &format!("slot:{slot}"))
+}
+
+/// One device of the host: its deployables and their providers.
+struct HostDevice {
+    deployables: Vec<i64>,
+    providers: Vec<providers::Provider>,
+}
+
+/// The host's devices by address (the top-level deployable's name after `<host>_`).
+async fn host_devices(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, HostDevice>, StoreError> {
+    let prefix = format!("{host}_");
+    let mut out = BTreeMap::new();
+    for dev in hardware::list_devices(tx, &[(DeviceColumn::Hostname, host.to_owned())]).await? {
+        let deps = hardware::deployables_of_device(tx, dev.id).await?;
+        let Some(address) = deps
+            .iter()
+            .find(|d| d.parent_id.is_none())
+            .and_then(|d| d.name.strip_prefix(&prefix))
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let mut rps = Vec::new();
+        for d in &deps {
+            if let Some(rp) = match &d.rp_uuid {
+                Some(u) => providers::get(tx, u).await?,
+                None => None,
+            } {
+                rps.push(rp);
+            }
+        }
+        out.insert(
+            address,
+            HostDevice {
+                deployables: deps.iter().map(|d| d.id).collect(),
+                providers: rps,
+            },
+        );
+    }
+    Ok(out)
+}
+
+async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT consumer_uuid FROM kubernetes_consumers WHERE hostname = $1")
+            .bind(host)
+            .fetch_all(&mut *tx)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Whether a VM holds the device: an ARQ on it, or another consumer's allocation.
+async fn held_by_vm(
+    tx: &mut Tx,
+    d: &HostDevice,
+    ours: &BTreeSet<String>,
+) -> Result<bool, StoreError> {
+    if !d.deployables.is_empty() {
+        let n = d.deployables.len();
+        let mut sql = format!(
+            "SELECT COUNT(*) FROM extended_accelerator_requests WHERE deployable_id IN ({0}) \
+             OR attach_handle_id IN (SELECT id FROM attach_handles WHERE deployable_id IN ({0}))",
+            placeholders(1, n)
+        );
+        if !d.providers.is_empty() {
+            sql.push_str(&format!(
+                " OR (state IN ('BindStarted', 'Bound') AND device_rp_uuid IN ({}))",
+                placeholders(n + 1, d.providers.len())
+            ));
+        }
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for id in &d.deployables {
+            q = q.bind(*id);
+        }
+        for rp in &d.providers {
+            q = q.bind(rp.uuid.clone());
+        }
+        if q.fetch_one(&mut *tx).await? > 0 {
+            return Ok(true);
+        }
+    }
+    for rp in &d.providers {
+        if allocations::for_provider(tx, rp.id)
+            .await?
+            .iter()
+            .any(|a| !ours.contains(&a.consumer_uuid))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+async fn vm_held(
+    tx: &mut Tx,
+    devices: &BTreeMap<String, HostDevice>,
+    ours: &BTreeSet<String>,
+) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    for (address, d) in devices {
+        if held_by_vm(tx, d, ours).await? {
+            out.push(address.clone());
+        }
+    }
+    Ok(out)
+}
+
+type Row3 = (String, Option<String>, Option<String>);
+
+/// A consumer's allocations: `[(provider uuid, [(class, amount)])]`, the shape of
+/// [`ConsumerWrite::allocations`].
+type ProviderAmounts = Vec<(String, Vec<(String, i64)>)>;
+
+async fn stored_slots(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, Row3>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT slot, usage, device, pod FROM kubernetes_slots WHERE hostname = $1 ORDER BY slot",
+    )
+    .bind(host)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut out = BTreeMap::new();
+    for r in rows {
+        out.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?));
+    }
+    Ok(out)
+}
+
+/// The usage saved for `host` (free slots are absent) and the devices VMs hold.
+pub async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
+    let usage = stored_slots(tx, host)
+        .await?
+        .into_iter()
+        .map(|(slot, (u, _, _))| (slot, u))
+        .collect();
+    let ours = our_consumers(tx, host).await?;
+    let devices = host_devices(tx, host).await?;
+    Ok(Saved {
+        usage,
+        vm_held: vm_held(tx, &devices, &ours).await?,
+    })
+}
+
+/// Stores `usage` (every slot, free ones as `""`) and allocates the devices of
+/// `claims` to their pods, in the caller's transaction; see the module doc. Every
+/// claim must name a slot that `usage` shows held.
+pub async fn save(
+    tx: &mut Tx,
+    host: &str,
+    usage: &BTreeMap<String, String>,
+    claims: &[SlotClaim],
+) -> Result<Outcome, StoreError> {
+    let compute: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM resource_providers WHERE name = $1")
+            .bind(host)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if compute.is_none() {
+        return Err(StoreError::Invalid(format!(
+            "No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name."
+        )));
+    }
+    let by_slot: BTreeMap<&str, &SlotClaim> = claims.iter().map(|c| (c.slot.as_str(), c)).collect();
+    if by_slot.len() != claims.len() {
+        return Err(StoreError::Invalid("a slot is claimed twice".into()));
+    }
+    for c in claims {
+        if usage.get(&c.slot).is_none_or(|u| u.is_empty()) {
+            return Err(StoreError::Invalid(format!(
+                "claim of slot {} which the usage shows free",
+                c.slot
+            )));
+        }
+    }
+    let mut out = Outcome::default();
+
+    let wanted_rows: BTreeMap<String, Row3> = usage
+        .iter()
+        .filter(|(_, u)| !u.is_empty())
+        .map(|(slot, u)| {
+            let c = by_slot.get(slot.as_str());
+            (
+                slot.clone(),
+                (
+                    u.clone(),
+                    c.map(|c| c.device.clone()),
+                    c.and_then(|c| c.pod.clone()),
+                ),
+            )
+        })
+        .collect();
+    if stored_slots(tx, host).await? != wanted_rows {
+        sqlx::query("DELETE FROM kubernetes_slots WHERE hostname = $1")
+            .bind(host)
+            .execute(&mut *tx)
+            .await?;
+        let rows: Vec<(&String, &Row3)> = wanted_rows.iter().collect();
+        for chunk in rows.chunks(crate::BATCH_ROWS) {
+            let sql = format!(
+                "INSERT INTO kubernetes_slots (hostname, slot, usage, device, pod) VALUES {}",
+                crate::value_rows(chunk.len(), 5)
+            );
+            let mut q = sqlx::query(&sql);
+            for (slot, (u, device, pod)) in chunk {
+                q = q
+                    .bind(host)
+                    .bind(slot.as_str())
+                    .bind(u.as_str())
+                    .bind(device.clone())
+                    .bind(pod.clone());
+            }
+            q.execute(&mut *tx).await?;
+        }
+        out.usage_changed = true;
+    }
+
+    let ours = our_consumers(tx, host).await?;
+    let devices = host_devices(tx, host).await?;
+    out.vm_held = vm_held(tx, &devices, &ours).await?;
+
+    // Claims by device, in slot order (the map above is sorted).
+    let mut by_device: BTreeMap<&str, Vec<&SlotClaim>> = BTreeMap::new();
+    for c in by_slot.values() {
+        by_device.entry(c.device.as_str()).or_default().push(c);
+    }
+    let mut wanted: BTreeMap<String, ProviderAmounts> = BTreeMap::new();
+    for (address, cs) in by_device {
+        let Some(d) = devices.get(address) else {
+            continue; // not reported (left to Nova's PCI passthrough, or gone): nothing to allocate
+        };
+        if out.vm_held.iter().any(|a| a == address) {
+            continue;
+        }
+        let consumer = match cs.iter().find_map(|c| c.pod.as_deref()) {
+            Some(pod) => pod_consumer(host, pod),
+            None => slot_consumer(host, &cs[0].slot),
+        };
+        let mut allocated = false;
+        for rp in &d.providers {
+            let amounts: Vec<(String, i64)> = inventories::list(tx, rp.id)
+                .await?
+                .iter()
+                .map(|i| (i.rc_name.clone(), i.capacity().min(i.max_unit)))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            if !amounts.is_empty() {
+                wanted
+                    .entry(consumer.clone())
+                    .or_default()
+                    .push((rp.uuid.clone(), amounts));
+                allocated = true;
+            }
+        }
+        if allocated {
+            out.consumers
+                .entry(consumer)
+                .or_default()
+                .push(address.to_owned());
+        }
+    }
+
+    for gone in ours.iter().filter(|c| !wanted.contains_key(*c)) {
+        if allocations::delete_for_consumer(tx, gone).await? {
+            out.allocations_changed += 1;
+        }
+    }
+    let mut writes = Vec::new();
+    for (consumer, allocs) in &wanted {
+        let have: BTreeSet<(String, String, i64)> = allocations::for_consumer(tx, consumer)
+            .await?
+            .into_iter()
+            .map(|a| (a.rp_uuid, a.rc_name, a.used))
+            .collect();
+        let want: BTreeSet<(String, String, i64)> = allocs
+            .iter()
+            .flat_map(|(rp, amounts)| {
+                amounts
+                    .iter()
+                    .map(move |(rc, n)| (rp.clone(), rc.clone(), *n))
+            })
+            .collect();
+        if have != want {
+            writes.push(ConsumerWrite {
+                uuid: consumer.clone(),
+                project_id: None,
+                user_id: None,
+                check_generation: false,
+                generation: None,
+                consumer_type: Some(CONSUMER_TYPE.into()),
+                allocations: allocs.clone(),
+            });
+        }
+    }
+    if !writes.is_empty() {
+        let refused = match allocations::prepare(tx, &writes).await? {
+            Ok(prepared) => allocations::apply(tx, &prepared).await?.err(),
+            Err(r) => Some(r),
+        };
+        if let Some(r) = refused {
+            return Err(StoreError::conflict(
+                Conflict::ConcurrentUpdate,
+                format!(
+                    "Placement refused the pods' allocations on host {host} ({r:?}); a virtual \
+                     machine may have taken the device since the last save. Retry: the next \
+                     save reports it as held."
+                ),
+            ));
+        }
+        out.allocations_changed += writes.len();
+    }
+
+    let now: BTreeSet<String> = wanted.keys().cloned().collect();
+    if now != ours {
+        sqlx::query("DELETE FROM kubernetes_consumers WHERE hostname = $1")
+            .bind(host)
+            .execute(&mut *tx)
+            .await?;
+        for c in &now {
+            sqlx::query(
+                "INSERT INTO kubernetes_consumers (consumer_uuid, hostname) VALUES ($1, $2)",
+            )
+            .bind(c)
+            .bind(host)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    Ok(out)
+}
