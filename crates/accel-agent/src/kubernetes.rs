@@ -50,6 +50,21 @@ impl DeviceSource for AgentDevices {
             .map(|d| to_device(root, d))
             .collect()
     }
+
+    /// The PCI functions sysfs lists (one directory read): a device unplugged or
+    /// added changes it, and the plugins then rediscover at once.
+    fn presence(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let dir = self.agent.settings.sysfs_root.join("bus/pci/devices");
+        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        names.sort_unstable();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        names.hash(&mut h);
+        Some(h.finish())
+    }
 }
 
 /// A found device as the plugins offer it.

@@ -39,6 +39,14 @@ pub trait DeviceSource: Send + Sync {
     /// The devices present now, healthy or not. A device missing from the list is
     /// gone (unplugged, or taken by a VM; see ARCHITECTURE.md).
     fn devices(&self) -> Vec<Device>;
+
+    /// A cheap fingerprint of what [`devices`](Self::devices) would find (for the
+    /// agent: the PCI functions sysfs lists), polled often; when it changes the
+    /// devices are read at once instead of at the next full refresh. `None`: no such
+    /// shortcut, full refreshes only.
+    fn presence(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A fixed list (tests, and devices given in configuration).

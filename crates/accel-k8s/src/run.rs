@@ -1,6 +1,8 @@
 //! The plugins' run loop: three thin shells around testable steps, driven by timers
 //! until the shutdown future resolves.
 //!
+//! - every `presence_interval`: [`DeviceSource::presence`], and the devices at once
+//!   when it changed (a device unplugged or added);
 //! - every `device_interval`: [`DeviceSource::devices`] (on a blocking thread: it may
 //!   read sysfs) into [`SlotTable::set_devices`], then the CDI spec files;
 //! - every `watch_interval`: [`Registrar::step`] (serve, register, re-register), once
@@ -37,6 +39,10 @@ pub struct Options {
     /// `--pod-resources-socket`.
     pub pod_resources_socket: PathBuf,
     pub device_interval: Duration,
+    /// How often [`DeviceSource::presence`] is compared with its last value (a
+    /// change triggers a full refresh at once): unplugged or new devices reach
+    /// ListAndWatch within this plus one discovery.
+    pub presence_interval: Duration,
     pub watch_interval: Duration,
     pub reclaim_interval: Duration,
 }
@@ -48,6 +54,7 @@ impl Options {
             kubelet_dir: DEFAULT_KUBELET_DIR.into(),
             pod_resources_socket: DEFAULT_POD_RESOURCES_SOCKET.into(),
             device_interval: Duration::from_secs(10),
+            presence_interval: Duration::from_millis(50),
             watch_interval: Duration::from_secs(1),
             reclaim_interval: Duration::from_secs(10),
         }
@@ -110,11 +117,16 @@ pub async fn run_with(
     refresh(first);
     let mut saved = shared.subscribe();
     let mut devices = tokio::time::interval(options.device_interval);
+    let mut presence = tokio::time::interval(options.presence_interval);
     let mut watch = tokio::time::interval(options.watch_interval);
     let mut reclaim = tokio::time::interval(options.reclaim_interval);
-    for i in [&mut devices, &mut watch, &mut reclaim] {
+    for i in [&mut devices, &mut presence, &mut watch, &mut reclaim] {
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
+    let mut last_presence = {
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || source.presence()).await?
+    };
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -123,6 +135,16 @@ pub async fn run_with(
                 let source = source.clone();
                 let found = tokio::task::spawn_blocking(move || source.devices()).await?;
                 refresh(found);
+            }
+            _ = presence.tick(), if last_presence.is_some() => {
+                let probe = source.clone();
+                let now = tokio::task::spawn_blocking(move || probe.presence()).await?;
+                if now != last_presence {
+                    last_presence = now;
+                    let source = source.clone();
+                    let found = tokio::task::spawn_blocking(move || source.devices()).await?;
+                    refresh(found);
+                }
             }
             _ = watch.tick() => {
                 if !syncer.restored() {

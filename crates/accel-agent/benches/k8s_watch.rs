@@ -1,0 +1,138 @@
+//! Issue 6's second latency goal through the real agent path: a device unplugged (its
+//! sysfs directory removed) or plugged back, until kubelet's ListAndWatch stream of the
+//! pooled plugin carries the change. The plugins run as `accel agent` runs
+//! them (`accel_k8s::run` over [`AgentDevices`], default intervals: presence every
+//! 50 ms, full rediscovery every 10 s), over a fake sysfs tree with 8 GPUs and
+//! `EXTRA` (default 1016) functions nothing claims, 1024 in all.
+//!
+//! `cargo bench -p accel-agent --bench k8s_watch [-- ROUNDS]` (default 50 unplug and
+//! 50 re-plug events).
+
+use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::kubernetes::AgentDevices;
+use accel_agent::testing::{bdf, FakeSysfs};
+use accel_agent::Agent;
+use accel_k8s::config::KubernetesConfig;
+use accel_k8s::kubelet::connect;
+use accel_k8s::proto::deviceplugin as dp;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const GPU_BUSES: [u8; 8] = [0x17, 0x31, 0x4b, 0x65, 0x98, 0xb1, 0xca, 0xe3];
+
+fn plug(fs: &FakeSysfs, i: usize) {
+    fs.function(&bdf(GPU_BUSES[i], 0, 0), 0x10de, 0x20b0, 0x030200)
+        .numa(0)
+        .driver("vfio-pci")
+        .iommu_group(40 + i as u32);
+}
+
+fn summary(what: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let p = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    println!(
+        "{what:<40} n={:<4} p50={:>8.1?} p99={:>8.1?} max={:>8.1?}",
+        v.len(),
+        p(0.50),
+        p(0.99),
+        v[v.len() - 1]
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rounds: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(50);
+    let extra: usize = std::env::var("EXTRA")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1016);
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    for i in 0..GPU_BUSES.len() {
+        plug(&fs, i);
+    }
+    // Functions no driver claims (a bridge-class device per slot), so a discovery
+    // walks a host-sized tree.
+    for k in 0..extra {
+        let a = format!("0001:{:02x}:{:02x}.{}", k / 256, (k / 8) % 32, k % 8);
+        fs.function(&a, 0x8086, 0x1234, 0x060400);
+    }
+    let mut kubernetes = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\ncapacity = 1\n\
+         [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+    )
+    .unwrap();
+    kubernetes.cdi_dir = dir.path().join("cdi");
+    let settings = Settings {
+        server: "http://127.0.0.1:9".into(),
+        node: "bench-node".into(),
+        token: "admin".into(),
+        sysfs_root: fs.root.clone(),
+        drivers: None,
+        interval_seconds: 60,
+        nova_config: None,
+        driver: DriverSettings::default(),
+        kubernetes: None,
+    };
+    let source = Arc::new(AgentDevices::new(Agent::new(settings).unwrap()));
+    let kubelet = dir.path().join("device-plugins");
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let options = accel_k8s::Options {
+        kubelet_dir: kubelet.clone(),
+        pod_resources_socket: dir.path().join("absent.sock"),
+        ..accel_k8s::Options::new("bench-node")
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(accel_k8s::run(kubernetes, source, options, async {
+        let _ = stopped.await;
+    }));
+    // The pooled plugin: one virtual id per device with a free slot (an unplugged
+    // device's instance-level plugin stops, so its own stream would just end).
+    let sock = kubelet.join(accel_k8s::kubelet::socket_name("accel.dev/gpu"));
+    let channel = loop {
+        if let Ok(c) = connect(&sock).await {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut stream = dp::device_plugin_client::DevicePluginClient::new(channel)
+        .list_and_watch(dp::Empty {})
+        .await
+        .unwrap()
+        .into_inner();
+    let healthy =
+        |m: &dp::ListAndWatchResponse| m.devices.iter().filter(|d| d.health == "Healthy").count();
+    let mut first = stream.message().await.unwrap().unwrap();
+    while healthy(&first) < GPU_BUSES.len() {
+        first = stream.message().await.unwrap().unwrap();
+    }
+    let mut unplug = Vec::new();
+    let mut replug = Vec::new();
+    for _ in 0..rounds {
+        for (plugged, times) in [(false, &mut unplug), (true, &mut replug)] {
+            let t = Instant::now();
+            for (i, &bus) in GPU_BUSES.iter().enumerate() {
+                if plugged {
+                    plug(&fs, i);
+                } else {
+                    fs.remove(&bdf(bus, 0, 0));
+                }
+            }
+            let want = if plugged { GPU_BUSES.len() } else { 0 };
+            loop {
+                let msg = stream.message().await.unwrap().unwrap();
+                if healthy(&msg) == want {
+                    break;
+                }
+            }
+            times.push(t.elapsed());
+        }
+    }
+    summary("8 GPUs unplugged -> pool offers none", unplug);
+    summary("8 GPUs plugged back -> pool offers 8", replug);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
