@@ -8,30 +8,10 @@ mod common;
 use accel_agent::config::{DriverSettings, Settings};
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, AgentError};
-use common::accel::{Server, TempDb};
+use common::accel::{placement, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-
-const MV: &str = "placement 1.39";
-
-async fn placement(
-    srv: &Server,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut r = reqwest::Client::new()
-        .request(method, format!("{}{path}", srv.placement))
-        .header("x-auth-token", "admin")
-        .header("openstack-api-version", MV);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let s = resp.status().as_u16();
-    (s, resp.json().await.unwrap_or(Value::Null))
-}
 
 async fn get(srv: &Server, path: &str) -> Value {
     let (s, v) = placement(srv, reqwest::Method::GET, path, None).await;

@@ -14,7 +14,7 @@ use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::proto::deviceplugin as dp;
 use accel_store::accelerator::kubernetes::pod_consumer;
-use common::accel::{workers, Server, TempDb};
+use common::accel::{placement, workers, Server, TempDb};
 use common::BACKENDS;
 use kubelet::{ids, wait_list, FakeKubelet};
 use serde_json::{json, Value};
@@ -27,24 +27,6 @@ use tokio::task::JoinHandle;
 const NODE: &str = "k8s-node";
 const POOL: &str = "accel.dev/gpu";
 const GPUS: [&str; 2] = ["0000:17:00.0", "0000:31:00.0"];
-
-async fn placement(
-    srv: &Server,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut r = reqwest::Client::new()
-        .request(method, format!("{}{path}", srv.placement))
-        .header("x-auth-token", "admin")
-        .header("openstack-api-version", "placement 1.39");
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let s = resp.status().as_u16();
-    (s, resp.json().await.unwrap_or(Value::Null))
-}
 
 fn provider(address: &str) -> String {
     accel_store::accelerator::report::provider_uuid(&format!("{NODE}_{address}"))

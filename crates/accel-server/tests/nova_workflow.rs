@@ -7,30 +7,12 @@ mod common;
 use accel_server::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
 use accel_store::accelerator::hardware::{self, DeployableColumn};
 use accel_store::accelerator::report;
-use common::accel::{workers, FakeNova, Server, TempDb};
+use common::accel::{placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const HOST: &str = "cn-wf";
-
-async fn placement(
-    server: &Server,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut r = reqwest::Client::new()
-        .request(method, format!("{}{path}", server.placement))
-        .header("x-auth-token", "admin")
-        .header("openstack-api-version", "placement 1.39");
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 /// Gives the fake host's compute node some CPU and memory, as nova-compute would.
 async fn compute_inventory(server: &Server) -> String {

@@ -13,6 +13,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 
+/// A Placement request as the admin at microversion 1.39: status and JSON body
+/// (`null` when there is none).
+pub async fn placement(
+    server: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("{}{path}", server.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "placement 1.39");
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
 /// A database both a first and a restarted server can open; a SQLite file is removed
 /// when the test is done with it.
 pub struct TempDb {
