@@ -774,3 +774,33 @@ async fn keystone_unreachable_is_503() {
         Some("Keystone uri=\"http://keystone.example/identity\"")
     );
 }
+
+#[tokio::test]
+async fn keystone_over_https_speaks_tls() {
+    // A listener that records the first bytes it is sent: an https auth_url must
+    // open with a TLS handshake record (0x16, version 3.x), not plain HTTP.
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let first = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 3];
+        sock.read_exact(&mut buf).await.unwrap();
+        buf
+    });
+    let app = App::spawn(Backend::Sqlite, None, |c| {
+        c.auth_url = format!("https://{addr}/v3");
+    })
+    .await;
+    let r = app
+        .accel(&user("any"), Method::GET, "/v2/device_profiles", None)
+        .await;
+    // The handshake never completes (the listener closes): Keystone is unavailable.
+    assert_eq!(r.status, 503, "{}", r.body);
+    let bytes = tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .expect("nothing reached the https endpoint")
+        .unwrap();
+    assert_eq!(bytes[0], 0x16, "not a TLS handshake record: {bytes:?}");
+    assert_eq!(bytes[1], 0x03, "not a TLS version: {bytes:?}");
+}

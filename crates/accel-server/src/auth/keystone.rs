@@ -36,8 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[serde(deny_unknown_fields)]
 pub struct KeystoneConfig {
     /// Identity endpoint used to get our own token and validate others, with or
-    /// without `/v3` (`http://keystone:5000/v3`, `http://ctl/identity`). `http://`
-    /// only: this build has no TLS client.
+    /// without `/v3` (`http://keystone:5000/v3`, `https://ctl/identity`). https is
+    /// verified against the system's trust store (rustls).
     pub auth_url: String,
     /// Only `password` is supported.
     #[serde(default = "default_auth_type")]
@@ -123,16 +123,9 @@ impl KeystoneConfig {
             ));
         }
         let url = self.auth_url.trim();
-        if url.starts_with("https://") {
-            return Err(
-                "[keystone_authtoken] auth_url: this build has no TLS client; \
-                 give Keystone's http:// endpoint (on a trusted network)"
-                    .into(),
-            );
-        }
-        if !url.starts_with("http://") {
+        if !url.starts_with("http://") && !url.starts_with("https://") {
             return Err(format!(
-                "[keystone_authtoken] auth_url must be an http:// URL, not {url:?}"
+                "[keystone_authtoken] auth_url must be an http:// or https:// URL, not {url:?}"
             ));
         }
         for (name, v) in [
@@ -654,10 +647,12 @@ mod tests {
         let c =
             cfg("auth_url=http://ctl/identity\nusername=u\npassword=p\nproject_name=s").unwrap();
         assert_eq!(c.v3_base(), "http://ctl/identity/v3");
+        let c = cfg("auth_url=https://ks\nusername=u\npassword=p\nproject_name=s").unwrap();
+        assert_eq!(c.v3_base(), "https://ks/v3");
         assert!(
-            cfg("auth_url=https://ks\nusername=u\npassword=p\nproject_name=s")
+            cfg("auth_url=ks:5000\nusername=u\npassword=p\nproject_name=s")
                 .unwrap_err()
-                .contains("TLS")
+                .contains("http:// or https://")
         );
         assert!(cfg(
             "auth_url=http://ks\nusername=u\npassword=p\nproject_name=s\nauth_type=v3token"
