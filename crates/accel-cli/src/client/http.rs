@@ -25,8 +25,8 @@ pub struct Extra<'a> {
 impl Api {
     pub fn new(conn: &Connection) -> anyhow::Result<Api> {
         let base = conn.url.trim_end_matches('/');
-        if !base.starts_with("http://") {
-            bail!("--url must be an http:// URL, not {base:?}");
+        if !base.starts_with("http://") && !base.starts_with("https://") {
+            bail!("--url must be an http:// or https:// URL, not {base:?}");
         }
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
