@@ -8,7 +8,7 @@
 //! `cargo bench -p accel-agent --bench k8s_watch [-- ROUNDS]` (default 50 unplug and
 //! 50 re-plug events).
 
-use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::config::Settings;
 use accel_agent::kubernetes::AgentDevices;
 use accel_agent::testing::{bdf, FakeSysfs};
 use accel_agent::Agent;
@@ -66,17 +66,7 @@ async fn main() {
     )
     .unwrap();
     kubernetes.cdi_dir = dir.path().join("cdi");
-    let settings = Settings {
-        server: "http://127.0.0.1:9".into(),
-        node: "bench-node".into(),
-        token: "admin".into(),
-        sysfs_root: fs.root.clone(),
-        drivers: None,
-        interval_seconds: 60,
-        nova_config: None,
-        driver: DriverSettings::default(),
-        kubernetes: None,
-    };
+    let settings = Settings::new("http://127.0.0.1:9", "bench-node", &fs.root);
     let source = Arc::new(AgentDevices::new(Agent::new(settings).unwrap()));
     let kubelet = dir.path().join("device-plugins");
     std::fs::create_dir_all(&kubelet).unwrap();

@@ -1,5 +1,7 @@
 //! The agent's cycle: discover, build the report, send it. [`Agent::step`] is one
-//! cycle (tests call it); [`Agent::run`] repeats it every interval until shutdown.
+//! cycle (tests call it); [`Agent::run`] repeats it every interval until shutdown, and
+//! between reports carries out the server's programming requests
+//! ([`Agent::program_step`], see [`crate::program`]).
 //!
 //! Reports are full (the server diffs them, so a lost report costs nothing), and
 //! byte-identical while nothing changes, which lets the server skip them after one
@@ -11,6 +13,8 @@ use crate::config::Settings;
 use crate::drivers::{self, Discovery, Driver};
 use crate::model::Report;
 use crate::nova::NovaPci;
+use crate::pci::PciBus;
+use crate::program::{self, Glance, ProgramJob};
 use crate::sysfs::Sysfs;
 use std::time::Duration;
 
@@ -123,18 +127,121 @@ impl Agent {
         Ok(outcome)
     }
 
-    /// Reports every interval until `shutdown` resolves. A failed report is logged and
-    /// retried at the next interval; it never stops the agent.
+    /// Carries out the server's pending programming requests, one at a time, and
+    /// answers each; answers how many it handled. After a successful programming the
+    /// host is reported (forced) before the answer, so the region's new function
+    /// trait is in Placement when the bind resolves.
+    pub async fn program_step(&mut self) -> Result<usize, AgentError> {
+        let node = self
+            .settings
+            .require_node()
+            .map_err(AgentError::Config)?
+            .to_owned();
+        let jobs = self.client.pending_programs(&node).await?;
+        for job in &jobs {
+            let result = self.program(&node, job).await;
+            match &result {
+                Ok(function) => {
+                    tracing::info!(request = job.id, deployable = %job.deployable_name, function = function.as_deref().unwrap_or("unknown"), "programmed");
+                    // The new function trait first; a failed report is retried by the
+                    // next one and does not undo the programming.
+                    if let Err(e) = self.step().await {
+                        tracing::warn!("report after programming failed: {e}");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(request = job.id, deployable = %job.deployable_name, "programming failed: {e}")
+                }
+            }
+            let answer = result.map(|_| ());
+            if let Err(e) = self.client.finish_program(&node, job.id, &answer).await {
+                // A request abandoned by the server (its caller gave up) is gone: 404.
+                tracing::warn!(request = job.id, "answer not taken: {e}");
+            }
+        }
+        Ok(jobs.len())
+    }
+
+    /// Fetches, verifies and programs one request's bitstream; answers the function id
+    /// the driver reports.
+    async fn program(&self, node: &str, job: &ProgramJob) -> Result<Option<String>, String> {
+        let glance_url = self.settings.glance_url.as_deref().ok_or_else(|| {
+            "the agent has no glance_url, so it cannot fetch bitstreams".to_owned()
+        })?;
+        let glance = Glance::new(glance_url, &self.settings.token);
+        let image = match (&job.bitstream_id, &job.function_id) {
+            (Some(b), _) => glance.image(b).await?,
+            (None, Some(f)) => glance.image_for_function(f).await?,
+            (None, None) => {
+                return Err("the request names neither a bitstream nor a function".into())
+            }
+        };
+        let file = glance.download(&image, &self.settings.program_dir).await?;
+        let result = self.program_file(node, job, &file);
+        let _ = std::fs::remove_file(&file);
+        let function = result?;
+        if let (Some(want), Some(got)) = (&job.function_id, &function) {
+            if accel_core::accelerator::id_part(want) != accel_core::accelerator::id_part(got) {
+                return Err(format!(
+                    "image {} programmed function {got}, not the requested {want}",
+                    image.id
+                ));
+            }
+        }
+        Ok(function)
+    }
+
+    fn program_file(
+        &self,
+        node: &str,
+        job: &ProgramJob,
+        file: &std::path::Path,
+    ) -> Result<Option<String>, String> {
+        let sysfs = Sysfs::new(&self.settings.sysfs_root);
+        let devices = self.discover().devices;
+        let (device, region) =
+            program::locate(&devices, node, &job.deployable_name).ok_or_else(|| {
+                format!(
+                    "no FPGA region on this host is deployable {}",
+                    job.deployable_name
+                )
+            })?;
+        let driver = self
+            .drivers
+            .iter()
+            .find(|d| d.name() == device.driver)
+            .ok_or_else(|| format!("driver {} is not enabled", device.driver))?;
+        let bus = PciBus::scan(&sysfs);
+        let host = drivers::Host {
+            sysfs: &sysfs,
+            bus: &bus,
+            config: &self.settings.driver,
+        };
+        driver
+            .program(&host, device, region, file)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reports every interval and looks for programming requests every program
+    /// interval, until `shutdown` resolves. A failed report or look is logged and
+    /// retried at the next tick; it never stops the agent.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(Duration::from_secs(self.settings.interval_seconds));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut programs = tokio::time::interval(self.settings.program_interval);
+        programs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = tick.tick() => {
                     if let Err(e) = self.step().await {
                         tracing::error!("report failed: {e}");
+                    }
+                }
+                _ = programs.tick() => {
+                    if let Err(e) = self.program_step().await {
+                        tracing::warn!("looking for programming requests failed: {e}");
                     }
                 }
             }

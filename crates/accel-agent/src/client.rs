@@ -1,6 +1,7 @@
 //! The agent's calls to the accelerator API: look up its compute node
 //! (`GET /v2/agent/hosts/{node}`), report (`PUT /v2/agent/hosts/{node}/devices`), and
-//! load and save the Kubernetes slot usage (`/v2/agent/hosts/{node}/kubernetes`).
+//! load and save the Kubernetes slot usage (`/v2/agent/hosts/{node}/kubernetes`), and
+//! take and answer programming requests (`/v2/agent/hosts/{node}/programs`).
 
 use serde_json::Value;
 
@@ -141,5 +142,42 @@ impl Client {
             kept: n("devices_kept"),
             vanished: n("devices_vanished"),
         })
+    }
+
+    /// `GET /v2/agent/hosts/{node}/programs`: the programming requests to carry out.
+    pub async fn pending_programs(
+        &self,
+        node: &str,
+    ) -> Result<Vec<crate::program::ProgramJob>, ClientError> {
+        let url = format!("{}/v2/agent/hosts/{node}/programs", self.base);
+        let v = self.send(self.http.get(&url), &url).await?;
+        Ok(v["programs"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(crate::program::ProgramJob::from_json)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// `PUT /v2/agent/hosts/{node}/programs/{id}`: done, or failed with the reason.
+    pub async fn finish_program(
+        &self,
+        node: &str,
+        id: i64,
+        result: &Result<(), String>,
+    ) -> Result<(), ClientError> {
+        let url = format!("{}/v2/agent/hosts/{node}/programs/{id}", self.base);
+        let body = match result {
+            Ok(()) => serde_json::json!({"state": "done"}),
+            Err(e) => serde_json::json!({"state": "failed", "error": e}),
+        };
+        let req = self
+            .http
+            .put(&url)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap_or_default());
+        self.send(req, &url).await.map(|_| ())
     }
 }

@@ -11,6 +11,9 @@
 //! interval_seconds = 60
 //! nova_config = "/etc/nova/nova.conf"
 //! nvml = true
+//! glance_url = "http://glance:9292"    # bitstreams for FPGA programming
+//! program_interval_ms = 1000           # how often programming requests are fetched
+//! program_dir = "/var/lib/accel/bitstreams"
 //!
 //! [nic.physnets]
 //! physnet1 = ["eth2", "0000:3b:00.0"]
@@ -55,6 +58,12 @@ pub struct FileConfig {
     pub fake: FakeConfig,
     /// Kubelet device plugins; absent: the agent serves none.
     pub kubernetes: Option<accel_k8s::KubernetesFile>,
+    /// The image service (Glance v2) bitstreams are fetched from.
+    pub glance_url: Option<String>,
+    /// Milliseconds between two looks for programming requests (default 1000).
+    pub program_interval_ms: Option<u64>,
+    /// Where downloaded bitstreams are kept while they are programmed.
+    pub program_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -140,6 +149,7 @@ pub struct Flags {
     pub drivers: Option<Vec<String>>,
     pub interval_seconds: Option<u64>,
     pub nova_config: Option<PathBuf>,
+    pub glance_url: Option<String>,
 }
 
 /// The resolved configuration.
@@ -156,11 +166,35 @@ pub struct Settings {
     pub driver: DriverSettings,
     /// The validated `[kubernetes]` table, when the file has one.
     pub kubernetes: Option<accel_k8s::KubernetesConfig>,
+    /// Glance v2 root for bitstreams; without it programming requests fail with that
+    /// reason.
+    pub glance_url: Option<String>,
+    pub program_interval: std::time::Duration,
+    pub program_dir: PathBuf,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
 
 impl Settings {
+    /// The defaults for an agent of `node` reporting to `server` from `sysfs_root`
+    /// (tests and benchmarks start from these).
+    pub fn new(server: &str, node: &str, sysfs_root: &Path) -> Settings {
+        Settings {
+            server: server.trim_end_matches('/').to_owned(),
+            node: node.to_owned(),
+            token: "admin".into(),
+            sysfs_root: sysfs_root.to_owned(),
+            drivers: None,
+            interval_seconds: 60,
+            nova_config: None,
+            driver: DriverSettings::default(),
+            kubernetes: None,
+            glance_url: None,
+            program_interval: std::time::Duration::from_millis(1000),
+            program_dir: std::env::temp_dir().join("accel-bitstreams"),
+        }
+    }
+
     /// Merges `flags` over the file they name.
     pub fn load(flags: Flags) -> Result<Settings, String> {
         let file = match &flags.config {
@@ -204,7 +238,25 @@ impl Settings {
                 fake: file.fake.devices,
             },
             kubernetes,
+            glance_url: flags
+                .glance_url
+                .or(file.glance_url)
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .filter(|u| !u.is_empty()),
+            program_interval: std::time::Duration::from_millis(
+                file.program_interval_ms.unwrap_or(1000).max(10),
+            ),
+            program_dir: file
+                .program_dir
+                .unwrap_or_else(|| std::env::temp_dir().join("accel-bitstreams")),
         };
+        if let Some(u) = &settings.glance_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(format!(
+                    "glance_url must be an http:// or https:// URL, not {u:?}"
+                ));
+            }
+        }
         if let Some(d) = &settings.drivers {
             if let Some(bad) = d
                 .iter()

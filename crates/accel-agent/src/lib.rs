@@ -11,7 +11,8 @@
 //!
 //! The agent never links the store: its only way to the data is the server's API.
 //! With a `[kubernetes]` table it also serves kubelet device plugins (crate
-//! `accel_k8s`) for the devices it finds ([`kubernetes`]).
+//! `accel_k8s`) for the devices it finds ([`kubernetes`]). It programs FPGA regions
+//! when the server asks ([`program`]).
 
 pub mod agent;
 pub mod client;
@@ -21,6 +22,7 @@ pub mod kubernetes;
 pub mod model;
 pub mod nova;
 pub mod pci;
+pub mod program;
 pub mod sysfs;
 pub mod testing;
 

@@ -46,18 +46,7 @@ pub fn trait_part(s: &str) -> String {
         .collect()
 }
 
-/// A region or function id as 32 upper-case hex digits (dashes dropped), the form
-/// that is valid inside a trait name; `None` when it is not 128 bits of hex.
-pub fn id_part(id: &str) -> Option<String> {
-    let hex: String = id
-        .trim()
-        .trim_start_matches("0x")
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    (hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()))
-        .then(|| hex.to_ascii_uppercase())
-}
+pub use accel_core::accelerator::id_part;
 
 /// Vendor names used in traits (`CUSTOM_GPU_NVIDIA`); others are the hex id.
 pub fn vendor_name(vendor: u16) -> String {

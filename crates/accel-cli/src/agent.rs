@@ -35,6 +35,9 @@ pub struct AgentArgs {
     /// Nova's configuration file: devices its [pci] device_spec rules match are left to Nova.
     #[arg(long, global = true)]
     nova_config: Option<PathBuf>,
+    /// The image service (Glance v2) root that FPGA bitstreams are fetched from.
+    #[arg(long, env = "ACCEL_AGENT_GLANCE_URL", global = true)]
+    glance_url: Option<String>,
     /// Kubelet's device plugin directory; the [kubernetes] plugins serve while it exists.
     #[arg(long, default_value = accel_k8s::run::DEFAULT_KUBELET_DIR)]
     kubelet_dir: PathBuf,
@@ -71,6 +74,7 @@ fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
         drivers: a.drivers.clone(),
         interval_seconds: a.interval,
         nova_config: a.nova_config.clone(),
+        glance_url: a.glance_url.clone(),
     })
     .map_err(anyhow::Error::msg)
 }

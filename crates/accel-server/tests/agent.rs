@@ -5,7 +5,7 @@
 
 mod common;
 
-use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, AgentError};
 use common::accel::{placement, Server, TempDb};
@@ -32,18 +32,7 @@ async fn compute_node(srv: &Server, name: &str) -> Value {
 }
 
 fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
-    Agent::new(Settings {
-        server: srv.accel.clone(),
-        node: node.into(),
-        token: "admin".into(),
-        sysfs_root: root.to_owned(),
-        drivers: None,
-        interval_seconds: 60,
-        nova_config: None,
-        driver: DriverSettings::default(),
-        kubernetes: None,
-    })
-    .unwrap()
+    Agent::new(Settings::new(&srv.accel, node, root)).unwrap()
 }
 
 /// name -> (uuid, parent name, inventories {class: (total, reserved)}, traits).

@@ -526,7 +526,10 @@ async fn programming_by_the_fake_driver_succeeds_at_once_and_by_an_agent_when_it
         let a2 = arq2.clone();
         store
             .write(move |tx| {
-                Box::pin(async move { binds::finish_program_request(tx, &a2, Ok(()), now).await })
+                Box::pin(async move {
+                    let pr = binds::program_request(tx, &a2).await?.unwrap();
+                    binds::finish_program_request(tx, "cn8", pr.id, Ok(()), now).await
+                })
             })
             .await
             .unwrap();

@@ -7,7 +7,7 @@ mod common;
 #[path = "../../accel-k8s/tests/common/mod.rs"]
 mod kubelet;
 
-use accel_agent::config::{DriverSettings, Settings};
+use accel_agent::config::Settings;
 use accel_agent::kubernetes::{AgentDevices, ServerUsage};
 use accel_agent::testing::FakeSysfs;
 use accel_agent::Agent;
@@ -53,15 +53,9 @@ fn host(dir: &Path, srv: &Server) -> Settings {
     .unwrap();
     kubernetes.cdi_dir = dir.join("cdi");
     Settings {
-        server: srv.accel.clone(),
-        node: NODE.into(),
-        token: "admin".into(),
-        sysfs_root: fs.root.clone(),
         drivers: Some(vec!["nvidia".into()]),
-        interval_seconds: 60,
-        nova_config: None,
-        driver: DriverSettings::default(),
         kubernetes: Some(kubernetes),
+        ..Settings::new(&srv.accel, NODE, &fs.root)
     }
 }
 

@@ -54,6 +54,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0008_kubernetes.sql"),
         postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
     },
+    Migration {
+        version: 9,
+        sqlite: include_str!("../migrations/sqlite/0009_program_requests.sql"),
+        postgres: include_str!("../migrations/postgres/0009_program_requests.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

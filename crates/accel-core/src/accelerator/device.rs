@@ -185,3 +185,69 @@ mod tests {
         assert_eq!(AttachType::TestPci.as_str(), "TEST_PCI");
     }
 }
+
+/// A region, function or interface id as 32 upper-case hex digits (dashes and a `0x`
+/// prefix dropped): the form that is valid inside a trait name. `None` when `id` is
+/// not 128 bits of hex.
+pub fn id_part(id: &str) -> Option<String> {
+    let hex: String = id
+        .trim()
+        .trim_start_matches("0x")
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    (hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+        .then(|| hex.to_ascii_uppercase())
+}
+
+/// Prefix of the trait a programmed FPGA region carries for its function:
+/// `CUSTOM_FPGA_FUNCTION_<VENDOR>_<ID>` (seed 003), or Cyborg's
+/// `CUSTOM_FPGA_FUNCTION_ID_<VENDOR>_<ID>`.
+pub const FUNCTION_TRAIT_PREFIX: &str = "CUSTOM_FPGA_FUNCTION_";
+
+/// Whether one of `traits` says the region already carries `function_id`.
+pub fn carries_function<'a>(traits: impl IntoIterator<Item = &'a str>, function_id: &str) -> bool {
+    let Some(id) = id_part(function_id) else {
+        return false;
+    };
+    traits.into_iter().any(|t| {
+        t.strip_prefix(FUNCTION_TRAIT_PREFIX)
+            .and_then(|rest| rest.strip_suffix(id.as_str()))
+            .is_some_and(|vendor| vendor.ends_with('_') && vendor.len() > 1)
+    })
+}
+
+#[cfg(test)]
+mod function_tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_function_traits() {
+        let f = "9926ab6d-6c92-5a68-aabc-a7d84c545738";
+        assert_eq!(
+            id_part(f).as_deref(),
+            Some("9926AB6D6C925A68AABCA7D84C545738")
+        );
+        assert_eq!(id_part("0x1234"), None);
+        assert!(carries_function(
+            [
+                "CUSTOM_OWNER_ACCEL",
+                "CUSTOM_FPGA_FUNCTION_INTEL_9926AB6D6C925A68AABCA7D84C545738"
+            ],
+            f
+        ));
+        assert!(carries_function(
+            ["CUSTOM_FPGA_FUNCTION_ID_INTEL_9926AB6D6C925A68AABCA7D84C545738"],
+            f
+        ));
+        assert!(!carries_function(
+            ["CUSTOM_FPGA_REGION_INTEL_9926AB6D6C925A68AABCA7D84C545738"],
+            f
+        ));
+        assert!(!carries_function(
+            ["CUSTOM_FPGA_FUNCTION_9926AB6D6C925A68AABCA7D84C545738"],
+            f
+        ));
+        assert!(!carries_function(["CUSTOM_FPGA_FUNCTION_INTEL_X"], "nope"));
+    }
+}

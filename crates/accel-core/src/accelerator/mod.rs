@@ -10,7 +10,7 @@ pub mod profile;
 
 pub use arq::ArqState;
 pub use device::{
-    fake_device, AttachType, DeviceHealth, DeviceStatus, DeviceType, ReportedDeployable,
-    ReportedDevice, ReportedHandle,
+    carries_function, fake_device, id_part, AttachType, DeviceHealth, DeviceStatus, DeviceType,
+    ReportedDeployable, ReportedDevice, ReportedHandle, FUNCTION_TRAIT_PREFIX,
 };
 pub use profile::{DeviceProfile, Group, ProfileError};

@@ -2,7 +2,9 @@
 //! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), the agent's start-up
 //! check (`GET /v2/agent/hosts/{hostname}`: 404 with what to fix when no compute node
 //! provider has that name), and the built-in fake source ([`report_fake_devices`]) that
-//! reports what Cyborg's fake driver would.
+//! reports what Cyborg's fake driver would. The agent also takes its programming
+//! requests here (`GET /v2/agent/hosts/{hostname}/programs`) and answers them
+//! (`PUT .../programs/{id}`); upstream does both over RPC.
 //!
 //! Upstream agents report over RPC to the conductor; these endpoints are accel's. The
 //! body is the host's full device list in upstream's `DriverDevice` shape, plus
@@ -29,6 +31,7 @@ use accel_core::accelerator::{
     fake_device, AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
 use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::binds;
 use accel_store::accelerator::report::{self, Summary};
 use accel_store::{Store, StoreError};
 use axum::body::Body;
@@ -198,4 +201,83 @@ pub(crate) async fn show_host(
             "No compute node resource provider named {host} in Placement. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it"
         ))),
     }
+}
+
+fn render_program(pr: &binds::ProgramRequest) -> Value {
+    json!({
+        "id": pr.id,
+        "arq_uuid": pr.arq_uuid,
+        "deployable_uuid": pr.deployable_uuid,
+        "deployable_name": pr.deployable_name,
+        "bitstream_id": pr.bitstream_id,
+        "function_id": pr.function_id,
+        "state": pr.state,
+        "error": pr.error,
+    })
+}
+
+/// `GET /v2/agent/hosts/{host}/programs`: the programming requests the host's agent
+/// has to carry out (for binds whose profile names a bitstream or function the region
+/// lacks, and for `PATCH /v2/deployables/{uuid}/program`), oldest first.
+pub(crate) async fn pending_programs(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let h = host.to_owned();
+    let list = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { binds::pending_programs(tx, &h).await }))
+        .await?;
+    let programs: Vec<Value> = list.iter().map(render_program).collect();
+    Ok(json_reply(StatusCode::OK, &json!({ "programs": programs })))
+}
+
+/// `PUT /v2/agent/hosts/{host}/programs/{id}` with `{"state": "done"}` or
+/// `{"state": "failed", "error": "<why>"}`: the agent's answer. A bind waiting on it
+/// is performed at once; 404 when the host has no such pending request (it was
+/// abandoned, or answered before).
+pub(crate) async fn finish_program(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+    id: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| AccelError::bad_request(format!("Invalid programming request id {id}")))?;
+    let body = ctx.json_body()?;
+    let result = match body.get("state").and_then(Value::as_str) {
+        Some("done") => Ok(()),
+        Some("failed") => Err(body
+            .get("error")
+            .and_then(Value::as_str)
+            .filter(|e| !e.trim().is_empty())
+            .ok_or_else(|| AccelError::bad_request("A failed programming request needs its error"))?
+            .to_owned()),
+        _ => {
+            return Err(AccelError::bad_request(
+                "state must be \"done\" or \"failed\"",
+            ))
+        }
+    };
+    let h = host.to_owned();
+    let pr = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                binds::finish_program_request(tx, &h, id, result, accel_store::now()).await
+            })
+        })
+        .await?;
+    if pr.arq_uuid.is_some() {
+        st.bind_wakeup.notify_one();
+    }
+    Ok(json_reply(StatusCode::OK, &render_program(&pr)))
 }

@@ -47,6 +47,10 @@ impl AccelError {
     pub fn conflict(m: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, m)
     }
+    /// A failure that is not the caller's (upstream's 500s such as `FPGAProgramError`).
+    pub fn internal(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, m)
+    }
     /// The policy refusal upstream's `HTTPForbidden` gives.
     pub fn denied(rule: &str) -> Self {
         Self::forbidden(format!(

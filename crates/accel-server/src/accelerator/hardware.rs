@@ -1,5 +1,5 @@
 //! Hardware records: `/v2/devices` (with enable/disable), `/v2/deployables` and
-//! `/v2/attributes`. Reads need a project manager or an admin and writes an admin
+//! `/v2/attributes`, and programming a deployable (`PATCH /v2/deployables/{uuid}/program`). Reads need a project manager or an admin and writes an admin
 //! (CVE-2026-40213's secure defaults); the agent report fills the records.
 
 use super::error::{AccelError, AccelResult};
@@ -7,11 +7,12 @@ use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
-use accel_store::accelerator::report;
+use accel_store::accelerator::{binds, report};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// `(field, value)` filters, and the query's other parameters.
 type Filters<'a> = (Vec<(String, String)>, Vec<(&'a str, &'a str)>);
@@ -301,3 +302,121 @@ pub async fn delete_attribute(
         .await?;
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }
+
+/// The Glance image a program patch names: upstream's body is
+/// `[{"path": "/program", "op": "replace", "value": [{"image_uuid": "<uuid>"}]}]`.
+fn program_image(body: &Value) -> AccelResult<String> {
+    let bad = |what: &str| {
+        AccelError::bad_request(format!(
+            "Invalid program request: {what}. Expected [{{\"path\": \"/program\", \"op\": \"replace\", \"value\": [{{\"image_uuid\": \"<image uuid>\"}}]}}]"
+        ))
+    };
+    let [op] = body
+        .as_array()
+        .map(Vec::as_slice)
+        .ok_or_else(|| bad("the body must be a list of one patch operation"))?
+    else {
+        return Err(bad("the body must be a list of one patch operation"));
+    };
+    if op.get("path").and_then(Value::as_str) != Some("/program") {
+        return Err(bad("path must be /program"));
+    }
+    if op.get("op").and_then(Value::as_str) != Some("replace") {
+        return Err(bad("op must be replace"));
+    }
+    let [value] = op
+        .get("value")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    else {
+        return Err(bad("value must be a list of one object"));
+    };
+    let image = value
+        .get("image_uuid")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("value[0].image_uuid must be a string"))?;
+    if uuid::Uuid::try_parse(image).is_err() {
+        return Err(bad(&format!("image_uuid {image:?} is not a UUID")));
+    }
+    Ok(image.to_owned())
+}
+
+/// `PATCH /v2/deployables/{uuid}/program`: programs the deployable with a Glance
+/// image and answers it (200). As upstream the call is synchronous: the request is
+/// recorded for the deployable's agent, which fetches, verifies and programs the image
+/// and answers; the call waits at most the bind timeout for it. A failed or timed-out
+/// programming answers 500 with the reason, as upstream's `FPGAProgramError`.
+pub async fn program_deployable(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::DEPLOYABLE_PROGRAM)?;
+    ctx.only_params(&[])?;
+    require_uuid(uuid)?;
+    let image = program_image(&ctx.json_body()?)?;
+    let u = uuid.to_owned();
+    let asked = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(
+                async move { binds::request_program(tx, &u, &image, accel_store::now()).await },
+            )
+        })
+        .await?;
+    let id = asked.id;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(st.bind_timeout_secs.max(1) as u64);
+    let mut tick = tokio::time::interval(PROGRAM_POLL);
+    let done = loop {
+        tick.tick().await;
+        let now_pr = st
+            .app
+            .store
+            .read(move |tx| Box::pin(async move { binds::program_request_by_id(tx, id).await }))
+            .await?;
+        match now_pr {
+            Some(pr) if pr.state == "pending" => {}
+            Some(pr) => break pr,
+            None => return Err(AccelError::internal("the programming request disappeared")),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let reason = format!(
+                "the agent of host {} did not program deployable {uuid} within {} s",
+                asked.hostname, st.bind_timeout_secs
+            );
+            let r = reason.clone();
+            let gave_up = st
+                .app
+                .store
+                .write(move |tx| {
+                    Box::pin(async move {
+                        binds::abandon_program_request(tx, id, &r, accel_store::now()).await
+                    })
+                })
+                .await?;
+            if gave_up {
+                return Err(AccelError::internal(format!(
+                    "FPGA programming failed: {reason}"
+                )));
+            }
+        }
+    };
+    if done.state != "done" {
+        return Err(AccelError::internal(format!(
+            "FPGA programming failed: {}",
+            done.error.as_deref().unwrap_or("no reason given")
+        )));
+    }
+    let list = render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())]).await?;
+    let one = list
+        .into_iter()
+        .next()
+        .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))?;
+    Ok(json_reply(StatusCode::OK, &one))
+}
+
+/// How often a program call looks for the agent's answer.
+const PROGRAM_POLL: Duration = Duration::from_millis(100);

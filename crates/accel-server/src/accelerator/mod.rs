@@ -358,6 +358,10 @@ async fn route(
             M::GET => return hardware::show_deployable(st, ctx, id).await,
             _ => &[M::GET],
         },
+        ["deployables", id, "program"] => match m {
+            M::PATCH => return hardware::program_deployable(st, ctx, id).await,
+            _ => &[M::PATCH],
+        },
         ["attributes"] => match m {
             M::GET => return hardware::list_attributes(st, ctx).await,
             M::POST => return hardware::create_attribute(st, ctx).await,
@@ -374,6 +378,14 @@ async fn route(
         },
         ["agent", "hosts", host, "devices"] => match m {
             M::PUT => return agent::report(st, ctx, host).await,
+            _ => &[M::PUT],
+        },
+        ["agent", "hosts", host, "programs"] => match m {
+            M::GET => return agent::pending_programs(st, ctx, host).await,
+            _ => &[M::GET],
+        },
+        ["agent", "hosts", host, "programs", id] => match m {
+            M::PUT => return agent::finish_program(st, ctx, host, id).await,
             _ => &[M::PUT],
         },
         ["agent", "hosts", host, "kubernetes"] => match m {

@@ -25,7 +25,7 @@
 use super::events;
 use super::profiles;
 use crate::{StoreError, Tx};
-use accel_core::accelerator::ArqState;
+use accel_core::accelerator::{carries_function, ArqState};
 use sqlx::Row;
 
 /// Job states a worker still has to act on.
@@ -167,9 +167,10 @@ async fn lock_instance(tx: &mut Tx, instance: &str) -> Result<(), StoreError> {
 
 /// Performs job `id`, which `owner` claimed, at `now`, in the caller's transaction:
 /// checks the deadline, finds the deployable under the ARQ's `device_rp_uuid`,
-/// records a programming request when the profile group names a bitstream or function
-/// (programming by the `fake` driver succeeds at once; other drivers wait for the
-/// agent), takes a free attach handle and moves the ARQ to `Bound`, or to `BindFailed`
+/// records a programming request when the profile group names a bitstream the
+/// deployable does not hold or a function its traits do not show (the server's
+/// built-in fake source, on a host no agent reports, programs at once; otherwise the
+/// host's agent is asked and the job waits for its answer), takes a free attach handle and moves the ARQ to `Bound`, or to `BindFailed`
 /// when any of that is impossible. When the ARQ was its instance's last unresolved one,
 /// the instance's Nova event is recorded in the same transaction.
 pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Performed, StoreError> {
@@ -281,10 +282,17 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             "the profile group sets both accel:bitstream_id and accel:function_id".into(),
         ));
     }
-    let wants_program =
-        function.is_some() || bitstream.is_some_and(|b| current_bitstream.as_deref() != Some(b));
+    let wants_program = match (bitstream, function) {
+        (Some(b), _) => current_bitstream.as_deref() != Some(b),
+        (None, Some(f)) => !deployable_carries(tx, dep_id, f).await?,
+        (None, None) => false,
+    };
     if job.state == "pending" && wants_program {
-        let fake = driver.as_deref() == Some("fake");
+        // Cyborg's fake driver "programs" at once; the server's built-in fake source
+        // plays that role for hosts no agent reports (an agent's `fake` driver is
+        // asked like any other).
+        let instant = driver.as_deref() == Some("fake")
+            && !agent_reports(tx, job.hostname.as_deref().unwrap_or_default()).await?;
         sqlx::query("DELETE FROM program_requests WHERE arq_uuid = $1")
             .bind(&job.arq_uuid)
             .execute(&mut *tx)
@@ -298,14 +306,13 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         .bind(job.hostname.as_deref().unwrap_or_default())
         .bind(bitstream)
         .bind(function)
-        .bind(if fake { "done" } else { "pending" })
+        .bind(if instant { "done" } else { "pending" })
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        if !fake {
+        if !instant {
             return Ok(Step::Wait);
         }
-        // The fake driver "programs" instantly, as upstream's fake driver does.
         if let Some(b) = bitstream {
             set_bitstream(tx, dep_id, b, now).await?;
         }
@@ -360,6 +367,34 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
     }
     finish_job(tx, id, "done", None, now).await?;
     Ok(Step::Bound(handle.1))
+}
+
+/// Whether the deployable's reported traits say it carries `function_id` already.
+async fn deployable_carries(
+    tx: &mut Tx,
+    dep_id: i64,
+    function_id: &str,
+) -> Result<bool, StoreError> {
+    let values: Vec<String> = sqlx::query_scalar(
+        "SELECT value FROM attributes WHERE deployable_id = $1 AND value LIKE 'CUSTOM_FPGA_FUNCTION_%'",
+    )
+    .bind(dep_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(carries_function(
+        values.iter().map(String::as_str),
+        function_id,
+    ))
+}
+
+/// Whether an agent reports `host` (it has applied a report), rather than the
+/// server's built-in fake source.
+async fn agent_reports(tx: &mut Tx, host: &str) -> Result<bool, StoreError> {
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agent_reports WHERE hostname = $1")
+        .bind(host)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok(n > 0)
 }
 
 async fn set_bitstream(
@@ -521,15 +556,40 @@ pub async fn job_of(tx: &mut Tx, arq_uuid: &str) -> Result<Option<Job>, StoreErr
     .transpose()
 }
 
-/// A programming request the agent should carry out.
+/// A programming request the agent should carry out: for a bind (`arq_uuid`), or
+/// asked directly through `PATCH /v2/deployables/{uuid}/program`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramRequest {
-    pub arq_uuid: String,
+    pub id: i64,
+    pub arq_uuid: Option<String>,
     pub deployable_id: i64,
+    pub deployable_uuid: String,
+    pub deployable_name: String,
     pub hostname: String,
     pub bitstream_id: Option<String>,
     pub function_id: Option<String>,
+    /// `pending`, `done` or `failed`.
     pub state: String,
+    pub error: Option<String>,
+}
+
+const PROGRAM_COLUMNS: &str = "pr.id, pr.arq_uuid, pr.deployable_id, d.uuid, d.name, \
+     pr.hostname, pr.bitstream_id, pr.function_id, pr.state, pr.error \
+     FROM program_requests pr JOIN deployables d ON d.id = pr.deployable_id";
+
+fn program_row(r: &sqlx::any::AnyRow) -> Result<ProgramRequest, StoreError> {
+    Ok(ProgramRequest {
+        id: r.try_get(0)?,
+        arq_uuid: r.try_get(1)?,
+        deployable_id: r.try_get(2)?,
+        deployable_uuid: r.try_get(3)?,
+        deployable_name: r.try_get(4)?,
+        hostname: r.try_get(5)?,
+        bitstream_id: r.try_get(6)?,
+        function_id: r.try_get(7)?,
+        state: r.try_get(8)?,
+        error: r.try_get(9)?,
+    })
 }
 
 /// The programming request recorded for an ARQ's bind, if any.
@@ -537,53 +597,130 @@ pub async fn program_request(
     tx: &mut Tx,
     arq_uuid: &str,
 ) -> Result<Option<ProgramRequest>, StoreError> {
-    let row = sqlx::query(
-        "SELECT arq_uuid, deployable_id, hostname, bitstream_id, function_id, state \
-         FROM program_requests WHERE arq_uuid = $1",
-    )
-    .bind(arq_uuid)
-    .fetch_optional(&mut *tx)
-    .await?;
-    row.map(|r| {
-        Ok(ProgramRequest {
-            arq_uuid: r.try_get(0)?,
-            deployable_id: r.try_get(1)?,
-            hostname: r.try_get(2)?,
-            bitstream_id: r.try_get(3)?,
-            function_id: r.try_get(4)?,
-            state: r.try_get(5)?,
-        })
-    })
-    .transpose()
+    let row = sqlx::query(&format!("SELECT {PROGRAM_COLUMNS} WHERE pr.arq_uuid = $1"))
+        .bind(arq_uuid)
+        .fetch_optional(&mut *tx)
+        .await?;
+    row.as_ref().map(program_row).transpose()
 }
 
-/// Ends a programming request (the agent's answer): `Ok(())` done, `Err(reason)`
-/// failed. The job waiting on it becomes due again.
+/// Programming request `id`, if it exists.
+pub async fn program_request_by_id(
+    tx: &mut Tx,
+    id: i64,
+) -> Result<Option<ProgramRequest>, StoreError> {
+    let row = sqlx::query(&format!("SELECT {PROGRAM_COLUMNS} WHERE pr.id = $1"))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    row.as_ref().map(program_row).transpose()
+}
+
+/// The requests the agent of `host` still has to carry out, oldest first.
+pub async fn pending_programs(tx: &mut Tx, host: &str) -> Result<Vec<ProgramRequest>, StoreError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {PROGRAM_COLUMNS} WHERE pr.hostname = $1 AND pr.state = 'pending' ORDER BY pr.id"
+    ))
+    .bind(host)
+    .fetch_all(&mut *tx)
+    .await?;
+    rows.iter().map(program_row).collect()
+}
+
+/// Records a request, without an ARQ, to program the deployable with uuid
+/// `deployable_uuid` with Glance image `bitstream_id`, for the agent of the
+/// deployable's host; answers the request. `NotFound` for an unknown deployable.
+pub async fn request_program(
+    tx: &mut Tx,
+    deployable_uuid: &str,
+    bitstream_id: &str,
+    now: i64,
+) -> Result<ProgramRequest, StoreError> {
+    let row = sqlx::query(
+        "SELECT d.id, v.hostname FROM deployables d JOIN devices v ON v.id = d.device_id \
+         WHERE d.uuid = $1",
+    )
+    .bind(deployable_uuid)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| {
+        StoreError::NotFound(format!("Deployable not found with uuid={deployable_uuid}"))
+    })?;
+    let (dep_id, host): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
+         function_id, state, created_at, updated_at) \
+         VALUES (NULL, $1, $2, $3, NULL, 'pending', $4, $4) RETURNING id",
+    )
+    .bind(dep_id)
+    .bind(&host)
+    .bind(bitstream_id)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    program_request_by_id(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("programming request {id}")))
+}
+
+/// Ends programming request `id` of `host` (the agent's answer): `Ok(())` done,
+/// `Err(reason)` failed. A done request that named a bitstream records it on the
+/// deployable. A bind job waiting on the request becomes due again. Answers the
+/// request as it now is; `NotFound` when `host` has no pending request `id`.
 pub async fn finish_program_request(
     tx: &mut Tx,
-    arq_uuid: &str,
+    host: &str,
+    id: i64,
     result: Result<(), String>,
     now: i64,
-) -> Result<(), StoreError> {
+) -> Result<ProgramRequest, StoreError> {
     let (state, error) = match result {
         Ok(()) => ("done", None),
         Err(e) => ("failed", Some(e)),
     };
     let n = sqlx::query(
         "UPDATE program_requests SET state = $1, error = $2, updated_at = $3 \
-         WHERE arq_uuid = $4 AND state = 'pending'",
+         WHERE id = $4 AND hostname = $5 AND state = 'pending'",
     )
     .bind(state)
     .bind(error)
     .bind(now)
-    .bind(arq_uuid)
+    .bind(id)
+    .bind(host)
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if n != 1 {
         return Err(StoreError::NotFound(format!(
-            "no pending programming request for ARQ {arq_uuid}"
+            "Host {host} has no pending programming request {id}"
         )));
     }
-    Ok(())
+    let pr = program_request_by_id(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("programming request {id}")))?;
+    if let (Some(b), "done") = (&pr.bitstream_id, state) {
+        set_bitstream(tx, pr.deployable_id, b, now).await?;
+    }
+    Ok(pr)
+}
+
+/// Gives up on programming request `id` if it is still pending (its caller stopped
+/// waiting): it ends `failed` with `reason`. True when this call ended it.
+pub async fn abandon_program_request(
+    tx: &mut Tx,
+    id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let n = sqlx::query(
+        "UPDATE program_requests SET state = 'failed', error = $1, updated_at = $2 \
+         WHERE id = $3 AND state = 'pending'",
+    )
+    .bind(reason)
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
 }

@@ -1,0 +1,320 @@
+//! FPGA programming on the agent's side (seed 003's orchestration-programmed case).
+//!
+//! ```text
+//! server: program_requests (bind of a profile naming accel:bitstream_id /
+//!         accel:function_id the region lacks, or PATCH /v2/deployables/{uuid}/program)
+//!    │ GET /v2/agent/hosts/{node}/programs  (polled every program interval)
+//!    ▼
+//! agent: deployable name ─▶ device and region (this discovery)
+//!        image: bitstream_id, or the one Glance image whose accel:function_id matches
+//!        GET /v2/images/{id} ─▶ active? checksum known?
+//!        GET /v2/images/{id}/file ─▶ file, hashed while it is written
+//!        hash == os_hash_value (sha512/sha256) or checksum (md5)? else refuse
+//!        driver.program(device, region, file) ─▶ function id
+//!        report (forced): the region's new CUSTOM_FPGA_FUNCTION_* trait
+//!    │ PUT /v2/agent/hosts/{node}/programs/{id}  {"state": "done" | "failed", "error"}
+//!    ▼
+//! server: the waiting bind goes on (Bound), or ends BindFailed with the reason
+//! ```
+//!
+//! A bitstream whose hash does not match is deleted unread by any driver. The report is
+//! sent before the answer, so when the ARQ is Bound, Placement already shows the
+//! function the region now carries.
+
+use crate::model::FoundDevice;
+use md5::Md5;
+use serde_json::Value;
+use sha2::{Digest, Sha256, Sha512};
+use std::path::{Path, PathBuf};
+
+/// One request, as `GET /v2/agent/hosts/{node}/programs` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramJob {
+    pub id: i64,
+    pub deployable_name: String,
+    pub bitstream_id: Option<String>,
+    pub function_id: Option<String>,
+}
+
+impl ProgramJob {
+    pub fn from_json(v: &Value) -> Option<ProgramJob> {
+        let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        Some(ProgramJob {
+            id: v.get("id")?.as_i64()?,
+            deployable_name: text("deployable_name")?,
+            bitstream_id: text("bitstream_id"),
+            function_id: text("function_id"),
+        })
+    }
+}
+
+/// The device and region a deployable name stands for on `node`: a region
+/// provider (`<node>_<bdf>_region<R>`) or, for a card modelled as one deployable,
+/// the card itself (its first region).
+pub fn locate<'a>(
+    devices: &'a [FoundDevice],
+    node: &str,
+    deployable: &str,
+) -> Option<(&'a FoundDevice, u32)> {
+    devices.iter().find_map(|d| {
+        if let Some(r) = d
+            .regions
+            .iter()
+            .find(|r| d.region_name(node, r) == deployable)
+        {
+            return Some((d, r.index));
+        }
+        (d.provider_name(node) == deployable)
+            .then(|| d.regions.first().map(|r| (d, r.index)))
+            .flatten()
+    })
+}
+
+/// A Glance v2 image endpoint.
+pub struct Glance {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// What Glance says of an image that matters here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    pub status: String,
+    pub size: Option<u64>,
+    /// `(algorithm, lower-case hex)`: `os_hash_algo`/`os_hash_value` when Glance has
+    /// them (sha512 by default), else the legacy md5 `checksum`.
+    pub hash: Option<(String, String)>,
+}
+
+impl Image {
+    fn from_json(v: &Value) -> Option<Image> {
+        let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let hash = match (text("os_hash_algo"), text("os_hash_value")) {
+            (Some(a), Some(h)) if !h.is_empty() => Some((a.to_ascii_lowercase(), h)),
+            _ => text("checksum")
+                .filter(|c| !c.is_empty())
+                .map(|c| ("md5".to_owned(), c)),
+        };
+        Some(Image {
+            id: text("id")?,
+            status: text("status").unwrap_or_default(),
+            size: v.get("size").and_then(Value::as_u64),
+            hash: hash.map(|(a, h)| (a, h.to_ascii_lowercase())),
+        })
+    }
+}
+
+/// An incremental hash of one of the algorithms Glance records.
+enum Hasher {
+    Md5(Md5),
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    fn new(algo: &str) -> Option<Hasher> {
+        match algo {
+            "md5" => Some(Hasher::Md5(Md5::new())),
+            "sha256" => Some(Hasher::Sha256(Sha256::new())),
+            "sha512" => Some(Hasher::Sha512(Sha512::new())),
+            _ => None,
+        }
+    }
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Md5(h) => h.update(data),
+            Hasher::Sha256(h) => h.update(data),
+            Hasher::Sha512(h) => h.update(data),
+        }
+    }
+    fn hex(self) -> String {
+        let bytes = match self {
+            Hasher::Md5(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+            Hasher::Sha512(h) => h.finalize().to_vec(),
+        };
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl Glance {
+    pub fn new(base: &str, token: &str) -> Glance {
+        Glance {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn get(&self, url: &str) -> Result<reqwest::Response, String> {
+        let resp = self
+            .http
+            .get(url)
+            .header("x-auth-token", &self.token)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach the image service at {url}: {e}"))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(format!(
+                "the image service answered {} for {url}: {}",
+                status.as_u16(),
+                body.trim()
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// `GET /v2/images/{id}`.
+    pub async fn image(&self, id: &str) -> Result<Image, String> {
+        let url = format!("{}/v2/images/{id}", self.base);
+        let v: Value = self
+            .get(&url)
+            .await?
+            .json()
+            .await
+            .map_err(|e| format!("image {id}: not a Glance image record: {e}"))?;
+        Image::from_json(&v).ok_or_else(|| format!("image {id}: the record has no id"))
+    }
+
+    /// The one image whose `accel:function_id` property is `function_id`.
+    pub async fn image_for_function(&self, function_id: &str) -> Result<Image, String> {
+        let url = format!("{}/v2/images", self.base);
+        let req = self
+            .http
+            .get(&url)
+            .query(&[("accel:function_id", function_id), ("status", "active")])
+            .header("x-auth-token", &self.token);
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach the image service at {url}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "the image service answered {} listing images of function {function_id}",
+                resp.status().as_u16()
+            ));
+        }
+        let v: Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("image list for function {function_id}: {e}"))?;
+        let images: Vec<Image> = v
+            .get("images")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().filter_map(Image::from_json).collect())
+            .unwrap_or_default();
+        match images.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(format!(
+                "no active image has accel:function_id {function_id}"
+            )),
+            many => Err(format!(
+                "{} images have accel:function_id {function_id}; expected one",
+                many.len()
+            )),
+        }
+    }
+
+    /// Downloads `image` into `dir` and checks it against its recorded hash (and
+    /// size). The file is removed when anything does not match.
+    pub async fn download(&self, image: &Image, dir: &Path) -> Result<PathBuf, String> {
+        if image.status != "active" {
+            return Err(format!(
+                "image {} is {}, not active",
+                image.id, image.status
+            ));
+        }
+        let (algo, expected) = image.hash.clone().ok_or_else(|| {
+            format!(
+                "image {} has no checksum; an unverifiable bitstream is never programmed",
+                image.id
+            )
+        })?;
+        let mut hasher = Hasher::new(&algo)
+            .ok_or_else(|| format!("image {}: unsupported hash algorithm {algo}", image.id))?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join(format!("{}.bitstream", image.id));
+        let url = format!("{}/v2/images/{}/file", self.base, image.id);
+        let mut resp = self.get(&url).await?;
+        let written: Result<u64, String> = async {
+            use std::io::Write;
+            let mut file =
+                std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut n = 0u64;
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| format!("downloading image {}: {e}", image.id))?
+            {
+                hasher.update(&chunk);
+                file.write_all(&chunk)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                n += chunk.len() as u64;
+            }
+            file.sync_all()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(n)
+        }
+        .await;
+        let check = written.and_then(|n| {
+            if let Some(size) = image.size.filter(|s| *s != n) {
+                return Err(format!(
+                    "image {}: downloaded {n} bytes, Glance records {size}",
+                    image.id
+                ));
+            }
+            let got = hasher.hex();
+            if got != expected {
+                return Err(format!(
+                    "image {}: {algo} {got} does not match the recorded {expected}; not programmed",
+                    image.id
+                ));
+            }
+            Ok(())
+        });
+        match check {
+            Ok(()) => Ok(path),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn image_hash_prefers_os_hash() {
+        let i = Image::from_json(&json!({"id": "i", "status": "active", "size": 3,
+            "checksum": "AA", "os_hash_algo": "sha512", "os_hash_value": "BB"}))
+        .unwrap();
+        assert_eq!(i.hash, Some(("sha512".into(), "bb".into())));
+        let i =
+            Image::from_json(&json!({"id": "i", "checksum": "AA", "os_hash_value": null})).unwrap();
+        assert_eq!(i.hash, Some(("md5".into(), "aa".into())));
+        let i = Image::from_json(&json!({"id": "i"})).unwrap();
+        assert_eq!(i.hash, None);
+    }
+
+    #[test]
+    fn hashes_are_the_known_digests() {
+        let mut h = Hasher::new("md5").unwrap();
+        h.update(b"abc");
+        assert_eq!(h.hex(), "900150983cd24fb0d6963f7d28e17f72");
+        let mut h = Hasher::new("sha256").unwrap();
+        h.update(b"abc");
+        assert_eq!(
+            h.hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(Hasher::new("crc32").is_none());
+    }
+}

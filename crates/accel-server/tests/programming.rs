@@ -1,0 +1,401 @@
+//! FPGA programming on bind, end to end (seed 003's orchestration-programmed case):
+//! the real server with its bind worker, `accel agent`'s library with the `fake`
+//! driver, and a fake Glance image endpoint. Each test runs on SQLite and PostgreSQL.
+
+mod common;
+
+use accel_agent::config::{FakeDevice, Settings};
+use accel_agent::Agent;
+use accel_store::accelerator::{binds, report};
+use common::accel::{placement, workers, Server, TempDb};
+use common::BACKENDS;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha512};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+const NODE: &str = "cn1";
+const INTERFACE: &str = "1e7a7c4f-0f1d-4b5d-9d6b-2a3f4c5d6e7f";
+const FUNCTION: &str = "9926ab6d-6c92-5a68-aabc-a7d84c545738";
+const FUNCTION_TRAIT: &str = "CUSTOM_FPGA_FUNCTION_FAKE_9926AB6D6C925A68AABCA7D84C545738";
+
+/// Image records by id, with their bytes.
+type Images = Arc<Mutex<HashMap<String, (Value, Vec<u8>)>>>;
+
+/// A Glance v2 image endpoint: records by id, their bytes, and how often each file
+/// was downloaded.
+#[derive(Clone, Default)]
+struct FakeGlance {
+    images: Images,
+    downloads: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl FakeGlance {
+    async fn start(&self) -> (String, oneshot::Sender<()>) {
+        use axum::extract::{Path, Query};
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        let show = {
+            let g = self.clone();
+            move |Path(id): Path<String>| {
+                let g = g.clone();
+                async move {
+                    match g.images.lock().unwrap().get(&id) {
+                        Some((rec, _)) => axum::Json(rec.clone()).into_response(),
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }
+        };
+        let file = {
+            let g = self.clone();
+            move |Path(id): Path<String>| {
+                let g = g.clone();
+                async move {
+                    let bytes = g.images.lock().unwrap().get(&id).map(|(_, b)| b.clone());
+                    match bytes {
+                        Some(b) => {
+                            *g.downloads.lock().unwrap().entry(id).or_default() += 1;
+                            b.into_response()
+                        }
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }
+        };
+        let list = {
+            let g = self.clone();
+            move |Query(q): Query<HashMap<String, String>>| {
+                let g = g.clone();
+                async move {
+                    let images: Vec<Value> = g
+                        .images
+                        .lock()
+                        .unwrap()
+                        .values()
+                        .map(|(rec, _)| rec.clone())
+                        .filter(|rec| {
+                            q.iter()
+                                .all(|(k, v)| rec.get(k).and_then(Value::as_str) == Some(v))
+                        })
+                        .collect();
+                    axum::Json(json!({ "images": images }))
+                }
+            }
+        };
+        let app = axum::Router::new()
+            .route("/v2/images", axum::routing::get(list))
+            .route("/v2/images/{id}", axum::routing::get(show))
+            .route("/v2/images/{id}/file", axum::routing::get(file));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        (format!("http://{addr}"), stop)
+    }
+
+    /// An active image holding a fake bitstream for `function` (the fake driver reads
+    /// the function id from its first line). `tamper` records a hash of other bytes.
+    fn add(&self, function: &str, with_property: bool, tamper: bool) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        let bytes = format!("{function}\nfake bitstream body\n").into_bytes();
+        let hashed: &[u8] = if tamper { b"something else" } else { &bytes };
+        let hash: String = Sha512::digest(hashed)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut rec = json!({
+            "id": id, "name": "bitstream", "status": "active", "size": bytes.len(),
+            "os_hash_algo": "sha512", "os_hash_value": hash, "checksum": null,
+        });
+        if with_property {
+            rec["accel:function_id"] = function.into();
+        }
+        self.images.lock().unwrap().insert(id.clone(), (rec, bytes));
+        id
+    }
+
+    fn downloads(&self, id: &str) -> usize {
+        self.downloads.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+}
+
+fn fake_fpga() -> FakeDevice {
+    FakeDevice {
+        device_type: "FPGA".into(),
+        vendor: "abcd".into(),
+        product: "0001".into(),
+        model: "fake-pac".into(),
+        family: None,
+        count: 2,
+        class: None,
+        numa_node: Some(0),
+        regions: 1,
+        interface_id: Some(INTERFACE.into()),
+        function_id: None,
+        memory_mib: None,
+        memory_kind: None,
+        healthy: true,
+    }
+}
+
+/// The region provider's (and deployable's) name: card 0 of the fake driver.
+fn region() -> String {
+    format!("{NODE}_00fa:00:00.0_region0")
+}
+
+async fn agent(srv: &Server, glance: &str, dir: &std::path::Path) -> Agent {
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::POST,
+        "/resource_providers",
+        Some(json!({ "name": NODE })),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let mut settings = Settings::new(&srv.accel, NODE, &dir.join("sys"));
+    settings.drivers = Some(vec!["fake".into()]);
+    settings.driver.fake = vec![fake_fpga()];
+    settings.glance_url = Some(glance.to_owned());
+    settings.program_dir = dir.join("bitstreams");
+    let mut a = Agent::new(settings).unwrap();
+    a.step().await.unwrap();
+    a
+}
+
+async fn region_traits(srv: &Server) -> Vec<String> {
+    let uuid = report::provider_uuid(&region());
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::GET,
+        &format!("/resource_providers/{uuid}/traits"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    v["traits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Runs the agent's programming look until it handled one request.
+async fn program_one(a: &mut Agent) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if a.program_step().await.unwrap() == 1 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no programming request reached the agent"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn instance() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[tokio::test]
+async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let glance = FakeGlance::default();
+        let (glance_url, _stop) = glance.start().await;
+        let image = glance.add(FUNCTION, true, false);
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = agent(&srv, &glance_url, dir.path()).await;
+        assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
+
+        srv.create_profile(
+            "fn",
+            json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]),
+        )
+        .await;
+        let rp = report::provider_uuid(&region());
+        let arqs = srv.create_arqs("fn").await;
+        let inst = instance();
+        srv.bind(&arqs, NODE, &rp, &inst).await;
+        program_one(&mut a).await;
+        let resolved = srv.wait_resolved(&inst).await;
+        assert_eq!(resolved[0]["state"], "Bound", "{backend:?}: {resolved:?}");
+        assert_eq!(glance.downloads(&image), 1);
+        // The agent reported the new function before it answered.
+        assert!(
+            region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()),
+            "{backend:?}"
+        );
+        let a0 = arqs[0].clone();
+        let pr = srv
+            .store
+            .read(move |tx| Box::pin(async move { binds::program_request(tx, &a0).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((pr.state.as_str(), pr.deployable_name), ("done", region()));
+
+        // The region carries the function now: the next bind does not program.
+        let arqs2 = srv.create_arqs("fn").await;
+        let inst2 = instance();
+        srv.bind(&arqs2, NODE, &rp, &inst2).await;
+        let resolved = srv.wait_resolved(&inst2).await;
+        assert_eq!(resolved[0]["state"], "Bound", "{backend:?}");
+        let a1 = arqs2[0].clone();
+        let none = srv
+            .store
+            .read(move |tx| Box::pin(async move { binds::program_request(tx, &a1).await }))
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+        assert_eq!(a.program_step().await.unwrap(), 0);
+        assert_eq!(glance.downloads(&image), 1);
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let glance = FakeGlance::default();
+        let (glance_url, _stop) = glance.start().await;
+        let bad = glance.add(FUNCTION, false, true);
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = agent(&srv, &glance_url, dir.path()).await;
+        srv.create_profile(
+            "bs",
+            json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:bitstream_id": bad}]),
+        )
+        .await;
+        let arqs = srv.create_arqs("bs").await;
+        let inst = instance();
+        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
+            .await;
+        program_one(&mut a).await;
+        let resolved = srv.wait_resolved(&inst).await;
+        assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
+        let a0 = arqs[0].clone();
+        let job = srv
+            .store
+            .read(move |tx| Box::pin(async move { binds::job_of(tx, &a0).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        let why = job.error.unwrap();
+        assert!(why.contains("does not match"), "{why}");
+        // Not programmed: no function trait, no bitstream on the deployable, and the
+        // downloaded file is gone.
+        assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
+        let (s, deps) = srv.admin_get("/v2/deployables").await;
+        assert_eq!(s, 200);
+        let dep = deps["deployables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == region().as_str())
+            .unwrap()
+            .clone();
+        assert_eq!(dep["bitstream_id"], Value::Null);
+        let left = std::fs::read_dir(dir.path().join("bitstreams"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(left, 0);
+
+        // An agent without an image service says so, and the bind fails with it.
+        a.settings.glance_url = None;
+        let arqs = srv.create_arqs("bs").await;
+        let inst = instance();
+        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
+            .await;
+        program_one(&mut a).await;
+        let resolved = srv.wait_resolved(&inst).await;
+        assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let glance = FakeGlance::default();
+        let (glance_url, _stop) = glance.start().await;
+        let image = glance.add(FUNCTION, false, false);
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = agent(&srv, &glance_url, dir.path()).await;
+        let (_, deps) = srv.admin_get("/v2/deployables").await;
+        let dep = deps["deployables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == region().as_str())
+            .unwrap()["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let client = reqwest::Client::new();
+        let patch = |uuid: String, body: Value| {
+            let req = client
+                .patch(format!("{}/v2/deployables/{uuid}/program", srv.accel))
+                .header("x-auth-token", "admin")
+                .json(&body);
+            async move {
+                let r = req.send().await.unwrap();
+                let s = r.status().as_u16();
+                (s, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let good = json!([{"path": "/program", "op": "replace", "value": [{"image_uuid": image}]}]);
+
+        // Bad bodies and unknown deployables never reach the agent.
+        for body in [
+            json!({"image_uuid": image}),
+            json!([{"path": "/bitstream_id", "op": "replace", "value": [{"image_uuid": image}]}]),
+            json!([{"path": "/program", "op": "replace", "value": [{"image_uuid": "nope"}]}]),
+            json!([{"path": "/program", "op": "add", "value": [{"image_uuid": image}]}]),
+        ] {
+            let (s, v) = patch(dep.clone(), body.clone()).await;
+            assert_eq!(s, 400, "{body}: {v}");
+        }
+        let (s, _) = patch(uuid::Uuid::new_v4().to_string(), good.clone()).await;
+        assert_eq!(s, 404);
+        let (s, _) = patch("not-a-uuid".into(), good.clone()).await;
+        assert_eq!(s, 400);
+        assert_eq!(a.program_step().await.unwrap(), 0);
+
+        let call = tokio::spawn(patch(dep.clone(), good.clone()));
+        program_one(&mut a).await;
+        let (s, v) = call.await.unwrap();
+        assert_eq!(s, 200, "{backend:?}: {v}");
+        assert_eq!(v["uuid"], dep.as_str());
+        assert_eq!(v["bitstream_id"], image.as_str());
+        assert!(region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
+
+        // A failed programming answers upstream's 500 with the agent's reason.
+        let bad = glance.add(FUNCTION, false, true);
+        let bad_body =
+            json!([{"path": "/program", "op": "replace", "value": [{"image_uuid": bad}]}]);
+        let call = tokio::spawn(patch(dep.clone(), bad_body));
+        program_one(&mut a).await;
+        let (s, v) = call.await.unwrap();
+        assert_eq!(s, 500, "{v}");
+        assert!(v.to_string().contains("does not match"), "{v}");
+        srv.stop().await;
+    }
+}
