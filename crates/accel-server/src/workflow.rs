@@ -7,7 +7,11 @@
 //! GET  /v2/device_profiles?name=DP            exactly one profile
 //! GET  /allocation_candidates (1.39)          flavor resources unsuffixed, profile group N
 //!                                             as suffix `_device_profile_N`, limit=1
-//! PUT  /allocations/{instance} (1.39)         the first candidate, consumer_type INSTANCE
+//!                                             (100 when a group names accel:function_id)
+//! PUT  /allocations/{instance} (1.39)         the first candidate, consumer_type INSTANCE;
+//!                                             with a function: seed 003's weigher
+//!                                             ([`weigh`]) picks the one whose regions
+//!                                             already carry it
 //! POST /v2/accelerator_requests               the profile's ARQs
 //!      each ARQ ─▶ mappings["_device_profile_<group>"] ─▶ device provider; its root
 //!      provider's name is the host (Nova's compute node name)
@@ -282,11 +286,13 @@ pub async fn boot(ep: &Endpoints, req: &BootRequest) -> Result<Booted> {
             StatusCode::OK,
         )
         .await?;
-    let Some(candidate) = v["allocation_requests"]
+    let candidates = v["allocation_requests"]
         .as_array()
-        .and_then(|l| l.first())
         .cloned()
-    else {
+        .unwrap_or_default();
+    let wanted = wanted_functions(&groups);
+    let best = weigh(&candidates, &v["provider_summaries"], &wanted);
+    let Some(candidate) = candidates.get(best).cloned() else {
         return Err(WorkflowError::NoCandidate(req.device_profile.clone()));
     };
     let allocations = candidate["allocations"].clone();
@@ -369,8 +375,71 @@ fn candidate_query(req: &BootRequest, groups: &[Value]) -> Result<Vec<(String, S
         }
     }
     q.push(("group_policy".into(), req.group_policy.clone()));
-    q.push(("limit".into(), "1".into()));
+    // The first candidate is taken, unless the weigher has something to choose among.
+    let limit = if wanted_functions(groups).is_empty() {
+        1
+    } else {
+        WEIGHED_CANDIDATES
+    };
+    q.push(("limit".into(), limit.to_string()));
     Ok(q)
+}
+
+/// How many candidates the weigher looks at.
+const WEIGHED_CANDIDATES: usize = 100;
+
+/// The function each profile group asks for (`accel:function_id`), by request group
+/// suffix.
+pub fn wanted_functions(groups: &[Value]) -> Vec<(String, String)> {
+    groups
+        .iter()
+        .enumerate()
+        .filter_map(|(n, g)| {
+            let f = g.get("accel:function_id")?.as_str()?;
+            Some((group_suffix(n), f.to_owned()))
+        })
+        .collect()
+}
+
+/// Seed 003's weigher: the index of the candidate whose request groups land on the
+/// most providers that already carry the function their group asks for (their
+/// `CUSTOM_FPGA_FUNCTION_*` trait in `summaries`, Placement's `provider_summaries`).
+/// Otherwise equal candidates keep Placement's order: the earliest wins. This saves a
+/// reprogramming (seconds of the bind, and the function other users of the region
+/// rely on) whenever a programmed region is free.
+pub fn weigh(candidates: &[Value], summaries: &Value, wanted: &[(String, String)]) -> usize {
+    let carries = |rp: &str, function: &str| {
+        summaries[rp]["traits"].as_array().is_some_and(|traits| {
+            accel_core::accelerator::carries_function(
+                traits.iter().filter_map(Value::as_str),
+                function,
+            )
+        })
+    };
+    let score = |c: &Value| {
+        wanted
+            .iter()
+            .filter(|(suffix, function)| {
+                c["mappings"][suffix.as_str()]
+                    .as_array()
+                    .is_some_and(|rps| {
+                        !rps.is_empty()
+                            && rps
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .all(|rp| carries(rp, function))
+                    })
+            })
+            .count()
+    };
+    let mut best = (0, 0);
+    for (i, c) in candidates.iter().enumerate() {
+        let s = score(c);
+        if s > best.1 {
+            best = (i, s);
+        }
+    }
+    best.0
 }
 
 /// Steps 4–9: ARQs, matching, bind, wait. Returns the host and the bound ARQs.
@@ -669,6 +738,26 @@ mod tests {
         assert!(parse_resources("").unwrap().is_empty());
         assert!(parse_resources("VCPU").is_err());
         assert!(parse_resources("VCPU:0").is_err());
+    }
+
+    #[test]
+    fn the_weigher_prefers_regions_that_carry_the_function_and_keeps_order_otherwise() {
+        let f = "9926ab6d-6c92-5a68-aabc-a7d84c545738";
+        let t = "CUSTOM_FPGA_FUNCTION_INTEL_9926AB6D6C925A68AABCA7D84C545738";
+        let cand = |rp: &str| json!({"mappings": {"_device_profile_0": [rp]}});
+        let candidates = [cand("a"), cand("b"), cand("c")];
+        let summaries = json!({
+            "a": {"traits": ["CUSTOM_PROGRAMMABLE"]},
+            "b": {"traits": ["CUSTOM_PROGRAMMABLE", t]},
+            "c": {"traits": [t]},
+        });
+        let wanted = wanted_functions(&[json!({"accel:function_id": f})]);
+        assert_eq!(wanted, [("_device_profile_0".to_owned(), f.to_owned())]);
+        assert_eq!(weigh(&candidates, &summaries, &wanted), 1);
+        assert_eq!(weigh(&candidates, &summaries, &[]), 0, "no wish: first");
+        let none = json!({"a": {"traits": []}, "b": {"traits": []}, "c": {"traits": []}});
+        assert_eq!(weigh(&candidates, &none, &wanted), 0, "no match: first");
+        assert_eq!(weigh(&[], &summaries, &wanted), 0);
     }
 
     #[test]

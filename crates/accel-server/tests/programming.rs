@@ -399,3 +399,71 @@ async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
         srv.stop().await;
     }
 }
+
+#[tokio::test]
+async fn the_workflow_picks_the_region_that_already_carries_the_function() {
+    use accel_server::workflow::{self, BootRequest, Endpoints};
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (s, _) = placement(
+            &srv,
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({ "name": NODE })),
+        )
+        .await;
+        assert_eq!(s, 200);
+        // Card 0 is blank, card 1 carries the function.
+        let mut settings = Settings::new(&srv.accel, NODE, &dir.path().join("sys"));
+        settings.drivers = Some(vec!["fake".into()]);
+        settings.driver.fake = vec![
+            fake_fpga(),
+            FakeDevice {
+                function_id: Some(FUNCTION.into()),
+                ..fake_fpga()
+            },
+        ];
+        Agent::new(settings).unwrap().step().await.unwrap();
+        let card0 = report::provider_uuid(&format!("{NODE}_00fa:00:00.0_region0"));
+        let card1 = report::provider_uuid(&format!("{NODE}_00fa:01:00.0_region0"));
+        srv.create_profile("plain", json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]))
+            .await;
+        srv.create_profile(
+            "fn",
+            json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]),
+        )
+        .await;
+        let ep = Endpoints {
+            placement_url: srv.placement.clone(),
+            accelerator_url: srv.accel.clone(),
+            token: "admin".into(),
+            service_token: None,
+        };
+        let boot = |profile: &str| BootRequest {
+            device_profile: profile.into(),
+            resources: Vec::new(),
+            instance: instance(),
+            project_id: "p1".into(),
+            user_id: "u1".into(),
+            group_policy: "none".into(),
+            timeout: Duration::from_secs(20),
+        };
+        // Placement's own first choice is card 0: the weigher is what moves it.
+        let plain = workflow::boot(&ep, &boot("plain")).await.unwrap();
+        assert_eq!(plain.arqs[0].device_rp_uuid, card0, "{backend:?}");
+        let booted = workflow::boot(&ep, &boot("fn")).await.unwrap();
+        assert_eq!(booted.arqs[0].device_rp_uuid, card1, "{backend:?}");
+        assert_eq!(booted.arqs[0].state, "Bound");
+        // Bound without asking any agent to program.
+        let a0 = booted.arqs[0].arq_uuid.clone();
+        let pr = srv
+            .store
+            .read(move |tx| Box::pin(async move { binds::program_request(tx, &a0).await }))
+            .await
+            .unwrap();
+        assert_eq!(pr, None);
+        srv.stop().await;
+    }
+}
