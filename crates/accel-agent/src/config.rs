@@ -18,6 +18,10 @@
 //! [nic.physnets]
 //! physnet1 = ["eth2", "0000:3b:00.0"]
 //!
+//! [programming]                       # FPGA programming tools
+//! fpgaconf = "/usr/bin/fpgaconf"
+//! xbutil = "/opt/xilinx/xrt/bin/xbutil"
+//!
 //! [[fake.devices]]
 //! type = "FPGA"
 //! model = "demo"
@@ -56,6 +60,9 @@ pub struct FileConfig {
     pub nic: NicConfig,
     #[serde(default)]
     pub fake: FakeConfig,
+    /// Vendor programming tools.
+    #[serde(default)]
+    pub programming: ProgramTools,
     /// Kubelet device plugins; absent: the agent serves none.
     pub kubernetes: Option<accel_k8s::KubernetesFile>,
     /// The image service (Glance v2) bitstreams are fetched from.
@@ -136,6 +143,28 @@ pub struct DriverSettings {
     pub nvml: bool,
     pub physnets: BTreeMap<String, Vec<String>>,
     pub fake: Vec<FakeDevice>,
+    pub tools: ProgramTools,
+}
+
+/// The vendor tools FPGA drivers program with (`[programming]`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramTools {
+    /// OPAE's `fpgaconf` for Intel PACs (default: `fpgaconf` on the PATH).
+    pub fpgaconf: Option<PathBuf>,
+    /// XRT's `xbutil` for Xilinx Alveo cards (default `/opt/xilinx/xrt/bin/xbutil`).
+    pub xbutil: Option<PathBuf>,
+}
+
+impl ProgramTools {
+    pub fn fpgaconf(&self) -> PathBuf {
+        self.fpgaconf.clone().unwrap_or_else(|| "fpgaconf".into())
+    }
+    pub fn xbutil(&self) -> PathBuf {
+        self.xbutil
+            .clone()
+            .unwrap_or_else(|| "/opt/xilinx/xrt/bin/xbutil".into())
+    }
 }
 
 /// Command-line values; `None` leaves the file's (or the default).
@@ -236,6 +265,7 @@ impl Settings {
                 nvml: file.nvml.unwrap_or(true),
                 physnets: file.nic.physnets,
                 fake: file.fake.devices,
+                tools: file.programming,
             },
             kubernetes,
             glance_url: flags

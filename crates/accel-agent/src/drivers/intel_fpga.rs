@@ -16,9 +16,10 @@
 //! then offers one accelerator per VF with the VFs as handles and the PF stays the
 //! host's management function. Without VFs the PF is the region's one handle. A card
 //! whose FME cannot be read is still one region, with no region id trait (seed 003:
-//! a device without partial reconfiguration is one region).
+//! a device without partial reconfiguration is one region). Programming runs OPAE's
+//! `fpgaconf` on the PF and reads the new AFU id back from sysfs.
 
-use super::{Driver, Host};
+use super::{run_tool, Driver, Host, ProgramError};
 use crate::model::{FoundDevice, Handle, Health, Region};
 use crate::pci::PciFunction;
 use crate::sysfs::Sysfs;
@@ -97,6 +98,44 @@ fn read_id(sysfs: &Sysfs, path: &Path) -> Option<String> {
 impl Driver for IntelFpga {
     fn name(&self) -> &'static str {
         "intel_fpga"
+    }
+
+    /// OPAE's `fpgaconf` loads the green bitstream into the card's PR region; the AFU
+    /// id the region's port then shows in sysfs is the function it carries.
+    fn program(
+        &self,
+        host: &Host,
+        device: &FoundDevice,
+        region: u32,
+        bitstream: &Path,
+    ) -> Result<Option<String>, ProgramError> {
+        if !device.regions.iter().any(|r| r.index == region) {
+            return Err(ProgramError::NoSuchRegion(
+                device.address.to_string(),
+                region,
+            ));
+        }
+        let a = device.address;
+        let args = vec![
+            "--segment".to_owned(),
+            format!("0x{:04x}", a.domain),
+            "--bus".to_owned(),
+            format!("0x{:02x}", a.bus),
+            "--device".to_owned(),
+            format!("0x{:02x}", a.slot),
+            "--function".to_owned(),
+            format!("0x{:x}", a.function),
+            bitstream.display().to_string(),
+        ];
+        run_tool(&host.config.tools.fpgaconf(), &args)?;
+        let Some(pf) = host.bus.get(&a) else {
+            return Ok(None);
+        };
+        let mut afu_ids = read_layouts(host.sysfs, pf).afu_ids;
+        for v in host.vfs(pf) {
+            afu_ids.extend(read_layouts(host.sysfs, v).afu_ids);
+        }
+        Ok(afu_ids.get(region as usize).cloned())
     }
 
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {

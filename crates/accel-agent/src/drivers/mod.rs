@@ -94,6 +94,31 @@ pub trait Driver: Send + Sync {
     }
 }
 
+/// Runs a vendor programming tool; its exit status decides, and its error output is
+/// the reason when it fails.
+pub fn run_tool(tool: &Path, args: &[String]) -> Result<(), ProgramError> {
+    let out = std::process::Command::new(tool)
+        .args(args)
+        .output()
+        .map_err(|e| ProgramError::Failed(format!("cannot run {}: {e}", tool.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = if stderr.trim().is_empty() {
+        stdout.trim()
+    } else {
+        stderr.trim()
+    };
+    Err(ProgramError::Failed(format!(
+        "{} {} failed ({}): {said}",
+        tool.display(),
+        args.join(" "),
+        out.status
+    )))
+}
+
 /// A PCI device is healthy while its control function is still on the bus and has
 /// reported no fatal AER error (`aer_dev_fatal`, `TOTAL_ERR_FATAL` > 0).
 pub fn pci_health(host: &Host, device: &FoundDevice) -> Health {

@@ -5,12 +5,14 @@
 //!
 //! Region and function ids come from XRT's sysfs where present: the management
 //! function's `interface_uuids` (the shell's partition interface) and the user
-//! function's `xclbinuuid` (the loaded xclbin).
+//! function's `xclbinuuid` (the loaded xclbin). Programming loads an xclbin into the
+//! user partition with XRT's `xbutil program` and reads `xclbinuuid` back.
 
-use super::{Driver, Host};
+use super::{run_tool, Driver, Host, ProgramError};
 use crate::model::{FoundDevice, Handle, Health, Region};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
+use std::path::Path;
 
 pub struct Xilinx;
 
@@ -28,6 +30,36 @@ fn model(device: u16) -> Option<&'static str> {
 impl Driver for Xilinx {
     fn name(&self) -> &'static str {
         "xilinx"
+    }
+
+    fn program(
+        &self,
+        host: &Host,
+        device: &FoundDevice,
+        region: u32,
+        bitstream: &Path,
+    ) -> Result<Option<String>, ProgramError> {
+        let Some(r) = device.regions.iter().find(|r| r.index == region) else {
+            return Err(ProgramError::NoSuchRegion(
+                device.address.to_string(),
+                region,
+            ));
+        };
+        // The user function is the region's handle.
+        let user = r.handles.first().map_or(device.address, |h| h.address);
+        let args = vec![
+            "program".to_owned(),
+            "--device".to_owned(),
+            user.to_string(),
+            "--user".to_owned(),
+            bitstream.display().to_string(),
+        ];
+        run_tool(&host.config.tools.xbutil(), &args)?;
+        Ok(host.bus.get(&user).and_then(|u| {
+            host.sysfs
+                .read_opt(&u.path.join("xclbinuuid"))
+                .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        }))
     }
 
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {
