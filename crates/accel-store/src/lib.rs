@@ -248,7 +248,6 @@ pub fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// `$first, $first+1, ...` placeholders for an `IN (...)` list of `n` values.
 /// `($1, $2, $3), ($4, $5, $6), ...`: `rows` tuples of `cols` placeholders for a
 /// multi-row `INSERT ... VALUES`.
 pub(crate) fn value_rows(rows: usize, cols: usize) -> String {
@@ -262,6 +261,7 @@ pub(crate) fn value_rows(rows: usize, cols: usize) -> String {
 /// parameters at the widths used here.
 pub(crate) const BATCH_ROWS: usize = 256;
 
+/// `$first, $first+1, ...` placeholders for an `IN (...)` list of `n` values.
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
     (first..first + n)
         .map(|i| format!("${i}"))

@@ -307,6 +307,28 @@ pub async fn deployables_of_device(
     .await
 }
 
+/// The deployables of `device_ids` (a query per few hundred devices), by id.
+pub async fn deployables_of_devices(
+    tx: &mut Tx,
+    device_ids: &[i64],
+) -> Result<Vec<Deployable>, StoreError> {
+    let mut out = Vec::new();
+    for chunk in device_ids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "{DEPLOYABLE_SELECT} WHERE device_id IN ({}) ORDER BY id",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *tx).await? {
+            out.push(deployable(&row)?);
+        }
+    }
+    Ok(out)
+}
+
 /// The attributes of each of `deployable_ids` (one query), in creation order.
 pub async fn attributes_of(
     tx: &mut Tx,

@@ -280,15 +280,12 @@ pub async fn replace_host(
         summary.devices_added += 1;
     }
 
-    let mut names = Names::default();
-    for dev in hardware::list_devices(
+    let devices = hardware::list_devices(
         tx,
         &[(hardware::DeviceColumn::Hostname, hostname.to_owned())],
     )
-    .await?
-    {
-        sync_device(tx, Some(&compute), &dev, &mut names).await?;
-    }
+    .await?;
+    sync_devices(tx, Some(&compute), &devices, &mut Names::default()).await?;
     Ok(summary)
 }
 
@@ -428,32 +425,112 @@ impl Names {
     }
 }
 
-/// Reconciles every provider of `dev`, parents first.
-async fn sync_device(
+/// Reconciles the providers of `devices`' deployables, parents first: their
+/// deployables, attributes and existing providers are read once; the providers that do
+/// not exist yet are created together, a level at a time (cards, then their regions),
+/// with their inventories and traits in a few multi-row statements (a first report
+/// creates them all); the others are compared one by one. A top-level deployable's
+/// parent is `compute` (`None`: nothing is created).
+async fn sync_devices(
     tx: &mut Tx,
     compute: Option<&providers::Provider>,
-    dev: &Device,
+    devices: &[Device],
     names: &mut Names,
 ) -> Result<(), StoreError> {
-    let unavailable =
-        dev.status == DeviceStatus::Maintaining.as_str() || dev.health != DeviceHealth::Ok.as_str();
-    let deps = hardware::deployables_of_device(tx, dev.id).await?;
-    let rp_of: HashMap<i64, Option<String>> =
-        deps.iter().map(|d| (d.id, d.rp_uuid.clone())).collect();
-    let mut ordered: Vec<&Deployable> = deps.iter().filter(|d| d.parent_id.is_none()).collect();
-    ordered.extend(deps.iter().filter(|d| d.parent_id.is_some()));
-    // Providers synced so far, by uuid: a region's parent is its card, just synced.
-    let mut synced: HashMap<String, providers::Provider> = HashMap::new();
-    for d in ordered {
-        let parent = match d.parent_id.and_then(|p| rp_of.get(&p).cloned().flatten()) {
-            Some(uuid) => match synced.get(&uuid) {
-                Some(p) => Some(p.clone()),
-                None => providers::get(tx, &uuid).await?,
-            },
-            None => compute.cloned(),
-        };
-        if let Some(rp) = sync_provider(tx, parent.as_ref(), d, unavailable, names).await? {
-            synced.insert(rp.uuid.clone(), rp);
+    let dev_ids: Vec<i64> = devices.iter().map(|d| d.id).collect();
+    let deps = hardware::deployables_of_devices(tx, &dev_ids).await?;
+    let dep_ids: Vec<i64> = deps.iter().map(|d| d.id).collect();
+    let attrs = hardware::attributes_of(tx, &dep_ids).await?;
+    let uuids: Vec<&str> = deps.iter().filter_map(|d| d.rp_uuid.as_deref()).collect();
+    let mut rps: HashMap<String, providers::Provider> = providers::existing(tx, &uuids)
+        .await?
+        .into_iter()
+        .map(|p| (p.uuid.clone(), p))
+        .collect();
+    let unavailable: HashMap<i64, bool> = devices
+        .iter()
+        .map(|d| {
+            let off = d.status == DeviceStatus::Maintaining.as_str()
+                || d.health != DeviceHealth::Ok.as_str();
+            (d.id, off)
+        })
+        .collect();
+    let rp_of: HashMap<i64, Option<&str>> =
+        deps.iter().map(|d| (d.id, d.rp_uuid.as_deref())).collect();
+    let no_attrs = Vec::new();
+    let mut done: HashSet<i64> = HashSet::with_capacity(deps.len());
+    while done.len() < deps.len() {
+        // This level: deployables whose parent (if any) is done.
+        let level: Vec<&Deployable> = deps
+            .iter()
+            .filter(|d| !done.contains(&d.id))
+            .filter(|d| {
+                d.parent_id
+                    .is_none_or(|p| done.contains(&p) || !rp_of.contains_key(&p))
+            })
+            .collect();
+        if level.is_empty() {
+            return Err(StoreError::Invalid(
+                "deployables of this host form a parent cycle".into(),
+            ));
+        }
+        let mut new: Vec<(
+            &Deployable,
+            providers::Provider,
+            Vec<inventories::Inventory>,
+            Vec<i64>,
+        )> = Vec::new();
+        let mut old: Vec<&Deployable> = Vec::new();
+        for d in &level {
+            done.insert(d.id);
+            let Some(uuid) = d.rp_uuid.as_deref() else {
+                continue;
+            };
+            if rps.contains_key(uuid) {
+                old.push(d);
+                continue;
+            }
+            let parent = match d.parent_id {
+                Some(p) => rp_of
+                    .get(&p)
+                    .copied()
+                    .flatten()
+                    .and_then(|u| rps.get(u))
+                    .cloned(),
+                None => compute.cloned(),
+            };
+            let Some(parent) = parent else { continue };
+            let a = attrs.get(&d.id).unwrap_or(&no_attrs);
+            let (inv, tr) = desired(tx, d, a, unavailable[&d.device_id], names).await?;
+            new.push((d, parent, inv, tr));
+        }
+        let children: Vec<providers::NewChild> = new
+            .iter()
+            .map(|(d, parent, inv, tr)| providers::NewChild {
+                uuid: d.rp_uuid.as_deref().unwrap_or_default(),
+                name: &d.name,
+                parent,
+                generation: i64::from(!inv.is_empty() || !tr.is_empty()),
+            })
+            .collect();
+        let created = providers::create_many(tx, &children).await?;
+        let mut inv_rows = Vec::new();
+        let mut trait_rows = Vec::new();
+        for (rp, (_, _, inv, tr)) in created.iter().zip(&new) {
+            inv_rows.extend(inv.iter().map(|i| (rp.id, i)));
+            trait_rows.extend(tr.iter().map(|t| (rp.id, *t)));
+        }
+        inventories::insert_many_on_new(tx, &inv_rows).await?;
+        traits::insert_many_on_new(tx, &trait_rows).await?;
+        rps.extend(created.into_iter().map(|p| (p.uuid.clone(), p)));
+        for d in old {
+            let Some(rp) = d.rp_uuid.as_deref().and_then(|u| rps.get(u)).cloned() else {
+                continue;
+            };
+            let a = attrs.get(&d.id).unwrap_or(&no_attrs);
+            let (want, trait_ids) = desired(tx, d, a, unavailable[&d.device_id], names).await?;
+            let rp = sync_provider(tx, rp, &want, &trait_ids).await?;
+            rps.insert(rp.uuid.clone(), rp);
         }
     }
     Ok(())
@@ -733,29 +810,18 @@ async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), StoreError> {
 /// Makes the deployable's provider match its records: exists (created under `parent`
 /// when given), the inventories of its `rc` and `inventory:*` attributes with
 /// `reserved` = total while `unavailable`, and the traits of its `trait*` attributes.
-/// Returns the provider as it now is (`None` for a deployable without one).
-async fn sync_provider(
+/// The inventories (by class id) and trait ids a deployable's provider should have:
+/// `rc` with `num_accelerators`, each `inventory:<RC>` with its value, reserved in full
+/// while `unavailable`; the `trait*` attributes' values.
+async fn desired(
     tx: &mut Tx,
-    parent: Option<&providers::Provider>,
     d: &Deployable,
+    attrs: &[hardware::Attribute],
     unavailable: bool,
     names: &mut Names,
-) -> Result<Option<providers::Provider>, StoreError> {
-    let Some(rp_uuid) = &d.rp_uuid else {
-        return Ok(None);
-    };
-    let (mut rp, created) = match (providers::get(tx, rp_uuid).await?, parent) {
-        (Some(rp), _) => (rp, false),
-        (None, Some(c)) => (
-            providers::create_under(tx, rp_uuid, &d.name, c).await?,
-            true,
-        ),
-        (None, None) => return Ok(None),
-    };
-    let attrs = hardware::list_attributes(tx, Some(d.id), None).await?;
-    // (class, total): `rc` with num_accelerators, `inventory:<RC>` with its value.
+) -> Result<(Vec<inventories::Inventory>, Vec<i64>), StoreError> {
     let mut wanted: Vec<(&str, i64)> = Vec::new();
-    for a in &attrs {
+    for a in attrs {
         if a.key == "rc" && d.num_accelerators > 0 {
             wanted.push((&a.value, d.num_accelerators));
         } else if let Some(rc) = a.key.strip_prefix("inventory:") {
@@ -792,19 +858,21 @@ async fn sync_provider(
         .map(|a| a.value.as_str())
         .collect();
     let trait_ids = names.traits(tx, &trait_names, &d.name).await?;
-    if created {
-        // Nothing to compare with: everything is inserted, one generation bump.
-        inventories::insert_on_new(tx, &rp, &want).await?;
-        traits::insert_on_new(tx, &rp, &trait_ids).await?;
-        if !want.is_empty() || !trait_ids.is_empty() {
-            rp.generation = providers::bump_generation(tx, rp.id, rp.generation).await?;
-        }
-        return Ok(Some(rp));
-    }
+    Ok((want, trait_ids))
+}
+
+/// Makes an existing provider's inventories and traits `want` and `trait_ids`;
+/// returns it as it now is.
+async fn sync_provider(
+    tx: &mut Tx,
+    mut rp: providers::Provider,
+    want: &[inventories::Inventory],
+    trait_ids: &[i64],
+) -> Result<providers::Provider, StoreError> {
     let same = {
         let have = inventories::list(tx, rp.id).await?;
         have.len() == want.len()
-            && have.iter().zip(&want).all(|(h, w)| {
+            && have.iter().zip(want).all(|(h, w)| {
                 (
                     h.rc_id,
                     h.total,
@@ -817,15 +885,21 @@ async fn sync_provider(
             })
     };
     if !same {
-        rp.generation = inventories::replace(tx, &rp, &want).await?;
+        rp.generation = inventories::replace(tx, &rp, want).await?;
     }
-    rp.generation = traits::set_for_provider(tx, &rp, &trait_ids).await?;
-    Ok(Some(rp))
+    rp.generation = traits::set_for_provider(tx, &rp, trait_ids).await?;
+    Ok(rp)
 }
 
 /// Applies a device's status to its providers' inventories (`reserved` = total while
 /// `maintaining`, unhealthy or vanished; 0 otherwise), for every deployable of the
 /// device (upstream updates one deployable, chosen by the device's id: a known bug).
 pub async fn apply_status(tx: &mut Tx, device: &Device) -> Result<(), StoreError> {
-    sync_device(tx, None, device, &mut Names::default()).await
+    sync_devices(
+        tx,
+        None,
+        std::slice::from_ref(device),
+        &mut Names::default(),
+    )
+    .await
 }

@@ -158,6 +158,34 @@ pub async fn insert_on_new(
     Ok(())
 }
 
+/// [`insert_on_new`] for many new providers at once: `(provider id, inventory)` rows,
+/// a few hundred per statement.
+pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Result<(), StoreError> {
+    let now = crate::now();
+    for chunk in rows.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
+             min_unit, max_unit, step_size, allocation_ratio, created_at) VALUES {}",
+            crate::value_rows(chunk.len(), 9)
+        );
+        let mut q = sqlx::query(&sql);
+        for (rp_id, n) in chunk {
+            q = q
+                .bind(*rp_id)
+                .bind(n.rc_id)
+                .bind(n.total)
+                .bind(n.reserved)
+                .bind(n.min_unit)
+                .bind(n.max_unit)
+                .bind(n.step_size)
+                .bind(n.allocation_ratio)
+                .bind(now);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
 async fn insert(tx: &mut Tx, rp_id: i64, n: &Inventory, now: i64) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \

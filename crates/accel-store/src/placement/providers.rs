@@ -7,6 +7,7 @@
 use super::changes;
 use crate::{placeholders, Conflict, StoreError, Tx};
 use sqlx::Row;
+use std::collections::HashMap;
 
 /// A provider as the API shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +171,110 @@ async fn insert(
         root_id: parent.map_or(id, |p| p.root_id),
         modified: now,
     })
+}
+
+/// One provider for [`create_many`].
+pub struct NewChild<'a> {
+    pub uuid: &'a str,
+    pub name: &'a str,
+    pub parent: &'a Provider,
+    /// 1 for a provider whose inventories or traits the caller inserts next (as one
+    /// change, like a create followed by one update), else 0.
+    pub generation: i64,
+}
+
+/// Creates providers under parents already read in this transaction, a few hundred
+/// per statement: what an agent's first report does for a host's devices. Upstream's
+/// 409 when any uuid or name is taken; nothing is created then. Returns the providers
+/// in `new`'s order.
+pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provider>, StoreError> {
+    if new.iter().any(|c| c.parent.uuid == c.uuid) {
+        return Err(same_as_parent());
+    }
+    let now = crate::now();
+    let mut ids: HashMap<&str, i64> = HashMap::with_capacity(new.len());
+    for chunk in new.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT uuid, name FROM resource_providers WHERE uuid IN ({}) OR name IN ({})",
+            crate::placeholders(1, chunk.len()),
+            crate::placeholders(1 + chunk.len(), chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for c in chunk {
+            q = q.bind(c.uuid);
+        }
+        for c in chunk {
+            q = q.bind(c.name);
+        }
+        if let Some(r) = q.fetch_optional(&mut *tx).await? {
+            let (u, n): (String, String) = (r.try_get("uuid")?, r.try_get("name")?);
+            let what = match chunk.iter().find(|c| c.uuid == u) {
+                Some(_) => format!("uuid: {u}"),
+                None => format!("name: {n}"),
+            };
+            return Err(StoreError::conflict(Conflict::Duplicate, what));
+        }
+        let sql = format!(
+            "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, \
+             root_provider_id, created_at) VALUES {} RETURNING id, uuid",
+            crate::value_rows(chunk.len(), 6)
+        );
+        let mut q = sqlx::query(&sql);
+        for c in chunk {
+            q = q
+                .bind(c.uuid)
+                .bind(c.name)
+                .bind(c.generation)
+                .bind(c.parent.id)
+                .bind(c.parent.root_id)
+                .bind(now);
+        }
+        for r in q.fetch_all(&mut *tx).await? {
+            let (id, u): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
+            if let Some(c) = chunk.iter().find(|c| c.uuid == u) {
+                ids.insert(c.uuid, id);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(new.len());
+    for c in new {
+        let id = *ids
+            .get(c.uuid)
+            .ok_or_else(|| StoreError::Invalid(format!("provider {} was not created", c.uuid)))?;
+        out.push(Provider {
+            id,
+            uuid: c.uuid.to_owned(),
+            name: c.name.to_owned(),
+            generation: c.generation,
+            parent_uuid: Some(c.parent.uuid.clone()),
+            root_uuid: c.parent.root_uuid.clone(),
+            parent_id: Some(c.parent.id),
+            root_id: c.parent.root_id,
+            modified: now,
+        });
+    }
+    let all: Vec<i64> = out.iter().map(|p| p.id).collect();
+    changes::touch(tx, &all).await?;
+    Ok(out)
+}
+
+/// Which of `uuids` name existing providers (one query per few hundred).
+pub async fn existing(tx: &mut Tx, uuids: &[&str]) -> Result<Vec<Provider>, StoreError> {
+    let mut out = Vec::new();
+    for chunk in uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "{SELECT} WHERE rp.uuid IN ({})",
+            crate::placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for u in chunk {
+            q = q.bind(*u);
+        }
+        for r in q.fetch_all(&mut *tx).await? {
+            out.push(from_row(&r)?);
+        }
+    }
+    Ok(out)
 }
 
 /// What an update does to the parent.

@@ -219,18 +219,27 @@ pub async fn insert_on_new(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Result<(
     insert_links(tx, rp.id, &ids).await
 }
 
-async fn insert_links(tx: &mut Tx, rp_id: i64, ids: &[i64]) -> Result<(), StoreError> {
-    for chunk in ids.chunks(crate::BATCH_ROWS) {
+/// [`insert_on_new`] for many new providers at once: `(provider id, trait id)` rows.
+pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, i64)]) -> Result<(), StoreError> {
+    let mut rows = rows.to_vec();
+    rows.sort_unstable();
+    rows.dedup();
+    for chunk in rows.chunks(crate::BATCH_ROWS) {
         let sql = format!(
             "INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES {} \
              ON CONFLICT DO NOTHING",
             crate::value_rows(chunk.len(), 2)
         );
         let mut q = sqlx::query(&sql);
-        for t in chunk {
-            q = q.bind(rp_id).bind(*t);
+        for (rp, t) in chunk {
+            q = q.bind(*rp).bind(*t);
         }
         q.execute(&mut *tx).await?;
     }
     Ok(())
+}
+
+async fn insert_links(tx: &mut Tx, rp_id: i64, ids: &[i64]) -> Result<(), StoreError> {
+    let rows: Vec<(i64, i64)> = ids.iter().map(|t| (rp_id, *t)).collect();
+    insert_many_on_new(tx, &rows).await
 }
