@@ -143,22 +143,8 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
     providers::bump_generation(tx, rp.id, rp.generation).await
 }
 
-/// The inventories of a provider created in this same transaction (nothing to
-/// compare with, nothing allocated). The caller bumps the generation once for all
-/// it sets on the new provider.
-pub async fn insert_on_new(
-    tx: &mut Tx,
-    rp: &Provider,
-    new: &[Inventory],
-) -> Result<(), StoreError> {
-    let now = crate::now();
-    for n in new {
-        insert(tx, rp.id, n, now).await?;
-    }
-    Ok(())
-}
-
-/// [`insert_on_new`] for many new providers at once: `(provider id, inventory)` rows,
+/// The inventories of providers created in this same transaction (nothing to compare
+/// with, nothing allocated): `(provider id, inventory)` rows,
 /// a few hundred per statement.
 pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Result<(), StoreError> {
     let now = crate::now();

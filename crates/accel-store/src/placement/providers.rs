@@ -97,21 +97,6 @@ pub async fn create(
     insert(tx, uuid, name, parent.as_ref()).await
 }
 
-/// [`create`] under a parent already read in this transaction (an agent report
-/// creates a device's providers right after their parent).
-pub async fn create_under(
-    tx: &mut Tx,
-    uuid: &str,
-    name: &str,
-    parent: &Provider,
-) -> Result<Provider, StoreError> {
-    if parent.uuid == uuid {
-        return Err(same_as_parent());
-    }
-    check_free(tx, uuid, name).await?;
-    insert(tx, uuid, name, Some(parent)).await
-}
-
 fn same_as_parent() -> StoreError {
     StoreError::Invalid(
         "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.".into(),

@@ -210,16 +210,8 @@ pub async fn set_for_provider(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Resul
     providers::bump_generation(tx, rp.id, rp.generation).await
 }
 
-/// The traits of a provider created in this same transaction (it has none yet). The
-/// caller bumps the generation once for all it sets on the new provider.
-pub async fn insert_on_new(tx: &mut Tx, rp: &Provider, want: &[i64]) -> Result<(), StoreError> {
-    let mut ids = want.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    insert_links(tx, rp.id, &ids).await
-}
-
-/// [`insert_on_new`] for many new providers at once: `(provider id, trait id)` rows.
+/// The traits of providers created in this same transaction (they have none yet):
+/// `(provider id, trait id)` rows, a few hundred per statement.
 pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, i64)]) -> Result<(), StoreError> {
     let mut rows = rows.to_vec();
     rows.sort_unstable();
