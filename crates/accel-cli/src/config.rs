@@ -18,7 +18,20 @@
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
 //! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
-//! nova_token = "..."                # X-Auth-Token for Nova (until Keystone sessions)
+//! nova_token = "..."                # a fixed X-Auth-Token for Nova (without [nova])
+//!
+//! # Events to Nova through a Keystone session (keystoneauth's option names): the
+//! # token is renewed before it expires and after a 401, and Nova's URL is the
+//! # catalog's compute endpoint unless endpoint_override (or nova_url) is set.
+//! [nova]
+//! auth_url = "http://keystone:5000/v3"
+//! username = "cyborg"
+//! password = "secret"
+//! project_name = "service"
+//! user_domain_name = "Default"      # default
+//! project_domain_name = "Default"   # default
+//! region_name = "RegionOne"         # default: any region
+//! interface = "internal"            # default public
 //!
 //! # With auth_strategy = "keystone" (keystonemiddleware's option names):
 //! [keystone_authtoken]
@@ -36,6 +49,7 @@
 //! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
 
 use accel_server::auth::keystone::KeystoneConfig;
+use accel_server::auth::session::SessionConfig;
 use accel_server::auth::AuthStrategy;
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -122,6 +136,7 @@ struct FileConfig {
     bind_timeout_seconds: Option<i64>,
     nova_url: Option<String>,
     nova_token: Option<String>,
+    nova: Option<SessionConfig>,
 }
 
 /// The resolved configuration.
@@ -147,6 +162,8 @@ pub struct ServeConfig {
     /// Nova's compute API root for external events; `None` records them unsent.
     pub nova_url: Option<String>,
     pub nova_token: Option<String>,
+    /// The `[nova]` table: a Keystone session for the events.
+    pub nova: Option<SessionConfig>,
 }
 
 impl ServeConfig {
@@ -207,6 +224,7 @@ impl ServeConfig {
                 .nova_token
                 .or(file.nova_token)
                 .filter(|t| !t.is_empty()),
+            nova: file.nova,
         };
         if !(1..=86_400).contains(&cfg.bind_timeout_seconds) {
             bail!(
@@ -217,6 +235,12 @@ impl ServeConfig {
         if let Some(u) = &cfg.nova_url {
             if !u.starts_with("http://") && !u.starts_with("https://") {
                 bail!("nova_url must be an http:// or https:// URL of the compute API root, not {u:?}");
+            }
+        }
+        if let Some(n) = &cfg.nova {
+            n.validate("nova").map_err(anyhow::Error::msg)?;
+            if cfg.nova_token.is_some() {
+                bail!("nova_token and a [nova] table both say how to reach Nova: keep one");
             }
         }
         if cfg.auth_strategy == AuthStrategy::Keystone {
@@ -334,6 +358,54 @@ mod keystone_config_tests {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         )
+    }
+
+    const KS: &str = "[keystone_authtoken]\nauth_url = \"http://ks/v3\"\nusername = \"u\"\n\
+                      password = \"p\"\nproject_name = \"s\"\n";
+
+    #[test]
+    fn nova_table_is_a_keystone_session_with_keystoneauth_names() {
+        let cfg = load(&format!(
+            "{KS}[nova]\nauth_url = \"https://ks:5000\"\nusername = \"cyborg\"\n\
+             password = \"pw\"\nproject_name = \"service\"\nregion_name = \"R1\"\n\
+             interface = \"internal\"\n"
+        ))
+        .unwrap();
+        let n = cfg.nova.unwrap();
+        assert_eq!(
+            (
+                n.username.as_str(),
+                n.interface.as_str(),
+                n.region_name.as_deref()
+            ),
+            ("cyborg", "internal", Some("R1"))
+        );
+        assert_eq!(n.user_domain_name, "Default");
+        for (bad, why) in [
+            ("interface = \"private\"\n", "[nova] interface"),
+            (
+                "endpoint_override = \"nova:8774\"\n",
+                "[nova] endpoint_override",
+            ),
+            ("region = \"R1\"\n", "region"),
+        ] {
+            let err = format!(
+                "{:#}",
+                load(&format!(
+                    "{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
+                     password = \"p\"\nproject_name = \"s\"\n{bad}"
+                ))
+                .unwrap_err()
+            );
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = load(&format!(
+            "nova_token = \"t\"\n{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
+             password = \"p\"\nproject_name = \"s\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("keep one"), "{err}");
     }
 
     #[test]

@@ -111,18 +111,31 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     });
     // The bind worker and the Nova event sender; they resume what a previous (or
     // crashed) server left in the database.
+    use accel_server::accelerator::binder::NovaEndpoint;
+    let nova = match &cfg.nova {
+        Some(n) => {
+            let session =
+                accel_server::auth::session::Session::new(n.clone()).map_err(anyhow::Error::msg)?;
+            tracing::info!(auth_url = %n.auth_url, user = %n.username, "events to Nova through a Keystone session");
+            Some(NovaEndpoint::keystone(
+                Arc::new(session),
+                cfg.nova_url.clone(),
+            ))
+        }
+        None => cfg
+            .nova_url
+            .clone()
+            .map(|url| NovaEndpoint::fixed(url, cfg.nova_token.clone())),
+    };
+    if nova.is_none() {
+        tracing::warn!(
+            "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
+        );
+    }
     let workers = accel_server::accelerator::binder::spawn(
         &accel_state,
-        accel_server::accelerator::binder::WorkerConfig::new(cfg.nova_url.clone().map(|url| {
-            accel_server::accelerator::binder::NovaEndpoint {
-                url,
-                token: cfg.nova_token.clone(),
-            }
-        })),
+        accel_server::accelerator::binder::WorkerConfig::new(nova),
     );
-    if cfg.nova_url.is_none() {
-        tracing::warn!("no nova_url: accelerator-request-bound events are recorded, not sent");
-    }
     let accelerator = accel_server::AcceleratorApi {
         listener: accel_listener,
         state: accel_state,

@@ -575,3 +575,109 @@ async fn without_a_nova_endpoint_events_are_recorded_as_undeliverable() {
         store.close().await;
     }
 }
+
+/// The events of `instances` (one FPGA each on host `host`), resolved and recorded.
+async fn recorded_events(store: &Store, host: &str, instances: &[String], now: i64) {
+    seed_jobs(
+        store,
+        host,
+        profile(&format!("ks-{host}"), &[("resources:FPGA", "1")]),
+        instances,
+    )
+    .await;
+    let r = Binder::new(store.clone(), "w", 30).step(now).await.unwrap();
+    assert_eq!(r.events, instances.len(), "{r:?}");
+}
+
+#[tokio::test]
+async fn events_go_to_nova_through_a_keystone_session() {
+    use accel_server::auth::session::{Session, SessionConfig};
+    use common::keystone::{FakeKeystone, Subject};
+    use std::sync::Arc;
+    for backend in BACKENDS {
+        let ks = FakeKeystone::start().await;
+        ks.add_user(
+            "secret",
+            Subject::project("cyborg", "service", &["service"]),
+        );
+        let nova = FakeNova::start(true).await;
+        ks.set_catalog(json!([
+            {"type": "identity", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": ks.url}]},
+            {"type": "compute", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": "http://127.0.0.1:9/v2.1"},
+                {"interface": "internal", "region_id": "R1", "url": nova.url}]},
+        ]));
+        let cfg = |password: &str, region: &str| -> SessionConfig {
+            serde_json::from_value(json!({
+                "auth_url": format!("{}/v3", ks.url), "username": "cyborg",
+                "password": password, "project_name": "service",
+                "interface": "internal", "region_name": region,
+            }))
+            .unwrap()
+        };
+        let db = TempDb::fresh(backend).await;
+        let store = Store::connect(&db.url).await.unwrap();
+        let now = accel_store::now();
+        let session = Arc::new(Session::new(cfg("secret", "R1")).unwrap());
+        let sender = EventSender::new(
+            store.clone(),
+            &WorkerConfig::new(Some(binder::NovaEndpoint::keystone(session, None))),
+        );
+
+        // Two events, one authentication, the catalog's internal compute endpoint.
+        recorded_events(&store, "ks1", &[instance(), instance()], now).await;
+        let s = sender.step(now).await.unwrap();
+        assert_eq!((s.delivered, s.retrying), (2, 0), "{backend:?}: {s:?}");
+        assert_eq!(ks.password_auths(), 1);
+        let tokens = nova.tokens.lock().unwrap().clone();
+        assert_eq!(tokens.len(), 2);
+        assert!(tokens[0].starts_with("gAAAA") && tokens[0] == tokens[1]);
+
+        // Nova refuses the token (revoked): one new authentication, then delivered.
+        nova.refuse_tokens.lock().unwrap().push(tokens[0].clone());
+        recorded_events(&store, "ks2", &[instance()], now).await;
+        let s = sender.step(now).await.unwrap();
+        assert_eq!(s.delivered, 1, "{s:?}");
+        assert_eq!(ks.password_auths(), 2);
+        let tokens = nova.tokens.lock().unwrap().clone();
+        assert_eq!(tokens.len(), 4, "refused, then sent with the new token");
+        assert_ne!(tokens[3], tokens[0]);
+
+        // A wrong password and a region without Nova: retried later, reason recorded.
+        for (password, region, why) in [
+            ("wrong", "R1", "refused the credentials of user \"cyborg\""),
+            (
+                "secret",
+                "R9",
+                "no internal endpoint of service type compute in region R9",
+            ),
+        ] {
+            let session = Arc::new(Session::new(cfg(password, region)).unwrap());
+            let sender = EventSender::new(
+                store.clone(),
+                &WorkerConfig::new(Some(binder::NovaEndpoint::keystone(session, None))),
+            );
+            let inst = instance();
+            recorded_events(
+                &store,
+                &format!("ks-{region}-{password}"),
+                std::slice::from_ref(&inst),
+                now,
+            )
+            .await;
+            let s = sender.step(now).await.unwrap();
+            assert_eq!((s.delivered, s.retrying), (0, 1), "{why}: {s:?}");
+            let i = inst.clone();
+            let ev = store
+                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+                .await
+                .unwrap();
+            let err = ev[0].last_error.clone().unwrap_or_default();
+            assert!(err.contains(why), "{err}");
+            assert_eq!(ev[0].delivery, Delivery::Pending);
+        }
+        assert_eq!(nova.tokens.lock().unwrap().len(), 4, "nothing reached Nova");
+        store.close().await;
+    }
+}

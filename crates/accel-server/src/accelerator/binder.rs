@@ -18,6 +18,7 @@
 //! deadlines).
 
 use super::AccelState;
+use crate::auth::session::Session;
 use accel_core::accelerator::ArqState;
 use accel_store::accelerator::binds::{self, Outcome};
 use accel_store::accelerator::events::{self, Delivery, NovaEvent};
@@ -33,10 +34,46 @@ use tokio::task::JoinSet;
 #[derive(Debug, Clone)]
 pub struct NovaEndpoint {
     /// The compute API root, e.g. `http://nova:8774/v2.1`; events go to
-    /// `<url>/os-server-external-events`.
+    /// `<url>/os-server-external-events`. Empty with a session: the catalog's.
     pub url: String,
-    /// Sent as `X-Auth-Token` when set (Keystone sessions come with the auth work).
+    /// Sent as `X-Auth-Token` when set and there is no session.
     pub token: Option<String>,
+    /// A Keystone session (`[nova]`): its token, renewed before expiry and after a
+    /// 401, and its catalog's `compute` endpoint when `url` is empty.
+    pub session: Option<Arc<Session>>,
+}
+
+impl NovaEndpoint {
+    /// A fixed URL and optional static token.
+    pub fn fixed(url: impl Into<String>, token: Option<String>) -> NovaEndpoint {
+        NovaEndpoint {
+            url: url.into(),
+            token,
+            session: None,
+        }
+    }
+
+    /// Through a Keystone session; `url` overrides the catalog when given.
+    pub fn keystone(session: Arc<Session>, url: Option<String>) -> NovaEndpoint {
+        NovaEndpoint {
+            url: url.unwrap_or_default(),
+            token: None,
+            session: Some(session),
+        }
+    }
+
+    /// Where to post and with which token, right now.
+    async fn resolve(&self) -> Result<(String, Option<String>), String> {
+        let Some(s) = &self.session else {
+            return Ok((self.url.clone(), self.token.clone()));
+        };
+        let url = if self.url.is_empty() {
+            s.endpoint("compute").await?
+        } else {
+            self.url.clone()
+        };
+        Ok((url, Some(s.token().await?)))
+    }
 }
 
 /// How the background workers run.
@@ -308,37 +345,51 @@ impl EventSender {
     /// `POST /os-server-external-events` at compute microversion 2.82, one event per
     /// ARQ. 200 and 207 count as delivered: a 207 whose events are all 422 means the
     /// instance is not on a host yet, which upstream ignores too (nova bug 1855752).
+    /// With a Keystone session, a 401 drops the token and the event is posted once
+    /// more with a new one; a session that cannot get a token or find Nova is a
+    /// retryable failure whose reason is recorded.
     async fn post(&self, nova: &NovaEndpoint, ev: &NovaEvent) -> Attempt {
-        let url = format!(
-            "{}/os-server-external-events",
-            nova.url.trim_end_matches('/')
-        );
-        let mut req = self
-            .client
-            .post(&url)
-            .header("X-OpenStack-Nova-API-Version", "2.82")
-            .header("OpenStack-API-Version", "compute 2.82")
-            .json(&render_events(ev));
-        if let Some(t) = &nova.token {
-            req = req.header("X-Auth-Token", t);
-        }
-        match req.send().await {
-            Err(e) => Attempt::Retry(format!("POST {url}: {e}")),
-            Ok(resp) => {
-                let status = resp.status();
-                let body = resp.text().await.unwrap_or_default();
-                let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
-                if status.is_success() {
-                    if status.as_u16() == 207 {
-                        tracing::info!(instance = %ev.instance_uuid, body = %clip(&body), "Nova answered 207");
-                    }
-                    Attempt::Delivered
-                } else if status.is_client_error() && !matches!(status.as_u16(), 401 | 408 | 429) {
-                    Attempt::Rejected(what)
-                } else {
-                    Attempt::Retry(what)
+        let mut fresh_token_tried = false;
+        loop {
+            let (base, token) = match nova.resolve().await {
+                Ok(r) => r,
+                Err(e) => return Attempt::Retry(format!("Keystone: {e}")),
+            };
+            let url = format!("{}/os-server-external-events", base.trim_end_matches('/'));
+            let mut req = self
+                .client
+                .post(&url)
+                .header("X-OpenStack-Nova-API-Version", "2.82")
+                .header("OpenStack-API-Version", "compute 2.82")
+                .json(&render_events(ev));
+            if let Some(t) = &token {
+                req = req.header("X-Auth-Token", t);
+            }
+            let resp = match req.send().await {
+                Err(e) => return Attempt::Retry(format!("POST {url}: {e}")),
+                Ok(resp) => resp,
+            };
+            let status = resp.status();
+            let body = resp.text().await.unwrap_or_default();
+            let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
+            if status.as_u16() == 401 && !fresh_token_tried {
+                if let (Some(s), Some(t)) = (&nova.session, &token) {
+                    tracing::info!(instance = %ev.instance_uuid, "Nova refused the token; authenticating again");
+                    s.invalidate(t).await;
+                    fresh_token_tried = true;
+                    continue;
                 }
             }
+            return if status.is_success() {
+                if status.as_u16() == 207 {
+                    tracing::info!(instance = %ev.instance_uuid, body = %clip(&body), "Nova answered 207");
+                }
+                Attempt::Delivered
+            } else if status.is_client_error() && !matches!(status.as_u16(), 401 | 408 | 429) {
+                Attempt::Rejected(what)
+            } else {
+                Attempt::Retry(what)
+            };
         }
     }
 }

@@ -11,9 +11,9 @@
 //!                                          unreachable or 5xx ─▶ 503
 //! ```
 //!
-//! Our own token comes from password auth (`POST /v3/auth/tokens`) with the
-//! `[keystone_authtoken]` credentials and is renewed when it has less than two minutes
-//! left, or when Keystone refuses it. Validations are cached ([`super::cache`]) until
+//! Our own token comes from password auth (`POST /v3/auth/tokens`, a
+//! [`super::session::Session`]) with the `[keystone_authtoken]` credentials and is
+//! renewed when it has less than two minutes left, or when Keystone refuses it. Validations are cached ([`super::cache`]) until
 //! the token expires or `token_cache_time` passes, whichever is first. A user token may
 //! be expired when a service token that passed the role check comes with it
 //! (keystonemiddleware's `allow_expired`, which lets Nova finish long operations).
@@ -23,11 +23,12 @@
 //! comes from the token bodies Keystone returns.
 
 use super::cache::TokenCache;
+use super::session::{Session, SessionConfig};
 use super::{Credentials, Rejection};
 use accel_core::policy;
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -213,14 +214,6 @@ enum Failure {
     Unavailable(String),
 }
 
-struct OwnToken {
-    id: String,
-    expires_at: SystemTime,
-}
-
-/// Renew our own token when it has less than this left (keystoneauth's margin).
-const OWN_TOKEN_MARGIN: Duration = Duration::from_secs(120);
-
 /// What the validation cache reads the time from: `Instant::now`, or a test's clock.
 pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
@@ -230,7 +223,8 @@ pub struct Keystone {
     base: String,
     www_authenticate: String,
     http: reqwest::Client,
-    own: tokio::sync::Mutex<Option<OwnToken>>,
+    /// The service's own token (password auth with the table's credentials).
+    own: Session,
     cache: Mutex<TokenCache<TokenInfo>>,
     cache_ttl: Option<Duration>,
     clock: Clock,
@@ -268,7 +262,19 @@ impl Keystone {
             base: cfg.v3_base(),
             www_authenticate: format!("Keystone uri=\"{uri}\""),
             http,
-            own: tokio::sync::Mutex::new(None),
+            own: Session::tokens_only(SessionConfig {
+                auth_url: cfg.auth_url.trim().to_owned(),
+                auth_type: cfg.auth_type.clone(),
+                username: cfg.username.clone(),
+                password: cfg.password.clone(),
+                project_name: cfg.project_name.clone(),
+                user_domain_name: cfg.user_domain_name.clone(),
+                project_domain_name: cfg.project_domain_name.clone(),
+                region_name: None,
+                interface: "public".into(),
+                endpoint_override: None,
+                http_connect_timeout: cfg.http_connect_timeout,
+            })?,
             cache: Mutex::new(TokenCache::new(capacity)),
             cache_ttl,
             clock: Arc::new(Instant::now),
@@ -437,74 +443,11 @@ impl Keystone {
 
     /// Our own token, fetched or renewed when needed.
     async fn own_token(&self) -> Result<String, Failure> {
-        let mut own = self.own.lock().await;
-        if let Some(t) = own.as_ref() {
-            if t.expires_at > SystemTime::now() + OWN_TOKEN_MARGIN {
-                return Ok(t.id.clone());
-            }
-        }
-        let fresh = self.password_auth().await?;
-        let id = fresh.id.clone();
-        *own = Some(fresh);
-        Ok(id)
+        self.own.token().await.map_err(Failure::Unavailable)
     }
 
     async fn forget_own_token(&self, used: &str) {
-        let mut own = self.own.lock().await;
-        if own.as_ref().is_some_and(|t| t.id == used) {
-            *own = None;
-        }
-    }
-
-    /// `POST /v3/auth/tokens` with the configured password, scoped to the service
-    /// project.
-    async fn password_auth(&self) -> Result<OwnToken, Failure> {
-        let c = &self.cfg;
-        let body = json!({"auth": {
-            "identity": {"methods": ["password"], "password": {"user": {
-                "name": c.username,
-                "domain": {"name": c.user_domain_name},
-                "password": c.password,
-            }}},
-            "scope": {"project": {
-                "name": c.project_name,
-                "domain": {"name": c.project_domain_name},
-            }},
-        }});
-        let url = format!("{}/auth/tokens?nocatalog", self.base);
-        let resp = self
-            .http
-            .post(&url)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| Failure::Unavailable(format!("POST {url}: {e}")))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(Failure::Unavailable(format!(
-                "Keystone refused the service credentials of user {:?} ({status})",
-                c.username
-            )));
-        }
-        let id = resp
-            .headers()
-            .get("x-subject-token")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                Failure::Unavailable("no X-Subject-Token in Keystone's answer".into())
-            })?;
-        let body: Value = resp
-            .json()
-            .await
-            .map_err(|e| Failure::Unavailable(format!("token body: {e}")))?;
-        let expires_at = body
-            .get("token")
-            .and_then(|t| t.get("expires_at"))
-            .and_then(Value::as_str)
-            .and_then(parse_timestamp)
-            .ok_or_else(|| Failure::Unavailable("no expires_at in Keystone's token".into()))?;
-        Ok(OwnToken { id, expires_at })
+        self.own.invalidate(used).await;
     }
 }
 
@@ -567,6 +510,7 @@ pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn timestamps_as_keystone_writes_them() {

@@ -14,6 +14,7 @@
 
 mod cache;
 pub mod keystone;
+pub mod session;
 
 use crate::AppState;
 use accel_core::policy;

@@ -79,6 +79,10 @@ pub struct FakeNova {
     pub versions: Arc<Mutex<Vec<String>>>,
     pub refused: Arc<Mutex<usize>>,
     pub up: Arc<AtomicBool>,
+    /// The X-Auth-Token of each POST that reached the handler.
+    pub tokens: Arc<Mutex<Vec<String>>>,
+    /// Tokens answered with 401 (a token Keystone revoked).
+    pub refuse_tokens: Arc<Mutex<Vec<String>>>,
     changed: Arc<Notify>,
     _stop: Arc<oneshot::Sender<()>>,
 }
@@ -91,6 +95,8 @@ impl FakeNova {
             versions: Default::default(),
             refused: Default::default(),
             up: Arc::new(AtomicBool::new(up)),
+            tokens: Default::default(),
+            refuse_tokens: Default::default(),
             changed: Default::default(),
             _stop: Arc::new(oneshot::channel().0),
         };
@@ -104,6 +110,15 @@ impl FakeNova {
                 move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
                     let n = n.clone();
                     async move {
+                        let token = headers
+                            .get("x-auth-token")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        n.tokens.lock().unwrap().push(token.clone());
+                        if n.refuse_tokens.lock().unwrap().contains(&token) {
+                            return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
+                        }
                         if !n.up.load(Ordering::SeqCst) {
                             *n.refused.lock().unwrap() += 1;
                             n.changed.notify_waiters();
@@ -150,10 +165,7 @@ impl FakeNova {
     }
 
     pub fn endpoint(&self) -> binder::NovaEndpoint {
-        binder::NovaEndpoint {
-            url: self.url.clone(),
-            token: Some("nova-service-token".into()),
-        }
+        binder::NovaEndpoint::fixed(self.url.clone(), Some("nova-service-token".into()))
     }
 
     pub fn events(&self) -> Vec<Value> {

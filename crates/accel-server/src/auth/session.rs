@@ -1,0 +1,381 @@
+//! A Keystone v3 session for accel's own outgoing calls (events to Nova), as
+//! keystoneauth's `password` plugin and `Session` do it.
+//!
+//! ```text
+//! token():    cached and more than 2 min left? ─▶ it
+//!             else POST {auth_url}/v3/auth/tokens (password, project scope)
+//!                  ─▶ X-Subject-Token, token.expires_at, token.catalog
+//! endpoint(): endpoint_override, else the catalog entry of the service type with
+//!             the configured interface (and region, when set)
+//! invalidate(t): the service answered 401 with t ─▶ the next token() authenticates
+//! ```
+//!
+//! The token validator ([`super::keystone`]) gets the service's own token from the same
+//! code. Options use keystoneauth's names, as in the `[nova]` table of Cyborg's and
+//! Nova's configuration files.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+/// Password credentials and where the service is found (keystoneauth's options).
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionConfig {
+    /// Identity endpoint, with or without `/v3`.
+    pub auth_url: String,
+    /// Only `password` is supported.
+    #[serde(default = "default_auth_type")]
+    pub auth_type: String,
+    pub username: String,
+    pub password: String,
+    pub project_name: String,
+    #[serde(default = "default_domain")]
+    pub user_domain_name: String,
+    #[serde(default = "default_domain")]
+    pub project_domain_name: String,
+    /// The catalog region to use; any region when absent.
+    #[serde(default)]
+    pub region_name: Option<String>,
+    /// `public` (default), `internal` or `admin`.
+    #[serde(default = "default_interface")]
+    pub interface: String,
+    /// Use this URL instead of the catalog's.
+    #[serde(default)]
+    pub endpoint_override: Option<String>,
+    /// Seconds to wait for a connection (default 10); a request takes at most three
+    /// times that.
+    #[serde(default)]
+    pub http_connect_timeout: Option<u64>,
+}
+
+fn default_auth_type() -> String {
+    "password".into()
+}
+fn default_domain() -> String {
+    "Default".into()
+}
+fn default_interface() -> String {
+    "public".into()
+}
+
+impl std::fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionConfig")
+            .field("auth_url", &self.auth_url)
+            .field("username", &self.username)
+            .field("password", &"***")
+            .field("project_name", &self.project_name)
+            .field("region_name", &self.region_name)
+            .field("interface", &self.interface)
+            .field("endpoint_override", &self.endpoint_override)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `http://` or `https://`, or a message naming the option.
+pub fn check_url(option: &str, url: &str) -> Result<(), String> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{option} must be an http:// or https:// URL, not {url:?}"
+        ))
+    }
+}
+
+impl SessionConfig {
+    /// Checks values the types do not; `table` names the config table in messages.
+    pub fn validate(&self, table: &str) -> Result<(), String> {
+        check_url(&format!("[{table}] auth_url"), &self.auth_url)?;
+        if self.auth_type != "password" {
+            return Err(format!(
+                "[{table}] auth_type {:?} is not supported; use \"password\"",
+                self.auth_type
+            ));
+        }
+        for (k, v) in [
+            ("username", &self.username),
+            ("password", &self.password),
+            ("project_name", &self.project_name),
+        ] {
+            if v.is_empty() {
+                return Err(format!("[{table}] {k} must not be empty"));
+            }
+        }
+        if !matches!(self.interface.as_str(), "public" | "internal" | "admin") {
+            return Err(format!(
+                "[{table}] interface must be public, internal or admin, not {:?}",
+                self.interface
+            ));
+        }
+        if let Some(u) = &self.endpoint_override {
+            check_url(&format!("[{table}] endpoint_override"), u)?;
+        }
+        Ok(())
+    }
+
+    /// `auth_url` ending in `/v3`.
+    pub fn v3_base(&self) -> String {
+        let base = self.auth_url.trim_end_matches('/');
+        if base.ends_with("/v3") {
+            base.to_owned()
+        } else {
+            format!("{base}/v3")
+        }
+    }
+}
+
+/// Renew the token when it has less than this left (keystoneauth's margin).
+const MARGIN: Duration = Duration::from_secs(120);
+
+struct Token {
+    id: String,
+    expires_at: SystemTime,
+    catalog: Value,
+}
+
+/// A session: the configuration, an HTTP client and the current token.
+pub struct Session {
+    cfg: SessionConfig,
+    /// Whether tokens are asked with their catalog (not when only the token is used).
+    catalog: bool,
+    http: reqwest::Client,
+    current: tokio::sync::Mutex<Option<Token>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    pub fn new(cfg: SessionConfig) -> Result<Session, String> {
+        let connect = Duration::from_secs(cfg.http_connect_timeout.unwrap_or(10).max(1));
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect)
+            .timeout(connect * 3)
+            .build()
+            .map_err(|e| format!("building the Keystone HTTP client: {e}"))?;
+        Ok(Session {
+            catalog: cfg.endpoint_override.is_none(),
+            cfg,
+            http,
+            current: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// A session whose tokens are only sent, never used to find endpoints (the
+    /// validator's own token): they are asked without their catalog.
+    pub fn tokens_only(cfg: SessionConfig) -> Result<Session, String> {
+        Ok(Session {
+            catalog: false,
+            ..Session::new(cfg)?
+        })
+    }
+
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    /// A valid token, authenticating when there is none or it is about to expire.
+    pub async fn token(&self) -> Result<String, String> {
+        let mut cur = self.current.lock().await;
+        if let Some(t) = cur.as_ref() {
+            if t.expires_at > SystemTime::now() + MARGIN {
+                return Ok(t.id.clone());
+            }
+        }
+        let fresh = self.authenticate().await?;
+        let id = fresh.id.clone();
+        *cur = Some(fresh);
+        Ok(id)
+    }
+
+    /// Forgets `used` (a service refused it), so the next [`Session::token`]
+    /// authenticates again.
+    pub async fn invalidate(&self, used: &str) {
+        let mut cur = self.current.lock().await;
+        if cur.as_ref().is_some_and(|t| t.id == used) {
+            *cur = None;
+        }
+    }
+
+    /// The URL of `service_type` (`compute`): `endpoint_override`, or the catalog of
+    /// the current token.
+    pub async fn endpoint(&self, service_type: &str) -> Result<String, String> {
+        if let Some(u) = &self.cfg.endpoint_override {
+            return Ok(u.trim_end_matches('/').to_owned());
+        }
+        self.token().await?;
+        let cur = self.current.lock().await;
+        let catalog = cur.as_ref().map_or(&Value::Null, |t| &t.catalog);
+        find_endpoint(
+            catalog,
+            service_type,
+            &self.cfg.interface,
+            self.cfg.region_name.as_deref(),
+        )
+        .ok_or_else(|| {
+            format!(
+                "Keystone's catalog has no {} endpoint of service type {service_type}{}",
+                self.cfg.interface,
+                self.cfg
+                    .region_name
+                    .as_deref()
+                    .map(|r| format!(" in region {r}"))
+                    .unwrap_or_default()
+            )
+        })
+    }
+
+    /// `POST /v3/auth/tokens` with the password, scoped to the project. The catalog
+    /// comes with it unless an `endpoint_override` makes it unneeded.
+    async fn authenticate(&self) -> Result<Token, String> {
+        let c = &self.cfg;
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": c.username,
+                "domain": {"name": c.user_domain_name},
+                "password": c.password,
+            }}},
+            "scope": {"project": {
+                "name": c.project_name,
+                "domain": {"name": c.project_domain_name},
+            }},
+        }});
+        let mut url = format!("{}/auth/tokens", c.v3_base());
+        if !self.catalog {
+            url.push_str("?nocatalog");
+        }
+        let resp = self
+            .http
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {url}: {e}"))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let said = resp.text().await.unwrap_or_default();
+            return Err(format!(
+                "Keystone at {url} refused the credentials of user {:?} in project {:?} ({status}): {}",
+                c.username,
+                c.project_name,
+                said.trim()
+            ));
+        }
+        let id = resp
+            .headers()
+            .get("x-subject-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no X-Subject-Token in Keystone's answer from {url}"))?;
+        let body: Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("token body from {url}: {e}"))?;
+        let token = body.get("token").cloned().unwrap_or(Value::Null);
+        let expires_at = token
+            .get("expires_at")
+            .and_then(Value::as_str)
+            .and_then(super::keystone::parse_timestamp)
+            .ok_or_else(|| format!("no expires_at in the token from {url}"))?;
+        Ok(Token {
+            id,
+            expires_at,
+            catalog: token.get("catalog").cloned().unwrap_or(Value::Null),
+        })
+    }
+}
+
+/// The URL of the first endpoint of `service_type` with `interface` (and `region`).
+pub fn find_endpoint(
+    catalog: &Value,
+    service_type: &str,
+    interface: &str,
+    region: Option<&str>,
+) -> Option<String> {
+    catalog
+        .as_array()?
+        .iter()
+        .filter(|s| s.get("type").and_then(Value::as_str) == Some(service_type))
+        .flat_map(|s| {
+            s.get("endpoints")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .find(|e| {
+            e.get("interface").and_then(Value::as_str) == Some(interface)
+                && region.is_none_or(|r| {
+                    e.get("region_id").and_then(Value::as_str) == Some(r)
+                        || e.get("region").and_then(Value::as_str) == Some(r)
+                })
+        })
+        .and_then(|e| e.get("url").and_then(Value::as_str))
+        .map(|u| u.trim_end_matches('/').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_lookup_by_type_interface_and_region() {
+        let catalog = json!([
+            {"type": "identity", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": "http://ks/v3"}]},
+            {"type": "compute", "endpoints": [
+                {"interface": "internal", "region_id": "R1", "url": "http://nova-int/v2.1/"},
+                {"interface": "public", "region_id": "R1", "url": "http://nova-r1/v2.1"},
+                {"interface": "public", "region_id": "R2", "url": "http://nova-r2/v2.1"}]},
+        ]);
+        let f = |i, r| find_endpoint(&catalog, "compute", i, r);
+        assert_eq!(f("public", None).as_deref(), Some("http://nova-r1/v2.1"));
+        assert_eq!(
+            f("public", Some("R2")).as_deref(),
+            Some("http://nova-r2/v2.1")
+        );
+        assert_eq!(f("internal", None).as_deref(), Some("http://nova-int/v2.1"));
+        assert_eq!(f("admin", None), None);
+        assert_eq!(f("public", Some("R3")), None);
+        assert_eq!(find_endpoint(&catalog, "placement", "public", None), None);
+    }
+
+    #[test]
+    fn config_checks() {
+        let cfg: SessionConfig = serde_json::from_value(json!({
+            "auth_url": "http://ks:5000", "username": "cyborg", "password": "p",
+            "project_name": "service",
+        }))
+        .unwrap();
+        assert_eq!(cfg.interface, "public");
+        assert_eq!(cfg.v3_base(), "http://ks:5000/v3");
+        assert!(cfg.validate("nova").is_ok());
+        let bad = SessionConfig {
+            interface: "private".into(),
+            ..cfg.clone()
+        };
+        assert!(bad
+            .validate("nova")
+            .unwrap_err()
+            .contains("[nova] interface"));
+        let bad = SessionConfig {
+            auth_url: "ks:5000".into(),
+            ..cfg.clone()
+        };
+        assert!(bad
+            .validate("nova")
+            .unwrap_err()
+            .contains("[nova] auth_url"));
+        let unknown = serde_json::from_value::<SessionConfig>(json!({
+            "auth_url": "http://ks", "username": "u", "password": "p",
+            "project_name": "s", "region": "R1",
+        }));
+        assert!(unknown.unwrap_err().to_string().contains("region"));
+    }
+}
