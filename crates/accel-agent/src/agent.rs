@@ -72,7 +72,10 @@ impl Agent {
     pub fn report(&self) -> Result<(Report, Discovery), AgentError> {
         let node = self.settings.require_node().map_err(AgentError::Config)?;
         let d = self.discover();
-        Ok((Report::new(node, d.devices.clone()), d))
+        Ok((
+            Report::new(node, d.devices.clone()).modelled(self.settings.model),
+            d,
+        ))
     }
 
     /// Checks that the server knows the compute node.

@@ -14,6 +14,7 @@
 //! glance_url = "http://glance:9292"    # bitstreams for FPGA programming
 //! program_interval_ms = 1000           # how often programming requests are fetched
 //! program_dir = "/var/lib/accel/bitstreams"
+//! model = "accel"                      # or "cyborg": upstream Cyborg's modelling
 //!
 //! [nic.physnets]
 //! physnet1 = ["eth2", "0000:3b:00.0"]
@@ -71,6 +72,9 @@ pub struct FileConfig {
     pub program_interval_ms: Option<u64>,
     /// Where downloaded bitstreams are kept while they are programmed.
     pub program_dir: Option<PathBuf>,
+    /// `accel` (seed 003, default) or `cyborg` (upstream Cyborg's classes, names and
+    /// traits, for clouds migrating from it).
+    pub model: Option<crate::model::Model>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -179,6 +183,7 @@ pub struct Flags {
     pub interval_seconds: Option<u64>,
     pub nova_config: Option<PathBuf>,
     pub glance_url: Option<String>,
+    pub model: Option<crate::model::Model>,
 }
 
 /// The resolved configuration.
@@ -200,6 +205,8 @@ pub struct Settings {
     pub glance_url: Option<String>,
     pub program_interval: std::time::Duration,
     pub program_dir: PathBuf,
+    /// How devices are modelled in Placement.
+    pub model: crate::model::Model,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -221,6 +228,7 @@ impl Settings {
             glance_url: None,
             program_interval: std::time::Duration::from_millis(1000),
             program_dir: std::env::temp_dir().join("accel-bitstreams"),
+            model: crate::model::Model::Accel,
         }
     }
 
@@ -279,6 +287,7 @@ impl Settings {
             program_dir: file
                 .program_dir
                 .unwrap_or_else(|| std::env::temp_dir().join("accel-bitstreams")),
+            model: flags.model.or(file.model).unwrap_or_default(),
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {

@@ -13,6 +13,17 @@
 //!                                   CUSTOM_PROGRAMMABLE, CUSTOM_FPGA_FUNCTION_<VENDOR>_<ID>
 //! ```
 //!
+//! With `model = "cyborg"` ([`Model::Cyborg`]) devices are reported as upstream
+//! Cyborg's drivers report them instead, for clouds whose flavors ask for Cyborg's
+//! classes and traits: `FPGA`, `PGPU`, `VGPU`, `CUSTOM_QAT`, `CUSTOM_NIC`,
+//! `CUSTOM_SSD`; `OWNER_CYBORG`, `CUSTOM_<VENDOR>_<PRODUCT>`,
+//! `CUSTOM_FPGA_<VENDOR>[_PAC_<FAMILY>]`, `CUSTOM_FPGA_FUNCTION_ID_<VENDOR>_<ID>`;
+//! one provider `<node>_<bdf>` per device (an FPGA card's first region folded into
+//! it), and one per QAT or NIC VF. Differences kept on purpose: an Intel card with
+//! VFs is named after its PF (Cyborg: after its last VF), a Xilinx card has one
+//! handle, its user function (Cyborg: both functions, so twice the ARQs), and VF
+//! handles of a carved GPU are PCI (Cyborg: mdev).
+//!
 //! Names start with the node name, which is unique among compute nodes, so provider
 //! names are unique across hosts; the server derives each provider's uuid from its name
 //! (`uuid3(DNS, name)`, as Cyborg), so uuids survive agent restarts. NUMA affinity is a
@@ -271,12 +282,156 @@ impl FoundDevice {
     }
 }
 
+/// How devices are modelled in Placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    /// Seed 003 (the module's diagram).
+    #[default]
+    Accel,
+    /// As upstream Cyborg's drivers report them, for clouds migrating from Cyborg
+    /// whose flavors ask for its classes and traits ([`FoundDevice::cyborg_deployables`]).
+    Cyborg,
+}
+
+impl Model {
+    pub fn parse(s: &str) -> Option<Model> {
+        match s {
+            "accel" => Some(Model::Accel),
+            "cyborg" => Some(Model::Cyborg),
+            _ => None,
+        }
+    }
+}
+
+/// Cyborg's resource class of a device: its standard `FPGA`, `PGPU` and `VGPU`, else
+/// `CUSTOM_<TYPE>`.
+fn cyborg_class(d: &FoundDevice) -> String {
+    match (d.device_type, d.class.as_str()) {
+        (DeviceType::Fpga, _) => "FPGA".into(),
+        (DeviceType::Gpu, "VGPU") => "VGPU".into(),
+        (DeviceType::Gpu, _) => "PGPU".into(),
+        (t, _) => format!("CUSTOM_{}", t.as_str()),
+    }
+}
+
+impl FoundDevice {
+    /// The device as Cyborg's drivers report it (reference: Cyborg's driver table):
+    /// one deployable `<node>_<bdf>` per device with `OWNER_CYBORG` and Cyborg's
+    /// trait names, no region providers, no NUMA or memory; QAT and NIC VFs are one
+    /// deployable each (`<node>_<vf bdf>`), as Cyborg's QAT and NIC drivers do.
+    pub fn cyborg_deployables(&self, node: &str) -> Vec<Value> {
+        let vendor = vendor_name(self.vendor);
+        let pid = format!("{:04X}", self.product);
+        let rc = cyborg_class(self);
+        let one = |name: String, num: i64, handles: Vec<&Handle>, traits: Vec<String>| {
+            let mut attrs = vec![json!({"key": "rc", "value": rc})];
+            attrs.extend(
+                traits
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| json!({"key": format!("trait{i}"), "value": t})),
+            );
+            json!({
+                "name": name,
+                "num_accelerators": num,
+                "driver_name": self.driver,
+                "attributes": attrs,
+                "attach_handles": handles.into_iter().map(Handle::wire).collect::<Vec<_>>(),
+            })
+        };
+        let name = self.provider_name(node);
+        match self.device_type {
+            DeviceType::Fpga => {
+                let mut traits = vec![format!("CUSTOM_FPGA_{vendor}")];
+                match self.vendor {
+                    0x8086 => {
+                        if let Some(f) = &self.family {
+                            traits.push(format!("CUSTOM_FPGA_{vendor}_PAC_{}", trait_part(f)));
+                        }
+                    }
+                    _ => traits.push(format!("CUSTOM_FPGA_PRODUCT_ID_{pid}")),
+                }
+                let region = self.regions.first();
+                if let Some(id) = region
+                    .and_then(|r| r.function_id.as_deref())
+                    .and_then(id_part)
+                {
+                    traits.push(format!("CUSTOM_FPGA_FUNCTION_ID_{vendor}_{id}"));
+                }
+                if let Some(id) = region
+                    .and_then(|r| r.interface_id.as_deref())
+                    .and_then(id_part)
+                {
+                    traits.push(format!("CUSTOM_FPGA_REGION_{vendor}_{id}"));
+                }
+                let handles: Vec<&Handle> = self.regions.iter().flat_map(|r| &r.handles).collect();
+                vec![one(name, handles.len().max(1) as i64, handles, traits)]
+            }
+            DeviceType::Gpu => {
+                let traits = vec!["OWNER_CYBORG".into(), format!("CUSTOM_{vendor}_{pid}")];
+                vec![one(name, self.count, self.handles.iter().collect(), traits)]
+            }
+            DeviceType::Qat | DeviceType::Nic
+                if self.handles.iter().any(|h| h.address != self.address) =>
+            {
+                // One deployable per VF.
+                self.handles
+                    .iter()
+                    .map(|h| {
+                        let mut traits = Vec::new();
+                        if self.device_type == DeviceType::Nic {
+                            traits.push("CUSTOM_VF".to_owned());
+                            traits.extend(
+                                h.extra
+                                    .iter()
+                                    .filter(|(k, _)| k == "physical_network")
+                                    .map(|(_, v)| format!("CUSTOM_{}", trait_part(v))),
+                            );
+                        }
+                        one(format!("{node}_{}", h.address), 1, vec![h], traits)
+                    })
+                    .collect()
+            }
+            DeviceType::Nic => {
+                let mut traits = vec!["CUSTOM_PF".to_owned()];
+                traits.extend(
+                    self.handles
+                        .iter()
+                        .flat_map(|h| &h.extra)
+                        .filter(|(k, _)| k == "physical_network")
+                        .map(|(_, v)| format!("CUSTOM_{}", trait_part(v))),
+                );
+                vec![one(name, self.count, self.handles.iter().collect(), traits)]
+            }
+            DeviceType::Qat => vec![one(
+                name,
+                self.count,
+                self.handles.iter().collect(),
+                Vec::new(),
+            )],
+            DeviceType::Ssd => {
+                let traits = vec![
+                    format!("CUSTOM_SSD_{vendor}"),
+                    format!("CUSTOM_SSD_PRODUCT_ID_{pid}"),
+                ];
+                vec![one(name, self.count, self.handles.iter().collect(), traits)]
+            }
+            t => {
+                let traits = vec![format!("CUSTOM_{}_{vendor}", t.as_str())];
+                vec![one(name, self.count, self.handles.iter().collect(), traits)]
+            }
+        }
+    }
+}
+
 /// The full report of one node, in a deterministic order (devices by address), so
 /// that an unchanged host sends byte-identical bodies and the server can skip them.
 #[derive(Debug, Clone)]
 pub struct Report {
     pub node: String,
     pub devices: Vec<FoundDevice>,
+    pub model: Model,
 }
 
 impl Report {
@@ -285,12 +440,30 @@ impl Report {
         Report {
             node: node.to_owned(),
             devices,
+            model: Model::Accel,
         }
+    }
+
+    /// The same report modelled as `model` says.
+    pub fn modelled(mut self, model: Model) -> Report {
+        self.model = model;
+        self
     }
 
     /// The body of `PUT /v2/agent/hosts/{node}/devices`.
     pub fn to_json(&self) -> Value {
-        json!({"devices": self.devices.iter().map(|d| d.wire(&self.node)).collect::<Vec<_>>()})
+        let devices: Vec<Value> = self
+            .devices
+            .iter()
+            .map(|d| {
+                let mut v = d.wire(&self.node);
+                if self.model == Model::Cyborg {
+                    v["deployables"] = Value::Array(d.cyborg_deployables(&self.node));
+                }
+                v
+            })
+            .collect();
+        json!({ "devices": devices })
     }
 }
 

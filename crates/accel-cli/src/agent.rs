@@ -35,6 +35,10 @@ pub struct AgentArgs {
     /// Nova's configuration file: devices its [pci] device_spec rules match are left to Nova.
     #[arg(long, global = true)]
     nova_config: Option<PathBuf>,
+    /// How devices are modelled in Placement: accel (seed 003) or cyborg (upstream
+    /// Cyborg's FPGA/PGPU/VGPU classes, names and traits).
+    #[arg(long, value_parser = parse_model, global = true)]
+    model: Option<accel_agent::model::Model>,
     /// The image service (Glance v2) root that FPGA bitstreams are fetched from.
     #[arg(long, env = "ACCEL_AGENT_GLANCE_URL", global = true)]
     glance_url: Option<String>,
@@ -64,6 +68,11 @@ enum AgentCommand {
     Check,
 }
 
+fn parse_model(s: &str) -> Result<accel_agent::model::Model, String> {
+    accel_agent::model::Model::parse(s)
+        .ok_or_else(|| format!("unknown model {s:?}: accel or cyborg"))
+}
+
 fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
     accel_agent::Settings::load(accel_agent::Flags {
         config: a.config.clone(),
@@ -75,6 +84,7 @@ fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
         interval_seconds: a.interval,
         nova_config: a.nova_config.clone(),
         glance_url: a.glance_url.clone(),
+        model: a.model,
     })
     .map_err(anyhow::Error::msg)
 }

@@ -338,3 +338,97 @@ async fn a_report_that_fails_validation_changes_nothing() {
         srv.stop().await;
     }
 }
+
+#[tokio::test]
+async fn cyborg_model_reports_devices_as_upstream_cyborg_does() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        let gpu = testing::eight_gpus(&fs).remove(0);
+        for g in [
+            "0000:31:00.0",
+            "0000:4b:00.0",
+            "0000:65:00.0",
+            "0000:98:00.0",
+            "0000:b1:00.0",
+            "0000:ca:00.0",
+            "0000:e3:00.0",
+        ] {
+            fs.remove(g);
+        }
+        let pac = testing::pac_opae(&fs, 0xaf, 2);
+        let qat = testing::qat(&fs, 0x3d, 4);
+        let ssd = testing::nvme(&fs, 0x5a, "vfio-pci");
+        let cn = compute_node(&srv, "cn3").await;
+        let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
+        let mut settings = Settings::new(&srv.accel, "cn3", dir.path());
+        settings.model = accel_agent::model::Model::Cyborg;
+        let mut a = Agent::new(settings).unwrap();
+        a.step().await.unwrap();
+
+        let t = tree(&srv, &cn_uuid).await;
+        let qat_vfs: Vec<String> = testing::vf_addresses(0x3d, 4, 0x37c9)
+            .into_iter()
+            .map(|(a, _)| format!("cn3_{a}"))
+            .collect();
+        let mut want: Vec<String> = vec![
+            "cn3".into(),
+            format!("cn3_{gpu}"),
+            format!("cn3_{pac}"),
+            format!("cn3_{ssd}"),
+        ];
+        want.extend(qat_vfs.iter().cloned());
+        want.sort();
+        assert_eq!(t.keys().cloned().collect::<Vec<_>>(), want, "{backend:?}");
+        for (name, (uuid, parent, _, _)) in &t {
+            if name != "cn3" {
+                assert_eq!(*uuid, uuid3(name));
+                assert_eq!(parent.as_deref(), Some("cn3"), "{name}: no nesting");
+            }
+        }
+        let g = &t[&format!("cn3_{gpu}")];
+        assert_eq!(g.2, BTreeMap::from([("PGPU".into(), (1, 0))]));
+        assert_eq!(g.3, strs(&["OWNER_CYBORG", "CUSTOM_NVIDIA_20B0"]));
+        let p = &t[&format!("cn3_{pac}")];
+        assert_eq!(p.2, BTreeMap::from([("FPGA".into(), (2, 0))]));
+        assert_eq!(
+            p.3,
+            strs(&[
+                "CUSTOM_FPGA_INTEL",
+                "CUSTOM_FPGA_INTEL_PAC_ARRIA10",
+                "CUSTOM_FPGA_FUNCTION_ID_INTEL_D8424DC4A4A3C413F89E433683F9040B",
+                "CUSTOM_FPGA_REGION_INTEL_9926AB6D6C925A68AABCA7D84C545738",
+            ])
+        );
+        for vf in &qat_vfs {
+            assert_eq!(t[vf].2, BTreeMap::from([("CUSTOM_QAT".into(), (1, 0))]));
+            assert!(t[vf].3.is_empty());
+        }
+        assert!(
+            !t.contains_key(&format!("cn3_{qat}")),
+            "the QAT PF is not offered"
+        );
+        let s = &t[&format!("cn3_{ssd}")];
+        assert_eq!(s.2, BTreeMap::from([("CUSTOM_SSD".into(), (1, 0))]));
+        assert_eq!(
+            s.3,
+            strs(&["CUSTOM_SSD_SAMSUNG", "CUSTOM_SSD_PRODUCT_ID_A824"])
+        );
+        // What a Cyborg flavor asks for is schedulable.
+        let c = get(
+            &srv,
+            "/allocation_candidates?resources=FPGA:1&required=CUSTOM_FPGA_INTEL_PAC_ARRIA10",
+        )
+        .await;
+        assert_eq!(c["allocation_requests"].as_array().unwrap().len(), 1);
+        // Unchanged, and a restarted agent: same tree.
+        assert!(a.step().await.unwrap().unchanged);
+        let mut settings = Settings::new(&srv.accel, "cn3", dir.path());
+        settings.model = accel_agent::model::Model::Cyborg;
+        Agent::new(settings).unwrap().step().await.unwrap();
+        assert_eq!(tree(&srv, &cn_uuid).await, t);
+        srv.stop().await;
+    }
+}
