@@ -89,17 +89,7 @@ impl FakeGlance {
             .route("/v2/images", axum::routing::get(list))
             .route("/v2/images/{id}", axum::routing::get(show))
             .route("/v2/images/{id}/file", axum::routing::get(file));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, stop) = common::serve_fake(app).await;
         (format!("http://{addr}"), stop)
     }
 
@@ -190,6 +180,49 @@ async fn region_traits(srv: &Server) -> Vec<String> {
         .collect()
 }
 
+/// The server with its workers, a fake Glance and an agent whose one fake FPGA card
+/// (one region, two handles) has been reported.
+struct Fixture {
+    srv: Server,
+    glance: FakeGlance,
+    agent: Agent,
+    dir: tempfile::TempDir,
+    _db: TempDb,
+    _glance_stop: oneshot::Sender<()>,
+}
+
+impl Fixture {
+    async fn start(backend: common::Backend) -> Fixture {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, Some(workers(None))).await;
+        let glance = FakeGlance::default();
+        let (glance_url, stop) = glance.start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let agent = agent(&srv, &glance_url, dir.path()).await;
+        Fixture {
+            srv,
+            glance,
+            agent,
+            dir,
+            _db: db,
+            _glance_stop: stop,
+        }
+    }
+}
+
+/// The region's deployable as `GET /v2/deployables` shows it.
+async fn region_deployable(srv: &Server) -> Value {
+    let (s, deps) = srv.admin_get("/v2/deployables").await;
+    assert_eq!(s, 200, "{deps}");
+    deps["deployables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == region().as_str())
+        .unwrap()
+        .clone()
+}
+
 /// Runs the agent's programming look until it handled one request.
 async fn program_one(a: &mut Agent) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -212,13 +245,15 @@ fn instance() -> String {
 #[tokio::test]
 async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, Some(workers(None))).await;
-        let glance = FakeGlance::default();
-        let (glance_url, _stop) = glance.start().await;
+        let Fixture {
+            srv,
+            glance,
+            agent: mut a,
+            dir: _dir,
+            _db,
+            _glance_stop,
+        } = Fixture::start(backend).await;
         let image = glance.add(FUNCTION, true, false);
-        let dir = tempfile::tempdir().unwrap();
-        let mut a = agent(&srv, &glance_url, dir.path()).await;
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
 
         srv.create_profile(
@@ -270,13 +305,15 @@ async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
 #[tokio::test]
 async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, Some(workers(None))).await;
-        let glance = FakeGlance::default();
-        let (glance_url, _stop) = glance.start().await;
+        let Fixture {
+            srv,
+            glance,
+            agent: mut a,
+            dir,
+            _db,
+            _glance_stop,
+        } = Fixture::start(backend).await;
         let bad = glance.add(FUNCTION, false, true);
-        let dir = tempfile::tempdir().unwrap();
-        let mut a = agent(&srv, &glance_url, dir.path()).await;
         srv.create_profile(
             "bs",
             json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:bitstream_id": bad}]),
@@ -301,16 +338,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         // Not programmed: no function trait, no bitstream on the deployable, and the
         // downloaded file is gone.
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
-        let (s, deps) = srv.admin_get("/v2/deployables").await;
-        assert_eq!(s, 200);
-        let dep = deps["deployables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["name"] == region().as_str())
-            .unwrap()
-            .clone();
-        assert_eq!(dep["bitstream_id"], Value::Null);
+        assert_eq!(region_deployable(&srv).await["bitstream_id"], Value::Null);
         let left = std::fs::read_dir(dir.path().join("bitstreams"))
             .map(|d| d.count())
             .unwrap_or(0);
@@ -332,20 +360,16 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
 #[tokio::test]
 async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, Some(workers(None))).await;
-        let glance = FakeGlance::default();
-        let (glance_url, _stop) = glance.start().await;
+        let Fixture {
+            srv,
+            glance,
+            agent: mut a,
+            dir: _dir,
+            _db,
+            _glance_stop,
+        } = Fixture::start(backend).await;
         let image = glance.add(FUNCTION, false, false);
-        let dir = tempfile::tempdir().unwrap();
-        let mut a = agent(&srv, &glance_url, dir.path()).await;
-        let (_, deps) = srv.admin_get("/v2/deployables").await;
-        let dep = deps["deployables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["name"] == region().as_str())
-            .unwrap()["uuid"]
+        let dep = region_deployable(&srv).await["uuid"]
             .as_str()
             .unwrap()
             .to_owned();

@@ -3,7 +3,7 @@
 //! uses. Programming a fake FPGA region records the function id read from the
 //! bitstream's first line (a UUID), so the next discovery reports the new function.
 
-use super::{Driver, Host, ProgramError};
+use super::{region_of, Driver, Host, ProgramError};
 use crate::config::FakeDevice;
 use crate::model::{FoundDevice, Handle, Health, Memory, Region};
 use crate::pci::PciAddress;
@@ -112,12 +112,7 @@ impl Driver for Fake {
         region: u32,
         bitstream: &Path,
     ) -> Result<Option<String>, ProgramError> {
-        if !device.regions.iter().any(|r| r.index == region) {
-            return Err(ProgramError::NoSuchRegion(
-                device.address.to_string(),
-                region,
-            ));
-        }
+        region_of(device, region)?;
         let text = std::fs::read_to_string(bitstream)
             .map_err(|e| ProgramError::Failed(format!("{}: {e}", bitstream.display())))?;
         let function = text.lines().next().map(str::trim).unwrap_or_default();

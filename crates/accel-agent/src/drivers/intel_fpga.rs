@@ -19,7 +19,7 @@
 //! a device without partial reconfiguration is one region). Programming runs OPAE's
 //! `fpgaconf` on the PF and reads the new AFU id back from sysfs.
 
-use super::{run_tool, Driver, Host, ProgramError};
+use super::{region_of, run_tool, Driver, Host, ProgramError};
 use crate::model::{FoundDevice, Handle, Health, Region};
 use crate::pci::PciFunction;
 use crate::sysfs::Sysfs;
@@ -109,12 +109,7 @@ impl Driver for IntelFpga {
         region: u32,
         bitstream: &Path,
     ) -> Result<Option<String>, ProgramError> {
-        if !device.regions.iter().any(|r| r.index == region) {
-            return Err(ProgramError::NoSuchRegion(
-                device.address.to_string(),
-                region,
-            ));
-        }
+        region_of(device, region)?;
         let a = device.address;
         let args = vec![
             "--segment".to_owned(),

@@ -94,6 +94,15 @@ pub trait Driver: Send + Sync {
     }
 }
 
+/// The region `index` of `device`, or [`ProgramError::NoSuchRegion`].
+pub fn region_of(device: &FoundDevice, index: u32) -> Result<&crate::model::Region, ProgramError> {
+    device
+        .regions
+        .iter()
+        .find(|r| r.index == index)
+        .ok_or_else(|| ProgramError::NoSuchRegion(device.address.to_string(), index))
+}
+
 /// Runs a vendor programming tool; its exit status decides, and its error output is
 /// the reason when it fails.
 pub fn run_tool(tool: &Path, args: &[String]) -> Result<(), ProgramError> {

@@ -8,7 +8,7 @@
 //! function's `xclbinuuid` (the loaded xclbin). Programming loads an xclbin into the
 //! user partition with XRT's `xbutil program` and reads `xclbinuuid` back.
 
-use super::{run_tool, Driver, Host, ProgramError};
+use super::{region_of, run_tool, Driver, Host, ProgramError};
 use crate::model::{FoundDevice, Handle, Health, Region};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -39,12 +39,7 @@ impl Driver for Xilinx {
         region: u32,
         bitstream: &Path,
     ) -> Result<Option<String>, ProgramError> {
-        let Some(r) = device.regions.iter().find(|r| r.index == region) else {
-            return Err(ProgramError::NoSuchRegion(
-                device.address.to_string(),
-                region,
-            ));
-        };
+        let r = region_of(device, region)?;
         // The user function is the region's handle.
         let user = r.handles.first().map_or(device.address, |h| h.address);
         let args = vec![

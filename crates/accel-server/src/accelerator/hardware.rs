@@ -207,12 +207,18 @@ pub async fn show_deployable(
     ctx.authorize(st, rules::DEPLOYABLE_GET_ONE)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let list = render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())]).await?;
-    let one = list
+    Ok(json_reply(
+        StatusCode::OK,
+        &one_deployable(st, ctx, uuid).await?,
+    ))
+}
+
+async fn one_deployable(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Value> {
+    render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())])
+        .await?
         .into_iter()
         .next()
-        .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))?;
-    Ok(json_reply(StatusCode::OK, &one))
+        .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))
 }
 
 pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
@@ -410,12 +416,10 @@ pub async fn program_deployable(
             done.error.as_deref().unwrap_or("no reason given")
         )));
     }
-    let list = render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())]).await?;
-    let one = list
-        .into_iter()
-        .next()
-        .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))?;
-    Ok(json_reply(StatusCode::OK, &one))
+    Ok(json_reply(
+        StatusCode::OK,
+        &one_deployable(st, ctx, uuid).await?,
+    ))
 }
 
 /// How often a program call looks for the agent's answer.

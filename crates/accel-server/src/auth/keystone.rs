@@ -241,12 +241,7 @@ impl std::fmt::Debug for Keystone {
 impl Keystone {
     pub fn new(cfg: KeystoneConfig) -> Result<Keystone, String> {
         cfg.validate()?;
-        let connect = Duration::from_secs(cfg.http_connect_timeout.unwrap_or(10).max(1));
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect)
-            .timeout(connect * 3)
-            .build()
-            .map_err(|e| format!("building the Keystone HTTP client: {e}"))?;
+        let http = super::session::http_client(cfg.http_connect_timeout)?;
         let uri = cfg
             .www_authenticate_uri
             .clone()

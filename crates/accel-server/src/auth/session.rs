@@ -152,14 +152,20 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// The HTTP client for Keystone: `connect_secs` (default 10) to connect, three times
+/// that for a whole request.
+pub fn http_client(connect_secs: Option<u64>) -> Result<reqwest::Client, String> {
+    let connect = Duration::from_secs(connect_secs.unwrap_or(10).max(1));
+    reqwest::Client::builder()
+        .connect_timeout(connect)
+        .timeout(connect * 3)
+        .build()
+        .map_err(|e| format!("building the Keystone HTTP client: {e}"))
+}
+
 impl Session {
     pub fn new(cfg: SessionConfig) -> Result<Session, String> {
-        let connect = Duration::from_secs(cfg.http_connect_timeout.unwrap_or(10).max(1));
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect)
-            .timeout(connect * 3)
-            .build()
-            .map_err(|e| format!("building the Keystone HTTP client: {e}"))?;
+        let http = http_client(cfg.http_connect_timeout)?;
         Ok(Session {
             catalog: cfg.endpoint_override.is_none(),
             cfg,

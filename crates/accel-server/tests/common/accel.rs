@@ -100,9 +100,6 @@ impl FakeNova {
             changed: Default::default(),
             _stop: Arc::new(oneshot::channel().0),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, rx) = oneshot::channel::<()>();
         let n = nova.clone();
         let app = axum::Router::new().route(
             "/v2.1/os-server-external-events",
@@ -149,14 +146,7 @@ impl FakeNova {
                 },
             ),
         );
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, stop) = super::serve_fake(app).await;
         FakeNova {
             url: format!("http://{addr}/v2.1"),
             _stop: Arc::new(stop),

@@ -85,16 +85,7 @@ impl FakeKeystone {
         let app = Router::new()
             .route("/v3/auth/tokens", get(validate).post(password_auth))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-        });
+        let (addr, tx) = super::serve_fake(app).await;
         FakeKeystone {
             url: format!("http://{addr}"),
             inner,

@@ -10,6 +10,22 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
+/// Serves a fake service's `app` on a free local port until the returned sender fires
+/// or is dropped.
+pub async fn serve_fake(app: axum::Router) -> (std::net::SocketAddr, oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await
+    });
+    (addr, stop)
+}
+
 pub struct TestApp {
     pub base: String,
     pub state: Arc<AppState>,

@@ -297,18 +297,18 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             .bind(&job.arq_uuid)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
-             function_id, state, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        insert_program_request(
+            tx,
+            &NewProgram {
+                arq_uuid: Some(&job.arq_uuid),
+                deployable_id: dep_id,
+                hostname: job.hostname.as_deref().unwrap_or_default(),
+                bitstream_id: bitstream,
+                function_id: function,
+                state: if instant { "done" } else { "pending" },
+            },
+            now,
         )
-        .bind(&job.arq_uuid)
-        .bind(dep_id)
-        .bind(job.hostname.as_deref().unwrap_or_default())
-        .bind(bitstream)
-        .bind(function)
-        .bind(if instant { "done" } else { "pending" })
-        .bind(now)
-        .execute(&mut *tx)
         .await?;
         if !instant {
             return Ok(Step::Wait);
@@ -627,6 +627,37 @@ pub async fn pending_programs(tx: &mut Tx, host: &str) -> Result<Vec<ProgramRequ
     rows.iter().map(program_row).collect()
 }
 
+/// A `program_requests` row to write.
+struct NewProgram<'a> {
+    arq_uuid: Option<&'a str>,
+    deployable_id: i64,
+    hostname: &'a str,
+    bitstream_id: Option<&'a str>,
+    function_id: Option<&'a str>,
+    state: &'a str,
+}
+
+async fn insert_program_request(
+    tx: &mut Tx,
+    p: &NewProgram<'_>,
+    now: i64,
+) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
+         function_id, state, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id",
+    )
+    .bind(p.arq_uuid)
+    .bind(p.deployable_id)
+    .bind(p.hostname)
+    .bind(p.bitstream_id)
+    .bind(p.function_id)
+    .bind(p.state)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
 /// Records a request, without an ARQ, to program the deployable with uuid
 /// `deployable_uuid` with Glance image `bitstream_id`, for the agent of the
 /// deployable's host; answers the request. `NotFound` for an unknown deployable.
@@ -647,16 +678,18 @@ pub async fn request_program(
         StoreError::NotFound(format!("Deployable not found with uuid={deployable_uuid}"))
     })?;
     let (dep_id, host): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
-         function_id, state, created_at, updated_at) \
-         VALUES (NULL, $1, $2, $3, NULL, 'pending', $4, $4) RETURNING id",
+    let id = insert_program_request(
+        tx,
+        &NewProgram {
+            arq_uuid: None,
+            deployable_id: dep_id,
+            hostname: &host,
+            bitstream_id: Some(bitstream_id),
+            function_id: None,
+            state: "pending",
+        },
+        now,
     )
-    .bind(dep_id)
-    .bind(&host)
-    .bind(bitstream_id)
-    .bind(now)
-    .fetch_one(&mut *tx)
     .await?;
     program_request_by_id(tx, id)
         .await?

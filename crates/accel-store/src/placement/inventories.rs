@@ -116,6 +116,7 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
         .execute(&mut *tx)
         .await?;
     }
+    let mut added = Vec::new();
     for n in new {
         match old.iter().find(|o| o.rc_id == n.rc_id) {
             Some(o) if same_limits(o, n) => {}
@@ -137,9 +138,10 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
                 .execute(&mut *tx)
                 .await?;
             }
-            None => insert(tx, rp.id, n, now).await?,
+            None => added.push((rp.id, n)),
         }
     }
+    insert_many_on_new(tx, &added).await?;
     providers::bump_generation(tx, rp.id, rp.generation).await
 }
 
@@ -169,26 +171,6 @@ pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Resu
         }
         q.execute(&mut *tx).await?;
     }
-    Ok(())
-}
-
-async fn insert(tx: &mut Tx, rp_id: i64, n: &Inventory, now: i64) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
-         min_unit, max_unit, step_size, allocation_ratio, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(rp_id)
-    .bind(n.rc_id)
-    .bind(n.total)
-    .bind(n.reserved)
-    .bind(n.min_unit)
-    .bind(n.max_unit)
-    .bind(n.step_size)
-    .bind(n.allocation_ratio)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
     Ok(())
 }
 
