@@ -8,7 +8,7 @@
 //! comparison. Every [`FULL_EVERY`]th report asks the server to apply it anyway, so a
 //! provider someone deleted by hand in Placement comes back.
 
-use crate::client::{Client, ClientError, NodeInfo, ReportOutcome};
+use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
 use crate::config::Settings;
 use crate::drivers::{self, Discovery, Driver};
 use crate::model::Report;
@@ -47,7 +47,10 @@ impl Agent {
             Some(p) => Some(NovaPci::load(p).map_err(AgentError::Config)?),
             None => None,
         };
-        let client = Client::new(&settings.server, &settings.token);
+        let client = Client::with_auth(
+            &settings.server,
+            settings.auth().map_err(AgentError::Config)?,
+        );
         Ok(Agent {
             settings,
             drivers,
@@ -168,10 +171,15 @@ impl Agent {
     /// Fetches, verifies and programs one request's bitstream; answers the function id
     /// the driver reports.
     async fn program(&self, node: &str, job: &ProgramJob) -> Result<Option<String>, String> {
-        let glance_url = self.settings.glance_url.as_deref().ok_or_else(|| {
-            "the agent has no glance_url, so it cannot fetch bitstreams".to_owned()
-        })?;
-        let glance = Glance::new(glance_url, &self.settings.token);
+        let glance_url = match (&self.settings.glance_url, self.client.auth()) {
+            (Some(u), _) => u.clone(),
+            (None, Auth::Keystone(s)) => s.endpoint("image").await?,
+            (None, Auth::Token(_)) => {
+                return Err("the agent has no glance_url, so it cannot fetch bitstreams".into())
+            }
+        };
+        let token = self.client.auth().token().await?;
+        let glance = Glance::new(&glance_url, &token);
         let image = match (&job.bitstream_id, &job.function_id) {
             (Some(b), _) => glance.image(b).await?,
             (None, Some(f)) => glance.image_for_function(f).await?,

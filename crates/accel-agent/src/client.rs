@@ -3,12 +3,16 @@
 //! load and save the Kubernetes slot usage (`/v2/agent/hosts/{node}/kubernetes`), and
 //! take and answer programming requests (`/v2/agent/hosts/{node}/programs`).
 
+use accel_keystone::Session;
 use serde_json::Value;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot reach the accelerator API at {url}: {source}")]
     Unreachable { url: String, source: reqwest::Error },
+    #[error("Keystone: {0}")]
+    Keystone(String),
     /// The server answered with an error; `message` is its explanation.
     #[error("{status} from {url}: {message}")]
     Refused {
@@ -18,9 +22,27 @@ pub enum ClientError {
     },
 }
 
+/// How the agent authenticates: a fixed token, or a Keystone session whose token is
+/// renewed before it expires and after a 401.
+#[derive(Clone)]
+pub enum Auth {
+    Token(String),
+    Keystone(Arc<Session>),
+}
+
+impl Auth {
+    /// The token to send now.
+    pub async fn token(&self) -> Result<String, String> {
+        match self {
+            Auth::Token(t) => Ok(t.clone()),
+            Auth::Keystone(s) => s.token().await,
+        }
+    }
+}
+
 pub struct Client {
     base: String,
-    token: String,
+    auth: Auth,
     http: reqwest::Client,
 }
 
@@ -57,22 +79,44 @@ fn message_of(body: &str) -> String {
 
 impl Client {
     pub fn new(base: &str, token: &str) -> Client {
+        Client::with_auth(base, Auth::Token(token.to_owned()))
+    }
+
+    pub fn with_auth(base: &str, auth: Auth) -> Client {
         Client {
             base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
+            auth,
             http: reqwest::Client::new(),
         }
     }
 
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// Sends `req` with the current token; with a Keystone session a 401 drops the
+    /// token and the request goes once more with a new one.
     async fn send(&self, req: reqwest::RequestBuilder, url: &str) -> Result<Value, ClientError> {
-        let resp = req
-            .header("x-auth-token", &self.token)
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: url.to_owned(),
-                source,
-            })?;
+        let mut retried = false;
+        let resp = loop {
+            let token = self.auth.token().await.map_err(ClientError::Keystone)?;
+            let attempt = req.try_clone().unwrap_or_else(|| self.http.get(url));
+            let resp = attempt
+                .header("x-auth-token", &token)
+                .send()
+                .await
+                .map_err(|source| ClientError::Unreachable {
+                    url: url.to_owned(),
+                    source,
+                })?;
+            match &self.auth {
+                Auth::Keystone(s) if resp.status().as_u16() == 401 && !retried => {
+                    s.invalidate(&token).await;
+                    retried = true;
+                }
+                _ => break resp,
+            }
+        };
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         if status >= 300 {

@@ -16,6 +16,12 @@
 //! program_dir = "/var/lib/accel/bitstreams"
 //! model = "accel"                      # or "cyborg": upstream Cyborg's modelling
 //!
+//! [keystone]                           # instead of token: a Keystone session
+//! auth_url = "http://keystone:5000/v3"
+//! username = "accel-agent"
+//! password = "secret"
+//! project_name = "service"
+//!
 //! [nic.physnets]
 //! physnet1 = ["eth2", "0000:3b:00.0"]
 //!
@@ -75,6 +81,8 @@ pub struct FileConfig {
     /// `accel` (seed 003, default) or `cyborg` (upstream Cyborg's classes, names and
     /// traits, for clouds migrating from it).
     pub model: Option<crate::model::Model>,
+    /// Keystone credentials (keystoneauth's option names) instead of `token`.
+    pub keystone: Option<accel_keystone::SessionConfig>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -207,6 +215,8 @@ pub struct Settings {
     pub program_dir: PathBuf,
     /// How devices are modelled in Placement.
     pub model: crate::model::Model,
+    /// A Keystone session for the agent's calls (instead of `token`).
+    pub keystone: Option<accel_keystone::SessionConfig>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -229,7 +239,18 @@ impl Settings {
             program_interval: std::time::Duration::from_millis(1000),
             program_dir: std::env::temp_dir().join("accel-bitstreams"),
             model: crate::model::Model::Accel,
+            keystone: None,
         }
+    }
+
+    /// How the agent authenticates: its `[keystone]` session, else `token`.
+    pub fn auth(&self) -> Result<crate::client::Auth, String> {
+        Ok(match &self.keystone {
+            Some(k) => crate::client::Auth::Keystone(std::sync::Arc::new(
+                accel_keystone::Session::new(k.clone())?,
+            )),
+            None => crate::client::Auth::Token(self.token.clone()),
+        })
     }
 
     /// Merges `flags` over the file they name.
@@ -253,6 +274,15 @@ impl Settings {
             })?),
             None => None,
         };
+        if let Some(k) = &file.keystone {
+            k.validate("keystone")?;
+            if flags.token.is_some() || file.token.is_some() {
+                return Err(
+                    "token and a [keystone] table both say how the agent authenticates: keep one"
+                        .into(),
+                );
+            }
+        }
         let settings = Settings {
             server: flags
                 .server
@@ -288,6 +318,7 @@ impl Settings {
                 .program_dir
                 .unwrap_or_else(|| std::env::temp_dir().join("accel-bitstreams")),
             model: flags.model.or(file.model).unwrap_or_default(),
+            keystone: file.keystone,
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {

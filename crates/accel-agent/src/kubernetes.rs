@@ -170,8 +170,13 @@ pub struct ServerUsage {
 
 impl ServerUsage {
     pub fn new(server: &str, token: &str, node: &str) -> ServerUsage {
+        ServerUsage::with_client(Client::new(server, token), node)
+    }
+
+    /// With the agent's own client (and so its authentication).
+    pub fn with_client(client: Client, node: &str) -> ServerUsage {
         ServerUsage {
-            client: Client::new(server, token),
+            client,
             node: node.to_owned(),
         }
     }

@@ -153,8 +153,12 @@ async fn agent(
         let source = std::sync::Arc::new(accel_agent::kubernetes::AgentDevices::new(
             accel_agent::Agent::new(s.clone())?,
         ));
-        let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::new(
-            &s.server, &s.token, &s.node,
+        let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::with_client(
+            accel_agent::client::Client::with_auth(
+                &s.server,
+                s.auth().map_err(anyhow::Error::msg)?,
+            ),
+            &s.node,
         ));
         let options = accel_k8s::Options {
             kubelet_dir: paths.kubelet_dir,

@@ -804,3 +804,78 @@ async fn keystone_over_https_speaks_tls() {
     assert_eq!(bytes[0], 0x16, "not a TLS handshake record: {bytes:?}");
     assert_eq!(bytes[1], 0x03, "not a TLS version: {bytes:?}");
 }
+
+#[tokio::test]
+async fn the_agent_reports_with_its_own_keystone_session() {
+    use accel_agent::config::{FakeDevice, Settings};
+    for backend in BACKENDS {
+        // No validation cache: a revoked token is refused at once.
+        let app = App::spawn(backend, None, |c| c.token_cache_time = -1).await;
+        app.ks.add_user(
+            "agent-pw",
+            Subject::project("accel-agent", "service", &["service"]),
+        );
+        let admin = app.admin_token();
+        let created = app
+            .placement(
+                &user(&admin),
+                Method::POST,
+                "/resource_providers",
+                Some(json!({"name": "cn-ks"})),
+            )
+            .await;
+        assert_eq!(created.status, 200, "{}", created.body);
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::new(&app.accel, "cn-ks", dir.path());
+        settings.drivers = Some(vec!["fake".into()]);
+        settings.driver.fake = vec![FakeDevice {
+            device_type: "GPU".into(),
+            vendor: "abcd".into(),
+            product: String::new(),
+            model: "fake".into(),
+            family: None,
+            count: 1,
+            class: None,
+            numa_node: None,
+            regions: 1,
+            interface_id: None,
+            function_id: None,
+            memory_mib: None,
+            memory_kind: None,
+            healthy: true,
+        }];
+        settings.keystone = Some(
+            serde_json::from_value(json!({
+                "auth_url": app.ks.url, "username": "accel-agent",
+                "password": "agent-pw", "project_name": "service",
+            }))
+            .unwrap(),
+        );
+        let mut agent = accel_agent::Agent::new(settings.clone()).unwrap();
+        let before = app.ks.password_auths();
+        agent.check_node().await.unwrap();
+        let o = agent.step().await.unwrap();
+        assert_eq!(o.added, 1, "{backend:?}: {o:?}");
+        assert_eq!(app.ks.password_auths(), before + 1, "one token, reused");
+
+        // Its tokens revoked (a password rotation): the next call gets a 401, the
+        // agent authenticates again and the report goes through.
+        app.ks.revoke_user("accel-agent");
+        let o = agent.step().await.unwrap();
+        assert!(o.unchanged, "the same devices: {o:?}");
+        assert_eq!(app.ks.password_auths(), before + 2);
+
+        // A wrong password is a clear error, not a crash.
+        let mut bad = settings.clone();
+        if let Some(k) = bad.keystone.as_mut() {
+            k.password = "nope".into();
+        }
+        let err = accel_agent::Agent::new(bad)
+            .unwrap()
+            .step()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("refused the credentials"), "{err}");
+    }
+}

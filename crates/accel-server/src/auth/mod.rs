@@ -14,7 +14,8 @@
 
 mod cache;
 pub mod keystone;
-pub mod session;
+/// The Keystone session (crate `accel-keystone`), under its old path.
+pub use accel_keystone as session;
 
 use crate::AppState;
 use accel_core::policy;

@@ -10,13 +10,14 @@
 //! invalidate(t): the service answered 401 with t ─▶ the next token() authenticates
 //! ```
 //!
-//! The token validator ([`super::keystone`]) gets the service's own token from the same
-//! code. Options use keystoneauth's names, as in the `[nova]` table of Cyborg's and
-//! Nova's configuration files.
+//! Its own crate because both sides use it: the server (events to Nova, and the token
+//! validator's own token) and the agent (its token for the accelerator API and
+//! Glance), and the agent never links the server. Options use keystoneauth's names, as
+//! in the `[nova]` table of Cyborg's and Nova's configuration files.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Password credentials and where the service is found (keystoneauth's options).
 #[derive(Clone, Deserialize, PartialEq)]
@@ -288,7 +289,7 @@ impl Session {
         let expires_at = token
             .get("expires_at")
             .and_then(Value::as_str)
-            .and_then(super::keystone::parse_timestamp)
+            .and_then(parse_timestamp)
             .ok_or_else(|| format!("no expires_at in the token from {url}"))?;
         Ok(Token {
             id,
@@ -326,9 +327,80 @@ pub fn find_endpoint(
         .map(|u| u.trim_end_matches('/').to_owned())
 }
 
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// days_from_civil).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Keystone's ISO 8601 times: `2026-11-01T12:00:00.000000Z`, or with a `+hh:mm`
+/// offset, fractions optional.
+pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    let (date, time) = s.split_once(['T', ' '])?;
+    let mut dp = date.splitn(3, '-');
+    let y: i64 = dp.next()?.parse().ok()?;
+    let mo: i64 = dp.next()?.parse().ok()?;
+    let d: i64 = dp.next()?.parse().ok()?;
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let (clock, offset_secs) = if let Some(c) = time.strip_suffix('Z') {
+        (c, 0)
+    } else if let Some(i) = time.rfind(['+', '-']) {
+        let (c, off) = time.split_at(i);
+        let sign = if off.starts_with('-') { -1 } else { 1 };
+        let (oh, om) = off[1..].split_once(':').unwrap_or((&off[1..], "0"));
+        let oh: i64 = oh.parse().ok()?;
+        let om: i64 = om.parse().ok()?;
+        (c, sign * (oh * 3600 + om * 60))
+    } else {
+        (time, 0)
+    };
+    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
+    let mut tp = hms.splitn(3, ':');
+    let h: i64 = tp.next()?.parse().ok()?;
+    let mi: i64 = tp.next()?.parse().ok()?;
+    let sec: i64 = tp.next().unwrap_or("0").parse().ok()?;
+    if h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let nanos: u32 = if frac.is_empty() {
+        0
+    } else {
+        let digits: String = frac.chars().take(9).collect();
+        let n: u32 = digits.parse().ok()?;
+        n * 10u32.pow(9 - digits.len() as u32)
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
+    let secs = u64::try_from(secs).ok()?;
+    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_as_keystone_writes_them() {
+        let t = parse_timestamp("2026-11-01T12:00:00.000000Z").unwrap();
+        assert_eq!(
+            t.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+            1_793_534_400
+        );
+        let off = parse_timestamp("2026-11-01T14:00:00+02:00").unwrap();
+        assert_eq!(off, t);
+        let frac = parse_timestamp("1970-01-01T00:00:01.5Z").unwrap();
+        assert_eq!(frac.duration_since(UNIX_EPOCH).unwrap().as_millis(), 1500);
+        assert_eq!(parse_timestamp("yesterday"), None);
+        assert_eq!(parse_timestamp("2026-13-01T00:00:00Z"), None);
+    }
 
     #[test]
     fn catalog_lookup_by_type_interface_and_region() {
