@@ -54,6 +54,12 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0008_kubernetes.sql"),
         postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
     },
+    // 9 is reserved for a migration on another branch.
+    Migration {
+        version: 10,
+        sqlite: include_str!("../migrations/sqlite/0010_placement_pushes.sql"),
+        postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.
