@@ -414,3 +414,68 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
         remote.stop().await;
     }
 }
+
+/// Waits (at most 20 s) until the server's pusher has pushed `host`'s latest change.
+async fn wait_pushed(srv: &Server, host: &str) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut interval = tokio::time::interval(std::time::Duration::from_millis(50));
+    loop {
+        interval.tick().await;
+        let h = host.to_owned();
+        let row = srv
+            .store
+            .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
+            .await
+            .unwrap();
+        if row.as_ref().is_some_and(|r| !r.pending()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{host} never pushed: {row:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_running_server_pushes_what_it_had_before_and_each_change() {
+    for backend in BACKENDS {
+        let (db, remote_db) = (TempDb::fresh(backend).await, TempDb::fresh(backend).await);
+        let remote = Server::start(&remote_db.url, None, None).await;
+        let cn = remote_compute_node(&remote, "cn4").await;
+        // Devices reported while accel had no [placement] (its own compute node).
+        let srv = Server::start(&db.url, None, None).await;
+        let (s, _) = placement(
+            &srv,
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"name": "cn4"})),
+        )
+        .await;
+        assert_eq!(s, 200);
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        let gpus = testing::eight_gpus(&fs);
+        agent(&srv, "cn4", dir.path()).step().await.unwrap();
+        srv.stop().await;
+
+        // Restarted with [placement] and its workers: every host is checked once.
+        let ext = external(&remote.placement);
+        let srv =
+            Server::start_with(&db.url, None, Some(common::accel::workers(None)), Some(ext)).await;
+        wait_pushed(&srv, "cn4").await;
+        let t = tree(&remote, &cn).await;
+        assert_eq!(t.len(), 9);
+        assert_eq!(t[&format!("cn4_{}", gpus[3])].1.as_deref(), Some("cn4"));
+        // A report wakes the pusher.
+        fs.remove(&gpus[3]);
+        let mut a = agent(&srv, "cn4", dir.path());
+        assert_eq!(a.step().await.unwrap().removed, 1);
+        wait_pushed(&srv, "cn4").await;
+        let t = tree(&remote, &cn).await;
+        assert_eq!(t.len(), 8);
+        assert!(!t.contains_key(&format!("cn4_{}", gpus[3])));
+        srv.stop().await;
+        remote.stop().await;
+    }
+}

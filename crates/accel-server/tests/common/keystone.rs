@@ -67,6 +67,8 @@ struct Inner {
     validations: AtomicUsize,
     password_auths: AtomicUsize,
     lifetime: Mutex<Option<Duration>>,
+    /// `token.catalog` of password auth answers (unless `?nocatalog`).
+    catalog: Mutex<Option<Value>>,
 }
 
 /// A running fake Keystone; stops when dropped.
@@ -127,6 +129,12 @@ impl FakeKeystone {
             },
         );
         id
+    }
+
+    /// The service catalog password auth returns from now on (keystoneauth reads
+    /// endpoints from it), unless the request says `?nocatalog`.
+    pub fn set_catalog(&self, catalog: Value) {
+        *self.inner.catalog.lock().unwrap() = Some(catalog);
     }
 
     /// Tokens issued by password auth from now on live this long.
@@ -257,7 +265,11 @@ async fn validate(
     }
 }
 
-async fn password_auth(State(ks): State<Arc<Inner>>, Json(body): Json<Value>) -> Response {
+async fn password_auth(
+    State(ks): State<Arc<Inner>>,
+    Query(q): Query<HashMap<String, String>>,
+    Json(body): Json<Value>,
+) -> Response {
     ks.password_auths.fetch_add(1, Ordering::SeqCst);
     let user = &body["auth"]["identity"]["password"]["user"];
     let (Some(name), Some(password)) = (user["name"].as_str(), user["password"].as_str()) else {
@@ -283,7 +295,13 @@ async fn password_auth(State(ks): State<Arc<Inner>>, Json(body): Json<Value>) ->
         subject,
         expires_at: SystemTime::now() + lifetime,
     };
-    let body = token_body(&token);
+    let mut body = token_body(&token);
+    if let (Some(c), false) = (
+        ks.catalog.lock().unwrap().clone(),
+        q.contains_key("nocatalog"),
+    ) {
+        body["token"]["catalog"] = c;
+    }
     let id = format!("gAAAA{}", uuid::Uuid::new_v4().simple());
     ks.tokens.lock().unwrap().insert(id.clone(), token);
     let mut resp = (StatusCode::CREATED, Json(body)).into_response();
