@@ -83,23 +83,22 @@ pub async fn push(c: &Client, host: &str, local: &LocalTree) -> Result<Pushed, R
     let mut classes_done: BTreeSet<String> = BTreeSet::new();
     for p in &local.providers {
         let parent = p.parent.clone().unwrap_or_else(|| cn.clone());
-        match tree.get(&p.uuid) {
+        let (created, mut changed) = match tree.get(&p.uuid) {
             None => {
-                if ensure_provider(c, p, &parent).await? {
-                    out.created += 1;
-                } else {
-                    out.updated += 1;
-                }
+                let created = ensure_provider(c, p, &parent).await?;
+                (created, !created)
             }
             Some(r) if r.name != p.name || r.parent.as_deref() != Some(parent.as_str()) => {
                 move_provider(c, p, &parent).await?;
-                out.updated += 1;
+                (false, true)
             }
-            Some(_) => {}
-        }
-        let mut changed = sync_traits(c, p).await?;
+            Some(_) => (false, false),
+        };
+        changed |= sync_traits(c, p).await?;
         changed |= sync_inventories(c, p, &mut classes_done).await?;
-        if changed && tree.contains_key(&p.uuid) {
+        if created {
+            out.created += 1;
+        } else if changed {
             out.updated += 1;
         }
     }
