@@ -68,6 +68,7 @@ async fn serve(store: accel_store::Store) -> (String, tokio::sync::oneshot::Send
         policy: accel_core::policy::Policy::cyborg(false),
         bind_timeout_secs: 60,
         bind_wakeup: Default::default(),
+        external: None,
     });
     let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

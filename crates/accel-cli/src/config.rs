@@ -44,6 +44,21 @@
 //! service_token_roles = ["service"] # default
 //! service_token_roles_required = true  # default
 //! token_cache_time = 300            # seconds; -1 disables
+//!
+//! # Push device providers to an external OpenStack Placement too (keystoneauth's
+//! # option names, as Cyborg's [placement]); without this table, nothing is pushed.
+//! [placement]
+//! endpoint_override = "http://ctl/placement"  # or the catalog's (service type placement)
+//! auth_url = "http://keystone:5000/v3"
+//! username = "cyborg"
+//! password = "secret"
+//! project_name = "service"
+//! user_domain_name = "Default"      # default
+//! project_domain_name = "Default"   # default
+//! region_name = "RegionOne"         # catalog region; any when unset
+//! interface = "public"              # catalog interface: public (default), internal, admin
+//! # token = "admin"                 # instead of Keystone: a fixed X-Auth-Token
+//! timeout = 30                      # seconds per request
 //! ```
 //!
 //! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
@@ -51,6 +66,7 @@
 use accel_server::auth::keystone::KeystoneConfig;
 use accel_server::auth::session::SessionConfig;
 use accel_server::auth::AuthStrategy;
+use accel_server::external::PlacementConfig;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -137,6 +153,7 @@ struct FileConfig {
     nova_url: Option<String>,
     nova_token: Option<String>,
     nova: Option<SessionConfig>,
+    placement: Option<PlacementConfig>,
 }
 
 /// The resolved configuration.
@@ -164,6 +181,9 @@ pub struct ServeConfig {
     pub nova_token: Option<String>,
     /// The `[nova]` table: a Keystone session for the events.
     pub nova: Option<SessionConfig>,
+    /// The `[placement]` table: an external Placement that device providers are
+    /// pushed to; `None` keeps them in the built-in one only.
+    pub placement: Option<PlacementConfig>,
 }
 
 impl ServeConfig {
@@ -225,7 +245,11 @@ impl ServeConfig {
                 .or(file.nova_token)
                 .filter(|t| !t.is_empty()),
             nova: file.nova,
+            placement: file.placement,
         };
+        if let Some(p) = &cfg.placement {
+            p.validate().map_err(anyhow::Error::msg)?;
+        }
         if !(1..=86_400).contains(&cfg.bind_timeout_seconds) {
             bail!(
                 "bind_timeout_seconds must be between 1 and 86400, not {}",
@@ -330,6 +354,73 @@ impl ServeConfig {
             max_allocation_candidates: self.max_allocation_candidates,
             keystone,
         })
+    }
+}
+
+#[cfg(test)]
+mod placement_config_tests {
+    use super::*;
+
+    fn load(text: &str) -> anyhow::Result<ServeConfig> {
+        let path = std::env::temp_dir().join(format!(
+            "accel-placement-config-{}-{}.toml",
+            std::process::id(),
+            uuid_like(text)
+        ));
+        std::fs::write(&path, text).unwrap();
+        let result = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    fn uuid_like(text: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn no_table_no_external_placement() {
+        assert!(load("").unwrap().placement.is_none());
+    }
+
+    #[test]
+    fn keystoneauth_names_are_read() {
+        let cfg = load(
+            "[placement]\n\
+             auth_type = \"password\"\n\
+             auth_url = \"http://ks:5000/v3\"\n\
+             username = \"cyborg\"\n\
+             password = \"pw\"\n\
+             project_name = \"service\"\n\
+             region_name = \"RegionOne\"\n\
+             interface = \"internal\"\n",
+        )
+        .unwrap();
+        let p = cfg.placement.unwrap();
+        assert_eq!(p.region_name.as_deref(), Some("RegionOne"));
+        assert!(!format!("{p:?}").contains("pw"), "password not logged");
+    }
+
+    #[test]
+    fn typos_and_bad_values_stop_the_server_naming_them() {
+        let err = format!(
+            "{:#}",
+            load("[placement]\nendpoint = \"http://p\"\ntoken = \"t\"\n").unwrap_err()
+        );
+        assert!(err.contains("unknown field `endpoint`"), "{err}");
+        let err = load("[placement]\ntoken = \"t\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("endpoint_override"), "{err}");
+        let err = load("[placement]\nauth_url = \"http://ks\"\nusername = \"u\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing: password, project_name"), "{err}");
     }
 }
 

@@ -108,7 +108,17 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         policy: cfg.accelerator_policy()?,
         bind_timeout_secs: cfg.bind_timeout_seconds,
         bind_wakeup: Default::default(),
+        external: match &cfg.placement {
+            Some(p) => Some(
+                accel_server::external::ExternalPlacement::new(p.clone())
+                    .map_err(anyhow::Error::msg)?,
+            ),
+            None => None,
+        },
     });
+    if let Some(ext) = &accel_state.external {
+        tracing::info!(placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
+    }
     // The bind worker and the Nova event sender; they resume what a previous (or
     // crashed) server left in the database.
     use accel_server::accelerator::binder::NovaEndpoint;

@@ -12,6 +12,7 @@
 pub mod accelerator;
 pub mod auth;
 mod cors;
+pub mod external;
 pub mod jsonschema;
 pub mod placement;
 pub mod workflow;

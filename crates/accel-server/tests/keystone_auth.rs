@@ -118,6 +118,7 @@ impl App {
             policy: accel_core::policy::Policy::cyborg(false),
             bind_timeout_secs: 60,
             bind_wakeup: Default::default(),
+            external: None,
         });
         let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -877,5 +878,91 @@ async fn the_agent_reports_with_its_own_keystone_session() {
             .unwrap_err()
             .to_string();
         assert!(err.contains("refused the credentials"), "{err}");
+    }
+}
+
+/// The external Placement client against a Placement in keystone mode: a password
+/// token, the endpoint from the catalog (interface and region), a fresh token when
+/// the old one is refused.
+#[tokio::test]
+async fn external_placement_push_with_a_password_token_and_the_catalog() {
+    use accel_server::external::{push, Client, PlacementConfig, Pushed};
+    use accel_store::accelerator::pushes::{LocalInventory, LocalProvider, LocalTree};
+    for backend in BACKENDS {
+        let app = App::spawn(backend, None, |c| c.token_cache_time = -1).await;
+        app.ks
+            .add_user("pw", Subject::project("cyborg", "service", &["admin"]));
+        app.ks.set_catalog(json!([
+            {"type": "compute", "endpoints": [
+                {"interface": "public", "region_id": "RegionOne", "url": "http://127.0.0.1:9"}]},
+            {"type": "placement", "endpoints": [
+                {"interface": "internal", "region_id": "RegionOne", "url": "http://127.0.0.1:9"},
+                {"interface": "public", "region_id": "RegionTwo", "url": "http://127.0.0.1:9"},
+                {"interface": "public", "region_id": "RegionOne", "url": app.placement}]},
+        ]));
+        let admin = app.ks.issue(Subject::project("admin", "admin", &["admin"]));
+        let http = reqwest::Client::new();
+        let r = http
+            .post(format!("{}/resource_providers", app.placement))
+            .header("x-auth-token", &admin)
+            .header("openstack-api-version", "placement 1.39")
+            .json(&json!({"name": "cn1"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let cfg: PlacementConfig = serde_json::from_value(json!({
+            "auth_url": format!("{}/v3", app.ks.url), "username": "cyborg",
+            "password": "pw", "project_name": "service", "region_name": "RegionOne",
+        }))
+        .unwrap();
+        let client = Client::new(cfg).unwrap();
+        let name = "cn1_0000:3b:00.0";
+        let uuid = accel_store::accelerator::report::provider_uuid(name);
+        let tree = LocalTree {
+            compute_node: None,
+            providers: vec![LocalProvider {
+                uuid: uuid.clone(),
+                name: name.into(),
+                parent: None,
+                inventories: vec![LocalInventory {
+                    class: "CUSTOM_ACCELERATOR_GPU".into(),
+                    total: 2,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: 2,
+                    step_size: 1,
+                    allocation_ratio: 1.0,
+                }],
+                traits: vec!["CUSTOM_GPU_NVIDIA".into()],
+            }],
+        };
+        let p = push(&client, "cn1", &tree).await.unwrap();
+        assert_eq!((p.created, p.deleted), (1, 0));
+        assert_eq!(client.endpoint().await, app.placement);
+        let r = http
+            .get(format!(
+                "{}/resource_providers/{uuid}/traits",
+                app.placement
+            ))
+            .header("x-auth-token", &admin)
+            .header("openstack-api-version", "placement 1.39")
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        let mut traits: Vec<&str> = v["traits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        traits.sort();
+        assert_eq!(traits, ["CUSTOM_GPU_NVIDIA", "CUSTOM_OWNER_ACCEL"]);
+
+        // Keystone forgets the token: the client gets a new one; in sync, nothing written.
+        app.ks.revoke_user("cyborg");
+        let p = push(&client, "cn1", &tree).await.unwrap();
+        assert_eq!(p, Pushed::default());
     }
 }

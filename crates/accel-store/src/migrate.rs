@@ -59,6 +59,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0009_program_requests.sql"),
         postgres: include_str!("../migrations/postgres/0009_program_requests.sql"),
     },
+    Migration {
+        version: 10,
+        sqlite: include_str!("../migrations/sqlite/0010_placement_pushes.sql"),
+        postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

@@ -452,3 +452,106 @@ async fn attributes_crud() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn push_outbox_keeps_a_host_pending_until_its_latest_change_is_pushed() {
+    use accel_store::accelerator::pushes;
+    each_backend(|store| async move {
+        store
+            .write(|tx| {
+                Box::pin(async move {
+                    report::replace_host(tx, "h1", &[fake_device("h1")], true).await?;
+                    pushes::mark(tx, "h1", 100).await
+                })
+            })
+            .await
+            .unwrap();
+        let due = |now: i64| {
+            let store = store.clone();
+            async move {
+                store
+                    .read(move |tx| Box::pin(async move { pushes::due(tx, now, 10).await }))
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(due(99).await, Vec::<String>::new());
+        assert_eq!(due(100).await, ["h1"]);
+        let claim = |owner: &'static str, now: i64| {
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |tx| {
+                        Box::pin(async move { pushes::claim(tx, "h1", owner, now, now + 60).await })
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        let c = claim("a", 100).await.unwrap();
+        assert_eq!((c.version, c.attempts), (1, 0));
+        assert!(claim("b", 101).await.is_none(), "leased");
+        // A change while the push runs: the older version's success leaves it pending.
+        store
+            .write(|tx| Box::pin(async move { pushes::mark(tx, "h1", 102).await }))
+            .await
+            .unwrap();
+        let ok = store
+            .write(move |tx| {
+                Box::pin(async move { pushes::succeeded(tx, "h1", "a", c.version, 103).await })
+            })
+            .await
+            .unwrap();
+        assert!(ok);
+        let row = store
+            .read(|tx| Box::pin(async move { pushes::get(tx, "h1").await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(row.pending() && row.owner.is_none(), "{row:?}");
+        assert_eq!(due(103).await, ["h1"]);
+        // A failure backs off; only the owner records results.
+        let c = claim("b", 104).await.unwrap();
+        assert_eq!(c.version, 2);
+        let stale = store
+            .write(|tx| {
+                Box::pin(async move { pushes::failed(tx, "h1", "a", 200, "late", 104).await })
+            })
+            .await
+            .unwrap();
+        assert!(!stale);
+        store
+            .write(|tx| {
+                Box::pin(async move { pushes::failed(tx, "h1", "b", 110, "down", 105).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(due(109).await, Vec::<String>::new());
+        let c = claim("b", 110).await.unwrap();
+        assert_eq!(c.attempts, 1);
+        store
+            .write(move |tx| {
+                Box::pin(async move { pushes::succeeded(tx, "h1", "b", c.version, 111).await })
+            })
+            .await
+            .unwrap();
+        assert_eq!(due(1000).await, Vec::<String>::new());
+        // A restarted server checks every host once.
+        let n = store
+            .write(|tx| Box::pin(async move { pushes::mark_all(tx, 1000).await }))
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(due(1000).await, ["h1"]);
+        let tree = store
+            .read(|tx| Box::pin(async move { pushes::local_tree(tx, "h1").await }))
+            .await
+            .unwrap();
+        assert_eq!(tree.compute_node.as_ref().unwrap().1, "h1");
+        assert_eq!(tree.providers.len(), 1);
+        assert_eq!(tree.providers[0].name, "h1_FakeDevice");
+        assert_eq!(tree.providers[0].parent, None);
+        assert_eq!(tree.providers[0].inventories[0].class, "FPGA");
+    })
+    .await;
+}

@@ -1,9 +1,10 @@
 //! How hardware records get in: an agent's report over HTTP
 //! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), the agent's start-up
 //! check (`GET /v2/agent/hosts/{hostname}`: 404 with what to fix when no compute node
-//! provider has that name), and the built-in fake source ([`report_fake_devices`]) that
-//! reports what Cyborg's fake driver would. The agent also takes its programming
-//! requests here (`GET /v2/agent/hosts/{hostname}/programs`) and answers them
+//! provider has that name, locally or in the external Placement), and the built-in
+//! fake source ([`report_fake_devices`]) that reports what Cyborg's fake driver would.
+//! The agent also takes its programming requests here
+//! (`GET /v2/agent/hosts/{hostname}/programs`) and answers them
 //! (`PUT .../programs/{id}`); upstream does both over RPC.
 //!
 //! Upstream agents report over RPC to the conductor; these endpoints are accel's. The
@@ -24,14 +25,21 @@
 //! answered `{"unchanged": true}` after that one comparison (unless `?force=true`, or
 //! a vanished device is waiting for removal). A report that fails validation is
 //! rejected whole (400) and changes nothing.
+//!
+//! With an external Placement ([`crate::external`]), Nova's compute node provider
+//! lives only there: a report for a host accel has no compute node provider for first
+//! copies its uuid and name into a local placeholder (no inventory, never pushed), and
+//! a report that changed anything marks the host for a push in its transaction.
 
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
+use crate::external::ExternalPlacement;
 use accel_core::accelerator::{
     fake_device, AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds;
+use accel_store::accelerator::pushes;
 use accel_store::accelerator::report::{self, Summary};
 use accel_store::{Store, StoreError};
 use axum::body::Body;
@@ -153,14 +161,31 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
+    let placeholder = match &st.external {
+        Some(ext) => remote_compute_node(st, ext, host).await?,
+        None => None,
+    };
+    let external = st.external.is_some();
     let h = host.to_owned();
     let s = st
         .app
         .store
         .write(move |tx| {
-            Box::pin(async move { report::apply(tx, &h, &devices, &digest, force).await })
+            Box::pin(async move {
+                if let Some((uuid, name)) = &placeholder {
+                    report::compute_node_placeholder(tx, uuid, name).await?;
+                }
+                let s = report::apply(tx, &h, &devices, &digest, force).await?;
+                if external && !s.unchanged {
+                    pushes::mark(tx, &h, accel_store::now()).await?;
+                }
+                Ok(s)
+            })
         })
         .await?;
+    if let (Some(ext), false) = (&st.external, s.unchanged) {
+        ext.wake.notify_one();
+    }
     Ok(json_reply(
         StatusCode::OK,
         &json!({
@@ -188,8 +213,12 @@ pub(crate) async fn show_host(
         .store
         .read(move |tx| Box::pin(async move { report::host(tx, &h).await }))
         .await?;
-    match found {
-        Some((rp, devices)) => Ok(json_reply(
+    let remote = match (&found, &st.external) {
+        (None, Some(ext)) => remote_compute_node(st, ext, host).await?,
+        _ => None,
+    };
+    match (found, remote) {
+        (Some((rp, devices)), _) => Ok(json_reply(
             StatusCode::OK,
             &json!({
                 "hostname": host,
@@ -197,9 +226,26 @@ pub(crate) async fn show_host(
                 "devices": devices,
             }),
         )),
-        None => Err(AccelError::not_found(format!(
-            "No compute node resource provider named {host} in Placement. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it"
-        ))),
+        (None, Some((uuid, _))) => Ok(json_reply(
+            StatusCode::OK,
+            &json!({
+                "hostname": host,
+                "compute_node_uuid": uuid,
+                "devices": 0,
+            }),
+        )),
+        (None, None) => {
+            let wh = match &st.external {
+                Some(ext) => format!(
+                    "in the external Placement ({}) nor in accel's",
+                    ext.client.endpoint().await
+                ),
+                None => "in Placement".to_owned(),
+            };
+            Err(AccelError::not_found(format!(
+                "No compute node resource provider named {host} {wh}. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it"
+            )))
+        }
     }
 }
 
@@ -280,4 +326,27 @@ pub(crate) async fn finish_program(
         st.bind_wakeup.notify_one();
     }
     Ok(json_reply(StatusCode::OK, &render_program(&pr)))
+}
+/// With an external Placement, the compute node provider Nova registered there, when
+/// accel has none of that name yet: `(uuid, name)` for a local placeholder.
+async fn remote_compute_node(
+    st: &AccelState,
+    ext: &ExternalPlacement,
+    host: &str,
+) -> AccelResult<Option<(String, String)>> {
+    let h = host.to_owned();
+    let local = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { report::has_compute_node(tx, &h).await }))
+        .await?;
+    if local {
+        return Ok(None);
+    }
+    ext.client.provider_by_name(host).await.map_err(|e| {
+        AccelError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("The external Placement could not be asked for compute node {host}: {e}"),
+        )
+    })
 }

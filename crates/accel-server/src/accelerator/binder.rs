@@ -428,10 +428,50 @@ pub struct Workers {
 }
 
 /// Starts the bind worker and the event sender for `state`'s store, woken by
-/// `state.bind_wakeup`.
+/// `state.bind_wakeup`, and with an external Placement the pusher
+/// ([`crate::external::Pusher`]), which first marks every host once.
 pub fn spawn(state: &Arc<AccelState>, cfg: WorkerConfig) -> Workers {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    if let Some(ext) = &state.external {
+        let pusher =
+            crate::external::Pusher::new(state.app.store.clone(), ext.clone(), cfg.owner.clone());
+        let (store, ext, poll) = (state.app.store.clone(), ext.clone(), cfg.poll_interval);
+        let mut stop_rx = stop_rx.clone();
+        tasks.spawn(async move {
+            let now = accel_store::now();
+            match store
+                .write(move |tx| {
+                    Box::pin(
+                        async move { accel_store::accelerator::pushes::mark_all(tx, now).await },
+                    )
+                })
+                .await
+            {
+                Ok(n) => {
+                    tracing::info!(hosts = n, "external Placement: every host will be checked")
+                }
+                Err(e) => tracing::warn!(error = %e, "external Placement: marking hosts failed"),
+            }
+            loop {
+                let more = match pusher.step(accel_store::now()).await {
+                    Ok(r) => r.due as i64 >= crate::external::PUSH_BATCH,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pusher step failed; retrying");
+                        false
+                    }
+                };
+                if more {
+                    continue;
+                }
+                tokio::select! {
+                    _ = ext.wake.notified() => {}
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = stop_rx.changed() => return Ok(()),
+                }
+            }
+        });
+    }
     let binder = Binder::new(state.app.store.clone(), cfg.owner.clone(), cfg.lease_secs);
     let sender = EventSender::new(state.app.store.clone(), &cfg);
     let events_wake = binder.events_wake.clone();

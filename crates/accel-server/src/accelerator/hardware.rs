@@ -7,7 +7,7 @@ use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
-use accel_store::accelerator::{binds, report};
+use accel_store::accelerator::{binds, pushes, report};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -127,15 +127,23 @@ pub async fn set_device_status(
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
     let u = uuid.to_owned();
+    let external = st.external.is_some();
     st.app
         .store
         .write(move |tx| {
             Box::pin(async move {
                 let d = hardware::set_device_status(tx, &u, status).await?;
-                report::apply_status(tx, &d).await
+                report::apply_status(tx, &d).await?;
+                if external {
+                    pushes::mark(tx, &d.hostname, accel_store::now()).await?;
+                }
+                Ok(())
             })
         })
         .await?;
+    if let Some(ext) = &st.external {
+        ext.wake.notify_one();
+    }
     Ok(empty_reply(StatusCode::OK))
 }
 

@@ -48,6 +48,9 @@ pub struct AccelState {
     pub bind_timeout_secs: i64,
     /// Wakes this process's bind worker ([`binder`]) when a bind is accepted.
     pub bind_wakeup: Arc<tokio::sync::Notify>,
+    /// The external Placement (`[placement]`) that device providers are pushed to, if
+    /// any ([`crate::external`]).
+    pub external: Option<Arc<crate::external::ExternalPlacement>>,
 }
 
 /// The accelerator router; mount it on its own listener. It answers under both `/`

@@ -4,6 +4,7 @@
 use super::Backend;
 use accel_server::accelerator::binder::{self, WorkerConfig, Workers};
 use accel_server::accelerator::AccelState;
+use accel_server::external::ExternalPlacement;
 use accel_server::{AcceleratorApi, AppState, ServerConfig};
 use accel_store::accelerator::events;
 use accel_store::Store;
@@ -199,6 +200,16 @@ pub struct Server {
 
 impl Server {
     pub async fn start(url: &str, fake_host: Option<&str>, cfg: Option<WorkerConfig>) -> Server {
+        Self::start_with(url, fake_host, cfg, None).await
+    }
+
+    /// [`Server::start`] pushing device providers to an external Placement.
+    pub async fn start_with(
+        url: &str,
+        fake_host: Option<&str>,
+        cfg: Option<WorkerConfig>,
+        external: Option<Arc<ExternalPlacement>>,
+    ) -> Server {
         let store = Store::connect(url).await.unwrap();
         if let Some(host) = fake_host {
             accel_server::accelerator::agent::report_fake_devices(&store, host)
@@ -220,6 +231,7 @@ impl Server {
             policy: accel_core::policy::Policy::cyborg(false),
             bind_timeout_secs: 60,
             bind_wakeup: Default::default(),
+            external,
         });
         let workers = cfg.map(|c| binder::spawn(&accel, c));
         let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

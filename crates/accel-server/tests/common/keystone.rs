@@ -122,14 +122,15 @@ impl FakeKeystone {
         id
     }
 
+    /// The service catalog password auth returns from now on (keystoneauth reads
+    /// endpoints from it), unless the request says `?nocatalog`.
+    pub fn set_catalog(&self, catalog: Value) {
+        *self.inner.catalog.lock().unwrap() = Some(catalog);
+    }
+
     /// Tokens issued by password auth from now on live this long.
     pub fn set_password_token_lifetime(&self, d: Duration) {
         *self.inner.lifetime.lock().unwrap() = Some(d);
-    }
-
-    /// The service catalog password authentication answers with from now on.
-    pub fn set_catalog(&self, catalog: Value) {
-        *self.inner.catalog.lock().unwrap() = Some(catalog);
     }
 
     pub fn revoke(&self, token: &str) {

@@ -12,7 +12,9 @@
 //!   providers in the caller's transaction ([`report::replace_host`]), so a failed
 //!   report leaves both as they were;
 //! - a bind job is performed once, takes an attach handle once and always ends
-//!   ([`binds`]); the Nova event commits with the resolution it reports ([`events`]).
+//!   ([`binds`]); the Nova event commits with the resolution it reports ([`events`]);
+//! - a change to a host's device providers marks the host for a push to an external
+//!   Placement in the same transaction ([`pushes`]), when the caller has one.
 
 pub mod arqs;
 pub mod binds;
@@ -20,6 +22,7 @@ pub mod events;
 pub mod hardware;
 pub mod kubernetes;
 pub mod profiles;
+pub mod pushes;
 pub mod report;
 
 /// Which ARQs a caller may see: all of them (admin), or one project's.

@@ -156,6 +156,26 @@ pub async fn host(
     Ok(Some((p, n)))
 }
 
+/// Creates a local stand-in for a compute node provider that lives in an external
+/// Placement (same uuid and name, no inventory, never pushed), unless a provider named
+/// `name` exists. Returns whether it was created.
+pub async fn compute_node_placeholder(
+    tx: &mut Tx,
+    uuid: &str,
+    name: &str,
+) -> Result<bool, StoreError> {
+    if compute_node(tx, name).await?.is_some() {
+        return Ok(false);
+    }
+    providers::create(tx, uuid, name, None).await?;
+    Ok(true)
+}
+
+/// Whether a compute node provider named `hostname` exists.
+pub async fn has_compute_node(tx: &mut Tx, hostname: &str) -> Result<bool, StoreError> {
+    Ok(compute_node(tx, hostname).await?.is_some())
+}
+
 async fn compute_node(
     tx: &mut Tx,
     hostname: &str,

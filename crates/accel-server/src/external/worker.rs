@@ -1,0 +1,120 @@
+//! The pusher: takes pending hosts from `placement_pushes` and pushes each, as the
+//! bind worker takes bind jobs (lease compare-and-swap, so one replica pushes a host
+//! at a time and a dead one's lease expires). A failed push, or one that had to keep
+//! a remotely allocated provider, is retried after 1, 2, 4 … `max_backoff_secs`.
+
+use super::{push, ExternalPlacement};
+use accel_store::accelerator::pushes;
+use accel_store::{Store, StoreError};
+use std::sync::Arc;
+
+/// Hosts taken per step.
+pub const BATCH: i64 = 16;
+
+/// Pushes pending hosts to the external Placement.
+pub struct Pusher {
+    store: Store,
+    external: Arc<ExternalPlacement>,
+    owner: String,
+    /// Longer than the bind worker's: a push of a large host is many requests.
+    pub lease_secs: i64,
+    pub max_backoff_secs: i64,
+}
+
+/// What one [`Pusher::step`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PushStep {
+    /// Hosts due when the step began.
+    pub due: usize,
+    pub pushed: usize,
+    /// Failed, or kept a provider that is allocated remotely: retried later.
+    pub retrying: usize,
+    /// Claimed by another worker first.
+    pub skipped: usize,
+}
+
+impl Pusher {
+    pub fn new(store: Store, external: Arc<ExternalPlacement>, owner: impl Into<String>) -> Pusher {
+        Pusher {
+            store,
+            external,
+            owner: owner.into(),
+            lease_secs: 120,
+            max_backoff_secs: 60,
+        }
+    }
+
+    fn backoff(&self, attempts: i64) -> i64 {
+        (1_i64 << attempts.clamp(0, 30)).min(self.max_backoff_secs.max(1))
+    }
+
+    /// One pass at time `now` (epoch seconds): each due host claimed, pushed and its
+    /// result recorded.
+    pub async fn step(&self, now: i64) -> Result<PushStep, StoreError> {
+        let due = self
+            .store
+            .read(move |tx| Box::pin(async move { pushes::due(tx, now, BATCH).await }))
+            .await?;
+        let mut report = PushStep {
+            due: due.len(),
+            ..Default::default()
+        };
+        for host in due {
+            let (h, owner, lease_until) = (host.clone(), self.owner.clone(), now + self.lease_secs);
+            let claimed = self
+                .store
+                .write(move |tx| {
+                    Box::pin(async move { pushes::claim(tx, &h, &owner, now, lease_until).await })
+                })
+                .await?;
+            let Some(claimed) = claimed else {
+                report.skipped += 1;
+                continue;
+            };
+            let h = host.clone();
+            let local = self
+                .store
+                .read(move |tx| Box::pin(async move { pushes::local_tree(tx, &h).await }))
+                .await?;
+            let error = match push(&self.external.client, &host, &local).await {
+                Ok(p) if p.held.is_empty() => {
+                    tracing::info!(host = %host, created = p.created, updated = p.updated, deleted = p.deleted, "device providers pushed to the external Placement");
+                    None
+                }
+                Ok(p) => Some(format!(
+                    "allocated in the external Placement, kept with reserved = total until free: {}",
+                    p.held.join(", ")
+                )),
+                Err(e) => Some(e.0),
+            };
+            let owner = self.owner.clone();
+            let h = host.clone();
+            let settle_at = accel_store::now().max(now);
+            match error {
+                None => {
+                    report.pushed += 1;
+                    self.store
+                        .write(move |tx| {
+                            Box::pin(async move {
+                                pushes::succeeded(tx, &h, &owner, claimed.version, settle_at).await
+                            })
+                        })
+                        .await?;
+                }
+                Some(e) => {
+                    report.retrying += 1;
+                    let wait = self.backoff(claimed.attempts);
+                    tracing::warn!(host = %host, error = %e, retry_in_s = wait, "push to the external Placement not complete");
+                    self.store
+                        .write(move |tx| {
+                            Box::pin(async move {
+                                pushes::failed(tx, &h, &owner, now + wait, &e, settle_at).await
+                            })
+                        })
+                        .await?;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
