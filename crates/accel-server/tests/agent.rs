@@ -8,16 +8,10 @@ mod common;
 use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, AgentError};
-use common::accel::{placement, Server, TempDb};
+use common::accel::{get, placement, tree, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-
-async fn get(srv: &Server, path: &str) -> Value {
-    let (s, v) = placement(srv, reqwest::Method::GET, path, None).await;
-    assert_eq!(s, 200, "{path}: {v}");
-    v
-}
 
 async fn compute_node(srv: &Server, name: &str) -> Value {
     let (s, v) = placement(
@@ -33,64 +27,6 @@ async fn compute_node(srv: &Server, name: &str) -> Value {
 
 fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
     Agent::new(Settings::new(&srv.accel, node, root)).unwrap()
-}
-
-/// name -> (uuid, parent name, inventories {class: (total, reserved)}, traits).
-type Tree = BTreeMap<
-    String,
-    (
-        String,
-        Option<String>,
-        BTreeMap<String, (i64, i64)>,
-        Vec<String>,
-    ),
->;
-
-async fn tree(srv: &Server, root_uuid: &str) -> Tree {
-    let rps = get(srv, &format!("/resource_providers?in_tree={root_uuid}")).await;
-    let rps = rps["resource_providers"].as_array().unwrap().clone();
-    let name_of = |uuid: &str| {
-        rps.iter()
-            .find(|p| p["uuid"] == uuid)
-            .map(|p| p["name"].as_str().unwrap().to_owned())
-    };
-    let mut out = Tree::new();
-    for p in &rps {
-        let uuid = p["uuid"].as_str().unwrap();
-        let inv = get(srv, &format!("/resource_providers/{uuid}/inventories")).await;
-        let inv = inv["inventories"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    (
-                        v["total"].as_i64().unwrap(),
-                        v["reserved"].as_i64().unwrap(),
-                    ),
-                )
-            })
-            .collect();
-        let traits = get(srv, &format!("/resource_providers/{uuid}/traits")).await;
-        let mut traits: Vec<String> = traits["traits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap().to_owned())
-            .collect();
-        traits.sort();
-        out.insert(
-            p["name"].as_str().unwrap().to_owned(),
-            (
-                uuid.to_owned(),
-                p["parent_provider_uuid"].as_str().and_then(name_of),
-                inv,
-                traits,
-            ),
-        );
-    }
-    out
 }
 
 fn uuid3(name: &str) -> String {

@@ -10,19 +10,13 @@ use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_server::external::{ExternalPlacement, PlacementConfig, Pusher};
 use accel_store::accelerator::pushes::{self, Push};
-use common::accel::{placement, Server, TempDb};
+use common::accel::{get, placement, tree, Server, TempDb};
 use common::BACKENDS;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::oneshot;
-
-async fn get(srv: &Server, path: &str) -> Value {
-    let (s, v) = placement(srv, reqwest::Method::GET, path, None).await;
-    assert_eq!(s, 200, "{path}: {v}");
-    v
-}
 
 fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
     Agent::new(Settings::new(&srv.accel, node, root)).unwrap()
@@ -36,64 +30,6 @@ fn external(url: &str) -> Arc<ExternalPlacement> {
         ..Default::default()
     })
     .unwrap()
-}
-
-/// name -> (uuid, parent name, inventories {class: (total, reserved)}, traits).
-type Tree = BTreeMap<
-    String,
-    (
-        String,
-        Option<String>,
-        BTreeMap<String, (i64, i64)>,
-        Vec<String>,
-    ),
->;
-
-async fn tree(srv: &Server, root_uuid: &str) -> Tree {
-    let rps = get(srv, &format!("/resource_providers?in_tree={root_uuid}")).await;
-    let rps = rps["resource_providers"].as_array().unwrap().clone();
-    let name_of = |uuid: &str| {
-        rps.iter()
-            .find(|p| p["uuid"] == uuid)
-            .map(|p| p["name"].as_str().unwrap().to_owned())
-    };
-    let mut out = Tree::new();
-    for p in &rps {
-        let uuid = p["uuid"].as_str().unwrap();
-        let inv = get(srv, &format!("/resource_providers/{uuid}/inventories")).await;
-        let inv = inv["inventories"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    (
-                        v["total"].as_i64().unwrap(),
-                        v["reserved"].as_i64().unwrap(),
-                    ),
-                )
-            })
-            .collect();
-        let traits = get(srv, &format!("/resource_providers/{uuid}/traits")).await;
-        let mut traits: Vec<String> = traits["traits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap().to_owned())
-            .collect();
-        traits.sort();
-        out.insert(
-            p["name"].as_str().unwrap().to_owned(),
-            (
-                uuid.to_owned(),
-                p["parent_provider_uuid"].as_str().and_then(name_of),
-                inv,
-                traits,
-            ),
-        );
-    }
-    out
 }
 
 async fn remote_compute_node(remote: &Server, name: &str) -> String {
@@ -154,17 +90,7 @@ async fn gate(target: &str) -> Gate {
             (status, resp.text().await.unwrap())
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-    });
+    let (addr, stop) = common::serve_fake(app).await;
     Gate {
         url: format!("http://{addr}"),
         up,

@@ -9,6 +9,7 @@ use accel_server::{AcceleratorApi, AppState, ServerConfig};
 use accel_store::accelerator::events;
 use accel_store::Store;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -384,4 +385,69 @@ impl Server {
             .await
             .unwrap()
     }
+}
+
+/// A Placement GET as the admin that must answer 200.
+pub async fn get(srv: &Server, path: &str) -> Value {
+    let (s, v) = placement(srv, reqwest::Method::GET, path, None).await;
+    assert_eq!(s, 200, "{path}: {v}");
+    v
+}
+
+/// name -> (uuid, parent name, inventories {class: (total, reserved)}, traits).
+pub type Tree = BTreeMap<
+    String,
+    (
+        String,
+        Option<String>,
+        BTreeMap<String, (i64, i64)>,
+        Vec<String>,
+    ),
+>;
+
+pub async fn tree(srv: &Server, root_uuid: &str) -> Tree {
+    let rps = get(srv, &format!("/resource_providers?in_tree={root_uuid}")).await;
+    let rps = rps["resource_providers"].as_array().unwrap().clone();
+    let name_of = |uuid: &str| {
+        rps.iter()
+            .find(|p| p["uuid"] == uuid)
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+    };
+    let mut out = Tree::new();
+    for p in &rps {
+        let uuid = p["uuid"].as_str().unwrap();
+        let inv = get(srv, &format!("/resource_providers/{uuid}/inventories")).await;
+        let inv = inv["inventories"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    (
+                        v["total"].as_i64().unwrap(),
+                        v["reserved"].as_i64().unwrap(),
+                    ),
+                )
+            })
+            .collect();
+        let traits = get(srv, &format!("/resource_providers/{uuid}/traits")).await;
+        let mut traits: Vec<String> = traits["traits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect();
+        traits.sort();
+        out.insert(
+            p["name"].as_str().unwrap().to_owned(),
+            (
+                uuid.to_owned(),
+                p["parent_provider_uuid"].as_str().and_then(name_of),
+                inv,
+                traits,
+            ),
+        );
+    }
+    out
 }
