@@ -1,0 +1,1 @@
+//! The accelerator wire types (filled in by the wire-layer work).

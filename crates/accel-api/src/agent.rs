@@ -1,0 +1,1 @@
+//! The agent wire types (filled in by the wire-layer work).

@@ -1,0 +1,1 @@
+//! The placement wire types (filled in by the wire-layer work).
