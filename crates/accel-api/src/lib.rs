@@ -13,4 +13,5 @@
 
 pub mod accelerator;
 pub mod agent;
+pub mod http;
 pub mod placement;
