@@ -17,7 +17,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// Password credentials and where the service is found (keystoneauth's options).
 #[derive(Clone, Deserialize, PartialEq)]
@@ -327,65 +327,29 @@ pub fn find_endpoint(
         .map(|u| u.trim_end_matches('/').to_owned())
 }
 
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// days_from_civil).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Keystone's ISO 8601 times: `2026-11-01T12:00:00.000000Z`, or with a `+hh:mm`
-/// offset, fractions optional.
+/// Keystone's ISO 8601 times (`2026-11-01T12:00:00.000000Z`, or with a `+hh:mm`
+/// offset, fractions optional; a time without a zone is UTC, as Keystone v2 wrote it).
+/// Calendar checks are the `time` crate's: 31 February is no date.
 pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
-    let s = s.trim();
-    let (date, time) = s.split_once(['T', ' '])?;
-    let mut dp = date.splitn(3, '-');
-    let y: i64 = dp.next()?.parse().ok()?;
-    let mo: i64 = dp.next()?.parse().ok()?;
-    let d: i64 = dp.next()?.parse().ok()?;
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
-        return None;
+    use time::format_description::well_known::Rfc3339;
+    use time::macros::format_description;
+    // Python's isoformat() with a space instead of the `T`.
+    let s = s.trim().replacen(' ', "T", 1);
+    if let Ok(t) = time::OffsetDateTime::parse(&s, &Rfc3339) {
+        return Some(t.into());
     }
-    let (clock, offset_secs) = if let Some(c) = time.strip_suffix('Z') {
-        (c, 0)
-    } else if let Some(i) = time.rfind(['+', '-']) {
-        let (c, off) = time.split_at(i);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':').unwrap_or((&off[1..], "0"));
-        let oh: i64 = oh.parse().ok()?;
-        let om: i64 = om.parse().ok()?;
-        (c, sign * (oh * 3600 + om * 60))
-    } else {
-        (time, 0)
-    };
-    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
-    let mut tp = hms.splitn(3, ':');
-    let h: i64 = tp.next()?.parse().ok()?;
-    let mi: i64 = tp.next()?.parse().ok()?;
-    let sec: i64 = tp.next().unwrap_or("0").parse().ok()?;
-    if h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let nanos: u32 = if frac.is_empty() {
-        0
-    } else {
-        let digits: String = frac.chars().take(9).collect();
-        let n: u32 = digits.parse().ok()?;
-        n * 10u32.pow(9 - digits.len() as u32)
-    };
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
-    let secs = u64::try_from(secs).ok()?;
-    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+    let naive = format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second][optional [.[subsecond]]]"
+    );
+    time::PrimitiveDateTime::parse(&s, naive)
+        .ok()
+        .map(|t| t.assume_utc().into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn timestamps_as_keystone_writes_them() {
@@ -400,6 +364,9 @@ mod tests {
         assert_eq!(frac.duration_since(UNIX_EPOCH).unwrap().as_millis(), 1500);
         assert_eq!(parse_timestamp("yesterday"), None);
         assert_eq!(parse_timestamp("2026-13-01T00:00:00Z"), None);
+        assert_eq!(parse_timestamp("2026-02-31T00:00:00Z"), None);
+        assert_eq!(parse_timestamp("2026-11-01 12:00:00Z"), Some(t));
+        assert_eq!(parse_timestamp("2026-11-01T12:00:00.000000"), Some(t));
     }
 
     #[test]
