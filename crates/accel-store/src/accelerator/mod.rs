@@ -22,6 +22,7 @@ pub mod events;
 pub mod hardware;
 pub mod kubernetes;
 pub mod profiles;
+mod programs;
 pub mod pushes;
 pub mod report;
 
