@@ -421,7 +421,7 @@ pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Store
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindJob {
     pub arq_uuid: String,
-    pub state: String,
+    pub state: super::binds::JobState,
     pub deadline: i64,
     pub attempts: i64,
 }
@@ -437,7 +437,7 @@ pub async fn bind_job(tx: &mut Tx, arq_uuid: &str) -> Result<Option<BindJob>, St
     row.map(|r| {
         Ok(BindJob {
             arq_uuid: r.try_get(0)?,
-            state: r.try_get(1)?,
+            state: super::parse_column(&r, 1)?,
             deadline: r.try_get(2)?,
             attempts: r.try_get(3)?,
         })

@@ -26,12 +26,24 @@ use super::events;
 use super::profiles;
 pub use super::programs::{
     abandon_program_request, finish_program_request, pending_programs, program_request,
-    program_request_by_id, request_program, ProgramRequest,
+    program_request_by_id, request_program, ProgramRequest, ProgramState,
 };
 use super::programs::{insert_program_request, set_bitstream, NewProgram};
 use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::{carries_function, ArqState};
 use sqlx::Row;
+
+super::column_enum!(
+    /// `bind_jobs.state`.
+    JobState {
+        /// To perform.
+        Pending => "pending",
+        /// Waiting for the agent's programming request.
+        Programming => "programming",
+        Done => "done",
+        Failed => "failed",
+    }
+);
 
 /// Job states a worker still has to act on.
 const ACTIVE: &str = "('pending', 'programming')";
@@ -119,7 +131,7 @@ pub struct Performed {
 }
 
 struct JobRow {
-    state: String,
+    state: JobState,
     deadline: i64,
     arq_id: i64,
     arq_uuid: String,
@@ -143,7 +155,7 @@ async fn job_row(tx: &mut Tx, id: i64) -> Result<Option<JobRow>, StoreError> {
     .await?;
     row.map(|r| {
         Ok(JobRow {
-            state: r.try_get(0)?,
+            state: super::parse_column(&r, 0)?,
             deadline: r.try_get(1)?,
             arq_id: r.try_get(2)?,
             arq_uuid: r.try_get(3)?,
@@ -209,7 +221,14 @@ pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Perf
         return Ok(skipped(job.arq_uuid));
     }
     if job.arq_state != ArqState::BindStarted.as_str() {
-        finish_job(tx, id, "failed", Some("the ARQ left BindStarted"), now).await?;
+        finish_job(
+            tx,
+            id,
+            JobState::Failed,
+            Some("the ARQ left BindStarted"),
+            now,
+        )
+        .await?;
         return Ok(skipped(job.arq_uuid));
     }
     let outcome = match attempt(tx, &job, id, now).await? {
@@ -292,7 +311,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         (None, Some(f)) => !deployable_carries(tx, dep_id, f).await?,
         (None, None) => false,
     };
-    if job.state == "pending" && wants_program {
+    if job.state == JobState::Pending && wants_program {
         // Cyborg's fake driver "programs" at once; the server's built-in fake source
         // plays that role for hosts no agent reports (an agent's `fake` driver is
         // asked like any other).
@@ -310,7 +329,11 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
                 hostname: job.hostname.as_deref().unwrap_or_default(),
                 bitstream_id: bitstream,
                 function_id: function,
-                state: if instant { "done" } else { "pending" },
+                state: if instant {
+                    ProgramState::Done
+                } else {
+                    ProgramState::Pending
+                },
             },
             now,
         )
@@ -321,7 +344,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         if let Some(b) = bitstream {
             set_bitstream(tx, dep_id, b, now).await?;
         }
-    } else if job.state == "programming" {
+    } else if job.state == JobState::Programming {
         let pr = sqlx::query("SELECT state, error FROM program_requests WHERE arq_uuid = $1")
             .bind(&job.arq_uuid)
             .fetch_optional(&mut *tx)
@@ -329,12 +352,12 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         match pr {
             None => return Ok(Step::Fail("its programming request disappeared".into())),
             Some(r) => {
-                let state: String = r.try_get(0)?;
+                let state: ProgramState = super::parse_column(&r, 0)?;
                 let error: Option<String> = r.try_get(1)?;
-                match state.as_str() {
-                    "done" => {}
-                    "pending" => return Ok(Step::Wait),
-                    _ => {
+                match state {
+                    ProgramState::Done => {}
+                    ProgramState::Pending => return Ok(Step::Wait),
+                    ProgramState::Failed => {
                         return Ok(Step::Fail(format!(
                             "programming failed: {}",
                             error.unwrap_or_else(|| "no reason given".into())
@@ -370,7 +393,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             job.arq_uuid
         )));
     }
-    finish_job(tx, id, "done", None, now).await?;
+    finish_job(tx, id, JobState::Done, None, now).await?;
     Ok(Step::Bound(handle.1))
 }
 
@@ -436,7 +459,7 @@ async fn take_handle(
 async fn finish_job(
     tx: &mut Tx,
     id: i64,
-    state: &str,
+    state: JobState,
     error: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -444,7 +467,7 @@ async fn finish_job(
         "UPDATE bind_jobs SET state = $1, error = $2, owner = NULL, lease_until = NULL, \
          updated_at = $3 WHERE id = $4",
     )
-    .bind(state)
+    .bind(state.as_str())
     .bind(error)
     .bind(now)
     .bind(id)
@@ -479,7 +502,7 @@ async fn fail(
     .bind(&job.arq_uuid)
     .execute(&mut *tx)
     .await?;
-    finish_job(tx, id, "failed", Some(reason), now).await
+    finish_job(tx, id, JobState::Failed, Some(reason), now).await
 }
 
 /// Records the instance's Nova event when none of its ARQs is unresolved any more.
@@ -514,7 +537,7 @@ async fn record_if_resolved(tx: &mut Tx, instance: &str, now: i64) -> Result<boo
 pub struct Job {
     pub id: i64,
     pub arq_uuid: String,
-    pub state: String,
+    pub state: JobState,
     pub deadline: i64,
     pub attempts: i64,
     pub owner: Option<String>,
@@ -535,7 +558,7 @@ pub async fn job_of(tx: &mut Tx, arq_uuid: &str) -> Result<Option<Job>, StoreErr
         Ok(Job {
             id: r.try_get(0)?,
             arq_uuid: r.try_get(1)?,
-            state: r.try_get(2)?,
+            state: super::parse_column(&r, 2)?,
             deadline: r.try_get(3)?,
             attempts: r.try_get(4)?,
             owner: r.try_get(5)?,

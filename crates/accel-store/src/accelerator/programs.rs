@@ -19,10 +19,19 @@ pub struct ProgramRequest {
     pub hostname: String,
     pub bitstream_id: Option<String>,
     pub function_id: Option<String>,
-    /// `pending`, `done` or `failed`.
-    pub state: String,
+    pub state: ProgramState,
     pub error: Option<String>,
 }
+
+super::column_enum!(
+    /// `program_requests.state`.
+    ProgramState {
+        /// For the agent to carry out.
+        Pending => "pending",
+        Done => "done",
+        Failed => "failed",
+    }
+);
 
 const PROGRAM_COLUMNS: &str = "pr.id, pr.arq_uuid, pr.deployable_id, d.uuid, d.name, \
      pr.hostname, pr.bitstream_id, pr.function_id, pr.state, pr.error \
@@ -38,7 +47,7 @@ fn program_row(r: &sqlx::any::AnyRow) -> Result<ProgramRequest, StoreError> {
         hostname: r.try_get(5)?,
         bitstream_id: r.try_get(6)?,
         function_id: r.try_get(7)?,
-        state: r.try_get(8)?,
+        state: super::parse_column(r, 8)?,
         error: r.try_get(9)?,
     })
 }
@@ -85,7 +94,7 @@ pub(super) struct NewProgram<'a> {
     pub(super) hostname: &'a str,
     pub(super) bitstream_id: Option<&'a str>,
     pub(super) function_id: Option<&'a str>,
-    pub(super) state: &'a str,
+    pub(super) state: ProgramState,
 }
 
 pub(super) async fn insert_program_request(
@@ -103,7 +112,7 @@ pub(super) async fn insert_program_request(
     .bind(p.hostname)
     .bind(p.bitstream_id)
     .bind(p.function_id)
-    .bind(p.state)
+    .bind(p.state.as_str())
     .bind(now)
     .fetch_one(&mut *tx)
     .await?)
@@ -137,7 +146,7 @@ pub async fn request_program(
             hostname: &host,
             bitstream_id: Some(bitstream_id),
             function_id: None,
-            state: "pending",
+            state: ProgramState::Pending,
         },
         now,
     )
@@ -159,14 +168,14 @@ pub async fn finish_program_request(
     now: i64,
 ) -> Result<ProgramRequest, StoreError> {
     let (state, error) = match result {
-        Ok(()) => ("done", None),
-        Err(e) => ("failed", Some(e)),
+        Ok(()) => (ProgramState::Done, None),
+        Err(e) => (ProgramState::Failed, Some(e)),
     };
     let n = sqlx::query(
         "UPDATE program_requests SET state = $1, error = $2, updated_at = $3 \
          WHERE id = $4 AND hostname = $5 AND state = 'pending'",
     )
-    .bind(state)
+    .bind(state.as_str())
     .bind(error)
     .bind(now)
     .bind(id)
@@ -182,7 +191,7 @@ pub async fn finish_program_request(
     let pr = program_request_by_id(tx, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("programming request {id}")))?;
-    if let (Some(b), "done") = (&pr.bitstream_id, state) {
+    if let (Some(b), ProgramState::Done) = (&pr.bitstream_id, state) {
         set_bitstream(tx, pr.deployable_id, b, now).await?;
     }
     Ok(pr)

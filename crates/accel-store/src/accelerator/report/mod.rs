@@ -243,7 +243,7 @@ pub async fn replace_host(
                 kept.push((dev, cpid_id, r));
             }
             None if in_use(tx, &dev).await? => {
-                if dev.health != DeviceHealth::Vanished.as_str() {
+                if dev.health != DeviceHealth::Vanished {
                     set_health(tx, dev.id, DeviceHealth::Vanished).await?;
                 }
                 summary.devices_vanished += 1;
@@ -271,7 +271,7 @@ pub async fn replace_host(
         .execute(&mut *tx)
         .await?;
         let health = reported_health(r);
-        if dev.health != health.as_str() {
+        if dev.health != health {
             set_health(tx, dev.id, health).await?;
         }
         let old = hardware::deployables_of_device(tx, dev.id).await?;

@@ -97,8 +97,7 @@ pub(super) async fn sync_devices(
     let unavailable: HashMap<i64, bool> = devices
         .iter()
         .map(|d| {
-            let off = d.status == DeviceStatus::Maintaining.as_str()
-                || d.health != DeviceHealth::Ok.as_str();
+            let off = d.status == DeviceStatus::Maintaining || d.health != DeviceHealth::Ok;
             (d.id, off)
         })
         .collect();
