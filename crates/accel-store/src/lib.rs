@@ -13,6 +13,17 @@
 //!   servers on one PostgreSQL database never both win a race;
 //! - SQLite write transactions start with `BEGIN IMMEDIATE` so a reader never has to
 //!   upgrade its lock (which SQLite refuses with SQLITE_BUSY instead of waiting).
+//!
+//! A write either commits, fails ([`StoreError`]) or is refused: the data says no and
+//! the caller words why ([`Store::write_or_refuse`], [`Refusable`]). A lost
+//! provider-generation race is [`Conflict::ProviderRace`], the one conflict worth
+//! rerunning a transaction for ([`Store::write_retrying`]).
+//!
+//! Rows are mapped by hand (`try_get` by position or name) rather than with
+//! `#[derive(sqlx::FromRow)]`: the workspace builds sqlx without its `derive` feature,
+//! whose proc-macro crate turns on sqlx-core's `offline` feature and so rebuilds sqlx
+//! and both drivers for every crate. Typed text columns (device and job states) are
+//! decoded at this edge with `FromStr` (`accelerator::parse_column`).
 
 pub mod accelerator;
 mod error;
@@ -56,7 +67,8 @@ const SQLITE_READERS: u32 = 4;
 /// A transaction on the store's connection. Store modules take `&mut Tx`.
 pub type Tx = AnyConnection;
 
-pub(crate) type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// The future a transaction closure returns (boxed: it borrows the transaction).
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 impl Store {
     /// Connects to `url` (`sqlite://PATH` or `postgres://...`), creating a SQLite file
