@@ -3,8 +3,13 @@
 /// A write refused because of the data, not the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conflict {
-    /// A generation compare-and-swap lost (provider or consumer).
+    /// A generation compare-and-swap lost (provider or consumer) where the client has
+    /// to decide what to do: not retried.
     ConcurrentUpdate,
+    /// An allocation claim lost a provider-generation race ([`PROVIDER_RACE`]):
+    /// rerunning the whole transaction may succeed, so writers retry it
+    /// ([`StoreError::is_retryable`]) before answering 409 with the same words.
+    ProviderRace,
     /// A unique name or uuid already exists.
     Duplicate,
     /// Removing inventory that allocations still use.
@@ -16,6 +21,14 @@ pub enum Conflict {
     /// Deleting a resource class or trait still referenced.
     InUse,
 }
+
+/// The message of a lost provider-generation race, upstream's
+/// `ResourceProviderConcurrentUpdateDetected` text.
+pub const PROVIDER_RACE: &str =
+    "Another thread concurrently updated the resource provider data. Please retry your update";
+
+/// `Ok(Ok(v))` done, `Ok(Err(r))` refused (nothing written), `Err` failed.
+pub type Refusable<T, R> = Result<Result<T, R>, StoreError>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -34,6 +47,23 @@ pub enum StoreError {
 impl StoreError {
     pub fn conflict(kind: Conflict, detail: impl Into<String>) -> Self {
         StoreError::Conflict(kind, detail.into())
+    }
+
+    /// A lost provider-generation race, worded as upstream ([`PROVIDER_RACE`]).
+    pub fn provider_race() -> Self {
+        StoreError::conflict(Conflict::ProviderRace, PROVIDER_RACE)
+    }
+
+    /// True for errors after which rerunning the whole transaction may succeed: a lost
+    /// provider-generation race, or a database deadlock / serialization failure.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Conflict(Conflict::ProviderRace, _) => true,
+            StoreError::Db(sqlx::Error::Database(d)) => {
+                matches!(d.code().as_deref(), Some("40P01") | Some("40001"))
+            }
+            _ => false,
+        }
     }
 
     /// True when the database itself reported a unique-constraint violation.

@@ -13,6 +13,17 @@
 //!   servers on one PostgreSQL database never both win a race;
 //! - SQLite write transactions start with `BEGIN IMMEDIATE` so a reader never has to
 //!   upgrade its lock (which SQLite refuses with SQLITE_BUSY instead of waiting).
+//!
+//! A write either commits, fails ([`StoreError`]) or is refused: the data says no and
+//! the caller words why ([`Store::write_or_refuse`], [`Refusable`]). A lost
+//! provider-generation race is [`Conflict::ProviderRace`], the one conflict worth
+//! rerunning a transaction for ([`Store::write_retrying`]).
+//!
+//! Rows are mapped by hand (`try_get` by position or name) rather than with
+//! `#[derive(sqlx::FromRow)]`: the workspace builds sqlx without its `derive` feature,
+//! whose proc-macro crate turns on sqlx-core's `offline` feature and so rebuilds sqlx
+//! and both drivers for every crate. Typed text columns (device and job states) are
+//! decoded at this edge with `FromStr` (`accelerator::parse_column`).
 
 pub mod accelerator;
 mod error;
@@ -20,7 +31,7 @@ mod migrate;
 pub mod placement;
 pub mod testing;
 
-pub use error::{Conflict, StoreError};
+pub use error::{Conflict, Refusable, StoreError, PROVIDER_RACE};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -56,7 +67,8 @@ const SQLITE_READERS: u32 = 4;
 /// A transaction on the store's connection. Store modules take `&mut Tx`.
 pub type Tx = AnyConnection;
 
-pub(crate) type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// The future a transaction closure returns (boxed: it borrows the transaction).
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 impl Store {
     /// Connects to `url` (`sqlite://PATH` or `postgres://...`), creating a SQLite file
@@ -152,11 +164,33 @@ impl Store {
     }
 
     /// Runs `f` inside one write transaction, committing on `Ok` and rolling back on
-    /// `Err`.
+    /// `Err`: [`Store::write_or_refuse`] for writes that never refuse.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+    {
+        self.transaction(f, |_| true).await
+    }
+
+    /// The write transaction whose closure may refuse: commits on `Ok(Ok(v))` and rolls
+    /// back both on a refusal `Ok(Err(r))` (the data says no: nothing is written, and
+    /// the caller words `r`) and on a failure `Err(e)`.
+    pub async fn write_or_refuse<T, R, F>(&self, f: F) -> Refusable<T, R>
+    where
+        T: Send,
+        R: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
+    {
+        self.transaction(f, Result::is_ok).await
+    }
+
+    /// The one place a write transaction begins and ends: `f`'s `Ok(v)` commits when
+    /// `commits(&v)` holds and rolls back otherwise, as does any `Err`.
+    async fn transaction<V, F>(&self, f: F, commits: fn(&V) -> bool) -> Result<V, StoreError>
+    where
+        V: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, V> + Send,
     {
         let mut conn = self.pool.acquire().await?;
         let begin = match self.backend {
@@ -167,23 +201,48 @@ impl Store {
         let (result, touched) = placement::changes::collecting(f(&mut conn)).await;
         let result = match result {
             // Placement changes are logged inside the transaction they belong to.
-            Ok(v) => placement::changes::flush(&mut conn, &touched)
-                .await
-                .map(|()| v),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(v) => {
-                sqlx::query("COMMIT").execute(&mut *conn).await?;
-                Ok(v)
-            }
-            Err(e) => {
-                // The connection is unusable if rollback fails; closing it is the
-                // safe answer and the pool replaces it.
-                if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-                    let _ = conn.detach().close().await;
+            Ok(v) if commits(&v) => match placement::changes::flush(&mut conn, &touched).await {
+                Ok(()) => {
+                    sqlx::query("COMMIT").execute(&mut *conn).await?;
+                    return Ok(v);
                 }
-                Err(e)
+                Err(e) => Err(e),
+            },
+            other => other,
+        };
+        // The connection is unusable if rollback fails; closing it is the safe answer
+        // and the pool replaces it.
+        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            let _ = conn.detach().close().await;
+        }
+        result
+    }
+
+    /// [`Store::write_or_refuse`] rerun from scratch while it fails with a retryable
+    /// error ([`StoreError::is_retryable`]), at most `attempts` runs in all. `attempt`
+    /// builds each run's closure (each takes its own copy of the request).
+    pub async fn write_retrying<T, R, F>(
+        &self,
+        attempts: u32,
+        mut attempt: impl FnMut() -> F + Send,
+    ) -> Refusable<T, R>
+    where
+        T: Send,
+        R: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
+    {
+        let mut left = attempts.max(1);
+        loop {
+            left -= 1;
+            match self.write_or_refuse(attempt()).await {
+                Err(e) if e.is_retryable() && left > 0 => {
+                    tracing::debug!(error = %e, "rerunning a write transaction after a race");
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(error = %e, attempts, "exceeded retry limit on a write");
+                    return Err(e);
+                }
+                other => return other,
             }
         }
     }

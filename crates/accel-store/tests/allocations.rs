@@ -60,24 +60,8 @@ fn vcpu(consumer: &str, n: i64, generation: Option<i64>) -> ConsumerWrite {
     }
 }
 
-async fn write(store: &Store, w: Vec<ConsumerWrite>) -> Refusable<()> {
-    loop {
-        let w2 = w.clone();
-        let r = allocs::write_refusable(store, move |tx| {
-            Box::pin(async move {
-                let p = match allocs::prepare(tx, &w2).await? {
-                    Ok(p) => p,
-                    Err(r) => return Ok(Err(r)),
-                };
-                allocs::apply(tx, &p).await
-            })
-        })
-        .await;
-        match r {
-            Err(e) if allocs::is_retryable(&e) => continue,
-            r => return r,
-        }
-    }
+async fn write(store: &Store, w: Vec<ConsumerWrite>) -> Refusable<(), Refusal> {
+    allocs::replace(store, &w, u32::MAX).await
 }
 
 async fn state(store: &Store) -> (i64, i64) {

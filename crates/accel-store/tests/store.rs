@@ -196,3 +196,66 @@ async fn concurrent_cas_has_exactly_one_winner_on_postgres() {
     }
     assert_eq!(wins, 1);
 }
+
+#[tokio::test]
+async fn a_refusal_rolls_the_write_back() {
+    each_backend(|store| async move {
+        let refused = store
+            .write_or_refuse(|tx| {
+                Box::pin(async move {
+                    providers::create(tx, A, "refused", None).await?;
+                    Ok(Err("no"))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(refused, Err::<providers::Provider, _>("no"));
+        let seen = store
+            .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
+            .await
+            .unwrap();
+        assert!(seen.is_none(), "nothing of a refused write is kept");
+        let done = store
+            .write_or_refuse(|tx| {
+                Box::pin(async move {
+                    Ok(Ok::<_, &str>(
+                        providers::create(tx, A, "kept", None).await?.uuid,
+                    ))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(done, Ok(A.to_owned()));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn only_a_provider_race_is_rerun() {
+    each_backend(|store| async move {
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = runs.clone();
+        let result = store
+            .write_retrying(3, || {
+                let runs = counted.clone();
+                move |_tx: &mut accel_store::Tx| -> accel_store::BoxFut<'_, Result<(), ()>> {
+                    Box::pin(async move {
+                        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Err(StoreError::provider_race())
+                    })
+                }
+            })
+            .await;
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
+        match result {
+            Err(e @ StoreError::Conflict(Conflict::ProviderRace, _)) => {
+                assert!(e.is_retryable());
+                assert_eq!(e.to_string(), accel_store::PROVIDER_RACE);
+            }
+            other => panic!("expected the race, got {other:?}"),
+        }
+        let other = StoreError::conflict(Conflict::ConcurrentUpdate, "consumer");
+        assert!(!other.is_retryable());
+    })
+    .await;
+}

@@ -29,8 +29,35 @@ macro_rules! wire_enum {
                 f.write_str(self.as_str())
             }
         }
+
+        impl std::str::FromStr for $name {
+            type Err = UnknownValue;
+
+            fn from_str(s: &str) -> Result<$name, UnknownValue> {
+                $name::parse(s).ok_or_else(|| UnknownValue {
+                    kind: stringify!($name),
+                    value: s.to_owned(),
+                })
+            }
+        }
     };
 }
+
+/// A database or wire text that names no variant of a device enum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownValue {
+    /// The enum's name, such as `DeviceType`.
+    pub kind: &'static str,
+    pub value: String,
+}
+
+impl fmt::Display for UnknownValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {} {:?}", self.kind, self.value)
+    }
+}
+
+impl std::error::Error for UnknownValue {}
 
 wire_enum!(
     /// `devices.type` (upstream's database enum).
@@ -169,6 +196,17 @@ pub fn fake_device(host: &str) -> ReportedDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_enums_parse_their_own_text_only() {
+        for t in DeviceType::ALL {
+            assert_eq!(t.as_str().parse::<DeviceType>(), Ok(*t));
+        }
+        assert_eq!("maintaining".parse(), Ok(DeviceStatus::Maintaining));
+        assert_eq!("vanished".parse(), Ok(DeviceHealth::Vanished));
+        let bad = "gpu".parse::<DeviceType>().unwrap_err();
+        assert_eq!(bad.to_string(), "unknown DeviceType \"gpu\"");
+    }
 
     #[test]
     fn fake_device_matches_upstream_fake_driver() {

@@ -11,6 +11,6 @@ pub mod profile;
 pub use arq::ArqState;
 pub use device::{
     carries_function, fake_device, id_part, AttachType, DeviceHealth, DeviceStatus, DeviceType,
-    ReportedDeployable, ReportedDevice, ReportedHandle, FUNCTION_TRAIT_PREFIX,
+    ReportedDeployable, ReportedDevice, ReportedHandle, UnknownValue, FUNCTION_TRAIT_PREFIX,
 };
 pub use profile::{DeviceProfile, Group, ProfileError};

@@ -257,7 +257,7 @@ fn render_program(pr: &binds::ProgramRequest) -> Value {
         "deployable_name": pr.deployable_name,
         "bitstream_id": pr.bitstream_id,
         "function_id": pr.function_id,
-        "state": pr.state,
+        "state": pr.state.as_str(),
         "error": pr.error,
     })
 }

@@ -15,9 +15,7 @@ use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_core::policy::cyborg as rules;
-use accel_store::accelerator::arqs::{self, Arq, Binding, Filter};
-use accel_store::accelerator::{hardware, profiles};
-use accel_store::StoreError;
+use accel_store::accelerator::arqs::{self, Arq, Binding, Filter, Patch as Op};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
@@ -64,25 +62,8 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
         ),
     };
     let project = ctx.creds.project_id().map(str::to_owned);
-    let created = st
-        .app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let profile = profiles::by_name(tx, &name).await?.ok_or_else(|| {
-                    StoreError::NotFound(format!("Device Profile not found with name={name}"))
-                })?;
-                if let Some(g) = group {
-                    if g >= profile.groups.len() {
-                        return Err(StoreError::Invalid(format!(
-                            "Device profile {name} has no group {g}."
-                        )));
-                    }
-                }
-                arqs::create_for_profile(tx, &profile, group, project.as_deref()).await
-            })
-        })
-        .await?;
+    let created =
+        arqs::create_from_profile(&st.app.store, &name, group, project.as_deref()).await?;
     Ok(reply_list(ctx, StatusCode::CREATED, &created))
 }
 
@@ -202,12 +183,6 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }
 
-/// One ARQ's validated patch.
-enum Op {
-    Bind(Binding),
-    Unbind,
-}
-
 /// Upstream's `_validate_arq_patch`: all ops add or all remove; paths limited to
 /// hostname, device_rp_uuid, instance_uuid and (2.1+, admin only) project_id; an add
 /// needs the first three.
@@ -323,45 +298,7 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
     }
     let scope = ctx.scope();
     let deadline = accel_store::now() + st.bind_timeout_secs;
-    st.app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                // No hot-add: a bind to an instance that already has ARQs is refused,
-                // judged by the first ARQ's instance, as upstream.
-                if let Some((_, Op::Bind(b))) = plan.first() {
-                    if arqs::instance_has_arqs(tx, &scope, &b.instance_uuid).await? {
-                        return Err(StoreError::Invalid(format!(
-                            "Couldn't apply patch. Reason: Instance {} already has accelerator requests. Cannot bind additional ARQs.",
-                            b.instance_uuid
-                        )));
-                    }
-                }
-                for (uuid, op) in &plan {
-                    match op {
-                        Op::Bind(b) => {
-                            let deps = hardware::list_deployables(
-                                tx,
-                                &[(hardware::DeployableColumn::RpUuid, b.device_rp_uuid.clone())],
-                            )
-                            .await?;
-                            if deps.is_empty() {
-                                return Err(StoreError::NotFound(format!(
-                                    "Deployable not found with resource provider uuid={}",
-                                    b.device_rp_uuid
-                                )));
-                            }
-                            arqs::start_bind(tx, &scope, uuid, b, deadline).await?;
-                        }
-                        Op::Unbind => {
-                            arqs::unbind(tx, &scope, uuid).await?;
-                        }
-                    }
-                }
-                Ok(())
-            })
-        })
-        .await?;
+    arqs::patch(&st.app.store, &scope, plan, deadline).await?;
     st.bind_wakeup.notify_one();
     Ok(empty_reply(StatusCode::ACCEPTED))
 }

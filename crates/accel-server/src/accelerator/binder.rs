@@ -165,38 +165,13 @@ impl Binder {
         }
         for (_, ids) in by_instance {
             let wanted = ids.len();
-            let (owner, lease_until) = (self.owner.clone(), now + self.lease_secs);
-            let claimed = self
-                .store
-                .write(move |tx| {
-                    Box::pin(async move {
-                        let mut got = Vec::with_capacity(ids.len());
-                        for id in ids {
-                            if binds::claim(tx, id, &owner, now, lease_until).await? {
-                                got.push(id);
-                            }
-                        }
-                        Ok(got)
-                    })
-                })
-                .await?;
+            let claimed =
+                binds::claim_all(&self.store, ids, &self.owner, now, now + self.lease_secs).await?;
             report.skipped += wanted - claimed.len();
             if claimed.is_empty() {
                 continue;
             }
-            let owner = self.owner.clone();
-            let done = self
-                .store
-                .write(move |tx| {
-                    Box::pin(async move {
-                        let mut out = Vec::with_capacity(claimed.len());
-                        for id in claimed {
-                            out.push(binds::perform(tx, &owner, id, now).await?);
-                        }
-                        Ok(out)
-                    })
-                })
-                .await?;
+            let done = binds::perform_all(&self.store, &self.owner, claimed, now).await?;
             for p in done {
                 match &p.outcome {
                     Outcome::Bound(handle) => {

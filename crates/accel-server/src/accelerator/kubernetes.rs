@@ -22,7 +22,6 @@ use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::kubernetes::{self as store, SlotClaim};
-use accel_store::placement::allocations;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -118,7 +117,7 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
             .write(move |tx| Box::pin(async move { store::save(tx, &h, &u, &c).await }))
             .await;
         match r {
-            Err(e) if allocations::is_retryable(&e) && attempt < RETRIES => attempt += 1,
+            Err(e) if e.is_retryable() && attempt < RETRIES => attempt += 1,
             other => break other?,
         }
     };

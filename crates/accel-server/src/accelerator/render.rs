@@ -159,14 +159,14 @@ pub fn arq(ctx: &Ctx, a: &Arq) -> Value {
 pub fn device(ctx: &Ctx, d: &Device) -> Value {
     let mut o = Map::new();
     o.insert("uuid".into(), json!(d.uuid));
-    o.insert("type".into(), json!(d.device_type));
+    o.insert("type".into(), json!(d.device_type.as_str()));
     o.insert("vendor".into(), json!(d.vendor));
     o.insert("model".into(), json!(d.model));
     o.insert("std_board_info".into(), json!(d.std_board_info));
     o.insert("vendor_board_info".into(), json!(d.vendor_board_info));
     o.insert("hostname".into(), json!(d.hostname));
     if ctx.version >= Version::DEVICE_STATUS {
-        o.insert("status".into(), json!(d.status));
+        o.insert("status".into(), json!(d.status.as_str()));
     }
     stamps(&mut o, d.stamps);
     o.insert(

@@ -2,8 +2,8 @@
 //! `/resource_providers/{uuid}/allocations`.
 //!
 //! Every write replaces the full allocation set of each named consumer in one
-//! transaction (`accel_store::placement::allocations::{prepare, apply}`); a write that
-//! loses a provider-generation race is rerun from scratch up to
+//! transaction (`accel_store::placement::allocations::replace`); a write that loses a
+//! provider-generation race is rerun from scratch up to
 //! `allocation_conflict_retry_count` times, as upstream retries, before answering 409.
 
 use super::error::{ApiError, ApiResult};
@@ -236,42 +236,9 @@ pub(crate) fn consumer_write(req: &Req, uuid: &str, data: &Value) -> ConsumerWri
     }
 }
 
-/// Runs `prepare` + `apply` for `writes`, rerunning on provider-generation races.
-pub(crate) async fn write_with_retry(app: &AppState, writes: Vec<ConsumerWrite>) -> Refusable<()> {
-    let mut attempts = app.config.allocation_conflict_retry_count.max(1);
-    loop {
-        let w = writes.clone();
-        let result = store::write_refusable(&app.store, move |tx| {
-            Box::pin(async move {
-                let prepared = match store::prepare(tx, &w).await? {
-                    Ok(p) => p,
-                    Err(r) => return Ok(Err(r)),
-                };
-                store::apply(tx, &prepared).await
-            })
-        })
-        .await;
-        attempts -= 1;
-        match result {
-            Err(e) if store::is_retryable(&e) && attempts > 0 => {
-                tracing::debug!("retrying allocation write after a generation conflict");
-                continue;
-            }
-            Err(e) if store::is_retryable(&e) => {
-                tracing::warn!("exceeded retry limit on allocation write");
-                return Err(StoreError::conflict(
-                    Conflict::ConcurrentUpdate,
-                    store::PROVIDER_RACE,
-                ));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Words a refusal or failure of an allocation write as upstream does; `class_prefix`
 /// starts the unknown-class message.
-fn write_error(result: Refusable<()>, class_prefix: &str) -> ApiResult<()> {
+fn write_error(result: Refusable<(), Refusal>, class_prefix: &str) -> ApiResult<()> {
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(Refusal::ConsumerGeneration(m))) => Err(ApiError::concurrent(m)),
@@ -284,9 +251,11 @@ fn write_error(result: Refusable<()>, class_prefix: &str) -> ApiResult<()> {
         Ok(Err(Refusal::InvalidInventory(m))) => Err(ApiError::conflict(format!(
             "Unable to allocate inventory: {m}"
         ))),
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, m)) => Err(ApiError::concurrent(
-            format!("Inventory and/or allocations changed while attempting to allocate: {m}"),
-        )),
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, m)) => {
+            Err(ApiError::concurrent(format!(
+                "Inventory and/or allocations changed while attempting to allocate: {m}"
+            )))
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -326,7 +295,12 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             ..Default::default()
         }
     };
-    let result = write_with_retry(&app, vec![write]).await;
+    let result = store::replace(
+        &app.store,
+        &[write],
+        app.config.allocation_conflict_retry_count,
+    )
+    .await;
     write_error(
         result,
         &format!("Unable to allocate inventory for consumer {uuid}: "),
@@ -341,7 +315,12 @@ pub async fn post_many(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .as_object()
         .map(|m| m.iter().map(|(c, v)| consumer_write(&req, c, v)).collect())
         .unwrap_or_default();
-    let result = write_with_retry(&app, writes).await;
+    let result = store::replace(
+        &app.store,
+        &writes,
+        app.config.allocation_conflict_retry_count,
+    )
+    .await;
     write_error(result, "Unable to allocate inventory ")?;
     Ok(Reply::no_content())
 }

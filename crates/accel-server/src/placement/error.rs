@@ -216,7 +216,9 @@ impl From<accel_store::StoreError> for ApiError {
         match e {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Invalid(m) => ApiError::bad_request(m),
-            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::concurrent(m),
+            StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, m) => {
+                ApiError::concurrent(m)
+            }
             StoreError::Conflict(Conflict::InventoryInUse, m) => {
                 ApiError::conflict(m).with_code(Code::InventoryInUse)
             }

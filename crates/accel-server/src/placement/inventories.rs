@@ -8,8 +8,7 @@ use super::error::{ApiError, ApiResult, Code};
 use super::resource_providers::{provider_url, require};
 use super::{authorize, Reply, Req};
 use crate::AppState;
-use accel_store::placement::inventories::{self, Inventory};
-use accel_store::placement::lookup;
+use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
 use accel_store::{Conflict, StoreError};
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
@@ -194,143 +193,56 @@ enum Op {
     DeleteAll,
 }
 
-/// Why an operation was refused before writing, with the words upstream uses.
-enum Refusal {
-    Generation,
-    UnknownClass(String),
-    Capacity(String),
-    Exists(String),
-    Missing(String),
-}
-
+/// Runs `op` through the store's one inventory write ([`inventories::change`]); a body
+/// whose capacity is invalid for this microversion is refused there, in upstream's
+/// order.
 async fn apply(
     app: &AppState,
     uuid: &str,
     op: Op,
     req: &Req,
-) -> Result<(i64, Vec<Inventory>), (Option<Refusal>, StoreError)> {
-    let u = uuid.to_owned();
-    let mut capacity_err: Option<String> = None;
-    let records: Vec<(String, Value)> = match &op {
-        Op::ReplaceAll { records, .. } => records.clone(),
-        Op::Create { class, record } | Op::Update { class, record, .. } => {
-            vec![(class.clone(), record.clone())]
-        }
-        _ => vec![],
+) -> accel_store::Refusable<(i64, Vec<Inventory>), Refusal> {
+    let parse = |class: &str, rec: &Value| from_record(class, -1, rec);
+    let change = match op {
+        Op::ReplaceAll {
+            generation,
+            records,
+        } => Change::ReplaceAll {
+            generation,
+            records: records.iter().map(|(c, rec)| parse(c, rec)).collect(),
+        },
+        Op::Create { class, record } => Change::Create(parse(&class, &record)),
+        Op::Update {
+            class,
+            generation,
+            record,
+        } => Change::Update {
+            generation,
+            record: parse(&class, &record),
+        },
+        Op::Delete { class } => Change::Delete { class },
+        Op::DeleteAll => Change::DeleteAll,
     };
     // Capacity is a property of the body alone; check it first as upstream does.
-    for (class, rec) in &records {
-        let inv = from_record(class, -1, rec);
-        if let Err(m) = check_capacity(req, uuid, &inv) {
-            capacity_err = Some(m);
-            break;
-        }
-    }
-    let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<Refusal>));
-    let r2 = refusal.clone();
-    let cap_err = capacity_err.clone();
-    let result = app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let refuse = |r: Refusal| {
-                    *r2.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                    StoreError::Invalid(String::new())
-                };
-                let current = inventories::list(tx, rp.id).await?;
-                let names: Vec<String> = records.iter().map(|(c, _)| c.clone()).collect();
-                let ids = lookup::resource_class_ids(tx, &names).await?;
-                let resolve = |class: &str, rec: &Value| -> Result<Inventory, String> {
-                    ids.get(class)
-                        .map(|id| from_record(class, *id, rec))
-                        .ok_or_else(|| class.to_owned())
-                };
-                let new: Vec<Inventory> = match op {
-                    Op::ReplaceAll {
-                        generation,
-                        records,
-                    } => {
-                        if generation != rp.generation {
-                            return Err(refuse(Refusal::Generation));
-                        }
-                        let mut out = Vec::new();
-                        for (c, rec) in &records {
-                            out.push(
-                                resolve(c, rec).map_err(|c| refuse(Refusal::UnknownClass(c)))?,
-                            );
-                        }
-                        if let Some(m) = cap_err {
-                            return Err(refuse(Refusal::Capacity(m)));
-                        }
-                        out
-                    }
-                    Op::Create { class, record } => {
-                        let inv = resolve(&class, &record)
-                            .map_err(|c| refuse(Refusal::UnknownClass(c)))?;
-                        if let Some(m) = cap_err {
-                            return Err(refuse(Refusal::Capacity(m)));
-                        }
-                        if current.iter().any(|i| i.rc_id == inv.rc_id) {
-                            return Err(refuse(Refusal::Exists(class)));
-                        }
-                        let mut out = current.clone();
-                        out.push(inv);
-                        out
-                    }
-                    Op::Update {
-                        class,
-                        generation,
-                        record,
-                    } => {
-                        if generation != rp.generation {
-                            return Err(refuse(Refusal::Generation));
-                        }
-                        let inv = resolve(&class, &record)
-                            .map_err(|c| refuse(Refusal::UnknownClass(c)))?;
-                        if let Some(m) = cap_err {
-                            return Err(refuse(Refusal::Capacity(m)));
-                        }
-                        if !current.iter().any(|i| i.rc_id == inv.rc_id) {
-                            return Err(refuse(Refusal::Missing(class)));
-                        }
-                        current
-                            .iter()
-                            .map(|i| {
-                                if i.rc_id == inv.rc_id {
-                                    inv.clone()
-                                } else {
-                                    i.clone()
-                                }
-                            })
-                            .collect()
-                    }
-                    Op::Delete { class } => {
-                        if !current.iter().any(|i| i.rc_name == class) {
-                            return Err(refuse(Refusal::Missing(class)));
-                        }
-                        current
-                            .iter()
-                            .filter(|i| i.rc_name != class)
-                            .cloned()
-                            .collect()
-                    }
-                    Op::DeleteAll => Vec::new(),
-                };
-                let generation = inventories::replace(tx, &rp, &new).await?;
-                let after = inventories::list(tx, rp.id).await?;
-                Ok((generation, after))
-            })
-        })
-        .await;
-    result.map_err(|e| {
-        let r = refusal.lock().unwrap_or_else(|e| e.into_inner()).take();
-        (r, e)
-    })
+    let records: &[Inventory] = match &change {
+        Change::ReplaceAll { records, .. } => records,
+        Change::Create(r) | Change::Update { record: r, .. } => std::slice::from_ref(r),
+        Change::Delete { .. } | Change::DeleteAll => &[],
+    };
+    let invalid = records
+        .iter()
+        .find_map(|inv| check_capacity(req, uuid, inv).err());
+    inventories::change(&app.store, uuid, change, invalid).await
 }
 
 fn generation_conflict() -> ApiError {
     ApiError::concurrent("resource provider generation conflict")
+}
+
+/// A refusal the operation cannot produce (the store's refusals are shared by every
+/// inventory change).
+fn unexpected(r: Refusal) -> ApiError {
+    ApiError::internal(format!("unexpected inventory refusal: {r:?}"))
 }
 
 fn other(uuid: &str, e: StoreError) -> ApiError {
@@ -355,7 +267,7 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
     match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
-        Ok((generation, invs)) => {
+        Ok(Ok((generation, invs))) => {
             let mut map = Map::new();
             for inv in &invs {
                 map.insert(inv.rc_name.clone(), render(inv));
@@ -363,20 +275,21 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             let modified = invs.iter().map(|i| i.modified).max().unwrap_or_else(accel_store::now);
             Ok(Reply::json(json!({"inventories": map, "resource_provider_generation": generation})).modified(modified))
         }
-        Err((Some(Refusal::Generation), _)) => Err(generation_conflict()),
-        Err((Some(Refusal::UnknownClass(c)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
+        Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::bad_request(format!(
             "Unknown resource class in inventory for resource provider {uuid}: No such resource class {c}."
         ))),
-        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to update inventory for resource provider {uuid}: {m}"
         ))),
-        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => {
+        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => {
             Err(ApiError::conflict(format!("update conflict: {m}")).with_code(Code::InventoryInUse))
         }
-        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
-        Err((_, e)) => Err(other(&uuid, e)),
+        Ok(Err(r)) => Err(unexpected(r)),
+        Err(e) => Err(other(&uuid, e)),
     }
 }
 
@@ -394,7 +307,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .unwrap_or_default()
         .to_owned();
     match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
-        Ok((generation, invs)) => {
+        Ok(Ok((generation, invs))) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
@@ -404,21 +317,21 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 .header("location", format!("{}/inventories/{class}", provider_url(&uuid)))
                 .modified(inv.modified))
         }
-        Err((Some(Refusal::UnknownClass(c) | Refusal::Missing(c)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
             "Unable to create inventory for resource provider {uuid}: No such resource class {c}."
         ))),
-        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to create inventory for resource provider {uuid}: {m}"
         ))),
-        Err((Some(Refusal::Exists(c)), _)) => Err(ApiError::concurrent(format!(
+        Ok(Err(Refusal::Exists(c))) => Err(ApiError::concurrent(format!(
             "Update conflict: Inventory for {c} on resource provider {uuid} already exists."
         ))),
-        Err((Some(Refusal::Generation), _)) | Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => {
+        Ok(Err(Refusal::Generation)) | Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => {
             Err(ApiError::concurrent(
                 "Update conflict: Another thread concurrently updated the data. Please retry your update",
             ))
         }
-        Err((_, e)) => Err(other(&uuid, e)),
+        Err(e) => Err(other(&uuid, e)),
     }
 }
 
@@ -434,24 +347,25 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let data = req.json(&record_schema(true, false))?;
     let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
     match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
-        Ok((generation, invs)) => {
+        Ok(Ok((generation, invs))) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
                 .ok_or_else(|| ApiError::internal("inventory vanished after update"))?;
             Ok(Reply::json(render_one(inv, generation)).modified(inv.modified))
         }
-        Err((Some(Refusal::Generation), _)) => Err(generation_conflict()),
-        Err((Some(Refusal::UnknownClass(c) | Refusal::Missing(c)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
+        Ok(Err(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
             "No inventory record with resource class for resource provider {uuid}: No inventory of class {c} found."
         ))),
-        Err((Some(Refusal::Capacity(m)), _)) => Err(ApiError::bad_request(format!(
+        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to update inventory for resource provider {uuid}: {m}"
         ))),
-        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
-        Err((_, e)) => Err(other(&uuid, e)),
+        Ok(Err(r)) => Err(unexpected(r)),
+        Err(e) => Err(other(&uuid, e)),
     }
 }
 
@@ -465,17 +379,18 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let class = req.param(1).to_owned();
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::Delete { class: class.clone() }, &req).await {
-        Ok(_) => Ok(Reply::no_content()),
-        Err((Some(Refusal::Missing(c)), _)) => Err(ApiError::not_found(format!(
+        Ok(Ok(_)) => Ok(Reply::no_content()),
+        Ok(Err(Refusal::Missing(c))) => Err(ApiError::not_found(format!(
             "No inventory of class {c} found for delete: No inventory of class {c} found."
         ))),
-        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => Err(ApiError::concurrent(format!(
+        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: {m}"
         ))),
-        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(format!(
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: Another thread concurrently updated the data. Please retry your update"
         ))),
-        Err((_, e)) => Err(other(&uuid, e)),
+        Ok(Err(r)) => Err(unexpected(r)),
+        Err(e) => Err(other(&uuid, e)),
     }
 }
 
@@ -488,14 +403,15 @@ pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::DeleteAll, &req).await {
-        Ok(_) => Ok(Reply::no_content()),
-        Err((_, StoreError::Conflict(Conflict::InventoryInUse, m))) => {
+        Ok(Ok(_)) => Ok(Reply::no_content()),
+        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => {
             Err(ApiError::conflict(m).with_code(Code::InventoryInUse))
         }
-        Err((_, StoreError::Conflict(Conflict::ConcurrentUpdate, _))) => Err(ApiError::concurrent(format!(
+        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory for resource provider {uuid} because the inventory was updated by another process. Please retry your request."
         ))),
-        Err((_, e)) => Err(other(&uuid, e)),
+        Ok(Err(r)) => Err(unexpected(r)),
+        Err(e) => Err(other(&uuid, e)),
     }
 }
 

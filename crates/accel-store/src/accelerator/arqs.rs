@@ -7,7 +7,7 @@
 
 use super::profiles::Profile;
 use super::{new_uuid, Scope, Stamps};
-use crate::{placeholders, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
 use sqlx::Row;
 
@@ -421,7 +421,7 @@ pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Store
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindJob {
     pub arq_uuid: String,
-    pub state: String,
+    pub state: super::binds::JobState,
     pub deadline: i64,
     pub attempts: i64,
 }
@@ -437,10 +437,99 @@ pub async fn bind_job(tx: &mut Tx, arq_uuid: &str) -> Result<Option<BindJob>, St
     row.map(|r| {
         Ok(BindJob {
             arq_uuid: r.try_get(0)?,
-            state: r.try_get(1)?,
+            state: super::parse_column(&r, 1)?,
             deadline: r.try_get(2)?,
             attempts: r.try_get(3)?,
         })
     })
     .transpose()
+}
+
+/// `POST /accelerator_requests` as one transaction: the ARQs of profile `name` (only
+/// group `only_group` when given), for `project_id`, in creation order. An unknown
+/// profile is [`StoreError::NotFound`], a group the profile lacks
+/// [`StoreError::Invalid`], both in upstream's words.
+pub async fn create_from_profile(
+    store: &Store,
+    name: &str,
+    only_group: Option<usize>,
+    project_id: Option<&str>,
+) -> Result<Vec<Arq>, StoreError> {
+    let (name, project_id) = (name.to_owned(), project_id.map(str::to_owned));
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
+                    StoreError::NotFound(format!("Device Profile not found with name={name}"))
+                })?;
+                if let Some(g) = only_group {
+                    if g >= profile.groups.len() {
+                        return Err(StoreError::Invalid(format!(
+                            "Device profile {name} has no group {g}."
+                        )));
+                    }
+                }
+                create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
+            })
+        })
+        .await
+}
+
+/// One ARQ's part of a `PATCH /accelerator_requests`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Patch {
+    Bind(Binding),
+    Unbind,
+}
+
+/// A `PATCH /accelerator_requests` as one transaction: every ARQ's bind (with its job,
+/// due by `deadline`) or unbind, or none of them. As upstream, there is no hot-add: a
+/// patch whose first operation binds to an instance that already has ARQs is refused,
+/// and a bind to a provider with no deployable is [`StoreError::NotFound`].
+pub async fn patch(
+    store: &Store,
+    scope: &Scope,
+    plan: Vec<(String, Patch)>,
+    deadline: i64,
+) -> Result<(), StoreError> {
+    let scope = scope.clone();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                if let Some((_, Patch::Bind(b))) = plan.first() {
+                    if instance_has_arqs(tx, &scope, &b.instance_uuid).await? {
+                        return Err(StoreError::Invalid(format!(
+                            "Couldn't apply patch. Reason: Instance {} already has accelerator requests. Cannot bind additional ARQs.",
+                            b.instance_uuid
+                        )));
+                    }
+                }
+                for (uuid, op) in &plan {
+                    match op {
+                        Patch::Bind(b) => {
+                            let deps = super::hardware::list_deployables(
+                                tx,
+                                &[(
+                                    super::hardware::DeployableColumn::RpUuid,
+                                    b.device_rp_uuid.clone(),
+                                )],
+                            )
+                            .await?;
+                            if deps.is_empty() {
+                                return Err(StoreError::NotFound(format!(
+                                    "Deployable not found with resource provider uuid={}",
+                                    b.device_rp_uuid
+                                )));
+                            }
+                            start_bind(tx, &scope, uuid, b, deadline).await?;
+                        }
+                        Patch::Unbind => {
+                            unbind(tx, &scope, uuid).await?;
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .await
 }

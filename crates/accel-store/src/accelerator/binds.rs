@@ -24,9 +24,26 @@
 
 use super::events;
 use super::profiles;
-use crate::{StoreError, Tx};
+pub use super::programs::{
+    abandon_program_request, finish_program_request, pending_programs, program_request,
+    program_request_by_id, request_program, ProgramRequest, ProgramState,
+};
+use super::programs::{insert_program_request, set_bitstream, NewProgram};
+use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::{carries_function, ArqState};
 use sqlx::Row;
+
+super::column_enum!(
+    /// `bind_jobs.state`.
+    JobState {
+        /// To perform.
+        Pending => "pending",
+        /// Waiting for the agent's programming request.
+        Programming => "programming",
+        Done => "done",
+        Failed => "failed",
+    }
+);
 
 /// Job states a worker still has to act on.
 const ACTIVE: &str = "('pending', 'programming')";
@@ -114,7 +131,7 @@ pub struct Performed {
 }
 
 struct JobRow {
-    state: String,
+    state: JobState,
     deadline: i64,
     arq_id: i64,
     arq_uuid: String,
@@ -138,7 +155,7 @@ async fn job_row(tx: &mut Tx, id: i64) -> Result<Option<JobRow>, StoreError> {
     .await?;
     row.map(|r| {
         Ok(JobRow {
-            state: r.try_get(0)?,
+            state: super::parse_column(&r, 0)?,
             deadline: r.try_get(1)?,
             arq_id: r.try_get(2)?,
             arq_uuid: r.try_get(3)?,
@@ -204,7 +221,14 @@ pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Perf
         return Ok(skipped(job.arq_uuid));
     }
     if job.arq_state != ArqState::BindStarted.as_str() {
-        finish_job(tx, id, "failed", Some("the ARQ left BindStarted"), now).await?;
+        finish_job(
+            tx,
+            id,
+            JobState::Failed,
+            Some("the ARQ left BindStarted"),
+            now,
+        )
+        .await?;
         return Ok(skipped(job.arq_uuid));
     }
     let outcome = match attempt(tx, &job, id, now).await? {
@@ -287,7 +311,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         (None, Some(f)) => !deployable_carries(tx, dep_id, f).await?,
         (None, None) => false,
     };
-    if job.state == "pending" && wants_program {
+    if job.state == JobState::Pending && wants_program {
         // Cyborg's fake driver "programs" at once; the server's built-in fake source
         // plays that role for hosts no agent reports (an agent's `fake` driver is
         // asked like any other).
@@ -305,7 +329,11 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
                 hostname: job.hostname.as_deref().unwrap_or_default(),
                 bitstream_id: bitstream,
                 function_id: function,
-                state: if instant { "done" } else { "pending" },
+                state: if instant {
+                    ProgramState::Done
+                } else {
+                    ProgramState::Pending
+                },
             },
             now,
         )
@@ -316,7 +344,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         if let Some(b) = bitstream {
             set_bitstream(tx, dep_id, b, now).await?;
         }
-    } else if job.state == "programming" {
+    } else if job.state == JobState::Programming {
         let pr = sqlx::query("SELECT state, error FROM program_requests WHERE arq_uuid = $1")
             .bind(&job.arq_uuid)
             .fetch_optional(&mut *tx)
@@ -324,12 +352,12 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         match pr {
             None => return Ok(Step::Fail("its programming request disappeared".into())),
             Some(r) => {
-                let state: String = r.try_get(0)?;
+                let state: ProgramState = super::parse_column(&r, 0)?;
                 let error: Option<String> = r.try_get(1)?;
-                match state.as_str() {
-                    "done" => {}
-                    "pending" => return Ok(Step::Wait),
-                    _ => {
+                match state {
+                    ProgramState::Done => {}
+                    ProgramState::Pending => return Ok(Step::Wait),
+                    ProgramState::Failed => {
                         return Ok(Step::Fail(format!(
                             "programming failed: {}",
                             error.unwrap_or_else(|| "no reason given".into())
@@ -365,7 +393,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             job.arq_uuid
         )));
     }
-    finish_job(tx, id, "done", None, now).await?;
+    finish_job(tx, id, JobState::Done, None, now).await?;
     Ok(Step::Bound(handle.1))
 }
 
@@ -395,21 +423,6 @@ async fn agent_reports(tx: &mut Tx, host: &str) -> Result<bool, StoreError> {
         .fetch_one(&mut *tx)
         .await?;
     Ok(n > 0)
-}
-
-async fn set_bitstream(
-    tx: &mut Tx,
-    dep_id: i64,
-    bitstream: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE deployables SET bitstream_id = $1, updated_at = $2 WHERE id = $3")
-        .bind(bitstream)
-        .bind(now)
-        .bind(dep_id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
 }
 
 /// Takes the first free handle of the deployable: `(id, uuid)`, or `None` when all are
@@ -446,7 +459,7 @@ async fn take_handle(
 async fn finish_job(
     tx: &mut Tx,
     id: i64,
-    state: &str,
+    state: JobState,
     error: Option<&str>,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -454,7 +467,7 @@ async fn finish_job(
         "UPDATE bind_jobs SET state = $1, error = $2, owner = NULL, lease_until = NULL, \
          updated_at = $3 WHERE id = $4",
     )
-    .bind(state)
+    .bind(state.as_str())
     .bind(error)
     .bind(now)
     .bind(id)
@@ -489,7 +502,7 @@ async fn fail(
     .bind(&job.arq_uuid)
     .execute(&mut *tx)
     .await?;
-    finish_job(tx, id, "failed", Some(reason), now).await
+    finish_job(tx, id, JobState::Failed, Some(reason), now).await
 }
 
 /// Records the instance's Nova event when none of its ARQs is unresolved any more.
@@ -524,7 +537,7 @@ async fn record_if_resolved(tx: &mut Tx, instance: &str, now: i64) -> Result<boo
 pub struct Job {
     pub id: i64,
     pub arq_uuid: String,
-    pub state: String,
+    pub state: JobState,
     pub deadline: i64,
     pub attempts: i64,
     pub owner: Option<String>,
@@ -545,7 +558,7 @@ pub async fn job_of(tx: &mut Tx, arq_uuid: &str) -> Result<Option<Job>, StoreErr
         Ok(Job {
             id: r.try_get(0)?,
             arq_uuid: r.try_get(1)?,
-            state: r.try_get(2)?,
+            state: super::parse_column(&r, 2)?,
             deadline: r.try_get(3)?,
             attempts: r.try_get(4)?,
             owner: r.try_get(5)?,
@@ -556,204 +569,49 @@ pub async fn job_of(tx: &mut Tx, arq_uuid: &str) -> Result<Option<Job>, StoreErr
     .transpose()
 }
 
-/// A programming request the agent should carry out: for a bind (`arq_uuid`), or
-/// asked directly through `PATCH /v2/deployables/{uuid}/program`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgramRequest {
-    pub id: i64,
-    pub arq_uuid: Option<String>,
-    pub deployable_id: i64,
-    pub deployable_uuid: String,
-    pub deployable_name: String,
-    pub hostname: String,
-    pub bitstream_id: Option<String>,
-    pub function_id: Option<String>,
-    /// `pending`, `done` or `failed`.
-    pub state: String,
-    pub error: Option<String>,
-}
-
-const PROGRAM_COLUMNS: &str = "pr.id, pr.arq_uuid, pr.deployable_id, d.uuid, d.name, \
-     pr.hostname, pr.bitstream_id, pr.function_id, pr.state, pr.error \
-     FROM program_requests pr JOIN deployables d ON d.id = pr.deployable_id";
-
-fn program_row(r: &sqlx::any::AnyRow) -> Result<ProgramRequest, StoreError> {
-    Ok(ProgramRequest {
-        id: r.try_get(0)?,
-        arq_uuid: r.try_get(1)?,
-        deployable_id: r.try_get(2)?,
-        deployable_uuid: r.try_get(3)?,
-        deployable_name: r.try_get(4)?,
-        hostname: r.try_get(5)?,
-        bitstream_id: r.try_get(6)?,
-        function_id: r.try_get(7)?,
-        state: r.try_get(8)?,
-        error: r.try_get(9)?,
-    })
-}
-
-/// The programming request recorded for an ARQ's bind, if any.
-pub async fn program_request(
-    tx: &mut Tx,
-    arq_uuid: &str,
-) -> Result<Option<ProgramRequest>, StoreError> {
-    let row = sqlx::query(&format!("SELECT {PROGRAM_COLUMNS} WHERE pr.arq_uuid = $1"))
-        .bind(arq_uuid)
-        .fetch_optional(&mut *tx)
-        .await?;
-    row.as_ref().map(program_row).transpose()
-}
-
-/// Programming request `id`, if it exists.
-pub async fn program_request_by_id(
-    tx: &mut Tx,
-    id: i64,
-) -> Result<Option<ProgramRequest>, StoreError> {
-    let row = sqlx::query(&format!("SELECT {PROGRAM_COLUMNS} WHERE pr.id = $1"))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    row.as_ref().map(program_row).transpose()
-}
-
-/// The requests the agent of `host` still has to carry out, oldest first.
-pub async fn pending_programs(tx: &mut Tx, host: &str) -> Result<Vec<ProgramRequest>, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {PROGRAM_COLUMNS} WHERE pr.hostname = $1 AND pr.state = 'pending' ORDER BY pr.id"
-    ))
-    .bind(host)
-    .fetch_all(&mut *tx)
-    .await?;
-    rows.iter().map(program_row).collect()
-}
-
-/// A `program_requests` row to write.
-struct NewProgram<'a> {
-    arq_uuid: Option<&'a str>,
-    deployable_id: i64,
-    hostname: &'a str,
-    bitstream_id: Option<&'a str>,
-    function_id: Option<&'a str>,
-    state: &'a str,
-}
-
-async fn insert_program_request(
-    tx: &mut Tx,
-    p: &NewProgram<'_>,
+/// Claims jobs `ids` (one instance's) for `owner` until `lease_until` in one
+/// transaction; returns the ids this call got, in order.
+pub async fn claim_all(
+    store: &Store,
+    ids: Vec<i64>,
+    owner: &str,
     now: i64,
-) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
-        "INSERT INTO program_requests (arq_uuid, deployable_id, hostname, bitstream_id, \
-         function_id, state, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id",
-    )
-    .bind(p.arq_uuid)
-    .bind(p.deployable_id)
-    .bind(p.hostname)
-    .bind(p.bitstream_id)
-    .bind(p.function_id)
-    .bind(p.state)
-    .bind(now)
-    .fetch_one(&mut *tx)
-    .await?)
+    lease_until: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let owner = owner.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let mut got = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if claim(tx, id, &owner, now, lease_until).await? {
+                        got.push(id);
+                    }
+                }
+                Ok(got)
+            })
+        })
+        .await
 }
 
-/// Records a request, without an ARQ, to program the deployable with uuid
-/// `deployable_uuid` with Glance image `bitstream_id`, for the agent of the
-/// deployable's host; answers the request. `NotFound` for an unknown deployable.
-pub async fn request_program(
-    tx: &mut Tx,
-    deployable_uuid: &str,
-    bitstream_id: &str,
+/// Performs `owner`'s claimed jobs `ids` (one instance's) in one transaction, so the
+/// instance's ARQs resolve, and its Nova event is recorded, together.
+pub async fn perform_all(
+    store: &Store,
+    owner: &str,
+    ids: Vec<i64>,
     now: i64,
-) -> Result<ProgramRequest, StoreError> {
-    let row = sqlx::query(
-        "SELECT d.id, v.hostname FROM deployables d JOIN devices v ON v.id = d.device_id \
-         WHERE d.uuid = $1",
-    )
-    .bind(deployable_uuid)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or_else(|| {
-        StoreError::NotFound(format!("Deployable not found with uuid={deployable_uuid}"))
-    })?;
-    let (dep_id, host): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
-    let id = insert_program_request(
-        tx,
-        &NewProgram {
-            arq_uuid: None,
-            deployable_id: dep_id,
-            hostname: &host,
-            bitstream_id: Some(bitstream_id),
-            function_id: None,
-            state: "pending",
-        },
-        now,
-    )
-    .await?;
-    program_request_by_id(tx, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("programming request {id}")))
-}
-
-/// Ends programming request `id` of `host` (the agent's answer): `Ok(())` done,
-/// `Err(reason)` failed. A done request that named a bitstream records it on the
-/// deployable. A bind job waiting on the request becomes due again. Answers the
-/// request as it now is; `NotFound` when `host` has no pending request `id`.
-pub async fn finish_program_request(
-    tx: &mut Tx,
-    host: &str,
-    id: i64,
-    result: Result<(), String>,
-    now: i64,
-) -> Result<ProgramRequest, StoreError> {
-    let (state, error) = match result {
-        Ok(()) => ("done", None),
-        Err(e) => ("failed", Some(e)),
-    };
-    let n = sqlx::query(
-        "UPDATE program_requests SET state = $1, error = $2, updated_at = $3 \
-         WHERE id = $4 AND hostname = $5 AND state = 'pending'",
-    )
-    .bind(state)
-    .bind(error)
-    .bind(now)
-    .bind(id)
-    .bind(host)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "Host {host} has no pending programming request {id}"
-        )));
-    }
-    let pr = program_request_by_id(tx, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("programming request {id}")))?;
-    if let (Some(b), "done") = (&pr.bitstream_id, state) {
-        set_bitstream(tx, pr.deployable_id, b, now).await?;
-    }
-    Ok(pr)
-}
-
-/// Gives up on programming request `id` if it is still pending (its caller stopped
-/// waiting): it ends `failed` with `reason`. True when this call ended it.
-pub async fn abandon_program_request(
-    tx: &mut Tx,
-    id: i64,
-    reason: &str,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let n = sqlx::query(
-        "UPDATE program_requests SET state = 'failed', error = $1, updated_at = $2 \
-         WHERE id = $3 AND state = 'pending'",
-    )
-    .bind(reason)
-    .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+) -> Result<Vec<Performed>, StoreError> {
+    let owner = owner.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    out.push(perform(tx, &owner, id, now).await?);
+                }
+                Ok(out)
+            })
+        })
+        .await
 }

@@ -4,7 +4,7 @@
 
 use super::{new_uuid, Stamps};
 use crate::{placeholders, StoreError, Tx};
-use accel_core::accelerator::DeviceStatus;
+use accel_core::accelerator::{DeviceHealth, DeviceStatus, DeviceType};
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -12,15 +12,14 @@ use std::collections::HashMap;
 pub struct Device {
     pub id: i64,
     pub uuid: String,
-    pub device_type: String,
+    pub device_type: DeviceType,
     pub vendor: String,
     pub model: String,
     pub std_board_info: Option<String>,
     pub vendor_board_info: Option<String>,
     pub hostname: String,
-    pub status: String,
-    /// `ok`, `unhealthy` or `vanished` ([`accel_core::accelerator::DeviceHealth`]).
-    pub health: String,
+    pub status: DeviceStatus,
+    pub health: DeviceHealth,
     pub stamps: Stamps,
 }
 
@@ -73,14 +72,14 @@ fn device(row: &sqlx::any::AnyRow) -> Result<Device, StoreError> {
     Ok(Device {
         id: row.try_get("id")?,
         uuid: row.try_get("uuid")?,
-        device_type: row.try_get("type")?,
+        device_type: super::parse_column(row, "type")?,
         vendor: row.try_get("vendor")?,
         model: row.try_get("model")?,
         std_board_info: row.try_get("std_board_info")?,
         vendor_board_info: row.try_get("vendor_board_info")?,
         hostname: row.try_get("hostname")?,
-        status: row.try_get("status")?,
-        health: row.try_get("health")?,
+        status: super::parse_column(row, "status")?,
+        health: super::parse_column(row, "health")?,
         stamps: Stamps::from_row(row)?,
     })
 }

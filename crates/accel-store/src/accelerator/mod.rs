@@ -16,14 +16,75 @@
 //! - a change to a host's device providers marks the host for a push to an external
 //!   Placement in the same transaction ([`pushes`]), when the caller has one.
 
+/// The states of the store's own work queues, as enums with the column's text at the
+/// database edge (`as_str` to bind, `FromStr` to read). They compare equal to their
+/// text too, for callers that match on what the API shows.
+macro_rules! column_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vdoc])* $variant),+ }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = accel_core::accelerator::UnknownValue;
+
+            fn from_str(s: &str) -> Result<$name, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(accel_core::accelerator::UnknownValue {
+                        kind: stringify!($name),
+                        value: s.to_owned(),
+                    }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+pub(crate) use column_enum;
+
 pub mod arqs;
 pub mod binds;
 pub mod events;
 pub mod hardware;
 pub mod kubernetes;
 pub mod profiles;
+mod programs;
 pub mod pushes;
 pub mod report;
+
+/// A text column read as a typed state: a text no variant has is a decode error naming
+/// the column.
+pub(crate) fn parse_column<T, I>(row: &sqlx::any::AnyRow, column: I) -> Result<T, sqlx::Error>
+where
+    T: std::str::FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+    I: sqlx::ColumnIndex<sqlx::any::AnyRow> + std::fmt::Display + Copy,
+{
+    use sqlx::Row;
+    let text: String = row.try_get(column)?;
+    text.parse().map_err(|e: T::Err| sqlx::Error::ColumnDecode {
+        index: column.to_string(),
+        source: Box::new(e),
+    })
+}
 
 /// Which ARQs a caller may see: all of them (admin), or one project's.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -182,3 +182,158 @@ fn same_limits(a: &Inventory, b: &Inventory) -> bool {
         && a.step_size == b.step_size
         && a.allocation_ratio == b.allocation_ratio
 }
+
+/// One change a client asks of a provider's inventories. Records carry their class by
+/// name (`rc_id` is resolved here).
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// `PUT .../inventories`: the whole set, guarded by the client's generation.
+    ReplaceAll {
+        generation: i64,
+        records: Vec<Inventory>,
+    },
+    /// `POST .../inventories`: one new class.
+    Create(Inventory),
+    /// `PUT .../inventories/{class}`: one existing class, guarded by the generation.
+    Update { generation: i64, record: Inventory },
+    /// `DELETE .../inventories/{class}`, guarded by the generation just read.
+    Delete { class: String },
+    /// `DELETE .../inventories`.
+    DeleteAll,
+}
+
+/// Why an inventory change was refused before writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeRefusal {
+    /// The client's provider generation is not the current one.
+    Generation,
+    /// A record names a resource class that does not exist.
+    UnknownClass(String),
+    /// The body's own problem the caller found ([`change`]'s `invalid`).
+    Invalid(String),
+    /// `Create` of a class the provider already has.
+    Exists(String),
+    /// `Update` or `Delete` of a class the provider does not have.
+    Missing(String),
+}
+
+/// Applies `change` to provider `rp_uuid`'s inventories in one transaction and returns
+/// the new provider generation and inventories. `invalid` is a problem the caller
+/// found in the body itself (a capacity below zero); it is reported after the
+/// generation and class checks, in upstream's order. A missing provider is
+/// [`StoreError::NotFound`]; dropping a class still allocated is
+/// [`Conflict::InventoryInUse`].
+pub async fn change(
+    store: &crate::Store,
+    rp_uuid: &str,
+    change: Change,
+    invalid: Option<String>,
+) -> crate::Refusable<(i64, Vec<Inventory>), ChangeRefusal> {
+    let rp_uuid = rp_uuid.to_owned();
+    store
+        .write_or_refuse(move |tx| {
+            Box::pin(async move { change_tx(tx, &rp_uuid, change, invalid).await })
+        })
+        .await
+}
+
+async fn change_tx(
+    tx: &mut Tx,
+    rp_uuid: &str,
+    change: Change,
+    invalid: Option<String>,
+) -> crate::Refusable<(i64, Vec<Inventory>), ChangeRefusal> {
+    use ChangeRefusal as R;
+    let rp = providers::require(tx, rp_uuid).await?;
+    let current = list(tx, rp.id).await?;
+    let names: Vec<String> = match &change {
+        Change::ReplaceAll { records, .. } => records.iter().map(|r| r.rc_name.clone()).collect(),
+        Change::Create(r) | Change::Update { record: r, .. } => vec![r.rc_name.clone()],
+        Change::Delete { .. } | Change::DeleteAll => Vec::new(),
+    };
+    let ids = super::lookup::resource_class_ids(tx, &names).await?;
+    let resolve = |mut inv: Inventory| match ids.get(&inv.rc_name) {
+        Some(id) => {
+            inv.rc_id = *id;
+            Ok(inv)
+        }
+        None => Err(R::UnknownClass(inv.rc_name)),
+    };
+    let new: Vec<Inventory> = match change {
+        Change::ReplaceAll {
+            generation,
+            records,
+        } => {
+            if generation != rp.generation {
+                return Ok(Err(R::Generation));
+            }
+            let mut out = Vec::with_capacity(records.len());
+            for r in records {
+                match resolve(r) {
+                    Ok(inv) => out.push(inv),
+                    Err(r) => return Ok(Err(r)),
+                }
+            }
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
+            out
+        }
+        Change::Create(record) => {
+            let class = record.rc_name.clone();
+            let inv = match resolve(record) {
+                Ok(inv) => inv,
+                Err(r) => return Ok(Err(r)),
+            };
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
+            if current.iter().any(|i| i.rc_id == inv.rc_id) {
+                return Ok(Err(R::Exists(class)));
+            }
+            let mut out = current.clone();
+            out.push(inv);
+            out
+        }
+        Change::Update { generation, record } => {
+            if generation != rp.generation {
+                return Ok(Err(R::Generation));
+            }
+            let class = record.rc_name.clone();
+            let inv = match resolve(record) {
+                Ok(inv) => inv,
+                Err(r) => return Ok(Err(r)),
+            };
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
+            if !current.iter().any(|i| i.rc_id == inv.rc_id) {
+                return Ok(Err(R::Missing(class)));
+            }
+            current
+                .iter()
+                .map(|i| {
+                    if i.rc_id == inv.rc_id {
+                        inv.clone()
+                    } else {
+                        i.clone()
+                    }
+                })
+                .collect()
+        }
+        Change::Delete { class } => {
+            if !current.iter().any(|i| i.rc_name == class) {
+                return Ok(Err(R::Missing(class)));
+            }
+            current
+                .iter()
+                .filter(|i| i.rc_name != class)
+                .cloned()
+                .collect()
+        }
+        Change::DeleteAll => Vec::new(),
+    };
+    let generation = replace(tx, &rp, &new).await?;
+    let after = list(tx, rp.id).await?;
+    Ok(Ok((generation, after)))
+}

@@ -1,8 +1,11 @@
 //! Placement's tables: resource providers, classes, traits, aggregates, inventories,
 //! consumers and allocations.
 //!
-//! Functions take an open transaction (`&mut Tx`) so a handler can compose several in
-//! one atomic unit through [`crate::Store::write`]. Names (resource classes, traits)
+//! Functions take an open transaction (`&mut Tx`) so several compose in one atomic
+//! unit through [`crate::Store::write`]. The writes a handler makes as a whole (an
+//! allocation replace, a reshape, an inventory change) are one function each that
+//! takes the [`crate::Store`] and runs its own transaction: [`allocations::replace`],
+//! [`reshape::reshape`], [`inventories::change`]. Names (resource classes, traits)
 //! are resolved to ids here; callers pass validated names from `accel_core::names`.
 
 pub mod aggregates;
@@ -12,6 +15,7 @@ pub mod classes;
 pub mod inventories;
 pub mod lookup;
 pub mod providers;
+pub mod reshape;
 pub mod traits;
 
 use crate::{Store, StoreError};
