@@ -121,16 +121,16 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<String>>,
 {
-    let deadline = tokio::time::Instant::now() + kubelet::WAIT;
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tick.tick().await;
-        match f().await {
-            None => return,
-            Some(last) if tokio::time::Instant::now() > deadline => panic!("{what}: {last}"),
-            Some(_) => {}
+    common::eventually(kubelet::WAIT, what, || {
+        let last = f();
+        async move {
+            match last.await {
+                None => Ok(()),
+                Some(last) => Err(last),
+            }
         }
-    }
+    })
+    .await
 }
 
 fn request(ids: &[&str]) -> dp::AllocateRequest {
