@@ -4,8 +4,6 @@
 //! VM holds (another consumer's allocation, a bound ARQ) are not advertised.
 
 mod common;
-#[path = "../../accel-k8s/tests/common/mod.rs"]
-mod kubelet;
 
 use accel_agent::config::Settings;
 use accel_agent::kubernetes::{AgentDevices, ServerUsage};
@@ -13,6 +11,7 @@ use accel_agent::testing::FakeSysfs;
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::proto::deviceplugin as dp;
+use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
 use common::accel::{placement, workers, Server, TempDb};
 use common::BACKENDS;

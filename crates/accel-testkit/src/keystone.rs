@@ -40,8 +40,10 @@ pub struct Project {
 pub struct Subject {
     pub user_id: String,
     pub user_name: String,
-    /// `None` with `system` set: a system-scoped token.
+    /// The project of project-scoped tokens.
     pub project: Option<Project>,
+    /// Whether system-scoped tokens may be issued (a user with a project and this
+    /// set gets the scope it asks for).
     pub system: bool,
     pub roles: Vec<String>,
 }
@@ -401,10 +403,13 @@ async fn password_auth(
         }
     };
     let scope = &body["auth"]["scope"];
-    if scope["system"].is_object() && !subject.system {
-        return unauthorized();
-    }
-    if scope["project"].is_object() {
+    let mut subject = subject;
+    if scope["system"].is_object() {
+        if !subject.system {
+            return unauthorized();
+        }
+        subject.project = None;
+    } else if scope["project"].is_object() {
         let p = &scope["project"];
         let Some(own) = &subject.project else {
             return unauthorized();
@@ -416,6 +421,7 @@ async fn password_auth(
         if !by_name && p["id"].as_str() != Some(own.id.as_str()) {
             return unauthorized();
         }
+        subject.system = false;
     }
     let lifetime = lock(&ks.lifetime).unwrap_or(Duration::from_secs(3600));
     let now = SystemTime::now();
