@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// A Placement request as the admin at microversion 1.39: status and JSON body
 /// (`null` when there is none).
@@ -84,7 +84,6 @@ pub struct FakeNova {
     pub tokens: Arc<Mutex<Vec<String>>>,
     /// Tokens answered with 401 (a token Keystone revoked).
     pub refuse_tokens: Arc<Mutex<Vec<String>>>,
-    changed: Arc<Notify>,
     _stop: Arc<oneshot::Sender<()>>,
 }
 
@@ -98,7 +97,6 @@ impl FakeNova {
             up: Arc::new(AtomicBool::new(up)),
             tokens: Default::default(),
             refuse_tokens: Default::default(),
-            changed: Default::default(),
             _stop: Arc::new(oneshot::channel().0),
         };
         let n = nova.clone();
@@ -119,7 +117,6 @@ impl FakeNova {
                         }
                         if !n.up.load(Ordering::SeqCst) {
                             *n.refused.lock().unwrap() += 1;
-                            n.changed.notify_waiters();
                             return (
                                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                                 axum::Json(json!({})),
@@ -138,7 +135,6 @@ impl FakeNova {
                             e["code"] = 200.into();
                             answered.push(e);
                         }
-                        n.changed.notify_waiters();
                         (
                             axum::http::StatusCode::OK,
                             axum::Json(json!({"events": answered})),
@@ -165,17 +161,11 @@ impl FakeNova {
 
     /// Waits (at most 20 s) until `done` holds for this fake's state.
     pub async fn wait_for(&self, what: &str, done: impl Fn(&FakeNova) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let notified = self.changed.notified();
-            if done(self) {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                assert!(done(self), "fake Nova: timed out waiting for {what}");
-                return;
-            }
-        }
+        let what = format!("fake Nova: {what}");
+        super::eventually(Duration::from_secs(20), &what, || async {
+            done(self).then_some(())
+        })
+        .await
     }
 }
 
