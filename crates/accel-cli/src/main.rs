@@ -85,6 +85,8 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     let store = accel_store::Store::connect(&url)
         .await
         .with_context(|| format!("opening database {}", cfg.redacted_database()))?;
+    let (policy, config) = (cfg.policy()?, cfg.server_config()?);
+    let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
         .await
         .with_context(|| format!("binding the Placement API to {}", cfg.placement_listen))?;
@@ -102,7 +104,6 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         Some(n) => {
             let session =
                 accel_server::auth::session::Session::new(n.clone()).map_err(anyhow::Error::msg)?;
-            tracing::info!(auth_url = %n.auth_url, user = %n.username, "events to Nova through a Keystone session");
             Some(NovaEndpoint::keystone(
                 Arc::new(session),
                 cfg.nova_url.clone(),
@@ -113,21 +114,25 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
             .clone()
             .map(|url| NovaEndpoint::fixed(url, cfg.nova_token.clone())),
     };
-    if nova.is_none() {
-        tracing::warn!(
-            "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
-        );
-    }
+    let no_nova = nova.is_none();
     let app = accel_server::app::App::builder(store)
-        .policy(cfg.policy()?)
-        .accelerator_policy(cfg.accelerator_policy()?)
-        .config(cfg.server_config()?)
+        .policy(policy)
+        .accelerator_policy(accelerator_policy)
+        .config(config)
         .bind_timeout_secs(cfg.bind_timeout_seconds)
         .workers(Some(WorkerConfig::new(nova)))
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
         .build()
         .await?;
+    if let Some(n) = &cfg.nova {
+        tracing::info!(auth_url = %n.auth_url, user = %n.username, "events to Nova through a Keystone session");
+    }
+    if no_nova {
+        tracing::warn!(
+            "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
+        );
+    }
     tracing::info!(
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,

@@ -171,10 +171,11 @@ impl AppBuilder {
             let s = crate::accelerator::agent::report_fake_devices(&self.store, host)
                 .await
                 .with_context(|| format!("reporting the fake devices of host {host}"))?;
-            tracing::info!(host = %host, compute_node_created = s.compute_node_created, "fake devices reported");
+            // Logged under `accel serve`'s own target, where these lines were born.
+            tracing::info!(target: "accel", host = %host, compute_node_created = s.compute_node_created, "fake devices reported");
         }
         if let Some(ext) = &self.external {
-            tracing::info!(placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
+            tracing::info!(target: "accel", placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
         }
         let state = Arc::new(AppState {
             store: self.store,
