@@ -11,9 +11,7 @@ use accel_agent::drivers;
 use accel_agent::model::Report;
 use accel_agent::sysfs::Sysfs;
 use accel_agent::testing::{self, bdf, FakeSysfs};
-use accel_server::accelerator::AccelState;
-use accel_server::{AcceleratorApi, AppState, ServerConfig};
-use std::sync::Arc;
+use accel_testkit::server::TestServer;
 use std::time::{Duration, Instant};
 
 /// 8 GPUs, 8 PACs with 15 VFs, 40 QAT cards with 15 VFs, 8 NVMe: 64 devices on 784
@@ -52,45 +50,10 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-async fn serve(store: accel_store::Store) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let app = Arc::new(AppState {
-        store,
-        policy: accel_core::policy::Policy::placement(false),
-        config: ServerConfig {
-            allocation_conflict_retry_count: 10,
-            max_allocation_candidates: 1000,
-            ..Default::default()
-        },
-        placement_index: Default::default(),
-    });
-    let accel = Arc::new(AccelState {
-        app: app.clone(),
-        policy: accel_core::policy::Policy::cyborg(false),
-        bind_timeout_secs: 60,
-        bind_wakeup: Default::default(),
-        external: None,
-    });
-    let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(accel_server::serve(
-        app,
-        placement,
-        Some(AcceleratorApi {
-            listener,
-            state: accel,
-        }),
-        async {
-            let _ = rx.await;
-        },
-    ));
-    (format!("http://{a}"), tx)
-}
-
 async fn reports(label: &str, store: accel_store::Store, body: &serde_json::Value) {
     const HOSTS: usize = 5;
-    let (url, _stop) = serve(store.clone()).await;
+    let server = TestServer::start(accel_testkit::server::builder(store.clone())).await;
+    let url = server.accel.clone();
     for h in 0..HOSTS {
         let name = format!("cn{h}");
         store

@@ -80,53 +80,30 @@ fn init_tracing(format: &str) {
 }
 
 async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
+    use accel_server::accelerator::binder::{NovaEndpoint, WorkerConfig};
     let url = cfg.database_url()?;
     let store = accel_store::Store::connect(&url)
         .await
         .with_context(|| format!("opening database {}", cfg.redacted_database()))?;
-    let policy = cfg.policy()?;
-    let state = Arc::new(accel_server::AppState {
-        store,
-        policy,
-        config: cfg.server_config()?,
-        placement_index: Default::default(),
-    });
+    let (policy, config) = (cfg.policy()?, cfg.server_config()?);
+    let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
         .await
         .with_context(|| format!("binding the Placement API to {}", cfg.placement_listen))?;
     let accel_listener = tokio::net::TcpListener::bind(&cfg.accelerator_listen)
         .await
         .with_context(|| format!("binding the accelerator API to {}", cfg.accelerator_listen))?;
-    if let Some(host) = &cfg.fake_devices {
-        let s = accel_server::accelerator::agent::report_fake_devices(&state.store, host)
-            .await
-            .with_context(|| format!("reporting the fake devices of host {host}"))?;
-        tracing::info!(host = %host, compute_node_created = s.compute_node_created, "fake devices reported");
-    }
-    let accel_state = Arc::new(accel_server::accelerator::AccelState {
-        app: state.clone(),
-        policy: cfg.accelerator_policy()?,
-        bind_timeout_secs: cfg.bind_timeout_seconds,
-        bind_wakeup: Default::default(),
-        external: match &cfg.placement {
-            Some(p) => Some(
-                accel_server::external::ExternalPlacement::new(p.clone())
-                    .map_err(anyhow::Error::msg)?,
-            ),
-            None => None,
-        },
-    });
-    if let Some(ext) = &accel_state.external {
-        tracing::info!(placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
-    }
-    // The bind worker and the Nova event sender; they resume what a previous (or
-    // crashed) server left in the database.
-    use accel_server::accelerator::binder::NovaEndpoint;
+    let external = match &cfg.placement {
+        Some(p) => Some(
+            accel_server::external::ExternalPlacement::new(p.clone())
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let nova = match &cfg.nova {
         Some(n) => {
             let session =
                 accel_server::auth::session::Session::new(n.clone()).map_err(anyhow::Error::msg)?;
-            tracing::info!(auth_url = %n.auth_url, user = %n.username, "events to Nova through a Keystone session");
             Some(NovaEndpoint::keystone(
                 Arc::new(session),
                 cfg.nova_url.clone(),
@@ -137,37 +114,33 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
             .clone()
             .map(|url| NovaEndpoint::fixed(url, cfg.nova_token.clone())),
     };
-    if nova.is_none() {
+    let no_nova = nova.is_none();
+    let app = accel_server::app::App::builder(store)
+        .policy(policy)
+        .accelerator_policy(accelerator_policy)
+        .config(config)
+        .bind_timeout_secs(cfg.bind_timeout_seconds)
+        .workers(Some(WorkerConfig::new(nova)))
+        .external(external)
+        .fake_devices(cfg.fake_devices.clone())
+        .build()
+        .await?;
+    if let Some(n) = &cfg.nova {
+        tracing::info!(auth_url = %n.auth_url, user = %n.username, "events to Nova through a Keystone session");
+    }
+    if no_nova {
         tracing::warn!(
             "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
         );
     }
-    let workers = accel_server::accelerator::binder::spawn(
-        &accel_state,
-        accel_server::accelerator::binder::WorkerConfig::new(nova),
-    );
-    let accelerator = accel_server::AcceleratorApi {
-        listener: accel_listener,
-        state: accel_state,
-    };
     tracing::info!(
         placement = %listener.local_addr()?,
-        accelerator = %accelerator.listener.local_addr()?,
+        accelerator = %accel_listener.local_addr()?,
         database = %cfg.redacted_database(),
         "accel serve ready"
     );
-    accel_server::serve(
-        state.clone(),
-        listener,
-        Some(accelerator),
-        shutdown_signal(),
-    )
-    .await?;
-    workers
-        .shutdown()
-        .await
-        .context("stopping the bind worker")?;
-    state.store.close().await;
+    app.serve(listener, Some(accel_listener), shutdown_signal())
+        .await?;
     tracing::info!("accel serve stopped");
     Ok(())
 }

@@ -2,10 +2,7 @@
 //! tree, with Nova's rules and against the real server (SQLite and PostgreSQL).
 
 use accel_agent::testing::{self, FakeSysfs};
-use accel_server::accelerator::AccelState;
-use accel_server::{AcceleratorApi, AppState, ServerConfig};
-use std::sync::Arc;
-use tokio::sync::oneshot;
+use accel_testkit::server::{TestServer, BACKENDS};
 
 struct Run {
     code: Option<i32>,
@@ -75,51 +72,11 @@ async fn check_lists_every_conflict_with_novas_rules_and_fails() {
     );
 }
 
-async fn spawn(store: accel_store::Store) -> (String, oneshot::Sender<()>) {
-    let app = Arc::new(AppState {
-        store,
-        policy: accel_core::policy::Policy::placement(false),
-        config: ServerConfig {
-            allocation_conflict_retry_count: 10,
-            max_allocation_candidates: 1000,
-            ..Default::default()
-        },
-        placement_index: Default::default(),
-    });
-    let accel = Arc::new(AccelState {
-        app: app.clone(),
-        policy: accel_core::policy::Policy::cyborg(false),
-        bind_timeout_secs: 60,
-        bind_wakeup: Default::default(),
-        external: None,
-    });
-    let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = listener.local_addr().unwrap();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(accel_server::serve(
-        app,
-        placement,
-        Some(AcceleratorApi {
-            listener,
-            state: accel,
-        }),
-        async {
-            let _ = rx.await;
-        },
-    ));
-    (format!("http://{a}"), tx)
-}
-
 #[tokio::test]
 async fn once_reports_and_exits_and_says_what_to_fix_without_a_compute_node() {
-    for pg in [false, true] {
-        let store = if pg {
-            accel_store::testing::postgres().await
-        } else {
-            accel_store::testing::sqlite().await
-        };
-        let (url, _stop) = spawn(store.clone()).await;
+    for backend in BACKENDS {
+        let server = TestServer::spawn(backend).await;
+        let (url, store) = (server.accel.clone(), server.store.clone());
         let dir = tempfile::tempdir().unwrap();
         let fs = FakeSysfs::new(dir.path());
         testing::pac_opae(&fs, 0x5e, 2);

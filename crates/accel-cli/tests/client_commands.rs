@@ -2,63 +2,28 @@
 //! real server (both APIs on port 0, a fresh database per test, the fake device
 //! reported), on SQLite and PostgreSQL.
 
-use accel_server::accelerator::AccelState;
-use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use accel_testkit::server::{Backend, TestServer, BACKENDS};
 use serde_json::Value;
-use std::sync::Arc;
-use tokio::sync::oneshot;
 
 const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
 
+/// Both APIs on port 0 (the test kit's server) with compute1's fake device reported.
 struct Server {
     accel: String,
     placement: String,
-    _shutdown: oneshot::Sender<()>,
+    _server: TestServer,
 }
 
-async fn spawn(store: accel_store::Store) -> Server {
-    accel_server::accelerator::agent::report_fake_devices(&store, "compute1")
-        .await
-        .unwrap();
-    let app = Arc::new(AppState {
-        store,
-        policy: accel_core::policy::Policy::placement(false),
-        config: ServerConfig {
-            allocation_conflict_retry_count: 10,
-            max_allocation_candidates: 1000,
-            ..Default::default()
-        },
-        placement_index: Default::default(),
-    });
-    let accel = Arc::new(AccelState {
-        app: app.clone(),
-        policy: accel_core::policy::Policy::cyborg(false),
-        bind_timeout_secs: 60,
-        bind_wakeup: Default::default(),
-        external: None,
-    });
-    let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (p, a) = (
-        placement.local_addr().unwrap(),
-        listener.local_addr().unwrap(),
-    );
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(accel_server::serve(
-        app,
-        placement,
-        Some(AcceleratorApi {
-            listener,
-            state: accel,
-        }),
-        async {
-            let _ = rx.await;
-        },
-    ));
+async fn spawn(backend: Backend) -> Server {
+    let store = accel_testkit::server::store(backend).await;
+    let server = TestServer::start(
+        accel_testkit::server::builder(store).fake_devices(Some("compute1".to_owned())),
+    )
+    .await;
     Server {
-        accel: format!("http://{a}"),
-        placement: format!("http://{p}"),
-        _shutdown: tx,
+        accel: server.accel.clone(),
+        placement: server.placement.clone(),
+        _server: server,
     }
 }
 
@@ -119,17 +84,10 @@ impl Server {
     }
 }
 
-async fn stores() -> Vec<accel_store::Store> {
-    vec![
-        accel_store::testing::sqlite().await,
-        accel_store::testing::postgres().await,
-    ]
-}
-
 #[tokio::test]
 async fn device_profile_create_list_show_delete() {
-    for store in stores().await {
-        let s = spawn(store).await;
+    for backend in BACKENDS {
+        let s = spawn(backend).await;
         let created = s
             .accel(&[
                 "device-profile",
@@ -224,8 +182,8 @@ async fn device_profile_create_list_show_delete() {
 
 #[tokio::test]
 async fn arq_create_list_show_bind_unbind_delete() {
-    for store in stores().await {
-        let s = spawn(store).await;
+    for backend in BACKENDS {
+        let s = spawn(backend).await;
         let created = s
             .accel(&[
                 "device-profile",

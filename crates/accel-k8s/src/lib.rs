@@ -28,6 +28,8 @@ pub mod proto;
 pub mod run;
 pub mod slots;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod usage;
 
 pub use config::{KubernetesConfig, KubernetesFile};

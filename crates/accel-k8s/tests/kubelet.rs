@@ -2,7 +2,7 @@
 //! registration of both kinds, ListAndWatch, pooled and instance Allocate, repeated
 //! Allocate, refusals, kubelet restart, a removed socket, reclaim after the grace.
 
-mod common;
+use accel_k8s::testing as common;
 
 use accel_k8s::config::{Configuration, KubernetesConfig, Selector};
 use accel_k8s::kubelet::Registrar;

@@ -1,7 +1,7 @@
 //! `accel_k8s::run` end to end: devices from a source, plugins registered with a fake
 //! kubelet, sockets removed at shutdown.
 
-mod common;
+use accel_k8s::testing as common;
 
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::{Device, DeviceSource, Options};

@@ -5,16 +5,19 @@
 //! Besides the listeners, `accel serve` runs the accelerator API's background workers
 //! ([`accelerator::binder`]); [`workflow`] is the Nova workflow as a client of both APIs.
 //!
-//! [`serve`] takes already-bound listeners and a shutdown future (tests bind port 0
-//! and read the address back), so nothing here chooses ports or installs signal
-//! handlers.
+//! [`app::App`] is the composition root every server process goes through (`accel
+//! serve`, tests, benches): it takes already-bound listeners and a shutdown future
+//! (tests bind port 0 and read the address back), so nothing here chooses ports or
+//! installs signal handlers. Background workers run under [`supervisor`].
 
 pub mod accelerator;
+pub mod app;
 pub mod auth;
 mod cors;
 pub mod external;
 pub mod jsonschema;
 pub mod placement;
+pub mod supervisor;
 pub mod workflow;
 
 use accel_core::policy::Policy;

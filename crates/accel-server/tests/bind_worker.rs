@@ -27,20 +27,18 @@ fn fake_rp(host: &str) -> String {
 
 /// Waits until the instance's event reached a final delivery state.
 async fn wait_delivery(server: &Server, instance: &str) -> events::NovaEvent {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut interval = tokio::time::interval(Duration::from_millis(50));
-    loop {
-        interval.tick().await;
+    let what = format!("the event of {instance} to leave pending");
+    common::eventually(Duration::from_secs(20), &what, || async {
         let evs = server.events_of(instance).await;
-        if let Some(e) = evs.iter().find(|e| e.delivery != Delivery::Pending) {
-            assert_eq!(evs.len(), 1, "one event row per resolution: {evs:?}");
-            return e.clone();
+        match evs.iter().find(|e| e.delivery != Delivery::Pending) {
+            Some(e) => {
+                assert_eq!(evs.len(), 1, "one event row per resolution: {evs:?}");
+                Ok(e.clone())
+            }
+            None => Err(format!("{evs:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "event of {instance} still pending: {evs:?}"
-        );
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -185,21 +183,19 @@ async fn a_restarted_server_finishes_the_job_and_retries_the_event() {
         nova.wait_for("a refused delivery", |n| *n.refused.lock().unwrap() >= 1)
             .await;
         assert!(nova.events().is_empty());
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let pending = second.events_of(&inst).await;
-            assert_eq!(pending.len(), 1);
-            if let Some(e) = &pending[0].last_error {
+        common::eventually(
+            Duration::from_secs(20),
+            "the failed attempt to be recorded",
+            || async {
+                let pending = second.events_of(&inst).await;
+                assert_eq!(pending.len(), 1);
+                let e = pending[0].last_error.as_ref()?;
                 assert!(e.contains("HTTP 503"), "{e}");
                 assert_eq!(pending[0].delivery, Delivery::Pending);
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the failed attempt was not recorded"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+                Some(())
+            },
+        )
+        .await;
 
         // Nova comes back: the retry (after the backoff) delivers it, once.
         nova.up.store(true, Ordering::SeqCst);

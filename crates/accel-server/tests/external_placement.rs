@@ -332,24 +332,20 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
 
 /// Waits (at most 20 s) until the server's pusher has pushed `host`'s latest change.
 async fn wait_pushed(srv: &Server, host: &str) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut interval = tokio::time::interval(std::time::Duration::from_millis(50));
-    loop {
-        interval.tick().await;
+    let what = format!("{host} to be pushed");
+    common::eventually(std::time::Duration::from_secs(20), &what, || async {
         let h = host.to_owned();
         let row = srv
             .store
             .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
             .await
             .unwrap();
-        if row.as_ref().is_some_and(|r| !r.pending()) {
-            return;
+        match &row {
+            Some(r) if !r.pending() => Ok(()),
+            _ => Err(format!("{row:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{host} never pushed: {row:?}"
-        );
-    }
+    })
+    .await
 }
 
 #[tokio::test]

@@ -4,10 +4,10 @@
 
 mod common;
 
-use accel_server::accelerator::AccelState;
 use accel_server::auth::keystone::{Keystone, KeystoneConfig};
 use accel_server::auth::AuthStrategy;
-use accel_server::{AcceleratorApi, AppState, ServerConfig};
+use accel_server::ServerConfig;
+use accel_testkit::server::TestServer;
 use common::keystone::{FakeKeystone, Subject};
 use common::{Backend, BACKENDS};
 use reqwest::Method;
@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::oneshot;
 
 const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
 
@@ -26,7 +25,7 @@ struct App {
     client: reqwest::Client,
     /// Seconds added to the validation cache's clock.
     clock_offset: Arc<AtomicU64>,
-    _shutdown: oneshot::Sender<()>,
+    _server: TestServer,
 }
 
 struct Reply {
@@ -92,59 +91,26 @@ impl App {
             .with_cache_clock(Arc::new(move || {
                 base + base.elapsed() + Duration::from_secs(offset.load(Ordering::SeqCst))
             }));
-        let store = match backend {
-            Backend::Sqlite => accel_store::testing::sqlite().await,
-            Backend::Postgres => accel_store::testing::postgres().await,
-        };
-        if let Some(host) = fake_host {
-            accel_server::accelerator::agent::report_fake_devices(&store, host)
-                .await
-                .unwrap();
-        }
-        let app = Arc::new(AppState {
-            store,
-            policy: accel_core::policy::Policy::placement(false),
-            config: ServerConfig {
-                auth_strategy: AuthStrategy::Keystone,
-                keystone: Some(Arc::new(keystone)),
-                allocation_conflict_retry_count: 10,
-                max_allocation_candidates: 1000,
-                ..Default::default()
-            },
-            placement_index: Default::default(),
-        });
-        let accel = Arc::new(AccelState {
-            app: app.clone(),
-            policy: accel_core::policy::Policy::cyborg(false),
-            bind_timeout_secs: 60,
-            bind_wakeup: Default::default(),
-            external: None,
-        });
-        let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (p_addr, a_addr) = (
-            placement.local_addr().unwrap(),
-            listener.local_addr().unwrap(),
-        );
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(accel_server::serve(
-            app,
-            placement,
-            Some(AcceleratorApi {
-                listener,
-                state: accel,
-            }),
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let store = accel_testkit::server::store(backend).await;
+        let server = TestServer::start(
+            accel_testkit::server::builder(store)
+                .fake_devices(fake_host.map(str::to_owned))
+                .config(ServerConfig {
+                    auth_strategy: AuthStrategy::Keystone,
+                    keystone: Some(Arc::new(keystone)),
+                    allocation_conflict_retry_count: 10,
+                    max_allocation_candidates: 1000,
+                    ..Default::default()
+                }),
+        )
+        .await;
         App {
-            accel: format!("http://{a_addr}"),
-            placement: format!("http://{p_addr}"),
+            accel: server.accel.clone(),
+            placement: server.placement.clone(),
             ks,
             client: reqwest::Client::new(),
             clock_offset,
-            _shutdown: tx,
+            _server: server,
         }
     }
 

@@ -4,8 +4,6 @@
 //! VM holds (another consumer's allocation, a bound ARQ) are not advertised.
 
 mod common;
-#[path = "../../accel-k8s/tests/common/mod.rs"]
-mod kubelet;
 
 use accel_agent::config::Settings;
 use accel_agent::kubernetes::{AgentDevices, ServerUsage};
@@ -13,6 +11,7 @@ use accel_agent::testing::FakeSysfs;
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::proto::deviceplugin as dp;
+use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
 use common::accel::{placement, workers, Server, TempDb};
 use common::BACKENDS;
@@ -121,16 +120,16 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<String>>,
 {
-    let deadline = tokio::time::Instant::now() + kubelet::WAIT;
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tick.tick().await;
-        match f().await {
-            None => return,
-            Some(last) if tokio::time::Instant::now() > deadline => panic!("{what}: {last}"),
-            Some(_) => {}
+    common::eventually(kubelet::WAIT, what, || {
+        let last = f();
+        async move {
+            match last.await {
+                None => Ok(()),
+                Some(last) => Err(last),
+            }
         }
-    }
+    })
+    .await
 }
 
 fn request(ids: &[&str]) -> dp::AllocateRequest {

@@ -225,17 +225,14 @@ async fn region_deployable(srv: &Server) -> Value {
 
 /// Runs the agent's programming look until it handled one request.
 async fn program_one(a: &mut Agent) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if a.program_step().await.unwrap() == 1 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no programming request reached the agent"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The step is the check: it either handles the request or finds none yet.
+    let a = tokio::sync::Mutex::new(a);
+    common::eventually(
+        Duration::from_secs(10),
+        "a programming request to reach the agent",
+        || async { (a.lock().await.program_step().await.unwrap() == 1).then_some(()) },
+    )
+    .await;
 }
 
 fn instance() -> String {

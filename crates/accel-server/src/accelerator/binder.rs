@@ -19,6 +19,7 @@
 
 use super::AccelState;
 use crate::auth::session::Session;
+use crate::supervisor::{Backoff, Stop, Supervisor};
 use accel_core::accelerator::ArqState;
 use accel_store::accelerator::binds::{self, Outcome};
 use accel_store::accelerator::events::{self, Delivery, NovaEvent};
@@ -27,8 +28,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
-use tokio::task::JoinSet;
+use tokio::sync::Notify;
 
 /// Nova's API endpoint for external events.
 #[derive(Debug, Clone)]
@@ -395,110 +395,137 @@ pub fn render_events(ev: &NovaEvent) -> serde_json::Value {
     json!({ "events": events })
 }
 
-/// The running workers of one server; stop them with [`Workers::shutdown`]. Dropping
+/// The running workers of one server, under one [`Supervisor`] (a worker that fails
+/// or panics is logged and restarted); stop them with [`Workers::shutdown`]. Dropping
 /// it aborts them.
 pub struct Workers {
-    tasks: JoinSet<anyhow::Result<()>>,
-    stop: watch::Sender<bool>,
+    supervisor: Supervisor,
 }
 
 /// Starts the bind worker and the event sender for `state`'s store, woken by
 /// `state.bind_wakeup`, and with an external Placement the pusher
 /// ([`crate::external::Pusher`]), which first marks every host once.
 pub fn spawn(state: &Arc<AccelState>, cfg: WorkerConfig) -> Workers {
-    let (stop, stop_rx) = watch::channel(false);
-    let mut tasks = JoinSet::new();
+    spawn_with(state, cfg, Backoff::default())
+}
+
+/// [`spawn`] with the supervisor's restart backoff chosen.
+pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) -> Workers {
+    let mut supervisor = Supervisor::new(backoff);
+    let store = state.app.store.clone();
     if let Some(ext) = &state.external {
-        let pusher =
-            crate::external::Pusher::new(state.app.store.clone(), ext.clone(), cfg.owner.clone());
-        let (store, ext, poll) = (state.app.store.clone(), ext.clone(), cfg.poll_interval);
-        let mut stop_rx = stop_rx.clone();
-        tasks.spawn(async move {
-            let now = accel_store::now();
-            match store
-                .write(move |tx| {
-                    Box::pin(
-                        async move { accel_store::accelerator::pushes::mark_all(tx, now).await },
-                    )
-                })
-                .await
-            {
-                Ok(n) => {
-                    tracing::info!(hosts = n, "external Placement: every host will be checked")
-                }
-                Err(e) => tracing::warn!(error = %e, "external Placement: marking hosts failed"),
-            }
-            loop {
-                let more = match pusher.step(accel_store::now()).await {
-                    Ok(r) => r.due as i64 >= crate::external::PUSH_BATCH,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "pusher step failed; retrying");
-                        false
-                    }
-                };
-                if more {
-                    continue;
-                }
-                tokio::select! {
-                    _ = ext.wake.notified() => {}
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = stop_rx.changed() => return Ok(()),
-                }
-            }
+        let (store, ext, cfg) = (store.clone(), ext.clone(), cfg.clone());
+        supervisor.spawn("external placement pusher", move |stop| {
+            push_loop(store.clone(), ext.clone(), cfg.clone(), stop)
         });
     }
-    let binder = Binder::new(state.app.store.clone(), cfg.owner.clone(), cfg.lease_secs);
-    let sender = EventSender::new(state.app.store.clone(), &cfg);
-    let events_wake = binder.events_wake.clone();
-    let bind_wake = state.bind_wakeup.clone();
-    let poll = cfg.poll_interval;
+    // The binder wakes the sender when a step records Nova events; one Notify for
+    // every run of both, so a restarted sender still hears a running binder.
+    let events_wake = Arc::new(Notify::new());
     {
-        let mut stop_rx = stop_rx.clone();
-        tasks.spawn(async move {
-            loop {
-                let more = match binder.step(accel_store::now()).await {
-                    Ok(r) => r.due as i64 >= BATCH,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "bind worker step failed; retrying");
-                        false
-                    }
-                };
-                if more {
-                    continue;
-                }
-                tokio::select! {
-                    _ = bind_wake.notified() => {}
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = stop_rx.changed() => return Ok(()),
-                }
-            }
+        let (store, cfg, events_wake) = (store.clone(), cfg.clone(), events_wake.clone());
+        let bind_wake = state.bind_wakeup.clone();
+        supervisor.spawn("bind worker", move |stop| {
+            let binder = Binder {
+                events_wake: events_wake.clone(),
+                ..Binder::new(store.clone(), cfg.owner.clone(), cfg.lease_secs)
+            };
+            bind_loop(binder, bind_wake.clone(), cfg.poll_interval, stop)
         });
     }
-    {
-        let mut stop_rx = stop_rx;
-        tasks.spawn(async move {
-            loop {
-                if let Err(e) = sender.step(accel_store::now()).await {
-                    tracing::warn!(error = %e, "event sender step failed; retrying");
-                }
-                tokio::select! {
-                    _ = events_wake.notified() => {}
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = stop_rx.changed() => return Ok(()),
-                }
+    supervisor.spawn("nova event sender", move |stop| {
+        let sender = EventSender::new(store.clone(), &cfg);
+        send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
+    });
+    Workers { supervisor }
+}
+
+/// The pusher's loop: every host marked once per run (so enabling `[placement]`, or a
+/// restart, brings the remote up to date), then due hosts until stopped.
+async fn push_loop(
+    store: Store,
+    ext: Arc<crate::external::ExternalPlacement>,
+    cfg: WorkerConfig,
+    mut stop: Stop,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let pusher = crate::external::Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
+    let now = accel_store::now();
+    let n = store
+        .write(move |tx| {
+            Box::pin(async move { accel_store::accelerator::pushes::mark_all(tx, now).await })
+        })
+        .await
+        .context("external Placement: marking every host")?;
+    tracing::info!(hosts = n, "external Placement: every host will be checked");
+    loop {
+        let more = match pusher.step(accel_store::now()).await {
+            Ok(r) => r.due as i64 >= crate::external::PUSH_BATCH,
+            Err(e) => {
+                tracing::warn!(error = %e, "pusher step failed; retrying");
+                false
             }
-        });
+        };
+        if more {
+            continue;
+        }
+        tokio::select! {
+            _ = ext.wake.notified() => {}
+            _ = tokio::time::sleep(cfg.poll_interval) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
     }
-    Workers { tasks, stop }
+}
+
+async fn bind_loop(
+    binder: Binder,
+    bind_wake: Arc<Notify>,
+    poll: Duration,
+    mut stop: Stop,
+) -> anyhow::Result<()> {
+    loop {
+        let more = match binder.step(accel_store::now()).await {
+            Ok(r) => r.due as i64 >= BATCH,
+            Err(e) => {
+                tracing::warn!(error = %e, "bind worker step failed; retrying");
+                false
+            }
+        };
+        if more {
+            continue;
+        }
+        tokio::select! {
+            _ = bind_wake.notified() => {}
+            _ = tokio::time::sleep(poll) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
+    }
+}
+
+async fn send_loop(
+    sender: EventSender,
+    events_wake: Arc<Notify>,
+    poll: Duration,
+    mut stop: Stop,
+) -> anyhow::Result<()> {
+    loop {
+        if let Err(e) = sender.step(accel_store::now()).await {
+            tracing::warn!(error = %e, "event sender step failed; retrying");
+        }
+        tokio::select! {
+            _ = events_wake.notified() => {}
+            _ = tokio::time::sleep(poll) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
+    }
 }
 
 impl Workers {
-    /// Asks the workers to stop after their current step and waits for them.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        let _ = self.stop.send(true);
-        while let Some(r) = self.tasks.join_next().await {
-            r.map_err(|e| anyhow::anyhow!("background worker panicked: {e}"))??;
-        }
+    /// Asks the workers to stop after their current step and waits for them. A
+    /// worker's failures were logged and it was restarted, so stopping cannot fail;
+    /// the `Result` is kept for callers that treat shutdown as fallible.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.supervisor.shutdown().await;
         Ok(())
     }
 }

@@ -2,18 +2,17 @@
 //! database a restarted server can reopen, and a fake Nova that records events.
 
 use super::Backend;
-use accel_server::accelerator::binder::{self, WorkerConfig, Workers};
-use accel_server::accelerator::AccelState;
+use accel_server::accelerator::binder::{self, WorkerConfig};
 use accel_server::external::ExternalPlacement;
-use accel_server::{AcceleratorApi, AppState, ServerConfig};
 use accel_store::accelerator::events;
 use accel_store::Store;
+use accel_testkit::server::TestServer;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// A Placement request as the admin at microversion 1.39: status and JSON body
 /// (`null` when there is none).
@@ -85,7 +84,6 @@ pub struct FakeNova {
     pub tokens: Arc<Mutex<Vec<String>>>,
     /// Tokens answered with 401 (a token Keystone revoked).
     pub refuse_tokens: Arc<Mutex<Vec<String>>>,
-    changed: Arc<Notify>,
     _stop: Arc<oneshot::Sender<()>>,
 }
 
@@ -99,7 +97,6 @@ impl FakeNova {
             up: Arc::new(AtomicBool::new(up)),
             tokens: Default::default(),
             refuse_tokens: Default::default(),
-            changed: Default::default(),
             _stop: Arc::new(oneshot::channel().0),
         };
         let n = nova.clone();
@@ -120,7 +117,6 @@ impl FakeNova {
                         }
                         if !n.up.load(Ordering::SeqCst) {
                             *n.refused.lock().unwrap() += 1;
-                            n.changed.notify_waiters();
                             return (
                                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                                 axum::Json(json!({})),
@@ -139,7 +135,6 @@ impl FakeNova {
                             e["code"] = 200.into();
                             answered.push(e);
                         }
-                        n.changed.notify_waiters();
                         (
                             axum::http::StatusCode::OK,
                             axum::Json(json!({"events": answered})),
@@ -166,17 +161,11 @@ impl FakeNova {
 
     /// Waits (at most 20 s) until `done` holds for this fake's state.
     pub async fn wait_for(&self, what: &str, done: impl Fn(&FakeNova) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let notified = self.changed.notified();
-            if done(self) {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                assert!(done(self), "fake Nova: timed out waiting for {what}");
-                return;
-            }
-        }
+        let what = format!("fake Nova: {what}");
+        super::eventually(Duration::from_secs(20), &what, || async {
+            done(self).then_some(())
+        })
+        .await
     }
 }
 
@@ -188,15 +177,14 @@ pub fn workers(nova: Option<&FakeNova>) -> WorkerConfig {
     }
 }
 
-/// Both APIs on port 0 over `url`'s database, with the workers when `cfg` is given.
+/// Both APIs on port 0 over `url`'s database, with the workers when `cfg` is given
+/// (the test kit's server).
 pub struct Server {
     pub accel: String,
     pub placement: String,
     pub store: Store,
     client: reqwest::Client,
-    workers: Option<Workers>,
-    shutdown: Option<oneshot::Sender<()>>,
-    done: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: TestServer,
 }
 
 impl Server {
@@ -212,65 +200,26 @@ impl Server {
         external: Option<Arc<ExternalPlacement>>,
     ) -> Server {
         let store = Store::connect(url).await.unwrap();
-        if let Some(host) = fake_host {
-            accel_server::accelerator::agent::report_fake_devices(&store, host)
-                .await
-                .unwrap();
-        }
-        let app = Arc::new(AppState {
-            store: store.clone(),
-            policy: accel_core::policy::Policy::placement(false),
-            config: ServerConfig {
-                allocation_conflict_retry_count: 10,
-                max_allocation_candidates: 1000,
-                ..Default::default()
-            },
-            placement_index: Default::default(),
-        });
-        let accel = Arc::new(AccelState {
-            app: app.clone(),
-            policy: accel_core::policy::Policy::cyborg(false),
-            bind_timeout_secs: 60,
-            bind_wakeup: Default::default(),
-            external,
-        });
-        let workers = cfg.map(|c| binder::spawn(&accel, c));
-        let placement = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a_addr = listener.local_addr().unwrap();
-        let p_addr = placement.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        let done = tokio::spawn(accel_server::serve(
-            app,
-            placement,
-            Some(AcceleratorApi {
-                listener,
-                state: accel,
-            }),
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let server = TestServer::start(
+            accel_testkit::server::builder(store)
+                .fake_devices(fake_host.map(str::to_owned))
+                .workers(cfg)
+                .external(external),
+        )
+        .await;
         Server {
-            accel: format!("http://{a_addr}"),
-            placement: format!("http://{p_addr}"),
-            store,
+            accel: server.accel.clone(),
+            placement: server.placement.clone(),
+            store: server.store.clone(),
             client: reqwest::Client::new(),
-            workers,
-            shutdown: Some(tx),
-            done: Some(done),
+            server,
         }
     }
 
     /// Stops the listeners and the workers and closes the database, as a server that
     /// exits.
-    pub async fn stop(mut self) {
-        if let Some(w) = self.workers.take() {
-            w.shutdown().await.unwrap();
-        }
-        let _ = self.shutdown.take().unwrap().send(());
-        self.done.take().unwrap().await.unwrap().unwrap();
-        self.store.close().await;
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 
     /// A request as Nova: project `p`, a member with a service token.
@@ -365,17 +314,16 @@ impl Server {
     /// Nova's wait: `?instance=&bind_state=resolved` until it stops answering 423.
     pub async fn wait_resolved(&self, instance: &str) -> Vec<Value> {
         let path = format!("/v2/accelerator_requests?instance={instance}&bind_state=resolved");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        let mut interval = tokio::time::interval(Duration::from_millis(50));
-        loop {
-            interval.tick().await;
+        let what = format!("the ARQs of {instance} to resolve");
+        super::eventually(Duration::from_secs(20), &what, || async {
             let (s, v) = self.nova(reqwest::Method::GET, &path, None).await;
             match s {
-                200 => return v["arqs"].as_array().unwrap().clone(),
-                423 if tokio::time::Instant::now() < deadline => continue,
+                200 => Some(v["arqs"].as_array().unwrap().clone()),
+                423 => None,
                 _ => panic!("ARQs of {instance} not resolved: {s} {v}"),
             }
-        }
+        })
+        .await
     }
 
     pub async fn events_of(&self, instance: &str) -> Vec<events::NovaEvent> {

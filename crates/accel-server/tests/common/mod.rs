@@ -1,45 +1,25 @@
 //! Spawns the real server on port 0 with a fresh database, and typed helpers for it.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod accel;
-pub mod keystone;
+
+pub use accel_testkit::keystone;
+pub use accel_testkit::server::{Backend, BACKENDS};
+pub use accel_testkit::{eventually, serve_fake};
 
 use accel_server::{AppState, ServerConfig};
+use accel_testkit::server::TestServer;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
-/// Serves a fake service's `app` on a free local port until the returned sender fires
-/// or is dropped.
-pub async fn serve_fake(app: axum::Router) -> (std::net::SocketAddr, oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
-            })
-            .await
-    });
-    (addr, stop)
-}
-
+/// The Placement API of a server on port 0 (the test kit's), with typed helpers.
 pub struct TestApp {
     pub base: String,
     pub state: Arc<AppState>,
     pub client: reqwest::Client,
-    _shutdown: oneshot::Sender<()>,
+    _server: TestServer,
 }
-
-#[derive(Clone, Copy, Debug)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
 
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
@@ -56,11 +36,12 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, config: ServerConfig, new_defaults: bool) -> TestApp {
-        let store = match backend {
-            Backend::Sqlite => accel_store::testing::sqlite().await,
-            Backend::Postgres => accel_store::testing::postgres().await,
-        };
-        Self::spawn_on(store, config, new_defaults).await
+        Self::spawn_on(
+            accel_testkit::server::store(backend).await,
+            config,
+            new_defaults,
+        )
+        .await
     }
 
     /// A server on an existing store (several servers on one database are replicas).
@@ -69,24 +50,17 @@ impl TestApp {
         config: ServerConfig,
         new_defaults: bool,
     ) -> TestApp {
-        let state = Arc::new(AppState {
-            store,
-            policy: accel_core::policy::Policy::placement(new_defaults),
-            config,
-            placement_index: Default::default(),
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        let state_ref = state.clone();
-        tokio::spawn(accel_server::serve(state, listener, None, async {
-            let _ = rx.await;
-        }));
+        let server = TestServer::start(
+            accel_testkit::server::builder(store)
+                .policy(accel_core::policy::Policy::placement(new_defaults))
+                .config(config),
+        )
+        .await;
         TestApp {
-            state: state_ref,
-            base: format!("http://{addr}"),
+            base: server.placement.clone(),
+            state: server.state.clone(),
             client: reqwest::Client::new(),
-            _shutdown: tx,
+            _server: server,
         }
     }
 

@@ -1,11 +1,11 @@
-//! A fake kubelet over unix sockets in a temporary directory: the Registration
-//! service (which, like kubelet, dials the plugin back and asks for its options before
-//! answering, then follows its ListAndWatch stream) and a PodResourcesLister.
+//! A fake kubelet over unix sockets in a temporary directory, for tests (feature
+//! `testing`; accel-k8s's own tests and the server's Kubernetes tests): the
+//! Registration service (which, like kubelet, dials the plugin back and asks for its
+//! options before answering, then follows its ListAndWatch stream) and a
+//! PodResourcesLister.
 
-#![allow(dead_code)]
-
-use accel_k8s::proto::deviceplugin as dp;
-use accel_k8s::proto::podresources as pr;
+use crate::proto::deviceplugin as dp;
+use crate::proto::podresources as pr;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -51,7 +51,7 @@ impl dp::registration_server::Registration for Registration {
         if !r.resource_name.contains('/') {
             return Err(Status::invalid_argument("not an extended resource name"));
         }
-        let channel = accel_k8s::kubelet::connect(&self.dir.join(&r.endpoint))
+        let channel = crate::kubelet::connect(&self.dir.join(&r.endpoint))
             .await
             .map_err(|e| Status::unavailable(format!("dial back: {e}")))?;
         let mut client = dp::device_plugin_client::DevicePluginClient::new(channel);

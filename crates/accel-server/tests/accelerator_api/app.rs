@@ -1,0 +1,153 @@
+//! The accelerator API test fixture: both APIs on port 0 (the test kit's server) over
+//! a fresh database, requests as the admin, a member, Nova or nobody, and Cyborg's
+//! error envelope read back.
+
+use accel_testkit::server::{Backend, TestServer};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+pub struct AccelApp {
+    pub base: String,
+    pub placement: String,
+    pub client: reqwest::Client,
+    _server: TestServer,
+}
+
+/// Who sends a request.
+#[derive(Clone, Copy)]
+pub enum As<'a> {
+    Admin,
+    /// A project member (roles member, reader) of the given project.
+    Member(&'a str),
+    /// Nova: a project member with a service token.
+    Nova(&'a str),
+    Anonymous,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    /// The `faultstring` inside Cyborg's `error_message` envelope.
+    pub fn fault(&self) -> String {
+        let inner = self.body["error_message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error envelope in {}", self.body));
+        let fault: Value = serde_json::from_str(inner).expect("fault JSON inside the envelope");
+        assert_eq!(fault["debuginfo"], Value::Null);
+        let code = if self.status < 500 {
+            "Client"
+        } else {
+            "Server"
+        };
+        assert_eq!(fault["faultcode"], code);
+        fault["faultstring"].as_str().unwrap().to_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
+
+impl AccelApp {
+    pub async fn spawn(backend: Backend, fake_host: Option<&str>) -> AccelApp {
+        let store = accel_testkit::server::store(backend).await;
+        let server = TestServer::start(
+            accel_testkit::server::builder(store).fake_devices(fake_host.map(str::to_owned)),
+        )
+        .await;
+        AccelApp {
+            base: server.accel.clone(),
+            placement: server.placement.clone(),
+            client: reqwest::Client::new(),
+            _server: server,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        who: As<'_>,
+        method: Method,
+        path: &str,
+        version: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut r = self.client.request(method, format!("{}{path}", self.base));
+        r = match who {
+            As::Admin => r.header("x-auth-token", "admin"),
+            As::Member(p) => r
+                .header("x-auth-token", format!("user-{p}:{p}"))
+                .header("x-roles", "member,reader"),
+            As::Nova(p) => r
+                .header("x-auth-token", format!("nova-{p}:{p}"))
+                .header("x-roles", "member,reader")
+                .header("x-service-roles", "service"),
+            As::Anonymous => r,
+        };
+        if let Some(v) = version {
+            r = r.header("openstack-api-version", v);
+        }
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    pub async fn get(&self, who: As<'_>, path: &str) -> Reply {
+        self.call(who, Method::GET, path, None, None).await
+    }
+
+    pub async fn create_profile(&self, name: &str, groups: Value) -> Value {
+        let r = self
+            .call(
+                As::Admin,
+                Method::POST,
+                "/accelerator/v2/device_profiles",
+                None,
+                Some(json!([{"name": name, "groups": groups}])),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        r.body
+    }
+
+    pub async fn create_arqs(&self, who: As<'_>, profile: &str) -> Vec<Value> {
+        let r = self
+            .call(
+                who,
+                Method::POST,
+                "/v2/accelerator_requests",
+                None,
+                Some(json!({"device_profile_name": profile})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        r.body["arqs"].as_array().unwrap().clone()
+    }
+
+    pub async fn placement_get(&self, path: &str) -> Value {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.placement))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", "placement 1.39")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+}

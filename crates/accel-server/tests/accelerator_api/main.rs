@@ -1,0 +1,8 @@
+//! The accelerator (Cyborg v2) API over HTTP: the real server on port 0 with a fresh
+//! database per test, on SQLite and PostgreSQL; one module per resource.
+
+mod app;
+mod arqs;
+mod hardware;
+mod profiles;
+mod versions;
