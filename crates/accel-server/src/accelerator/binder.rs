@@ -151,10 +151,7 @@ impl Binder {
     /// One pass at time `now` (epoch seconds): takes the due jobs and performs them,
     /// the jobs of one instance in one transaction.
     pub async fn step(&self, now: i64) -> Result<BindStep, StoreError> {
-        let due = self
-            .store
-            .read(move |tx| Box::pin(async move { binds::due(tx, now, BATCH).await }))
-            .await?;
+        let due = binds::due_now(&self.store, now, BATCH).await?;
         let mut report = BindStep {
             due: due.len(),
             ..Default::default()
@@ -248,19 +245,17 @@ impl EventSender {
 
     /// One pass at time `now`: claims the due events and tries each once.
     pub async fn step(&self, now: i64) -> Result<SendStep, StoreError> {
-        let ids = self
-            .store
-            .read(move |tx| Box::pin(async move { events::due(tx, now, BATCH).await }))
-            .await?;
+        let ids = events::due_now(&self.store, now, BATCH).await?;
         let mut report = SendStep::default();
         for id in ids {
-            let (owner, lease_until) = (self.owner.clone(), now + self.lease_secs);
-            let claimed = self
-                .store
-                .write(move |tx| {
-                    Box::pin(async move { events::claim(tx, id, &owner, now, lease_until).await })
-                })
-                .await?;
+            let claimed = events::claim_for_delivery(
+                &self.store,
+                id,
+                &self.owner,
+                now,
+                now + self.lease_secs,
+            )
+            .await?;
             let Some(ev) = claimed else { continue };
             let (delivery, next, error) = match &self.nova {
                 None => {
@@ -296,23 +291,16 @@ impl EventSender {
                 Delivery::Pending => report.retrying += 1,
                 _ => report.given_up += 1,
             }
-            let owner = self.owner.clone();
-            self.store
-                .write(move |tx| {
-                    Box::pin(async move {
-                        events::settle(
-                            tx,
-                            id,
-                            &owner,
-                            delivery,
-                            next,
-                            error.as_deref(),
-                            accel_store::now().max(now),
-                        )
-                        .await
-                    })
-                })
-                .await?;
+            events::record_attempt(
+                &self.store,
+                id,
+                &self.owner,
+                delivery,
+                next,
+                error,
+                accel_store::now().max(now),
+            )
+            .await?;
         }
         Ok(report)
     }

@@ -14,7 +14,7 @@
 //! answered with a client error, retrying cannot help) and `expired` (retried until
 //! Nova could no longer be waiting for it).
 
-use crate::{StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
 use sqlx::Row;
 
@@ -213,4 +213,55 @@ pub async fn for_instance(tx: &mut Tx, instance: &str) -> Result<Vec<NovaEvent>,
         .iter()
         .map(from_row)
         .collect()
+}
+
+/// [`due`] in a snapshot of its own: the event sender's pass starts here.
+pub async fn due_now(store: &Store, now: i64, limit: i64) -> Result<Vec<i64>, StoreError> {
+    store
+        .read(move |tx| Box::pin(async move { due(tx, now, limit).await }))
+        .await
+}
+
+/// [`claim`] as its own transaction, committed before the event is posted (the lease,
+/// not a held transaction, keeps other senders off it while Nova answers).
+pub async fn claim_for_delivery(
+    store: &Store,
+    id: i64,
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+) -> Result<Option<NovaEvent>, StoreError> {
+    let owner = owner.to_owned();
+    store
+        .write(move |tx| Box::pin(async move { claim(tx, id, &owner, now, lease_until).await }))
+        .await
+}
+
+/// [`settle`] as its own transaction, after the attempt.
+pub async fn record_attempt(
+    store: &Store,
+    id: i64,
+    owner: &str,
+    delivery: Delivery,
+    next_attempt: i64,
+    error: Option<String>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let owner = owner.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                settle(
+                    tx,
+                    id,
+                    &owner,
+                    delivery,
+                    next_attempt,
+                    error.as_deref(),
+                    now,
+                )
+                .await
+            })
+        })
+        .await
 }
