@@ -3,7 +3,8 @@
 //! and one auth layer.
 //!
 //! Besides the listeners, `accel serve` runs the accelerator API's background workers
-//! ([`accelerator::binder`]); [`workflow`] is the Nova workflow as a client of both APIs.
+//! ([`accelerator::binder`]). The Nova workflow, a client of both APIs, is
+//! `accel_api::workflow`.
 //!
 //! [`serve`] takes already-bound listeners and a shutdown future (tests bind port 0
 //! and read the address back), so nothing here chooses ports or installs signal
@@ -15,7 +16,6 @@ mod cors;
 pub mod external;
 pub mod jsonschema;
 pub mod placement;
-pub mod workflow;
 
 use accel_core::policy::Policy;
 use accel_store::Store;
