@@ -328,10 +328,10 @@ pub(crate) async fn finish_program(
     match body.get("state").and_then(Value::as_str) {
         Some("done") => {}
         Some("failed") => {
-            if !body
+            if body
                 .get("error")
                 .and_then(Value::as_str)
-                .is_some_and(|e| !e.trim().is_empty())
+                .is_none_or(|e| e.trim().is_empty())
             {
                 return Err(AccelError::bad_request(
                     "A failed programming request needs its error",
