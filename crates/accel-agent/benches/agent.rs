@@ -65,19 +65,19 @@ async fn reports(label: &str, store: accel_store::Store, body: &serde_json::Valu
             .await
             .unwrap();
     }
-    let client = Client::new(&url, "admin");
+    let client = Client::new(&url, "admin").unwrap();
     let mut first = Vec::new();
     for h in 0..HOSTS {
         // Each host's names differ, so each first report creates 72 providers.
         let text = body.to_string().replace("cnX_", &format!("cn{h}_"));
-        let b: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let b: accel_api::agent::DeviceReport = serde_json::from_str(&text).unwrap();
         let t = Instant::now();
         let o = client.report(&format!("cn{h}"), &b, false).await.unwrap();
         first.push(t.elapsed());
         assert_eq!(o.added, 64);
     }
     let text = body.to_string().replace("cnX_", "cn0_");
-    let b: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let b: accel_api::agent::DeviceReport = serde_json::from_str(&text).unwrap();
     let mut same = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();

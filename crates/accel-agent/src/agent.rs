@@ -50,7 +50,8 @@ impl Agent {
         let client = Client::with_auth(
             &settings.server,
             settings.auth().map_err(AgentError::Config)?,
-        );
+        )
+        .map_err(|e| AgentError::Config(format!("server: {e}")))?;
         Ok(Agent {
             settings,
             drivers,
@@ -85,7 +86,7 @@ impl Agent {
     pub async fn check_node(&self) -> Result<NodeInfo, AgentError> {
         let node = self.settings.require_node().map_err(AgentError::Config)?;
         match self.client.node(node).await {
-            Err(ClientError::Refused {
+            Err(ClientError::Status {
                 status: 404,
                 message,
                 ..
@@ -103,10 +104,10 @@ impl Agent {
         let force = self.reports.is_multiple_of(FULL_EVERY);
         let outcome = self
             .client
-            .report(&report.node, &report.to_json(), force)
+            .report(&report.node, &report.body(), force)
             .await
             .map_err(|e| match e {
-                ClientError::Refused {
+                ClientError::Status {
                     status: 400,
                     message,
                     ..
@@ -178,7 +179,12 @@ impl Agent {
                 return Err("the agent has no glance_url, so it cannot fetch bitstreams".into())
             }
         };
-        let token = self.client.auth().token().await?;
+        let token = self
+            .client
+            .auth()
+            .token()
+            .await
+            .map_err(|e| e.to_string())?;
         let glance = Glance::new(&glance_url, &token);
         let image = match (&job.bitstream_id, &job.function_id) {
             (Some(b), _) => glance.image(b).await?,

@@ -21,9 +21,9 @@
 use crate::client::Client;
 use crate::model::{FoundDevice, Health};
 use crate::Agent;
+use accel_api::agent::{KubernetesUsage, SlotClaim};
 use accel_k8s::usage::BoxFuture;
 use accel_k8s::{Device, DeviceNode, DeviceSource, Recorded, UsageRecord, UsageReport};
-use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -164,85 +164,83 @@ fn walk(dir: &Path, depth: usize, found: &mut dyn FnMut(&str, bool)) {
 
 /// The slot usage kept by the server.
 pub struct ServerUsage {
-    client: Client,
+    /// A bad server URL is reported by the first load or save, as an unreachable
+    /// server is.
+    client: Result<Client, String>,
     node: String,
 }
 
 impl ServerUsage {
     pub fn new(server: &str, token: &str, node: &str) -> ServerUsage {
-        ServerUsage::with_client(Client::new(server, token), node)
+        ServerUsage {
+            client: Client::new(server, token).map_err(|e| e.to_string()),
+            node: node.to_owned(),
+        }
     }
 
     /// With the agent's own client (and so its authentication).
     pub fn with_client(client: Client, node: &str) -> ServerUsage {
         ServerUsage {
-            client,
+            client: Ok(client),
             node: node.to_owned(),
         }
     }
-}
 
-fn held(v: &Value) -> BTreeSet<String> {
-    v["vm_held_devices"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    fn client(&self) -> Result<&Client, String> {
+        self.client.as_ref().map_err(Clone::clone)
+    }
 }
 
 /// The body of `PUT /v2/agent/hosts/{node}/kubernetes`.
-pub fn save_body(report: &UsageReport) -> Value {
-    let usage: Map<String, Value> = report
-        .usage
-        .iter()
-        .map(|(slot, u)| (slot.clone(), Value::String(u.to_string())))
-        .collect();
-    let claims: Vec<Value> = report
-        .claims
-        .iter()
-        .map(|c| json!({"slot": c.slot, "device": c.device, "pod": c.pod}))
-        .collect();
-    json!({"usage": usage, "claims": claims})
+pub fn save_body(report: &UsageReport) -> KubernetesUsage {
+    KubernetesUsage {
+        usage: report
+            .usage
+            .iter()
+            .map(|(slot, u)| (slot.clone(), u.to_string()))
+            .collect(),
+        claims: report
+            .claims
+            .iter()
+            .map(|c| SlotClaim {
+                slot: c.slot.clone(),
+                device: c.device.clone(),
+                pod: c.pod.clone(),
+            })
+            .collect(),
+    }
 }
 
 impl UsageRecord for ServerUsage {
     fn load(&self) -> BoxFuture<'_, Result<Recorded, String>> {
         Box::pin(async move {
-            let v = self
-                .client
+            let shown = self
+                .client()?
                 .kubernetes_usage(&self.node)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut usage = BTreeMap::new();
-            if let Some(m) = v["usage"].as_object() {
-                for (slot, u) in m {
-                    let u = u
-                        .as_str()
-                        .unwrap_or_default()
-                        .parse()
-                        .map_err(|e| format!("saved usage of {slot}: {e}"))?;
-                    usage.insert(slot.clone(), u);
-                }
+            for (slot, u) in shown.usage {
+                let u = u
+                    .parse()
+                    .map_err(|e| format!("saved usage of {slot}: {e}"))?;
+                usage.insert(slot, u);
             }
             Ok(Recorded {
                 usage,
-                vm_held: held(&v),
+                vm_held: shown.vm_held_devices.into_iter().collect(),
             })
         })
     }
 
     fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
         Box::pin(async move {
-            let v = self
-                .client
+            let saved = self
+                .client()?
                 .kubernetes_save(&self.node, &save_body(&report))
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok(held(&v))
+            Ok(saved.vm_held_devices.into_iter().collect())
         })
     }
 }

@@ -31,8 +31,25 @@
 //! compute node → device → region and flavors can ask for it with `trait:` keys.
 
 use crate::pci::PciAddress;
+use accel_api::agent::{self as wire, AttachHandle, ControlPathId, DeviceReport, KeyValue};
 use accel_core::accelerator::DeviceType;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+fn kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+/// `trait0`, `trait1`, ... attributes.
+fn traits_attrs(traits: Vec<String>) -> Vec<KeyValue> {
+    traits
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| kv(format!("trait{i}"), t))
+        .collect()
+}
 
 /// Marks providers (and so allocations) as accel's, as Cyborg's `OWNER_CYBORG`.
 pub const OWNER_TRAIT: &str = "CUSTOM_OWNER_ACCEL";
@@ -92,17 +109,17 @@ impl Handle {
         }
     }
 
-    fn wire(&self) -> Value {
+    fn wire(&self) -> AttachHandle {
         let extra: Vec<(&str, &str)> = self
             .extra
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        json!({
-            "attach_type": "PCI",
-            "attach_info": self.address.cyborg_json_with(&extra),
-            "in_use": false,
-        })
+        AttachHandle {
+            attach_type: "PCI".into(),
+            attach_info: self.address.cyborg_json_with(&extra),
+            in_use: false,
+        }
     }
 }
 
@@ -210,52 +227,57 @@ impl FoundDevice {
         t
     }
 
-    fn wire(&self, node: &str) -> Value {
+    fn wire(&self, node: &str) -> wire::Device {
         let name = self.provider_name(node);
         let mut deployables = Vec::new();
-        let traits_attrs = |traits: Vec<String>| -> Vec<Value> {
-            traits
-                .into_iter()
-                .enumerate()
-                .map(|(i, t)| json!({"key": format!("trait{i}"), "value": t}))
-                .collect()
+        let deployable = |name: String, parent: Option<String>, num: i64, attributes, handles| {
+            wire::Deployable {
+                name,
+                parent,
+                num_accelerators: num,
+                driver_name: Some(self.driver.to_owned()),
+                attributes,
+                attach_handles: handles,
+            }
         };
         if self.device_type == DeviceType::Fpga {
-            deployables.push(json!({
-                "name": name,
-                "num_accelerators": 0,
-                "driver_name": self.driver,
-                "attributes": traits_attrs(self.device_traits()),
-                "attach_handles": [],
-            }));
+            deployables.push(deployable(
+                name.clone(),
+                None,
+                0,
+                traits_attrs(self.device_traits()),
+                Vec::new(),
+            ));
             for r in &self.regions {
-                let mut attrs = vec![json!({"key": "rc", "value": accelerator_class("FPGA")})];
+                let mut attrs = vec![kv("rc", accelerator_class("FPGA"))];
                 attrs.extend(traits_attrs(self.region_traits(r)));
-                deployables.push(json!({
-                    "name": self.region_name(node, r),
-                    "parent": name,
-                    "num_accelerators": r.count,
-                    "driver_name": self.driver,
-                    "attributes": attrs,
-                    "attach_handles": r.handles.iter().map(Handle::wire).collect::<Vec<_>>(),
-                }));
+                deployables.push(deployable(
+                    self.region_name(node, r),
+                    Some(name.clone()),
+                    r.count,
+                    attrs,
+                    r.handles.iter().map(Handle::wire).collect(),
+                ));
             }
         } else {
-            let mut attrs = vec![json!({"key": "rc", "value": accelerator_class(&self.class)})];
+            let mut attrs = vec![kv("rc", accelerator_class(&self.class))];
             if let Some(m) = &self.memory {
-                attrs.push(json!({
-                    "key": format!("inventory:{}", accelerator_class(&format!("MEMORY_{}", m.kind))),
-                    "value": m.mib.to_string(),
-                }));
+                attrs.push(kv(
+                    format!(
+                        "inventory:{}",
+                        accelerator_class(&format!("MEMORY_{}", m.kind))
+                    ),
+                    m.mib.to_string(),
+                ));
             }
             attrs.extend(traits_attrs(self.device_traits()));
-            deployables.push(json!({
-                "name": name,
-                "num_accelerators": self.count,
-                "driver_name": self.driver,
-                "attributes": attrs,
-                "attach_handles": self.handles.iter().map(Handle::wire).collect::<Vec<_>>(),
-            }));
+            deployables.push(deployable(
+                name,
+                None,
+                self.count,
+                attrs,
+                self.handles.iter().map(Handle::wire).collect(),
+            ));
         }
         let mut board = serde_json::Map::new();
         board.insert("vendor_id".into(), format!("0x{:04x}", self.vendor).into());
@@ -269,16 +291,25 @@ impl FoundDevice {
         for (k, v) in &self.board_info {
             board.insert(k.clone(), v.clone().into());
         }
-        json!({
-            "type": self.device_type.as_str(),
-            "vendor": format!("{:04x}", self.vendor),
-            "model": self.model,
-            "std_board_info": Value::Object(board).to_string(),
-            "vendor_board_info": null,
-            "health": match self.health { Health::Ok => "ok", Health::Unhealthy => "unhealthy" },
-            "controlpath_id": {"cpid_type": "PCI", "cpid_info": self.address.cyborg_json()},
-            "deployables": deployables,
-        })
+        wire::Device {
+            device_type: self.device_type.as_str().to_owned(),
+            vendor: format!("{:04x}", self.vendor),
+            model: self.model.clone(),
+            std_board_info: Some(Value::Object(board).to_string()),
+            vendor_board_info: None,
+            health: Some(
+                match self.health {
+                    Health::Ok => "ok",
+                    Health::Unhealthy => "unhealthy",
+                }
+                .to_owned(),
+            ),
+            controlpath_id: ControlPathId {
+                cpid_type: "PCI".into(),
+                cpid_info: self.address.cyborg_json(),
+            },
+            deployables,
+        }
     }
 }
 
@@ -320,25 +351,21 @@ impl FoundDevice {
     /// one deployable `<node>_<bdf>` per device with `OWNER_CYBORG` and Cyborg's
     /// trait names, no region providers, no NUMA or memory; QAT and NIC VFs are one
     /// deployable each (`<node>_<vf bdf>`), as Cyborg's QAT and NIC drivers do.
-    pub fn cyborg_deployables(&self, node: &str) -> Vec<Value> {
+    pub fn cyborg_deployables(&self, node: &str) -> Vec<wire::Deployable> {
         let vendor = vendor_name(self.vendor);
         let pid = format!("{:04X}", self.product);
         let rc = cyborg_class(self);
         let one = |name: String, num: i64, handles: Vec<&Handle>, traits: Vec<String>| {
-            let mut attrs = vec![json!({"key": "rc", "value": rc})];
-            attrs.extend(
-                traits
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, t)| json!({"key": format!("trait{i}"), "value": t})),
-            );
-            json!({
-                "name": name,
-                "num_accelerators": num,
-                "driver_name": self.driver,
-                "attributes": attrs,
-                "attach_handles": handles.into_iter().map(Handle::wire).collect::<Vec<_>>(),
-            })
+            let mut attrs = vec![kv("rc", rc.clone())];
+            attrs.extend(traits_attrs(traits));
+            wire::Deployable {
+                name,
+                parent: None,
+                num_accelerators: num,
+                driver_name: Some(self.driver.to_owned()),
+                attributes: attrs,
+                attach_handles: handles.into_iter().map(Handle::wire).collect(),
+            }
         };
         let name = self.provider_name(node);
         match self.device_type {
@@ -451,19 +478,24 @@ impl Report {
     }
 
     /// The body of `PUT /v2/agent/hosts/{node}/devices`.
-    pub fn to_json(&self) -> Value {
-        let devices: Vec<Value> = self
+    pub fn body(&self) -> DeviceReport {
+        let devices = self
             .devices
             .iter()
             .map(|d| {
                 let mut v = d.wire(&self.node);
                 if self.model == Model::Cyborg {
-                    v["deployables"] = Value::Array(d.cyborg_deployables(&self.node));
+                    v.deployables = d.cyborg_deployables(&self.node);
                 }
                 v
             })
             .collect();
-        json!({ "devices": devices })
+        DeviceReport { devices }
+    }
+
+    /// [`Report::body`] as JSON.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.body()).unwrap_or(Value::Null)
     }
 }
 

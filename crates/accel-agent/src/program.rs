@@ -36,15 +36,14 @@ pub struct ProgramJob {
     pub function_id: Option<String>,
 }
 
-impl ProgramJob {
-    pub fn from_json(v: &Value) -> Option<ProgramJob> {
-        let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        Some(ProgramJob {
-            id: v.get("id")?.as_i64()?,
-            deployable_name: text("deployable_name")?,
-            bitstream_id: text("bitstream_id"),
-            function_id: text("function_id"),
-        })
+impl From<accel_api::agent::ProgramRequest> for ProgramJob {
+    fn from(r: accel_api::agent::ProgramRequest) -> ProgramJob {
+        ProgramJob {
+            id: r.id,
+            deployable_name: r.deployable_name,
+            bitstream_id: r.bitstream_id,
+            function_id: r.function_id,
+        }
     }
 }
 

@@ -1,1 +1,324 @@
-//! The agent wire types (filled in by the wire-layer work).
+//! The agent protocol: accel's own endpoints between the node agent and the server
+//! (upstream's agents speak RPC to the conductor instead). Both sides use these types:
+//! the agent serialises them, the server deserialises them after its checks.
+//!
+//! ```text
+//! GET /v2/agent/hosts/{host}                   ─▶ HostInfo (404: no compute node)
+//! PUT /v2/agent/hosts/{host}/devices[?force]   DeviceReport ─▶ ReportAnswer
+//! GET /v2/agent/hosts/{host}/programs          ─▶ Programs
+//! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
+//! GET /v2/agent/hosts/{host}/kubernetes        ─▶ KubernetesShown
+//! PUT /v2/agent/hosts/{host}/kubernetes        KubernetesUsage ─▶ KubernetesSaved
+//! ```
+//!
+//! The report is the host's full device list in upstream's `DriverDevice` shape, plus
+//! accel's optional `health` per device and `parent` per deployable (an FPGA region
+//! under its card). Field order is the order the agent has always sent (the server
+//! keeps a digest of the body bytes to skip an unchanged report).
+
+use crate::http::{Error, Http, Method, Request};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `PUT /v2/agent/hosts/{host}/devices`'s body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    pub devices: Vec<Device>,
+}
+
+/// One device of a report (upstream's `DriverDevice`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// `GPU`, `FPGA`, `AICHIP`, ...
+    #[serde(rename = "type")]
+    pub device_type: String,
+    pub vendor: String,
+    pub model: String,
+    #[serde(default)]
+    pub std_board_info: Option<String>,
+    #[serde(default)]
+    pub vendor_board_info: Option<String>,
+    /// accel's: `ok` (the default) or `unhealthy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    pub controlpath_id: ControlPathId,
+    #[serde(default)]
+    pub deployables: Vec<Deployable>,
+}
+
+/// How the driver reaches the device (`PCI` and its address as JSON text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlPathId {
+    pub cpid_type: String,
+    pub cpid_info: String,
+}
+
+/// One deployable of a device: a whole device, or an FPGA region under its card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deployable {
+    pub name: String,
+    /// accel's: the name of the deployable this one is part of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    pub num_accelerators: i64,
+    #[serde(default)]
+    pub driver_name: Option<String>,
+    #[serde(default)]
+    pub attributes: Vec<KeyValue>,
+    #[serde(default)]
+    pub attach_handles: Vec<AttachHandle>,
+}
+
+/// A deployable's attribute (`rc`, `trait<N>`, `inventory:<RC>`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: String,
+}
+
+/// What an instance attaches (`PCI`, `MDEV`, `TEST_PCI`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachHandle {
+    pub attach_type: String,
+    pub attach_info: String,
+    /// Anything but `true` reads as `false`, as the server always has.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub in_use: bool,
+}
+
+fn lenient_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?
+        .as_bool()
+        .unwrap_or(false))
+}
+
+/// What a report did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportAnswer {
+    pub hostname: String,
+    pub unchanged: bool,
+    #[serde(default)]
+    pub devices_added: i64,
+    #[serde(default)]
+    pub devices_removed: i64,
+    #[serde(default)]
+    pub devices_kept: i64,
+    #[serde(default)]
+    pub devices_vanished: i64,
+}
+
+/// `GET /v2/agent/hosts/{host}`: the compute node provider the agent reports under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub hostname: String,
+    pub compute_node_uuid: String,
+    pub devices: i64,
+}
+
+/// A programming request for the host's agent (a bind's, or
+/// `PATCH /v2/deployables/{uuid}/program`'s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramRequest {
+    pub id: i64,
+    #[serde(default)]
+    pub arq_uuid: Option<String>,
+    pub deployable_uuid: String,
+    pub deployable_name: String,
+    #[serde(default)]
+    pub bitstream_id: Option<String>,
+    #[serde(default)]
+    pub function_id: Option<String>,
+    pub state: String,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// `{"programs": [...]}`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Programs {
+    pub programs: Vec<ProgramRequest>,
+}
+
+/// The agent's answer to a programming request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum ProgramAnswer {
+    Done,
+    Failed { error: String },
+}
+
+impl From<&Result<(), String>> for ProgramAnswer {
+    fn from(r: &Result<(), String>) -> ProgramAnswer {
+        match r {
+            Ok(()) => ProgramAnswer::Done,
+            Err(e) => ProgramAnswer::Failed { error: e.clone() },
+        }
+    }
+}
+
+/// One slot a pod (or nobody yet) holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotClaim {
+    pub slot: String,
+    /// The device's PCI address.
+    pub device: String,
+    /// `<namespace>/<name>`, or `None` before the pod is known.
+    pub pod: Option<String>,
+}
+
+/// `PUT /v2/agent/hosts/{host}/kubernetes`: seed 001's slot usage (`""`, `<node>` or
+/// `C:<virtual id>:<node>` per slot id) and the claims behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesUsage {
+    pub usage: BTreeMap<String, String>,
+    #[serde(default)]
+    pub claims: Vec<SlotClaim>,
+}
+
+/// The answer to a saved usage: the devices VMs hold, and pods' consumers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesSaved {
+    pub hostname: String,
+    pub vm_held_devices: Vec<String>,
+    /// Placement consumer uuid to the devices it holds.
+    #[serde(default)]
+    pub consumers: BTreeMap<String, Vec<String>>,
+    pub usage_changed: bool,
+}
+
+/// `GET /v2/agent/hosts/{host}/kubernetes`: the stored usage (a restarted agent
+/// restores it) and the devices VMs hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesShown {
+    pub hostname: String,
+    pub usage: BTreeMap<String, String>,
+    pub vm_held_devices: Vec<String>,
+}
+
+/// The agent's client of these endpoints (base: the accelerator API endpoint).
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: Http,
+}
+
+impl Client {
+    pub fn new(http: Http) -> Client {
+        Client { http }
+    }
+
+    pub fn http(&self) -> &Http {
+        &self.http
+    }
+
+    fn req(method: Method, host: &str, rest: &str) -> Request {
+        Request::new(method, format!("/v2/agent/hosts/{host}{rest}"))
+    }
+
+    /// `GET /v2/agent/hosts/{host}`.
+    pub async fn host(&self, host: &str) -> Result<HostInfo, Error> {
+        self.http.call(&Client::req(Method::GET, host, "")).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/devices`; `force` makes the server apply a body
+    /// equal to the last one.
+    pub async fn report(
+        &self,
+        host: &str,
+        body: &DeviceReport,
+        force: bool,
+    ) -> Result<ReportAnswer, Error> {
+        let mut r = Client::req(Method::PUT, host, "/devices").json(body);
+        if force {
+            r = r.query("force", "true");
+        }
+        self.http.call(&r).await
+    }
+
+    /// `GET /v2/agent/hosts/{host}/programs`.
+    pub async fn pending_programs(&self, host: &str) -> Result<Vec<ProgramRequest>, Error> {
+        let r = Client::req(Method::GET, host, "/programs");
+        Ok(self.http.call::<Programs>(&r).await?.programs)
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/programs/{id}`: done, or failed with the reason.
+    pub async fn finish_program(
+        &self,
+        host: &str,
+        id: i64,
+        answer: &ProgramAnswer,
+    ) -> Result<ProgramRequest, Error> {
+        let r = Client::req(Method::PUT, host, &format!("/programs/{id}")).json(answer);
+        self.http.call(&r).await
+    }
+
+    /// `GET /v2/agent/hosts/{host}/kubernetes`.
+    pub async fn kubernetes_usage(&self, host: &str) -> Result<KubernetesShown, Error> {
+        self.http
+            .call(&Client::req(Method::GET, host, "/kubernetes"))
+            .await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/kubernetes`.
+    pub async fn kubernetes_save(
+        &self,
+        host: &str,
+        body: &KubernetesUsage,
+    ) -> Result<KubernetesSaved, Error> {
+        let r = Client::req(Method::PUT, host, "/kubernetes").json(body);
+        self.http.call(&r).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_report_keeps_the_agents_field_order() {
+        let d = Device {
+            device_type: "GPU".into(),
+            vendor: "10de".into(),
+            model: "m".into(),
+            std_board_info: Some("{}".into()),
+            vendor_board_info: None,
+            health: Some("ok".into()),
+            controlpath_id: ControlPathId {
+                cpid_type: "PCI".into(),
+                cpid_info: "{}".into(),
+            },
+            deployables: vec![Deployable {
+                name: "n".into(),
+                parent: None,
+                num_accelerators: 1,
+                driver_name: Some("nvidia".into()),
+                attributes: vec![KeyValue {
+                    key: "rc".into(),
+                    value: "PGPU".into(),
+                }],
+                attach_handles: vec![AttachHandle {
+                    attach_type: "PCI".into(),
+                    attach_info: "{}".into(),
+                    in_use: false,
+                }],
+            }],
+        };
+        let text = serde_json::to_string(&DeviceReport { devices: vec![d] }).unwrap();
+        assert_eq!(
+            text,
+            r#"{"devices":[{"type":"GPU","vendor":"10de","model":"m","std_board_info":"{}","vendor_board_info":null,"health":"ok","controlpath_id":{"cpid_type":"PCI","cpid_info":"{}"},"deployables":[{"name":"n","num_accelerators":1,"driver_name":"nvidia","attributes":[{"key":"rc","value":"PGPU"}],"attach_handles":[{"attach_type":"PCI","attach_info":"{}","in_use":false}]}]}]}"#
+        );
+    }
+
+    #[test]
+    fn program_answers() {
+        assert_eq!(
+            serde_json::to_value(ProgramAnswer::from(&Ok(()))).unwrap(),
+            json!({"state": "done"})
+        );
+        assert_eq!(
+            serde_json::to_value(ProgramAnswer::from(&Err("no image".to_owned()))).unwrap(),
+            json!({"state": "failed", "error": "no image"})
+        );
+    }
+}

@@ -225,6 +225,8 @@ pub struct Http {
     client: reqwest::Client,
     endpoint: Endpoint,
     auth: Auth,
+    /// Sent with every request (before each request's own).
+    headers: Vec<(&'static str, String)>,
 }
 
 /// Options of [`Http::new`].
@@ -233,6 +235,12 @@ pub struct Options {
     /// Whole-request timeout (none by default: long polls set their own).
     pub timeout: Option<Duration>,
     pub connect_timeout: Option<Duration>,
+    /// Idle connections kept per host (reqwest's default when `None`); a load
+    /// generator keeps one per concurrent client.
+    pub pool_max_idle_per_host: Option<usize>,
+    /// Headers of every request, e.g. the identity headers keystonemiddleware would
+    /// set, for a service run without it.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Http {
@@ -256,11 +264,15 @@ impl Http {
         if let Some(t) = options.connect_timeout {
             b = b.connect_timeout(t);
         }
+        if let Some(n) = options.pool_max_idle_per_host {
+            b = b.pool_max_idle_per_host(n);
+        }
         let client = b.build().map_err(|e| Error::Config(e.to_string()))?;
         Ok(Http {
             client,
             endpoint,
             auth,
+            headers: options.headers,
         })
     }
 
@@ -310,7 +322,7 @@ impl Http {
             if let Some(mv) = &req.microversion {
                 b = b.header("openstack-api-version", mv);
             }
-            for (k, v) in &req.headers {
+            for (k, v) in self.headers.iter().chain(&req.headers) {
                 b = b.header(*k, v);
             }
             if let Some(body) = &req.body {

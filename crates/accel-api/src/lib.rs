@@ -15,3 +15,4 @@ pub mod accelerator;
 pub mod agent;
 pub mod http;
 pub mod placement;
+pub mod workflow;

@@ -157,7 +157,8 @@ async fn agent(
             accel_agent::client::Client::with_auth(
                 &s.server,
                 s.auth().map_err(anyhow::Error::msg)?,
-            ),
+            )
+            .context("the accelerator API endpoint")?,
             &s.node,
         ));
         let options = accel_k8s::Options {

@@ -1,9 +1,9 @@
 //! `accel boot` and `accel unboot`: the Nova workflow without Nova
-//! (`accel_server::workflow`). `boot` claims an instance's resources in Placement, binds
+//! (`accel_api::workflow`). `boot` claims an instance's resources in Placement, binds
 //! its device profile's accelerators and prints the attach handles; `unboot` unbinds and
 //! deletes its ARQs and releases its allocations.
 
-use accel_server::workflow::{self, BootRequest, Booted, Endpoints, Unbooted};
+use accel_api::workflow::{self, BootRequest, Booted, Endpoints, Unbooted};
 use anyhow::Context;
 use serde_json::json;
 use std::time::Duration;

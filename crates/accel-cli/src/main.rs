@@ -2,13 +2,17 @@
 //! the servers together. `accel serve` runs the API server; client commands and the
 //! node agent join as their issues land.
 
+#[cfg(feature = "agent")]
 mod agent;
 mod boot;
 mod client;
+#[cfg(feature = "server")]
 mod config;
 
+#[cfg(feature = "server")]
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+#[cfg(feature = "server")]
 use std::sync::Arc;
 
 /// The API renders large JSON documents and decodes many rows per request; glibc's
@@ -31,6 +35,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API server (Placement API; accelerator API when available).
+    #[cfg(feature = "server")]
     Serve(config::ServeArgs),
     /// Device profiles of the accelerator API: create, list, show, delete.
     DeviceProfile(client::ProfileArgs),
@@ -43,12 +48,14 @@ enum Command {
     Unboot(boot::UnbootArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
+    #[cfg(feature = "agent")]
     Agent(agent::AgentArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        #[cfg(feature = "server")]
         Command::Serve(args) => {
             let cfg = config::ServeConfig::load(args)?;
             init_tracing(&cfg.log_format);
@@ -59,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         Command::Arq(a) => client::run(client::arqs::run(&a.conn, a.command)),
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
+        #[cfg(feature = "agent")]
         Command::Agent(a) => {
             init_tracing("text");
             agent::run(a)
@@ -66,6 +74,7 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+#[cfg(any(feature = "server", feature = "agent"))]
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -79,6 +88,7 @@ fn init_tracing(format: &str) {
     }
 }
 
+#[cfg(feature = "server")]
 async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     use accel_server::accelerator::binder::{NovaEndpoint, WorkerConfig};
     let url = cfg.database_url()?;
@@ -145,6 +155,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(any(feature = "server", feature = "agent"))]
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -180,8 +180,7 @@ impl Registrar {
         let task = tokio::spawn(async move {
             let incoming = UnixListenerStream::new(listener);
             if let Err(e) = Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
+                .serve_with_incoming(service, incoming)
                 .await
             {
                 tracing::warn!(resource = %name, error = %e, "device plugin server ended");

@@ -3,7 +3,8 @@
 //! and one auth layer.
 //!
 //! Besides the listeners, `accel serve` runs the accelerator API's background workers
-//! ([`accelerator::binder`]); [`workflow`] is the Nova workflow as a client of both APIs.
+//! ([`accelerator::binder`]). The Nova workflow, a client of both APIs, is
+//! `accel_api::workflow`.
 //!
 //! [`app::App`] is the composition root every server process goes through (`accel
 //! serve`, tests, benches): it takes already-bound listeners and a shutdown future
@@ -18,7 +19,6 @@ pub mod external;
 pub mod jsonschema;
 pub mod placement;
 pub mod supervisor;
-pub mod workflow;
 
 use accel_core::policy::Policy;
 use accel_store::Store;

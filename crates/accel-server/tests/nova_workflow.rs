@@ -4,7 +4,7 @@
 
 mod common;
 
-use accel_server::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
+use accel_api::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
 use accel_store::accelerator::hardware::{self, DeployableColumn};
 use accel_store::accelerator::report;
 use common::accel::{placement, workers, FakeNova, Server, TempDb};

@@ -423,7 +423,7 @@ async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
 
 #[tokio::test]
 async fn the_workflow_picks_the_region_that_already_carries_the_function() {
-    use accel_server::workflow::{self, BootRequest, Endpoints};
+    use accel_api::workflow::{self, BootRequest, Endpoints};
     for backend in BACKENDS {
         let db = TempDb::fresh(backend).await;
         let srv = Server::start(&db.url, None, Some(workers(None))).await;

@@ -41,10 +41,14 @@
 //!     --placement-url http://127.0.0.1:8778 --clients 16 --cycles 800
 //! ```
 
+use accel_api::accelerator::{
+    self, bind_ops, patch_entry, state, ArqFilter, ArqPatch, ArqSelector, NewArqs, NewDeviceProfile,
+};
+use accel_api::agent;
+use accel_api::http::{Auth, Endpoint, Http, Method, Options, Request};
 use accel_bench::{run_phase, PhaseStats, TABLE_HEADER};
 use anyhow::{bail, Context};
 use clap::Parser;
-use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,138 +112,103 @@ struct Args {
 /// that is not uuid-like. The seed script uses it too.
 const NOVA_PROJECT: &str = "5eed900000004000800000000000000a";
 
-#[derive(Clone, Copy)]
-enum Who {
-    Admin,
-    Nova,
-}
-
+/// The two APIs, on accel-api's typed clients: the accelerator API as an admin and
+/// as Nova (no microversion header, as Nova), Placement as an admin.
 #[derive(Clone)]
 struct Api {
-    client: Client,
-    accel: Arc<str>,
-    placement: Arc<str>,
-    nova_roles: Arc<str>,
+    admin: accelerator::Client,
+    nova: accelerator::Client,
+    agent: agent::Client,
+    placement: Http,
 }
 
 impl Api {
-    /// Sends one accelerator API request; any status but `expect` is a failure.
-    async fn call(
-        &self,
-        who: Who,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        expect: &[StatusCode],
-    ) -> Result<(StatusCode, Value), String> {
-        let mut rb = self
-            .client
-            .request(method.clone(), format!("{}{}", self.accel, path))
-            .header("accept", "application/json");
-        // accel's noauth reads the token (`user:project`), `X-Roles` and
-        // `X-Service-Roles`; upstream Cyborg behind no keystonemiddleware reads the
-        // headers keystonemiddleware would have set (`X-User-Id`, `X-Project-Id`,
-        // `X-Roles`).
-        rb = match who {
-            Who::Admin => rb
-                .header("x-auth-token", "admin")
-                .header("x-user-id", "admin")
-                .header("x-project-id", "admin")
-                .header("x-roles", "admin,member,reader"),
-            Who::Nova => rb
-                .header("x-auth-token", format!("nova:{NOVA_PROJECT}"))
-                .header("x-user-id", "nova")
-                .header("x-project-id", NOVA_PROJECT)
-                .header("x-roles", &*self.nova_roles)
-                .header("x-service-roles", "service"),
+    /// accel's noauth reads the token (`user:project`), `X-Roles` and
+    /// `X-Service-Roles`; upstream Cyborg behind no keystonemiddleware reads the
+    /// headers keystonemiddleware would have set (`X-User-Id`, `X-Project-Id`,
+    /// `X-Roles`): both are sent.
+    fn new(args: &Args, clients: usize) -> anyhow::Result<Api> {
+        let http = |url: &str, token: String, headers: Vec<(&'static str, String)>| {
+            Http::new(
+                Endpoint::Url(url.trim_end_matches('/').to_owned()),
+                Auth::Token(token),
+                Options {
+                    pool_max_idle_per_host: Some(2 * clients),
+                    headers,
+                    ..Options::default()
+                },
+            )
         };
-        if let Some(b) = body {
-            rb = rb.json(b);
-        }
-        send(rb, &method, path, expect).await
+        let admin = http(
+            &args.url,
+            "admin".into(),
+            vec![
+                ("x-user-id", "admin".into()),
+                ("x-project-id", "admin".into()),
+                ("x-roles", "admin,member,reader".into()),
+            ],
+        )?;
+        let nova = http(
+            &args.url,
+            format!("nova:{NOVA_PROJECT}"),
+            vec![
+                ("x-user-id", "nova".into()),
+                ("x-project-id", NOVA_PROJECT.into()),
+                ("x-roles", args.nova_roles.clone()),
+                ("x-service-roles", "service".into()),
+            ],
+        )?;
+        Ok(Api {
+            admin: accelerator::Client::new(admin.clone()).with_microversion(None),
+            nova: accelerator::Client::new(nova).with_microversion(None),
+            agent: agent::Client::new(admin),
+            placement: http(&args.placement_url, "admin".into(), Vec::new())?,
+        })
     }
-
-    async fn placement(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        expect: &[StatusCode],
-    ) -> Result<(StatusCode, Value), String> {
-        let mut rb = self
-            .client
-            .request(method.clone(), format!("{}{}", self.placement, path))
-            .header("x-auth-token", "admin")
-            .header("openstack-api-version", "placement 1.20");
-        if let Some(b) = body {
-            rb = rb.json(b);
-        }
-        send(rb, &method, path, expect).await
-    }
-}
-
-async fn send(
-    rb: reqwest::RequestBuilder,
-    method: &Method,
-    path: &str,
-    expect: &[StatusCode],
-) -> Result<(StatusCode, Value), String> {
-    let resp = rb
-        .send()
-        .await
-        .map_err(|e| format!("{method} {path}: {e}"))?;
-    let status = resp.status();
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| format!("{method} {path}: {e}"))?;
-    if !expect.contains(&status) {
-        return Err(format!(
-            "{method} {path}: {status}: {}",
-            String::from_utf8_lossy(&bytes)
-                .chars()
-                .take(300)
-                .collect::<String>()
-        ));
-    }
-    let v = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).map_err(|e| format!("{method} {path}: bad JSON: {e}"))?
-    };
-    Ok((status, v))
 }
 
 /// The device the built-in fake source reports (`accel_core::accelerator::fake_device`),
 /// with `handles` attach handles, in the agent report's wire shape.
-fn fake_report(host: &str, handles: usize) -> Value {
-    let attach_handles: Vec<Value> = (1..=handles)
-        .map(|n| {
-            json!({
-                "attach_type": "TEST_PCI",
-                "attach_info": format!(
-                    "{{\"domain\": \"0000\", \"bus\": \"0c\", \"device\": \"{}\", \"function\": \"{}\"}}",
-                    n / 8, n % 8
-                ),
-                "in_use": false,
-            })
+fn fake_report(host: &str, handles: usize) -> agent::DeviceReport {
+    let attach_handles = (1..=handles)
+        .map(|n| agent::AttachHandle {
+            attach_type: "TEST_PCI".into(),
+            attach_info: format!(
+                "{{\"domain\": \"0000\", \"bus\": \"0c\", \"device\": \"{}\", \"function\": \"{}\"}}",
+                n / 8,
+                n % 8
+            ),
+            in_use: false,
         })
         .collect();
-    json!({"devices": [{
-        "type": "FPGA", "vendor": "0xABCD", "model": "miss model info",
-        "std_board_info": "{\"device_id\": \"0xabcd\", \"class\": \"Fake class\"}",
-        "vendor_board_info": "fake_vendor_info",
-        "controlpath_id": {"cpid_type": "PCI",
-            "cpid_info": "{\"domain\":\"0000\",\"bus\":\"0c\",\"device\":\"00\",\"function\":\"0\"}"},
-        "deployables": [{
-            "name": format!("{host}_FakeDevice"),
-            "num_accelerators": handles,
-            "driver_name": "fake",
-            "attributes": [{"key": "traits1", "value": "CUSTOM_FAKE_DEVICE"},
-                           {"key": "rc", "value": "FPGA"}],
-            "attach_handles": attach_handles,
+    let kv = |key: &str, value: &str| agent::KeyValue {
+        key: key.into(),
+        value: value.into(),
+    };
+    agent::DeviceReport {
+        devices: vec![agent::Device {
+            device_type: "FPGA".into(),
+            vendor: "0xABCD".into(),
+            model: "miss model info".into(),
+            std_board_info: Some("{\"device_id\": \"0xabcd\", \"class\": \"Fake class\"}".into()),
+            vendor_board_info: Some("fake_vendor_info".into()),
+            health: None,
+            controlpath_id: agent::ControlPathId {
+                cpid_type: "PCI".into(),
+                cpid_info:
+                    "{\"domain\":\"0000\",\"bus\":\"0c\",\"device\":\"00\",\"function\":\"0\"}"
+                        .into(),
+            },
+            deployables: vec![agent::Deployable {
+                name: format!("{host}_FakeDevice"),
+                parent: None,
+                num_accelerators: handles as i64,
+                driver_name: Some("fake".into()),
+                attributes: vec![kv("traits1", "CUSTOM_FAKE_DEVICE"), kv("rc", "FPGA")],
+                attach_handles,
+            }],
         }],
-    }]})
+    }
 }
 
 /// Reports the fake hosts and returns `(host, device_rp_uuid)` per host.
@@ -251,48 +220,35 @@ async fn setup_hosts(
     let mut out = Vec::with_capacity(hosts);
     for h in 0..hosts {
         let host = format!("arq-bench-{h}");
-        api.placement(
-            Method::POST,
-            "/resource_providers",
-            Some(&json!({"name": host})),
-            &[StatusCode::OK, StatusCode::CONFLICT],
-        )
-        .await
-        .map_err(anyhow::Error::msg)
-        .context("creating the compute node provider (is the Placement API up?)")?;
-        api.call(
-            Who::Admin,
-            Method::PUT,
-            &format!("/v2/agent/hosts/{host}/devices"),
-            Some(&fake_report(&host, handles)),
-            &[StatusCode::OK],
-        )
-        .await
-        .map_err(anyhow::Error::msg)
-        .context("reporting the fake device")?;
+        let r = Request::new(Method::POST, "/resource_providers")
+            .microversion("placement 1.20")
+            .json(&json!({"name": host}));
+        let reply = api
+            .placement
+            .send(&r)
+            .await
+            .context("creating the compute node provider (is the Placement API up?)")?;
+        if reply.status != 409 {
+            reply
+                .success()
+                .context("creating the compute node provider")?;
+        }
+        api.agent
+            .report(&host, &fake_report(&host, handles), false)
+            .await
+            .context("reporting the fake device")?;
         out.push(host);
     }
-    let (_, deployables) = api
-        .call(
-            Who::Admin,
-            Method::GET,
-            "/v2/deployables",
-            None,
-            &[StatusCode::OK],
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let deployables = api.admin.deployables(&[]).await?;
     out.into_iter()
         .map(|host| {
             let name = format!("{host}_FakeDevice");
-            let rp = deployables["deployables"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|d| d["name"] == name.as_str())
-                .and_then(|d| d["rp_uuid"].as_str())
+            let rp = deployables
+                .iter()
+                .find(|d| d.name == name)
+                .and_then(|d| d.rp_uuid.clone())
                 .with_context(|| format!("no deployable {name} with an rp_uuid"))?;
-            Ok((host, rp.to_owned()))
+            Ok((host, rp))
         })
         .collect()
 }
@@ -351,46 +307,27 @@ impl Driver {
         let instance = Uuid::new_v4().to_string();
         let event = nova.as_ref().map(|n| n.expect(&instance));
         let t0 = Instant::now();
-        let (_, created) = api
-            .call(
-                Who::Nova,
-                Method::POST,
-                "/v2/accelerator_requests",
-                Some(&json!({"device_profile_name": profile.as_str()})),
-                &[StatusCode::CREATED],
-            )
-            .await?;
-        let uuids: Vec<&str> = created["arqs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a["uuid"].as_str())
-            .collect();
-        if uuids.len() != k {
-            return Err(format!("created {} ARQs, expected {k}", uuids.len()));
+        let created = api
+            .nova
+            .create_arqs(&NewArqs {
+                device_profile_name: profile.clone(),
+                device_profile_group_id: None,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        if created.len() != k {
+            return Err(format!("created {} ARQs, expected {k}", created.len()));
         }
         let t1 = Instant::now();
-        let patch: serde_json::Map<String, Value> = uuids
-            .iter()
-            .map(|u| {
-                (
-                    (*u).to_owned(),
-                    json!([
-                        {"op": "add", "path": "/hostname", "value": host},
-                        {"op": "add", "path": "/device_rp_uuid", "value": rp},
-                        {"op": "add", "path": "/instance_uuid", "value": instance},
-                    ]),
-                )
-            })
-            .collect();
-        api.call(
-            Who::Nova,
-            Method::PATCH,
-            "/v2/accelerator_requests",
-            Some(&Value::Object(patch)),
-            &[StatusCode::ACCEPTED],
-        )
-        .await?;
+        let mut patch = ArqPatch::new();
+        for a in &created {
+            patch_entry(&mut patch, &a.uuid, bind_ops(host, rp, &instance));
+        }
+        // The Nova client's own headers carry its service role.
+        api.nova
+            .patch_arqs(&patch, None)
+            .await
+            .map_err(|e| e.to_string())?;
         let t2 = Instant::now();
         if let Some(rx) = event {
             tokio::time::timeout(Duration::from_secs(60), rx)
@@ -398,44 +335,35 @@ impl Driver {
                 .map_err(|_| format!("no event for instance {instance} after 60 s"))?
                 .map_err(|_| "the fake Nova stopped".to_owned())?;
         }
-        let path = format!("/v2/accelerator_requests?instance={instance}&bind_state=resolved");
+        let filter = ArqFilter {
+            instance: Some(instance.clone()),
+            bind_state: Some("resolved".into()),
+        };
         let mut polls = 0;
         let resolved = loop {
             polls += 1;
-            let (status, v) = api
-                .call(
-                    Who::Nova,
-                    Method::GET,
-                    &path,
-                    None,
-                    &[StatusCode::OK, StatusCode::LOCKED],
-                )
-                .await?;
-            if status == StatusCode::OK {
-                break v;
+            match api.nova.arqs(&filter).await {
+                Ok(arqs) => break arqs,
+                Err(e) if e.status() == Some(423) => {}
+                Err(e) => return Err(e.to_string()),
             }
             if t2.elapsed() > Duration::from_secs(60) {
                 return Err(format!("instance {instance} not resolved after 60 s"));
             }
             tokio::time::sleep(poll).await;
         };
-        let arqs = resolved["arqs"].as_array().cloned().unwrap_or_default();
-        let bound = arqs
+        let bound = resolved
             .iter()
-            .filter(|a| a["state"] == "Bound" && a["attach_handle_uuid"].is_string())
+            .filter(|a| a.state == state::BOUND && a.attach_handle_uuid.is_some())
             .count();
         if bound != k {
-            return Err(format!("{bound} of {k} ARQs Bound: {resolved}"));
+            return Err(format!("{bound} of {k} ARQs Bound: {resolved:?}"));
         }
         let t3 = Instant::now();
-        api.call(
-            Who::Nova,
-            Method::DELETE,
-            &format!("/v2/accelerator_requests?instance={instance}"),
-            None,
-            &[StatusCode::NO_CONTENT],
-        )
-        .await?;
+        api.nova
+            .delete_arqs(&ArqSelector::Instance(instance.clone()), None)
+            .await
+            .map_err(|e| e.to_string())?;
         let t4 = Instant::now();
         let mut s = steps.lock().unwrap();
         s.create.push(t1 - t0);
@@ -526,12 +454,7 @@ async fn main() -> anyhow::Result<()> {
     if args.cycles > 0 && (hosts < c || args.handles_per_host < k) {
         bail!("each client needs a host of its own with at least --accelerators handles: give --hosts >= --clients and --handles-per-host >= --accelerators");
     }
-    let api = Api {
-        client: Client::builder().pool_max_idle_per_host(2 * c).build()?,
-        accel: args.url.trim_end_matches('/').into(),
-        placement: args.placement_url.trim_end_matches('/').into(),
-        nova_roles: args.nova_roles.as_str().into(),
-    };
+    let api = Api::new(&args, c)?;
     let nova = match &args.nova_listen {
         Some(addr) => {
             let n = Arc::new(Nova::default());
@@ -564,17 +487,23 @@ async fn main() -> anyhow::Result<()> {
         }
         let targets = Arc::new(targets);
         let profile: Arc<str> = format!("arq-bench-{k}").into();
-        api.call(
-            Who::Admin,
-            Method::POST,
-            "/v2/device_profiles",
-            Some(&json!([{"name": &*profile, "groups": [
-                {"resources:FPGA": k.to_string(), "trait:CUSTOM_FAKE_DEVICE": "required"}
-            ]}])),
-            &[StatusCode::CREATED, StatusCode::CONFLICT],
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        let group =
+            json!({"resources:FPGA": k.to_string(), "trait:CUSTOM_FAKE_DEVICE": "required"});
+        let created = api
+            .admin
+            .create_profile(&NewDeviceProfile {
+                name: profile.to_string(),
+                groups: vec![serde_json::from_value(group)?],
+                description: None,
+                uuid: None,
+            })
+            .await;
+        match created {
+            Err(e) if e.status() == Some(409) => {}
+            other => {
+                other?;
+            }
+        }
 
         let driver = Arc::new(Driver {
             api: api.clone(),
@@ -614,18 +543,19 @@ async fn main() -> anyhow::Result<()> {
             // A scattered walk over the seeded instances.
             let instance = seeded_instance(i.wrapping_mul(7919) % instances);
             async move {
-                let (_, v) = api
-                    .call(
-                        Who::Nova,
-                        Method::GET,
-                        &format!("/v2/accelerator_requests?instance={instance}"),
-                        None,
-                        &[StatusCode::OK],
-                    )
-                    .await?;
-                match v["arqs"].as_array().map(Vec::len) {
-                    Some(4) => Ok(()),
-                    n => Err(format!("instance {instance}: {n:?} ARQs, expected 4")),
+                let filter = ArqFilter {
+                    instance: Some(instance.clone()),
+                    bind_state: None,
+                };
+                match api
+                    .nova
+                    .arqs(&filter)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .len()
+                {
+                    4 => Ok(()),
+                    n => Err(format!("instance {instance}: {n} ARQs, expected 4")),
                 }
             }
         };

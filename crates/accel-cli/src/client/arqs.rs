@@ -3,11 +3,14 @@
 //! Bind, unbind and deleting by instance are Nova's calls upstream and need a service
 //! token: `--service-token` (default: the `--token`) is sent as `X-Service-Token`.
 
-use super::http::{Api, Extra};
+use super::http::{api, failed};
 use super::profiles::{deleted, segment};
 use super::{output, Connection};
+use accel_api::accelerator::{
+    bind_ops, patch_entry, unbind_ops, Arq, ArqFilter, ArqPatch, ArqSelector, Client, NewArqs,
+    PatchOp,
+};
 use clap::{Args, Subcommand};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 #[derive(Subcommand, Debug)]
@@ -96,7 +99,7 @@ const SHOW_FIELDS: &[&str] = &[
 ];
 
 pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
-    let api = Api::new(conn)?;
+    let api = api(conn)?;
     let f = conn.format;
     let service = |s: &ServiceToken| {
         s.service_token
@@ -108,47 +111,29 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
             device_profile,
             group_id,
         } => {
-            let mut body = json!({"device_profile_name": device_profile});
-            if let Some(g) = group_id {
-                body["device_profile_group_id"] = json!(g);
-            }
-            let v = api
-                .call(
-                    Method::POST,
-                    "/accelerator_requests",
-                    &[],
-                    Some(&body),
-                    Extra::default(),
-                )
-                .await?;
-            Ok(output::list(f, &arqs(&v), LIST_COLUMNS))
+            let created = api
+                .create_arqs(&NewArqs {
+                    device_profile_name: device_profile,
+                    device_profile_group_id: group_id,
+                })
+                .await
+                .map_err(failed)?;
+            Ok(output::list(f, &values(&created), LIST_COLUMNS))
         }
         ArqCommand::List {
             instance,
             bind_state,
         } => {
-            let mut query = Vec::new();
-            if let Some(i) = &instance {
-                query.push(("instance", i.as_str()));
-            }
-            if let Some(b) = &bind_state {
-                query.push(("bind_state", b.as_str()));
-            }
-            let v = api
-                .call(
-                    Method::GET,
-                    "/accelerator_requests",
-                    &query,
-                    None,
-                    Extra::default(),
-                )
-                .await?;
-            Ok(output::list(f, &arqs(&v), LIST_COLUMNS))
+            let found = api
+                .arqs(&ArqFilter {
+                    instance,
+                    bind_state,
+                })
+                .await
+                .map_err(failed)?;
+            Ok(output::list(f, &values(&found), LIST_COLUMNS))
         }
-        ArqCommand::Show { arq } => {
-            let v = show(&api, &arq).await?;
-            Ok(output::show(f, &v, SHOW_FIELDS))
-        }
+        ArqCommand::Show { arq } => Ok(output::show(f, &show(&api, &arq).await?, SHOW_FIELDS)),
         ArqCommand::Bind {
             arq,
             hostname,
@@ -156,21 +141,12 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
             instance_uuid,
             service: st,
         } => {
-            let ops = json!([
-                {"op": "add", "path": "/hostname", "value": hostname},
-                {"op": "add", "path": "/device_rp_uuid", "value": device_rp_uuid},
-                {"op": "add", "path": "/instance_uuid", "value": instance_uuid},
-            ]);
+            let ops = bind_ops(&hostname, &device_rp_uuid, &instance_uuid);
             patch(&api, &arq, ops, &service(&st)).await?;
             Ok(output::show(f, &show(&api, &arq).await?, SHOW_FIELDS))
         }
         ArqCommand::Unbind { arq, service: st } => {
-            let ops = json!([
-                {"op": "remove", "path": "/hostname"},
-                {"op": "remove", "path": "/device_rp_uuid"},
-                {"op": "remove", "path": "/instance_uuid"},
-            ]);
-            patch(&api, &arq, ops, &service(&st)).await?;
+            patch(&api, &arq, unbind_ops(), &service(&st)).await?;
             Ok(output::show(f, &show(&api, &arq).await?, SHOW_FIELDS))
         }
         ArqCommand::Delete {
@@ -184,20 +160,12 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
                 Some(_) => Some(service(&st)),
                 None => st.service_token,
             };
-            let extra = || Extra {
-                service_token: st.as_deref(),
-            };
             match instance {
                 Some(i) => {
                     segment(&i)?;
-                    api.call(
-                        Method::DELETE,
-                        "/accelerator_requests",
-                        &[("instance", &i)],
-                        None,
-                        extra(),
-                    )
-                    .await?;
+                    api.delete_arqs(&ArqSelector::Instance(i.clone()), st.as_deref())
+                        .await
+                        .map_err(failed)?;
                     Ok(deleted(f, "instance", &[i]))
                 }
                 None => {
@@ -205,14 +173,9 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
                         segment(a)?;
                     }
                     // One request: all-or-nothing on the server.
-                    api.call(
-                        Method::DELETE,
-                        "/accelerator_requests",
-                        &[("arqs", &arqs.join(","))],
-                        None,
-                        extra(),
-                    )
-                    .await?;
+                    api.delete_arqs(&ArqSelector::Uuids(arqs.clone()), st.as_deref())
+                        .await
+                        .map_err(failed)?;
                     Ok(deleted(f, "accelerator_requests", &arqs))
                 }
             }
@@ -220,33 +183,25 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
     }
 }
 
-fn arqs(v: &Value) -> Vec<Value> {
-    v["arqs"].as_array().cloned().unwrap_or_default()
+fn values(arqs: &[Arq]) -> Vec<Value> {
+    arqs.iter().map(|a| json!(a)).collect()
 }
 
-async fn show(api: &Api, arq: &str) -> anyhow::Result<Value> {
-    api.call(
-        Method::GET,
-        &format!("/accelerator_requests/{}", segment(arq)?),
-        &[],
-        None,
-        Extra::default(),
-    )
-    .await
+async fn show(api: &Client, arq: &str) -> anyhow::Result<Value> {
+    let a = api.arq(segment(arq)?).await.map_err(failed)?;
+    Ok(json!(a))
 }
 
 /// The collection form `{uuid: [ops]}` that Nova sends.
-async fn patch(api: &Api, arq: &str, ops: Value, service_token: &str) -> anyhow::Result<()> {
-    segment(arq)?;
-    api.call(
-        Method::PATCH,
-        "/accelerator_requests",
-        &[],
-        Some(&json!({ arq: ops })),
-        Extra {
-            service_token: Some(service_token),
-        },
-    )
-    .await?;
-    Ok(())
+async fn patch(
+    api: &Client,
+    arq: &str,
+    ops: Vec<PatchOp>,
+    service_token: &str,
+) -> anyhow::Result<()> {
+    let mut body = ArqPatch::new();
+    patch_entry(&mut body, segment(arq)?, ops);
+    api.patch_arqs(&body, Some(service_token))
+        .await
+        .map_err(failed)
 }

@@ -1,10 +1,10 @@
 //! `accel device-profile create|list|show|delete`.
 
-use super::http::{Api, Extra};
+use super::http::{api, failed};
 use super::{output, Connection};
+use accel_api::accelerator::{Group, NewDeviceProfile};
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use reqwest::Method;
 use serde_json::{json, Map, Value};
 
 #[derive(Subcommand, Debug)]
@@ -85,7 +85,7 @@ fn groups_of(groups: &[String], groups_json: Option<&str>) -> anyhow::Result<Val
 
 /// Runs one command and returns what to print.
 pub async fn run(conn: &Connection, cmd: ProfileCommand) -> anyhow::Result<String> {
-    let api = Api::new(conn)?;
+    let api = api(conn)?;
     let f = conn.format;
     match cmd {
         ProfileCommand::Create {
@@ -94,60 +94,32 @@ pub async fn run(conn: &Connection, cmd: ProfileCommand) -> anyhow::Result<Strin
             groups_json,
             description,
         } => {
-            let mut profile =
-                json!({"name": name, "groups": groups_of(&groups, groups_json.as_deref())?});
-            if let Some(d) = description {
-                profile["description"] = json!(d);
-            }
-            // Cyborg takes a one-element list.
+            let groups: Vec<Group> =
+                serde_json::from_value(groups_of(&groups, groups_json.as_deref())?)
+                    .context("--groups-json must be a non-empty JSON list of objects")?;
             let created = api
-                .call(
-                    Method::POST,
-                    "/device_profiles",
-                    &[],
-                    Some(&json!([profile])),
-                    Extra::default(),
-                )
-                .await?;
-            Ok(output::show(f, &created, SHOW_FIELDS))
+                .create_profile(&NewDeviceProfile {
+                    name,
+                    groups,
+                    description,
+                    uuid: None,
+                })
+                .await
+                .map_err(failed)?;
+            Ok(output::show(f, &json!(created), SHOW_FIELDS))
         }
         ProfileCommand::List { name } => {
-            let query: Vec<(&str, &str)> =
-                name.as_deref().map(|n| ("name", n)).into_iter().collect();
-            let v = api
-                .call(
-                    Method::GET,
-                    "/device_profiles",
-                    &query,
-                    None,
-                    Extra::default(),
-                )
-                .await?;
-            let items = v["device_profiles"].as_array().cloned().unwrap_or_default();
+            let items = api.profiles(name.as_deref()).await.map_err(failed)?;
+            let items: Vec<Value> = items.iter().map(|p| json!(p)).collect();
             Ok(output::list(f, &items, LIST_COLUMNS))
         }
         ProfileCommand::Show { profile } => {
-            let v = api
-                .call(
-                    Method::GET,
-                    &format!("/device_profiles/{}", segment(&profile)?),
-                    &[],
-                    None,
-                    Extra::default(),
-                )
-                .await?;
-            Ok(output::show(f, &v["device_profile"], SHOW_FIELDS))
+            let p = api.profile(segment(&profile)?).await.map_err(failed)?;
+            Ok(output::show(f, &json!(p), SHOW_FIELDS))
         }
         ProfileCommand::Delete { profiles } => {
             for p in &profiles {
-                api.call(
-                    Method::DELETE,
-                    &format!("/device_profiles/{}", segment(p)?),
-                    &[],
-                    None,
-                    Extra::default(),
-                )
-                .await?;
+                api.delete_profile(segment(p)?).await.map_err(failed)?;
             }
             Ok(deleted(f, "device_profiles", &profiles))
         }

@@ -34,6 +34,9 @@
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
 use crate::external::ExternalPlacement;
+use accel_api::agent::{
+    self as wire, HostInfo, ProgramAnswer, ProgramRequest, Programs, ReportAnswer,
+};
 use accel_core::accelerator::{
     fake_device, AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
@@ -44,7 +47,7 @@ use accel_store::accelerator::report::{self, Summary};
 use accel_store::{Store, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Reports Cyborg's fake device for `host` (creating the compute node provider when it
@@ -87,55 +90,80 @@ fn list<'a>(v: &'a Value, key: &str) -> AccelResult<&'a [Value]> {
     }
 }
 
-fn parse_device(v: &Value) -> AccelResult<ReportedDevice> {
-    let ty = text(v, "type")?;
-    let device_type =
-        DeviceType::parse(&ty).ok_or_else(|| bad(format!("unknown device type {ty}")))?;
+/// The shape checks, with the messages agents have always had; the body is read into
+/// `accel_api::agent::DeviceReport` after them.
+fn check_device(v: &Value) -> AccelResult<()> {
+    text(v, "type")?;
     let cpid = v
         .get("controlpath_id")
         .ok_or_else(|| bad("controlpath_id is required"))?;
-    let deployables = list(v, "deployables")?
-        .iter()
+    for d in list(v, "deployables")? {
+        for a in list(d, "attributes")? {
+            text(a, "key")?;
+            text(a, "value")?;
+        }
+        for h in list(d, "attach_handles")? {
+            text(h, "attach_type")?;
+            text(h, "attach_info")?;
+        }
+        text(d, "name")?;
+        opt_text(d, "parent")?;
+        d.get("num_accelerators")
+            .and_then(Value::as_i64)
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| bad("num_accelerators must be a non-negative integer"))?;
+        opt_text(d, "driver_name")?;
+    }
+    text(v, "vendor")?;
+    text(v, "model")?;
+    opt_text(v, "std_board_info")?;
+    opt_text(v, "vendor_board_info")?;
+    text(cpid, "cpid_type")?;
+    text(cpid, "cpid_info")?;
+    opt_text(v, "health")?;
+    Ok(())
+}
+
+/// A reported device as the domain's [`ReportedDevice`] (device and attach types,
+/// health).
+fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
+    let device_type = DeviceType::parse(&d.device_type)
+        .ok_or_else(|| bad(format!("unknown device type {}", d.device_type)))?;
+    let deployables = d
+        .deployables
+        .into_iter()
         .map(|d| {
-            let attributes = list(d, "attributes")?
-                .iter()
-                .map(|a| Ok((text(a, "key")?, text(a, "value")?)))
-                .collect::<AccelResult<_>>()?;
-            let attach_handles = list(d, "attach_handles")?
-                .iter()
+            let attach_handles = d
+                .attach_handles
+                .into_iter()
                 .map(|h| {
-                    let t = text(h, "attach_type")?;
                     Ok(ReportedHandle {
-                        attach_type: AttachType::parse(&t)
-                            .ok_or_else(|| bad(format!("unknown attach type {t}")))?,
-                        attach_info: text(h, "attach_info")?,
-                        in_use: h.get("in_use").and_then(Value::as_bool).unwrap_or(false),
+                        attach_type: AttachType::parse(&h.attach_type)
+                            .ok_or_else(|| bad(format!("unknown attach type {}", h.attach_type)))?,
+                        attach_info: h.attach_info,
+                        in_use: h.in_use,
                     })
                 })
                 .collect::<AccelResult<_>>()?;
             Ok(ReportedDeployable {
-                name: text(d, "name")?,
-                parent: opt_text(d, "parent")?,
-                num_accelerators: d
-                    .get("num_accelerators")
-                    .and_then(Value::as_i64)
-                    .filter(|n| *n >= 0)
-                    .ok_or_else(|| bad("num_accelerators must be a non-negative integer"))?,
-                driver_name: opt_text(d, "driver_name")?,
-                attributes,
+                name: d.name,
+                parent: d.parent,
+                num_accelerators: d.num_accelerators,
+                driver_name: d.driver_name,
+                attributes: d.attributes.into_iter().map(|a| (a.key, a.value)).collect(),
                 attach_handles,
             })
         })
         .collect::<AccelResult<_>>()?;
     Ok(ReportedDevice {
         device_type,
-        vendor: text(v, "vendor")?,
-        model: text(v, "model")?,
-        std_board_info: opt_text(v, "std_board_info")?,
-        vendor_board_info: opt_text(v, "vendor_board_info")?,
-        cpid_type: text(cpid, "cpid_type")?,
-        cpid_info: text(cpid, "cpid_info")?,
-        healthy: match opt_text(v, "health")?.as_deref() {
+        vendor: d.vendor,
+        model: d.model,
+        std_board_info: d.std_board_info,
+        vendor_board_info: d.vendor_board_info,
+        cpid_type: d.controlpath_id.cpid_type,
+        cpid_info: d.controlpath_id.cpid_info,
+        healthy: match d.health.as_deref() {
             None | Some("ok") => true,
             Some("unhealthy") => false,
             Some(other) => return Err(bad(format!("unknown health {other}"))),
@@ -153,9 +181,17 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
         Some(other) => return Err(bad(format!("force must be true or false, not {other}"))),
     };
     let body = ctx.json_body()?;
-    let devices = list(&body, "devices")?
-        .iter()
-        .map(parse_device)
+    for d in list(&body, "devices")? {
+        check_device(d)?;
+    }
+    let report: wire::DeviceReport = match body.get("devices") {
+        None | Some(Value::Null) => wire::DeviceReport { devices: vec![] },
+        Some(_) => serde_json::from_value(body).map_err(bad)?,
+    };
+    let devices = report
+        .devices
+        .into_iter()
+        .map(device)
         .collect::<AccelResult<Vec<_>>>()?;
     let digest: String = Sha256::digest(&ctx.body)
         .iter()
@@ -188,14 +224,14 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
     }
     Ok(json_reply(
         StatusCode::OK,
-        &json!({
-            "hostname": host,
-            "unchanged": s.unchanged,
-            "devices_added": s.devices_added,
-            "devices_removed": s.devices_removed,
-            "devices_kept": s.devices_kept,
-            "devices_vanished": s.devices_vanished,
-        }),
+        &ReportAnswer {
+            hostname: host.to_owned(),
+            unchanged: s.unchanged,
+            devices_added: s.devices_added as i64,
+            devices_removed: s.devices_removed as i64,
+            devices_kept: s.devices_kept as i64,
+            devices_vanished: s.devices_vanished as i64,
+        },
     ))
 }
 
@@ -217,23 +253,14 @@ pub(crate) async fn show_host(
         (None, Some(ext)) => remote_compute_node(st, ext, host).await?,
         _ => None,
     };
+    let info = |compute_node_uuid: String, devices: i64| HostInfo {
+        hostname: host.to_owned(),
+        compute_node_uuid,
+        devices,
+    };
     match (found, remote) {
-        (Some((rp, devices)), _) => Ok(json_reply(
-            StatusCode::OK,
-            &json!({
-                "hostname": host,
-                "compute_node_uuid": rp.uuid,
-                "devices": devices,
-            }),
-        )),
-        (None, Some((uuid, _))) => Ok(json_reply(
-            StatusCode::OK,
-            &json!({
-                "hostname": host,
-                "compute_node_uuid": uuid,
-                "devices": 0,
-            }),
-        )),
+        (Some((rp, devices)), _) => Ok(json_reply(StatusCode::OK, &info(rp.uuid, devices as i64))),
+        (None, Some((uuid, _))) => Ok(json_reply(StatusCode::OK, &info(uuid, 0))),
         (None, None) => {
             let wh = match &st.external {
                 Some(ext) => format!(
@@ -249,17 +276,17 @@ pub(crate) async fn show_host(
     }
 }
 
-fn render_program(pr: &binds::ProgramRequest) -> Value {
-    json!({
-        "id": pr.id,
-        "arq_uuid": pr.arq_uuid,
-        "deployable_uuid": pr.deployable_uuid,
-        "deployable_name": pr.deployable_name,
-        "bitstream_id": pr.bitstream_id,
-        "function_id": pr.function_id,
-        "state": pr.state.as_str(),
-        "error": pr.error,
-    })
+fn render_program(pr: &binds::ProgramRequest) -> ProgramRequest {
+    ProgramRequest {
+        id: pr.id,
+        arq_uuid: pr.arq_uuid.clone(),
+        deployable_uuid: pr.deployable_uuid.clone(),
+        deployable_name: pr.deployable_name.clone(),
+        bitstream_id: pr.bitstream_id.clone(),
+        function_id: pr.function_id.clone(),
+        state: pr.state.as_str().to_owned(),
+        error: pr.error.clone(),
+    }
 }
 
 /// `GET /v2/agent/hosts/{host}/programs`: the programming requests the host's agent
@@ -278,8 +305,8 @@ pub(crate) async fn pending_programs(
         .store
         .read(move |tx| Box::pin(async move { binds::pending_programs(tx, &h).await }))
         .await?;
-    let programs: Vec<Value> = list.iter().map(render_program).collect();
-    Ok(json_reply(StatusCode::OK, &json!({ "programs": programs })))
+    let programs = list.iter().map(render_program).collect();
+    Ok(json_reply(StatusCode::OK, &Programs { programs }))
 }
 
 /// `PUT /v2/agent/hosts/{host}/programs/{id}` with `{"state": "done"}` or
@@ -298,20 +325,30 @@ pub(crate) async fn finish_program(
         .parse()
         .map_err(|_| AccelError::bad_request(format!("Invalid programming request id {id}")))?;
     let body = ctx.json_body()?;
-    let result = match body.get("state").and_then(Value::as_str) {
-        Some("done") => Ok(()),
-        Some("failed") => Err(body
-            .get("error")
-            .and_then(Value::as_str)
-            .filter(|e| !e.trim().is_empty())
-            .ok_or_else(|| AccelError::bad_request("A failed programming request needs its error"))?
-            .to_owned()),
+    match body.get("state").and_then(Value::as_str) {
+        Some("done") => {}
+        Some("failed") => {
+            if body
+                .get("error")
+                .and_then(Value::as_str)
+                .is_none_or(|e| e.trim().is_empty())
+            {
+                return Err(AccelError::bad_request(
+                    "A failed programming request needs its error",
+                ));
+            }
+        }
         _ => {
             return Err(AccelError::bad_request(
                 "state must be \"done\" or \"failed\"",
             ))
         }
-    };
+    }
+    let result =
+        match serde_json::from_value(body).map_err(|e| AccelError::bad_request(e.to_string()))? {
+            ProgramAnswer::Done => Ok(()),
+            ProgramAnswer::Failed { error } => Err(error),
+        };
     let h = host.to_owned();
     let pr = st
         .app

@@ -27,7 +27,7 @@ fn service_token_required() -> AccelError {
 }
 
 fn reply_list(ctx: &Ctx, status: StatusCode, list: &[Arq]) -> Response<Body> {
-    let arqs: Vec<Value> = list.iter().map(|a| render::arq(ctx, a)).collect();
+    let arqs: Vec<_> = list.iter().map(|a| render::arq(ctx, a)).collect();
     json_reply(status, &json!({ "arqs": arqs }))
 }
 

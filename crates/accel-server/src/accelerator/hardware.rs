@@ -95,7 +95,7 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
         .store
         .read(move |tx| Box::pin(async move { hardware::list_devices(tx, &f).await }))
         .await?;
-    let list: Vec<Value> = found.iter().map(|d| render::device(ctx, d)).collect();
+    let list: Vec<_> = found.iter().map(|d| render::device(ctx, d)).collect();
     Ok(json_reply(StatusCode::OK, &json!({ "devices": list })))
 }
 
@@ -151,7 +151,7 @@ async fn render_deployables(
     st: &AccelState,
     ctx: &Ctx,
     f: Vec<(DeployableColumn, String)>,
-) -> AccelResult<Vec<Value>> {
+) -> AccelResult<Vec<accel_api::accelerator::Deployable>> {
     let (deps, attrs) = st
         .app
         .store
@@ -221,7 +221,11 @@ pub async fn show_deployable(
     ))
 }
 
-async fn one_deployable(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Value> {
+async fn one_deployable(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+) -> AccelResult<accel_api::accelerator::Deployable> {
     render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())])
         .await?
         .into_iter()
@@ -251,7 +255,7 @@ pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response
             )
         })
         .await?;
-    let list: Vec<Value> = found.iter().map(|a| render::attribute(ctx, a)).collect();
+    let list: Vec<_> = found.iter().map(|a| render::attribute(ctx, a)).collect();
     Ok(json_reply(StatusCode::OK, &json!({ "attributes": list })))
 }
 

@@ -20,11 +20,12 @@
 
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
+use accel_api::agent::{KubernetesSaved, KubernetesShown, KubernetesUsage};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::kubernetes::{self as store, SlotClaim};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Provider-generation races are retried this many times, as a Placement claim is.
@@ -53,11 +54,12 @@ fn valid_usage(u: &str) -> bool {
     }
 }
 
-fn parse(body: &Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)> {
-    let usage = match body.get("usage") {
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(slot, u)| {
+/// The checks, in the order and words they have always had; the DTO is read after
+/// them, so a malformed body gets these messages rather than serde's.
+fn check(body: &Value) -> AccelResult<()> {
+    match body.get("usage") {
+        Some(Value::Object(m)) => {
+            for (slot, u) in m {
                 let u = u
                     .as_str()
                     .ok_or_else(|| bad(format!("usage of {slot} must be a string")))?;
@@ -69,45 +71,51 @@ fn parse(body: &Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)
                         "usage of {slot} is {u:?}, neither \"\", \"<node>\" nor \"C:<virtual id>:<node>\""
                     )));
                 }
-                Ok((slot.clone(), u.to_owned()))
-            })
-            .collect::<AccelResult<BTreeMap<_, _>>>()?,
+            }
+        }
         _ => return Err(bad("usage must be an object of slot ids to usage strings")),
-    };
-    let claims = match body.get("claims") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|c| {
-                let s = |k: &str| {
-                    c.get(k)
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .ok_or_else(|| bad(format!("claims: {k} must be a string")))
-                };
-                let pod = match c.get("pod") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(p)) if p.contains('/') => Some(p.clone()),
+    }
+    match body.get("claims") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            for c in a {
+                match c.get("pod") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(p)) if p.contains('/') => {}
                     Some(_) => {
                         return Err(bad("claims: pod must be \"<namespace>/<name>\" or null"))
                     }
-                };
-                Ok(SlotClaim {
-                    slot: s("slot")?,
-                    device: s("device")?,
-                    pod,
-                })
-            })
-            .collect::<AccelResult<Vec<_>>>()?,
+                }
+                for k in ["slot", "device"] {
+                    if !c.get(k).is_some_and(Value::is_string) {
+                        return Err(bad(format!("claims: {k} must be a string")));
+                    }
+                }
+            }
+        }
         Some(_) => return Err(bad("claims must be a list")),
-    };
+    }
+    Ok(())
+}
+
+fn parse(body: Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)> {
+    check(&body)?;
+    let KubernetesUsage { usage, claims } = serde_json::from_value(body).map_err(bad)?;
+    let claims = claims
+        .into_iter()
+        .map(|c| SlotClaim {
+            slot: c.slot,
+            device: c.device,
+            pod: c.pod,
+        })
+        .collect();
     Ok((usage, claims))
 }
 
 pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let (usage, claims) = parse(&ctx.json_body()?)?;
+    let (usage, claims) = parse(ctx.json_body()?)?;
     let mut attempt = 0;
     let outcome = loop {
         let (h, u, c) = (host.to_owned(), usage.clone(), claims.clone());
@@ -123,12 +131,12 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     };
     Ok(json_reply(
         StatusCode::OK,
-        &json!({
-            "hostname": host,
-            "vm_held_devices": outcome.vm_held,
-            "consumers": outcome.consumers,
-            "usage_changed": outcome.usage_changed,
-        }),
+        &KubernetesSaved {
+            hostname: host.to_owned(),
+            vm_held_devices: outcome.vm_held,
+            consumers: outcome.consumers,
+            usage_changed: outcome.usage_changed,
+        },
     ))
 }
 
@@ -143,11 +151,11 @@ pub(crate) async fn show(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
         .await?;
     Ok(json_reply(
         StatusCode::OK,
-        &json!({
-            "hostname": host,
-            "usage": saved.usage,
-            "vm_held_devices": saved.vm_held,
-        }),
+        &KubernetesShown {
+            hostname: host.to_owned(),
+            usage: saved.usage,
+            vm_held_devices: saved.vm_held,
+        },
     ))
 }
 

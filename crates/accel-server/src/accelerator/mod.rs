@@ -169,8 +169,10 @@ fn host_url(headers: &HeaderMap) -> String {
     format!("{scheme}://{host}")
 }
 
-pub(crate) fn json_reply(status: StatusCode, body: &Value) -> Response<Body> {
-    let mut resp = Response::new(Body::from(body.to_string()));
+/// A JSON answer: a wire type of `accel_api`, or a `Value`.
+pub(crate) fn json_reply(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
+    let text = serde_json::to_string(body).unwrap_or_else(|_| "null".to_owned());
+    let mut resp = Response::new(Body::from(text));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));

@@ -22,7 +22,7 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
         .store
         .read(move |tx| Box::pin(async move { profiles::list(tx, names.as_deref()).await }))
         .await?;
-    let list: Vec<Value> = found.iter().map(|p| render::profile(ctx, p)).collect();
+    let list: Vec<_> = found.iter().map(|p| render::profile(ctx, p)).collect();
     Ok(json_reply(
         StatusCode::OK,
         &json!({ "device_profiles": list }),

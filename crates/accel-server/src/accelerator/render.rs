@@ -5,11 +5,12 @@
 use super::error::py_dumps;
 use super::microversion::Version;
 use super::Ctx;
+use accel_api::accelerator::{self as wire, Group, Link};
 use accel_store::accelerator::arqs::Arq;
 use accel_store::accelerator::hardware::{Attribute, Deployable, Device};
 use accel_store::accelerator::profiles::Profile;
 use accel_store::accelerator::Stamps;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 const DESCRIPTION: &str = "Cyborg is the OpenStack project for lifecycle management of hardware accelerators, such as GPUs,FPGAs, AI chips, security accelerators, etc.";
 
@@ -71,154 +72,156 @@ fn iso(secs: i64, sep: char) -> String {
     )
 }
 
-/// `created_at`/`updated_at` as WSME renders them (`null` until updated).
-fn stamps(obj: &mut Map<String, Value>, s: Stamps) {
-    obj.insert("created_at".into(), json!(iso(s.created, 'T')));
-    obj.insert("updated_at".into(), json!(s.updated.map(|u| iso(u, 'T'))));
+/// `created_at` as WSME renders it.
+fn created(s: Stamps) -> Option<String> {
+    Some(iso(s.created, 'T'))
 }
 
-fn groups(p: &Profile) -> Value {
-    Value::Array(
-        p.groups
-            .iter()
-            .map(|g| {
-                Value::Object(
-                    g.entries()
-                        .iter()
-                        .map(|(k, v)| (k.clone(), json!(v)))
-                        .collect(),
-                )
-            })
-            .collect(),
-    )
+/// `updated_at` as WSME renders it (`null` until updated).
+fn updated(s: Stamps) -> Option<String> {
+    s.updated.map(|u| iso(u, 'T'))
+}
+
+fn self_link(href: String) -> Vec<Link> {
+    vec![Link {
+        href,
+        rel: "self".into(),
+    }]
+}
+
+fn groups(p: &Profile) -> Vec<Group> {
+    p.groups
+        .iter()
+        .map(|g| {
+            g.entries()
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect()
+        })
+        .collect()
 }
 
 /// A device profile in list and create responses.
-pub fn profile(ctx: &Ctx, p: &Profile) -> Value {
-    let mut o = Map::new();
-    o.insert("uuid".into(), json!(p.uuid));
-    o.insert("name".into(), json!(p.name));
-    o.insert("description".into(), json!(p.description));
-    o.insert("groups".into(), groups(p));
-    stamps(&mut o, p.stamps);
-    o.insert(
-        "links".into(),
-        json!([{"href": ctx.link("device_profiles", &p.uuid), "rel": "self"}]),
-    );
-    Value::Object(o)
+pub fn profile(ctx: &Ctx, p: &Profile) -> wire::DeviceProfile {
+    wire::DeviceProfile {
+        uuid: p.uuid.clone(),
+        name: p.name.clone(),
+        description: p.description.clone(),
+        groups: groups(p),
+        created_at: created(p.stamps),
+        updated_at: updated(p.stamps),
+        links: self_link(ctx.link("device_profiles", &p.uuid)),
+    }
 }
 
 /// `GET /device_profiles/{id}` builds its dict by hand upstream: `str(datetime)` with
 /// a space, and the text `None` for a missing `updated_at`.
-pub fn profile_shown(ctx: &Ctx, p: &Profile) -> Value {
-    json!({
-        "name": p.name,
-        "description": p.description,
-        "uuid": p.uuid,
-        "groups": groups(p),
-        "created_at": iso(p.stamps.created, ' '),
-        "updated_at": p.stamps.updated.map_or_else(|| "None".to_owned(), |u| iso(u, ' ')),
-        "links": [{"href": ctx.link("device_profiles", &p.uuid), "rel": "self"}],
-    })
+pub fn profile_shown(ctx: &Ctx, p: &Profile) -> wire::DeviceProfileShown {
+    wire::DeviceProfileShown {
+        name: p.name.clone(),
+        description: p.description.clone(),
+        uuid: p.uuid.clone(),
+        groups: groups(p),
+        created_at: iso(p.stamps.created, ' '),
+        updated_at: p
+            .stamps
+            .updated
+            .map_or_else(|| "None".to_owned(), |u| iso(u, ' ')),
+        links: self_link(ctx.link("device_profiles", &p.uuid)),
+    }
 }
 
 /// An ARQ. `attach_handle_*` are filled only when Bound (`""`, `null`, `{}` otherwise).
-pub fn arq(ctx: &Ctx, a: &Arq) -> Value {
+pub fn arq(ctx: &Ctx, a: &Arq) -> wire::Arq {
     let (ah_type, ah_uuid, ah_info) = match &a.attach_handle {
         Some(h) => (
-            json!(h.attach_type),
-            json!(h.uuid),
-            serde_json::from_str::<Value>(&h.attach_info).unwrap_or_else(|_| json!({})),
+            h.attach_type.clone(),
+            Some(h.uuid.clone()),
+            serde_json::from_str::<Value>(&h.attach_info)
+                .unwrap_or_else(|_| Value::Object(Default::default())),
         ),
-        None => (json!(""), Value::Null, json!({})),
+        None => (String::new(), None, Value::Object(Default::default())),
     };
-    let mut o = Map::new();
-    o.insert("uuid".into(), json!(a.uuid));
-    o.insert("state".into(), json!(a.state.as_str()));
-    o.insert("device_profile_name".into(), json!(a.device_profile_name));
-    o.insert(
-        "device_profile_group_id".into(),
-        json!(a.device_profile_group_id),
-    );
-    o.insert("hostname".into(), json!(a.hostname));
-    o.insert("device_rp_uuid".into(), json!(a.device_rp_uuid));
-    o.insert("instance_uuid".into(), json!(a.instance_uuid));
-    o.insert("project_id".into(), json!(a.project_id));
-    o.insert("attach_handle_type".into(), ah_type);
-    o.insert("attach_handle_uuid".into(), ah_uuid);
-    o.insert("attach_handle_info".into(), ah_info);
-    stamps(&mut o, a.stamps);
-    o.insert(
-        "links".into(),
-        json!([{"href": ctx.link("accelerator_requests", &a.uuid), "rel": "self"}]),
-    );
-    Value::Object(o)
+    wire::Arq {
+        uuid: a.uuid.clone(),
+        state: a.state.as_str().to_owned(),
+        device_profile_name: a.device_profile_name.clone(),
+        device_profile_group_id: a.device_profile_group_id,
+        hostname: a.hostname.clone(),
+        device_rp_uuid: a.device_rp_uuid.clone(),
+        instance_uuid: a.instance_uuid.clone(),
+        project_id: a.project_id.clone(),
+        attach_handle_type: ah_type,
+        attach_handle_uuid: ah_uuid,
+        attach_handle_info: ah_info,
+        created_at: created(a.stamps),
+        updated_at: updated(a.stamps),
+        links: self_link(ctx.link("accelerator_requests", &a.uuid)),
+    }
 }
 
 /// A device; `status` only from 2.3.
-pub fn device(ctx: &Ctx, d: &Device) -> Value {
-    let mut o = Map::new();
-    o.insert("uuid".into(), json!(d.uuid));
-    o.insert("type".into(), json!(d.device_type.as_str()));
-    o.insert("vendor".into(), json!(d.vendor));
-    o.insert("model".into(), json!(d.model));
-    o.insert("std_board_info".into(), json!(d.std_board_info));
-    o.insert("vendor_board_info".into(), json!(d.vendor_board_info));
-    o.insert("hostname".into(), json!(d.hostname));
-    if ctx.version >= Version::DEVICE_STATUS {
-        o.insert("status".into(), json!(d.status.as_str()));
+pub fn device(ctx: &Ctx, d: &Device) -> wire::Device {
+    wire::Device {
+        uuid: d.uuid.clone(),
+        device_type: d.device_type.as_str().to_owned(),
+        vendor: d.vendor.clone(),
+        model: d.model.clone(),
+        std_board_info: d.std_board_info.clone(),
+        vendor_board_info: d.vendor_board_info.clone(),
+        hostname: Some(d.hostname.clone()),
+        status: (ctx.version >= Version::DEVICE_STATUS).then(|| d.status.as_str().to_owned()),
+        created_at: created(d.stamps),
+        updated_at: updated(d.stamps),
+        links: self_link(ctx.link("devices", &d.uuid)),
     }
-    stamps(&mut o, d.stamps);
-    o.insert(
-        "links".into(),
-        json!([{"href": ctx.link("devices", &d.uuid), "rel": "self"}]),
-    );
-    Value::Object(o)
 }
 
 /// A deployable; `attributes_list` is JSON *text* of `[{key: value}, ...]`, and
 /// `device_id` the device's integer id, as upstream.
-pub fn deployable(ctx: &Ctx, d: &Deployable, attrs: &[Attribute]) -> Value {
+pub fn deployable(ctx: &Ctx, d: &Deployable, attrs: &[Attribute]) -> wire::Deployable {
     let list = Value::Array(
         attrs
             .iter()
             .map(|a| json!({ a.key.clone(): a.value }))
             .collect(),
     );
-    let mut o = Map::new();
-    o.insert("uuid".into(), json!(d.uuid));
-    o.insert("parent_id".into(), json!(d.parent_id));
-    o.insert("root_id".into(), json!(d.root_id));
-    o.insert("name".into(), json!(d.name));
-    o.insert("num_accelerators".into(), json!(d.num_accelerators));
-    o.insert("device_id".into(), json!(d.device_id));
-    o.insert("attributes_list".into(), json!(py_dumps(&list)));
-    o.insert("rp_uuid".into(), json!(d.rp_uuid));
-    o.insert("driver_name".into(), json!(d.driver_name));
-    o.insert("bitstream_id".into(), json!(d.bitstream_id));
-    stamps(&mut o, d.stamps);
-    o.insert(
-        "links".into(),
-        json!([
-            {"href": ctx.link("deployables", &d.uuid), "rel": "self"},
-            {"href": ctx.bookmark("deployables", &d.uuid), "rel": "bookmark"},
-        ]),
-    );
-    Value::Object(o)
+    wire::Deployable {
+        uuid: d.uuid.clone(),
+        parent_id: d.parent_id,
+        root_id: d.root_id,
+        name: d.name.clone(),
+        num_accelerators: d.num_accelerators,
+        device_id: Some(d.device_id),
+        attributes_list: py_dumps(&list),
+        rp_uuid: d.rp_uuid.clone(),
+        driver_name: d.driver_name.clone(),
+        bitstream_id: d.bitstream_id.clone(),
+        created_at: created(d.stamps),
+        updated_at: updated(d.stamps),
+        links: vec![
+            Link {
+                href: ctx.link("deployables", &d.uuid),
+                rel: "self".into(),
+            },
+            Link {
+                href: ctx.bookmark("deployables", &d.uuid),
+                rel: "bookmark".into(),
+            },
+        ],
+    }
 }
 
-pub fn attribute(ctx: &Ctx, a: &Attribute) -> Value {
-    let mut o = Map::new();
-    o.insert("uuid".into(), json!(a.uuid));
-    o.insert("deployable_id".into(), json!(a.deployable_id));
-    o.insert("key".into(), json!(a.key));
-    o.insert("value".into(), json!(a.value));
-    stamps(&mut o, a.stamps);
-    o.insert(
-        "links".into(),
-        json!([{"href": ctx.link("attributes", &a.uuid), "rel": "self"}]),
-    );
-    Value::Object(o)
+pub fn attribute(ctx: &Ctx, a: &Attribute) -> wire::Attribute {
+    wire::Attribute {
+        uuid: a.uuid.clone(),
+        deployable_id: a.deployable_id,
+        key: a.key.clone(),
+        value: a.value.clone(),
+        created_at: created(a.stamps),
+        updated_at: updated(a.stamps),
+        links: self_link(ctx.link("attributes", &a.uuid)),
+    }
 }
 
 #[cfg(test)]

@@ -1,1 +1,0 @@
-//! The accelerator wire types (filled in by the wire-layer work).
