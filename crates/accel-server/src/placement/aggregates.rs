@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_core::policy::placement as rules;
 use accel_store::placement::aggregates;
 use accel_store::{Conflict, StoreError};
@@ -23,7 +24,7 @@ fn list_schema() -> Value {
 }
 
 fn put_schema(req: &Req) -> Value {
-    if req.mv(19) {
+    if req.mv(mv::AGGREGATES_GENERATION) {
         json!({
             "type": "object",
             "properties": {
@@ -40,7 +41,7 @@ fn put_schema(req: &Req) -> Value {
 
 fn render(req: &Req, uuids: &[String], generation: i64) -> Reply {
     let mut body = json!({ "aggregates": uuids });
-    if req.mv(19) {
+    if req.mv(mv::AGGREGATES_GENERATION) {
         body["resource_provider_generation"] = json!(generation);
     }
     // Upstream records no time for associations and answers "now".
@@ -71,7 +72,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
         .await?;
     let data = req.json(&put_schema(&req))?;
-    let with_generation = req.mv(19);
+    let with_generation = req.mv(mv::AGGREGATES_GENERATION);
     let (list, expected) = if with_generation {
         (
             data["aggregates"].clone(),

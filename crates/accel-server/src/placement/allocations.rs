@@ -10,6 +10,7 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{
     self as store, AllocationRow, ConsumerWrite, Refusable, Refusal,
@@ -156,15 +157,15 @@ fn schema_v1_38() -> Value {
 }
 
 fn put_schema(req: &Req) -> Value {
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         schema_v1_38()
-    } else if req.mv(34) {
+    } else if req.mv(mv::CANDIDATE_MAPPINGS) {
         schema_v1_34()
-    } else if req.mv(28) {
+    } else if req.mv(mv::CONSUMER_GENERATION) {
         schema_v1_28()
-    } else if req.mv(12) {
+    } else if req.mv(mv::ALLOCATIONS_DICT) {
         schema_v1_12()
-    } else if req.mv(8) {
+    } else if req.mv(mv::ALLOCATION_PROJECT_USER) {
         schema_v1_8()
     } else {
         schema_v1_0()
@@ -174,11 +175,11 @@ fn put_schema(req: &Req) -> Value {
 /// The per-consumer schema of `POST /allocations` (and the reshaper) at `req`'s
 /// microversion.
 pub(crate) fn post_item_schema(req: &Req) -> Value {
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         schema_v1_38()
-    } else if req.mv(34) {
+    } else if req.mv(mv::CANDIDATE_MAPPINGS) {
         schema_v1_34()
-    } else if req.mv(28) {
+    } else if req.mv(mv::CONSUMER_GENERATION) {
         schema_v1_28()
     } else {
         deletable()
@@ -229,9 +230,13 @@ pub(crate) fn consumer_write(req: &Req, uuid: &str, data: &Value) -> ConsumerWri
         uuid: uuid.to_owned(),
         project_id: s("project_id"),
         user_id: s("user_id"),
-        check_generation: req.mv(28),
+        check_generation: req.mv(mv::CONSUMER_GENERATION),
         generation: data.get("consumer_generation").and_then(Value::as_i64),
-        consumer_type: if req.mv(38) { s("consumer_type") } else { None },
+        consumer_type: if req.mv(mv::CONSUMER_TYPES) {
+            s("consumer_type")
+        } else {
+            None
+        },
         allocations: dict_allocations(&data["allocations"]),
     }
 }
@@ -301,7 +306,7 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     }
     let uuid = qs::normalize_uuid(raw);
     let data = req.json(&put_schema(&req))?;
-    let write = if req.mv(12) {
+    let write = if req.mv(mv::ALLOCATIONS_DICT) {
         consumer_write(&req, &uuid, &data)
     } else {
         // The list form: later entries for one provider replace earlier ones.
@@ -369,13 +374,13 @@ pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         entry["generation"] = json!(r.rp_generation);
     }
     let mut out = json!({ "allocations": by_rp });
-    if let (Some(first), true) = (rows.first(), req.mv(12)) {
+    if let (Some(first), true) = (rows.first(), req.mv(mv::ALLOCATIONS_DICT)) {
         out["project_id"] = json!(first.project_id);
         out["user_id"] = json!(first.user_id);
-        if req.mv(28) {
+        if req.mv(mv::CONSUMER_GENERATION) {
             out["consumer_generation"] = json!(first.consumer_generation);
         }
-        if req.mv(38) {
+        if req.mv(mv::CONSUMER_TYPES) {
             out["consumer_type"] = json!(first.consumer_type.as_deref().unwrap_or("unknown"));
         }
     }
@@ -408,7 +413,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             .entry(r.consumer_uuid.clone())
             .or_insert_with(|| json!({"resources": {}}));
         entry["resources"][&r.rc_name] = json!(r.used);
-        if req.mv(28) {
+        if req.mv(mv::CONSUMER_GENERATION) {
             entry["consumer_generation"] = json!(r.consumer_generation);
         }
     }

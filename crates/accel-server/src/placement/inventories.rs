@@ -8,6 +8,7 @@ use super::error::{ApiError, ApiResult, Code};
 use super::resource_providers::{provider_url, require};
 use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::lookup;
 use accel_store::{Conflict, StoreError};
@@ -92,11 +93,15 @@ fn render_one(inv: &Inventory, generation: i64) -> Value {
 /// Upstream refuses capacity <= 0 before 1.26 and < 0 from 1.26.
 fn check_capacity(req: &Req, uuid: &str, inv: &Inventory) -> Result<(), String> {
     let cap = inv.capacity();
-    let bad = if req.mv(26) { cap < 0 } else { cap <= 0 };
+    let bad = if req.mv(mv::ZERO_CAPACITY) {
+        cap < 0
+    } else {
+        cap <= 0
+    };
     if !bad {
         return Ok(());
     }
-    let tail = if req.mv(26) {
+    let tail = if req.mv(mv::ZERO_CAPACITY) {
         "The reserved value is greater than total."
     } else {
         "The reserved value is greater than or equal to total."

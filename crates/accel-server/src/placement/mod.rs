@@ -31,6 +31,7 @@ pub use request::{Reply, Req};
 
 use crate::auth::{self, Credentials};
 use crate::AppState;
+use accel_api::placement::mv;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
@@ -226,7 +227,7 @@ pub fn error_response(e: &ApiError, request_id: &str, version: Option<Version>) 
         "title": e.status.canonical_reason().unwrap_or(""),
         "detail": e.detail(),
     });
-    if version.is_some_and(|v| v.at_least(23)) {
+    if version.is_some_and(|v| v.at_least(mv::ERROR_CODES)) {
         err["code"] = json!(e.code.as_str());
     }
     err["request_id"] = json!(request_id);

@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
 use crate::auth::Credentials;
 use crate::jsonschema;
+use accel_api::placement::mv;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
@@ -53,9 +54,9 @@ impl Req {
         self.params.get(i).map(String::as_str).unwrap_or("")
     }
 
-    /// The mv is at least 1.`minor`.
-    pub fn mv(&self, minor: u16) -> bool {
-        self.version.at_least(minor)
+    /// The request's microversion is `v` or newer (`req.mv(mv::TRAITS)`).
+    pub fn mv(&self, v: Version) -> bool {
+        self.version.at_least(v)
     }
 
     /// The last value of each query key, as upstream's `dict(req.GET)` sees them.
@@ -223,7 +224,7 @@ impl Reply {
                 h.insert(*k, v);
             }
         }
-        if let (Some(at), true) = (self.last_modified, version.at_least(15)) {
+        if let (Some(at), true) = (self.last_modified, version.at_least(mv::LAST_MODIFIED)) {
             let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
             if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
                 h.insert("last-modified", v);

@@ -7,6 +7,7 @@ use super::error::{ApiError, ApiResult};
 use super::request::content_type;
 use super::{authorize, Reply, Req};
 use crate::{jsonschema, AppState};
+use accel_api::placement::mv;
 use accel_core::policy::placement as rules;
 use accel_store::placement::classes::{self, ResourceClass};
 use accel_store::{Conflict, StoreError};
@@ -100,7 +101,7 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    if req.mv(7) {
+    if req.mv(mv::RESOURCE_CLASS_PUT_CREATES) {
         create_or_verify(app, req).await
     } else {
         rename(app, req).await

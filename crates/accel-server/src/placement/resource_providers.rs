@@ -3,6 +3,7 @@
 use super::error::{ApiError, ApiResult};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{Conflict, StoreError};
@@ -32,11 +33,11 @@ impl<'a> ProviderView<'a> {
             "traits",
             "allocations",
         ];
-        let n = if req.mv(11) {
+        let n = if req.mv(mv::PROVIDER_ALLOCATIONS_LINK) {
             5
-        } else if req.mv(6) {
+        } else if req.mv(mv::TRAITS) {
             4
-        } else if req.mv(1) {
+        } else if req.mv(mv::PROVIDER_AGGREGATES) {
             3
         } else {
             2
@@ -44,7 +45,7 @@ impl<'a> ProviderView<'a> {
         ProviderView {
             rp,
             rels: &RELS[..n],
-            nested: req.mv(14),
+            nested: req.mv(mv::NESTED_PROVIDERS),
         }
     }
 }
@@ -107,7 +108,7 @@ fn post_schema(req: &Req, with_uuid: bool) -> Value {
     if with_uuid {
         props["uuid"] = json!({"type": "string", "format": "uuid"});
     }
-    if req.mv(14) {
+    if req.mv(mv::NESTED_PROVIDERS) {
         props["parent_provider_uuid"] =
             json!({"anyOf": [{"type": "string", "format": "uuid"}, {"type": "null"}]});
     }
@@ -151,7 +152,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             e => e.into(),
         })?;
     let location = provider_url(&rp.uuid);
-    if req.mv(20) {
+    if req.mv(mv::PROVIDER_CREATE_BODY) {
         Ok(Reply::json(render(&req, &rp))
             .header("location", location)
             .modified(rp.modified))
@@ -213,7 +214,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         Some(Value::Null) => ParentChange::Clear,
         Some(v) => ParentChange::Set(qs::normalize_uuid(v.as_str().unwrap_or_default())),
     };
-    let allow_reparent = req.mv(37);
+    let allow_reparent = req.mv(mv::REPARENT);
     let (u, n) = (uuid.clone(), name.clone());
     let rp = app
         .store
@@ -260,16 +261,16 @@ fn list_schema(req: &Req) -> Value {
         "name": {"type": "string"},
         "uuid": {"type": "string", "format": "uuid"},
     });
-    if req.mv(3) {
+    if req.mv(mv::PROVIDERS_MEMBER_OF) {
         props["member_of"] = json!({"type": "string"});
     }
-    if req.mv(4) {
+    if req.mv(mv::PROVIDERS_RESOURCES) {
         props["resources"] = json!({"type": "string"});
     }
-    if req.mv(14) {
+    if req.mv(mv::NESTED_PROVIDERS) {
         props["in_tree"] = json!({"type": "string", "format": "uuid"});
     }
-    if req.mv(18) {
+    if req.mv(mv::PROVIDERS_REQUIRED) {
         props["required"] = json!({"type": "string"});
     }
     json!({"type": "object", "properties": props, "additionalProperties": false})

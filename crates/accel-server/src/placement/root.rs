@@ -4,6 +4,7 @@ use super::error::ApiResult;
 use super::microversion::Version;
 use super::{Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ pub async fn home(_app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         "links": [{"rel": "self", "href": ""}],
     }]});
     let reply = Reply::json(body);
-    Ok(if req.mv(15) {
+    Ok(if req.mv(mv::LAST_MODIFIED) {
         reply.modified_now()
     } else {
         reply

@@ -6,6 +6,7 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_core::policy::placement as rules;
 use accel_core::policy::Target;
 use accel_store::placement::allocations::{self as store, TypeFilter};
@@ -52,7 +53,7 @@ fn schema(req: &Req) -> Value {
         "required": ["project_id"],
         "additionalProperties": false,
     });
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         s["properties"]["consumer_type"] = json!({
             "type": "string",
             "pattern": "^[A-Z0-9_]+$|^all|^unknown$",
@@ -73,7 +74,7 @@ pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize_target(&app, &req, rules::USAGES, &target)?;
     req.validate_query(&schema(&req))?;
     let project_id = project_id.unwrap_or_default();
-    let filter = if req.mv(38) {
+    let filter = if req.mv(mv::CONSUMER_TYPES) {
         match req.query_last("consumer_type") {
             Some("all") => TypeFilter::All,
             Some("unknown") => TypeFilter::Unknown,
