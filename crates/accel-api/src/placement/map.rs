@@ -176,6 +176,14 @@ impl Resources {
             .find(|(c, _)| c == class)
             .map(|(_, n)| *n)
     }
+    /// Sets `class`, keeping its place when it is already there.
+    pub fn insert(&mut self, class: impl Into<String>, amount: i64) {
+        let class = class.into();
+        match self.0.iter_mut().find(|(c, _)| *c == class) {
+            Some(slot) => slot.1 = amount,
+            None => self.0.push((class, amount)),
+        }
+    }
 }
 
 impl FromIterator<(String, i64)> for Resources {

@@ -100,6 +100,14 @@ impl Req {
             .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
         Ok(v)
     }
+
+    /// The body as the DTO `T`, after the JSON-schema check: the schema's errors are
+    /// upstream's words, so it runs first and `T` only reads what it admitted.
+    pub fn body<T: serde::de::DeserializeOwned>(&self, schema: &Value) -> ApiResult<T> {
+        let v = self.json(schema)?;
+        serde_json::from_value(v)
+            .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))
+    }
 }
 
 /// Whether the `Accept` header (if any) admits `application/json`.
@@ -166,6 +174,10 @@ impl Reply {
             headers: Vec::new(),
             last_modified: None,
         }
+    }
+    /// A 200 whose body is the typed `view` (an `accel_api::placement` response).
+    pub fn typed(view: &impl serde::Serialize) -> ApiResult<Self> {
+        Self::serialized(view).map_err(|e| ApiError::internal(e.to_string()))
     }
     /// A 200 whose body is `view` serialised directly.
     pub fn serialized(view: &impl serde::Serialize) -> Result<Self, serde_json::Error> {

@@ -14,6 +14,7 @@ use super::inventories::{from_record, put_all_schema};
 use super::resource_providers::require;
 use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{InventoryRecord, Reshape};
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{self as store, ConsumerWrite, Refusal};
 use accel_store::placement::inventories::{self, Inventory};
@@ -55,7 +56,7 @@ enum Refused {
 }
 
 /// The inventories part: provider uuid, generation given, records by class.
-type InventoryRequest = (String, i64, Vec<(String, Value)>);
+type InventoryRequest = (String, i64, Vec<(String, InventoryRecord)>);
 
 async fn reshape_tx(
     tx: &mut accel_store::Tx,
@@ -122,29 +123,20 @@ async fn reshape_tx(
 
 pub async fn reshape(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESHAPER_RESHAPE)?;
-    let data = req.json(&schema(&req))?;
-    let invs: Vec<InventoryRequest> = data["inventories"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(uuid, v)| {
-                    let recs = v["inventories"]
-                        .as_object()
-                        .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                        .unwrap_or_default();
-                    (
-                        uuid.clone(),
-                        v["resource_provider_generation"].as_i64().unwrap_or(-1),
-                        recs,
-                    )
-                })
-                .collect()
+    let data: Reshape = req.body(&schema(&req))?;
+    let invs: Vec<InventoryRequest> = data
+        .inventories
+        .into_iter()
+        .map(|(uuid, v)| {
+            let recs = v.inventories.into_iter().collect();
+            (uuid, v.resource_provider_generation, recs)
         })
-        .unwrap_or_default();
-    let writes: Vec<ConsumerWrite> = data["allocations"]
-        .as_object()
-        .map(|m| m.iter().map(|(c, v)| consumer_write(&req, c, v)).collect())
-        .unwrap_or_default();
+        .collect();
+    let writes: Vec<ConsumerWrite> = data
+        .allocations
+        .into_iter()
+        .map(|(c, v)| consumer_write(&req, &c, v))
+        .collect();
     let mut attempts = app.config.allocation_conflict_retry_count.max(1);
     let result = loop {
         let (i, w) = (invs.clone(), writes.clone());

@@ -3,7 +3,7 @@
 use super::error::{ApiError, ApiResult};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
-use accel_api::placement::mv;
+use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{Conflict, StoreError};
@@ -124,16 +124,13 @@ pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Prov
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, "placement:resource_providers:create")?;
-    let data = req.json(&post_schema(&req, true))?;
-    let name = data["name"].as_str().unwrap_or_default().to_owned();
-    let uuid = match data.get("uuid").and_then(Value::as_str) {
+    let data: ProviderCreate = req.body(&post_schema(&req, true))?;
+    let name = data.name;
+    let uuid = match data.uuid.as_deref() {
         Some(u) if !u.is_empty() => qs::normalize_uuid(u),
         _ => uuid::Uuid::new_v4().to_string(),
     };
-    let parent = data
-        .get("parent_provider_uuid")
-        .and_then(Value::as_str)
-        .map(qs::normalize_uuid);
+    let parent = data.parent_provider_uuid.as_deref().map(qs::normalize_uuid);
     let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
     let rp = app
         .store
@@ -207,12 +204,12 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     app.store
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
         .await?;
-    let data = req.json(&post_schema(&req, false))?;
-    let name = data["name"].as_str().unwrap_or_default().to_owned();
-    let parent = match data.get("parent_provider_uuid") {
+    let data: ProviderUpdate = req.body(&post_schema(&req, false))?;
+    let name = data.name;
+    let parent = match data.parent_provider_uuid {
         None => ParentChange::Keep,
-        Some(Value::Null) => ParentChange::Clear,
-        Some(v) => ParentChange::Set(qs::normalize_uuid(v.as_str().unwrap_or_default())),
+        Some(None) => ParentChange::Clear,
+        Some(Some(p)) => ParentChange::Set(qs::normalize_uuid(&p)),
     };
     let allow_reparent = req.mv(mv::REPARENT);
     let (u, n) = (uuid.clone(), name.clone());
