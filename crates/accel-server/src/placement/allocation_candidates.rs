@@ -291,8 +291,11 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     Ok(answer(&app, &req, &parsed, &index)?.modified_now())
 }
 
-fn empty() -> Value {
-    json!({"allocation_requests": [], "provider_summaries": {}})
+/// The answer with no candidates, in [`Answer::write`]'s format.
+fn empty() -> Reply {
+    let mut reply = Reply::status(StatusCode::OK);
+    reply.raw = Some(br#"{"allocation_requests":[],"provider_summaries":{}}"#.to_vec());
+    reply
 }
 
 fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
@@ -335,7 +338,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         let in_tree = match &g.in_tree {
             Some(u) => match by_uuid.get(u.as_str()) {
                 Some(&i) => Some(ProviderId(i)),
-                None => return Ok(Reply::json(empty())),
+                None => return Ok(empty()),
             },
             None => None,
         };

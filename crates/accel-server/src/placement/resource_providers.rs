@@ -98,11 +98,6 @@ impl serde::Serialize for ProviderView<'_> {
     }
 }
 
-/// A provider as upstream serialises it at `req`'s microversion.
-pub(crate) fn render(req: &Req, rp: &Provider) -> Value {
-    serde_json::to_value(ProviderView::new(req, rp)).unwrap_or(Value::Null)
-}
-
 fn post_schema(req: &Req, with_uuid: bool) -> Value {
     let mut props = json!({"name": {"type": "string", "maxLength": 200}});
     if with_uuid {
@@ -150,7 +145,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         })?;
     let location = provider_url(&rp.uuid);
     if req.mv(mv::PROVIDER_CREATE_BODY) {
-        Ok(Reply::json(render(&req, &rp))
+        Ok(Reply::typed(&ProviderView::new(&req, &rp))?
             .header("location", location)
             .modified(rp.modified))
     } else {
@@ -165,7 +160,7 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .store
         .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
         .await?;
-    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -250,7 +245,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
 fn list_schema(req: &Req) -> Value {
