@@ -18,13 +18,9 @@ pub struct Client {
     http: Http,
 }
 
-fn enc(segment: &str) -> String {
-    form_urlencoded_segment(segment)
-}
-
 /// Percent-encodes a path segment (uuids and class names never need it; names of
 /// things a caller chose might).
-fn form_urlencoded_segment(s: &str) -> String {
+fn enc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {

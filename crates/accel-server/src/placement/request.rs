@@ -152,12 +152,10 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// A successful answer.
+/// A successful answer. Its body is already JSON bytes: an `accel_api::placement`
+/// response type, or the hand-written writers of the large listings.
 pub struct Reply {
     pub status: StatusCode,
-    pub body: Option<Value>,
-    /// An already serialised JSON body (large listings serialise typed views
-    /// straight to bytes instead of building a `Value` tree first).
     pub raw: Option<Vec<u8>>,
     pub headers: Vec<(&'static str, String)>,
     /// Seconds since the epoch; rendered as `last-modified` (with `cache-control:
@@ -166,15 +164,6 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn json(body: Value) -> Self {
-        Reply {
-            status: StatusCode::OK,
-            body: Some(body),
-            raw: None,
-            headers: Vec::new(),
-            last_modified: None,
-        }
-    }
     /// A 200 whose body is the typed `view` (an `accel_api::placement` response).
     pub fn typed(view: &impl serde::Serialize) -> ApiResult<Self> {
         Self::serialized(view).map_err(|e| ApiError::internal(e.to_string()))
@@ -188,7 +177,6 @@ impl Reply {
     pub fn status(status: StatusCode) -> Self {
         Reply {
             status,
-            body: None,
             raw: None,
             headers: Vec::new(),
             last_modified: None,
@@ -215,16 +203,15 @@ impl Reply {
     }
 
     pub fn into_response(self, version: Version) -> Response<Body> {
-        let mut resp = match (&self.body, self.raw) {
-            (Some(b), _) => super::json_response(self.status, b),
-            (None, Some(raw)) => {
+        let mut resp = match self.raw {
+            Some(raw) => {
                 let mut r = Response::new(Body::from(raw));
                 *r.status_mut() = self.status;
                 r.headers_mut()
                     .insert("content-type", HeaderValue::from_static("application/json"));
                 r
             }
-            (None, None) => {
+            None => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = self.status;
                 r
