@@ -18,11 +18,14 @@
 //! cargo run --release -p accel-bench --bin placement-load -- --url http://127.0.0.1:8778
 //! ```
 
+use accel_api::http::{Http, Method};
+use accel_api::placement::{
+    mv, Client, ConsumerAllocations, InventoriesPut, InventoryRecord, Map, ProviderAllocation,
+    ProviderCreate, Resources, Usage, Version,
+};
 use accel_bench::{run_phase, PhaseStats, TABLE_HEADER};
 use anyhow::{bail, Context};
 use clap::Parser;
-use reqwest::{Client, Method, StatusCode};
-use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
@@ -54,106 +57,55 @@ struct Args {
     label: String,
 }
 
-const VERSION: &str = "placement 1.39";
+const VERSION: Version = mv::ANY_TRAITS;
 
-#[derive(Clone)]
-struct Api {
-    client: Client,
-    base: Arc<str>,
-    token: Arc<str>,
-}
-
-impl Api {
-    /// Sends one request; any status other than `expect` is a failure.
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        expect: StatusCode,
-    ) -> Result<Value, String> {
-        let bytes = self.call_raw(method.clone(), path, body, expect).await?;
-        if bytes.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&bytes).map_err(|e| format!("{method} {path}: bad JSON: {e}"))
+fn inventories(generation: i64, total: i64) -> InventoriesPut {
+    let record = |total: i64| InventoryRecord {
+        total,
+        ..Default::default()
+    };
+    InventoriesPut {
+        resource_provider_generation: generation,
+        inventories: Map(vec![
+            (
+                "VCPU".into(),
+                InventoryRecord {
+                    allocation_ratio: Some(16.0),
+                    ..record(total)
+                },
+            ),
+            (
+                "MEMORY_MB".into(),
+                InventoryRecord {
+                    reserved: Some(512),
+                    ..record(total * 1024)
+                },
+            ),
+            (
+                "DISK_GB".into(),
+                InventoryRecord {
+                    min_unit: Some(10),
+                    step_size: Some(10),
+                    ..record(2048)
+                },
+            ),
+        ]),
     }
-
-    /// Like `call`, returning the body unparsed (the listing phase checks it with a
-    /// typed parse that allocates nothing per provider, to keep the client's share of
-    /// the two cores small).
-    async fn call_raw(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        expect: StatusCode,
-    ) -> Result<bytes::Bytes, String> {
-        let mut rb = self
-            .client
-            .request(method.clone(), format!("{}{}", self.base, path))
-            .header("x-auth-token", &*self.token)
-            .header("openstack-api-version", VERSION)
-            .header("accept", "application/json");
-        if let Some(b) = body {
-            rb = rb.json(b);
-        }
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| format!("{method} {path}: {e}"))?;
-        let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| format!("{method} {path}: {e}"))?;
-        if status != expect {
-            return Err(format!(
-                "{method} {path}: {status}: {}",
-                String::from_utf8_lossy(&bytes)
-                    .chars()
-                    .take(300)
-                    .collect::<String>()
-            ));
-        }
-        Ok(bytes)
-    }
-}
-
-fn inventories(generation: i64, total: i64) -> Value {
-    json!({
-        "resource_provider_generation": generation,
-        "inventories": {
-            "VCPU": {"total": total, "allocation_ratio": 16.0},
-            "MEMORY_MB": {"total": total * 1024, "reserved": 512},
-            "DISK_GB": {"total": 2048, "min_unit": 10, "step_size": 10},
-        }
-    })
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let api = Api {
-        client: Client::builder()
-            .pool_max_idle_per_host(args.concurrency)
-            .build()?,
-        base: args.url.trim_end_matches('/').into(),
-        token: args.token.clone().into(),
-    };
+    let api = Client::new(Http::with_token(&args.url, &args.token)?);
     let c = args.concurrency.max(1);
     if args.providers < c {
         bail!("--providers must be at least --concurrency");
     }
     let existing = api
-        .call(Method::GET, "/resource_providers", None, StatusCode::OK)
+        .providers(VERSION, &[])
         .await
-        .map_err(anyhow::Error::msg)
         .context("is the service up?")?;
-    if existing["resource_providers"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty())
-    {
+    if !existing.is_empty() {
         bail!("the service already has resource providers; start it on an empty database");
     }
 
@@ -173,15 +125,16 @@ async fn main() -> anyhow::Result<()> {
             run_phase("create provider", c, args.providers, move |_, i| {
                 let (api, uuids) = (api.clone(), uuids.clone());
                 async move {
-                    let body = json!({"name": format!("bench-rp-{i}"), "uuid": uuids[i]});
-                    api.call(
-                        Method::POST,
-                        "/resource_providers",
-                        Some(&body),
-                        StatusCode::OK,
-                    )
-                    .await
-                    .map(drop)
+                    let body = ProviderCreate {
+                        name: format!("bench-rp-{i}"),
+                        uuid: Some(uuids[i].clone()),
+                        parent_provider_uuid: None,
+                    };
+                    match api.create_provider(VERSION, &body).await {
+                        Ok(Some(_)) => Ok(()),
+                        Ok(None) => Err("no provider in the answer".to_owned()),
+                        Err(e) => Err(format!("POST /resource_providers: {e}")),
+                    }
                 }
             })
             .await,
@@ -198,14 +151,11 @@ async fn main() -> anyhow::Result<()> {
                     let generation = *gens[w].lock().unwrap();
                     // Alternate the total so every request is a real change.
                     let body = inventories(generation, 1_000_000 + (i % 2) as i64);
-                    let path = format!("/resource_providers/{}/inventories", uuids[w]);
                     let v = api
-                        .call(Method::PUT, &path, Some(&body), StatusCode::OK)
-                        .await?;
-                    let g = v["resource_provider_generation"]
-                        .as_i64()
-                        .ok_or("no generation in the answer")?;
-                    *gens[w].lock().unwrap() = g;
+                        .set_inventories(VERSION, &uuids[w], &body)
+                        .await
+                        .map_err(|e| format!("PUT inventories: {e}"))?;
+                    *gens[w].lock().unwrap() = v.resource_provider_generation;
                     Ok(())
                 }
             })
@@ -220,17 +170,26 @@ async fn main() -> anyhow::Result<()> {
             run_phase("PUT allocations", c, args.requests, move |w, i| {
                 let (api, uuids) = (api.clone(), uuids.clone());
                 async move {
-                    let body = json!({
-                        "allocations": {uuids[w].as_str(): {"resources": {"VCPU": 1, "MEMORY_MB": 16}}},
-                        "project_id": format!("bench-project-{}", i % 4),
-                        "user_id": "bench-user",
-                        "consumer_generation": null,
-                        "consumer_type": "INSTANCE",
-                    });
-                    let path = format!("/allocations/{}", Uuid::new_v4());
-                    api.call(Method::PUT, &path, Some(&body), StatusCode::NO_CONTENT)
+                    let body = ConsumerAllocations {
+                        allocations: Map(vec![(
+                            uuids[w].clone(),
+                            ProviderAllocation {
+                                generation: None,
+                                resources: Resources(vec![
+                                    ("VCPU".into(), 1),
+                                    ("MEMORY_MB".into(), 16),
+                                ]),
+                            },
+                        )]),
+                        project_id: Some(format!("bench-project-{}", i % 4)),
+                        user_id: Some("bench-user".into()),
+                        consumer_generation: Some(None),
+                        mappings: None,
+                        consumer_type: Some("INSTANCE".into()),
+                    };
+                    api.put_allocations(VERSION, &Uuid::new_v4().to_string(), &body)
                         .await
-                        .map(drop)
+                        .map_err(|e| format!("PUT allocations: {e}"))
                 }
             })
             .await,
@@ -246,12 +205,17 @@ async fn main() -> anyhow::Result<()> {
                 let api = api.clone();
                 async move {
                     let project = i % 4;
-                    let path = format!("/usages?project_id=bench-project-{project}");
-                    let v = api.call(Method::GET, &path, None, StatusCode::OK).await?;
+                    let v = api
+                        .usages(VERSION, &format!("bench-project-{project}"))
+                        .await
+                        .map_err(|e| format!("GET usages: {e}"))?;
                     // 1.38 groups usages by consumer type.
-                    let vcpu = v["usages"]["INSTANCE"]["VCPU"].as_i64().unwrap_or(-1);
+                    let vcpu = match v.usages.get("INSTANCE") {
+                        Some(Usage::Group(r)) => r.get("VCPU").unwrap_or(-1),
+                        _ => -1,
+                    };
                     if project == 0 && vcpu < expected_vcpu {
-                        return Err(format!("usages VCPU {vcpu} < {expected_vcpu}: {v}"));
+                        return Err(format!("usages VCPU {vcpu} < {expected_vcpu}: {v:?}"));
                     }
                     Ok(())
                 }
@@ -276,10 +240,14 @@ async fn main() -> anyhow::Result<()> {
                         struct List {
                             resource_providers: Vec<serde::de::IgnoredAny>,
                         }
+                        // Parsed without a value per provider, to keep the client's
+                        // share of the two cores small.
                         let raw = api
-                            .call_raw(Method::GET, "/resource_providers", None, StatusCode::OK)
-                            .await?;
-                        let got = serde_json::from_slice::<List>(&raw)
+                            .send(VERSION, Method::GET, "/resource_providers", None::<&()>)
+                            .await
+                            .and_then(|r| r.success())
+                            .map_err(|e| format!("GET /resource_providers: {e}"))?;
+                        let got = serde_json::from_str::<List>(&raw.text)
                             .map_err(|e| format!("bad listing: {e}"))?
                             .resource_providers
                             .len();

@@ -6,17 +6,20 @@
 //! re-reading on generation conflicts; here every write carries the generation just
 //! read and a 409 `placement.concurrent_update` re-reads and tries again.
 
-use super::client::{Client, RemoteError, Reply};
+use super::client::{Client, RemoteError};
+use accel_api::http::Error;
+use accel_api::placement::{
+    mv, Inventories, InventoriesPut, InventoryRecord, Map, ProviderCreate, ProviderTraits,
+    ProviderUpdate, Version,
+};
 use accel_store::accelerator::pushes::{LocalInventory, LocalProvider, LocalTree};
-use reqwest::Method;
-use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Placement microversion of every request but a move: 1.26 lets `reserved` equal
 /// `total`, and has `in_tree` (1.14), `required` (1.18) and POST bodies (1.20).
-const MV: &str = "1.26";
+const MV: Version = mv::ZERO_CAPACITY;
 /// Moving a provider to another parent (`PUT /resource_providers/{uuid}`).
-const MV_MOVE: &str = "1.37";
+const MV_MOVE: Version = mv::REPARENT;
 /// The trait that marks a provider as accel's: only such providers are deleted.
 pub const OWNER_TRAIT: &str = "CUSTOM_OWNER_ACCEL";
 /// Attempts of one generation-guarded write before giving up for this push.
@@ -33,8 +36,9 @@ pub struct Pushed {
     pub held: Vec<String>,
 }
 
-fn fail(r: &Reply, what: &str) -> RemoteError {
-    RemoteError(r.describe(what))
+/// A lost generation race: read again and retry.
+fn lost_race(e: &Error) -> bool {
+    matches!(e, Error::Status { status: 409, code: Some(c), .. } if c == "placement.concurrent_update")
 }
 
 #[derive(Debug, Clone)]
@@ -43,28 +47,29 @@ struct Remote {
     parent: Option<String>,
 }
 
-async fn list(c: &Client, query: &str) -> Result<HashMap<String, Remote>, RemoteError> {
-    let path = format!("/resource_providers?{query}");
-    let r = c.call(Method::GET, &path, MV, None).await?;
-    if r.status == 400 && r.body.to_string().contains("No such trait") {
+async fn list(c: &Client, query: &[(&str, &str)]) -> Result<HashMap<String, Remote>, RemoteError> {
+    let shown: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let what = format!("GET /resource_providers?{}", shown.join("&"));
+    let found = match c.api().providers(MV, query).await {
+        Ok(found) => found,
         // Upstream refuses `required` with an unknown trait: nobody carries it yet.
-        return Ok(HashMap::new());
-    }
-    if !r.ok() {
-        return Err(fail(&r, &format!("GET {path}")));
-    }
-    Ok(r.body["resource_providers"]
-        .as_array()
+        Err(Error::Status {
+            status: 400,
+            message,
+            ..
+        }) if message.contains("No such trait") => return Ok(HashMap::new()),
+        Err(e) => return Err(RemoteError::of(&what, &e)),
+    };
+    Ok(found
         .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            Some((
-                p["uuid"].as_str()?.to_owned(),
+        .map(|p| {
+            (
+                p.uuid,
                 Remote {
-                    name: p["name"].as_str()?.to_owned(),
-                    parent: p["parent_provider_uuid"].as_str().map(str::to_owned),
+                    name: p.name,
+                    parent: p.parent_provider_uuid,
                 },
-            ))
+            )
         })
         .collect())
 }
@@ -77,8 +82,8 @@ pub async fn push(c: &Client, host: &str, local: &LocalTree) -> Result<Pushed, R
             c.endpoint().await
         )));
     };
-    let tree = list(c, &format!("in_tree={cn}")).await?;
-    let owned = list(c, &format!("in_tree={cn}&required={OWNER_TRAIT}")).await?;
+    let tree = list(c, &[("in_tree", &cn)]).await?;
+    let owned = list(c, &[("in_tree", &cn), ("required", OWNER_TRAIT)]).await?;
     let mut out = Pushed::default();
     let mut classes_done: BTreeSet<String> = BTreeSet::new();
     for p in &local.providers {
@@ -112,16 +117,21 @@ pub async fn push(c: &Client, host: &str, local: &LocalTree) -> Result<Pushed, R
     gone.sort_by(|a, b| b.cmp(a));
     for (_, uuid) in gone {
         let path = format!("/resource_providers/{uuid}");
-        let r = c.call(Method::DELETE, &path, MV, None).await?;
-        match r.status {
-            204 | 404 => out.deleted += 1,
-            409 => {
-                tracing::info!(provider = %uuid, reason = %r.describe("DELETE"), "device provider in use in the external Placement: reserved until free");
+        match c
+            .api()
+            .delete_provider(MV, uuid)
+            .await
+            .map_err(|e| (e.status(), e))
+        {
+            Ok(()) | Err((Some(404), _)) => out.deleted += 1,
+            Err((Some(409), e)) => {
+                let reason = RemoteError::of("DELETE", &e);
+                tracing::info!(provider = %uuid, reason = %reason, "device provider in use in the external Placement: reserved until free");
                 reserve_all(c, uuid).await?;
                 out.held
                     .push(tree.get(uuid).map(|t| t.name.clone()).unwrap_or_default());
             }
-            _ => return Err(fail(&r, &format!("DELETE {path}"))),
+            Err((_, e)) => return Err(RemoteError::of(&format!("DELETE {path}"), &e)),
         }
     }
     Ok(out)
@@ -144,132 +154,112 @@ fn depth(tree: &HashMap<String, Remote>, uuid: &str) -> usize {
 /// it was created.
 async fn ensure_provider(c: &Client, p: &LocalProvider, parent: &str) -> Result<bool, RemoteError> {
     let path = format!("/resource_providers/{}", p.uuid);
-    let r = c.call(Method::GET, &path, MV, None).await?;
-    if r.ok() {
+    let found = c
+        .api()
+        .provider(MV, &p.uuid)
+        .await
+        .map_err(|e| RemoteError::of(&format!("GET {path}"), &e))?;
+    if found.is_some() {
         move_provider(c, p, parent).await?;
         return Ok(false);
     }
-    if r.status != 404 {
-        return Err(fail(&r, &format!("GET {path}")));
-    }
-    let body = json!({"uuid": p.uuid, "name": p.name, "parent_provider_uuid": parent});
-    let r = c
-        .call(Method::POST, "/resource_providers", MV, Some(&body))
-        .await?;
-    if !r.ok() {
-        return Err(fail(&r, &format!("POST /resource_providers ({})", p.name)));
-    }
+    let body = ProviderCreate {
+        uuid: Some(p.uuid.clone()),
+        name: p.name.clone(),
+        parent_provider_uuid: Some(parent.to_owned()),
+    };
+    c.api()
+        .create_provider(MV, &body)
+        .await
+        .map_err(|e| RemoteError::of(&format!("POST /resource_providers ({})", p.name), &e))?;
     Ok(true)
 }
 
 async fn move_provider(c: &Client, p: &LocalProvider, parent: &str) -> Result<(), RemoteError> {
     let path = format!("/resource_providers/{}", p.uuid);
-    let body = json!({"name": p.name, "parent_provider_uuid": parent});
-    let r = c.call(Method::PUT, &path, MV_MOVE, Some(&body)).await?;
-    if !r.ok() {
-        return Err(fail(&r, &format!("PUT {path}")));
-    }
+    let body = ProviderUpdate {
+        name: p.name.clone(),
+        parent_provider_uuid: Some(Some(parent.to_owned())),
+    };
+    c.api()
+        .update_provider(MV_MOVE, &p.uuid, &body)
+        .await
+        .map_err(|e| RemoteError::of(&format!("PUT {path}"), &e))?;
     Ok(())
 }
 
-/// `(generation, body)` of a provider's sub-resource.
-async fn read(c: &Client, path: &str) -> Result<(i64, Value), RemoteError> {
-    let r = c.call(Method::GET, path, MV, None).await?;
-    if !r.ok() {
-        return Err(fail(&r, &format!("GET {path}")));
-    }
-    let g = r.body["resource_provider_generation"]
-        .as_i64()
-        .ok_or_else(|| RemoteError(format!("GET {path}: no resource_provider_generation")))?;
-    Ok((g, r.body))
+fn too_many(path: &str) -> RemoteError {
+    RemoteError(format!(
+        "PUT {path}: generation conflicts {CAS_ATTEMPTS} times in a row"
+    ))
 }
 
-/// PUTs `make(generation)` to `path`, re-reading the generation after a 409
-/// `placement.concurrent_update`. `same` says whether the body read already matches
-/// (nothing is written then). Returns whether it wrote.
-async fn cas_put(
-    c: &Client,
-    path: &str,
-    same: impl Fn(&Value) -> bool,
-    make: impl Fn(i64) -> Value,
-) -> Result<bool, RemoteError> {
-    for _ in 0..CAS_ATTEMPTS {
-        let (g, have) = read(c, path).await?;
-        if same(&have) {
-            return Ok(false);
-        }
-        let r = c.call(Method::PUT, path, MV, Some(&make(g))).await?;
-        if r.ok() {
-            return Ok(true);
-        }
-        if r.status == 409 && r.code() == "placement.concurrent_update" {
-            continue;
-        }
-        return Err(fail(&r, &format!("PUT {path}")));
-    }
-    Err(RemoteError(format!(
-        "PUT {path}: generation conflicts {CAS_ATTEMPTS} times in a row"
-    )))
+async fn read_traits(c: &Client, uuid: &str) -> Result<ProviderTraits, RemoteError> {
+    c.api()
+        .provider_traits(MV, uuid)
+        .await
+        .map_err(|e| RemoteError::of(&format!("GET /resource_providers/{uuid}/traits"), &e))
 }
 
 async fn sync_traits(c: &Client, p: &LocalProvider) -> Result<bool, RemoteError> {
     let mut want: BTreeSet<String> = p.traits.iter().cloned().collect();
     want.insert(OWNER_TRAIT.to_owned());
+    let names =
+        |have: &ProviderTraits| -> BTreeSet<String> { have.traits.iter().cloned().collect() };
     let path = format!("/resource_providers/{}/traits", p.uuid);
-    let (_, have) = read(c, &path).await?;
-    if names(&have["traits"]) == want {
+    if names(&read_traits(c, &p.uuid).await?) == want {
         return Ok(false);
     }
     for t in want.iter().filter(|t| t.starts_with("CUSTOM_")) {
-        let r = c
-            .call(Method::PUT, &format!("/traits/{t}"), MV, None)
-            .await?;
-        if !r.ok() {
-            return Err(fail(&r, &format!("PUT /traits/{t}")));
+        c.api()
+            .ensure_trait(MV, t)
+            .await
+            .map_err(|e| RemoteError::of(&format!("PUT /traits/{t}"), &e))?;
+    }
+    // The generation just read; a 409 `placement.concurrent_update` reads again.
+    for _ in 0..CAS_ATTEMPTS {
+        let have = read_traits(c, &p.uuid).await?;
+        if names(&have) == want {
+            return Ok(false);
+        }
+        let body = ProviderTraits {
+            traits: want.iter().cloned().collect(),
+            resource_provider_generation: have.resource_provider_generation,
+        };
+        match c.api().set_provider_traits(MV, &p.uuid, &body).await {
+            Ok(_) => return Ok(true),
+            Err(e) if lost_race(&e) => continue,
+            Err(e) => return Err(RemoteError::of(&format!("PUT {path}"), &e)),
         }
     }
-    let list: Vec<&String> = want.iter().collect();
-    cas_put(
-        c,
-        &path,
-        |have| names(&have["traits"]) == want,
-        |g| json!({"resource_provider_generation": g, "traits": list}),
-    )
-    .await
+    Err(too_many(&path))
 }
 
-fn names(v: &Value) -> BTreeSet<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.as_str().map(str::to_owned))
-        .collect()
+fn record(i: &LocalInventory) -> InventoryRecord {
+    InventoryRecord {
+        total: i.total,
+        reserved: Some(i.reserved),
+        min_unit: Some(i.min_unit),
+        max_unit: Some(i.max_unit),
+        step_size: Some(i.step_size),
+        allocation_ratio: Some(i.allocation_ratio),
+        ..Default::default()
+    }
 }
 
-fn inventory_json(i: &LocalInventory) -> Value {
-    json!({
-        "total": i.total, "reserved": i.reserved, "min_unit": i.min_unit,
-        "max_unit": i.max_unit, "step_size": i.step_size,
-        "allocation_ratio": i.allocation_ratio,
-    })
-}
-
-/// The remote inventories as comparable tuples (ratio in thousandths).
-fn inventory_key(v: &Value) -> BTreeMap<String, [i64; 6]> {
-    v.as_object()
-        .into_iter()
-        .flatten()
+/// Inventories as comparable tuples (ratio in thousandths).
+fn inventory_key(v: &Map<InventoryRecord>) -> BTreeMap<String, [i64; 6]> {
+    v.iter()
         .map(|(k, i)| {
-            let n = |f: &str| i[f].as_i64().unwrap_or(-1);
-            let ratio = (i["allocation_ratio"].as_f64().unwrap_or(-1.0) * 1000.0).round() as i64;
+            let ratio = (i.allocation_ratio.unwrap_or(-1.0) * 1000.0).round() as i64;
             (
-                k.clone(),
+                k.to_owned(),
                 [
-                    n("total"),
-                    n("reserved"),
-                    n("min_unit"),
-                    n("max_unit"),
-                    n("step_size"),
+                    i.total,
+                    i.reserved.unwrap_or(-1),
+                    i.min_unit.unwrap_or(-1),
+                    i.max_unit.unwrap_or(-1),
+                    i.step_size.unwrap_or(-1),
                     ratio,
                 ],
             )
@@ -277,76 +267,89 @@ fn inventory_key(v: &Value) -> BTreeMap<String, [i64; 6]> {
         .collect()
 }
 
+/// The remote inventories as records.
+fn records(have: &Inventories) -> Map<InventoryRecord> {
+    have.inventories
+        .iter()
+        .map(|(k, i)| (k.to_owned(), InventoryRecord::from(i)))
+        .collect()
+}
+
+async fn read_inventories(c: &Client, uuid: &str) -> Result<Inventories, RemoteError> {
+    c.api()
+        .inventories(MV, uuid)
+        .await
+        .map_err(|e| RemoteError::of(&format!("GET /resource_providers/{uuid}/inventories"), &e))
+}
+
+/// PUTs the inventories `make` derives from the ones read, re-reading after a 409
+/// `placement.concurrent_update`; nothing is written when they already match.
+/// Returns whether it wrote.
+async fn cas_inventories(
+    c: &Client,
+    uuid: &str,
+    make: impl Fn(&Map<InventoryRecord>) -> Map<InventoryRecord>,
+) -> Result<bool, RemoteError> {
+    let path = format!("/resource_providers/{uuid}/inventories");
+    for _ in 0..CAS_ATTEMPTS {
+        let have = read_inventories(c, uuid).await?;
+        let current = records(&have);
+        let want = make(&current);
+        if inventory_key(&current) == inventory_key(&want) {
+            return Ok(false);
+        }
+        let body = InventoriesPut {
+            resource_provider_generation: have.resource_provider_generation,
+            inventories: want,
+        };
+        match c.api().set_inventories(MV, uuid, &body).await {
+            Ok(_) => return Ok(true),
+            Err(e) if lost_race(&e) => continue,
+            Err(e) => return Err(RemoteError::of(&format!("PUT {path}"), &e)),
+        }
+    }
+    Err(too_many(&path))
+}
+
 async fn sync_inventories(
     c: &Client,
     p: &LocalProvider,
     classes_done: &mut BTreeSet<String>,
 ) -> Result<bool, RemoteError> {
-    let want: Map<String, Value> = p
+    let want: Map<InventoryRecord> = p
         .inventories
         .iter()
-        .map(|i| (i.class.clone(), inventory_json(i)))
+        .map(|i| (i.class.clone(), record(i)))
         .collect();
-    let want_key = inventory_key(&Value::Object(want.clone()));
-    let path = format!("/resource_providers/{}/inventories", p.uuid);
-    let (_, have) = read(c, &path).await?;
-    if inventory_key(&have["inventories"]) == want_key {
+    let have = read_inventories(c, &p.uuid).await?;
+    if inventory_key(&records(&have)) == inventory_key(&want) {
         return Ok(false);
     }
     for class in want.keys().filter(|k| k.starts_with("CUSTOM_")) {
         if classes_done.contains(class) {
             continue;
         }
-        let r = c
-            .call(Method::PUT, &format!("/resource_classes/{class}"), MV, None)
-            .await?;
-        if !r.ok() {
-            return Err(fail(&r, &format!("PUT /resource_classes/{class}")));
-        }
-        classes_done.insert(class.clone());
+        c.api()
+            .ensure_resource_class(MV, class)
+            .await
+            .map_err(|e| RemoteError::of(&format!("PUT /resource_classes/{class}"), &e))?;
+        classes_done.insert(class.to_owned());
     }
-    cas_put(
-        c,
-        &path,
-        |have| inventory_key(&have["inventories"]) == want_key,
-        |g| json!({"resource_provider_generation": g, "inventories": want}),
-    )
-    .await
+    cas_inventories(c, &p.uuid, |_| want.clone()).await
 }
 
 /// Sets `reserved = total` on every inventory of a provider accel no longer has but
 /// that is allocated remotely, so nothing new lands on it.
 async fn reserve_all(c: &Client, uuid: &str) -> Result<(), RemoteError> {
-    let path = format!("/resource_providers/{uuid}/inventories");
-    let reserved = |have: &Value| -> Map<String, Value> {
-        have["inventories"]
-            .as_object()
-            .into_iter()
-            .flatten()
+    cas_inventories(c, uuid, |have| {
+        have.iter()
             .map(|(k, i)| {
                 let mut i = i.clone();
-                i["reserved"] = i["total"].clone();
-                (k.clone(), i)
+                i.reserved = Some(i.total);
+                (k.to_owned(), i)
             })
             .collect()
-    };
-    for _ in 0..CAS_ATTEMPTS {
-        let (g, have) = read(c, &path).await?;
-        let want = reserved(&have);
-        if Value::Object(want.clone()) == have["inventories"] {
-            return Ok(());
-        }
-        let body = json!({"resource_provider_generation": g, "inventories": want});
-        let r = c.call(Method::PUT, &path, MV, Some(&body)).await?;
-        if r.ok() {
-            return Ok(());
-        }
-        if r.status == 409 && r.code() == "placement.concurrent_update" {
-            continue;
-        }
-        return Err(fail(&r, &format!("PUT {path}")));
-    }
-    Err(RemoteError(format!(
-        "PUT {path}: generation conflicts {CAS_ATTEMPTS} times in a row"
-    )))
+    })
+    .await
+    .map(|_| ())
 }

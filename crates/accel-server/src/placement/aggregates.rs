@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{mv, Aggregates, AggregatesPut};
 use accel_core::policy::placement as rules;
 use accel_store::placement::aggregates;
 use accel_store::{Conflict, StoreError};
@@ -23,7 +24,7 @@ fn list_schema() -> Value {
 }
 
 fn put_schema(req: &Req) -> Value {
-    if req.mv(19) {
+    if req.mv(mv::AGGREGATES_GENERATION) {
         json!({
             "type": "object",
             "properties": {
@@ -38,13 +39,13 @@ fn put_schema(req: &Req) -> Value {
     }
 }
 
-fn render(req: &Req, uuids: &[String], generation: i64) -> Reply {
-    let mut body = json!({ "aggregates": uuids });
-    if req.mv(19) {
-        body["resource_provider_generation"] = json!(generation);
-    }
+fn render(req: &Req, uuids: Vec<String>, generation: i64) -> ApiResult<Reply> {
+    let body = Aggregates {
+        aggregates: uuids,
+        resource_provider_generation: req.mv(mv::AGGREGATES_GENERATION).then_some(generation),
+    };
     // Upstream records no time for associations and answers "now".
-    Reply::json(body).modified_now()
+    Ok(Reply::typed(&body)?.modified_now())
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -59,7 +60,7 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             })
         })
         .await?;
-    Ok(render(&req, &uuids, generation))
+    render(&req, uuids, generation)
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -70,25 +71,12 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     app.store
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
         .await?;
-    let data = req.json(&put_schema(&req))?;
-    let with_generation = req.mv(19);
-    let (list, expected) = if with_generation {
-        (
-            data["aggregates"].clone(),
-            data["resource_provider_generation"].as_i64(),
-        )
-    } else {
-        (data, None)
+    let data: AggregatesPut = req.body(&put_schema(&req))?;
+    let with_generation = req.mv(mv::AGGREGATES_GENERATION);
+    let (given, expected) = match data {
+        AggregatesPut::List(list) => (list, None),
+        AggregatesPut::WithGeneration(a) => (a.aggregates, a.resource_provider_generation),
     };
-    let given: Vec<String> = list
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
     let normalized: Vec<String> = given.iter().map(|u| qs::normalize_uuid(u)).collect();
     let generation = app
         .store
@@ -114,5 +102,5 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         })?
         .map_err(|()| ApiError::concurrent(GENERATION_CHANGED))?;
     // Upstream answers with the list as the client sent it.
-    Ok(render(&req, &given, generation))
+    render(&req, given, generation)
 }

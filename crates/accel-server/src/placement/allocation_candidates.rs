@@ -10,6 +10,7 @@ use super::index::Prepared;
 use super::{authorize, qs, Reply, Req};
 use crate::jsonschema::pyrepr;
 use crate::AppState;
+use accel_api::placement::mv;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 const PREFIXES: [&str; 4] = ["resources", "required", "member_of", "in_tree"];
 
 fn group_pat(req: &Req) -> &'static str {
-    if req.mv(33) {
+    if req.mv(mv::STRING_SUFFIXES) {
         "[a-zA-Z0-9_-]{1,64}"
     } else {
         "[1-9][0-9]*"
@@ -28,29 +29,29 @@ fn group_pat(req: &Req) -> &'static str {
 
 fn schema(req: &Req) -> Value {
     let limit = json!({"type": ["integer", "string"], "pattern": "^[1-9][0-9]*$", "minimum": 1, "minLength": 1});
-    if !req.mv(25) {
+    if !req.mv(mv::GRANULAR_GROUPS) {
         let mut props = json!({"resources": {"type": "string"}});
-        if req.mv(16) {
+        if req.mv(mv::CANDIDATES_LIMIT) {
             props["limit"] = limit;
         }
-        if req.mv(17) {
+        if req.mv(mv::CANDIDATES_REQUIRED) {
             props["required"] = json!({"type": ["string"]});
         }
-        if req.mv(21) {
+        if req.mv(mv::CANDIDATES_MEMBER_OF) {
             props["member_of"] = json!({"type": ["string"]});
         }
         return json!({"type": "object", "properties": props, "required": ["resources"], "additionalProperties": false});
     }
     let mut props =
         json!({"limit": limit, "group_policy": {"type": "string", "enum": ["none", "isolate"]}});
-    if req.mv(35) {
+    if req.mv(mv::ROOT_REQUIRED) {
         props["root_required"] = json!({"type": ["string"]});
     }
-    if req.mv(36) {
+    if req.mv(mv::SAME_SUBTREE) {
         props["same_subtree"] = json!({"type": ["string"]});
     }
     let mut pats = Map::new();
-    let kinds: &[&str] = if req.mv(31) {
+    let kinds: &[&str] = if req.mv(mv::CANDIDATES_IN_TREE) {
         &PREFIXES
     } else {
         &PREFIXES[..3]
@@ -142,7 +143,7 @@ fn parse(req: &Req) -> ApiResult<Parsed> {
                 .expect("static pattern")
         })
     });
-    let key_re = &KEYS[usize::from(req.mv(33))];
+    let key_re = &KEYS[usize::from(req.mv(mv::STRING_SUFFIXES))];
     let mut groups: Vec<(String, Group)> = Vec::new();
     for (key, val) in &req.query {
         let Some(c) = key_re.captures(key) else {
@@ -166,7 +167,7 @@ fn parse(req: &Req) -> ApiResult<Parsed> {
         }
     }
 
-    if req.mv(36) {
+    if req.mv(mv::SAME_SUBTREE) {
         let resourceless: Vec<&String> = groups
             .iter()
             .filter(|(_, g)| g.resources.is_empty())
@@ -242,7 +243,7 @@ fn parse(req: &Req) -> ApiResult<Parsed> {
             ));
         }
     }
-    if req.mv(22) {
+    if req.mv(mv::FORBIDDEN_TRAITS) {
         let mut conflicts: Vec<String> = Vec::new();
         for (s, g) in &groups {
             for any in &g.traits.required {
@@ -290,8 +291,11 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     Ok(answer(&app, &req, &parsed, &index)?.modified_now())
 }
 
-fn empty() -> Value {
-    json!({"allocation_requests": [], "provider_summaries": {}})
+/// The answer with no candidates, in [`Answer::write`]'s format.
+fn empty() -> Reply {
+    let mut reply = Reply::status(StatusCode::OK);
+    reply.raw = Some(br#"{"allocation_requests":[],"provider_summaries":{}}"#.to_vec());
+    reply
 }
 
 fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
@@ -334,7 +338,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         let in_tree = match &g.in_tree {
             Some(u) => match by_uuid.get(u.as_str()) {
                 Some(&i) => Some(ProviderId(i)),
-                None => return Ok(Reply::json(empty())),
+                None => return Ok(empty()),
             },
             None => None,
         };
@@ -381,7 +385,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
         root_required: p.root_required.iter().map(|t| vec![trait_id(t)]).collect(),
         root_forbidden: p.root_forbidden.iter().map(|t| trait_id(t)).collect(),
         limit: p.limit,
-        nested: req.mv(29),
+        nested: req.mv(mv::NESTED_CANDIDATES),
         randomize: app
             .config
             .randomize_allocation_candidates
@@ -511,7 +515,7 @@ impl Answer<'_> {
     }
 
     fn request(&self, j: &mut Json, c: &engine::Candidate) {
-        if !self.req.mv(12) {
+        if !self.req.mv(mv::ALLOCATIONS_DICT) {
             // [{"resource_provider": {"uuid": u}, "resources": {...}}, ...]
             j.raw("{\"allocations\":[");
             let mut first = true;
@@ -536,7 +540,7 @@ impl Answer<'_> {
             j.byte(b'}');
         }
         j.byte(b'}');
-        if self.req.mv(34) {
+        if self.req.mv(mv::CANDIDATE_MAPPINGS) {
             j.raw(",\"mappings\":{");
             let mut first = true;
             for (suffix, rps) in &c.mappings {
@@ -563,7 +567,7 @@ impl Answer<'_> {
         // The engine's copy of the inventories (same order) knows its capacity.
         for inv in &index.snapshot.provider(id).inventories {
             let name = index.rc_name(i64::from(inv.rc));
-            if !(self.req.mv(27) || self.requested.contains(&name)) {
+            if !(self.req.mv(mv::SUMMARIES_ALL_CLASSES) || self.requested.contains(&name)) {
                 continue;
             }
             let capacity = inv.capacity();
@@ -576,7 +580,7 @@ impl Answer<'_> {
             j.byte(b'}');
         }
         j.byte(b'}');
-        if self.req.mv(17) {
+        if self.req.mv(mv::CANDIDATES_REQUIRED) {
             // Upstream lists a provider's traits in the database's order, which is
             // creation order: standard traits before custom ones. The index keeps
             // each provider's trait ids sorted.
@@ -590,7 +594,7 @@ impl Answer<'_> {
             }
             j.byte(b']');
         }
-        if self.req.mv(29) {
+        if self.req.mv(mv::NESTED_CANDIDATES) {
             let p = index.snapshot.provider(id);
             j.raw(",\"parent_provider_uuid\":");
             match p.parent {

@@ -10,12 +10,16 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{
+    self as api, mv, AllocationsPost, ConsumerAllocations, ConsumerAllocationsView, ConsumerUsage,
+    ListAllocations, ProviderAllocationView, ProviderAllocations, Resources,
+};
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{
     self as store, AllocationRow, ConsumerWrite, Refusable, Refusal,
 };
 use accel_store::{Conflict, StoreError};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub(crate) const UUID_PATTERN: &str = "^[0-9a-fA-F-]{36}$";
@@ -156,15 +160,15 @@ fn schema_v1_38() -> Value {
 }
 
 fn put_schema(req: &Req) -> Value {
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         schema_v1_38()
-    } else if req.mv(34) {
+    } else if req.mv(mv::CANDIDATE_MAPPINGS) {
         schema_v1_34()
-    } else if req.mv(28) {
+    } else if req.mv(mv::CONSUMER_GENERATION) {
         schema_v1_28()
-    } else if req.mv(12) {
+    } else if req.mv(mv::ALLOCATIONS_DICT) {
         schema_v1_12()
-    } else if req.mv(8) {
+    } else if req.mv(mv::ALLOCATION_PROJECT_USER) {
         schema_v1_8()
     } else {
         schema_v1_0()
@@ -174,11 +178,11 @@ fn put_schema(req: &Req) -> Value {
 /// The per-consumer schema of `POST /allocations` (and the reshaper) at `req`'s
 /// microversion.
 pub(crate) fn post_item_schema(req: &Req) -> Value {
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         schema_v1_38()
-    } else if req.mv(34) {
+    } else if req.mv(mv::CANDIDATE_MAPPINGS) {
         schema_v1_34()
-    } else if req.mv(28) {
+    } else if req.mv(mv::CONSUMER_GENERATION) {
         schema_v1_28()
     } else {
         deletable()
@@ -194,45 +198,24 @@ fn post_schema(req: &Req) -> Value {
     })
 }
 
-fn amounts(resources: &Value) -> Vec<(String, i64)> {
-    resources
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(rc, v)| {
-                    let n = v
-                        .as_i64()
-                        .or_else(|| v.as_f64().map(|f| f as i64))
-                        .unwrap_or(0);
-                    (rc.clone(), n)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The dict form `{rp_uuid: {resources: {...}}}` as (provider, amounts) pairs.
-fn dict_allocations(v: &Value) -> Vec<(String, Vec<(String, i64)>)> {
-    v.as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(rp, a)| (rp.clone(), amounts(&a["resources"])))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// One consumer's validated body (dict form) as a store request.
-pub(crate) fn consumer_write(req: &Req, uuid: &str, data: &Value) -> ConsumerWrite {
-    let s = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_owned);
+pub(crate) fn consumer_write(req: &Req, uuid: &str, data: ConsumerAllocations) -> ConsumerWrite {
     ConsumerWrite {
         uuid: uuid.to_owned(),
-        project_id: s("project_id"),
-        user_id: s("user_id"),
-        check_generation: req.mv(28),
-        generation: data.get("consumer_generation").and_then(Value::as_i64),
-        consumer_type: if req.mv(38) { s("consumer_type") } else { None },
-        allocations: dict_allocations(&data["allocations"]),
+        project_id: data.project_id,
+        user_id: data.user_id,
+        check_generation: req.mv(mv::CONSUMER_GENERATION),
+        generation: data.consumer_generation.flatten(),
+        consumer_type: if req.mv(mv::CONSUMER_TYPES) {
+            data.consumer_type
+        } else {
+            None
+        },
+        allocations: data
+            .allocations
+            .into_iter()
+            .map(|(rp, a)| (rp, a.resources.0))
+            .collect(),
     }
 }
 
@@ -269,28 +252,23 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         )));
     }
     let uuid = qs::normalize_uuid(raw);
-    let data = req.json(&put_schema(&req))?;
-    let write = if req.mv(12) {
-        consumer_write(&req, &uuid, &data)
+    let write = if req.mv(mv::ALLOCATIONS_DICT) {
+        consumer_write(&req, &uuid, req.body(&put_schema(&req))?)
     } else {
+        let data: ListAllocations = req.body(&put_schema(&req))?;
         // The list form: later entries for one provider replace earlier ones.
         let mut allocations: Vec<(String, Vec<(String, i64)>)> = Vec::new();
-        for a in data["allocations"].as_array().into_iter().flatten() {
-            let rp = a["resource_provider"]["uuid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let res = amounts(&a["resources"]);
+        for a in data.allocations {
+            let (rp, res) = (a.resource_provider.uuid, a.resources.0);
             match allocations.iter_mut().find(|(u, _)| *u == rp) {
                 Some(slot) => slot.1 = res,
                 None => allocations.push((rp, res)),
             }
         }
-        let s = |k: &str| data.get(k).and_then(Value::as_str).map(str::to_owned);
         ConsumerWrite {
             uuid: uuid.clone(),
-            project_id: s("project_id"),
-            user_id: s("user_id"),
+            project_id: data.project_id,
+            user_id: data.user_id,
             allocations,
             ..Default::default()
         }
@@ -310,11 +288,11 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn post_many(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATIONS_MANAGE)?;
-    let data = req.json(&post_schema(&req))?;
+    let data: AllocationsPost = req.body(&post_schema(&req))?;
     let writes: Vec<ConsumerWrite> = data
-        .as_object()
-        .map(|m| m.iter().map(|(c, v)| consumer_write(&req, c, v)).collect())
-        .unwrap_or_default();
+        .into_iter()
+        .map(|(c, v)| consumer_write(&req, &c, v))
+        .collect();
     let result = store::replace(
         &app.store,
         &writes,
@@ -339,26 +317,34 @@ pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .store
         .read(move |tx| Box::pin(async move { store::for_consumer(tx, &uuid).await }))
         .await?;
-    let mut by_rp: Map<String, Value> = Map::new();
+    let mut out = ConsumerAllocationsView::default();
     for r in &rows {
-        let entry = by_rp
-            .entry(r.rp_uuid.clone())
-            .or_insert_with(|| json!({"resources": {}}));
-        entry["resources"][&r.rc_name] = json!(r.used);
-        entry["generation"] = json!(r.rp_generation);
+        let entry = out
+            .allocations
+            .entry(&r.rp_uuid, || ProviderAllocationView {
+                resources: Resources::default(),
+                generation: r.rp_generation,
+            });
+        entry.resources.insert(r.rc_name.clone(), r.used);
+        entry.generation = r.rp_generation;
     }
-    let mut out = json!({ "allocations": by_rp });
-    if let (Some(first), true) = (rows.first(), req.mv(12)) {
-        out["project_id"] = json!(first.project_id);
-        out["user_id"] = json!(first.user_id);
-        if req.mv(28) {
-            out["consumer_generation"] = json!(first.consumer_generation);
+    if let (Some(first), true) = (rows.first(), req.mv(mv::ALLOCATIONS_DICT)) {
+        out.project_id = Some(first.project_id.clone());
+        out.user_id = Some(first.user_id.clone());
+        if req.mv(mv::CONSUMER_GENERATION) {
+            out.consumer_generation = Some(first.consumer_generation);
         }
-        if req.mv(38) {
-            out["consumer_type"] = json!(first.consumer_type.as_deref().unwrap_or("unknown"));
+        if req.mv(mv::CONSUMER_TYPES) {
+            out.consumer_type = Some(
+                first
+                    .consumer_type
+                    .as_deref()
+                    .unwrap_or("unknown")
+                    .to_owned(),
+            );
         }
     }
-    Ok(Reply::json(out).modified(last_modified(&rows)))
+    Ok(Reply::typed(&out)?.modified(last_modified(&rows)))
 }
 
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -381,21 +367,21 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    let mut by_consumer: Map<String, Value> = Map::new();
+    let mut body = ProviderAllocations {
+        allocations: api::Map::new(),
+        resource_provider_generation: rp.generation,
+    };
     for r in &rows {
-        let entry = by_consumer
-            .entry(r.consumer_uuid.clone())
-            .or_insert_with(|| json!({"resources": {}}));
-        entry["resources"][&r.rc_name] = json!(r.used);
-        if req.mv(28) {
-            entry["consumer_generation"] = json!(r.consumer_generation);
+        let entry = body.allocations.entry(&r.consumer_uuid, || ConsumerUsage {
+            resources: Resources::default(),
+            consumer_generation: None,
+        });
+        entry.resources.insert(r.rc_name.clone(), r.used);
+        if req.mv(mv::CONSUMER_GENERATION) {
+            entry.consumer_generation = Some(r.consumer_generation);
         }
     }
-    Ok(Reply::json(json!({
-        "allocations": by_consumer,
-        "resource_provider_generation": rp.generation,
-    }))
-    .modified(last_modified(&rows)))
+    Ok(Reply::typed(&body)?.modified(last_modified(&rows)))
 }
 
 pub async fn delete_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {

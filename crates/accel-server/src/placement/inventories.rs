@@ -8,10 +8,11 @@ use super::error::{ApiError, ApiResult, Code};
 use super::resource_providers::{provider_url, require};
 use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
 use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
 use accel_store::{Conflict, StoreError};
 use axum::http::StatusCode;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 const MAX_INT: i64 = 2_147_483_647;
@@ -53,49 +54,67 @@ pub(crate) fn put_all_schema() -> Value {
 }
 
 /// Inventory fields from a validated record, with upstream's defaults.
-pub(crate) fn from_record(rc_name: &str, rc_id: i64, v: &Value) -> Inventory {
-    let int = |k: &str, d: i64| v.get(k).and_then(Value::as_i64).unwrap_or(d);
+pub(crate) fn from_record(rc_name: &str, rc_id: i64, v: &InventoryRecord) -> Inventory {
     Inventory {
         rc_id,
         rc_name: rc_name.to_owned(),
-        total: int("total", 0),
-        reserved: int("reserved", 0),
-        min_unit: int("min_unit", 1),
-        max_unit: int("max_unit", MAX_INT),
-        step_size: int("step_size", 1),
-        allocation_ratio: v
-            .get("allocation_ratio")
-            .and_then(Value::as_f64)
-            .unwrap_or(1.0),
+        total: v.total,
+        reserved: v.reserved.unwrap_or(0),
+        min_unit: v.min_unit.unwrap_or(1),
+        max_unit: v.max_unit.unwrap_or(MAX_INT),
+        step_size: v.step_size.unwrap_or(1),
+        allocation_ratio: v.allocation_ratio.unwrap_or(1.0),
         modified: accel_store::now(),
     }
 }
 
-fn render(inv: &Inventory) -> Value {
-    json!({
-        "total": inv.total,
-        "reserved": inv.reserved,
-        "min_unit": inv.min_unit,
-        "max_unit": inv.max_unit,
-        "step_size": inv.step_size,
-        "allocation_ratio": inv.allocation_ratio,
-    })
+fn render(inv: &Inventory) -> api::Inventory {
+    api::Inventory {
+        total: inv.total,
+        reserved: inv.reserved,
+        min_unit: inv.min_unit,
+        max_unit: inv.max_unit,
+        step_size: inv.step_size,
+        allocation_ratio: inv.allocation_ratio,
+    }
 }
 
-fn render_one(inv: &Inventory, generation: i64) -> Value {
-    let mut v = render(inv);
-    v["resource_provider_generation"] = json!(generation);
-    v
+fn render_one(inv: &Inventory, generation: i64) -> api::ProviderInventory {
+    api::ProviderInventory {
+        inventory: render(inv),
+        resource_provider_generation: generation,
+    }
+}
+
+/// A provider's inventories, and when the newest changed (now when there is none).
+fn render_all(invs: &[Inventory], generation: i64) -> (api::Inventories, i64) {
+    let body = api::Inventories {
+        inventories: invs
+            .iter()
+            .map(|i| (i.rc_name.clone(), render(i)))
+            .collect(),
+        resource_provider_generation: generation,
+    };
+    let modified = invs
+        .iter()
+        .map(|i| i.modified)
+        .max()
+        .unwrap_or_else(accel_store::now);
+    (body, modified)
 }
 
 /// Upstream refuses capacity <= 0 before 1.26 and < 0 from 1.26.
 fn check_capacity(req: &Req, uuid: &str, inv: &Inventory) -> Result<(), String> {
     let cap = inv.capacity();
-    let bad = if req.mv(26) { cap < 0 } else { cap <= 0 };
+    let bad = if req.mv(mv::ZERO_CAPACITY) {
+        cap < 0
+    } else {
+        cap <= 0
+    };
     if !bad {
         return Ok(());
     }
-    let tail = if req.mv(26) {
+    let tail = if req.mv(mv::ZERO_CAPACITY) {
         "The reserved value is greater than total."
     } else {
         "The reserved value is greater than or equal to total."
@@ -130,19 +149,8 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             StoreError::NotFound(_) => rp_not_found(&uuid),
             e => e.into(),
         })?;
-    let mut map = Map::new();
-    for inv in &invs {
-        map.insert(inv.rc_name.clone(), render(inv));
-    }
-    let modified = invs
-        .iter()
-        .map(|i| i.modified)
-        .max()
-        .unwrap_or_else(accel_store::now);
-    Ok(
-        Reply::json(json!({"inventories": map, "resource_provider_generation": rp.generation}))
-            .modified(modified),
-    )
+    let (body, modified) = render_all(&invs, rp.generation);
+    Ok(Reply::typed(&body)?.modified(modified))
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -169,23 +177,23 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         })?;
     let inv =
         inv.ok_or_else(|| ApiError::not_found(format!("No inventory of class {rc} for {uuid}")))?;
-    Ok(Reply::json(render_one(&inv, rp.generation)).modified(inv.modified))
+    Ok(Reply::typed(&render_one(&inv, rp.generation))?.modified(inv.modified))
 }
 
 /// The operations that rewrite a provider's inventory.
 enum Op {
     ReplaceAll {
         generation: i64,
-        records: Vec<(String, Value)>,
+        records: Vec<(String, InventoryRecord)>,
     },
     Create {
         class: String,
-        record: Value,
+        record: InventoryRecord,
     },
     Update {
         class: String,
         generation: i64,
-        record: Value,
+        record: InventoryRecord,
     },
     Delete {
         class: String,
@@ -202,7 +210,7 @@ async fn apply(
     op: Op,
     req: &Req,
 ) -> accel_store::Refusable<(i64, Vec<Inventory>), Refusal> {
-    let parse = |class: &str, rec: &Value| from_record(class, -1, rec);
+    let parse = |class: &str, rec: &InventoryRecord| from_record(class, -1, rec);
     let change = match op {
         Op::ReplaceAll {
             generation,
@@ -260,20 +268,13 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     )?;
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
-    let data = req.json(&put_all_schema())?;
-    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
-    let records: Vec<(String, Value)> = data["inventories"]
-        .as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
+    let data: InventoriesPut = req.body(&put_all_schema())?;
+    let generation = data.resource_provider_generation;
+    let records: Vec<(String, InventoryRecord)> = data.inventories.into_iter().collect();
     match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
         Ok(Ok((generation, invs))) => {
-            let mut map = Map::new();
-            for inv in &invs {
-                map.insert(inv.rc_name.clone(), render(inv));
-            }
-            let modified = invs.iter().map(|i| i.modified).max().unwrap_or_else(accel_store::now);
-            Ok(Reply::json(json!({"inventories": map, "resource_provider_generation": generation})).modified(modified))
+            let (body, modified) = render_all(&invs, generation);
+            Ok(Reply::typed(&body)?.modified(modified))
         }
         Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
         Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::bad_request(format!(
@@ -301,18 +302,15 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     )?;
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
-    let data = req.json(&record_schema(false, true))?;
-    let class = data["resource_class"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let data: InventoryRecord = req.body(&record_schema(false, true))?;
+    let class = data.resource_class.clone().unwrap_or_default();
     match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
         Ok(Ok((generation, invs))) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
                 .ok_or_else(|| ApiError::internal("inventory vanished after create"))?;
-            Ok(Reply::json(render_one(inv, generation))
+            Ok(Reply::typed(&render_one(inv, generation))?
                 .with_status(StatusCode::CREATED)
                 .header("location", format!("{}/inventories/{class}", provider_url(&uuid)))
                 .modified(inv.modified))
@@ -344,15 +342,15 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let uuid = req.param(0).to_owned();
     let class = req.param(1).to_owned();
     exists(&app, &uuid).await?;
-    let data = req.json(&record_schema(true, false))?;
-    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
+    let data: InventoryRecord = req.body(&record_schema(true, false))?;
+    let generation = data.resource_provider_generation.unwrap_or(-1);
     match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
         Ok(Ok((generation, invs))) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
                 .ok_or_else(|| ApiError::internal("inventory vanished after update"))?;
-            Ok(Reply::json(render_one(inv, generation)).modified(inv.modified))
+            Ok(Reply::typed(&render_one(inv, generation))?.modified(inv.modified))
         }
         Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
         Ok(Err(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(

@@ -31,12 +31,12 @@ pub use request::{Reply, Req};
 
 use crate::auth::{self, Credentials};
 use crate::AppState;
+use accel_api::placement::{mv, ErrorItem, Errors};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
 use error::{ApiError, ErrorFormat};
 use microversion::{Version, VersionError};
-use serde_json::json;
 use std::sync::Arc;
 
 /// The Placement router: every request goes through [`handle`].
@@ -206,31 +206,38 @@ fn version_error(e: VersionError, request_id: &str, html: bool) -> Response<Body
                 StatusCode::NOT_ACCEPTABLE,
                 format!("Invalid microversion: Unacceptable version header: {v}"),
             );
-            let body = json!({"errors": [{
-                "status": 406,
-                "title": "Not Acceptable",
-                "detail": err.detail(),
-                "request_id": request_id,
-                "max_version": Version::MAX.to_string(),
-                "min_version": Version::MIN.to_string(),
-            }]});
-            json_response(StatusCode::NOT_ACCEPTABLE, &body)
+            let body = Errors {
+                errors: vec![ErrorItem {
+                    status: 406,
+                    title: "Not Acceptable".into(),
+                    detail: err.detail(),
+                    code: None,
+                    request_id: request_id.to_owned(),
+                    max_version: Some(Version::MAX.to_string()),
+                    min_version: Some(Version::MIN.to_string()),
+                }],
+            };
+            typed_response(StatusCode::NOT_ACCEPTABLE, &body)
         }
     }
 }
 
 /// Renders an error in Placement's format (`code` from 1.23).
 pub fn error_response(e: &ApiError, request_id: &str, version: Option<Version>) -> Response<Body> {
-    let mut err = json!({
-        "status": e.status.as_u16(),
-        "title": e.status.canonical_reason().unwrap_or(""),
-        "detail": e.detail(),
-    });
-    if version.is_some_and(|v| v.at_least(23)) {
-        err["code"] = json!(e.code.as_str());
-    }
-    err["request_id"] = json!(request_id);
-    let mut resp = json_response(e.status, &json!({ "errors": [err] }));
+    let body = Errors {
+        errors: vec![ErrorItem {
+            status: e.status.as_u16(),
+            title: e.status.canonical_reason().unwrap_or("").to_owned(),
+            detail: e.detail(),
+            code: version
+                .is_some_and(|v| v.at_least(mv::ERROR_CODES))
+                .then(|| e.code.as_str().to_owned()),
+            request_id: request_id.to_owned(),
+            max_version: None,
+            min_version: None,
+        }],
+    };
+    let mut resp = typed_response(e.status, &body);
     for (k, v) in &e.headers {
         if let Ok(v) = HeaderValue::from_str(v) {
             resp.headers_mut().insert(*k, v);
@@ -250,6 +257,15 @@ fn text_error(e: &ApiError, body: String, content_type: &'static str) -> Respons
             resp.headers_mut().insert(*k, v);
         }
     }
+    resp
+}
+
+/// A JSON answer from one of `accel_api::placement`'s types.
+fn typed_response(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
+    let mut resp = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
     resp
 }
 

@@ -4,6 +4,7 @@
 
 use super::error::{ApiError, ApiResult};
 use super::Req;
+use accel_api::placement::mv;
 
 /// `RC:N,RC:N` in request order; amounts must be integers >= 1.
 pub fn resources(qs: &str) -> ApiResult<Vec<(String, i64)>> {
@@ -135,8 +136,8 @@ pub fn trait_value(val: &str, allow_forbidden: bool, allow_any: bool) -> ApiResu
 
 /// All `required{suffix}` values of a request (only the last before 1.39).
 pub fn traits(req: &Req, key: &str) -> ApiResult<TraitQuery> {
-    let allow_forbidden = req.mv(22);
-    let allow_any = req.mv(39);
+    let allow_forbidden = req.mv(mv::FORBIDDEN_TRAITS);
+    let allow_any = req.mv(mv::ANY_TRAITS);
     let mut values = req.query_all(key);
     if !allow_any && values.len() > 1 {
         values = values.split_off(values.len() - 1);
@@ -164,7 +165,7 @@ pub struct AggQuery {
 /// All `member_of{suffix}` values, with upstream's microversion rules.
 pub fn member_of(req: &Req, key: &str, suffix: &str) -> ApiResult<AggQuery> {
     let values = req.query_all(key);
-    if !req.mv(24) && values.len() > 1 {
+    if !req.mv(mv::MEMBER_OF_REPEATED) && values.len() > 1 {
         return Err(ApiError::bad_request(format!(
             "Multiple member_of{suffix} parameters are not supported"
         )));
@@ -200,7 +201,7 @@ pub fn member_of(req: &Req, key: &str, suffix: &str) -> ApiResult<AggQuery> {
             out.required.push(r);
         }
         if !forbidden.is_empty() {
-            if !req.mv(32) {
+            if !req.mv(mv::FORBIDDEN_AGGREGATES) {
                 return Err(ApiError::bad_request(format!(
                     "Forbidden member_of{suffix} parameters are not supported in the specified microversion"
                 )));

@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
 use crate::auth::Credentials;
 use crate::jsonschema;
+use accel_api::placement::mv;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
@@ -53,9 +54,9 @@ impl Req {
         self.params.get(i).map(String::as_str).unwrap_or("")
     }
 
-    /// The mv is at least 1.`minor`.
-    pub fn mv(&self, minor: u16) -> bool {
-        self.version.at_least(minor)
+    /// The request's microversion is `v` or newer (`req.mv(mv::TRAITS)`).
+    pub fn mv(&self, v: Version) -> bool {
+        self.version.at_least(v)
     }
 
     /// The last value of each query key, as upstream's `dict(req.GET)` sees them.
@@ -98,6 +99,14 @@ impl Req {
         jsonschema::validate(&v, schema)
             .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
         Ok(v)
+    }
+
+    /// The body as the DTO `T`, after the JSON-schema check: the schema's errors are
+    /// upstream's words, so it runs first and `T` only reads what it admitted.
+    pub fn body<T: serde::de::DeserializeOwned>(&self, schema: &Value) -> ApiResult<T> {
+        let v = self.json(schema)?;
+        serde_json::from_value(v)
+            .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))
     }
 }
 
@@ -143,12 +152,10 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// A successful answer.
+/// A successful answer. Its body is already JSON bytes: an `accel_api::placement`
+/// response type, or the hand-written writers of the large listings.
 pub struct Reply {
     pub status: StatusCode,
-    pub body: Option<Value>,
-    /// An already serialised JSON body (large listings serialise typed views
-    /// straight to bytes instead of building a `Value` tree first).
     pub raw: Option<Vec<u8>>,
     pub headers: Vec<(&'static str, String)>,
     /// Seconds since the epoch; rendered as `last-modified` (with `cache-control:
@@ -157,14 +164,9 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn json(body: Value) -> Self {
-        Reply {
-            status: StatusCode::OK,
-            body: Some(body),
-            raw: None,
-            headers: Vec::new(),
-            last_modified: None,
-        }
+    /// A 200 whose body is the typed `view` (an `accel_api::placement` response).
+    pub fn typed(view: &impl serde::Serialize) -> ApiResult<Self> {
+        Self::serialized(view).map_err(|e| ApiError::internal(e.to_string()))
     }
     /// A 200 whose body is `view` serialised directly.
     pub fn serialized(view: &impl serde::Serialize) -> Result<Self, serde_json::Error> {
@@ -175,7 +177,6 @@ impl Reply {
     pub fn status(status: StatusCode) -> Self {
         Reply {
             status,
-            body: None,
             raw: None,
             headers: Vec::new(),
             last_modified: None,
@@ -202,16 +203,15 @@ impl Reply {
     }
 
     pub fn into_response(self, version: Version) -> Response<Body> {
-        let mut resp = match (&self.body, self.raw) {
-            (Some(b), _) => super::json_response(self.status, b),
-            (None, Some(raw)) => {
+        let mut resp = match self.raw {
+            Some(raw) => {
                 let mut r = Response::new(Body::from(raw));
                 *r.status_mut() = self.status;
                 r.headers_mut()
                     .insert("content-type", HeaderValue::from_static("application/json"));
                 r
             }
-            (None, None) => {
+            None => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = self.status;
                 r
@@ -223,7 +223,7 @@ impl Reply {
                 h.insert(*k, v);
             }
         }
-        if let (Some(at), true) = (self.last_modified, version.at_least(15)) {
+        if let (Some(at), true) = (self.last_modified, version.at_least(mv::LAST_MODIFIED)) {
             let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
             if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
                 h.insert("last-modified", v);

@@ -10,6 +10,7 @@ use super::error::{ApiError, ApiResult, Code};
 use super::inventories::{from_record, put_all_schema};
 use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_api::placement::Reshape;
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{ConsumerWrite, Refusal};
 use accel_store::placement::reshape::{self, ProviderInventories, ReshapeRefusal as Refused};
@@ -44,29 +45,25 @@ fn schema(req: &Req) -> Value {
 
 pub async fn reshape(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESHAPER_RESHAPE)?;
-    let data = req.json(&schema(&req))?;
-    let invs: Vec<ProviderInventories> = data["inventories"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(uuid, v)| {
-                    let recs = v["inventories"]
-                        .as_object()
-                        .map(|r| r.iter().map(|(k, v)| from_record(k, -1, v)).collect())
-                        .unwrap_or_default();
-                    ProviderInventories {
-                        uuid: uuid.clone(),
-                        generation: v["resource_provider_generation"].as_i64().unwrap_or(-1),
-                        inventories: recs,
-                    }
-                })
-                .collect()
+    let data: Reshape = req.body(&schema(&req))?;
+    let invs: Vec<ProviderInventories> = data
+        .inventories
+        .into_iter()
+        .map(|(uuid, v)| ProviderInventories {
+            inventories: v
+                .inventories
+                .iter()
+                .map(|(class, rec)| from_record(class, -1, rec))
+                .collect(),
+            uuid,
+            generation: v.resource_provider_generation,
         })
-        .unwrap_or_default();
-    let writes: Vec<ConsumerWrite> = data["allocations"]
-        .as_object()
-        .map(|m| m.iter().map(|(c, v)| consumer_write(&req, c, v)).collect())
-        .unwrap_or_default();
+        .collect();
+    let writes: Vec<ConsumerWrite> = data
+        .allocations
+        .into_iter()
+        .map(|(c, v)| consumer_write(&req, &c, v))
+        .collect();
     let attempts = app.config.allocation_conflict_retry_count;
     let result = reshape::reshape(&app.store, &invs, &writes, attempts).await;
     match result {

@@ -7,6 +7,8 @@ use super::error::{ApiError, ApiResult};
 use super::request::content_type;
 use super::{authorize, Reply, Req};
 use crate::{jsonschema, AppState};
+use accel_api::placement::mv;
+use accel_api::placement::{self as api, ResourceClassName};
 use accel_core::policy::placement as rules;
 use accel_store::placement::classes::{self, ResourceClass};
 use accel_store::{Conflict, StoreError};
@@ -18,11 +20,14 @@ fn url(name: &str) -> String {
     format!("/resource_classes/{name}")
 }
 
-fn render(rc: &ResourceClass) -> Value {
-    json!({
-        "name": rc.name,
-        "links": [{"rel": "self", "href": url(&rc.name)}],
-    })
+fn render(rc: &ResourceClass) -> api::ResourceClass {
+    api::ResourceClass {
+        name: rc.name.clone(),
+        links: vec![api::Link {
+            rel: "self".into(),
+            href: url(&rc.name),
+        }],
+    }
 }
 
 /// Upstream's POST (and pre-1.7 PUT) body schema.
@@ -66,14 +71,15 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .map(modified)
         .max()
         .unwrap_or_else(accel_store::now);
-    let out: Vec<Value> = rcs.iter().map(render).collect();
-    Ok(Reply::json(json!({ "resource_classes": out })).modified(at))
+    let body = api::ResourceClasses {
+        resource_classes: rcs.iter().map(render).collect(),
+    };
+    Ok(Reply::typed(&body)?.modified(at))
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_CREATE)?;
-    let data = req.json(&schema())?;
-    let name = data["name"].as_str().unwrap_or_default().to_owned();
+    let ResourceClassName { name } = req.body(&schema())?;
     let n = name.clone();
     let rc = app
         .store
@@ -96,11 +102,11 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .store
         .read(move |tx| Box::pin(async move { classes::require(tx, &name).await }))
         .await?;
-    Ok(Reply::json(render(&rc)).modified(modified(&rc)))
+    Ok(Reply::typed(&render(&rc))?.modified(modified(&rc)))
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    if req.mv(7) {
+    if req.mv(mv::RESOURCE_CLASS_PUT_CREATES) {
         create_or_verify(app, req).await
     } else {
         rename(app, req).await
@@ -119,8 +125,7 @@ async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     }
     authorize(&app, &req, rules::RESOURCE_CLASSES_UPDATE)?;
     let name = req.param(0).to_owned();
-    let data = req.json(&schema())?;
-    let new_name = data["name"].as_str().unwrap_or_default().to_owned();
+    let ResourceClassName { name: new_name } = req.body(&schema())?;
     let (n, nn) = (name.clone(), new_name.clone());
     let rc = app
         .store
@@ -140,7 +145,7 @@ async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    Ok(Reply::json(render(&rc)))
+    Reply::typed(&render(&rc))
 }
 
 /// 1.7 on: create the class unless it exists (201 / 204).

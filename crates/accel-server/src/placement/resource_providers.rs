@@ -3,6 +3,7 @@
 use super::error::{ApiError, ApiResult};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{Conflict, StoreError};
@@ -32,11 +33,11 @@ impl<'a> ProviderView<'a> {
             "traits",
             "allocations",
         ];
-        let n = if req.mv(11) {
+        let n = if req.mv(mv::PROVIDER_ALLOCATIONS_LINK) {
             5
-        } else if req.mv(6) {
+        } else if req.mv(mv::TRAITS) {
             4
-        } else if req.mv(1) {
+        } else if req.mv(mv::PROVIDER_AGGREGATES) {
             3
         } else {
             2
@@ -44,7 +45,7 @@ impl<'a> ProviderView<'a> {
         ProviderView {
             rp,
             rels: &RELS[..n],
-            nested: req.mv(14),
+            nested: req.mv(mv::NESTED_PROVIDERS),
         }
     }
 }
@@ -97,17 +98,12 @@ impl serde::Serialize for ProviderView<'_> {
     }
 }
 
-/// A provider as upstream serialises it at `req`'s microversion.
-pub(crate) fn render(req: &Req, rp: &Provider) -> Value {
-    serde_json::to_value(ProviderView::new(req, rp)).unwrap_or(Value::Null)
-}
-
 fn post_schema(req: &Req, with_uuid: bool) -> Value {
     let mut props = json!({"name": {"type": "string", "maxLength": 200}});
     if with_uuid {
         props["uuid"] = json!({"type": "string", "format": "uuid"});
     }
-    if req.mv(14) {
+    if req.mv(mv::NESTED_PROVIDERS) {
         props["parent_provider_uuid"] =
             json!({"anyOf": [{"type": "string", "format": "uuid"}, {"type": "null"}]});
     }
@@ -123,16 +119,13 @@ pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Prov
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, "placement:resource_providers:create")?;
-    let data = req.json(&post_schema(&req, true))?;
-    let name = data["name"].as_str().unwrap_or_default().to_owned();
-    let uuid = match data.get("uuid").and_then(Value::as_str) {
+    let data: ProviderCreate = req.body(&post_schema(&req, true))?;
+    let name = data.name;
+    let uuid = match data.uuid.as_deref() {
         Some(u) if !u.is_empty() => qs::normalize_uuid(u),
         _ => uuid::Uuid::new_v4().to_string(),
     };
-    let parent = data
-        .get("parent_provider_uuid")
-        .and_then(Value::as_str)
-        .map(qs::normalize_uuid);
+    let parent = data.parent_provider_uuid.as_deref().map(qs::normalize_uuid);
     let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
     let rp = app
         .store
@@ -151,8 +144,8 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             e => e.into(),
         })?;
     let location = provider_url(&rp.uuid);
-    if req.mv(20) {
-        Ok(Reply::json(render(&req, &rp))
+    if req.mv(mv::PROVIDER_CREATE_BODY) {
+        Ok(Reply::typed(&ProviderView::new(&req, &rp))?
             .header("location", location)
             .modified(rp.modified))
     } else {
@@ -167,7 +160,7 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .store
         .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
         .await?;
-    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -206,14 +199,14 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     app.store
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
         .await?;
-    let data = req.json(&post_schema(&req, false))?;
-    let name = data["name"].as_str().unwrap_or_default().to_owned();
-    let parent = match data.get("parent_provider_uuid") {
+    let data: ProviderUpdate = req.body(&post_schema(&req, false))?;
+    let name = data.name;
+    let parent = match data.parent_provider_uuid {
         None => ParentChange::Keep,
-        Some(Value::Null) => ParentChange::Clear,
-        Some(v) => ParentChange::Set(qs::normalize_uuid(v.as_str().unwrap_or_default())),
+        Some(None) => ParentChange::Clear,
+        Some(Some(p)) => ParentChange::Set(qs::normalize_uuid(&p)),
     };
-    let allow_reparent = req.mv(37);
+    let allow_reparent = req.mv(mv::REPARENT);
     let (u, n) = (uuid.clone(), name.clone());
     let rp = app
         .store
@@ -252,7 +245,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    Ok(Reply::json(render(&req, &rp)).modified(rp.modified))
+    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
 fn list_schema(req: &Req) -> Value {
@@ -260,16 +253,16 @@ fn list_schema(req: &Req) -> Value {
         "name": {"type": "string"},
         "uuid": {"type": "string", "format": "uuid"},
     });
-    if req.mv(3) {
+    if req.mv(mv::PROVIDERS_MEMBER_OF) {
         props["member_of"] = json!({"type": "string"});
     }
-    if req.mv(4) {
+    if req.mv(mv::PROVIDERS_RESOURCES) {
         props["resources"] = json!({"type": "string"});
     }
-    if req.mv(14) {
+    if req.mv(mv::NESTED_PROVIDERS) {
         props["in_tree"] = json!({"type": "string", "format": "uuid"});
     }
-    if req.mv(18) {
+    if req.mv(mv::PROVIDERS_REQUIRED) {
         props["required"] = json!({"type": "string"});
     }
     json!({"type": "object", "properties": props, "additionalProperties": false})

@@ -4,19 +4,24 @@ use super::error::ApiResult;
 use super::microversion::Version;
 use super::{Reply, Req};
 use crate::AppState;
-use serde_json::json;
+use accel_api::placement::{mv, Link, VersionDoc, Versions};
 use std::sync::Arc;
 
 pub async fn home(_app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    let body = json!({"versions": [{
-        "id": format!("v{}", Version::MIN),
-        "max_version": Version::MAX.to_string(),
-        "min_version": Version::MIN.to_string(),
-        "status": "CURRENT",
-        "links": [{"rel": "self", "href": ""}],
-    }]});
-    let reply = Reply::json(body);
-    Ok(if req.mv(15) {
+    let body = Versions {
+        versions: vec![VersionDoc {
+            id: format!("v{}", Version::MIN),
+            max_version: Version::MAX.to_string(),
+            min_version: Version::MIN.to_string(),
+            status: "CURRENT".into(),
+            links: vec![Link {
+                rel: "self".into(),
+                href: String::new(),
+            }],
+        }],
+    };
+    let reply = Reply::typed(&body)?;
+    Ok(if req.mv(mv::LAST_MODIFIED) {
         reply.modified_now()
     } else {
         reply

@@ -8,6 +8,7 @@ use super::{
     resource_providers, root, traits, usages,
 };
 use crate::AppState;
+use accel_api::placement::mv;
 use axum::http::{Method, StatusCode};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -70,10 +71,10 @@ macro_rules! h {
     };
 }
 
-fn m(method: Method, min: u16, content: Content, handler: Handler) -> MethodRoute {
+fn m(method: Method, min: Version, content: Content, handler: Handler) -> MethodRoute {
     MethodRoute {
         method,
-        min: Version(1, min),
+        min,
         too_old: StatusCode::NOT_FOUND,
         content,
         handler,
@@ -96,115 +97,233 @@ fn table() -> Vec<(Vec<Seg>, Vec<MethodRoute>)> {
     let post = Method::POST;
     let del = Method::DELETE;
     vec![
-        (vec![], vec![m(get.clone(), 0, Any, h!(root::home))]),
+        (
+            vec![],
+            vec![m(get.clone(), Version::MIN, Any, h!(root::home))],
+        ),
         (
             vec![Lit("resource_classes")],
             vec![
-                m(get.clone(), 2, Accept, h!(resource_classes::list)),
-                m(post.clone(), 2, Json, h!(resource_classes::create)),
+                m(
+                    get.clone(),
+                    mv::RESOURCE_CLASSES,
+                    Accept,
+                    h!(resource_classes::list),
+                ),
+                m(
+                    post.clone(),
+                    mv::RESOURCE_CLASSES,
+                    Json,
+                    h!(resource_classes::create),
+                ),
             ],
         ),
         (
             vec![Lit("resource_classes"), Param],
             vec![
-                m(get.clone(), 2, Accept, h!(resource_classes::show)),
-                m(put.clone(), 2, Any, h!(resource_classes::update)),
-                m(del.clone(), 2, Any, h!(resource_classes::delete)),
+                m(
+                    get.clone(),
+                    mv::RESOURCE_CLASSES,
+                    Accept,
+                    h!(resource_classes::show),
+                ),
+                m(
+                    put.clone(),
+                    mv::RESOURCE_CLASSES,
+                    Any,
+                    h!(resource_classes::update),
+                ),
+                m(
+                    del.clone(),
+                    mv::RESOURCE_CLASSES,
+                    Any,
+                    h!(resource_classes::delete),
+                ),
             ],
         ),
         (
             vec![Lit("resource_providers")],
             vec![
-                m(get.clone(), 0, Accept, h!(resource_providers::list)),
-                m(post.clone(), 0, Json, h!(resource_providers::create)),
+                m(
+                    get.clone(),
+                    Version::MIN,
+                    Accept,
+                    h!(resource_providers::list),
+                ),
+                m(
+                    post.clone(),
+                    Version::MIN,
+                    Json,
+                    h!(resource_providers::create),
+                ),
             ],
         ),
         (
             vec![Lit("resource_providers"), Param],
             vec![
-                m(get.clone(), 0, Accept, h!(resource_providers::show)),
-                m(del.clone(), 0, Any, h!(resource_providers::delete)),
-                m(put.clone(), 0, Json, h!(resource_providers::update)),
+                m(
+                    get.clone(),
+                    Version::MIN,
+                    Accept,
+                    h!(resource_providers::show),
+                ),
+                m(
+                    del.clone(),
+                    Version::MIN,
+                    Any,
+                    h!(resource_providers::delete),
+                ),
+                m(
+                    put.clone(),
+                    Version::MIN,
+                    Json,
+                    h!(resource_providers::update),
+                ),
             ],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("inventories")],
             vec![
-                m(get.clone(), 0, Accept, h!(inventories::list)),
-                m(post.clone(), 0, Json, h!(inventories::create)),
-                m(put.clone(), 0, Json, h!(inventories::replace_all)),
+                m(get.clone(), Version::MIN, Accept, h!(inventories::list)),
+                m(post.clone(), Version::MIN, Json, h!(inventories::create)),
+                m(
+                    put.clone(),
+                    Version::MIN,
+                    Json,
+                    h!(inventories::replace_all),
+                ),
                 MethodRoute {
                     too_old: StatusCode::METHOD_NOT_ALLOWED,
-                    ..m(del.clone(), 5, Any, h!(inventories::delete_all))
+                    ..m(
+                        del.clone(),
+                        mv::DELETE_ALL_INVENTORIES,
+                        Any,
+                        h!(inventories::delete_all),
+                    )
                 },
             ],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("inventories"), Param],
             vec![
-                m(get.clone(), 0, Accept, h!(inventories::show)),
-                m(put.clone(), 0, Json, h!(inventories::update)),
-                m(del.clone(), 0, Any, h!(inventories::delete)),
+                m(get.clone(), Version::MIN, Accept, h!(inventories::show)),
+                m(put.clone(), Version::MIN, Json, h!(inventories::update)),
+                m(del.clone(), Version::MIN, Any, h!(inventories::delete)),
             ],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("usages")],
-            vec![m(get.clone(), 0, Accept, h!(usages::for_provider))],
+            vec![m(
+                get.clone(),
+                Version::MIN,
+                Accept,
+                h!(usages::for_provider),
+            )],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("aggregates")],
             vec![
-                m(get.clone(), 1, Accept, h!(aggregates::show)),
-                m(put.clone(), 1, Json, h!(aggregates::update)),
+                m(
+                    get.clone(),
+                    mv::PROVIDER_AGGREGATES,
+                    Accept,
+                    h!(aggregates::show),
+                ),
+                m(
+                    put.clone(),
+                    mv::PROVIDER_AGGREGATES,
+                    Json,
+                    h!(aggregates::update),
+                ),
             ],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("allocations")],
-            vec![m(get.clone(), 0, Accept, h!(allocations::for_provider))],
+            vec![m(
+                get.clone(),
+                Version::MIN,
+                Accept,
+                h!(allocations::for_provider),
+            )],
         ),
         (
             vec![Lit("allocations")],
-            vec![m(post.clone(), 13, Json, h!(allocations::post_many))],
+            vec![m(
+                post.clone(),
+                mv::POST_ALLOCATIONS,
+                Json,
+                h!(allocations::post_many),
+            )],
         ),
         (
             vec![Lit("allocations"), Param],
             vec![
-                m(get.clone(), 0, Accept, h!(allocations::for_consumer)),
-                m(put.clone(), 0, Json, h!(allocations::put_consumer)),
-                m(del.clone(), 0, Any, h!(allocations::delete_consumer)),
+                m(
+                    get.clone(),
+                    Version::MIN,
+                    Accept,
+                    h!(allocations::for_consumer),
+                ),
+                m(
+                    put.clone(),
+                    Version::MIN,
+                    Json,
+                    h!(allocations::put_consumer),
+                ),
+                m(
+                    del.clone(),
+                    Version::MIN,
+                    Any,
+                    h!(allocations::delete_consumer),
+                ),
             ],
         ),
         (
             vec![Lit("allocation_candidates")],
-            vec![m(get.clone(), 10, Accept, h!(allocation_candidates::list))],
+            vec![m(
+                get.clone(),
+                mv::ALLOCATION_CANDIDATES,
+                Accept,
+                h!(allocation_candidates::list),
+            )],
         ),
         (
             vec![Lit("traits")],
-            vec![m(get.clone(), 6, Accept, h!(traits::list))],
+            vec![m(get.clone(), mv::TRAITS, Accept, h!(traits::list))],
         ),
         (
             vec![Lit("traits"), Param],
             vec![
-                m(get.clone(), 6, Any, h!(traits::show)),
-                m(put.clone(), 6, Any, h!(traits::create)),
-                m(del.clone(), 6, Any, h!(traits::delete)),
+                m(get.clone(), mv::TRAITS, Any, h!(traits::show)),
+                m(put.clone(), mv::TRAITS, Any, h!(traits::create)),
+                m(del.clone(), mv::TRAITS, Any, h!(traits::delete)),
             ],
         ),
         (
             vec![Lit("resource_providers"), Param, Lit("traits")],
             vec![
-                m(get.clone(), 6, Accept, h!(traits::for_provider)),
-                m(put.clone(), 6, Json, h!(traits::set_for_provider)),
-                m(del.clone(), 6, Any, h!(traits::delete_for_provider)),
+                m(get.clone(), mv::TRAITS, Accept, h!(traits::for_provider)),
+                m(put.clone(), mv::TRAITS, Json, h!(traits::set_for_provider)),
+                m(
+                    del.clone(),
+                    mv::TRAITS,
+                    Any,
+                    h!(traits::delete_for_provider),
+                ),
             ],
         ),
         (
             vec![Lit("usages")],
-            vec![m(get.clone(), 9, Accept, h!(usages::totals))],
+            vec![m(
+                get.clone(),
+                mv::PROJECT_USAGES,
+                Accept,
+                h!(usages::totals),
+            )],
         ),
         (
             vec![Lit("reshaper")],
-            vec![m(post.clone(), 30, Json, h!(reshaper::reshape))],
+            vec![m(post.clone(), mv::RESHAPER, Json, h!(reshaper::reshape))],
         ),
     ]
 }

@@ -7,6 +7,7 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{ProviderTraits, Traits};
 use accel_core::policy::placement as rules;
 use accel_store::placement::lookup;
 use accel_store::placement::traits::{self, Filter, Trait};
@@ -23,15 +24,15 @@ fn url(name: &str) -> String {
     format!("/traits/{name}")
 }
 
-/// `{"traits": [...]}` and the latest change among them (now when empty).
-fn serialize(ts: &[Trait]) -> (Value, i64) {
-    let names: Vec<&str> = ts.iter().map(|t| t.name.as_str()).collect();
+/// The names of `ts` and the latest change among them (now when empty).
+fn serialize(ts: &[Trait]) -> (Vec<String>, i64) {
+    let names = ts.iter().map(|t| t.name.clone()).collect();
     let at = ts
         .iter()
         .map(|t| t.modified)
         .max()
         .unwrap_or_else(accel_store::now);
-    (json!({ "traits": names }), at)
+    (names, at)
 }
 
 /// A custom trait name as upstream's `CUSTOM_TRAIT` schema accepts it.
@@ -88,8 +89,8 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .store
         .read(move |tx| Box::pin(async move { traits::list(tx, &filter).await }))
         .await?;
-    let (body, at) = serialize(&ts);
-    Ok(Reply::json(body).modified(at))
+    let (traits, at) = serialize(&ts);
+    Ok(Reply::typed(&Traits { traits })?.modified(at))
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -158,9 +159,12 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             })
         })
         .await?;
-    let (mut body, at) = serialize(&ts);
-    body["resource_provider_generation"] = json!(rp.generation);
-    Ok(Reply::json(body).modified(at))
+    let (traits, at) = serialize(&ts);
+    let body = ProviderTraits {
+        traits,
+        resource_provider_generation: rp.generation,
+    };
+    Ok(Reply::typed(&body)?.modified(at))
 }
 
 fn set_schema() -> Value {
@@ -189,17 +193,9 @@ fn concurrent(e: StoreError) -> ApiError {
 pub async fn set_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_UPDATE)?;
     let uuid = req.param(0).to_owned();
-    let data = req.json(&set_schema())?;
-    let generation = data["resource_provider_generation"].as_i64().unwrap_or(-1);
-    let names: Vec<String> = data["traits"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
+    let data: ProviderTraits = req.body(&set_schema())?;
+    let generation = data.resource_provider_generation;
+    let names = data.traits;
     enum Fail {
         Generation,
         Missing(Vec<String>),
@@ -241,9 +237,12 @@ pub async fn set_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> 
             )))
         }
     };
-    let (mut body, at) = serialize(&ts);
-    body["resource_provider_generation"] = json!(gen);
-    Ok(Reply::json(body).modified(at))
+    let (traits, at) = serialize(&ts);
+    let body = ProviderTraits {
+        traits,
+        resource_provider_generation: gen,
+    };
+    Ok(Reply::typed(&body)?.modified(at))
 }
 
 pub async fn delete_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {

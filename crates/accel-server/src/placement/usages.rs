@@ -6,11 +6,12 @@ use super::error::{ApiError, ApiResult};
 use super::resource_providers::require;
 use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
+use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
 use accel_core::policy::placement as rules;
 use accel_core::policy::Target;
 use accel_store::placement::allocations::{self as store, TypeFilter};
 use accel_store::StoreError;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -33,15 +34,11 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    let mut map = Map::new();
-    for (rc, n) in usages {
-        map.insert(rc, json!(n));
-    }
-    Ok(Reply::json(json!({
-        "resource_provider_generation": rp.generation,
-        "usages": map,
-    }))
-    .modified_now())
+    let body = ProviderUsages {
+        resource_provider_generation: rp.generation,
+        usages: usages.into_iter().collect(),
+    };
+    Ok(Reply::typed(&body)?.modified_now())
 }
 
 fn schema(req: &Req) -> Value {
@@ -52,7 +49,7 @@ fn schema(req: &Req) -> Value {
         "required": ["project_id"],
         "additionalProperties": false,
     });
-    if req.mv(38) {
+    if req.mv(mv::CONSUMER_TYPES) {
         s["properties"]["consumer_type"] = json!({
             "type": "string",
             "pattern": "^[A-Z0-9_]+$|^all|^unknown$",
@@ -73,7 +70,7 @@ pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize_target(&app, &req, rules::USAGES, &target)?;
     req.validate_query(&schema(&req))?;
     let project_id = project_id.unwrap_or_default();
-    let filter = if req.mv(38) {
+    let filter = if req.mv(mv::CONSUMER_TYPES) {
         match req.query_last("consumer_type") {
             Some("all") => TypeFilter::All,
             Some("unknown") => TypeFilter::Unknown,
@@ -91,17 +88,18 @@ pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             )
         })
         .await?;
-    let mut usages = Map::new();
+    let mut usages: api::Map<Usage> = api::Map::new();
     for (key, rc, used, count) in rows {
         if grouped {
-            let group = usages
-                .entry(key.unwrap_or_else(|| "unknown".into()))
-                .or_insert_with(|| json!({}));
-            group[&rc] = json!(used);
-            group["consumer_count"] = json!(count);
+            let key = key.unwrap_or_else(|| "unknown".into());
+            let group = usages.entry(&key, || Usage::Group(Resources::default()));
+            if let Usage::Group(g) = group {
+                g.insert(rc, used);
+                g.insert("consumer_count", count);
+            }
         } else {
-            usages.insert(rc, json!(used));
+            usages.insert(rc, Usage::Amount(used));
         }
     }
-    Ok(Reply::json(json!({ "usages": usages })).modified_now())
+    Ok(Reply::typed(&Usages { usages })?.modified_now())
 }

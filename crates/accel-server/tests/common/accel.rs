@@ -22,16 +22,22 @@ pub async fn placement(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut r = reqwest::Client::new()
-        .request(method, format!("{}{path}", server.placement))
-        .header("x-auth-token", "admin")
-        .header("openstack-api-version", "placement 1.39");
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    let api = accel_api::placement::Client::new(
+        accel_api::http::Http::with_token(&server.placement, "admin").unwrap(),
+    );
+    let r = api
+        .send(
+            accel_api::placement::Version::MAX,
+            method,
+            path,
+            body.as_ref(),
+        )
+        .await
+        .unwrap();
+    (
+        r.status,
+        serde_json::from_str(&r.text).unwrap_or(Value::Null),
+    )
 }
 
 /// A database both a first and a restarted server can open; a SQLite file is removed

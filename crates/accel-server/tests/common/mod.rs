@@ -79,29 +79,42 @@ impl TestApp {
         mv: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut r = self.req(method, path, mv);
+        // Any header value, malformed ones included: the shared HTTP core, not the
+        // typed client, whose versions are always valid.
+        let http = accel_api::http::Http::with_token(&self.base, "admin").unwrap();
+        let mut req =
+            accel_api::http::Request::new(method, path).microversion(format!("placement {mv}"));
         if let Some(b) = body {
-            r = r.json(&b);
+            req = req.json(&b);
         }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        let r = http.send(&req).await.unwrap();
+        (
+            r.status,
+            serde_json::from_str(&r.text).unwrap_or(Value::Null),
+        )
     }
 
     pub async fn create_provider(&self, name: &str, parent: Option<&str>) -> Value {
-        let mut body = serde_json::json!({"name": name});
-        if let Some(p) = parent {
-            body["parent_provider_uuid"] = p.into();
-        }
-        let (s, v) = self
-            .json(
+        use accel_api::placement::{Client, ProviderCreate, Version};
+        let api = Client::new(accel_api::http::Http::with_token(&self.base, "admin").unwrap());
+        let body = ProviderCreate {
+            name: name.to_owned(),
+            uuid: None,
+            parent_provider_uuid: parent.map(str::to_owned),
+        };
+        let r = api
+            .send(
+                Version::MAX,
                 reqwest::Method::POST,
                 "/resource_providers",
-                "1.39",
-                Some(body),
+                Some(&body),
             )
-            .await;
+            .await
+            .unwrap();
+        let (s, v) = (
+            r.status,
+            serde_json::from_str::<Value>(&r.text).unwrap_or(Value::Null),
+        );
         assert_eq!(s, 200, "{v}");
         v
     }

@@ -1,1 +1,0 @@
-//! The placement wire types (filled in by the wire-layer work).
