@@ -17,6 +17,53 @@
 //! A vendor node the kernel does not show in sysfs (NVIDIA's `/dev/nvidia<N>`, whose
 //! minor only the driver's procfs knows) is not guessed: such a device gets its VFIO
 //! group when it is bound to vfio-pci, its render node when nvidia-drm shows one.
+//!
+//! The usage record on the server, and one inventory with the VMs:
+//!
+//! ```text
+//! usage.rs Syncer        restore (before any plugin registers) ◀─ GET  /v2/agent/hosts/{node}/kubernetes
+//!                        step (after a table change; every reclaim tick) ─▶ PUT  (usage map + claims)
+//!                           claims = held slots + device + pod (pod-resources List)
+//! accel-server accelerator/kubernetes.rs ─▶ store accelerator/kubernetes.rs::save, ONE transaction:
+//!    kubernetes_slots  ◀── held slots (seed 001 strings)           (migration 0008)
+//!    per device with claims and no VM: consumer = pod of its first listed slot, else the
+//!      first slot; allocation = every inventory of the device's providers, whole
+//!      (min(capacity, max_unit)), consumer type KUBERNETES_POD
+//!    stale consumers ─▶ allocations::delete_for_consumer; changed ─▶ prepare + apply
+//!    kubernetes_consumers ◀── the host's pod consumers
+//!    answer: vm_held_devices ─▶ SlotTable::set_vm_held (offered to nobody, like slots held elsewhere)
+//! cdi.rs: after each device change, one spec file per configuration in cdi_dir
+//! ```
+//!
+//! Invariants:
+//!
+//! - **A device is never a pod's and a VM's at once.** A device with a held slot is
+//!   allocated whole in Placement (capacity slots share one device; Placement has no
+//!   fractions, so the other pods ride on that one allocation and appear in the usage map
+//!   only). The allocation goes through `allocations::apply`, which locks the providers and
+//!   checks capacity, so it is never over-allocated: if Nova got there first, the save is
+//!   refused (409, rolled back) and the next one reports the device as VM-held. A device
+//!   with a bound or binding ARQ, or with any allocation by a consumer that is not one of
+//!   the host's pod consumers, is VM-held: every slot Unhealthy, no pool id, Allocate refused.
+//! - **Placement writes go through `store::placement`** (`delete_for_consumer`,
+//!   `prepare` and `apply`), which touch the change log, so the candidate index sees a
+//!   pod's claim on its next request; an unchanged save writes nothing.
+//! - **No claim is forgotten across restarts.** Plugins register only after the saved
+//!   usage is restored (restored claims get a full reclaim grace); the record is saved
+//!   after every change, so a restart loses at most the changes of the last
+//!   `watch_interval`; claims of a device not found yet at restore are saved as recorded
+//!   and applied when it appears. Consumers are `uuid3(URL, "accel-kubernetes:<host>:pod:<ns>/<name>")`
+//!   (pod-resources gives no pod uid) or `...:slot:<slot>` until kubelet lists the pod.
+//! - **CDI names match the spec files**: kind `<domain>/<configuration>`, device
+//!   `<instance>`; files replaced by rename, only when their content changes.
+//!
+//! Device changes: a full rediscovery runs every `device_interval` (10 s); in between,
+//! every `presence_interval` (50 ms) `DeviceSource::presence` lists the PCI functions
+//! (one directory read) and a changed list triggers a rediscovery at once, so an
+//! unplugged or added device reaches ListAndWatch within about one poll period plus one
+//! discovery (`docs/benchmarks.md`). A health change the driver reports while the device
+//! stays in sysfs waits for the next full rediscovery. The Kubernetes node name is the
+//! agent's `--node`.
 
 use crate::client::Client;
 use crate::model::{FoundDevice, Health};

@@ -29,6 +29,18 @@
 //! (`uuid3(DNS, name)`, as Cyborg), so uuids survive agent restarts. NUMA affinity is a
 //! trait (`CUSTOM_NUMA_<N>`) rather than a provider level, so that the tree stays
 //! compute node → device → region and flavors can ask for it with `trait:` keys.
+//!
+//! Invariants:
+//!
+//! - **VF-correctness**: a PF with VFs enabled offers its VFs (one handle each) and not
+//!   itself; a GPU's VFs are a `VGPU` inventory of that GPU's one provider, never GPUs.
+//! - **Devices that go away**: with no allocation and no ARQ they are removed from the
+//!   database and Placement at once; otherwise the device becomes `health = vanished`,
+//!   its inventories get `reserved = total` (unallocatable, nothing over-allocated), and
+//!   each later report (never skipped while one is pending) removes it once free. A
+//!   device the agent reports unhealthy is reserved the same way.
+//! - All Placement writes of a report go through `store::placement::*` functions, which
+//!   `touch` the change log, so the candidate index sees them.
 
 use crate::pci::PciAddress;
 use accel_api::agent::{self as wire, AttachHandle, ControlPathId, DeviceReport, KeyValue};

@@ -63,8 +63,8 @@
 //!
 //! Unknown keys are rejected so a typo fails at start-up instead of being ignored.
 
+use accel_keystone::SessionConfig;
 use accel_server::auth::keystone::KeystoneConfig;
-use accel_server::auth::session::SessionConfig;
 use accel_server::auth::AuthStrategy;
 use accel_server::external::PlacementConfig;
 use anyhow::{bail, Context};

@@ -112,8 +112,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     };
     let nova = match &cfg.nova {
         Some(n) => {
-            let session =
-                accel_server::auth::session::Session::new(n.clone()).map_err(anyhow::Error::msg)?;
+            let session = accel_keystone::Session::new(n.clone()).map_err(anyhow::Error::msg)?;
             Some(NovaEndpoint::keystone(
                 Arc::new(session),
                 cfg.nova_url.clone(),

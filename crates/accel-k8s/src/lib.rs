@@ -17,6 +17,27 @@
 //! Every change to the table bumps one `watch` counter; every ListAndWatch stream
 //! recomputes its list on each bump and sends it when it differs, which is how the
 //! instance-level and pooled plugins notify each other.
+//!
+//! Invariants:
+//!
+//! - **No slot has two holders** (property test in `slots/tests.rs`): a grant takes a free
+//!   slot or repeats its own holder's grant; one virtual id is on one slot; one
+//!   container's ids are on distinct devices; a refused Allocate changes nothing.
+//! - **Kubelet's contract**: all devices of a container in one `ContainerAllocateResponse`
+//!   (kubelet keeps only the first); a repeated Allocate of slots this node holds succeeds
+//!   (init containers); a socket is served before Register (kubelet dials back);
+//!   every ListAndWatch message is the full list, sent when it differs from the last one;
+//!   device ids are at most 63 characters (configuration names at most 40).
+//! - **Advertise only what can be allocated**: the pool's free ids are one per device
+//!   with a free slot; a slot the pool holds is Unhealthy on the instance plugin. The pool
+//!   takes a device's highest free slot and GetPreferredAllocation steers kubelet to the
+//!   lowest, so the two kinds rarely race for one slot.
+//! - **Reclaim never guesses**: a held slot is freed only after `reclaim_grace_seconds`
+//!   without being listed by pod-resources (kubelet has no deallocate); a List that fails
+//!   frees nothing; restored claims get a full grace.
+//! - **Devices that go**: an unhealthy device turns all its ids Unhealthy and offers no
+//!   pool id; a vanished one keeps its instance (Unhealthy) while this node holds one of
+//!   its slots, and its plugin stops once the reclaimer frees them.
 
 pub mod cdi;
 pub mod config;

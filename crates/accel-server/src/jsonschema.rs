@@ -111,15 +111,6 @@ fn type_ok(v: &Value, t: &str) -> bool {
     }
 }
 
-fn is_uuid_like(s: &str) -> bool {
-    // oslo's is_uuid_like: uuid.UUID() accepts hex with or without dashes, braces,
-    // and a urn prefix.
-    let t = s.trim_start_matches("urn:").trim_start_matches("uuid:");
-    let t = t.trim_start_matches('{').trim_end_matches('}');
-    let hex: String = t.chars().filter(|c| *c != '-').collect();
-    hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit())
-}
-
 fn check(
     inst: &Value,
     schema: &Value,
@@ -418,7 +409,7 @@ fn keyword(
         }
         "format" => {
             if let (Some(t), Some("uuid")) = (inst.as_str(), arg.as_str()) {
-                if !is_uuid_like(t) {
+                if !accel_core::ids::is_uuid_like(t) {
                     return Err(fail(
                         "format",
                         format!("{} is not a 'uuid'", pyrepr(inst)),

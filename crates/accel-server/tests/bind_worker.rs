@@ -587,7 +587,7 @@ async fn recorded_events(store: &Store, host: &str, instances: &[String], now: i
 
 #[tokio::test]
 async fn events_go_to_nova_through_a_keystone_session() {
-    use accel_server::auth::session::{Session, SessionConfig};
+    use accel_keystone::{Session, SessionConfig};
     use common::keystone::{FakeKeystone, Subject};
     use std::sync::Arc;
     for backend in BACKENDS {

@@ -3,6 +3,13 @@
 //! Each backend has its own SQL files (types differ); both share version numbers.
 //! Applying takes a lock first (`pg_advisory_xact_lock` on PostgreSQL, `BEGIN
 //! IMMEDIATE` on SQLite) so several servers starting together apply each version once.
+//!
+//! Why not `sqlx::migrate!`: its migrator runs on one concrete driver, while the store
+//! talks through `sqlx::Any` and picks each version's SQL by backend at run time; its
+//! PostgreSQL lock is a session advisory lock held across statements, where ours is
+//! the transaction's own (released by COMMIT or by a dropped connection); and it
+//! checksums each file into `_sqlx_migrations`, which existing databases (our own
+//! `accel_schema_migrations` table) do not have.
 
 use crate::{Backend, Store, StoreError};
 use sqlx::Connection;

@@ -16,11 +16,49 @@
 //! Both loops are thin shells around a testable `step(now)`; they wake on a
 //! [`Notify`] (this process's new work) and poll (other replicas' work, retries,
 //! deadlines).
+//!
+//! Invariants:
+//!
+//! - **Every job ends.** A job past its deadline (`bind_timeout_seconds`, default 60 s)
+//!   ends `failed` and its ARQ `BindFailed`, whatever it waited for (an agent that never
+//!   programs, a Nova that never calls back). A crashed server's claims expire after the
+//!   30 s lease and any replica, or the restarted server, takes the jobs over; such a job
+//!   ends at its deadline or at that lease's expiry, whichever is later.
+//! - **At most one performer, at most one handle.** The claim is a compare-and-swap on
+//!   `owner`/`lease_until`; `perform` re-checks `owner = me` under a row lock and changes
+//!   nothing if the job moved on (lease taken over, ARQ unbound or deleted, which drops
+//!   the job). A handle is taken with `in_use = 0 → 1` in the transaction that binds the
+//!   ARQ, so two workers can never hand out the same handle, and a rolled-back bind
+//!   holds none.
+//! - **The event commits with the resolution.** The transaction that resolves an
+//!   instance's last ARQ writes its `nova_events` row; the instance's ARQ rows are locked
+//!   first, so of two transactions finishing two ARQs of one instance exactly one sees
+//!   both resolved (no lost event, no duplicate). Delivery is at least once: a sender that
+//!   dies between Nova's answer and recording it sends again after the lease.
+//! - **Programming is a request, not a call.** `program_requests` is the agents' queue:
+//!   an agent lists its host's pending rows (`GET /v2/agent/hosts/{host}/programs`),
+//!   fetches and verifies the image, programs, reports the new function trait, then
+//!   answers (`PUT .../programs/{id}`, `binds::finish_program_request`), which makes the
+//!   waiting job due and wakes the worker. An answer is taken only while the row is
+//!   pending, so an answer after the bind's deadline (job failed) or after a
+//!   `PATCH /v2/deployables/{uuid}/program` caller gave up (row `failed`) changes
+//!   nothing. The built-in fake source's hosts (no agent report on record) program at
+//!   once, as Cyborg's fake driver.
+//!
+//! The agent's side of a programming request:
+//!
+//! ```text
+//! agent (program_interval) ─GET programs─▶ [request] ─▶ deployable name ─▶ device, region
+//!   Glance GET /v2/images/{id} (or ?accel:function_id=F) ─▶ active, hash recorded?
+//!   GET /v2/images/{id}/file ─▶ file, hashed while written ─▶ hash and size match?
+//!   driver.program: fpgaconf (Intel PAC) | xbutil program --user (Xilinx) | fake
+//!   report (new CUSTOM_FPGA_FUNCTION_*) ─▶ PUT programs/{id} done | failed + reason
+//! ```
 
 use super::AccelState;
-use crate::auth::session::Session;
 use crate::supervisor::{Backoff, Stop, Supervisor};
 use accel_core::accelerator::ArqState;
+use accel_keystone::Session;
 use accel_store::accelerator::binds::{self, Outcome};
 use accel_store::accelerator::events::{self, Delivery, NovaEvent};
 use accel_store::{Store, StoreError};

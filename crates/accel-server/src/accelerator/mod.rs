@@ -17,6 +17,25 @@
 //! Differences from upstream (docs/cyborg-compat.md): validation failures upstream
 //! answers with 500 are 4xx here; multi-name profile deletes and ARQ batch creates are
 //! all-or-nothing; list filtering happens in SQL.
+//!
+//! Invariants:
+//!
+//! - **ARQs are project-scoped in SQL.** Every ARQ query takes a `Scope` (admin: all;
+//!   otherwise the caller's project), so another project's ARQ is a 404, never a leak
+//!   (CVE-2026-40214). Lists filter on indexed `instance_uuid` / `project_id` and join the
+//!   profile and attach handle in the same query.
+//! - **Hardware reads need a manager or an admin** in legacy and new-defaults mode alike
+//!   (CVE-2026-40213); profile, attribute and device writes need an admin; bind, unbind,
+//!   delete by instance and deletion of a bound ARQ need a service token.
+//! - **A bind is durable before 202.** PATCH validates every ARQ's patch first, then, in
+//!   one transaction, moves each ARQ `Initial|Unbound → BindStarted` with a conditional
+//!   `UPDATE .. WHERE state IN (..)` and writes its `bind_jobs` row (deadline = now +
+//!   bind timeout), then wakes this process's bind worker.
+//! - **Writes are all-or-nothing**: a profile create, a multi-name profile delete, an ARQ
+//!   batch create or delete, a patch over several ARQs and a host report are each one
+//!   `Store::write`.
+//! - **Group order is kept** (stored as JSON text with key order), because group index N is
+//!   Nova's request group `device_profile_N`.
 
 pub mod agent;
 mod arqs;
@@ -143,13 +162,7 @@ impl Ctx {
     }
 }
 
-/// True for a canonical or hyphen-less UUID, as oslo's `is_uuid_like`.
-pub(crate) fn is_uuid_like(s: &str) -> bool {
-    uuid::Uuid::try_parse(s).is_ok_and(|u| {
-        let h = u.hyphenated().to_string();
-        s.eq_ignore_ascii_case(&h) || s.eq_ignore_ascii_case(&u.simple().to_string())
-    })
-}
+pub(crate) use accel_core::ids::is_uuid_like;
 
 /// A path segment or query value WSME types as `uuid`.
 pub(crate) fn require_uuid(s: &str) -> AccelResult<()> {

@@ -45,30 +45,20 @@ pub fn v2_document(host_url: &str) -> Value {
     })
 }
 
-/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's civil_from_days).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 /// Epoch seconds as Python's `datetime.isoformat()` of an aware UTC time
 /// (`2019-10-25T12:01:05+00:00`), or with `sep` between date and time.
 fn iso(secs: i64, sep: char) -> String {
-    let (y, m, d) = civil(secs.div_euclid(86_400));
-    let t = secs.rem_euclid(86_400);
+    let t =
+        time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let (date, clock) = (t.date(), t.time());
     format!(
-        "{y:04}-{m:02}-{d:02}{sep}{:02}:{:02}:{:02}+00:00",
-        t / 3600,
-        t % 3600 / 60,
-        t % 60
+        "{:04}-{:02}-{:02}{sep}{:02}:{:02}:{:02}+00:00",
+        date.year(),
+        u8::from(date.month()),
+        date.day(),
+        clock.hour(),
+        clock.minute(),
+        clock.second()
     )
 }
 

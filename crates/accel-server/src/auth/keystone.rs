@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Our own token comes from password auth (`POST /v3/auth/tokens`, a
-//! [`super::session::Session`]) with the `[keystone_authtoken]` credentials and is
+//! [`accel_keystone::Session`]) with the `[keystone_authtoken]` credentials and is
 //! renewed when it has less than two minutes left, or when Keystone refuses it. Validations are cached ([`super::cache`]) until
 //! the token expires or `token_cache_time` passes, whichever is first. A user token may
 //! be expired when a service token that passed the role check comes with it
@@ -23,10 +23,10 @@
 //! comes from the token bodies Keystone returns.
 
 use super::cache::TokenCache;
-use super::session::{Session, SessionConfig};
 use super::{Credentials, Rejection};
 use accel_core::policy;
 pub use accel_keystone::parse_timestamp;
+use accel_keystone::{Session, SessionConfig};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
@@ -242,7 +242,7 @@ impl std::fmt::Debug for Keystone {
 impl Keystone {
     pub fn new(cfg: KeystoneConfig) -> Result<Keystone, String> {
         cfg.validate()?;
-        let http = super::session::http_client(cfg.http_connect_timeout)?;
+        let http = accel_keystone::http_client(cfg.http_connect_timeout)?;
         let uri = cfg
             .www_authenticate_uri
             .clone()

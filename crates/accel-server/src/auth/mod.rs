@@ -11,11 +11,23 @@
 //! keystone: tokens are validated against Keystone v3 ([`keystone`]); identity
 //! headers sent by the client are ignored. Both APIs call [`authenticate`] and render a
 //! [`Rejection`] in their own format.
+//!
+//! Invariants:
+//!
+//! - **In keystone mode, identity comes only from token bodies**: client-sent identity
+//!   headers are never read (keystonemiddleware strips them), so a member cannot claim
+//!   `X-Roles: admin` or another project.
+//! - **The cache is bounded and can only shorten trust**: an entry lives until the earlier
+//!   of `token_cache_time` and the token's own `expires_at`; a full cache drops expired
+//!   entries, then the soonest to expire. Only successful validations are cached.
+//! - **Service-ness is a fact about the service token**, decided in `auth::is_service`
+//!   against `service_token_roles`; the accelerator API's gate (bind, unbind, deletes by
+//!   instance) asks it, never a header.
+//! - Missing or refused token: 401 with `WWW-Authenticate: Keystone uri=...`; Keystone
+//!   unreachable or refusing our own credentials: 503, as keystonemiddleware answers.
 
 mod cache;
 pub mod keystone;
-/// The Keystone session (crate `accel-keystone`), under its old path.
-pub use accel_keystone as session;
 
 use crate::AppState;
 use accel_core::policy;

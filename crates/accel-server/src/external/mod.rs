@@ -22,6 +22,27 @@
 //! [`accel_store::accelerator::pushes`]). accel never modifies the remote compute
 //! node provider (Cyborg's rule, reference §5.4). Requests use Placement microversion
 //! 1.26 (reserved may equal total), and 1.37 only to move a provider.
+//!
+//! Invariants:
+//!
+//! - **Nothing is lost.** The mark commits with the change it announces, so a crash
+//!   between the change and the push leaves the host pending; a claim by a dead server
+//!   expires with its lease. A change made during a push bumps `version`, so the push's
+//!   `succeeded` (for the older version) leaves the host pending and due at once.
+//! - **The remote compute node is Nova's**: looked up by name, never written; accel
+//!   writes only below it, and deletes only providers with `CUSTOM_OWNER_ACCEL` (added to
+//!   every pushed provider's traits), so Nova's own nested providers are left alone.
+//! - **Nothing allocated remotely disappears.** A device accel removed (its allocations
+//!   are Nova's, in the other Placement) whose remote provider cannot be deleted is made
+//!   unallocatable (`reserved = total`) and the host stays pending (`last_error` names
+//!   it) until a later attempt deletes it.
+//! - **A push is idempotent and reads first**: when in sync it makes three list requests
+//!   and two reads per provider, and writes nothing.
+//! - **The local compute node is a placeholder**: with `[placement]` set, a report or the
+//!   agent's start-up check for a host with no local provider of that name asks the
+//!   remote; the report then creates a local provider with the remote uuid and name (no
+//!   inventory, never pushed) in its transaction. A report for a known host does not
+//!   contact the remote, so agents keep reporting while it is down.
 
 mod client;
 mod push;

@@ -12,6 +12,7 @@ use crate::jsonschema::pyrepr;
 use crate::AppState;
 use accel_api::placement::mv;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
+use accel_core::policy::placement as rules;
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
@@ -284,7 +285,7 @@ fn py_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
 }
 
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:allocation_candidates:list")?;
+    authorize(&app, &req, rules::ALLOCATION_CANDIDATES_LIST)?;
     req.validate_query(&schema(&req))?;
     let parsed = parse(&req)?;
     let index = app.placement_index.current(&app.store).await?;

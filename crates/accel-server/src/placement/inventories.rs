@@ -9,6 +9,7 @@ use super::resource_providers::{provider_url, require};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
+use accel_core::policy::placement as rules;
 use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
 use accel_store::{Conflict, StoreError};
 use axum::http::StatusCode;
@@ -132,7 +133,7 @@ fn rp_not_found(uuid: &str) -> ApiError {
 }
 
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:inventories:list")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_LIST)?;
     let uuid = req.param(0).to_owned();
     let u = uuid.clone();
     let (rp, invs) = app
@@ -154,7 +155,7 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:inventories:show")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_SHOW)?;
     let uuid = req.param(0).to_owned();
     let rc = req.param(1).to_owned();
     let (u, c) = (uuid.clone(), rc.clone());
@@ -261,11 +262,7 @@ fn other(uuid: &str, e: StoreError) -> ApiError {
 }
 
 pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(
-        &app,
-        &req,
-        "placement:resource_providers:inventories:update",
-    )?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_UPDATE)?;
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
     let data: InventoriesPut = req.body(&put_all_schema())?;
@@ -295,11 +292,7 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(
-        &app,
-        &req,
-        "placement:resource_providers:inventories:create",
-    )?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_CREATE)?;
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
     let data: InventoryRecord = req.body(&record_schema(false, true))?;
@@ -334,11 +327,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(
-        &app,
-        &req,
-        "placement:resource_providers:inventories:update",
-    )?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_UPDATE)?;
     let uuid = req.param(0).to_owned();
     let class = req.param(1).to_owned();
     exists(&app, &uuid).await?;
@@ -368,11 +357,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(
-        &app,
-        &req,
-        "placement:resource_providers:inventories:delete",
-    )?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_DELETE)?;
     let uuid = req.param(0).to_owned();
     let class = req.param(1).to_owned();
     exists(&app, &uuid).await?;
@@ -393,11 +378,7 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(
-        &app,
-        &req,
-        "placement:resource_providers:inventories:delete",
-    )?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_DELETE)?;
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::DeleteAll, &req).await {

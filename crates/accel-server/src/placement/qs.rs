@@ -228,16 +228,15 @@ pub fn in_tree(value: &str) -> ApiResult<String> {
     Ok(normalize_uuid(v))
 }
 
-/// oslo's `is_uuid_like`: any form `uuid.UUID()` accepts.
+/// oslo's `is_uuid_like` ([`accel_core::ids`]) of a query value, surrounding blanks
+/// ignored.
 pub fn is_uuid_like(s: &str) -> bool {
-    uuid::Uuid::parse_str(s.trim()).is_ok()
+    accel_core::ids::is_uuid_like(s.trim())
 }
 
 /// The canonical lower-case dashed form, or the input unchanged when not a uuid.
 pub fn normalize_uuid(s: &str) -> String {
-    uuid::Uuid::parse_str(s.trim())
-        .map(|u| u.hyphenated().to_string())
-        .unwrap_or_else(|_| s.to_owned())
+    accel_core::ids::canonical_uuid(s.trim()).unwrap_or_else(|| s.to_owned())
 }
 
 #[cfg(test)]

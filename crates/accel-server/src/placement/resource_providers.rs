@@ -4,6 +4,7 @@ use super::error::{ApiError, ApiResult};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
+use accel_core::policy::placement as rules;
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{Conflict, StoreError};
@@ -118,7 +119,7 @@ pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Prov
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:create")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_CREATE)?;
     let data: ProviderCreate = req.body(&post_schema(&req, true))?;
     let name = data.name;
     let uuid = match data.uuid.as_deref() {
@@ -154,7 +155,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:show")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_SHOW)?;
     let uuid = req.param(0).to_owned();
     let rp = app
         .store
@@ -164,7 +165,7 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:delete")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_DELETE)?;
     let uuid = req.param(0).to_owned();
     let u = uuid.clone();
     app.store
@@ -192,7 +193,7 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:update")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_UPDATE)?;
     let uuid = req.param(0).to_owned();
     let u = uuid.clone();
     // Upstream loads the provider (404) before validating the body.
@@ -269,7 +270,7 @@ fn list_schema(req: &Req) -> Value {
 }
 
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
-    authorize(&app, &req, "placement:resource_providers:list")?;
+    authorize(&app, &req, rules::RESOURCE_PROVIDERS_LIST)?;
     req.validate_query(&list_schema(&req))?;
     let mut filter = providers::Filter::default();
     let aggs = if req.query_last("member_of").is_some() {
