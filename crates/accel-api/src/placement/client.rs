@@ -4,9 +4,9 @@
 
 use super::mv::Version;
 use super::types::{
-    Aggregates, ConsumerAllocations, ConsumerAllocationsView, Inventories, InventoriesPut,
-    Provider, ProviderAllocations, ProviderCreate, ProviderTraits, ProviderUpdate, ProviderUsages,
-    Providers, Traits, Usages,
+    Aggregates, AllocationCandidates, ConsumerAllocations, ConsumerAllocationsView, Inventories,
+    InventoriesPut, Provider, ProviderAllocations, ProviderCreate, ProviderTraits, ProviderUpdate,
+    ProviderUsages, Providers, Traits, Usages,
 };
 use crate::http::{Error, Http, Method, Reply, Request};
 use serde::de::DeserializeOwned;
@@ -229,6 +229,20 @@ impl Client {
         let path = format!("/resource_classes/{}", enc(name));
         self.call_empty(version, Method::PUT, &path, None::<&()>)
             .await
+    }
+
+    /// `GET /allocation_candidates` (1.10; the dict form this decodes is 1.12's) with
+    /// the given query parameters, in their order.
+    pub async fn allocation_candidates(
+        &self,
+        version: Version,
+        query: &[(&str, &str)],
+    ) -> Result<AllocationCandidates, Error> {
+        let mut req = Request::get("/allocation_candidates").microversion(version.header());
+        for (k, v) in query {
+            req = req.query(k, *v);
+        }
+        self.http.call(&req).await
     }
 
     /// `GET /allocations/{consumer}`.

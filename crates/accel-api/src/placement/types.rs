@@ -274,6 +274,61 @@ fn present_int<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i
     opt_int(d).map(Some)
 }
 
+/// `GET /allocation_candidates` (1.12+: allocation requests in the dict form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationCandidates {
+    pub allocation_requests: Vec<AllocationRequest>,
+    #[serde(default)]
+    pub provider_summaries: Map<ProviderSummary>,
+}
+
+/// One of `allocation_requests`: a body `PUT /allocations/{consumer}` can claim as it
+/// is (`generation` is absent here).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationRequest {
+    pub allocations: Map<ProviderAllocation>,
+    /// 1.34: request group suffix (`""` for the unsuffixed group) to the providers
+    /// that satisfy it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mappings: Option<Map<Vec<String>>>,
+}
+
+impl AllocationRequest {
+    /// The providers that satisfy the request group with `suffix` (none before 1.34).
+    pub fn mapped(&self, suffix: &str) -> &[String] {
+        self.mappings
+            .as_ref()
+            .and_then(|m| m.get(suffix))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// One of `provider_summaries`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSummary {
+    /// Class to capacity and usage (from 1.27 every class of the provider).
+    #[serde(default)]
+    pub resources: Map<ClassSummary>,
+    /// 1.17.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traits: Option<Vec<String>>,
+    /// 1.29.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_provider_uuid: Option<String>,
+    /// 1.29.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_provider_uuid: Option<String>,
+}
+
+/// A class in a provider summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassSummary {
+    #[serde(deserialize_with = "int")]
+    pub capacity: i64,
+    #[serde(deserialize_with = "int")]
+    pub used: i64,
+}
+
 /// `POST /allocations`: consumer uuid to its allocations.
 pub type AllocationsPost = Map<ConsumerAllocations>;
 
@@ -430,5 +485,34 @@ mod tests {
             serde_json::to_string(&inv).unwrap(),
             r#"{"total":4,"reserved":0,"min_unit":1,"max_unit":4,"step_size":1,"allocation_ratio":1.0,"resource_provider_generation":2}"#
         );
+    }
+
+    #[test]
+    fn candidates_read_and_claim_as_given() {
+        let c: AllocationCandidates = serde_json::from_str(
+            r#"{"allocation_requests": [{"allocations": {"rp1": {"resources": {"VCPU": 1, "FPGA": 1}}},
+                 "mappings": {"": ["rp1"], "_device_profile_0": ["rp1"]}}],
+               "provider_summaries": {"rp1": {"resources": {"VCPU": {"capacity": 8, "used": 0}},
+                 "traits": ["CUSTOM_A"], "parent_provider_uuid": null, "root_provider_uuid": "rp1"}}}"#,
+        )
+        .unwrap();
+        let r = &c.allocation_requests[0];
+        assert_eq!(r.mapped("_device_profile_0"), ["rp1".to_owned()]);
+        assert!(r.mapped("_other").is_empty());
+        let s = c.provider_summaries.get("rp1").unwrap();
+        assert_eq!(s.traits.as_deref(), Some(&["CUSTOM_A".to_owned()][..]));
+        assert_eq!(s.resources.get("VCPU").map(|r| r.capacity), Some(8));
+        assert_eq!(
+            serde_json::to_string(&r.allocations).unwrap(),
+            r#"{"rp1":{"resources":{"VCPU":1,"FPGA":1}}}"#
+        );
+        // Before 1.34 there are no mappings, before 1.17 no traits.
+        let old: AllocationCandidates = serde_json::from_str(
+            r#"{"allocation_requests": [{"allocations": {"rp1": {"resources": {"VCPU": 1}}}}],
+               "provider_summaries": {"rp1": {"resources": {"VCPU": {"capacity": 8, "used": 0}}}}}"#,
+        )
+        .unwrap();
+        assert!(old.allocation_requests[0].mapped("").is_empty());
+        assert_eq!(old.provider_summaries.get("rp1").unwrap().traits, None);
     }
 }

@@ -26,17 +26,14 @@
 
 mod plan;
 
-pub use plan::{
-    group_suffix, parse_resources, wanted_functions, weigh, AllocationRequest, Candidates,
-    ProviderSummary,
-};
+pub use plan::{group_suffix, parse_resources, wanted_functions, weigh};
 
 use crate::accelerator::{
     self, bind_ops, patch_entry, state, unbind_ops, Arq, ArqFilter, ArqPatch, ArqSelector, NewArqs,
 };
-use crate::http::{self, Http, Method, Request};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use crate::http::{self, Http};
+use crate::placement::{self, mv, AllocationRequest, ConsumerAllocations, Provider};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -154,27 +151,10 @@ pub fn new_instance_uuid() -> String {
 
 /// The Placement microversion of every call: 1.39 has `mappings` (1.34), traits in
 /// `provider_summaries` (1.17) and `consumer_type` (1.38).
-const PLACEMENT: &str = "placement 1.39";
-
-/// `GET /resource_providers/{uuid}`, the parts the workflow reads.
-#[derive(Deserialize)]
-struct Provider {
-    name: String,
-    root_provider_uuid: String,
-}
-
-/// `PUT /allocations/{consumer}` at 1.38+.
-#[derive(Serialize)]
-struct Claim<'a> {
-    allocations: &'a Map<String, Value>,
-    consumer_generation: Option<u64>,
-    project_id: &'a str,
-    user_id: &'a str,
-    consumer_type: &'a str,
-}
+const PLACEMENT: placement::Version = mv::ANY_TRAITS;
 
 struct Api {
-    placement: Http,
+    placement: placement::Client,
     accel: accelerator::Client,
     /// What goes as `X-Service-Token` on Nova's calls.
     service_token: String,
@@ -183,7 +163,9 @@ struct Api {
 impl Api {
     fn new(ep: &Endpoints) -> Result<Api> {
         let invalid = |e: http::Error| WorkflowError::Invalid(e.to_string());
-        let placement = Http::with_token(&ep.placement_url, &ep.token).map_err(invalid)?;
+        let placement = placement::Client::new(
+            Http::with_token(&ep.placement_url, &ep.token).map_err(invalid)?,
+        );
         // Nova sends no microversion header: the server's 2.0.
         let accel = accelerator::Client::new(
             Http::with_token(&ep.accelerator_url, &ep.token).map_err(invalid)?,
@@ -200,9 +182,17 @@ impl Api {
         Some(&self.service_token)
     }
 
+    /// A provider that must exist: a 404 is the step's failure, as any other error.
     async fn provider(&self, step: &'static str, uuid: &str) -> Result<Provider> {
-        let r = Request::get(format!("/resource_providers/{uuid}")).microversion(PLACEMENT);
-        self.placement.call(&r).await.step(step)
+        self.placement
+            .provider(PLACEMENT, uuid)
+            .await
+            .step(step)?
+            .ok_or_else(|| WorkflowError::Http {
+                step,
+                status: 404,
+                body: format!("No resource provider with uuid {uuid} found"),
+            })
     }
 }
 
@@ -232,9 +222,15 @@ pub async fn boot(ep: &Endpoints, req: &BootRequest) -> Result<Booted> {
     let query = plan::candidate_query(&req.resources, &req.group_policy, &profile.groups)?;
 
     // 3. Candidates, and the claim of the first.
-    let mut r = Request::get("/allocation_candidates").microversion(PLACEMENT);
-    r.query = query;
-    let found: Candidates = api.placement.call(&r).await.step("allocation candidates")?;
+    let query: Vec<(&str, &str)> = query
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let found = api
+        .placement
+        .allocation_candidates(PLACEMENT, &query)
+        .await
+        .step("allocation candidates")?;
     let wanted = wanted_functions(&profile.groups);
     let best = weigh(
         &found.allocation_requests,
@@ -244,27 +240,25 @@ pub async fn boot(ep: &Endpoints, req: &BootRequest) -> Result<Booted> {
     let Some(candidate) = found.allocation_requests.get(best) else {
         return Err(WorkflowError::NoCandidate(req.device_profile.clone()));
     };
-    let claim = Claim {
-        allocations: &candidate.allocations,
-        consumer_generation: None,
-        project_id: &req.project_id,
-        user_id: &req.user_id,
-        consumer_type: "INSTANCE",
+    // A new consumer (generation `null`), claimed with the candidate's allocations.
+    let claim = ConsumerAllocations {
+        allocations: candidate.allocations.clone(),
+        project_id: Some(req.project_id.clone()),
+        user_id: Some(req.user_id.clone()),
+        consumer_generation: Some(None),
+        mappings: None,
+        consumer_type: Some("INSTANCE".to_owned()),
     };
-    let r = Request::new(Method::PUT, format!("/allocations/{}", req.instance))
-        .microversion(PLACEMENT)
-        .json(&claim);
     api.placement
-        .send(&r)
+        .put_allocations(PLACEMENT, &req.instance, &claim)
         .await
-        .and_then(http::Reply::success)
         .step("allocation claim")?;
 
     match bind(&api, req, candidate).await {
         Ok((host, arqs)) => Ok(Booted {
             instance: req.instance.clone(),
             host,
-            allocations: Value::Object(candidate.allocations.clone()),
+            allocations: serde_json::to_value(&candidate.allocations).unwrap_or_default(),
             arqs,
         }),
         Err(e) => {
@@ -296,22 +290,19 @@ async fn bind(
     let mut host = String::new();
     for arq in &arqs {
         let suffix = group_suffix(arq.device_profile_group_id.max(0) as usize);
-        let rp = candidate
-            .mappings
-            .get(&suffix)
-            .and_then(|rps| rps.first())
-            .cloned()
-            .ok_or_else(|| {
-                WorkflowError::Invalid(format!(
-                    "the candidate maps no provider to request group {suffix}: {:?}",
-                    candidate.mappings
-                ))
-            })?;
+        let rp = candidate.mapped(&suffix).first().cloned().ok_or_else(|| {
+            WorkflowError::Invalid(format!(
+                "the candidate maps no provider to request group {suffix}: {:?}",
+                candidate.mappings
+            ))
+        })?;
         if !hosts.contains_key(&rp) {
             let p = api.provider("provider lookup", &rp).await?;
-            let root = api
-                .provider("root provider lookup", &p.root_provider_uuid)
-                .await?;
+            // 1.14+ always names the root.
+            let root_uuid = p.root_provider_uuid.ok_or_else(|| {
+                WorkflowError::Invalid(format!("provider {rp} names no root provider"))
+            })?;
+            let root = api.provider("root provider lookup", &root_uuid).await?;
             hosts.insert(rp.clone(), root.name);
         }
         host = hosts[&rp].clone();
@@ -430,15 +421,11 @@ async fn undo(api: &Api, instance: &str, arqs: Option<&[Arq]>) -> Result<Unboote
         .delete_arqs(&ArqSelector::Instance(instance.to_owned()), api.service())
         .await
         .step("ARQ delete by instance")?;
-    let r =
-        Request::new(Method::DELETE, format!("/allocations/{instance}")).microversion(PLACEMENT);
-    let reply = api.placement.send(&r).await.step("allocation release")?;
-    match reply.status {
-        204 => out.allocations_released = true,
-        404 => {}
-        _ => {
-            reply.success().step("allocation release")?;
-        }
+    // A 404 is nothing left to release (a half-done boot that never claimed).
+    match api.placement.delete_allocations(PLACEMENT, instance).await {
+        Ok(()) => out.allocations_released = true,
+        Err(e) if e.status() == Some(404) => {}
+        Err(e) => return Err(e).step("allocation release"),
     }
     Ok(out)
 }

@@ -3,9 +3,7 @@
 
 use super::{Result, WorkflowError};
 use crate::accelerator::Group;
-use serde::Deserialize;
-use serde_json::{Map, Value};
-use std::collections::HashMap;
+use crate::placement::{AllocationRequest, Map, ProviderSummary};
 
 /// Parses `RC:N,RC:N` (a flavor's resources; empty is no resources).
 pub fn parse_resources(s: &str) -> Result<Vec<(String, u64)>> {
@@ -28,31 +26,6 @@ pub fn parse_resources(s: &str) -> Result<Vec<(String, u64)>> {
 /// `device_profile_<n>`).
 pub fn group_suffix(n: usize) -> String {
     format!("_device_profile_{n}")
-}
-
-/// One of Placement's `allocation_requests` (1.34+: with `mappings`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct AllocationRequest {
-    /// `{rp_uuid: {"resources": {class: amount}}}`, claimed as it is.
-    pub allocations: Map<String, Value>,
-    /// Request group suffix to the providers that satisfy it.
-    #[serde(default)]
-    pub mappings: HashMap<String, Vec<String>>,
-}
-
-/// What the weigher reads of a `provider_summaries` entry (1.17+: `traits`).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ProviderSummary {
-    #[serde(default)]
-    pub traits: Vec<String>,
-}
-
-/// `GET /allocation_candidates`, the parts the workflow reads.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Candidates {
-    pub allocation_requests: Vec<AllocationRequest>,
-    #[serde(default)]
-    pub provider_summaries: HashMap<String, ProviderSummary>,
 }
 
 /// How many candidates the weigher looks at.
@@ -134,21 +107,21 @@ pub fn wanted_functions(groups: &[Group]) -> Vec<(String, String)> {
 /// rely on) whenever a programmed region is free.
 pub fn weigh(
     candidates: &[AllocationRequest],
-    summaries: &HashMap<String, ProviderSummary>,
+    summaries: &Map<ProviderSummary>,
     wanted: &[(String, String)],
 ) -> usize {
     let carries = |rp: &str, function: &str| {
         summaries.get(rp).is_some_and(|s| {
-            accel_core::accelerator::carries_function(s.traits.iter().map(String::as_str), function)
+            let traits = s.traits.iter().flatten().map(String::as_str);
+            accel_core::accelerator::carries_function(traits, function)
         })
     };
     let score = |c: &AllocationRequest| {
         wanted
             .iter()
             .filter(|(suffix, function)| {
-                c.mappings.get(suffix).is_some_and(|rps| {
-                    !rps.is_empty() && rps.iter().all(|rp| carries(rp, function))
-                })
+                let rps = c.mapped(suffix);
+                !rps.is_empty() && rps.iter().all(|rp| carries(rp, function))
             })
             .count()
     };
@@ -165,7 +138,7 @@ pub fn weigh(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn group(v: Value) -> Group {
         serde_json::from_value(v).unwrap()
@@ -193,7 +166,7 @@ mod tests {
             .unwrap()
         };
         let candidates = [cand("a"), cand("b"), cand("c")];
-        let summaries: HashMap<String, ProviderSummary> = serde_json::from_value(json!({
+        let summaries: Map<ProviderSummary> = serde_json::from_value(json!({
             "a": {"traits": ["CUSTOM_PROGRAMMABLE"]},
             "b": {"traits": ["CUSTOM_PROGRAMMABLE", t]},
             "c": {"traits": [t]},
@@ -203,7 +176,7 @@ mod tests {
         assert_eq!(wanted, [("_device_profile_0".to_owned(), f.to_owned())]);
         assert_eq!(weigh(&candidates, &summaries, &wanted), 1);
         assert_eq!(weigh(&candidates, &summaries, &[]), 0, "no wish: first");
-        let none: HashMap<String, ProviderSummary> = serde_json::from_value(
+        let none: Map<ProviderSummary> = serde_json::from_value(
             json!({"a": {"traits": []}, "b": {"traits": []}, "c": {"traits": []}}),
         )
         .unwrap();
