@@ -9,6 +9,7 @@
 //! leaves out takes its default, so one client reads every microversion.
 
 mod client;
+pub mod lenient;
 pub mod microversion;
 
 pub use client::{ArqFilter, ArqSelector, Client, DEFAULT_MICROVERSION};
@@ -60,9 +61,15 @@ pub struct DeviceProfileShown {
 }
 
 /// `POST /v2/device_profiles`'s body (Cyborg takes a one-element list or the object).
+///
+/// Read as the server takes it: a missing or `null` name is `""` (which the server
+/// refuses as upstream does, "DeviceProfile name needed."), missing or `null` groups
+/// are none, and a group value may be an integer as well as a string.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewDeviceProfile {
+    #[serde(default, deserialize_with = "lenient::null_default")]
     pub name: String,
+    #[serde(default, deserialize_with = "lenient::null_default")]
     pub groups: Vec<Group>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -123,17 +130,25 @@ pub struct Arqs {
     pub arqs: Vec<Arq>,
 }
 
-/// `POST /v2/accelerator_requests`'s body.
+/// `POST /v2/accelerator_requests`'s body. The group id is read as WSME reads an
+/// integer: a number, or a string holding one (`"1"`, `" 1 "`); `null` is none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewArqs {
     pub device_profile_name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_profile_group_id: Option<u32>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::opt_group_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub device_profile_group_id: Option<u64>,
 }
 
-/// One JSON-patch operation of `PATCH /v2/accelerator_requests`.
+/// One JSON-patch operation of `PATCH /v2/accelerator_requests` and of a deployable's
+/// program patch. A missing or non-string `op` reads as `""`, which no patch accepts
+/// (the server answers "Every op must be add or remove"); `path` must be a string.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PatchOp {
+    #[serde(default, deserialize_with = "lenient::text_or_empty")]
     pub op: String,
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +190,24 @@ pub fn patch_entry(patch: &mut ArqPatch, arq: &str, ops: Vec<PatchOp>) {
         arq.to_owned(),
         serde_json::to_value(ops).unwrap_or(Value::Null),
     );
+}
+
+/// The one value of a deployable's program patch:
+/// `[{"path": "/program", "op": "replace", "value": [{"image_uuid": "<uuid>"}]}]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramImage {
+    pub image_uuid: String,
+}
+
+/// The operations of `PATCH /v2/deployables/{uuid}/program` with a Glance image.
+pub fn program_ops(image_uuid: &str) -> Vec<PatchOp> {
+    vec![PatchOp {
+        op: "replace".into(),
+        path: "/program".into(),
+        value: Some(serde_json::json!([ProgramImage {
+            image_uuid: image_uuid.to_owned()
+        }])),
+    }]
 }
 
 /// A device; `status` only from 2.3.
@@ -255,6 +288,16 @@ pub struct Attribute {
     pub updated_at: Option<String>,
     #[serde(default)]
     pub links: Vec<Link>,
+}
+
+/// `POST /v2/attributes`: a flat body; `deployable_id` may be a string holding the
+/// integer, as the server has always taken it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewAttribute {
+    #[serde(deserialize_with = "lenient::int_or_text")]
+    pub deployable_id: i64,
+    pub key: String,
+    pub value: String,
 }
 
 /// `{"attributes": [...]}`.

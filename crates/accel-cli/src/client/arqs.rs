@@ -114,7 +114,7 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
             let created = api
                 .create_arqs(&NewArqs {
                     device_profile_name: device_profile,
-                    device_profile_group_id: group_id,
+                    device_profile_group_id: group_id.map(u64::from),
                 })
                 .await
                 .map_err(failed)?;

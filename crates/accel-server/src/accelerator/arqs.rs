@@ -14,6 +14,7 @@
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use accel_api::accelerator::{NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{self, Arq, Binding, Filter, Patch as Op};
 use axum::body::Body;
@@ -35,11 +36,13 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::ARQ_CREATE)?;
     ctx.only_params(&[])?;
     let body = ctx.json_body()?;
+    // The object and the name are checked first, with upstream's texts; what is left
+    // to refuse is the group id, which `NewArqs` reads as WSME does ("1" is 1).
     let obj = body
         .as_object()
         .ok_or_else(|| AccelError::bad_request("The request body must be a JSON object."))?;
-    let name = match obj.get("device_profile_name") {
-        Some(Value::String(s)) => s.clone(),
+    match obj.get("device_profile_name") {
+        Some(Value::String(_)) => {}
         None | Some(Value::Null) => {
             return Err(AccelError::bad_request("DeviceProfile name needed."))
         }
@@ -48,22 +51,21 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
                 "device_profile_name must be a string.",
             ))
         }
-    };
-    let group = match obj.get("device_profile_group_id") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                .ok_or_else(|| {
-                    AccelError::bad_request(
-                        "device_profile_group_id must be a non-negative integer.",
-                    )
-                })? as usize,
-        ),
-    };
+    }
+    let new: NewArqs = serde_json::from_value(body).map_err(|_| {
+        AccelError::bad_request("device_profile_group_id must be a non-negative integer.")
+    })?;
+    let group = new
+        .device_profile_group_id
+        .map(|g| usize::try_from(g).unwrap_or(usize::MAX));
     let project = ctx.creds.project_id().map(str::to_owned);
-    let created =
-        arqs::create_from_profile(&st.app.store, &name, group, project.as_deref()).await?;
+    let created = arqs::create_from_profile(
+        &st.app.store,
+        &new.device_profile_name,
+        group,
+        project.as_deref(),
+    )
+    .await?;
     Ok(reply_list(ctx, StatusCode::CREATED, &created))
 }
 
@@ -183,28 +185,35 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }
 
+/// One ARQ's operations, read as [`PatchOp`]s one by one so that the first bad one
+/// answers: a non-empty list, each an object with a string `path`.
+fn read_ops(patch: Value) -> AccelResult<Vec<PatchOp>> {
+    let ops = match patch {
+        Value::Array(ops) if !ops.is_empty() => ops,
+        _ => {
+            return Err(AccelError::patch(
+                "A patch must be a non-empty list of operations",
+            ))
+        }
+    };
+    ops.into_iter()
+        .map(|op| {
+            if !op.is_object() {
+                return Err(AccelError::patch("Every operation must be an object"));
+            }
+            // An object fails to read only for want of a string path.
+            serde_json::from_value(op)
+                .map_err(|_| AccelError::patch("Every operation needs a path"))
+        })
+        .collect()
+}
+
 /// Upstream's `_validate_arq_patch`: all ops add or all remove; paths limited to
 /// hostname, device_rp_uuid, instance_uuid and (2.1+, admin only) project_id; an add
 /// needs the first three.
-fn validate(ctx: &Ctx, patch: &Value) -> AccelResult<Op> {
-    let ops = patch
-        .as_array()
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| AccelError::patch("A patch must be a non-empty list of operations"))?;
-    let mut parsed = Vec::with_capacity(ops.len());
-    for op in ops {
-        let o = op
-            .as_object()
-            .ok_or_else(|| AccelError::patch("Every operation must be an object"))?;
-        let kind = o.get("op").and_then(Value::as_str).unwrap_or("");
-        let path = o
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| AccelError::patch("Every operation needs a path"))?;
-        parsed.push((kind, path, o.get("value")));
-    }
-    let add = parsed.iter().all(|(k, _, _)| *k == "add");
-    if !add && !parsed.iter().all(|(k, _, _)| *k == "remove") {
+fn validate(ctx: &Ctx, ops: &[PatchOp]) -> AccelResult<Op> {
+    let add = ops.iter().all(|o| o.op == "add");
+    if !add && !ops.iter().all(|o| o.op == "remove") {
         return Err(AccelError::patch("Every op must be add or remove"));
     }
     let mut fields: Vec<(&str, Option<String>)> = vec![
@@ -216,7 +225,7 @@ fn validate(ctx: &Ctx, patch: &Value) -> AccelResult<Op> {
     if allow_project {
         fields.push(("project_id", None));
     }
-    for (_, path, value) in &parsed {
+    for PatchOp { path, value, .. } in ops {
         let name = path.trim_start_matches('/');
         if name == "project_id" {
             if !allow_project {
@@ -289,9 +298,10 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
         }
     };
     let mut plan: Vec<(String, Op)> = Vec::with_capacity(map.len());
-    for (uuid, ops) in &map {
-        require_uuid(uuid)?;
-        plan.push((uuid.clone(), validate(ctx, ops)?));
+    for (uuid, ops) in map {
+        require_uuid(&uuid)?;
+        let op = validate(ctx, &read_ops(ops)?)?;
+        plan.push((uuid, op));
     }
     if !ctx.is_service {
         return Err(service_token_required());

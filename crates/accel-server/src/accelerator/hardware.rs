@@ -4,6 +4,7 @@
 
 use super::error::{AccelError, AccelResult};
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use accel_api::accelerator::{lenient, NewAttribute, PatchOp, ProgramImage};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
@@ -272,18 +273,13 @@ pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResu
     Ok(json_reply(StatusCode::OK, &render::attribute(ctx, &a)))
 }
 
-/// `POST /attributes` with a flat `{"deployable_id": 1, "key": "k", "value": "v"}`.
-/// API-made attributes are not pushed to Placement, as upstream.
-pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ATTRIBUTE_CREATE)?;
-    ctx.only_params(&[])?;
-    let body = ctx.json_body()?;
+/// The attribute a `POST /attributes` body names, each field checked in turn so the
+/// first bad one answers: `deployable_id` an integer as [`NewAttribute`] reads it (or
+/// a string holding one), `key` and `value` non-empty strings.
+fn attribute_body(body: &Value) -> AccelResult<NewAttribute> {
     let field = |k: &str| body.get(k).filter(|v| !v.is_null());
     let deployable_id = field("deployable_id")
-        .and_then(|v| {
-            v.as_i64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-        })
+        .and_then(|v| lenient::int_or_text(v).ok())
         .ok_or_else(|| AccelError::bad_request("deployable_id (an integer) is required."))?;
     let text = |k: &str| -> AccelResult<String> {
         match field(k) {
@@ -293,7 +289,23 @@ pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Respons
             ))),
         }
     };
-    let (key, value) = (text("key")?, text("value")?);
+    Ok(NewAttribute {
+        deployable_id,
+        key: text("key")?,
+        value: text("value")?,
+    })
+}
+
+/// `POST /attributes` with a flat `{"deployable_id": 1, "key": "k", "value": "v"}`.
+/// API-made attributes are not pushed to Placement, as upstream.
+pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ATTRIBUTE_CREATE)?;
+    ctx.only_params(&[])?;
+    let NewAttribute {
+        deployable_id,
+        key,
+        value,
+    } = attribute_body(&ctx.json_body()?)?;
     let a = st
         .app
         .store
@@ -323,41 +335,40 @@ pub async fn delete_attribute(
 
 /// The Glance image a program patch names: upstream's body is
 /// `[{"path": "/program", "op": "replace", "value": [{"image_uuid": "<uuid>"}]}]`.
-fn program_image(body: &Value) -> AccelResult<String> {
+fn program_image(body: Value) -> AccelResult<String> {
     let bad = |what: &str| {
         AccelError::bad_request(format!(
             "Invalid program request: {what}. Expected [{{\"path\": \"/program\", \"op\": \"replace\", \"value\": [{{\"image_uuid\": \"<image uuid>\"}}]}}]"
         ))
     };
-    let [op] = body
-        .as_array()
-        .map(Vec::as_slice)
-        .ok_or_else(|| bad("the body must be a list of one patch operation"))?
-    else {
-        return Err(bad("the body must be a list of one patch operation"));
+    let op = match body {
+        Value::Array(mut ops) if ops.len() == 1 => ops.remove(0),
+        _ => return Err(bad("the body must be a list of one patch operation")),
     };
-    if op.get("path").and_then(Value::as_str) != Some("/program") {
+    // Serde would read a struct from a JSON list too: only an object is an operation.
+    // One that fails to read has no string path.
+    let op: PatchOp = Some(op)
+        .filter(Value::is_object)
+        .and_then(|op| serde_json::from_value(op).ok())
+        .ok_or_else(|| bad("path must be /program"))?;
+    if op.path != "/program" {
         return Err(bad("path must be /program"));
     }
-    if op.get("op").and_then(Value::as_str) != Some("replace") {
+    if op.op != "replace" {
         return Err(bad("op must be replace"));
     }
-    let [value] = op
-        .get("value")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    else {
-        return Err(bad("value must be a list of one object"));
+    let value = match op.value {
+        Some(Value::Array(mut values)) if values.len() == 1 => values.remove(0),
+        _ => return Err(bad("value must be a list of one object")),
     };
-    let image = value
-        .get("image_uuid")
-        .and_then(Value::as_str)
+    let ProgramImage { image_uuid } = Some(value)
+        .filter(Value::is_object)
+        .and_then(|v| serde_json::from_value(v).ok())
         .ok_or_else(|| bad("value[0].image_uuid must be a string"))?;
-    if uuid::Uuid::try_parse(image).is_err() {
-        return Err(bad(&format!("image_uuid {image:?} is not a UUID")));
+    if uuid::Uuid::try_parse(&image_uuid).is_err() {
+        return Err(bad(&format!("image_uuid {image_uuid:?} is not a UUID")));
     }
-    Ok(image.to_owned())
+    Ok(image_uuid)
 }
 
 /// `PATCH /v2/deployables/{uuid}/program`: programs the deployable with a Glance
@@ -373,7 +384,7 @@ pub async fn program_deployable(
     ctx.authorize(st, rules::DEPLOYABLE_PROGRAM)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let image = program_image(&ctx.json_body()?)?;
+    let image = program_image(ctx.json_body()?)?;
     let u = uuid.to_owned();
     let asked = st
         .app

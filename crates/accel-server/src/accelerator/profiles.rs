@@ -3,7 +3,8 @@
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
 use super::{empty_reply, is_uuid_like, json_reply, render, AccelState, Ctx};
-use accel_core::accelerator::DeviceProfile;
+use accel_api::accelerator::{Group, NewDeviceProfile};
+use accel_core::accelerator::{DeviceProfile, ProfileError};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::profiles::{self, Profile};
 use accel_store::{Conflict, StoreError};
@@ -64,12 +65,11 @@ pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<
     ))
 }
 
-/// Group values are strings on the wire; WSME also takes integers (stored as text).
-fn group_entries(v: &Value) -> AccelResult<Vec<(String, String)>> {
-    let obj = v.as_object().ok_or_else(|| {
-        AccelError::bad_request(accel_core::accelerator::ProfileError::GroupNotObject.to_string())
-    })?;
-    obj.iter()
+/// A group's entries as text: values are strings on the wire; WSME also takes
+/// integers (stored as text).
+fn group_entries(group: &Group) -> AccelResult<Vec<(String, String)>> {
+    group
+        .iter()
         .map(|(k, v)| {
             let text = match v {
                 Value::String(s) => s.clone(),
@@ -83,8 +83,7 @@ fn group_entries(v: &Value) -> AccelResult<Vec<(String, String)>> {
                         _ => "an object",
                     };
                     return Err(AccelError::bad_request(
-                        accel_core::accelerator::ProfileError::BadValueType(kind, k.clone())
-                            .to_string(),
+                        ProfileError::BadValueType(kind, k.clone()).to_string(),
                     ));
                 }
             };
@@ -93,50 +92,74 @@ fn group_entries(v: &Value) -> AccelResult<Vec<(String, String)>> {
         .collect()
 }
 
-/// The one-element list body, turned into a domain profile (all validation here).
-fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
-    let one = match body {
-        Value::Array(mut list) if list.len() == 1 => list.remove(0),
-        _ => {
-            return Err(AccelError::bad_request(
-                "Only one device profile allowed per POST request for now.",
-            ))
-        }
-    };
+fn profile_uuid(text: &str) -> AccelResult<uuid::Uuid> {
+    uuid::Uuid::try_parse(text)
+        .ok()
+        .filter(|_| is_uuid_like(text))
+        .ok_or_else(|| AccelError::invalid_uuid(text))
+}
+
+/// The one profile of the body, which Cyborg takes as a one-element list.
+fn the_one(body: Value) -> AccelResult<Value> {
+    match body {
+        Value::Array(mut list) if list.len() == 1 => Ok(list.remove(0)),
+        _ => Err(AccelError::bad_request(
+            "Only one device profile allowed per POST request for now.",
+        )),
+    }
+}
+
+/// The checks [`NewDeviceProfile`] cannot word, in the order they have always been
+/// made (the first failing one answers): an object; name, description and uuid
+/// strings or `null`; a valid uuid; a valid name; groups a list of objects whose
+/// values are strings or integers.
+fn check_profile(one: &Value) -> AccelResult<()> {
     let obj = one
         .as_object()
         .ok_or_else(|| AccelError::bad_request("A device profile must be a JSON object."))?;
-    let text = |key: &str| -> AccelResult<Option<String>> {
+    let text = |key: &str| -> AccelResult<Option<&str>> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::String(s)) => Ok(Some(s)),
             Some(_) => Err(AccelError::bad_request(format!(
                 "Device profile field {key} must be a string."
             ))),
         }
     };
     let name = text("name")?.unwrap_or_default();
-    let description = text("description")?;
-    let uuid = match text("uuid")? {
-        None => None,
-        Some(u) => Some(
-            uuid::Uuid::try_parse(&u)
-                .ok()
-                .filter(|_| is_uuid_like(&u))
-                .ok_or_else(|| AccelError::invalid_uuid(&u))?,
-        ),
-    };
-    DeviceProfile::check_name(&name).map_err(|e| AccelError::bad_request(e.to_string()))?;
-    let groups = match obj.get("groups") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(gs)) => gs.iter().map(group_entries).collect::<AccelResult<_>>()?,
-        Some(_) => {
-            return Err(AccelError::bad_request(
-                "Device profile groups must be a list of JSON objects.",
-            ))
-        }
-    };
-    DeviceProfile::parse(&name, description, uuid, groups)
+    text("description")?;
+    if let Some(u) = text("uuid")? {
+        profile_uuid(u)?;
+    }
+    DeviceProfile::check_name(name).map_err(|e| AccelError::bad_request(e.to_string()))?;
+    match obj.get("groups") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(gs)) => gs.iter().try_for_each(|g| {
+            let g = g
+                .as_object()
+                .ok_or_else(|| AccelError::bad_request(ProfileError::GroupNotObject.to_string()))?;
+            group_entries(g).map(drop)
+        }),
+        Some(_) => Err(AccelError::bad_request(
+            "Device profile groups must be a list of JSON objects.",
+        )),
+    }
+}
+
+/// The one-element list body, checked, read as a [`NewDeviceProfile`] and turned
+/// into a domain profile.
+fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
+    let one = the_one(body)?;
+    check_profile(&one)?;
+    let p: NewDeviceProfile =
+        serde_json::from_value(one).map_err(|e| AccelError::bad_request(e.to_string()))?;
+    let uuid = p.uuid.as_deref().map(profile_uuid).transpose()?;
+    let groups = p
+        .groups
+        .iter()
+        .map(group_entries)
+        .collect::<AccelResult<_>>()?;
+    DeviceProfile::parse(&p.name, p.description, uuid, groups)
         .map_err(|e| AccelError::bad_request(e.to_string()))
 }
 
