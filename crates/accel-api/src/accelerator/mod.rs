@@ -7,6 +7,9 @@
 //! tempest and python-cyborgclient compare documents); a field a microversion lacks is
 //! an `Option` skipped when `None`. Deserialising is lenient: what an older server
 //! leaves out takes its default, so one client reads every microversion.
+//! The request bodies the server reads ([`NewDeviceProfile`], [`NewArqs`],
+//! [`PatchOp`], [`NewAttribute`]) take exactly what it has always taken, through the
+//! helpers of [`lenient`]; the server words its refusals before reading them.
 
 mod client;
 pub mod lenient;

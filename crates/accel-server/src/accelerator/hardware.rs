@@ -447,3 +447,73 @@ pub async fn program_deployable(
 
 /// How often a program call looks for the agent's answer.
 const PROGRAM_POLL: Duration = Duration::from_millis(100);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal<T: std::fmt::Debug>(r: AccelResult<T>) -> String {
+        r.unwrap_err().message
+    }
+
+    #[test]
+    fn a_program_body_is_upstreams_and_refusals_name_the_first_fault() {
+        let image = "6b7bb4d4-1d6a-4a0c-b1b2-3cbb9b3c9d8a";
+        let ok = serde_json::to_value(accel_api::accelerator::program_ops(image)).unwrap();
+        assert_eq!(program_image(ok).unwrap(), image);
+        let why = |body: Value| {
+            let m = refusal(program_image(body));
+            m["Invalid program request: ".len()..m.find(". Expected").unwrap()].to_owned()
+        };
+        let one = "the body must be a list of one patch operation";
+        assert_eq!(why(json!({})), one);
+        assert_eq!(why(json!([])), one);
+        // A list is not an operation, though serde would read a struct from one.
+        assert_eq!(
+            why(json!([["replace", "/program", [{"image_uuid": image}]]])),
+            "path must be /program"
+        );
+        assert_eq!(why(json!([{"op": "replace"}])), "path must be /program");
+        assert_eq!(
+            why(json!([{"path": "/program", "value": [{"image_uuid": image}]}])),
+            "op must be replace"
+        );
+        assert_eq!(
+            why(json!([{"path": "/program", "op": "replace", "value": null}])),
+            "value must be a list of one object"
+        );
+        assert_eq!(
+            why(json!([{"path": "/program", "op": "replace", "value": [[image]]}])),
+            "value[0].image_uuid must be a string"
+        );
+        assert_eq!(
+            why(json!([{"path": "/program", "op": "replace", "value": [{"image_uuid": "x"}]}])),
+            "image_uuid \"x\" is not a UUID"
+        );
+    }
+
+    #[test]
+    fn an_attribute_body_takes_a_string_id_and_checks_fields_in_order() {
+        let a = attribute_body(&json!({"deployable_id": "3", "key": "k", "value": "v"})).unwrap();
+        assert_eq!(
+            (a.deployable_id, a.key.as_str(), a.value.as_str()),
+            (3, "k", "v")
+        );
+        let id = "deployable_id (an integer) is required.";
+        assert_eq!(refusal(attribute_body(&json!([1]))), id);
+        assert_eq!(
+            refusal(attribute_body(&json!({"deployable_id": 1.5, "key": ""}))),
+            id
+        );
+        assert_eq!(
+            refusal(attribute_body(
+                &json!({"deployable_id": 1, "key": "", "value": 2})
+            )),
+            "key (a non-empty string) is required."
+        );
+        assert_eq!(
+            refusal(attribute_body(&json!({"deployable_id": 1, "key": "k"}))),
+            "value (a non-empty string) is required."
+        );
+    }
+}
