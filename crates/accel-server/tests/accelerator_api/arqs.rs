@@ -342,3 +342,69 @@ async fn arq_patch_rules() {
         assert_eq!(shown.body["project_id"], "p1");
     }
 }
+
+/// The create body as it has always been read: a group id may be a string holding a
+/// non-negative integer; refusals keep their order (object, name, group id).
+#[tokio::test]
+async fn arq_create_bodies() {
+    let backend = BACKENDS[0];
+    let app = AccelApp::spawn(backend, Some("compute1")).await;
+    app.create_profile(
+        "dp",
+        json!([{"resources:FPGA": "1"}, {"resources:PGPU": "1"}]),
+    )
+    .await;
+    let post = |body: Value| {
+        app.call(
+            As::Member("p1"),
+            Method::POST,
+            "/v2/accelerator_requests",
+            None,
+            Some(body),
+        )
+    };
+    for group in [json!(" 1 "), json!("1"), json!(1)] {
+        let r = post(json!({"device_profile_name": "dp", "device_profile_group_id": group})).await;
+        assert_eq!(r.status, 201, "{group}: {}", r.body);
+        assert_eq!(r.body["arqs"][0]["device_profile_group_id"], 1, "{group}");
+    }
+    let r = post(json!({"device_profile_name": "dp", "device_profile_group_id": null})).await;
+    assert_eq!(r.body["arqs"].as_array().map(Vec::len), Some(2));
+    let group_id = "device_profile_group_id must be a non-negative integer.";
+    let cases: Vec<(Value, &str)> = vec![
+        (json!(["dp"]), "The request body must be a JSON object."),
+        (
+            json!({"device_profile_group_id": "x"}),
+            "DeviceProfile name needed.",
+        ),
+        (
+            json!({"device_profile_name": null}),
+            "DeviceProfile name needed.",
+        ),
+        (
+            json!({"device_profile_name": 3, "device_profile_group_id": "x"}),
+            "device_profile_name must be a string.",
+        ),
+        (
+            json!({"device_profile_name": "dp", "device_profile_group_id": -1}),
+            group_id,
+        ),
+        (
+            json!({"device_profile_name": "dp", "device_profile_group_id": 1.0}),
+            group_id,
+        ),
+        (
+            json!({"device_profile_name": "dp", "device_profile_group_id": "one"}),
+            group_id,
+        ),
+        (
+            json!({"device_profile_name": "dp", "device_profile_group_id": [1]}),
+            group_id,
+        ),
+    ];
+    for (body, message) in cases {
+        let r = post(body.clone()).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.body);
+        assert_eq!(r.fault(), message, "{body}");
+    }
+}
