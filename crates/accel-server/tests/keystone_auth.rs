@@ -9,6 +9,7 @@ use accel_server::auth::AuthStrategy;
 use accel_server::ServerConfig;
 use accel_testkit::server::TestServer;
 use common::keystone::{FakeKeystone, Subject};
+use common::reply::Reply;
 use common::{Backend, BACKENDS};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -26,27 +27,6 @@ struct App {
     /// Seconds added to the validation cache's clock.
     clock_offset: Arc<AtomicU64>,
     _server: TestServer,
-}
-
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// The `faultstring` inside Cyborg's `error_message` envelope.
-    fn fault(&self) -> String {
-        let inner = self.body["error_message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no error envelope in {}", self.body));
-        let fault: Value = serde_json::from_str(inner).unwrap();
-        fault["faultstring"].as_str().unwrap().to_owned()
-    }
 }
 
 /// A request's tokens and extra headers.
@@ -156,15 +136,7 @@ impl App {
         if let Some(b) = body {
             r = r.json(&b);
         }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap();
-        Reply {
-            status,
-            headers,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Reply::read(r.send().await.unwrap()).await
     }
 
     async fn accel(
@@ -852,6 +824,7 @@ async fn the_agent_reports_with_its_own_keystone_session() {
 /// the old one is refused.
 #[tokio::test]
 async fn external_placement_push_with_a_password_token_and_the_catalog() {
+    use accel_core::capacity::Limits;
     use accel_server::external::{push, Client, PlacementConfig, Pushed};
     use accel_store::accelerator::pushes::{LocalInventory, LocalProvider, LocalTree};
     for backend in BACKENDS {
@@ -893,12 +866,14 @@ async fn external_placement_push_with_a_password_token_and_the_catalog() {
                 parent: None,
                 inventories: vec![LocalInventory {
                     class: "CUSTOM_ACCELERATOR_GPU".into(),
-                    total: 2,
-                    reserved: 0,
-                    min_unit: 1,
-                    max_unit: 2,
-                    step_size: 1,
-                    allocation_ratio: 1.0,
+                    limits: Limits {
+                        total: 2,
+                        reserved: 0,
+                        min_unit: 1,
+                        max_unit: 2,
+                        step_size: 1,
+                        allocation_ratio: 1.0,
+                    },
                 }],
                 traits: vec!["CUSTOM_GPU_NVIDIA".into()],
             }],

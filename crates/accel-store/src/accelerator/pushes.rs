@@ -17,6 +17,7 @@
 use super::lease;
 use crate::placement::{inventories, providers, traits};
 use crate::{StoreError, Tx};
+use accel_core::capacity::Limits;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -191,12 +192,7 @@ pub async fn get(tx: &mut Tx, host: &str) -> Result<Option<Push>, StoreError> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalInventory {
     pub class: String,
-    pub total: i64,
-    pub reserved: i64,
-    pub min_unit: i64,
-    pub max_unit: i64,
-    pub step_size: i64,
-    pub allocation_ratio: f64,
+    pub limits: Limits,
 }
 
 /// One of the host's device providers.
@@ -249,13 +245,8 @@ pub async fn local_tree(tx: &mut Tx, host: &str) -> Result<LocalTree, StoreError
             .await?
             .into_iter()
             .map(|i| LocalInventory {
+                limits: i.limits(),
                 class: i.rc_name,
-                total: i.total,
-                reserved: i.reserved,
-                min_unit: i.min_unit,
-                max_unit: i.max_unit,
-                step_size: i.step_size,
-                allocation_ratio: i.allocation_ratio,
             })
             .collect();
         invs.sort_by(|a, b| a.class.cmp(&b.class));
