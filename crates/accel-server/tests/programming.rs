@@ -180,34 +180,29 @@ async fn region_traits(srv: &Server) -> Vec<String> {
         .collect()
 }
 
-/// The server with its workers, a fake Glance and an agent whose one fake FPGA card
-/// (one region, two handles) has been reported.
-struct Fixture {
-    srv: Server,
-    glance: FakeGlance,
-    agent: Agent,
+/// What a [`fixture`] keeps alive: the agent's directory (its bitstream cache), the
+/// database, the fake Glance.
+struct Kept {
     dir: tempfile::TempDir,
     _db: TempDb,
     _glance_stop: oneshot::Sender<()>,
 }
 
-impl Fixture {
-    async fn start(backend: common::Backend) -> Fixture {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, Some(workers(None))).await;
-        let glance = FakeGlance::default();
-        let (glance_url, stop) = glance.start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let agent = agent(&srv, &glance_url, dir.path()).await;
-        Fixture {
-            srv,
-            glance,
-            agent,
-            dir,
-            _db: db,
-            _glance_stop: stop,
-        }
-    }
+/// The server with its workers, a fake Glance and an agent whose one fake FPGA card
+/// (one region, two handles) has been reported.
+async fn fixture(backend: common::Backend) -> (Server, FakeGlance, Agent, Kept) {
+    let db = TempDb::fresh(backend).await;
+    let srv = Server::start(&db.url, None, Some(workers(None))).await;
+    let glance = FakeGlance::default();
+    let (glance_url, stop) = glance.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = agent(&srv, &glance_url, dir.path()).await;
+    let kept = Kept {
+        dir,
+        _db: db,
+        _glance_stop: stop,
+    };
+    (srv, glance, agent, kept)
 }
 
 /// The region's deployable as `GET /v2/deployables` shows it.
@@ -242,14 +237,7 @@ fn instance() -> String {
 #[tokio::test]
 async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir: _dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, _kept) = fixture(backend).await;
         let image = glance.add(FUNCTION, true, false);
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
 
@@ -302,14 +290,7 @@ async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
 #[tokio::test]
 async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, kept) = fixture(backend).await;
         let bad = glance.add(FUNCTION, false, true);
         srv.create_profile(
             "bs",
@@ -336,7 +317,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         // downloaded file is gone.
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
         assert_eq!(region_deployable(&srv).await["bitstream_id"], Value::Null);
-        let left = std::fs::read_dir(dir.path().join("bitstreams"))
+        let left = std::fs::read_dir(kept.dir.path().join("bitstreams"))
             .map(|d| d.count())
             .unwrap_or(0);
         assert_eq!(left, 0);
@@ -357,14 +338,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
 #[tokio::test]
 async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir: _dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, _kept) = fixture(backend).await;
         let image = glance.add(FUNCTION, false, false);
         let dep = region_deployable(&srv).await["uuid"]
             .as_str()
