@@ -44,6 +44,15 @@ fn user(token: &str) -> Auth<'_> {
     }
 }
 
+/// A user's token with a service token beside it (Nova calling on a user's behalf).
+fn with_service<'a>(token: &'a str, service: &'a str) -> Auth<'a> {
+    Auth {
+        token: Some(token),
+        service: Some(service),
+        ..Default::default()
+    }
+}
+
 impl App {
     /// Fake Keystone with the service user `accel` (project `service`, role
     /// `service`), then accel in keystone mode pointed at it; `tweak` edits the
@@ -540,14 +549,7 @@ async fn service_token_gates_bind() {
         let not_service = app.member_token("p1");
         for service in ["bogus", not_service.as_str()] {
             let r = app
-                .patch_arqs(
-                    &bind,
-                    Auth {
-                        token: Some(&nova_user),
-                        service: Some(service),
-                        ..Default::default()
-                    },
-                )
+                .patch_arqs(&bind, with_service(&nova_user, service))
                 .await;
             assert_eq!(r.status, 401, "{}", r.body);
             assert_eq!(
@@ -558,14 +560,7 @@ async fn service_token_gates_bind() {
         // Nova's user token with its service token: accepted.
         let service = app.service_token();
         let r = app
-            .patch_arqs(
-                &bind,
-                Auth {
-                    token: Some(&nova_user),
-                    service: Some(&service),
-                    ..Default::default()
-                },
-            )
+            .patch_arqs(&bind, with_service(&nova_user, &service))
             .await;
         assert_eq!(r.status, 202, "{}", r.body);
         let shown = app
@@ -597,11 +592,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
     let plain = app.member_token("p1");
     let r = app
         .accel(
-            &Auth {
-                token: Some(&member),
-                service: Some(&plain),
-                ..Default::default()
-            },
+            &with_service(&member, &plain),
             Method::DELETE,
             &format!("/v2/accelerator_requests?instance={INSTANCE}"),
             None,
@@ -614,11 +605,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
         .issue(Subject::project("nova", "service", &["nova-service"]));
     let r = app
         .accel(
-            &Auth {
-                token: Some(&member),
-                service: Some(&svc),
-                ..Default::default()
-            },
+            &with_service(&member, &svc),
             Method::DELETE,
             &format!("/v2/accelerator_requests?instance={INSTANCE}"),
             None,
@@ -655,11 +642,7 @@ async fn expired_user_token_is_accepted_with_a_service_token() {
     let service = app.service_token();
     let with_service = app
         .accel(
-            &Auth {
-                token: Some(&expired),
-                service: Some(&service),
-                ..Default::default()
-            },
+            &with_service(&expired, &service),
             Method::GET,
             "/v2/accelerator_requests",
             None,
