@@ -247,12 +247,7 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self
-            .readers
-            .as_ref()
-            .unwrap_or(&self.pool)
-            .acquire()
-            .await?;
+        let mut conn = self.reader().acquire().await?;
         // PostgreSQL's default READ COMMITTED gives each statement its own snapshot;
         // a read of several queries must see one instant.
         let begin = match self.backend {
@@ -275,13 +270,13 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self
-            .readers
-            .as_ref()
-            .unwrap_or(&self.pool)
-            .acquire()
-            .await?;
+        let mut conn = self.reader().acquire().await?;
         f(&mut conn).await
+    }
+
+    /// The pool reads use: the SQLite file's read-only readers, else the one pool.
+    fn reader(&self) -> &AnyPool {
+        self.readers.as_ref().unwrap_or(&self.pool)
     }
 
     /// Closes every connection.
