@@ -234,6 +234,16 @@ fn instance() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// Binds `arqs` to the region for a new instance, lets the agent carry out the one
+/// programming request the bind makes, and answers the resolved ARQs.
+async fn bind_programmed(srv: &Server, a: &mut Agent, arqs: &[String]) -> Vec<Value> {
+    let inst = instance();
+    srv.bind(arqs, NODE, &report::provider_uuid(&region()), &inst)
+        .await;
+    program_one(a).await;
+    srv.wait_resolved(&inst).await
+}
+
 #[tokio::test]
 async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
     for backend in BACKENDS {
@@ -248,10 +258,7 @@ async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
         .await;
         let rp = report::provider_uuid(&region());
         let arqs = srv.create_arqs("fn").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &rp, &inst).await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "Bound", "{backend:?}: {resolved:?}");
         assert_eq!(glance.downloads(&image), 1);
         // The agent reported the new function before it answered.
@@ -298,11 +305,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         )
         .await;
         let arqs = srv.create_arqs("bs").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
-            .await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
         let a0 = arqs[0].clone();
         let job = srv
@@ -325,11 +328,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         // An agent without an image service says so, and the bind fails with it.
         a.settings.glance_url = None;
         let arqs = srv.create_arqs("bs").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
-            .await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
         srv.stop().await;
     }
