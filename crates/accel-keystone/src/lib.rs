@@ -50,10 +50,12 @@ pub struct SessionConfig {
     pub http_connect_timeout: Option<u64>,
 }
 
-fn default_auth_type() -> String {
+/// `auth_type`'s default: the only one supported, as keystoneauth's `password`.
+pub fn default_auth_type() -> String {
     "password".into()
 }
-fn default_domain() -> String {
+/// The user and project domains' default, as keystoneauth's.
+pub fn default_domain() -> String {
     "Default".into()
 }
 fn default_interface() -> String {

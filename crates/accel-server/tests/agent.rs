@@ -39,13 +39,20 @@ fn strs(v: &[&str]) -> Vec<String> {
     v
 }
 
+/// A server without workers over a fresh database, and a fake sysfs in a temporary
+/// directory for agents to scan.
+async fn host(backend: common::Backend) -> (TempDb, Server, tempfile::TempDir, FakeSysfs) {
+    let db = TempDb::fresh(backend).await;
+    let srv = Server::start(&db.url, None, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path());
+    (db, srv, dir, fs)
+}
+
 #[tokio::test]
 async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, None).await;
-        let dir = tempfile::tempdir().unwrap();
-        let fs = FakeSysfs::new(dir.path());
+        let (_db, srv, dir, fs) = host(backend).await;
         let gpus = testing::eight_gpus(&fs);
         let pac = testing::pac_dfl(&fs, 0xaf, 2);
         let qat = testing::qat(&fs, 0x3d, 16);
@@ -174,10 +181,7 @@ async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
 #[tokio::test]
 async fn removed_devices_go_when_free_and_wait_while_allocated() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, None).await;
-        let dir = tempfile::tempdir().unwrap();
-        let fs = FakeSysfs::new(dir.path());
+        let (_db, srv, dir, fs) = host(backend).await;
         let gpus = testing::eight_gpus(&fs);
         let cn = compute_node(&srv, "cn2").await;
         let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
@@ -278,10 +282,7 @@ async fn a_report_that_fails_validation_changes_nothing() {
 #[tokio::test]
 async fn cyborg_model_reports_devices_as_upstream_cyborg_does() {
     for backend in BACKENDS {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, None).await;
-        let dir = tempfile::tempdir().unwrap();
-        let fs = FakeSysfs::new(dir.path());
+        let (_db, srv, dir, fs) = host(backend).await;
         let gpu = testing::eight_gpus(&fs).remove(0);
         for g in [
             "0000:31:00.0",

@@ -231,14 +231,8 @@ async fn seed_jobs(
                 let mut all = Vec::new();
                 for inst in &instances {
                     for arq in arqs::create_for_profile(tx, &p, None, Some("p1")).await? {
-                        let b = Binding {
-                            hostname: host.clone(),
-                            device_rp_uuid: fake_rp(&host),
-                            instance_uuid: inst.clone(),
-                            project_id: None,
-                        };
-                        arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, accel_store::now() + 60)
-                            .await?;
+                        let deadline = accel_store::now() + 60;
+                        start_bind(tx, &arq.uuid, &host, inst, deadline).await?;
                         all.push(arq.uuid);
                     }
                 }
@@ -247,6 +241,25 @@ async fn seed_jobs(
         })
         .await
         .unwrap()
+}
+
+/// Starts the bind of `arq` to `host`'s fake device for `instance` (job pending until
+/// `deadline`).
+async fn start_bind(
+    tx: &mut accel_store::Tx,
+    arq: &str,
+    host: &str,
+    instance: &str,
+    deadline: i64,
+) -> Result<(), accel_store::StoreError> {
+    let b = Binding {
+        hostname: host.to_owned(),
+        device_rp_uuid: fake_rp(host),
+        instance_uuid: instance.to_owned(),
+        project_id: None,
+    };
+    arqs::start_bind(tx, &Scope::All, arq, &b, deadline).await?;
+    Ok(())
 }
 
 fn profile(name: &str, group: &[(&str, &str)]) -> DeviceProfile {
@@ -399,13 +412,7 @@ async fn an_expired_lease_is_taken_over_and_deadlines_end_every_job() {
                     let arq = arqs::create_for_profile(tx, &p, None, Some("p1"))
                         .await?
                         .remove(0);
-                    let b = Binding {
-                        hostname: "cn6".into(),
-                        device_rp_uuid: fake_rp("cn6"),
-                        instance_uuid: i2,
-                        project_id: None,
-                    };
-                    arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, now + 60).await?;
+                    start_bind(tx, &arq.uuid, "cn6", &i2, now + 60).await?;
                     Ok(arq.uuid)
                 })
             })
@@ -506,13 +513,7 @@ async fn programming_by_the_fake_driver_succeeds_at_once_and_by_an_agent_when_it
                     let arq = arqs::create_for_profile(tx, &p, None, Some("p1"))
                         .await?
                         .remove(0);
-                    let b = Binding {
-                        hostname: "cn8".into(),
-                        device_rp_uuid: fake_rp("cn8"),
-                        instance_uuid: i2,
-                        project_id: None,
-                    };
-                    arqs::start_bind(tx, &Scope::All, &arq.uuid, &b, now + 60).await?;
+                    start_bind(tx, &arq.uuid, "cn8", &i2, now + 60).await?;
                     Ok(arq.uuid)
                 })
             })

@@ -9,6 +9,7 @@ use accel_server::auth::AuthStrategy;
 use accel_server::ServerConfig;
 use accel_testkit::server::TestServer;
 use common::keystone::{FakeKeystone, Subject};
+use common::reply::Reply;
 use common::{Backend, BACKENDS};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -28,27 +29,6 @@ struct App {
     _server: TestServer,
 }
 
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// The `faultstring` inside Cyborg's `error_message` envelope.
-    fn fault(&self) -> String {
-        let inner = self.body["error_message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no error envelope in {}", self.body));
-        let fault: Value = serde_json::from_str(inner).unwrap();
-        fault["faultstring"].as_str().unwrap().to_owned()
-    }
-}
-
 /// A request's tokens and extra headers.
 #[derive(Default, Clone)]
 struct Auth<'a> {
@@ -60,6 +40,15 @@ struct Auth<'a> {
 fn user(token: &str) -> Auth<'_> {
     Auth {
         token: Some(token),
+        ..Default::default()
+    }
+}
+
+/// A user's token with a service token beside it (Nova calling on a user's behalf).
+fn with_service<'a>(token: &'a str, service: &'a str) -> Auth<'a> {
+    Auth {
+        token: Some(token),
+        service: Some(service),
         ..Default::default()
     }
 }
@@ -156,15 +145,7 @@ impl App {
         if let Some(b) = body {
             r = r.json(&b);
         }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap();
-        Reply {
-            status,
-            headers,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Reply::read(r.send().await.unwrap()).await
     }
 
     async fn accel(
@@ -176,6 +157,10 @@ impl App {
     ) -> Reply {
         self.send(format!("{}{path}", self.accel), auth, method, body)
             .await
+    }
+
+    async fn accel_get(&self, auth: &Auth<'_>, path: &str) -> Reply {
+        self.accel(auth, Method::GET, path, None).await
     }
 
     /// `PATCH /v2/accelerator_requests` with `body`.
@@ -200,6 +185,10 @@ impl App {
         auth.extra.push(("openstack-api-version", "placement 1.39"));
         self.send(format!("{}{path}", self.placement), &auth, method, body)
             .await
+    }
+
+    async fn placement_get(&self, auth: &Auth<'_>, path: &str) -> Reply {
+        self.placement(auth, Method::GET, path, None).await
     }
 
     async fn create_profile(&self, admin: &str, name: &str) {
@@ -239,18 +228,14 @@ async fn admin_token_reads_and_writes_device_profiles() {
         let app = App::spawn(backend, None, |_| {}).await;
         let admin = app.admin_token();
         app.create_profile(&admin, "dp1").await;
-        let list = app
-            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let list = app.accel_get(&user(&admin), "/v2/device_profiles").await;
         assert_eq!(list.status, 200);
         assert_eq!(list.body["device_profiles"][0]["name"], "dp1");
 
         // A member reads profiles but may not write them, whatever X-Roles says:
         // identity headers are keystonemiddleware's to set, never the client's.
         let member = app.member_token("p1");
-        let read = app
-            .accel(&user(&member), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let read = app.accel_get(&user(&member), "/v2/device_profiles").await;
         assert_eq!(read.status, 200);
         let spoof = Auth {
             token: Some(&member),
@@ -280,9 +265,7 @@ async fn admin_token_reads_and_writes_device_profiles() {
             )
             .await;
         assert_eq!(gone.status, 204, "{}", gone.body);
-        let empty = app
-            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let empty = app.accel_get(&user(&admin), "/v2/device_profiles").await;
         assert_eq!(empty.body["device_profiles"], json!([]));
     }
 }
@@ -298,9 +281,7 @@ async fn members_see_only_their_own_projects_arqs() {
         let mine = app.create_arq(&p, "dp1").await;
         let theirs = app.create_arq(&q, "dp1").await;
 
-        let list = app
-            .accel(&user(&p), Method::GET, "/v2/accelerator_requests", None)
-            .await;
+        let list = app.accel_get(&user(&p), "/v2/accelerator_requests").await;
         assert_eq!(list.status, 200);
         let uuids: Vec<&str> = list.body["arqs"]
             .as_array()
@@ -318,12 +299,7 @@ async fn members_see_only_their_own_projects_arqs() {
         };
         for auth in [user(&p), spoof] {
             let r = app
-                .accel(
-                    &auth,
-                    Method::GET,
-                    &format!("/v2/accelerator_requests/{theirs}"),
-                    None,
-                )
+                .accel_get(&auth, &format!("/v2/accelerator_requests/{theirs}"))
                 .await;
             assert_eq!(r.status, 404, "{}", r.body);
             let r = app
@@ -338,16 +314,14 @@ async fn members_see_only_their_own_projects_arqs() {
         }
 
         let all = app
-            .accel(&user(&admin), Method::GET, "/v2/accelerator_requests", None)
+            .accel_get(&user(&admin), "/v2/accelerator_requests")
             .await;
         assert_eq!(all.body["arqs"].as_array().unwrap().len(), 2);
 
         // Hardware reads need a manager or an admin.
-        let devices = app.accel(&user(&p), Method::GET, "/v2/devices", None).await;
+        let devices = app.accel_get(&user(&p), "/v2/devices").await;
         assert_eq!(devices.status, 403);
-        let devices = app
-            .accel(&user(&admin), Method::GET, "/v2/devices", None)
-            .await;
+        let devices = app.accel_get(&user(&admin), "/v2/devices").await;
         assert_eq!(devices.status, 200);
         assert_eq!(devices.body["devices"][0]["hostname"], "compute1");
     }
@@ -369,9 +343,7 @@ async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
         user(&revoked),
     ];
     for auth in &cases {
-        let r = app
-            .accel(auth, Method::GET, "/accelerator/v2/device_profiles", None)
-            .await;
+        let r = app.accel_get(auth, "/accelerator/v2/device_profiles").await;
         assert_eq!(r.status, 401, "{:?}", auth.token);
         assert_eq!(
             r.body,
@@ -383,9 +355,7 @@ async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
             Some(app.keystone_uri().as_str())
         );
 
-        let r = app
-            .placement(auth, Method::GET, "/resource_providers", None)
-            .await;
+        let r = app.placement_get(auth, "/resource_providers").await;
         assert_eq!(r.status, 401, "{:?}", auth.token);
         let err = &r.body["errors"][0];
         assert_eq!(err["status"], 401);
@@ -402,12 +372,10 @@ async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
     }
     // The version documents stay public.
     for path in ["/", "/accelerator/", "/v2", "/accelerator/v2"] {
-        let r = app.accel(&Auth::default(), Method::GET, path, None).await;
+        let r = app.accel_get(&Auth::default(), path).await;
         assert_eq!(r.status, 200, "{path}");
     }
-    let r = app
-        .placement(&Auth::default(), Method::GET, "/", None)
-        .await;
+    let r = app.placement_get(&Auth::default(), "/").await;
     assert_eq!(r.status, 200);
 }
 
@@ -425,7 +393,7 @@ async fn placement_api_in_keystone_mode() {
         .await;
     assert_eq!(created.status, 200, "{}", created.body);
     let list = app
-        .placement(&user(&admin), Method::GET, "/resource_providers", None)
+        .placement_get(&user(&admin), "/resource_providers")
         .await;
     assert_eq!(list.body["resource_providers"][0]["name"], "cn1");
     // Placement's default policy is admin-only; a member's X-Roles claim is ignored.
@@ -435,9 +403,7 @@ async fn placement_api_in_keystone_mode() {
         extra: vec![("x-roles", "admin")],
         ..Default::default()
     };
-    let denied = app
-        .placement(&spoof, Method::GET, "/resource_providers", None)
-        .await;
+    let denied = app.placement_get(&spoof, "/resource_providers").await;
     assert_eq!(denied.status, 403, "{}", denied.body);
 }
 
@@ -446,9 +412,7 @@ async fn validations_are_cached_until_the_ttl_then_asked_again() {
     let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = 300).await;
     let admin = app.admin_token();
     for _ in 0..3 {
-        let r = app
-            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
         assert_eq!(r.status, 200);
     }
     assert_eq!(app.ks.validations(), 1, "two hits from the cache");
@@ -456,16 +420,12 @@ async fn validations_are_cached_until_the_ttl_then_asked_again() {
 
     // Revoked in Keystone: the cached validation still answers until it expires...
     app.ks.revoke(&admin);
-    let r = app
-        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
     assert_eq!(r.status, 200);
     assert_eq!(app.ks.validations(), 1);
     // ...then the token is validated again, and refused.
     app.clock_offset.store(301, Ordering::SeqCst);
-    let r = app
-        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
     assert_eq!(r.status, 401);
     assert_eq!(app.ks.validations(), 2);
 }
@@ -475,16 +435,12 @@ async fn cache_disabled_asks_keystone_every_time() {
     let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = -1).await;
     let admin = app.admin_token();
     for n in 1..=2 {
-        let r = app
-            .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
         assert_eq!(r.status, 200);
         assert_eq!(app.ks.validations(), n);
     }
     app.ks.revoke(&admin);
-    let r = app
-        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
     assert_eq!(r.status, 401);
 }
 
@@ -492,18 +448,14 @@ async fn cache_disabled_asks_keystone_every_time() {
 async fn own_token_is_renewed_when_refused_or_about_to_expire() {
     let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
     let admin = app.admin_token();
-    let r = app
-        .accel(&user(&admin), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user(&admin), "/v2/device_profiles").await;
     assert_eq!(r.status, 200);
     assert_eq!(app.ks.password_auths(), 1);
     // Keystone forgets our token: the validation is refused with 401, accel logs in
     // again and asks once more.
     app.ks.revoke_user("accel");
     let other = app.member_token("p1");
-    let r = app
-        .accel(&user(&other), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user(&other), "/v2/device_profiles").await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(app.ks.password_auths(), 2);
 
@@ -512,9 +464,7 @@ async fn own_token_is_renewed_when_refused_or_about_to_expire() {
     app.ks.revoke_user("accel");
     for (i, p) in ["p2", "p3"].iter().enumerate() {
         let t = app.member_token(p);
-        let r = app
-            .accel(&user(&t), Method::GET, "/v2/device_profiles", None)
-            .await;
+        let r = app.accel_get(&user(&t), "/v2/device_profiles").await;
         assert_eq!(r.status, 200);
         assert_eq!(app.ks.password_auths(), 3 + i);
     }
@@ -529,11 +479,9 @@ async fn service_token_gates_bind() {
         let nova_user = app.member_token("p1");
         let arq = app.create_arq(&nova_user, "dp1").await;
         let rps = app
-            .placement(
+            .placement_get(
                 &user(&admin),
-                Method::GET,
                 "/resource_providers?name=compute1_FakeDevice",
-                None,
             )
             .await;
         let rp = rps.body["resource_providers"][0]["uuid"]
@@ -568,14 +516,7 @@ async fn service_token_gates_bind() {
         let not_service = app.member_token("p1");
         for service in ["bogus", not_service.as_str()] {
             let r = app
-                .patch_arqs(
-                    &bind,
-                    Auth {
-                        token: Some(&nova_user),
-                        service: Some(service),
-                        ..Default::default()
-                    },
-                )
+                .patch_arqs(&bind, with_service(&nova_user, service))
                 .await;
             assert_eq!(r.status, 401, "{}", r.body);
             assert_eq!(
@@ -586,22 +527,13 @@ async fn service_token_gates_bind() {
         // Nova's user token with its service token: accepted.
         let service = app.service_token();
         let r = app
-            .patch_arqs(
-                &bind,
-                Auth {
-                    token: Some(&nova_user),
-                    service: Some(&service),
-                    ..Default::default()
-                },
-            )
+            .patch_arqs(&bind, with_service(&nova_user, &service))
             .await;
         assert_eq!(r.status, 202, "{}", r.body);
         let shown = app
-            .accel(
+            .accel_get(
                 &user(&nova_user),
-                Method::GET,
                 &format!("/v2/accelerator_requests/{arq}"),
-                None,
             )
             .await;
         assert_eq!(shown.body["instance_uuid"], INSTANCE);
@@ -625,11 +557,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
     let plain = app.member_token("p1");
     let r = app
         .accel(
-            &Auth {
-                token: Some(&member),
-                service: Some(&plain),
-                ..Default::default()
-            },
+            &with_service(&member, &plain),
             Method::DELETE,
             &format!("/v2/accelerator_requests?instance={INSTANCE}"),
             None,
@@ -642,11 +570,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
         .issue(Subject::project("nova", "service", &["nova-service"]));
     let r = app
         .accel(
-            &Auth {
-                token: Some(&member),
-                service: Some(&svc),
-                ..Default::default()
-            },
+            &with_service(&member, &svc),
             Method::DELETE,
             &format!("/v2/accelerator_requests?instance={INSTANCE}"),
             None,
@@ -654,12 +578,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
         .await;
     assert_eq!(r.status, 204, "{}", r.body);
     let still = app
-        .accel(
-            &user(&member),
-            Method::GET,
-            &format!("/v2/accelerator_requests/{arq}"),
-            None,
-        )
+        .accel_get(&user(&member), &format!("/v2/accelerator_requests/{arq}"))
         .await;
     assert_eq!(still.status, 200, "an ARQ of no instance is not deleted");
 }
@@ -672,22 +591,13 @@ async fn expired_user_token_is_accepted_with_a_service_token() {
         SystemTime::now() - Duration::from_secs(30),
     );
     let alone = app
-        .accel(
-            &user(&expired),
-            Method::GET,
-            "/v2/accelerator_requests",
-            None,
-        )
+        .accel_get(&user(&expired), "/v2/accelerator_requests")
         .await;
     assert_eq!(alone.status, 401);
     let service = app.service_token();
     let with_service = app
         .accel(
-            &Auth {
-                token: Some(&expired),
-                service: Some(&service),
-                ..Default::default()
-            },
+            &with_service(&expired, &service),
             Method::GET,
             "/v2/accelerator_requests",
             None,
@@ -702,9 +612,7 @@ async fn system_scoped_admin_is_refused_by_project_scoped_rules() {
     let system_admin = app
         .ks
         .issue(Subject::system("sysadmin", &["admin", "reader"]));
-    let r = app
-        .accel(&user(&system_admin), Method::GET, "/v2/devices", None)
-        .await;
+    let r = app.accel_get(&user(&system_admin), "/v2/devices").await;
     assert_eq!(r.status, 403, "{}", r.body);
 }
 
@@ -718,23 +626,17 @@ async fn keystone_unreachable_is_503() {
         c.www_authenticate_uri = Some("http://keystone.example/identity".into());
     })
     .await;
-    let r = app
-        .accel(&user("any"), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user("any"), "/v2/device_profiles").await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.body["title"], "Service Unavailable");
-    let r = app
-        .placement(&user("any"), Method::GET, "/resource_providers", None)
-        .await;
+    let r = app.placement_get(&user("any"), "/resource_providers").await;
     assert_eq!(r.status, 503);
     assert_eq!(
         r.body["errors"][0]["detail"],
         "The Keystone service is temporarily unavailable."
     );
     // No token is a 401 without asking Keystone, naming the configured public URI.
-    let r = app
-        .accel(&Auth::default(), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&Auth::default(), "/v2/device_profiles").await;
     assert_eq!(r.status, 401);
     assert_eq!(
         r.header("www-authenticate"),
@@ -759,9 +661,7 @@ async fn keystone_over_https_speaks_tls() {
         c.auth_url = format!("https://{addr}/v3");
     })
     .await;
-    let r = app
-        .accel(&user("any"), Method::GET, "/v2/device_profiles", None)
-        .await;
+    let r = app.accel_get(&user("any"), "/v2/device_profiles").await;
     // The handshake never completes (the listener closes): Keystone is unavailable.
     assert_eq!(r.status, 503, "{}", r.body);
     let bytes = tokio::time::timeout(Duration::from_secs(5), first)
@@ -852,6 +752,7 @@ async fn the_agent_reports_with_its_own_keystone_session() {
 /// the old one is refused.
 #[tokio::test]
 async fn external_placement_push_with_a_password_token_and_the_catalog() {
+    use accel_core::capacity::Limits;
     use accel_server::external::{push, Client, PlacementConfig, Pushed};
     use accel_store::accelerator::pushes::{LocalInventory, LocalProvider, LocalTree};
     for backend in BACKENDS {
@@ -893,12 +794,14 @@ async fn external_placement_push_with_a_password_token_and_the_catalog() {
                 parent: None,
                 inventories: vec![LocalInventory {
                     class: "CUSTOM_ACCELERATOR_GPU".into(),
-                    total: 2,
-                    reserved: 0,
-                    min_unit: 1,
-                    max_unit: 2,
-                    step_size: 1,
-                    allocation_ratio: 1.0,
+                    limits: Limits {
+                        total: 2,
+                        reserved: 0,
+                        min_unit: 1,
+                        max_unit: 2,
+                        step_size: 1,
+                        allocation_ratio: 1.0,
+                    },
                 }],
                 traits: vec!["CUSTOM_GPU_NVIDIA".into()],
             }],

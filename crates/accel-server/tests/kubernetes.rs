@@ -13,7 +13,7 @@ use accel_k8s::config::KubernetesConfig;
 use accel_k8s::proto::deviceplugin as dp;
 use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
-use common::accel::{placement, workers, Server, TempDb};
+use common::accel::{get, placement, workers, Server, TempDb};
 use common::BACKENDS;
 use kubelet::{ids, wait_list, FakeKubelet};
 use serde_json::{json, Value};
@@ -147,14 +147,11 @@ fn healthy(v: &[&str]) -> Vec<(String, String)> {
 }
 
 async fn candidates(srv: &Server) -> Vec<String> {
-    let (s, v) = placement(
+    let v = get(
         srv,
-        reqwest::Method::GET,
         "/allocation_candidates?resources=CUSTOM_ACCELERATOR_GPU:1",
-        None,
     )
     .await;
-    assert_eq!(s, 200, "{v}");
     // The providers the candidates take the GPU from.
     let mut out: Vec<String> = v["allocation_requests"]
         .as_array()
@@ -234,13 +231,7 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
         let consumer = pod_consumer(NODE, "default/pod");
         let want = json!({provider(&address): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}});
         until("the pod's allocation", || async {
-            let (_, v) = placement(
-                &srv,
-                reqwest::Method::GET,
-                &format!("/allocations/{consumer}"),
-                None,
-            )
-            .await;
+            let v = get(&srv, &format!("/allocations/{consumer}")).await;
             let got: Value = v["allocations"]
                 .as_object()
                 .map(|m| {
@@ -253,13 +244,7 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
             (got != want).then(|| v.to_string())
         })
         .await;
-        let (_, v) = placement(
-            &srv,
-            reqwest::Method::GET,
-            &format!("/allocations/{consumer}"),
-            None,
-        )
-        .await;
+        let v = get(&srv, &format!("/allocations/{consumer}")).await;
         assert_eq!(v["consumer_type"], "KUBERNETES_POD");
         // Nova's candidates no longer offer it.
         assert_eq!(candidates(&srv).await, vec![provider(GPUS[1 - i])]);
@@ -315,13 +300,7 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
             (c != all).then(|| format!("{c:?}"))
         })
         .await;
-        let (_, v) = placement(
-            &srv,
-            reqwest::Method::GET,
-            &format!("/allocations/{consumer}"),
-            None,
-        )
-        .await;
+        let v = get(&srv, &format!("/allocations/{consumer}")).await;
         assert_eq!(v["allocations"], json!({}));
         wait_list(&pool, "pool after the pod", |d| {
             ids(d) == healthy(&["0", "1"])

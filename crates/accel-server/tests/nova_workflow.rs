@@ -7,7 +7,7 @@ mod common;
 use accel_api::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
 use accel_store::accelerator::hardware::{self, DeployableColumn};
 use accel_store::accelerator::report;
-use common::accel::{placement, workers, FakeNova, Server, TempDb};
+use common::accel::{get, placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -16,13 +16,7 @@ const HOST: &str = "cn-wf";
 
 /// Gives the fake host's compute node some CPU and memory, as nova-compute would.
 async fn compute_inventory(server: &Server) -> String {
-    let (_, v) = placement(
-        server,
-        reqwest::Method::GET,
-        &format!("/resource_providers?name={HOST}"),
-        None,
-    )
-    .await;
+    let v = get(server, &format!("/resource_providers?name={HOST}")).await;
     let rp = &v["resource_providers"][0];
     let uuid = rp["uuid"].as_str().unwrap().to_owned();
     let (s, v) = placement(
@@ -116,14 +110,7 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
         assert_eq!(handles_in_use(&server).await, 2);
 
         // Placement holds the claim under the instance.
-        let (s, alloc) = placement(
-            &server,
-            reqwest::Method::GET,
-            &format!("/allocations/{instance}"),
-            None,
-        )
-        .await;
-        assert_eq!(s, 200);
+        let alloc = get(&server, &format!("/allocations/{instance}")).await;
         assert_eq!(
             alloc["allocations"][&device_rp]["resources"],
             json!({"FPGA": 2})
@@ -160,14 +147,8 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
                 allocations_released: true
             }
         );
-        let (s, alloc) = placement(
-            &server,
-            reqwest::Method::GET,
-            &format!("/allocations/{instance}"),
-            None,
-        )
-        .await;
-        assert_eq!((s, &alloc["allocations"]), (200, &json!({})));
+        let alloc = get(&server, &format!("/allocations/{instance}")).await;
+        assert_eq!(alloc["allocations"], json!({}));
         let (s, arqs) = server.admin_get("/v2/accelerator_requests").await;
         assert_eq!((s, &arqs["arqs"]), (200, &json!([])));
         assert_eq!(handles_in_use(&server).await, 0);
@@ -186,13 +167,7 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
             .await
             .unwrap_err();
         assert!(matches!(err, WorkflowError::NoCandidate(_)), "{err}");
-        let (_, alloc) = placement(
-            &server,
-            reqwest::Method::GET,
-            &format!("/allocations/{other}"),
-            None,
-        )
-        .await;
+        let alloc = get(&server, &format!("/allocations/{other}")).await;
         assert_eq!(alloc["allocations"], json!({}));
         server.stop().await;
     }

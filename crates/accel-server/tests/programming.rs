@@ -180,34 +180,29 @@ async fn region_traits(srv: &Server) -> Vec<String> {
         .collect()
 }
 
-/// The server with its workers, a fake Glance and an agent whose one fake FPGA card
-/// (one region, two handles) has been reported.
-struct Fixture {
-    srv: Server,
-    glance: FakeGlance,
-    agent: Agent,
+/// What a [`fixture`] keeps alive: the agent's directory (its bitstream cache), the
+/// database, the fake Glance.
+struct Kept {
     dir: tempfile::TempDir,
     _db: TempDb,
     _glance_stop: oneshot::Sender<()>,
 }
 
-impl Fixture {
-    async fn start(backend: common::Backend) -> Fixture {
-        let db = TempDb::fresh(backend).await;
-        let srv = Server::start(&db.url, None, Some(workers(None))).await;
-        let glance = FakeGlance::default();
-        let (glance_url, stop) = glance.start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let agent = agent(&srv, &glance_url, dir.path()).await;
-        Fixture {
-            srv,
-            glance,
-            agent,
-            dir,
-            _db: db,
-            _glance_stop: stop,
-        }
-    }
+/// The server with its workers, a fake Glance and an agent whose one fake FPGA card
+/// (one region, two handles) has been reported.
+async fn fixture(backend: common::Backend) -> (Server, FakeGlance, Agent, Kept) {
+    let db = TempDb::fresh(backend).await;
+    let srv = Server::start(&db.url, None, Some(workers(None))).await;
+    let glance = FakeGlance::default();
+    let (glance_url, stop) = glance.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = agent(&srv, &glance_url, dir.path()).await;
+    let kept = Kept {
+        dir,
+        _db: db,
+        _glance_stop: stop,
+    };
+    (srv, glance, agent, kept)
 }
 
 /// The region's deployable as `GET /v2/deployables` shows it.
@@ -239,17 +234,20 @@ fn instance() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// Binds `arqs` to the region for a new instance, lets the agent carry out the one
+/// programming request the bind makes, and answers the resolved ARQs.
+async fn bind_programmed(srv: &Server, a: &mut Agent, arqs: &[String]) -> Vec<Value> {
+    let inst = instance();
+    srv.bind(arqs, NODE, &report::provider_uuid(&region()), &inst)
+        .await;
+    program_one(a).await;
+    srv.wait_resolved(&inst).await
+}
+
 #[tokio::test]
 async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir: _dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, _kept) = fixture(backend).await;
         let image = glance.add(FUNCTION, true, false);
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
 
@@ -260,10 +258,7 @@ async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
         .await;
         let rp = report::provider_uuid(&region());
         let arqs = srv.create_arqs("fn").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &rp, &inst).await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "Bound", "{backend:?}: {resolved:?}");
         assert_eq!(glance.downloads(&image), 1);
         // The agent reported the new function before it answered.
@@ -302,14 +297,7 @@ async fn a_bind_naming_a_function_programs_the_region_once_then_reuses_it() {
 #[tokio::test]
 async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, kept) = fixture(backend).await;
         let bad = glance.add(FUNCTION, false, true);
         srv.create_profile(
             "bs",
@@ -317,11 +305,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         )
         .await;
         let arqs = srv.create_arqs("bs").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
-            .await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
         let a0 = arqs[0].clone();
         let job = srv
@@ -336,7 +320,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         // downloaded file is gone.
         assert!(!region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
         assert_eq!(region_deployable(&srv).await["bitstream_id"], Value::Null);
-        let left = std::fs::read_dir(dir.path().join("bitstreams"))
+        let left = std::fs::read_dir(kept.dir.path().join("bitstreams"))
             .map(|d| d.count())
             .unwrap_or(0);
         assert_eq!(left, 0);
@@ -344,11 +328,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
         // An agent without an image service says so, and the bind fails with it.
         a.settings.glance_url = None;
         let arqs = srv.create_arqs("bs").await;
-        let inst = instance();
-        srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
-            .await;
-        program_one(&mut a).await;
-        let resolved = srv.wait_resolved(&inst).await;
+        let resolved = bind_programmed(&srv, &mut a, &arqs).await;
         assert_eq!(resolved[0]["state"], "BindFailed", "{backend:?}");
         srv.stop().await;
     }
@@ -357,14 +337,7 @@ async fn a_bitstream_whose_checksum_does_not_match_is_never_programmed() {
 #[tokio::test]
 async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
     for backend in BACKENDS {
-        let Fixture {
-            srv,
-            glance,
-            agent: mut a,
-            dir: _dir,
-            _db,
-            _glance_stop,
-        } = Fixture::start(backend).await;
+        let (srv, glance, mut a, _kept) = fixture(backend).await;
         let image = glance.add(FUNCTION, false, false);
         let dep = region_deployable(&srv).await["uuid"]
             .as_str()

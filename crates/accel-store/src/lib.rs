@@ -64,6 +64,26 @@ pub struct Store {
 /// Reader connections on a SQLite file (the writer is separate).
 const SQLITE_READERS: u32 = 4;
 
+/// The SQLite writer's connection settings: foreign keys enforced, WAL so readers do
+/// not block it, and a wait instead of `SQLITE_BUSY` when another process writes.
+const SQLITE_WRITER_PRAGMAS: &[&str] = &[
+    "PRAGMA foreign_keys = ON",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA busy_timeout = 10000",
+];
+
+/// The SQLite readers' connection settings: the same wait, and no writes.
+const SQLITE_READER_PRAGMAS: &[&str] = &["PRAGMA busy_timeout = 10000", "PRAGMA query_only = ON"];
+
+/// Runs `list` on a new connection, in order.
+async fn pragmas(conn: &mut AnyConnection, list: &[&str]) -> Result<(), sqlx::Error> {
+    for p in list {
+        sqlx::query(p).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// A transaction on the store's connection. Store modules take `&mut Tx`.
 pub type Tx = AnyConnection;
 
@@ -101,23 +121,7 @@ impl Store {
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(1)
                 .test_before_acquire(false)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        sqlx::query("PRAGMA foreign_keys = ON")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA journal_mode = WAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA busy_timeout = 10000")
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                })
+                .after_connect(|conn, _| Box::pin(pragmas(conn, SQLITE_WRITER_PRAGMAS)))
                 .connect_with(opts)
                 .await
                 .map_err(StoreError::Db)?,
@@ -135,17 +139,7 @@ impl Store {
                     .max_connections(SQLITE_READERS)
                     .min_connections(0)
                     .test_before_acquire(false)
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            sqlx::query("PRAGMA busy_timeout = 10000")
-                                .execute(&mut *conn)
-                                .await?;
-                            sqlx::query("PRAGMA query_only = ON")
-                                .execute(&mut *conn)
-                                .await?;
-                            Ok(())
-                        })
-                    })
+                    .after_connect(|conn, _| Box::pin(pragmas(conn, SQLITE_READER_PRAGMAS)))
                     .connect_lazy_with(readers_opts),
             );
         }
@@ -253,12 +247,7 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self
-            .readers
-            .as_ref()
-            .unwrap_or(&self.pool)
-            .acquire()
-            .await?;
+        let mut conn = self.reader().acquire().await?;
         // PostgreSQL's default READ COMMITTED gives each statement its own snapshot;
         // a read of several queries must see one instant.
         let begin = match self.backend {
@@ -281,13 +270,13 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self
-            .readers
-            .as_ref()
-            .unwrap_or(&self.pool)
-            .acquire()
-            .await?;
+        let mut conn = self.reader().acquire().await?;
         f(&mut conn).await
+    }
+
+    /// The pool reads use: the SQLite file's read-only readers, else the one pool.
+    fn reader(&self) -> &AnyPool {
+        self.readers.as_ref().unwrap_or(&self.pool)
     }
 
     /// Closes every connection.

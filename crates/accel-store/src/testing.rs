@@ -40,3 +40,14 @@ pub async fn postgres() -> Store {
         .expect("create PostgreSQL test database");
     Store::connect(&url).await.expect("postgres store")
 }
+
+/// Runs one conformance test against each backend in turn: a fresh SQLite store, then
+/// a fresh PostgreSQL one (the "one suite, every engine" rule).
+pub async fn each_backend<F, Fut>(f: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f(sqlite().await).await;
+    f(postgres().await).await;
+}

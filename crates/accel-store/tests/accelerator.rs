@@ -4,16 +4,8 @@ use accel_core::accelerator::{fake_device, ArqState, DeviceProfile, DeviceStatus
 use accel_store::accelerator::arqs::{self, Binding, Filter};
 use accel_store::accelerator::{hardware, profiles, report, Scope};
 use accel_store::placement::{inventories, providers, traits};
-use accel_store::{testing, Conflict, Store, StoreError};
-
-async fn each_backend<F, Fut>(f: F)
-where
-    F: Fn(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f(testing::sqlite().await).await;
-    f(testing::postgres().await).await;
-}
+use accel_store::testing::each_backend;
+use accel_store::{Conflict, Store, StoreError};
 
 fn profile(name: &str, groups: &[&[(&str, &str)]]) -> DeviceProfile {
     let groups = groups

@@ -4,16 +4,8 @@
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusable, Refusal};
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::providers;
-use accel_store::{testing, Store};
-
-async fn each_backend<F, Fut>(f: F)
-where
-    F: Fn(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f(testing::sqlite().await).await;
-    f(testing::postgres().await).await;
-}
+use accel_store::testing::each_backend;
+use accel_store::Store;
 
 const RP: &str = "5c3d1a2b-0e4f-4a5b-8c6d-7e8f9a0b1c2d";
 const A: &str = "a1a1a1a1-0000-4000-8000-000000000001";

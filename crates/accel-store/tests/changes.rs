@@ -4,16 +4,8 @@
 
 use accel_store::placement::changes::{self, Delta, Version};
 use accel_store::placement::{classes, providers, traits, world};
-use accel_store::{testing, Store, StoreError};
-
-async fn each_backend<F, Fut>(f: F)
-where
-    F: Fn(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f(testing::sqlite().await).await;
-    f(testing::postgres().await).await;
-}
+use accel_store::testing::{self, each_backend};
+use accel_store::{Store, StoreError};
 
 async fn version(store: &Store) -> Version {
     store

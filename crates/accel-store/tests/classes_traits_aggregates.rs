@@ -1,16 +1,8 @@
 //! Resource classes, traits and provider aggregates, on SQLite and PostgreSQL alike.
 
 use accel_store::placement::{aggregates, classes, providers, traits};
-use accel_store::{testing, Conflict, Store, StoreError};
-
-async fn each_backend<F, Fut>(f: F)
-where
-    F: Fn(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f(testing::sqlite().await).await;
-    f(testing::postgres().await).await;
-}
+use accel_store::testing::each_backend;
+use accel_store::{Conflict, Store, StoreError};
 
 const RP: &str = "7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c";
 const AGG1: &str = "0b8d5e0c-2a7f-4c41-8a0b-6f5e2d1c3b4a";

@@ -1,16 +1,8 @@
 //! The store suite, run against SQLite and PostgreSQL alike.
 
 use accel_store::placement::providers::{self, Filter, ParentChange};
-use accel_store::{testing, Conflict, Store, StoreError};
-
-async fn each_backend<F, Fut>(f: F)
-where
-    F: Fn(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f(testing::sqlite().await).await;
-    f(testing::postgres().await).await;
-}
+use accel_store::testing::{self, each_backend};
+use accel_store::{Conflict, Store, StoreError};
 
 async fn create(
     store: &Store,

@@ -28,9 +28,9 @@ pub mod qat;
 pub mod xilinx;
 
 use crate::config::DriverSettings;
-use crate::model::{FoundDevice, Health};
+use crate::model::{FoundDevice, Handle, Health};
 use crate::nova::{Conflict, NovaPci};
-use crate::pci::{PciBus, PciFunction, CLASS_BRIDGE, VENDOR_VIRTIO};
+use crate::pci::{PciAddress, PciBus, PciFunction, CLASS_BRIDGE, VENDOR_VIRTIO};
 use crate::sysfs::Sysfs;
 use std::collections::HashMap;
 use std::path::Path;
@@ -156,6 +156,39 @@ pub fn host_owned(f: &PciFunction) -> bool {
     matches!(f.driver.as_deref(), Some(d) if d != "vfio-pci" && d != "pci-stub")
 }
 
+/// What a general-purpose PF (NVMe, NIC, QAT) offers.
+pub struct Offer {
+    pub count: i64,
+    /// One per VF, or the PF's own.
+    pub handles: Vec<Handle>,
+    /// The PF and its VFs: every function the device takes from the host.
+    pub functions: Vec<PciAddress>,
+}
+
+/// The VF-correctness rule for a general-purpose PF: with VFs, the VFs (one handle
+/// each, `handle` builds it); without, the PF itself unless the host uses it
+/// ([`host_owned`]), in which case nothing is offered (`None`).
+pub fn offer(
+    f: &PciFunction,
+    vfs: Vec<PciAddress>,
+    handle: impl Fn(PciAddress) -> Handle,
+) -> Option<Offer> {
+    let (count, handles) = if !vfs.is_empty() {
+        (vfs.len() as i64, vfs.iter().copied().map(handle).collect())
+    } else if !host_owned(f) {
+        (1, vec![handle(f.address)])
+    } else {
+        return None;
+    };
+    let mut functions = vec![f.address];
+    functions.extend(vfs);
+    Some(Offer {
+        count,
+        handles,
+        functions,
+    })
+}
+
 /// Every driver this build has, in discovery order.
 pub fn all(config: &DriverSettings) -> Vec<Box<dyn Driver>> {
     vec![
@@ -229,7 +262,7 @@ pub fn discover(
         config,
     };
     let mut out = Discovery::default();
-    let mut claimed: HashMap<crate::pci::PciAddress, &'static str> = HashMap::new();
+    let mut claimed: HashMap<PciAddress, &'static str> = HashMap::new();
     for driver in drivers {
         for mut dev in driver.discover(&host) {
             if let Some(other) = dev.functions.iter().find_map(|f| claimed.get(f)) {

@@ -5,7 +5,7 @@
 //! `physical_network` as Cyborg's does; a mapped PF without VFs is offered only when
 //! bound to `vfio-pci` or nothing. Trait `CUSTOM_PHYSNET_<NAME>` names the network.
 
-use super::{host_owned, Driver, Host};
+use super::{offer, Driver, Host, Offer};
 use crate::model::{trait_part, FoundDevice, Handle, Health};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -44,16 +44,15 @@ impl Driver for Nic {
                 address: a,
                 extra: vec![("physical_network".into(), net.to_owned())],
             };
-            let (count, handles) = if !vfs.is_empty() {
-                (vfs.len() as i64, vfs.iter().copied().map(handle).collect())
-            } else if !host_owned(f) {
-                (1, vec![handle(f.address)])
-            } else {
+            let Some(Offer {
+                count,
+                handles,
+                functions,
+            }) = offer(f, vfs, handle)
+            else {
                 tracing::info!(device = %f.address, "mapped NIC has no VFs and is used by the host; not offered");
                 continue;
             };
-            let mut functions = vec![f.address];
-            functions.extend(&vfs);
             out.push(FoundDevice {
                 device_type: DeviceType::Nic,
                 vendor: f.vendor,

@@ -3,7 +3,7 @@
 //! driver) is, as `CUSTOM_ACCELERATOR_SSD` = 1. With SR-IOV VFs enabled the VFs are
 //! offered instead of the PF, whatever the PF is bound to.
 
-use super::{host_owned, Driver, Host};
+use super::{offer, Driver, Host, Offer};
 use crate::model::{FoundDevice, Handle, Health};
 use accel_core::accelerator::DeviceType;
 
@@ -21,19 +21,15 @@ impl Driver for Nvme {
                 continue;
             }
             let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
-            let (count, handles) = if !vfs.is_empty() {
-                (
-                    vfs.len() as i64,
-                    vfs.iter().copied().map(Handle::pci).collect(),
-                )
-            } else if !host_owned(f) {
-                (1, vec![Handle::pci(f.address)])
-            } else {
+            let Some(Offer {
+                count,
+                handles,
+                functions,
+            }) = offer(f, vfs, Handle::pci)
+            else {
                 tracing::debug!(device = %f.address, driver = ?f.driver, "NVMe controller used by the host; not offered");
                 continue;
             };
-            let mut functions = vec![f.address];
-            functions.extend(&vfs);
             out.push(FoundDevice {
                 device_type: DeviceType::Ssd,
                 vendor: f.vendor,

@@ -3,7 +3,7 @@
 //! PF without VFs is offered only when the host does not use it (bound to `vfio-pci` or
 //! to nothing).
 
-use super::{host_owned, Driver, Host};
+use super::{offer, Driver, Host, Offer};
 use crate::model::{FoundDevice, Handle, Health};
 use accel_core::accelerator::DeviceType;
 
@@ -37,19 +37,15 @@ impl Driver for Qat {
                 .filter(|v| v.device == vf_id)
                 .map(|v| v.address)
                 .collect();
-            let (count, handles) = if !vfs.is_empty() {
-                (
-                    vfs.len() as i64,
-                    vfs.iter().copied().map(Handle::pci).collect(),
-                )
-            } else if !host_owned(f) {
-                (1, vec![Handle::pci(f.address)])
-            } else {
+            let Some(Offer {
+                count,
+                handles,
+                functions,
+            }) = offer(f, vfs, Handle::pci)
+            else {
                 tracing::debug!(device = %f.address, "QAT PF without VFs used by the host; not offered");
                 continue;
             };
-            let mut functions = vec![f.address];
-            functions.extend(&vfs);
             out.push(FoundDevice {
                 device_type: DeviceType::Qat,
                 vendor: f.vendor,

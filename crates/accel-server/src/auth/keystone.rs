@@ -42,7 +42,7 @@ pub struct KeystoneConfig {
     /// verified against the system's trust store (rustls).
     pub auth_url: String,
     /// Only `password` is supported.
-    #[serde(default = "default_auth_type")]
+    #[serde(default = "accel_keystone::default_auth_type")]
     pub auth_type: String,
     /// Sent to clients in `WWW-Authenticate: Keystone uri="..."` on a 401. Default:
     /// `auth_url`.
@@ -53,9 +53,9 @@ pub struct KeystoneConfig {
     pub password: String,
     /// The service project (usually `service`).
     pub project_name: String,
-    #[serde(default = "default_domain")]
+    #[serde(default = "accel_keystone::default_domain")]
     pub user_domain_name: String,
-    #[serde(default = "default_domain")]
+    #[serde(default = "accel_keystone::default_domain")]
     pub project_domain_name: String,
     /// A service token must carry one of these roles to count as a service's.
     #[serde(default = "default_service_roles")]
@@ -79,12 +79,6 @@ pub struct KeystoneConfig {
     pub http_connect_timeout: Option<u64>,
 }
 
-fn default_auth_type() -> String {
-    "password".into()
-}
-fn default_domain() -> String {
-    "Default".into()
-}
 fn default_service_roles() -> Vec<String> {
     vec!["service".into()]
 }

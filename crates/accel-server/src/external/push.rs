@@ -236,13 +236,14 @@ async fn sync_traits(c: &Client, p: &LocalProvider) -> Result<bool, RemoteError>
 }
 
 fn record(i: &LocalInventory) -> InventoryRecord {
+    let l = &i.limits;
     InventoryRecord {
-        total: i.total,
-        reserved: Some(i.reserved),
-        min_unit: Some(i.min_unit),
-        max_unit: Some(i.max_unit),
-        step_size: Some(i.step_size),
-        allocation_ratio: Some(i.allocation_ratio),
+        total: l.total,
+        reserved: Some(l.reserved),
+        min_unit: Some(l.min_unit),
+        max_unit: Some(l.max_unit),
+        step_size: Some(l.step_size),
+        allocation_ratio: Some(l.allocation_ratio),
         ..Default::default()
     }
 }

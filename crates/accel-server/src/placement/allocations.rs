@@ -159,13 +159,23 @@ fn schema_v1_38() -> Value {
     s
 }
 
-fn put_schema(req: &Req) -> Value {
+/// One consumer's body from 1.28 on, the same in `PUT /allocations/{consumer}` and in
+/// each consumer of `POST /allocations`; `None` before 1.28.
+fn consumer_schema(req: &Req) -> Option<Value> {
     if req.mv(mv::CONSUMER_TYPES) {
-        schema_v1_38()
+        Some(schema_v1_38())
     } else if req.mv(mv::CANDIDATE_MAPPINGS) {
-        schema_v1_34()
+        Some(schema_v1_34())
     } else if req.mv(mv::CONSUMER_GENERATION) {
-        schema_v1_28()
+        Some(schema_v1_28())
+    } else {
+        None
+    }
+}
+
+fn put_schema(req: &Req) -> Value {
+    if let Some(s) = consumer_schema(req) {
+        s
     } else if req.mv(mv::ALLOCATIONS_DICT) {
         schema_v1_12()
     } else if req.mv(mv::ALLOCATION_PROJECT_USER) {
@@ -178,15 +188,7 @@ fn put_schema(req: &Req) -> Value {
 /// The per-consumer schema of `POST /allocations` (and the reshaper) at `req`'s
 /// microversion.
 pub(crate) fn post_item_schema(req: &Req) -> Value {
-    if req.mv(mv::CONSUMER_TYPES) {
-        schema_v1_38()
-    } else if req.mv(mv::CANDIDATE_MAPPINGS) {
-        schema_v1_34()
-    } else if req.mv(mv::CONSUMER_GENERATION) {
-        schema_v1_28()
-    } else {
-        deletable()
-    }
+    consumer_schema(req).unwrap_or_else(deletable)
 }
 
 fn post_schema(req: &Req) -> Value {

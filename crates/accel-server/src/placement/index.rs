@@ -125,20 +125,7 @@ impl Prepared {
                     .and_then(|p| index.get(&p))
                     .map(|&i| ProviderId(i)),
                 root: ProviderId(index.get(&rp.root_id).copied().unwrap_or(0)),
-                inventories: rp
-                    .inventories
-                    .iter()
-                    .map(|inv| engine::Inventory {
-                        rc: inv.rc as u32,
-                        total: inv.total,
-                        reserved: inv.reserved,
-                        min_unit: inv.min_unit,
-                        max_unit: inv.max_unit,
-                        step_size: inv.step_size,
-                        allocation_ratio: inv.allocation_ratio,
-                        used: inv.used,
-                    })
-                    .collect(),
+                inventories: rp.inventories.clone(),
                 traits: rp.traits.iter().map(|t| *t as u32).collect(),
                 aggregates: rp
                     .aggregates

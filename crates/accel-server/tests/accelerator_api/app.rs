@@ -2,6 +2,7 @@
 //! a fresh database, requests as the admin, a member, Nova or nobody, and Cyborg's
 //! error envelope read back.
 
+pub use crate::reply::Reply;
 use accel_testkit::server::{Backend, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -22,34 +23,6 @@ pub enum As<'a> {
     /// Nova: a project member with a service token.
     Nova(&'a str),
     Anonymous,
-}
-
-pub struct Reply {
-    pub status: u16,
-    pub headers: reqwest::header::HeaderMap,
-    pub body: Value,
-}
-
-impl Reply {
-    /// The `faultstring` inside Cyborg's `error_message` envelope.
-    pub fn fault(&self) -> String {
-        let inner = self.body["error_message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no error envelope in {}", self.body));
-        let fault: Value = serde_json::from_str(inner).expect("fault JSON inside the envelope");
-        assert_eq!(fault["debuginfo"], Value::Null);
-        let code = if self.status < 500 {
-            "Client"
-        } else {
-            "Server"
-        };
-        assert_eq!(fault["faultcode"], code);
-        fault["faultstring"].as_str().unwrap().to_owned()
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
 }
 
 pub const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
@@ -95,29 +68,30 @@ impl AccelApp {
         if let Some(b) = body {
             r = r.json(&b);
         }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap();
-        Reply {
-            status,
-            headers,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Reply::read(r.send().await.unwrap()).await
     }
 
     pub async fn get(&self, who: As<'_>, path: &str) -> Reply {
         self.call(who, Method::GET, path, None, None).await
     }
 
+    /// A request without a body or a microversion header.
+    pub async fn send(&self, who: As<'_>, method: Method, path: &str) -> Reply {
+        self.call(who, method, path, None, None).await
+    }
+
+    /// A request with a JSON body and no microversion header.
+    pub async fn send_json(&self, who: As<'_>, method: Method, path: &str, body: Value) -> Reply {
+        self.call(who, method, path, None, Some(body)).await
+    }
+
     pub async fn create_profile(&self, name: &str, groups: Value) -> Value {
         let r = self
-            .call(
+            .send_json(
                 As::Admin,
                 Method::POST,
                 "/accelerator/v2/device_profiles",
-                None,
-                Some(json!([{"name": name, "groups": groups}])),
+                json!([{"name": name, "groups": groups}]),
             )
             .await;
         assert_eq!(r.status, 201, "{}", r.body);
@@ -126,12 +100,11 @@ impl AccelApp {
 
     pub async fn create_arqs(&self, who: As<'_>, profile: &str) -> Vec<Value> {
         let r = self
-            .call(
+            .send_json(
                 who,
                 Method::POST,
                 "/v2/accelerator_requests",
-                None,
-                Some(json!({"device_profile_name": profile})),
+                json!({"device_profile_name": profile}),
             )
             .await;
         assert_eq!(r.status, 201, "{}", r.body);

@@ -33,24 +33,22 @@ async fn arqs_counts_isolation_and_deletes() {
         assert_eq!(a0["attach_handle_info"], json!({}));
         assert_eq!(a0["attach_handle_uuid"], Value::Null);
         let only_group = app
-            .call(
+            .send_json(
                 As::Member("p1"),
                 Method::POST,
                 "/v2/accelerator_requests",
-                None,
-                Some(json!({"device_profile_name": "dp", "device_profile_group_id": 1})),
+                json!({"device_profile_name": "dp", "device_profile_group_id": 1}),
             )
             .await;
         assert_eq!(only_group.body["arqs"].as_array().unwrap().len(), 1);
 
         for (name, code) in [("", 404), ("fake_dp", 404), ("!@#$%^&*()=-[]", 404)] {
             let r = app
-                .call(
+                .send_json(
                     As::Member("p1"),
                     Method::POST,
                     "/v2/accelerator_requests",
-                    None,
-                    Some(json!({"device_profile_name": name})),
+                    json!({"device_profile_name": name}),
                 )
                 .await;
             assert_eq!(r.status, code);
@@ -73,12 +71,10 @@ async fn arqs_counts_isolation_and_deletes() {
         assert_eq!(shown.status, 404);
         assert_eq!(shown.fault(), format!("ExtArq not found with uuid={uuid}"));
         let deleted = app
-            .call(
+            .send(
                 As::Member("p2"),
                 Method::DELETE,
                 &format!("/v2/accelerator_requests?arqs={uuid}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(deleted.status, 404);
@@ -102,12 +98,10 @@ async fn arqs_counts_isolation_and_deletes() {
         // Unknown uuid in a batch: 404 and nothing deleted.
         let unknown = "11111111-2222-3333-4444-555555555555";
         let r = app
-            .call(
+            .send(
                 As::Member("p1"),
                 Method::DELETE,
                 &format!("/v2/accelerator_requests?arqs={uuid},{unknown}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 404);
@@ -122,23 +116,15 @@ async fn arqs_counts_isolation_and_deletes() {
             5
         );
         let r = app
-            .call(
+            .send(
                 As::Member("p1"),
                 Method::DELETE,
                 &format!("/v2/accelerator_requests/{uuid}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 204);
         let neither = app
-            .call(
-                As::Member("p1"),
-                Method::DELETE,
-                "/v2/accelerator_requests",
-                None,
-                None,
-            )
+            .send(As::Member("p1"), Method::DELETE, "/v2/accelerator_requests")
             .await;
         assert_eq!(neither.status, 400);
 
@@ -157,12 +143,11 @@ async fn arqs_counts_isolation_and_deletes() {
             {"op": "add", "path": "/instance_uuid", "value": INSTANCE},
         ]});
         let no_token = app
-            .call(
+            .send_json(
                 As::Member("p1"),
                 Method::PATCH,
                 "/v2/accelerator_requests",
-                None,
-                Some(bind.clone()),
+                bind.clone(),
             )
             .await;
         assert_eq!(no_token.status, 403);
@@ -170,22 +155,20 @@ async fn arqs_counts_isolation_and_deletes() {
             .fault()
             .starts_with("This operation requires a service token."));
         let r = app
-            .call(
+            .send_json(
                 As::Nova("p1"),
                 Method::PATCH,
                 "/v2/accelerator_requests",
-                None,
-                Some(bind.clone()),
+                bind.clone(),
             )
             .await;
         assert_eq!(r.status, 202, "{}", r.body);
         let hot_add = app
-            .call(
+            .send_json(
                 As::Nova("p1"),
                 Method::PATCH,
                 "/v2/accelerator_requests",
-                None,
-                Some(bind),
+                bind,
             )
             .await;
         assert_eq!(hot_add.status, 400);
@@ -234,24 +217,18 @@ async fn arqs_counts_isolation_and_deletes() {
         // A bound ARQ is Nova's to delete; delete by instance needs the service token
         // and is idempotent.
         let r = app
-            .call(
+            .send(
                 As::Member("p1"),
                 Method::DELETE,
                 &format!("/v2/accelerator_requests?arqs={target}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 403);
         let path = format!("/v2/accelerator_requests?instance={INSTANCE}");
-        let r = app
-            .call(As::Member("p1"), Method::DELETE, &path, None, None)
-            .await;
+        let r = app.send(As::Member("p1"), Method::DELETE, &path).await;
         assert_eq!(r.status, 403);
         for _ in 0..2 {
-            let r = app
-                .call(As::Nova("p1"), Method::DELETE, &path, None, None)
-                .await;
+            let r = app.send(As::Nova("p1"), Method::DELETE, &path).await;
             assert_eq!(r.status, 204);
         }
         let gone = app
@@ -309,28 +286,26 @@ async fn arq_patch_rules() {
             .await;
         let rp_uuid = rp["resource_providers"][0]["uuid"].as_str().unwrap();
         let r = app
-            .call(
+            .send_json(
                 As::Nova("p1"),
                 Method::PATCH,
                 &format!("/v2/accelerator_requests/{u}"),
-                None,
-                Some(patch(json!([
+                patch(json!([
                       {"op": "add", "path": "/hostname", "value": "compute1"},
                       {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                      {"op": "add", "path": "/instance_uuid", "value": INSTANCE}]))),
+                      {"op": "add", "path": "/instance_uuid", "value": INSTANCE}])),
             )
             .await;
         assert_eq!(r.status, 202, "{}", r.body);
         let r = app
-            .call(
+            .send_json(
                 As::Nova("p1"),
                 Method::PATCH,
                 "/v2/accelerator_requests",
-                None,
-                Some(patch(json!([
+                patch(json!([
                       {"op": "remove", "path": "/hostname"},
                       {"op": "remove", "path": "/device_rp_uuid"},
-                      {"op": "remove", "path": "/instance_uuid"}]))),
+                      {"op": "remove", "path": "/instance_uuid"}])),
             )
             .await;
         assert_eq!(r.status, 202);

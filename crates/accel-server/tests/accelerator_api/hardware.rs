@@ -115,22 +115,18 @@ async fn fake_devices_in_hardware_api_and_placement() {
 
         // Disable reserves the inventory, enable frees it.
         let r = app
-            .call(
+            .send(
                 As::Member("p1"),
                 Method::POST,
                 &format!("/v2/devices/{uuid}/disable"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 403);
         let r = app
-            .call(
+            .send(
                 As::Admin,
                 Method::POST,
                 &format!("/v2/devices/{uuid}/disable"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 200);
@@ -149,12 +145,10 @@ async fn fake_devices_in_hardware_api_and_placement() {
             .await;
         assert_eq!(at23.body["status"], "maintaining");
         let r = app
-            .call(
+            .send(
                 As::Admin,
                 Method::POST,
                 &format!("/v2/devices/{uuid}/enable"),
-                None,
-                None,
             )
             .await;
         assert_eq!(r.status, 200);
@@ -178,17 +172,16 @@ async fn attributes_crud_and_agent_report() {
         assert!(dep_id > 0);
         let body = json!({"deployable_id": real_dep_id, "key": "k1", "value": "v1"});
         let r = app
-            .call(
+            .send_json(
                 As::Member("p1"),
                 Method::POST,
                 "/v2/attributes",
-                None,
-                Some(body.clone()),
+                body.clone(),
             )
             .await;
         assert_eq!(r.status, 403);
         let r = app
-            .call(As::Admin, Method::POST, "/v2/attributes", None, Some(body))
+            .send_json(As::Admin, Method::POST, "/v2/attributes", body)
             .await;
         assert_eq!(r.status, 201, "{}", r.body);
         let uuid = r.body["uuid"].as_str().unwrap().to_owned();
@@ -202,33 +195,20 @@ async fn attributes_crud_and_agent_report() {
         let shown = app.get(As::Admin, &format!("/v2/attributes/{uuid}")).await;
         assert_eq!(shown.body["value"], "v1");
         let bad = app
-            .call(
+            .send_json(
                 As::Admin,
                 Method::POST,
                 "/v2/attributes",
-                None,
-                Some(json!({"deployable_id": 424242, "key": "k", "value": "v"})),
+                json!({"deployable_id": 424242, "key": "k", "value": "v"}),
             )
             .await;
         assert_eq!(bad.status, 404);
         let r = app
-            .call(
-                As::Admin,
-                Method::DELETE,
-                &format!("/v2/attributes/{uuid}"),
-                None,
-                None,
-            )
+            .send(As::Admin, Method::DELETE, &format!("/v2/attributes/{uuid}"))
             .await;
         assert_eq!(r.status, 204);
         let r = app
-            .call(
-                As::Admin,
-                Method::DELETE,
-                &format!("/v2/attributes/{uuid}"),
-                None,
-                None,
-            )
+            .send(As::Admin, Method::DELETE, &format!("/v2/attributes/{uuid}"))
             .await;
         assert_eq!(r.status, 404);
 
@@ -242,28 +222,19 @@ async fn attributes_crud_and_agent_report() {
                 "attach_handles": [{"attach_type": "PCI", "attach_info": "{\"bus\": \"af\"}", "in_use": false}]}]}]});
         let path = "/v2/agent/hosts/compute1/devices";
         let r = app
-            .call(
-                As::Member("p1"),
-                Method::PUT,
-                path,
-                None,
-                Some(report.clone()),
-            )
+            .send_json(As::Member("p1"), Method::PUT, path, report.clone())
             .await;
         assert_eq!(r.status, 403);
         let r = app
-            .call(
+            .send_json(
                 As::Admin,
                 Method::PUT,
                 "/v2/agent/hosts/unknown/devices",
-                None,
-                Some(report.clone()),
+                report.clone(),
             )
             .await;
         assert_eq!(r.status, 400);
-        let r = app
-            .call(As::Admin, Method::PUT, path, None, Some(report))
-            .await;
+        let r = app.send_json(As::Admin, Method::PUT, path, report).await;
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(
             (

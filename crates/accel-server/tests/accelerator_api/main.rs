@@ -5,4 +5,6 @@ mod app;
 mod arqs;
 mod hardware;
 mod profiles;
+#[path = "../common/reply.rs"]
+mod reply;
 mod versions;

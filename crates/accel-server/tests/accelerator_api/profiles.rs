@@ -37,13 +37,7 @@ async fn profile_create_validation() {
         ];
         for (body, message) in cases {
             let r = app
-                .call(
-                    As::Admin,
-                    Method::POST,
-                    "/v2/device_profiles",
-                    None,
-                    Some(body.clone()),
-                )
+                .send_json(As::Admin, Method::POST, "/v2/device_profiles", body.clone())
                 .await;
             assert_eq!(r.status, 400, "{body}: {}", r.body);
             assert_eq!(r.fault(), message, "{body}");
@@ -87,12 +81,11 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             .ends_with(&format!("/accelerator/v2/device_profiles/{uuid}")));
 
         let dup = app
-            .call(
+            .send_json(
                 As::Admin,
                 Method::POST,
                 "/v2/device_profiles",
-                None,
-                Some(json!([{"name": "dp1", "groups": [{"resources:FPGA": "1"}]}])),
+                json!([{"name": "dp1", "groups": [{"resources:FPGA": "1"}]}]),
             )
             .await;
         assert_eq!(dup.status, 409);
@@ -101,12 +94,11 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             "A device_profile with name dp1 already exists."
         );
         let dup_uuid = app
-            .call(
+            .send_json(
                 As::Admin,
                 Method::POST,
                 "/v2/device_profiles",
-                None,
-                Some(json!([{"name": "other", "uuid": uuid, "groups": [{"resources:FPGA": "1"}]}])),
+                json!([{"name": "other", "uuid": uuid, "groups": [{"resources:FPGA": "1"}]}]),
             )
             .await;
         assert_eq!(dup_uuid.status, 409);
@@ -116,12 +108,11 @@ async fn profiles_lifecycle_and_admin_only_writes() {
         );
 
         let member = app
-            .call(
+            .send_json(
                 As::Member("p1"),
                 Method::POST,
                 "/v2/device_profiles",
-                None,
-                Some(json!([{"name": "mine", "groups": [{"resources:FPGA": "1"}]}])),
+                json!([{"name": "mine", "groups": [{"resources:FPGA": "1"}]}]),
             )
             .await;
         assert_eq!(member.status, 403);
@@ -130,12 +121,10 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             "Access was denied to the following resource: cyborg:device_profile:create"
         );
         let member_del = app
-            .call(
+            .send(
                 As::Member("p1"),
                 Method::DELETE,
                 &format!("/v2/device_profiles/{uuid}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(member_del.status, 403);
@@ -196,12 +185,10 @@ async fn profiles_lifecycle_and_admin_only_writes() {
         // In use by ARQs: 409, not a 500.
         app.create_arqs(As::Member("p1"), "dp1").await;
         let in_use = app
-            .call(
+            .send(
                 As::Admin,
                 Method::DELETE,
                 &format!("/v2/device_profiles/{uuid}"),
-                None,
-                None,
             )
             .await;
         assert_eq!(in_use.status, 409);
@@ -239,23 +226,11 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             .await;
         assert_eq!(both.status, 204);
         let by_name = app
-            .call(
-                As::Admin,
-                Method::DELETE,
-                "/v2/device_profiles/dp-none",
-                None,
-                None,
-            )
+            .send(As::Admin, Method::DELETE, "/v2/device_profiles/dp-none")
             .await;
         assert_eq!(by_name.status, 404);
         let empty = app
-            .call(
-                As::Admin,
-                Method::DELETE,
-                "/v2/device_profiles/",
-                None,
-                None,
-            )
+            .send(As::Admin, Method::DELETE, "/v2/device_profiles/")
             .await;
         assert_eq!(empty.status, 400);
         assert_eq!(empty.fault(), "Missing argument: \"value\"");

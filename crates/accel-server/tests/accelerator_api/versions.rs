@@ -73,7 +73,7 @@ async fn version_documents_and_microversion_headers() {
         assert_eq!(r.status, 404);
         assert_eq!(r.fault(), "The resource could not be found.");
         let r = app
-            .call(As::Admin, Method::PUT, "/v2/device_profiles", None, None)
+            .send(As::Admin, Method::PUT, "/v2/device_profiles")
             .await;
         assert_eq!(r.status, 405);
         assert_eq!(r.header("allow"), Some("GET, POST, DELETE"));

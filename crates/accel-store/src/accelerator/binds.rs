@@ -23,6 +23,7 @@
 //!   other as unresolved.
 
 use super::events;
+use super::lease;
 use super::profiles;
 pub use super::programs::{
     abandon_program_request, finish_program_request, pending_programs, program_request,
@@ -92,20 +93,17 @@ pub async fn claim(
     now: i64,
     lease_until: i64,
 ) -> Result<bool, StoreError> {
-    let n = sqlx::query(&format!(
-        "UPDATE bind_jobs SET owner = $1, lease_until = $2, attempts = attempts + 1, \
-         updated_at = $3 WHERE id = $4 AND state IN {ACTIVE} \
-         AND (owner IS NULL OR lease_until < $3)"
-    ))
-    .bind(owner)
-    .bind(lease_until)
-    .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    lease::take(tx, &JOBS, id, owner, now, lease_until).await
 }
+
+/// Bind jobs are taken while active (the states of [`ACTIVE`]), each take counting an
+/// attempt.
+const JOBS: lease::Queue = lease::Queue {
+    table: "bind_jobs",
+    key: "id",
+    counts_attempts: true,
+    ready: "state IN ('pending', 'programming')",
+};
 
 /// How a [`perform`] call left its job.
 #[derive(Debug, Clone, PartialEq, Eq)]

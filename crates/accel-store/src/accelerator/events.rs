@@ -14,6 +14,7 @@
 //! answered with a client error, retrying cannot help) and `expired` (retried until
 //! Nova could no longer be waiting for it).
 
+use super::lease;
 use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
 use sqlx::Row;
@@ -145,6 +146,14 @@ pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<i64>, StoreErr
     .await?)
 }
 
+/// Events are taken while pending and due, each take counting a delivery attempt.
+const EVENTS: lease::Queue = lease::Queue {
+    table: "nova_events",
+    key: "id",
+    counts_attempts: true,
+    ready: "state = 'pending' AND next_attempt <= $3",
+};
+
 /// Takes event `id` for one delivery attempt by `owner` (counting the attempt), if it is
 /// still pending, due and free. Returns it when this call got it.
 pub async fn claim(
@@ -154,19 +163,7 @@ pub async fn claim(
     now: i64,
     lease_until: i64,
 ) -> Result<Option<NovaEvent>, StoreError> {
-    let n = sqlx::query(
-        "UPDATE nova_events SET owner = $1, lease_until = $2, attempts = attempts + 1, \
-         updated_at = $3 WHERE id = $4 AND state = 'pending' AND next_attempt <= $3 \
-         AND (owner IS NULL OR lease_until < $3)",
-    )
-    .bind(owner)
-    .bind(lease_until)
-    .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
+    if !lease::take(tx, &EVENTS, id, owner, now, lease_until).await? {
         return Ok(None);
     }
     let row = sqlx::query(&format!("{SELECT} WHERE id = $1"))
@@ -188,7 +185,7 @@ pub async fn settle(
     error: Option<&str>,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let n = sqlx::query(
+    let q = sqlx::query(
         "UPDATE nova_events SET state = $1, next_attempt = $2, last_error = $3, owner = NULL, \
          lease_until = NULL, updated_at = $4 WHERE id = $5 AND owner = $6 AND state = 'pending'",
     )
@@ -197,11 +194,8 @@ pub async fn settle(
     .bind(error)
     .bind(now)
     .bind(id)
-    .bind(owner)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    .bind(owner);
+    lease::changed_one(tx, q).await
 }
 
 /// Every event recorded for `instance`, oldest first.

@@ -147,6 +147,47 @@ async fn select<T>(
     q.fetch_all(&mut *tx).await?.iter().map(conv).collect()
 }
 
+/// The one row of `head` with `uuid`; upstream's "`kind` not found with uuid=..." when
+/// there is none.
+async fn by_uuid<T>(
+    tx: &mut Tx,
+    head: &str,
+    conv: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
+    kind: &str,
+    uuid: &str,
+) -> Result<T, StoreError> {
+    select(tx, head, &[("uuid", Value::Text(uuid.into()))], conv)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| StoreError::NotFound(format!("{kind} not found with uuid={uuid}")))
+}
+
+/// Runs `head WHERE col IN (ids) ORDER BY id`, a query per [`crate::BATCH_ROWS`] ids.
+async fn select_in<T>(
+    tx: &mut Tx,
+    head: &str,
+    col: &str,
+    ids: &[i64],
+    conv: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut out = Vec::new();
+    for chunk in ids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "{head} WHERE {col} IN ({}) ORDER BY id",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *tx).await? {
+            out.push(conv(&row)?);
+        }
+    }
+    Ok(out)
+}
+
 /// A filter value: text or integer column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
@@ -199,16 +240,7 @@ pub async fn list_devices(
 }
 
 pub async fn device_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Device, StoreError> {
-    select(
-        tx,
-        DEVICE_SELECT,
-        &[("uuid", Value::Text(uuid.into()))],
-        device,
-    )
-    .await?
-    .into_iter()
-    .next()
-    .ok_or_else(|| StoreError::NotFound(format!("Device not found with uuid={uuid}")))
+    by_uuid(tx, DEVICE_SELECT, device, "Device", uuid).await
 }
 
 /// Deployable columns `GET /deployables` may filter on (those upstream's DB layer
@@ -281,16 +313,7 @@ pub async fn list_deployables(
 }
 
 pub async fn deployable_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Deployable, StoreError> {
-    select(
-        tx,
-        DEPLOYABLE_SELECT,
-        &[("uuid", Value::Text(uuid.into()))],
-        deployable,
-    )
-    .await?
-    .into_iter()
-    .next()
-    .ok_or_else(|| StoreError::NotFound(format!("Deployable not found with uuid={uuid}")))
+    by_uuid(tx, DEPLOYABLE_SELECT, deployable, "Deployable", uuid).await
 }
 
 pub async fn deployables_of_device(
@@ -311,42 +334,25 @@ pub async fn deployables_of_devices(
     tx: &mut Tx,
     device_ids: &[i64],
 ) -> Result<Vec<Deployable>, StoreError> {
-    let mut out = Vec::new();
-    for chunk in device_ids.chunks(crate::BATCH_ROWS) {
-        let sql = format!(
-            "{DEPLOYABLE_SELECT} WHERE device_id IN ({}) ORDER BY id",
-            placeholders(1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for row in q.fetch_all(&mut *tx).await? {
-            out.push(deployable(&row)?);
-        }
-    }
-    Ok(out)
+    select_in(tx, DEPLOYABLE_SELECT, "device_id", device_ids, deployable).await
 }
 
-/// The attributes of each of `deployable_ids` (one query), in creation order.
+/// The attributes of each of `deployable_ids` (a query per few hundred deployables), in
+/// creation order.
 pub async fn attributes_of(
     tx: &mut Tx,
     deployable_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Attribute>>, StoreError> {
     let mut out: HashMap<i64, Vec<Attribute>> = HashMap::new();
-    if deployable_ids.is_empty() {
-        return Ok(out);
-    }
-    let sql = format!(
-        "{ATTRIBUTE_SELECT} WHERE deployable_id IN ({}) ORDER BY id",
-        placeholders(1, deployable_ids.len())
-    );
-    let mut q = sqlx::query(&sql);
-    for id in deployable_ids {
-        q = q.bind(*id);
-    }
-    for row in q.fetch_all(&mut *tx).await? {
-        let a = attribute(&row)?;
+    for a in select_in(
+        tx,
+        ATTRIBUTE_SELECT,
+        "deployable_id",
+        deployable_ids,
+        attribute,
+    )
+    .await?
+    {
         out.entry(a.deployable_id).or_default().push(a);
     }
     Ok(out)
@@ -368,16 +374,7 @@ pub async fn list_attributes(
 }
 
 pub async fn attribute_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Attribute, StoreError> {
-    select(
-        tx,
-        ATTRIBUTE_SELECT,
-        &[("uuid", Value::Text(uuid.into()))],
-        attribute,
-    )
-    .await?
-    .into_iter()
-    .next()
-    .ok_or_else(|| StoreError::NotFound(format!("Attribute not found with uuid={uuid}")))
+    by_uuid(tx, ATTRIBUTE_SELECT, attribute, "Attribute", uuid).await
 }
 
 /// Adds an attribute to an existing deployable (by its integer id, as upstream's API

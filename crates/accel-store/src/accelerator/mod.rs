@@ -65,6 +65,7 @@ pub mod binds;
 pub mod events;
 pub mod hardware;
 pub mod kubernetes;
+mod lease;
 pub mod profiles;
 mod programs;
 pub mod pushes;

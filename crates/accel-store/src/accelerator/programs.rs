@@ -4,6 +4,7 @@
 //! agent, not the bind worker, drives them: it polls [`pending_programs`] and answers
 //! with [`finish_program_request`].
 
+use super::lease;
 use crate::{StoreError, Tx};
 use sqlx::Row;
 
@@ -205,17 +206,14 @@ pub async fn abandon_program_request(
     reason: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let n = sqlx::query(
+    let q = sqlx::query(
         "UPDATE program_requests SET state = 'failed', error = $1, updated_at = $2 \
          WHERE id = $3 AND state = 'pending'",
     )
     .bind(reason)
     .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    .bind(id);
+    lease::changed_one(tx, q).await
 }
 
 /// Records the bitstream a deployable now carries.

@@ -14,8 +14,10 @@
 //! lease has run out. A change made while a push runs bumps `version`, so
 //! [`succeeded`] with the older version leaves the host pending and due at once.
 
+use super::lease;
 use crate::placement::{inventories, providers, traits};
 use crate::{StoreError, Tx};
+use accel_core::capacity::Limits;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -93,6 +95,14 @@ pub struct Claimed {
     pub attempts: i64,
 }
 
+/// Hosts are taken while pending and due; only a failed push counts an attempt.
+const PUSHES: lease::Queue = lease::Queue {
+    table: "placement_pushes",
+    key: "hostname",
+    counts_attempts: false,
+    ready: "version > pushed_version AND next_attempt <= $3",
+};
+
 /// Takes `host` for one push by `owner` if it is still pending, due and free.
 pub async fn claim(
     tx: &mut Tx,
@@ -101,19 +111,7 @@ pub async fn claim(
     now: i64,
     lease_until: i64,
 ) -> Result<Option<Claimed>, StoreError> {
-    let n = sqlx::query(
-        "UPDATE placement_pushes SET owner = $1, lease_until = $2, updated_at = $3 \
-         WHERE hostname = $4 AND version > pushed_version AND next_attempt <= $3 \
-         AND (owner IS NULL OR lease_until < $3)",
-    )
-    .bind(owner)
-    .bind(lease_until)
-    .bind(now)
-    .bind(host)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
+    if !lease::take(tx, &PUSHES, host.to_owned(), owner, now, lease_until).await? {
         return Ok(None);
     }
     let r = sqlx::query("SELECT version, attempts FROM placement_pushes WHERE hostname = $1")
@@ -134,7 +132,7 @@ pub async fn succeeded(
     version: i64,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let n = sqlx::query(
+    let q = sqlx::query(
         "UPDATE placement_pushes SET pushed_version = $1, attempts = 0, last_error = NULL, \
          owner = NULL, lease_until = NULL, updated_at = $2 \
          WHERE hostname = $3 AND owner = $4 AND pushed_version < $1",
@@ -142,11 +140,8 @@ pub async fn succeeded(
     .bind(version)
     .bind(now)
     .bind(host)
-    .bind(owner)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    .bind(owner);
+    lease::changed_one(tx, q).await
 }
 
 /// Records `owner`'s failed push: tried again at `next_attempt`.
@@ -158,7 +153,7 @@ pub async fn failed(
     error: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let n = sqlx::query(
+    let q = sqlx::query(
         "UPDATE placement_pushes SET attempts = attempts + 1, last_error = $1, \
          next_attempt = $2, owner = NULL, lease_until = NULL, updated_at = $3 \
          WHERE hostname = $4 AND owner = $5",
@@ -167,11 +162,8 @@ pub async fn failed(
     .bind(next_attempt)
     .bind(now)
     .bind(host)
-    .bind(owner)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    .bind(owner);
+    lease::changed_one(tx, q).await
 }
 
 /// The row of `host`, if it was ever marked.
@@ -200,12 +192,7 @@ pub async fn get(tx: &mut Tx, host: &str) -> Result<Option<Push>, StoreError> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalInventory {
     pub class: String,
-    pub total: i64,
-    pub reserved: i64,
-    pub min_unit: i64,
-    pub max_unit: i64,
-    pub step_size: i64,
-    pub allocation_ratio: f64,
+    pub limits: Limits,
 }
 
 /// One of the host's device providers.
@@ -258,13 +245,8 @@ pub async fn local_tree(tx: &mut Tx, host: &str) -> Result<LocalTree, StoreError
             .await?
             .into_iter()
             .map(|i| LocalInventory {
+                limits: i.limits(),
                 class: i.rc_name,
-                total: i.total,
-                reserved: i.reserved,
-                min_unit: i.min_unit,
-                max_unit: i.max_unit,
-                step_size: i.step_size,
-                allocation_ratio: i.allocation_ratio,
             })
             .collect();
         invs.sort_by(|a, b| a.class.cmp(&b.class));

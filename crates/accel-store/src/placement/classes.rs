@@ -158,24 +158,13 @@ pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
             "Cannot delete standard resource class {name}."
         )));
     }
-    let used: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM inventories WHERE resource_class_id = $1")
-            .bind(rc.id)
-            .fetch_one(&mut *tx)
-            .await?;
-    if used > 0 {
-        return Err(StoreError::conflict(
-            Conflict::InUse,
-            format!("Cannot delete resource class {name}. Class is in use in inventory."),
-        ));
-    }
-    let n = sqlx::query("DELETE FROM resource_classes WHERE id = $1")
-        .bind(rc.id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if n != 1 {
-        return Err(not_found(name));
-    }
-    super::changes::touch_names(tx).await
+    super::delete_unused_name(
+        tx,
+        "resource_classes",
+        "SELECT COUNT(*) FROM inventories WHERE resource_class_id = $1",
+        rc.id,
+        format!("Cannot delete resource class {name}. Class is in use in inventory."),
+        not_found(name),
+    )
+    .await
 }

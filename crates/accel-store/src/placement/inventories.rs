@@ -26,7 +26,8 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    pub fn capacity(&self) -> i64 {
+    /// The capacity arithmetic shared with claims and the candidate search.
+    pub fn limits(&self) -> accel_core::capacity::Limits {
         accel_core::capacity::Limits {
             total: self.total,
             reserved: self.reserved,
@@ -35,7 +36,10 @@ impl Inventory {
             step_size: self.step_size,
             allocation_ratio: self.allocation_ratio,
         }
-        .capacity()
+    }
+
+    pub fn capacity(&self) -> i64 {
+        self.limits().capacity()
     }
 }
 

@@ -57,3 +57,33 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
         .await
 }
 pub mod world;
+
+/// Deletes row `id` of a name table (`resource_classes`, `traits`) unless `uses` (a
+/// `SELECT COUNT(*) ... = $1` over the rows that refer to it) finds it in use, which is
+/// [`crate::Conflict::InUse`] with upstream's message `in_use`; a row gone meanwhile is
+/// `missing`. Bumps the names version.
+pub(crate) async fn delete_unused_name(
+    tx: &mut crate::Tx,
+    table: &str,
+    uses: &str,
+    id: i64,
+    in_use: String,
+    missing: StoreError,
+) -> Result<(), StoreError> {
+    let used: i64 = sqlx::query_scalar(uses)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if used > 0 {
+        return Err(StoreError::conflict(crate::Conflict::InUse, in_use));
+    }
+    let n = sqlx::query(&format!("DELETE FROM {table} WHERE id = $1"))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n != 1 {
+        return Err(missing);
+    }
+    changes::touch_names(tx).await
+}

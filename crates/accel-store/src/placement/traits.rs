@@ -2,7 +2,7 @@
 //! provider has. Every list comes back sorted by name, on every backend.
 
 use super::providers::{self, Provider};
-use crate::{placeholders, Conflict, StoreError, Tx};
+use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
 
 /// A trait row.
@@ -144,26 +144,15 @@ pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
             "Cannot delete standard trait {name}."
         )));
     }
-    let used: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM resource_provider_traits WHERE trait_id = $1")
-            .bind(t.id)
-            .fetch_one(&mut *tx)
-            .await?;
-    if used > 0 {
-        return Err(StoreError::conflict(
-            Conflict::InUse,
-            format!("The trait {name} is in use by a resource provider."),
-        ));
-    }
-    let n = sqlx::query("DELETE FROM traits WHERE id = $1")
-        .bind(t.id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if n != 1 {
-        return Err(not_found(name));
-    }
-    super::changes::touch_names(tx).await
+    super::delete_unused_name(
+        tx,
+        "traits",
+        "SELECT COUNT(*) FROM resource_provider_traits WHERE trait_id = $1",
+        t.id,
+        format!("The trait {name} is in use by a resource provider."),
+        not_found(name),
+    )
+    .await
 }
 
 /// The traits of one provider, sorted by name.

@@ -6,20 +6,9 @@
 //! re-check capacity inside their own write transaction.
 
 use crate::{placeholders, StoreError, Tx};
+use accel_core::candidates::Inventory;
 use sqlx::Row;
 use std::collections::HashMap;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorldInventory {
-    pub rc: i64,
-    pub total: i64,
-    pub reserved: i64,
-    pub min_unit: i64,
-    pub max_unit: i64,
-    pub step_size: i64,
-    pub allocation_ratio: f64,
-    pub used: i64,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorldProvider {
@@ -27,7 +16,8 @@ pub struct WorldProvider {
     pub uuid: String,
     pub parent_id: Option<i64>,
     pub root_id: i64,
-    pub inventories: Vec<WorldInventory>,
+    /// As the search takes them (class ids are the `resource_classes` ids).
+    pub inventories: Vec<Inventory>,
     pub traits: Vec<i64>,
     pub aggregates: Vec<String>,
 }
@@ -155,8 +145,8 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         let rp: i64 = r.try_get("resource_provider_id")?;
         let rc: i64 = r.try_get("resource_class_id")?;
         if let Some(&i) = index.get(&rp) {
-            providers[i].inventories.push(WorldInventory {
-                rc,
+            providers[i].inventories.push(Inventory {
+                rc: rc as u32,
                 total: r.try_get("total")?,
                 reserved: r.try_get("reserved")?,
                 min_unit: r.try_get("min_unit")?,
