@@ -80,6 +80,12 @@ pub struct NewDeviceProfile {
     pub uuid: Option<String>,
 }
 
+/// `{"device_profile": {...}}`: one profile as `GET /v2/device_profiles/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceProfileOne {
+    pub device_profile: DeviceProfileShown,
+}
+
 /// `{"device_profiles": [...]}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProfiles {

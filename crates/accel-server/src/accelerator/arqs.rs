@@ -14,12 +14,12 @@
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
-use accel_api::accelerator::{NewArqs, PatchOp};
+use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{self, Arq, Binding, Filter, Patch as Op};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 fn service_token_required() -> AccelError {
     AccelError::forbidden(
@@ -29,7 +29,7 @@ fn service_token_required() -> AccelError {
 
 fn reply_list(ctx: &Ctx, status: StatusCode, list: &[Arq]) -> Response<Body> {
     let arqs: Vec<_> = list.iter().map(|a| render::arq(ctx, a)).collect();
-    json_reply(status, &json!({ "arqs": arqs }))
+    json_reply(status, &wire::Arqs { arqs })
 }
 
 pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {

@@ -4,14 +4,14 @@
 
 use super::error::{AccelError, AccelResult};
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
-use accel_api::accelerator::{lenient, NewAttribute, PatchOp, ProgramImage};
+use accel_api::accelerator::{self as wire, lenient, NewAttribute, PatchOp, ProgramImage};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
 use accel_store::accelerator::{binds, pushes, report};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -97,7 +97,7 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
         .read(move |tx| Box::pin(async move { hardware::list_devices(tx, &f).await }))
         .await?;
     let list: Vec<_> = found.iter().map(|d| render::device(ctx, d)).collect();
-    Ok(json_reply(StatusCode::OK, &json!({ "devices": list })))
+    Ok(json_reply(StatusCode::OK, &wire::Devices { devices: list }))
 }
 
 pub async fn show_device(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
@@ -205,7 +205,10 @@ pub async fn list_deployables(st: &AccelState, ctx: &Ctx) -> AccelResult<Respons
         }
     }
     let list = render_deployables(st, ctx, f).await?;
-    Ok(json_reply(StatusCode::OK, &json!({ "deployables": list })))
+    Ok(json_reply(
+        StatusCode::OK,
+        &wire::Deployables { deployables: list },
+    ))
 }
 
 pub async fn show_deployable(
@@ -257,7 +260,10 @@ pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response
         })
         .await?;
     let list: Vec<_> = found.iter().map(|a| render::attribute(ctx, a)).collect();
-    Ok(json_reply(StatusCode::OK, &json!({ "attributes": list })))
+    Ok(json_reply(
+        StatusCode::OK,
+        &wire::Attributes { attributes: list },
+    ))
 }
 
 pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
@@ -451,6 +457,7 @@ const PROGRAM_POLL: Duration = Duration::from_millis(100);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn refusal<T: std::fmt::Debug>(r: AccelResult<T>) -> String {
         r.unwrap_err().message

@@ -3,14 +3,14 @@
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
 use super::{empty_reply, is_uuid_like, json_reply, render, AccelState, Ctx};
-use accel_api::accelerator::{Group, NewDeviceProfile};
+use accel_api::accelerator::{self as wire, Group, NewDeviceProfile};
 use accel_core::accelerator::{DeviceProfile, ProfileError};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::profiles::{self, Profile};
 use accel_store::{Conflict, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::DEVICE_PROFILE_GET_ALL)?;
@@ -26,7 +26,9 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     let list: Vec<_> = found.iter().map(|p| render::profile(ctx, p)).collect();
     Ok(json_reply(
         StatusCode::OK,
-        &json!({ "device_profiles": list }),
+        &wire::DeviceProfiles {
+            device_profiles: list,
+        },
     ))
 }
 
@@ -61,7 +63,9 @@ pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<
         .ok_or_else(|| not_found(if by_uuid { "uuid" } else { "name" }, id))?;
     Ok(json_reply(
         StatusCode::OK,
-        &json!({ "device_profile": render::profile_shown(ctx, &found) }),
+        &wire::DeviceProfileOne {
+            device_profile: render::profile_shown(ctx, &found),
+        },
     ))
 }
 
