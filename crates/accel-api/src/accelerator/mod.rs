@@ -28,6 +28,25 @@ pub struct Link {
     pub rel: String,
 }
 
+/// One API version as Cyborg's version documents describe it (`GET /`, `GET /v2`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionDoc {
+    pub id: String,
+    pub status: String,
+    pub max_version: String,
+    pub min_version: String,
+    pub links: Vec<Link>,
+}
+
+/// `GET /`: the API's name, description and versions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Root {
+    pub name: String,
+    pub description: String,
+    pub versions: Vec<VersionDoc>,
+    pub default_version: VersionDoc,
+}
+
 /// One request group of a device profile: `resources:RC`, `trait:NAME` and `accel:*`
 /// keys with string values, in the order they were given.
 pub type Group = Map<String, Value>;

@@ -14,35 +14,34 @@ use serde_json::{json, Value};
 
 const DESCRIPTION: &str = "Cyborg is the OpenStack project for lifecycle management of hardware accelerators, such as GPUs,FPGAs, AI chips, security accelerators, etc.";
 
-fn version_entry(host_url: &str) -> Value {
-    json!({
-        "id": "v2",
-        "status": "CURRENT",
-        "max_version": Version::MAX.to_string(),
-        "min_version": Version::MIN.to_string(),
-        "links": [{"href": format!("{host_url}/accelerator/v2"), "rel": "self"}],
-    })
+/// Version 2 as the documents list it; `id` and the link differ between `/` and `/v2`.
+fn version_doc(id: &str, href: String) -> wire::VersionDoc {
+    wire::VersionDoc {
+        id: id.to_owned(),
+        status: "CURRENT".to_owned(),
+        max_version: Version::MAX.to_string(),
+        min_version: Version::MIN.to_string(),
+        links: vec![Link {
+            href,
+            rel: "self".to_owned(),
+        }],
+    }
 }
 
 /// `GET /`: the versions document (no microversion headers).
-pub fn root_document(host_url: &str) -> Value {
-    json!({
-        "name": "OpenStack Cyborg API",
-        "description": DESCRIPTION,
-        "versions": [version_entry(host_url)],
-        "default_version": version_entry(host_url),
-    })
+pub fn root_document(host_url: &str) -> wire::Root {
+    let entry = || version_doc("v2", format!("{host_url}/accelerator/v2"));
+    wire::Root {
+        name: "OpenStack Cyborg API".to_owned(),
+        description: DESCRIPTION.to_owned(),
+        versions: vec![entry()],
+        default_version: entry(),
+    }
 }
 
 /// `GET /v2`: a bare object (not wrapped in `version`), id `v2.0`.
-pub fn v2_document(host_url: &str) -> Value {
-    json!({
-        "id": "v2.0",
-        "status": "CURRENT",
-        "max_version": Version::MAX.to_string(),
-        "min_version": Version::MIN.to_string(),
-        "links": [{"href": format!("{host_url}/accelerator/v2/"), "rel": "self"}],
-    })
+pub fn v2_document(host_url: &str) -> wire::VersionDoc {
+    version_doc("v2.0", format!("{host_url}/accelerator/v2/"))
 }
 
 /// Epoch seconds as Python's `datetime.isoformat()` of an aware UTC time
@@ -217,6 +216,22 @@ pub fn attribute(ctx: &Ctx, a: &Attribute) -> wire::Attribute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_documents_byte_for_byte() {
+        let root = serde_json::to_string(&root_document("http://h:6666")).unwrap();
+        let v2 = r#"{"id":"v2","status":"CURRENT","max_version":"2.3","min_version":"2.0","links":[{"href":"http://h:6666/accelerator/v2","rel":"self"}]}"#;
+        assert_eq!(
+            root,
+            format!(
+                r#"{{"name":"OpenStack Cyborg API","description":"{DESCRIPTION}","versions":[{v2}],"default_version":{v2}}}"#
+            )
+        );
+        assert_eq!(
+            serde_json::to_string(&v2_document("http://h:6666")).unwrap(),
+            r#"{"id":"v2.0","status":"CURRENT","max_version":"2.3","min_version":"2.0","links":[{"href":"http://h:6666/accelerator/v2/","rel":"self"}]}"#
+        );
+    }
 
     #[test]
     fn timestamps_like_python() {
