@@ -144,7 +144,7 @@ async fn bind_without_a_free_handle_fails_and_reports_failed() {
             let a = arqs_job(&server.store, resolved[1]["uuid"].as_str().unwrap()).await;
             a.unwrap()
         };
-        assert_eq!(job.state, "failed");
+        assert_eq!(job.state.as_str(), "failed");
         assert!(job.error.unwrap().contains("no free attach handle"));
         server.stop().await;
     }
@@ -173,7 +173,7 @@ async fn a_restarted_server_finishes_the_job_and_retries_the_event() {
         let inst = instance();
         first.bind(&arqs, "cn3", &fake_rp("cn3"), &inst).await;
         let job = arqs_job(&first.store, &arqs[0]).await.unwrap();
-        assert_eq!(job.state, "pending");
+        assert_eq!(job.state.as_str(), "pending");
         first.stop().await;
 
         // A new server on the same database, Nova still down.
@@ -476,7 +476,7 @@ async fn programming_by_the_fake_driver_succeeds_at_once_and_by_an_agent_when_it
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(pr.state, "done");
+        assert_eq!(pr.state.as_str(), "done");
         let rp = fake_rp("cn7");
         let dep = store
             .read(move |tx| {

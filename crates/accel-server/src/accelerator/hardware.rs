@@ -7,6 +7,7 @@ use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_api::accelerator::{self as wire, lenient, NewAttribute, PatchOp, ProgramImage};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::binds::ProgramState;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
 use accel_store::accelerator::{binds, pushes, report};
 use axum::body::Body;
@@ -413,7 +414,7 @@ pub async fn program_deployable(
             .read(move |tx| Box::pin(async move { binds::program_request_by_id(tx, id).await }))
             .await?;
         match now_pr {
-            Some(pr) if pr.state == "pending" => {}
+            Some(pr) if pr.state == ProgramState::Pending => {}
             Some(pr) => break pr,
             None => return Err(AccelError::internal("the programming request disappeared")),
         }
@@ -439,7 +440,7 @@ pub async fn program_deployable(
             }
         }
     };
-    if done.state != "done" {
+    if done.state != ProgramState::Done {
         return Err(AccelError::internal(format!(
             "FPGA programming failed: {}",
             done.error.as_deref().unwrap_or("no reason given")

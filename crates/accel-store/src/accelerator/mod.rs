@@ -50,12 +50,6 @@ macro_rules! column_enum {
                 f.write_str(self.as_str())
             }
         }
-
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.as_str() == *other
-            }
-        }
     };
 }
 pub(crate) use column_enum;
