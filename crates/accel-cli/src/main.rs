@@ -92,9 +92,23 @@ fn init_tracing(format: &str) {
 async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     use accel_server::accelerator::binder::{NovaEndpoint, WorkerConfig};
     let url = cfg.database_url()?;
-    let store = accel_store::Store::connect(&url)
+    let within = std::time::Duration::from_secs(cfg.database_connect_timeout_seconds);
+    let store = accel_store::Store::connect_retrying(&url, within)
         .await
-        .with_context(|| format!("opening database {}", cfg.redacted_database()))?;
+        .map_err(|e| match &e {
+            // The driver's root cause, not its wrapper ("pool timed out" and the like).
+            accel_store::StoreError::Db(db) => {
+                anyhow::anyhow!("{}", accel_store::db_cause(db)).context(e.to_string())
+            }
+            _ => anyhow::Error::new(e),
+        })
+        .with_context(|| {
+            format!(
+                "opening database {} (retried for up to {} s, --database-connect-timeout)",
+                cfg.redacted_database(),
+                within.as_secs()
+            )
+        })?;
     let (policy, config) = (cfg.policy()?, cfg.server_config()?);
     let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
@@ -175,4 +189,34 @@ pub(crate) async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown requested, draining");
+    // An operator who asks twice means now: the second signal ends the process
+    // without waiting for the drain.
+    tokio::spawn(async {
+        second_signal().await;
+        tracing::warn!("second shutdown signal: exiting now");
+        std::process::exit(1);
+    });
+}
+
+/// The next SIGINT or SIGTERM (the handlers stay installed after the first).
+#[cfg(any(feature = "server", feature = "agent"))]
+async fn second_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
