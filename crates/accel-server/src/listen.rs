@@ -218,7 +218,7 @@ pub(crate) async fn serve(
                 r = conn.as_mut() => r,
                 _ = stop => {
                     conn.as_mut().graceful_shutdown();
-                    conn.await
+                    conn.as_mut().await
                 }
             };
             if let Err(e) = result {

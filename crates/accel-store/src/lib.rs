@@ -180,11 +180,17 @@ impl Store {
         let deadline = tokio::time::Instant::now() + within;
         let mut wait = Duration::from_millis(200);
         let mut attempt = 1u32;
+        let mut last: Option<StoreError> = None;
         loop {
+            // Each attempt gets what is left, and at least a moment: an attempt cut
+            // short says nothing, so the previous attempt's cause is the one reported.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let result = match tokio::time::timeout(left, Self::connect(url)).await {
+            let budget = left.max(Duration::from_millis(500));
+            let result = match tokio::time::timeout(budget, Self::connect(url)).await {
                 Ok(r) => r,
-                Err(_) => Err(StoreError::Db(sqlx::Error::PoolTimedOut)),
+                Err(_) => Err(last
+                    .take()
+                    .unwrap_or(StoreError::Db(sqlx::Error::PoolTimedOut))),
             };
             let e = match result {
                 Ok(store) => {
@@ -210,6 +216,7 @@ impl Store {
             tokio::time::sleep(pause).await;
             wait = (wait * 2).min(Duration::from_secs(5));
             attempt += 1;
+            last = Some(e);
         }
     }
 
