@@ -448,10 +448,20 @@ mod noauth_tests {
 
     #[test]
     fn loopback_addresses() {
-        for a in ["127.0.0.1:8778", "127.1.2.3:1", "[::1]:6666", "localhost:8778"] {
+        for a in [
+            "127.0.0.1:8778",
+            "127.1.2.3:1",
+            "[::1]:6666",
+            "localhost:8778",
+        ] {
             assert!(is_loopback(a), "{a}");
         }
-        for a in ["0.0.0.0:8778", "[::]:6666", "10.0.0.1:8778", "ctl.example.org:8778"] {
+        for a in [
+            "0.0.0.0:8778",
+            "[::]:6666",
+            "10.0.0.1:8778",
+            "ctl.example.org:8778",
+        ] {
             assert!(!is_loopback(a), "{a}");
         }
     }
@@ -464,7 +474,10 @@ mod noauth_tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(err.contains("--insecure-noauth") && err.contains("placement_listen"), "{err}");
+        assert!(
+            err.contains("--insecure-noauth") && err.contains("placement_listen"),
+            "{err}"
+        );
         let err = load(ServeArgs {
             accelerator_listen: Some("[::]:6666".into()),
             ..Default::default()
@@ -482,7 +495,10 @@ mod noauth_tests {
         // The defaults listen on loopback and need nothing.
         let cfg = load(ServeArgs::default()).unwrap();
         assert_eq!(
-            (cfg.database_connect_timeout_seconds, cfg.shutdown_timeout_seconds),
+            (
+                cfg.database_connect_timeout_seconds,
+                cfg.shutdown_timeout_seconds
+            ),
             (60, 30)
         );
     }
@@ -503,7 +519,10 @@ mod noauth_tests {
         let _ = std::fs::remove_file(&path);
         let cfg = cfg.unwrap();
         assert_eq!(
-            (cfg.database_connect_timeout_seconds, cfg.shutdown_timeout_seconds),
+            (
+                cfg.database_connect_timeout_seconds,
+                cfg.shutdown_timeout_seconds
+            ),
             (5, 2)
         );
         assert_eq!(

@@ -156,13 +156,14 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
             "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
         );
     }
+    let signals = Signals::install();
     tracing::info!(
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,
         database = %cfg.redacted_database(),
         "accel serve ready"
     );
-    app.serve(listener, Some(accel_listener), shutdown_signal())
+    app.serve(listener, Some(accel_listener), signals.first())
         .await?;
     tracing::info!("accel serve stopped");
     Ok(())
@@ -170,53 +171,80 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
 
 #[cfg(any(feature = "server", feature = "agent"))]
 pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutdown requested, draining");
-    // An operator who asks twice means now: the second signal ends the process
-    // without waiting for the drain.
-    tokio::spawn(async {
-        second_signal().await;
-        tracing::warn!("second shutdown signal: exiting now");
-        std::process::exit(1);
-    });
+    Signals::install().first().await
 }
 
-/// The next SIGINT or SIGTERM (the handlers stay installed after the first).
+/// SIGINT and SIGTERM, listened to from the moment of [`Signals::install`]: a signal
+/// that arrives after the server says it is ready must start the drain, not kill the
+/// process with the default action.
 #[cfg(any(feature = "server", feature = "agent"))]
-async fn second_signal() {
+pub(crate) struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(any(feature = "server", feature = "agent"))]
+impl Signals {
+    pub(crate) fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let int = signal(SignalKind::interrupt());
+            let term = signal(SignalKind::terminate());
+            if let Err(e) = int.as_ref().and(term.as_ref()) {
+                tracing::warn!(error = %e, "cannot listen for SIGINT/SIGTERM");
+            }
+            Signals {
+                int: int.ok(),
+                term: term.ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let int = async {
+                match self.int.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let term = async {
+                match self.term.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = int => {},
+                _ = term => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Completes at the first signal, after which a second one ends the process at
+    /// once: an operator who asks twice does not want to wait for the drain.
+    pub(crate) async fn first(mut self) {
+        self.next().await;
+        tracing::info!("shutdown requested, draining");
+        tokio::spawn(async move {
+            self.next().await;
+            tracing::warn!("second shutdown signal: exiting now");
+            std::process::exit(1);
+        });
     }
 }

@@ -161,7 +161,10 @@ async fn an_unreachable_database_fails_start_up_with_its_cause_within_the_timeou
     // Each attempt logged with the cause, and the exit names it.
     let attempts = err.matches("database not reachable yet").count();
     assert!(attempts >= 2, "{err}");
-    assert!(err.matches("Connection refused").count() > attempts, "{err}");
+    assert!(
+        err.matches("Connection refused").count() > attempts,
+        "{err}"
+    );
     assert!(err.contains("Error: opening database"), "{err}");
     assert!(!err.contains("pool timed out"), "{err}");
 
@@ -280,7 +283,10 @@ async fn restart_resolves(url: &str, store: &Store, arq: &str) {
         .unwrap()
         .unwrap();
     assert_eq!(job.state.as_str(), "pending", "{job:?}");
-    assert!(job.lease_until.unwrap() > accel_store::now() + 20, "{job:?}");
+    assert!(
+        job.lease_until.unwrap() > accel_store::now() + 20,
+        "{job:?}"
+    );
     let restarted = Instant::now();
     let b = serve(&["--database", url, "--fake-devices", "compute1"]).await;
     loop {
@@ -404,7 +410,10 @@ async fn kill_9_during_a_bind_postgres_resolves_within_5_s_of_the_restart() {
         if job.and_then(|j| j.owner).as_deref() == Some(owner.as_str()) {
             break;
         }
-        assert!(Instant::now() < deadline, "the server never claimed the job");
+        assert!(
+            Instant::now() < deadline,
+            "the server never claimed the job"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     a.signal("KILL");
@@ -455,7 +464,16 @@ impl OwnPostgres {
         let data = pg.data();
         pg.run(
             "initdb",
-            &["-D", &data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"],
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
         )
         .await;
         pg
@@ -497,8 +515,11 @@ impl OwnPostgres {
             self.port,
             self.dir.path().display()
         );
-        self.run("pg_ctl", &["-D", &data, "-l", &log, "-o", &opts, "-w", "start"])
-            .await;
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-l", &log, "-o", &opts, "-w", "start"],
+        )
+        .await;
     }
 
     async fn stop(&self, mode: &str) {
@@ -559,13 +580,11 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
     let url = pg.url("accel");
 
     // Started before its database: it waits, logging why, and comes up with it.
-    let (s, ()) = tokio::join!(
-        serve(&["--database", &url, "--database-connect-timeout", "60"]),
-        async {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            pg.start().await;
-        }
-    );
+    let args = ["--database", &url, "--database-connect-timeout", "60"];
+    let (s, ()) = tokio::join!(serve(&args), async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        pg.start().await;
+    });
     assert!(s.logged("database not reachable yet") >= 1);
     assert!(s.logged("Connection refused") >= 1);
 
@@ -593,20 +612,21 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
                         .send()
                         .await;
                     let took = t.elapsed();
-                    let mut l = load.lock().unwrap();
-                    l.slowest = l.slowest.max(took);
-                    match r {
-                        Ok(r) => {
-                            let code = r.status().as_u16();
-                            l.statuses.push(code);
-                            if r.status().is_success() {
-                                l.acknowledged.push(name);
-                                l.ok_since_mark += 1;
+                    {
+                        let mut l = load.lock().unwrap();
+                        l.slowest = l.slowest.max(took);
+                        match r {
+                            Ok(r) => {
+                                let code = r.status().as_u16();
+                                l.statuses.push(code);
+                                if r.status().is_success() {
+                                    l.acknowledged.push(name);
+                                    l.ok_since_mark += 1;
+                                }
                             }
+                            Err(e) => l.failures.push(e.to_string()),
                         }
-                        Err(e) => l.failures.push(e.to_string()),
                     }
-                    drop(l);
                     if took < Duration::from_millis(20) {
                         tokio::time::sleep(Duration::from_millis(20) - took).await;
                     }
@@ -617,7 +637,8 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     pg.stop("fast").await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Down for longer than a request waits for a connection (5 s): answered 503.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     load.lock().unwrap().ok_since_mark = 0;
     pg.start().await;
     // Recovered by itself: writes succeed again, with no restart of accel.

@@ -110,9 +110,9 @@ impl App {
         )
         .await;
         if let Some(w) = workers {
-            let left = deadline
-                .get()
-                .map_or(drain, |d| d.saturating_duration_since(tokio::time::Instant::now()));
+            let left = deadline.get().map_or(drain, |d| {
+                d.saturating_duration_since(tokio::time::Instant::now())
+            });
             match tokio::time::timeout(left, w.shutdown()).await {
                 Ok(r) => r.context("stopping the bind worker")?,
                 Err(_) => tracing::warn!(

@@ -110,7 +110,10 @@ pub(crate) async fn read_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        tracing::info!(limit = max, "request body refused: content-length over the limit");
+        tracing::info!(
+            limit = max,
+            "request body refused: content-length over the limit"
+        );
         return Err(BodyError::TooLarge(max));
     }
     let read = async {
@@ -229,7 +232,12 @@ pub(crate) async fn serve(
     drop(listener);
     let open = conns.len();
     if open > 0 {
-        tracing::info!(api, connections = open, timeout_s = limits.shutdown_timeout.as_secs(), "draining connections");
+        tracing::info!(
+            api,
+            connections = open,
+            timeout_s = limits.shutdown_timeout.as_secs(),
+            "draining connections"
+        );
     }
     let drained = tokio::time::timeout(limits.shutdown_timeout, async {
         while conns.join_next().await.is_some() {}

@@ -67,7 +67,10 @@ async fn bodies_over_the_limit_are_413_in_each_apis_format() {
     let big = vec![b' '; 4096];
     let s = server(Backend::Sqlite, limits()).await;
     // Declared length over the limit, then a chunked body that grows past it.
-    for framing in ["content-length: 4096\r\n\r\n", "transfer-encoding: chunked\r\n\r\n"] {
+    for framing in [
+        "content-length: 4096\r\n\r\n",
+        "transfer-encoding: chunked\r\n\r\n",
+    ] {
         let body = if framing.contains("chunked") {
             let mut b = format!("{:x}\r\n", big.len()).into_bytes();
             b.extend_from_slice(&big);
@@ -92,7 +95,10 @@ async fn bodies_over_the_limit_are_413_in_each_apis_format() {
         let inner: serde_json::Value =
             serde_json::from_str(v["error_message"].as_str().unwrap()).unwrap();
         assert_eq!(inner["faultcode"], "Client", "{inner}");
-        assert!(inner["faultstring"].as_str().unwrap().contains("1024 bytes"));
+        assert!(inner["faultstring"]
+            .as_str()
+            .unwrap()
+            .contains("1024 bytes"));
     }
     // A body within the limit still works.
     let ok = raw(
@@ -256,7 +262,10 @@ async fn a_database_gone_is_503_in_each_apis_format_not_500() {
         let v: serde_json::Value = r.json().await.unwrap();
         let detail = v["errors"][0]["detail"].as_str().unwrap().to_owned();
         assert!(detail.contains("database is unavailable"), "{v}");
-        assert!(!detail.to_lowercase().contains("pool"), "driver words leak: {v}");
+        assert!(
+            !detail.to_lowercase().contains("pool"),
+            "driver words leak: {v}"
+        );
         let r = client
             .get(format!("{}/v2/device_profiles", s.accel))
             .header("x-auth-token", "admin")

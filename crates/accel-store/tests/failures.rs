@@ -88,10 +88,7 @@ async fn a_dead_holders_leases_are_taken_over_a_live_ones_are_not() {
             .await
             .unwrap()
             .unwrap();
-        assert!(
-            matches!(left.state.as_str(), "done" | "failed"),
-            "{left:?}"
-        );
+        assert!(matches!(left.state.as_str(), "done" | "failed"), "{left:?}");
         assert_eq!(left.attempts, 2, "taken twice: by a, then by b");
 
         // A holder that stops cleanly frees its leases at once.
@@ -117,7 +114,9 @@ async fn a_dead_holders_leases_are_taken_over_a_live_ones_are_not() {
         // Rows of long-dead holders go.
         let rows = heartbeats::list(&store).await.unwrap();
         assert_eq!(rows.len(), 2, "a and c beat, d never did: {rows:?}");
-        let gone = heartbeats::forget_dead(&store, 2001 + 100, 100).await.unwrap();
+        let gone = heartbeats::forget_dead(&store, 2001 + 100, 100)
+            .await
+            .unwrap();
         assert_eq!(gone, 2, "a (alive until 1008) and c (retired) go");
     })
     .await;
@@ -130,7 +129,10 @@ async fn a_closed_or_unreachable_database_is_unavailable_not_a_failure() {
         let e = store
             .read(|tx| {
                 Box::pin(async move {
-                    Ok(sqlx::query("SELECT 1").execute(&mut *tx).await?.rows_affected())
+                    Ok(sqlx::query("SELECT 1")
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected())
                 })
             })
             .await

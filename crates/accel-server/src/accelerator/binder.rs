@@ -519,7 +519,10 @@ async fn heartbeat_loop(
             match heartbeats::orphaned_work(&store, now).await {
                 Ok(0) => {}
                 Ok(n) => {
-                    tracing::info!(leases = n, "taking over work leased by a server whose heartbeat expired");
+                    tracing::info!(
+                        leases = n,
+                        "taking over work leased by a server whose heartbeat expired"
+                    );
                     for w in &wakes {
                         w.notify_one();
                     }

@@ -239,7 +239,10 @@ impl From<accel_store::StoreError> for ApiError {
             // client nothing it can act on and may describe the deployment.
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable; answering 503");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, crate::listen::DB_UNAVAILABLE)
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    crate::listen::DB_UNAVAILABLE,
+                )
             }
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
                 tracing::error!(error = %e, "store error");
