@@ -652,7 +652,8 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
         w.await.unwrap();
     }
 
-    let l = load.lock().unwrap();
+    // Every writer has ended: the load is ours alone now.
+    let l = std::mem::take(&mut *load.lock().unwrap());
     let count = |c: u16| l.statuses.iter().filter(|s| **s == c).count();
     eprintln!(
         "acknowledged {}, 503s {}, statuses {:?}, slowest {:?}",
