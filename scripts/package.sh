@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Builds the release binary, the Debian package target/debian/accel_<version>_<arch>.deb
+# and the image localhost/accel:<version> (also saved as an OCI archive next to the
+# package, for nodes that import images instead of pulling them), and checks both:
+# the package's contents, its binary run from a scratch root (`dpkg -x`), its units
+# through `systemd-analyze verify`, its example configurations loaded by that binary;
+# the image's binary run from the mounted image (`chroot`, as `podman run` is not
+# available everywhere accel is built).
+#
+# The package is staged by hand and built with `dpkg-deb` rather than cargo-deb: the
+# tree is a few files (binary, two units, two configurations, maintainer scripts in
+# packaging/debian), dpkg-deb and dpkg-shlibdeps come with every Debian system, and
+# no cargo plugin has to be built first or its metadata kept in a crate's manifest.
+#
+# Usage: scripts/package.sh            build everything
+# Env:   ACCEL_BIN=PATH                package this binary instead of building one
+#        SKIP_IMAGE=1                  the package only (no podman)
+# Needs: dpkg-deb, podman (Debian packages dpkg-dev and podman); systemd-analyze
+#        when present. Takes 10-20 minutes for the release build on a small machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+export RUST_BACKTRACE=0
+
+say() { printf '== %s\n' "$*"; }
+die() { printf 'package.sh: %s\n' "$*" >&2; exit 1; }
+
+if [[ -n "${ACCEL_BIN:-}" ]]; then
+  BIN="$ACCEL_BIN"
+else
+  say "cargo build --release -p accel-cli"
+  cargo build --release --locked -p accel-cli
+  BIN="$TARGET/release/accel"
+fi
+[[ -x "$BIN" ]] || die "no binary at $BIN"
+VERSION="$("$BIN" --version | awk '{print $2}')"
+[[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || die "cannot read the version from $BIN --version"
+ARCH="$(dpkg --print-architecture)"
+OUT="$TARGET/debian"
+DEB="$OUT/accel_${VERSION}_${ARCH}.deb"
+say "accel $VERSION ($ARCH), binary $(du -h "$BIN" | cut -f1)"
+
+# ---------------------------------------------------------------- Debian package
+STAGE="$OUT/stage"
+rm -rf "$STAGE"
+mkdir -p "$STAGE/DEBIAN"
+install -D -m 0755 "$BIN" "$STAGE/usr/bin/accel"
+for unit in accel-serve accel-agent; do
+  install -D -m 0644 "packaging/systemd/$unit.service" "$STAGE/usr/lib/systemd/system/$unit.service"
+done
+# Passwords live in these files: the postinst gives serve.toml to the accel group.
+install -D -m 0640 packaging/etc/serve.toml "$STAGE/etc/accel/serve.toml"
+install -D -m 0600 packaging/etc/agent.toml "$STAGE/etc/accel/agent.toml"
+install -D -m 0644 README.md "$STAGE/usr/share/doc/accel/README.md"
+install -D -m 0644 packaging/debian/copyright "$STAGE/usr/share/doc/accel/copyright"
+install -D -m 0644 deploy/prometheus/accel-rules.yml "$STAGE/usr/share/accel/prometheus/accel-rules.yml"
+install -D -m 0644 deploy/prometheus/prometheus.yml "$STAGE/usr/share/accel/prometheus/prometheus.yml"
+install -D -m 0644 deploy/grafana/accel-dashboard.json "$STAGE/usr/share/accel/grafana/accel-dashboard.json"
+for f in deploy/kubernetes/*.yaml; do
+  install -D -m 0644 "$f" "$STAGE/usr/share/accel/kubernetes/$(basename "$f")"
+done
+for script in postinst prerm postrm; do
+  install -m 0755 "packaging/debian/$script" "$STAGE/DEBIAN/$script"
+done
+printf '/etc/accel/serve.toml\n/etc/accel/agent.toml\n' > "$STAGE/DEBIAN/conffiles"
+
+# The shared-library dependencies, as dpkg-shlibdeps computes them for a source
+# package (it wants a debian/control to sit next to it).
+SHLIBS="libc6, libgcc-s1"
+if command -v dpkg-shlibdeps >/dev/null; then
+  work="$(mktemp -d)"
+  mkdir -p "$work/debian"
+  printf 'Source: accel\n\nPackage: accel\nArchitecture: any\n' > "$work/debian/control"
+  line="$(cd "$work" && dpkg-shlibdeps -O -e"$STAGE/usr/bin/accel" 2>/dev/null || true)"
+  rm -rf "$work"
+  [[ "$line" == shlibs:Depends=* ]] && SHLIBS="${line#shlibs:Depends=}"
+fi
+SIZE="$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)"
+sed -e "s/@VERSION@/$VERSION/" -e "s/@ARCH@/$ARCH/" -e "s/@SIZE@/$SIZE/" \
+    -e "s/@SHLIBS@/$SHLIBS/" packaging/debian/control.in > "$STAGE/DEBIAN/control"
+(cd "$STAGE" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | sort -z \
+   | xargs -0 md5sum) > "$STAGE/DEBIAN/md5sums"
+chmod 0644 "$STAGE/DEBIAN/control" "$STAGE/DEBIAN/conffiles" "$STAGE/DEBIAN/md5sums"
+say "dpkg-deb --build $DEB"
+dpkg-deb --root-owner-group -Zxz --build "$STAGE" "$DEB" >/dev/null
+dpkg-deb --info "$DEB" | sed -n '/Package:/,$p'
+dpkg-deb --contents "$DEB"
+
+# Install into a scratch root and run what was installed.
+say "dpkg -x into a scratch root"
+SCRATCH="$OUT/scratch-root"
+rm -rf "$SCRATCH"
+dpkg -x "$DEB" "$SCRATCH"
+got="$("$SCRATCH/usr/bin/accel" --version)"
+[[ "$got" == "accel $VERSION" ]] || die "the installed binary says '$got'"
+echo "$SCRATCH/usr/bin/accel --version: $got"
+"$SCRATCH/usr/bin/accel" serve --help >/dev/null
+"$SCRATCH/usr/bin/accel" agent --help >/dev/null
+[[ "$(stat -c %a "$SCRATCH/etc/accel/serve.toml")" == 640 ]] || die "serve.toml is not mode 0640"
+[[ "$(stat -c %a "$SCRATCH/etc/accel/agent.toml")" == 600 ]] || die "agent.toml is not mode 0600"
+
+if command -v systemd-analyze >/dev/null; then
+  say "systemd-analyze verify (the package's units, its binary)"
+  units="$(mktemp -d)"
+  for unit in accel-serve accel-agent; do
+    sed "s|/usr/bin/accel|$SCRATCH/usr/bin/accel|" \
+      "$SCRATCH/usr/lib/systemd/system/$unit.service" > "$units/$unit.service"
+  done
+  said="$(systemd-analyze verify "$units/accel-serve.service" "$units/accel-agent.service" 2>&1)" \
+    || die "systemd-analyze verify failed: $said"
+  [[ -z "$said" ]] || die "systemd-analyze verify warns: $said"
+  rm -rf "$units"
+  echo "clean"
+fi
+
+say "the packaged example configurations load"
+scripts/check-deploy.sh --configs-only "$SCRATCH/usr/bin/accel" "$SCRATCH/etc/accel"
+
+# ------------------------------------------------------------------------- image
+if [[ "${SKIP_IMAGE:-}" == 1 ]]; then
+  echo "package: $DEB (image skipped)"
+  exit 0
+fi
+command -v podman >/dev/null || die "podman is needed for the image (apt-get install podman), or SKIP_IMAGE=1"
+CTX="$TARGET/oci"
+rm -rf "$CTX"
+RFS="$CTX/rootfs"
+mkdir -p "$RFS/usr/bin" "$RFS/etc" "$RFS/var/lib/accel"
+mkdir -m 1777 "$RFS/tmp"
+install -m 0755 "$SCRATCH/usr/bin/accel" "$RFS/usr/bin/accel"
+# The loader and every library it resolves, at the paths the binary asks for.
+ldd "$RFS/usr/bin/accel" | awk '/=> \//{print $3} /^[[:space:]]*\/[^ ]+ \(/{print $1}' | while read -r lib; do
+  mkdir -p "$RFS$(dirname "$lib")"
+  cp -L "$lib" "$RFS$lib"
+done
+if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$RFS/etc/ssl/certs/ca-certificates.crt"
+else
+  echo "warning: no /etc/ssl/certs/ca-certificates.crt (Debian package ca-certificates): the image has no CA bundle" >&2
+fi
+printf 'root:x:0:0:root:/root:/usr/sbin/nologin\naccel:x:65532:65532:accel:/var/lib/accel:/usr/sbin/nologin\n' > "$RFS/etc/passwd"
+printf 'root:x:0:\naccel:x:65532:\n' > "$RFS/etc/group"
+printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$RFS/etc/nsswitch.conf"
+cp Containerfile "$CTX/Containerfile"
+IMAGE="localhost/accel:$VERSION"
+say "podman build -t $IMAGE"
+podman build --quiet --build-arg "VERSION=$VERSION" -t "$IMAGE" -f "$CTX/Containerfile" "$CTX"
+
+say "run the image's binary from the mounted image"
+MNT="$(podman image mount "$IMAGE")"
+trap 'podman image unmount "$IMAGE" >/dev/null 2>&1 || true' EXIT
+got="$(chroot "$MNT" /usr/bin/accel --version)"
+[[ "$got" == "accel $VERSION" ]] || die "the image's binary says '$got'"
+echo "chroot $MNT /usr/bin/accel --version: $got"
+chroot "$MNT" /usr/bin/accel serve --help >/dev/null
+cmp "$MNT/usr/bin/accel" "$SCRATCH/usr/bin/accel" || die "the image and the package hold different binaries"
+podman image unmount "$IMAGE" >/dev/null
+trap - EXIT
+podman image inspect "$IMAGE" --format 'entrypoint {{.Config.Entrypoint}} user {{.Config.User}} size {{.Size}}'
+
+ARCHIVE="$OUT/accel_${VERSION}_${ARCH}.oci.tar"
+rm -f "$ARCHIVE"
+podman save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE"
+echo "package: $DEB ($(du -h "$DEB" | cut -f1))"
+echo "image:   $IMAGE (also $ARCHIVE, $(du -h "$ARCHIVE" | cut -f1))"
