@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release binary, the Debian package target/debian/accel_<version>_<arch>.deb
-# and the image localhost/accel:<version> (also saved as an OCI archive next to the
+# and the image localhost/accel:<version> (also saved as an image archive next to the
 # package, for nodes that import images instead of pulling them), and checks both:
 # the package's contents, its binary run from a scratch root (`dpkg -x`), its units
 # through `systemd-analyze verify`, its example configurations loaded by that binary;
@@ -153,14 +153,14 @@ trap 'podman image unmount "$IMAGE" >/dev/null 2>&1 || true' EXIT
 got="$(chroot "$MNT" /usr/bin/accel --version)"
 [[ "$got" == "accel $VERSION" ]] || die "the image's binary says '$got'"
 echo "chroot $MNT /usr/bin/accel --version: $got"
-chroot "$MNT" /usr/bin/accel serve --help >/dev/null
+chroot --userspec=65532:65532 "$MNT" /usr/bin/accel serve --help >/dev/null
 cmp "$MNT/usr/bin/accel" "$SCRATCH/usr/bin/accel" || die "the image and the package hold different binaries"
 podman image unmount "$IMAGE" >/dev/null
 trap - EXIT
 podman image inspect "$IMAGE" --format 'entrypoint {{.Config.Entrypoint}} user {{.Config.User}} size {{.Size}}'
 
-ARCHIVE="$OUT/accel_${VERSION}_${ARCH}.oci.tar"
+ARCHIVE="$OUT/accel_${VERSION}_${ARCH}.image.tar"
 rm -f "$ARCHIVE"
-podman save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE"
+podman save --quiet --format docker-archive -o "$ARCHIVE" "$IMAGE"
 echo "package: $DEB ($(du -h "$DEB" | cut -f1))"
 echo "image:   $IMAGE (also $ARCHIVE, $(du -h "$ARCHIVE" | cut -f1))"
