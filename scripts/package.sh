@@ -126,7 +126,7 @@ command -v podman >/dev/null || die "podman is needed for the image (apt-get ins
 CTX="$TARGET/oci"
 rm -rf "$CTX"
 RFS="$CTX/rootfs"
-mkdir -p "$RFS/usr/bin" "$RFS/etc" "$RFS/var/lib/accel"
+mkdir -p "$RFS/usr/bin" "$RFS/etc" "$RFS/var/lib" "$CTX/state/accel"
 mkdir -m 1777 "$RFS/tmp"
 install -m 0755 "$SCRATCH/usr/bin/accel" "$RFS/usr/bin/accel"
 # The loader and every library it resolves, at the paths the binary asks for.
@@ -145,7 +145,15 @@ printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$RFS/etc/nsswitch.co
 cp Containerfile "$CTX/Containerfile"
 IMAGE="localhost/accel:$VERSION"
 say "podman build -t $IMAGE"
-podman build --quiet --build-arg "VERSION=$VERSION" -t "$IMAGE" -f "$CTX/Containerfile" "$CTX"
+old_id="$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
+# No intermediate images: the recipe is a few COPY steps, cheap to redo.
+podman build --quiet --layers=false --build-arg "VERSION=$VERSION" -t "$IMAGE" \
+  -f "$CTX/Containerfile" "$CTX"
+new_id="$(podman image inspect --format '{{.Id}}' "$IMAGE")"
+# The previous build of this tag, now untagged.
+if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then
+  podman rmi "$old_id" >/dev/null 2>&1 || true
+fi
 
 say "run the image's binary from the mounted image"
 MNT="$(podman image mount "$IMAGE")"
@@ -154,6 +162,7 @@ got="$(chroot "$MNT" /usr/bin/accel --version)"
 [[ "$got" == "accel $VERSION" ]] || die "the image's binary says '$got'"
 echo "chroot $MNT /usr/bin/accel --version: $got"
 chroot --userspec=65532:65532 "$MNT" /usr/bin/accel serve --help >/dev/null
+[[ "$(stat -c %u:%g "$MNT/var/lib/accel")" == 65532:65532 ]] || die "the image's /var/lib/accel is not the server user's"
 cmp "$MNT/usr/bin/accel" "$SCRATCH/usr/bin/accel" || die "the image and the package hold different binaries"
 podman image unmount "$IMAGE" >/dev/null
 trap - EXIT
