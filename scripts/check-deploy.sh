@@ -24,7 +24,7 @@ say() { printf '== %s\n' "$*"; }
 tmp="$(mktemp -d)"
 server_pid=""
 cleanup() {
-  [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null || true
+  if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT

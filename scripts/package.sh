@@ -72,7 +72,7 @@ if command -v dpkg-shlibdeps >/dev/null; then
   work="$(mktemp -d)"
   mkdir -p "$work/debian"
   printf 'Source: accel\n\nPackage: accel\nArchitecture: any\n' > "$work/debian/control"
-  line="$(cd "$work" && dpkg-shlibdeps -O -e"$STAGE/usr/bin/accel" 2>/dev/null || true)"
+  line="$(cd "$work" && { dpkg-shlibdeps -O -e"$STAGE/usr/bin/accel" 2>/dev/null || true; })"
   rm -rf "$work"
   [[ "$line" == shlibs:Depends=* ]] && SHLIBS="${line#shlibs:Depends=}"
 fi
