@@ -41,6 +41,74 @@ OUT="$TARGET/debian"
 DEB="$OUT/accel_${VERSION}_${ARCH}.deb"
 say "accel $VERSION ($ARCH), binary $(du -h "$BIN" | cut -f1)"
 
+# The man page accel(1): the binary's own help, every subcommand's, in one page, so it
+# never disagrees with the flags it documents; plus the files and the operating notes.
+roff_escape() { sed -e 's/\\/\\e/g' -e "s/^\([.']\)/\\\\\&\1/"; }
+subcommands() { # the subcommands a help text lists, without `help`
+  awk '/^Commands:/{on=1; next} on && /^[^ ]/{on=0} on && $1 != "help" && NF {print $1}'
+}
+man_section() { # man_section BIN WORD...: one subcommand's help as a subsection
+  local bin="$1"; shift
+  local text; text="$("$bin" "$@" --help)"
+  printf '.SS "accel %s"\n.nf\n' "$*"
+  roff_escape <<<"$text"
+  printf '.fi\n'
+  local sub
+  for sub in $(subcommands <<<"$text"); do man_section "$bin" "$@" "$sub"; done
+}
+manpage() {
+  local bin="$1" date; date="$(date -u +%Y-%m-%d)"
+  cat <<EOF_MAN
+.TH ACCEL 1 "$date" "accel $VERSION" "User Commands"
+.SH NAME
+accel \\- accelerator management for clouds: Placement and Cyborg v2 compatible APIs, node agent
+.SH SYNOPSIS
+.B accel
+.I COMMAND
+.RI [ OPTIONS ]
+.SH DESCRIPTION
+.B accel serve
+runs the OpenStack Placement compatible API (1.0\\(en1.39) and the Cyborg v2 compatible
+accelerator API;
+.B accel agent
+discovers a compute node's accelerators, reports them, programs FPGAs for binds and
+serves Kubernetes device plugins; the other commands are clients of the two APIs.
+Options come from flags, then environment variables, then the TOML file given by
+.BR \\-\\-config ,
+then defaults; unknown keys in the file are an error.
+.SH COMMANDS
+EOF_MAN
+  man_section "$bin" serve
+  local top; top="$("$bin" --help)"
+  local sub
+  for sub in $(subcommands <<<"$top"); do
+    [[ "$sub" == serve ]] || man_section "$bin" "$sub"
+  done
+  cat <<'EOF_MAN'
+.SH FILES
+.TP
+.I /etc/accel/serve.toml
+configuration of the accel-serve unit (Keystone, PostgreSQL, policy defaults)
+.TP
+.I /etc/accel/agent.toml
+configuration of the accel-agent unit
+.TP
+.I /usr/share/accel/
+Prometheus alert rules, Grafana dashboard, Kubernetes manifests
+.SH ENVIRONMENT
+.TP
+.B ACCEL_LOG
+log filter in tracing's syntax (default info), e.g. info,accel::access=off
+.TP
+.B NO_COLOR
+no colour codes in the log
+.SH SEE ALSO
+.BR systemctl (1),
+.I /usr/share/doc/accel/README.md
+("Deployment", "Operating accel")
+EOF_MAN
+}
+
 # ---------------------------------------------------------------- Debian package
 STAGE="$OUT/stage"
 rm -rf "$STAGE"
@@ -53,6 +121,9 @@ done
 install -D -m 0640 packaging/etc/serve.toml "$STAGE/etc/accel/serve.toml"
 install -D -m 0600 packaging/etc/agent.toml "$STAGE/etc/accel/agent.toml"
 install -D -m 0644 README.md "$STAGE/usr/share/doc/accel/README.md"
+mkdir -p "$STAGE/usr/share/man/man1"
+manpage "$BIN" | gzip -9n > "$STAGE/usr/share/man/man1/accel.1.gz"
+chmod 0644 "$STAGE/usr/share/man/man1/accel.1.gz"
 install -D -m 0644 packaging/debian/copyright "$STAGE/usr/share/doc/accel/copyright"
 install -D -m 0644 deploy/prometheus/accel-rules.yml "$STAGE/usr/share/accel/prometheus/accel-rules.yml"
 install -D -m 0644 deploy/prometheus/prometheus.yml "$STAGE/usr/share/accel/prometheus/prometheus.yml"
@@ -97,6 +168,15 @@ got="$("$SCRATCH/usr/bin/accel" --version)"
 echo "$SCRATCH/usr/bin/accel --version: $got"
 "$SCRATCH/usr/bin/accel" serve --help >/dev/null
 "$SCRATCH/usr/bin/accel" agent --help >/dev/null
+# The man page renders without a groff warning and documents every subcommand.
+if command -v groff >/dev/null; then
+  warnings="$(zcat "$SCRATCH/usr/share/man/man1/accel.1.gz" | groff -man -ww -z 2>&1)"
+  [[ -z "$warnings" ]] || die "accel.1 has groff warnings: $warnings"
+fi
+for sub in serve agent "agent check" arq boot unboot "device-profile"; do
+  zgrep -q "^\.SS \"accel $sub\"" "$SCRATCH/usr/share/man/man1/accel.1.gz" || die "accel.1 lacks accel $sub"
+done
+echo "man page accel(1): $(zcat "$SCRATCH/usr/share/man/man1/accel.1.gz" | grep -c '^\.SS') command sections"
 [[ "$(stat -c %a "$SCRATCH/etc/accel/serve.toml")" == 640 ]] || die "serve.toml is not mode 0640"
 [[ "$(stat -c %a "$SCRATCH/etc/accel/agent.toml")" == 600 ]] || die "agent.toml is not mode 0600"
 
