@@ -125,6 +125,12 @@ mkdir -p "$STAGE/usr/share/man/man1"
 manpage "$BIN" | gzip -9n > "$STAGE/usr/share/man/man1/accel.1.gz"
 chmod 0644 "$STAGE/usr/share/man/man1/accel.1.gz"
 install -D -m 0644 packaging/debian/copyright "$STAGE/usr/share/doc/accel/copyright"
+install -D -m 0644 packaging/debian/lintian-overrides "$STAGE/usr/share/lintian/overrides/accel"
+# A native package's changelog: this build.
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+printf 'accel (%s) unstable; urgency=medium\n\n  * Built by scripts/package.sh from commit %s.\n\n -- accel maintainers <accel@example.org>  %s\n' \
+  "$VERSION" "$commit" "$(date -R)" | gzip -9n > "$STAGE/usr/share/doc/accel/changelog.gz"
+chmod 0644 "$STAGE/usr/share/doc/accel/changelog.gz"
 install -D -m 0644 deploy/prometheus/accel-rules.yml "$STAGE/usr/share/accel/prometheus/accel-rules.yml"
 install -D -m 0644 deploy/prometheus/prometheus.yml "$STAGE/usr/share/accel/prometheus/prometheus.yml"
 install -D -m 0644 deploy/grafana/accel-dashboard.json "$STAGE/usr/share/accel/grafana/accel-dashboard.json"
@@ -157,6 +163,11 @@ say "dpkg-deb --build $DEB"
 dpkg-deb --root-owner-group -Zxz --build "$STAGE" "$DEB" >/dev/null
 dpkg-deb --info "$DEB" | sed -n '/Package:/,$p'
 dpkg-deb --contents "$DEB"
+if command -v lintian >/dev/null; then
+  say "lintian"
+  tags="$(lintian --tag-display-limit 0 "$DEB" 2>&1 || true)"
+  grep -v '^running with root privileges' <<<"$tags" || echo "no tags"
+fi
 
 # Install into a scratch root and run what was installed.
 say "dpkg -x into a scratch root"
