@@ -30,7 +30,9 @@ if [[ -n "${ACCEL_BIN:-}" ]]; then
   BIN="$ACCEL_BIN"
 else
   say "cargo build --release -p accel-cli"
-  cargo build --release --locked -p accel-cli
+  # The commit the binary names in accel_build_info{commit} (read at compile time).
+  ACCEL_COMMIT="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+    cargo build --release --locked -p accel-cli
   BIN="$TARGET/release/accel"
 fi
 [[ -x "$BIN" ]] || die "no binary at $BIN"
