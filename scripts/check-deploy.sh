@@ -7,7 +7,8 @@
 #     overlap, and every query valid PromQL (checked by promtool as recording rules);
 #   - the systemd units (`systemd-analyze verify`, which must print nothing);
 #   - the Debian maintainer scripts (`sh -n`, and the postinst run against stubs);
-#   - the Kubernetes manifests: YAML, the image tag = the workspace version, probes on
+#   - the Kubernetes manifests: YAML (and the API schemas, with kubernetes-validate
+#     from PyPI when installed), the image tag = the workspace version, probes on
 #     the metrics port the arguments open, resources, the security contexts;
 #   - the example configurations, loaded by an accel binary (the first argument, else
 #     target/debug/accel when built; skipped without one).
@@ -201,6 +202,12 @@ assert "secretKeyRef" in env["ACCEL_DATABASE"]["valueFrom"], "accel-serve: datab
 w, c = check("accel-agent", 9779, root=True)
 print(f"{len(files)} files; accel-serve and accel-agent use {image}, probes, resources, security contexts")
 EOF
+
+# Against Kubernetes' own schemas too, where kubernetes-validate (PyPI) is installed.
+if command -v kubernetes-validate >/dev/null; then
+  kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+  echo "kubernetes-validate --strict: the manifests match the API schemas"
+fi
 
 BIN="${1:-target/debug/accel}"
 if [[ -x "$BIN" ]]; then
