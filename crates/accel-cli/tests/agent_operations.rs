@@ -467,7 +467,7 @@ async fn a_bad_agent_configuration_stops_it_naming_the_key_and_leaves_placement_
         let out = accel(&once).await;
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let before = providers(&server).await;
-        assert_eq!(before.len(), 3, "{before:?}");
+        assert_eq!(before.len(), 4, "{before:?}");
 
         for (text, key) in [
             (
