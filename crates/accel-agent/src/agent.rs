@@ -20,8 +20,8 @@ use crate::config::Settings;
 use crate::drivers::{self, Discovery, Driver};
 use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
-use crate::observe::Health as Probes;
 use crate::nova::NovaPci;
+use crate::observe::Health as Probes;
 use crate::pci::PciBus;
 use crate::program::{self, Glance, ProgramJob};
 use crate::sysfs::Sysfs;
@@ -42,6 +42,22 @@ pub enum AgentError {
     NoComputeNode { node: String, message: String },
     #[error("report not sent: driver(s) {0} failed during discovery and this agent has no earlier picture of their devices (the server keeps what it has)")]
     DriversFailed(String),
+}
+
+/// `e` and every error under it ("error sending request" alone hides "connection
+/// refused"), each once.
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
 }
 
 /// How the agent waits for its server at start-up: `first`, doubled after each
@@ -176,7 +192,7 @@ impl Agent {
                 }
                 Err(e @ AgentError::Config(_)) => return Err(e),
                 Err(e) => {
-                    let cause = e.to_string();
+                    let cause = cause_chain(&e);
                     tracing::warn!(server = %self.settings.server, attempt, retry_in_s = delay.as_secs_f64(), cause = %cause, "server not ready; waiting");
                     self.probe(|p| {
                         p.server(Err(cause.clone()));
@@ -261,20 +277,19 @@ impl Agent {
         if let Err(e) = &sent {
             tracing::warn!(node = %report.node, outcome = outcome.as_str(), took_ms = took.as_millis() as u64, error = %e, "report not accepted");
         }
-        let outcome = sent
-            .map_err(|e| match e {
-                ClientError::Status {
-                    status: 400,
+        let outcome = sent.map_err(|e| match e {
+            ClientError::Status {
+                status: 400,
+                message,
+                ..
+            } if message.contains("No compute node resource provider") => {
+                AgentError::NoComputeNode {
+                    node: report.node.clone(),
                     message,
-                    ..
-                } if message.contains("No compute node resource provider") => {
-                    AgentError::NoComputeNode {
-                        node: report.node.clone(),
-                        message,
-                    }
                 }
-                other => other.into(),
-            })?;
+            }
+            other => other.into(),
+        })?;
         self.reports += 1;
         tracing::info!(
             node = %report.node,
@@ -324,9 +339,15 @@ impl Agent {
             let answered = self.client.finish_program(&node, job.id, &answer).await;
             self.probe(|p| p.metrics().call("program_answer", answered.is_ok()));
             match answered {
-                Ok(()) => tracing::info!(request = job.id, outcome = "ok", "programming answer sent"),
+                Ok(()) => {
+                    tracing::info!(request = job.id, outcome = "ok", "programming answer sent")
+                }
                 // A request abandoned by the server (its caller gave up) is gone: 404.
-                Err(e) => tracing::warn!(request = job.id, outcome = "failed", "answer not taken: {e}"),
+                Err(e) => tracing::warn!(
+                    request = job.id,
+                    outcome = "failed",
+                    "answer not taken: {e}"
+                ),
             }
         }
         Ok(jobs.len())
@@ -356,10 +377,20 @@ impl Agent {
                 return Err("the request names neither a bitstream nor a function".into())
             }
         };
-        self.glance_call("glance_image", &glance_url, job, image.as_ref().map(|i| i.id.as_str()));
+        self.glance_call(
+            "glance_image",
+            &glance_url,
+            job,
+            image.as_ref().map(|i| i.id.as_str()),
+        );
         let image = image?;
         let file = glance.download(&image, &self.settings.program_dir).await;
-        self.glance_call("glance_download", &glance_url, job, file.as_ref().map(|_| image.id.as_str()));
+        self.glance_call(
+            "glance_download",
+            &glance_url,
+            job,
+            file.as_ref().map(|_| image.id.as_str()),
+        );
         let file = file?;
         let result = self.program_file(node, job, &file);
         let _ = std::fs::remove_file(&file);
@@ -379,8 +410,17 @@ impl Agent {
     fn glance_call(&self, call: &str, url: &str, job: &ProgramJob, r: Result<&str, &String>) {
         self.probe(|p| p.metrics().call(call, r.is_ok()));
         match r {
-            Ok(image) => tracing::info!(call, glance = url, request = job.id, image, outcome = "ok", "image service call"),
-            Err(e) => tracing::warn!(call, glance = url, request = job.id, outcome = "failed", error = %e, "image service call"),
+            Ok(image) => tracing::info!(
+                call,
+                glance = url,
+                request = job.id,
+                image,
+                outcome = "ok",
+                "image service call"
+            ),
+            Err(e) => {
+                tracing::warn!(call, glance = url, request = job.id, outcome = "failed", error = %e, "image service call")
+            }
         }
     }
 

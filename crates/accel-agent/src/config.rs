@@ -310,7 +310,9 @@ impl Settings {
             .or(file.log_format)
             .unwrap_or_else(|| "text".into());
         if log_format != "text" && log_format != "json" {
-            return Err(format!("log_format must be text or json, not {log_format:?}"));
+            return Err(format!(
+                "log_format must be text or json, not {log_format:?}"
+            ));
         }
         if let Some(k) = &file.keystone {
             k.validate("keystone")?;
@@ -412,8 +414,7 @@ pub fn validate_fake(devices: &[FakeDevice]) -> Result<(), String> {
     };
     for (i, d) in devices.iter().enumerate() {
         let key = |field: &str| format!("fake.devices[{i}].{field}");
-        if accel_core::accelerator::DeviceType::parse(&d.device_type.to_ascii_uppercase())
-            .is_none()
+        if accel_core::accelerator::DeviceType::parse(&d.device_type.to_ascii_uppercase()).is_none()
         {
             return Err(format!(
                 "{}: unknown device type {:?}; one of GPU, FPGA, QAT, NIC, SSD, AICHIP",

@@ -330,7 +330,9 @@ fn proc_stat() -> Option<ProcStat> {
         cpu_seconds: cpu,
         virtual_bytes: num(23)?,
         resident_bytes: num(24)? * PAGE,
-        start_seconds: boot.zip(num(22)).map(|(b, s)| b as f64 + s as f64 / TICKS_PER_SECOND),
+        start_seconds: boot
+            .zip(num(22))
+            .map(|(b, s)| b as f64 + s as f64 / TICKS_PER_SECOND),
     })
 }
 
@@ -386,7 +388,11 @@ impl Collector for Process {
         }
         for (name, help, v) in [
             ("process_open_fds", "Open file descriptors", open_fds()),
-            ("process_max_fds", "Limit of open file descriptors", max_fds()),
+            (
+                "process_max_fds",
+                "Limit of open file descriptors",
+                max_fds(),
+            ),
         ] {
             if let Some(v) = v {
                 let g = ConstGauge::new(v as i64);
@@ -411,12 +417,27 @@ mod tests {
         assert!(om.contains("accel_agent_reports_total{outcome=\"accepted\"} 1"));
         assert!(om.contains("accel_build_info{version="), "{om}");
         let text = m.prometheus_text();
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
-        assert!(text.contains("# TYPE accel_agent_reports_total counter"), "{text}");
-        assert!(text.contains("# HELP accel_agent_reports_total Reports"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE accel_agent_reports_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP accel_agent_reports_total Reports"),
+            "{text}"
+        );
         assert!(text.contains("# TYPE accel_agent_report_duration_seconds histogram"));
-        assert!(text.contains("accel_agent_report_duration_seconds_count 1"), "{text}");
-        assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+        assert!(
+            text.contains("accel_agent_report_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
         assert!(text.contains("process_open_fds "), "{text}");
     }
 }

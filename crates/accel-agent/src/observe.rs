@@ -216,11 +216,7 @@ pub fn answer(health: &Health, method: &Method, path: &str, accept: &str) -> Res
 /// resolves. A connection that fails is logged at debug and dropped; the listener
 /// failing to accept is logged and retried after a pause (file descriptors exhausted
 /// must not end the probes for good).
-pub async fn serve(
-    listener: TcpListener,
-    health: Arc<Health>,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     let mut connections = tokio::task::JoinSet::new();
     loop {

@@ -81,7 +81,10 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
         assert_eq!(agent.check_node().await.unwrap().devices, 8);
         let text = metrics.prometheus_text();
         assert_eq!(
-            sample(&text, "accel_agent_driver_failures_total{driver=\"nvidia\"}"),
+            sample(
+                &text,
+                "accel_agent_driver_failures_total{driver=\"nvidia\"}"
+            ),
             1.0,
             "{text}"
         );
@@ -105,7 +108,11 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
             ),
             1.0
         );
-        let report = p2.checks().into_iter().find(|(n, _)| *n == "report").unwrap();
+        let report = p2
+            .checks()
+            .into_iter()
+            .find(|(n, _)| *n == "report")
+            .unwrap();
         assert!(
             matches!(&report.1, Check::Failed(why) if why.contains("nvidia")),
             "{report:?}"

@@ -107,8 +107,8 @@ fn init_tracing(format: &str) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let colour =
-        std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -174,7 +174,12 @@ async fn agent(
     probes.beat();
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
-        .with_context(|| format!("binding the metrics port (metrics_listen) to {}", settings.metrics_listen))?;
+        .with_context(|| {
+            format!(
+                "binding the metrics port (metrics_listen) to {}",
+                settings.metrics_listen
+            )
+        })?;
     let agent = accel_agent::Agent::new(settings)?.observe(probes.clone());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -247,7 +252,10 @@ async fn agent(
     // The plugins serve while the agent waits: they restore their usage from the
     // server on their own once it answers.
     match agent
-        .wait_for_server(accel_agent::agent::Backoff::default(), stopped(stop_rx.clone()))
+        .wait_for_server(
+            accel_agent::agent::Backoff::default(),
+            stopped(stop_rx.clone()),
+        )
         .await?
     {
         Some(node) => {

@@ -255,10 +255,7 @@ async fn metrics_move_with_reports_and_kubelet_allocations_and_readyz_turns_read
         let pool_series = "{resource=\"accel.dev/gpu\",outcome=\"granted\"}";
         let text = scrape_until(&agent, "reports, devices and allocations counted", |t| {
             sample(t, "accel_agent_reports_total{outcome=\"accepted\"}") >= 1.0
-                && sample(
-                    t,
-                    &format!("accel_kubelet_allocations_total{pool_series}"),
-                ) == 1.0
+                && sample(t, &format!("accel_kubelet_allocations_total{pool_series}")) == 1.0
                 && sample(t, "accel_kubelet_slots_in_use{resource=\"accel.dev/gpu\"}") == 1.0
         })
         .await;
@@ -290,21 +287,34 @@ async fn metrics_move_with_reports_and_kubelet_allocations_and_readyz_turns_read
             4.0
         );
         // The pool and one instance plugin per GPU.
-        assert_eq!(sample(&text, "accel_kubelet_plugins_registered"), 3.0, "{text}");
         assert_eq!(
-            sample(&text, "accel_kubelet_registrations_total{outcome=\"registered\"}"),
+            sample(&text, "accel_kubelet_plugins_registered"),
+            3.0,
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "accel_kubelet_registrations_total{outcome=\"registered\"}"
+            ),
             3.0
         );
         assert_eq!(sample(&text, "accel_kubelet_reregistrations_total"), 0.0);
         assert!(text.contains("accel_build_info{version=\""), "{text}");
-        assert!(sample(&text, "process_resident_memory_bytes") > 0.0, "{text}");
+        assert!(
+            sample(&text, "process_resident_memory_bytes") > 0.0,
+            "{text}"
+        );
         assert!(sample(&text, "process_open_fds") > 0.0, "{text}");
         assert!(sample(&text, "process_cpu_seconds_total") >= 0.0);
         promtool_clean(&text).await;
 
         // OpenMetrics when the scraper asks for it.
         let (s, ct, om) = agent
-            .get("/metrics", Some("application/openmetrics-text;version=1.0.0"))
+            .get(
+                "/metrics",
+                Some("application/openmetrics-text;version=1.0.0"),
+            )
             .await;
         assert_eq!(s, 200);
         assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
@@ -313,7 +323,10 @@ async fn metrics_move_with_reports_and_kubelet_allocations_and_readyz_turns_read
 
         let (s, _, body) = agent.get("/readyz", None).await;
         assert_eq!(s, 200, "{body}");
-        assert!(body.contains("[+]server ok") && body.contains("[+]kubelet ok"), "{body}");
+        assert!(
+            body.contains("[+]server ok") && body.contains("[+]kubelet ok"),
+            "{body}"
+        );
         assert_eq!(agent.get("/livez", None).await.0, 200);
 
         // Kubelet restarts: the plugins register again, and that is counted.
@@ -393,7 +406,10 @@ async fn the_agent_started_before_the_server_waits_and_reports_once_it_comes_up(
             sample(t, "accel_agent_server_wait_attempts_total") >= 1.0
         })
         .await;
-        assert_eq!(sample(&attempts, "accel_agent_reports_total{outcome=\"accepted\"}"), 0.0);
+        assert_eq!(
+            sample(&attempts, "accel_agent_reports_total{outcome=\"accepted\"}"),
+            0.0
+        );
         assert!(
             agent.logs().contains("server not ready; waiting"),
             "{}",
@@ -403,7 +419,10 @@ async fn the_agent_started_before_the_server_waits_and_reports_once_it_comes_up(
 
         // The server comes up at the agent's address.
         let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-        let proxy = forward(listener, server.accel.trim_start_matches("http://").to_owned());
+        let proxy = forward(
+            listener,
+            server.accel.trim_start_matches("http://").to_owned(),
+        );
         eventually(WAIT, "the GPUs reported", || async {
             let p = providers(&server).await;
             if p.len() == 3 {
@@ -465,7 +484,11 @@ async fn a_bad_agent_configuration_stops_it_naming_the_key_and_leaves_placement_
         let mut once = base.to_vec();
         once.push("--once");
         let out = accel(&once).await;
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let before = providers(&server).await;
         assert_eq!(before.len(), 4, "{before:?}");
 
