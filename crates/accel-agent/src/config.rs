@@ -462,3 +462,41 @@ fn read_file(p: &Path) -> Result<FileConfig, String> {
         .map_err(|e| format!("reading the agent configuration {}: {e}", p.display()))?;
     toml::from_str(&text).map_err(|e| format!("agent configuration {}: {e}", p.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(text: &str) -> Vec<FakeDevice> {
+        #[derive(Deserialize)]
+        struct F {
+            fake: FakeConfig,
+        }
+        toml::from_str::<F>(text).unwrap().fake.devices
+    }
+
+    #[test]
+    fn every_bad_fake_device_names_its_key() {
+        let ok = "[[fake.devices]]\ntype = \"gpu\"\nvendor = \"0x10de\"\nproduct = \"20b0\"\n";
+        assert_eq!(validate_fake(&fake(ok)), Ok(()));
+        for (text, key) in [
+            ("type = \"TPU\"", "fake.devices[1].type"),
+            ("type = \"GPU\"\ncount = 0", "fake.devices[1].count"),
+            ("type = \"GPU\"\ncount = 256", "fake.devices[1].count"),
+            ("type = \"GPU\"\nvendor = \"\"", "fake.devices[1].vendor"),
+            (
+                "type = \"GPU\"\nvendor = \"g00d\"",
+                "fake.devices[1].vendor",
+            ),
+            (
+                "type = \"GPU\"\nproduct = \"123456\"",
+                "fake.devices[1].product",
+            ),
+            ("type = \"FPGA\"\nregions = 0", "fake.devices[1].regions"),
+        ] {
+            let devices = fake(&format!("{ok}[[fake.devices]]\n{text}\n"));
+            let e = validate_fake(&devices).unwrap_err();
+            assert!(e.starts_with(key), "{text}: {e}");
+        }
+    }
+}
