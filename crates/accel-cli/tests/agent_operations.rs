@@ -529,3 +529,47 @@ async fn a_bad_agent_configuration_stops_it_naming_the_key_and_leaves_placement_
         server.stop().await;
     }
 }
+
+#[tokio::test]
+async fn text_logs_to_a_pipe_have_no_colours_and_name_the_real_cause_of_each_wait() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_accel"))
+        .args([
+            "agent",
+            "--node",
+            "cn-text",
+            "--server",
+            &format!("http://127.0.0.1:{}", free_port()),
+            "--drivers",
+            "fake",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "text",
+        ])
+        .env("ACCEL_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let waiting = line.contains("server not ready; waiting");
+            seen.push(line);
+            if waiting {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no wait logged: {seen:?}"));
+    let all = seen.join("\n");
+    assert!(!all.contains('\x1b'), "{all}");
+    assert!(all.contains("accel agent starting"), "{all}");
+    assert!(all.contains("Connection refused"), "{all}");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}
