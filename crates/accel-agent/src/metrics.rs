@@ -181,6 +181,26 @@ impl Metrics {
             build,
         );
         registry.register_collector(Box::new(Process));
+        // Every outcome exists from the start at 0, so `rate()` and `absent()` in
+        // alert rules see a series before the first event of its kind.
+        for o in [
+            ReportOutcome::Accepted,
+            ReportOutcome::Unchanged,
+            ReportOutcome::Refused,
+            ReportOutcome::Failed,
+            ReportOutcome::Skipped,
+        ] {
+            m.reports
+                .get_or_create(&OutcomeLabels {
+                    outcome: o.as_str().into(),
+                })
+                .inc_by(0);
+        }
+        for o in ["programmed", "failed"] {
+            m.programs
+                .get_or_create(&OutcomeLabels { outcome: o.into() })
+                .inc_by(0);
+        }
         Metrics { registry, ..m }
     }
 
@@ -415,6 +435,10 @@ mod tests {
         assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(om.contains("# TYPE accel_agent_reports counter"), "{om}");
         assert!(om.contains("accel_agent_reports_total{outcome=\"accepted\"} 1"));
+        assert!(
+            om.contains("accel_agent_reports_total{outcome=\"failed\"} 0"),
+            "{om}"
+        );
         assert!(om.contains("accel_build_info{version="), "{om}");
         let text = m.prometheus_text();
         assert!(
