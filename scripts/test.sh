@@ -17,6 +17,7 @@ echo "== cargo test (SQLite and PostgreSQL)"; cargo test --workspace -q 2>&1 | t
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
 cargo build -q -p accel-cli
+echo "== deploy/ and packaging (promtool, systemd-analyze, manifests)"; scripts/check-deploy.sh target/debug/accel
 
 # The real clients from PyPI (python-cyborgclient through OSC, openstacksdk) against
 # the accelerator API.

@@ -7,16 +7,27 @@
 //! byte-identical while nothing changes, which lets the server skip them after one
 //! comparison. Every [`FULL_EVERY`]th report asks the server to apply it anyway, so a
 //! provider someone deleted by hand in Placement comes back.
+//!
+//! Failure behaviour (issue 14): the long-running agent waits for its server with
+//! capped exponential backoff ([`Agent::wait_for_server`]), logging each attempt's
+//! cause, instead of exiting into a crash loop; a driver that fails during discovery
+//! keeps the devices it found last ([`drivers::DriverFailure`]), and when it has no
+//! earlier picture the report is not sent at all, so a failure never reads as "these
+//! devices are gone" on the server.
 
 use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
 use crate::config::Settings;
 use crate::drivers::{self, Discovery, Driver};
-use crate::model::Report;
+use crate::metrics::ReportOutcome as Outcome;
+use crate::model::{FoundDevice, Health, Report};
 use crate::nova::NovaPci;
+use crate::observe::Health as Probes;
 use crate::pci::PciBus;
 use crate::program::{self, Glance, ProgramJob};
 use crate::sysfs::Sysfs;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A forced (full) report every this many reports.
 pub const FULL_EVERY: u64 = 10;
@@ -29,6 +40,41 @@ pub enum AgentError {
     Server(#[from] ClientError),
     #[error("the compute node {node:?} is not known to the server: {message}. Check that nova-compute runs on this host and that --node is its hypervisor_hostname (`openstack hypervisor list`); the agent reports under Nova's compute node provider and never creates it")]
     NoComputeNode { node: String, message: String },
+    #[error("report not sent: driver(s) {0} failed during discovery and this agent has no earlier picture of their devices (the server keeps what it has)")]
+    DriversFailed(String),
+}
+
+/// `e` and every error under it ("error sending request" alone hides "connection
+/// refused"), each once.
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}
+
+/// How the agent waits for its server at start-up: `first`, doubled after each
+/// failed attempt up to `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            first: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        }
+    }
 }
 
 pub struct Agent {
@@ -37,12 +83,25 @@ pub struct Agent {
     nova: Option<NovaPci>,
     client: Client,
     reports: u64,
+    probes: Option<Arc<Probes>>,
+    /// The devices of each driver at its last successful discovery, kept for the
+    /// passes in which it fails.
+    last_seen: Mutex<HashMap<&'static str, Vec<FoundDevice>>>,
 }
 
 impl Agent {
     pub fn new(settings: Settings) -> Result<Agent, AgentError> {
         let drivers = drivers::select(&settings.driver, settings.drivers.as_deref())
             .map_err(AgentError::Config)?;
+        Agent::with_drivers(settings, drivers)
+    }
+
+    /// An agent over `drivers` instead of those `settings` names (tests, and drivers
+    /// built outside this crate).
+    pub fn with_drivers(
+        settings: Settings,
+        drivers: Vec<Box<dyn Driver>>,
+    ) -> Result<Agent, AgentError> {
         let nova = match &settings.nova_config {
             Some(p) => Some(NovaPci::load(p).map_err(AgentError::Config)?),
             None => None,
@@ -58,18 +117,103 @@ impl Agent {
             nova,
             client,
             reports: 0,
+            probes: None,
+            last_seen: Mutex::new(HashMap::new()),
         })
     }
 
-    /// One discovery pass over the sysfs root.
+    /// Records metrics and readiness in `probes` (the metrics port's state).
+    pub fn observe(mut self, probes: Arc<Probes>) -> Agent {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// One discovery pass over the sysfs root. A driver that fails contributes the
+    /// devices it found last (those it names unhealthy marked so); one that fails
+    /// with no earlier picture is listed in [`Discovery::unknown`].
     pub fn discover(&self) -> Discovery {
+        let started = Instant::now();
         let sysfs = Sysfs::new(&self.settings.sysfs_root);
-        drivers::discover(
+        let mut d = drivers::discover(
             &sysfs,
             &self.settings.driver,
             &self.drivers,
             self.nova.as_ref(),
-        )
+        );
+        if let Ok(mut last) = self.last_seen.lock() {
+            for driver in &self.drivers {
+                let name = driver.name();
+                if !d.failed.iter().any(|f| f.driver == name) {
+                    let mine = d.devices.iter().filter(|x| x.driver == name).cloned();
+                    last.insert(name, mine.collect());
+                }
+            }
+            for f in &d.failed {
+                match last.get(f.driver) {
+                    Some(kept) => d.devices.extend(kept.iter().cloned().map(|mut dev| {
+                        if f.unhealthy.contains(&dev.address) {
+                            dev.health = Health::Unhealthy;
+                        }
+                        dev
+                    })),
+                    None => d.unknown.push(f.driver),
+                }
+            }
+            d.devices.sort_by_key(|x| x.address);
+        }
+        if let Some(p) = &self.probes {
+            let m = p.metrics();
+            m.discovery(started.elapsed());
+            m.devices(&d.devices);
+            for f in &d.failed {
+                m.driver_failed(f.driver);
+            }
+        }
+        d
+    }
+
+    /// Waits until the server knows this compute node: each failed attempt is
+    /// logged with its cause and retried after a delay that doubles up to
+    /// `backoff.max`. Answers `None` when `shutdown` resolves first; a configuration
+    /// error (no node name) is returned at once.
+    pub async fn wait_for_server(
+        &self,
+        backoff: Backoff,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<NodeInfo>, AgentError> {
+        tokio::pin!(shutdown);
+        let mut delay = backoff.first;
+        let mut attempt = 1u32;
+        loop {
+            match self.check_node().await {
+                Ok(n) => {
+                    self.probe(|p| p.server(Ok(())));
+                    return Ok(Some(n));
+                }
+                Err(e @ AgentError::Config(_)) => return Err(e),
+                Err(e) => {
+                    let cause = cause_chain(&e);
+                    tracing::warn!(server = %self.settings.server, attempt, retry_in_s = delay.as_secs_f64(), cause = %cause, "server not ready; waiting");
+                    self.probe(|p| {
+                        p.server(Err(cause.clone()));
+                        p.metrics().server_wait();
+                    });
+                }
+            }
+            tokio::select! {
+                _ = &mut shutdown => return Ok(None),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            self.probe(|p| p.beat());
+            delay = (delay * 2).min(backoff.max);
+            attempt += 1;
+        }
+    }
+
+    fn probe(&self, f: impl FnOnce(&Probes)) {
+        if let Some(p) = &self.probes {
+            f(p);
+        }
     }
 
     /// The report of the current discovery.
@@ -101,28 +245,58 @@ impl Agent {
     /// Discover and report once.
     pub async fn step(&mut self) -> Result<ReportOutcome, AgentError> {
         let (report, discovery) = self.report()?;
+        if !discovery.unknown.is_empty() {
+            let e = AgentError::DriversFailed(discovery.unknown.join(", "));
+            self.probe(|p| {
+                p.metrics().report(Outcome::Skipped, None);
+                p.report(Err(e.to_string()));
+            });
+            return Err(e);
+        }
         let force = self.reports.is_multiple_of(FULL_EVERY);
-        let outcome = self
+        let started = Instant::now();
+        let sent = self
             .client
             .report(&report.node, &report.body(), force)
-            .await
-            .map_err(|e| match e {
-                ClientError::Status {
-                    status: 400,
+            .await;
+        let took = started.elapsed();
+        let outcome = match &sent {
+            Ok(o) if o.unchanged => Outcome::Unchanged,
+            Ok(_) => Outcome::Accepted,
+            Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => Outcome::Refused,
+            Err(_) => Outcome::Failed,
+        };
+        self.probe(|p| {
+            p.metrics().report(outcome, Some(took));
+            p.server(match &sent {
+                Err(e) if e.status().is_none() => Err(e.to_string()),
+                _ => Ok(()),
+            });
+            p.report(sent.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        });
+        if let Err(e) = &sent {
+            tracing::warn!(node = %report.node, outcome = outcome.as_str(), took_ms = took.as_millis() as u64, error = %e, "report not accepted");
+        }
+        let outcome = sent.map_err(|e| match e {
+            ClientError::Status {
+                status: 400,
+                message,
+                ..
+            } if message.contains("No compute node resource provider") => {
+                AgentError::NoComputeNode {
+                    node: report.node.clone(),
                     message,
-                    ..
-                } if message.contains("No compute node resource provider") => {
-                    AgentError::NoComputeNode {
-                        node: report.node.clone(),
-                        message,
-                    }
                 }
-                other => other.into(),
-            })?;
+            }
+            other => other.into(),
+        })?;
         self.reports += 1;
         tracing::info!(
             node = %report.node,
+            outcome = if outcome.unchanged { "unchanged" } else { "accepted" },
+            took_ms = took.as_millis() as u64,
             devices = report.devices.len(),
+            failed_drivers = discovery.failed.len(),
             left_to_nova = discovery.conflicts.len(),
             skipped_entries = discovery.warnings.len(),
             unchanged = outcome.unchanged,
@@ -147,6 +321,7 @@ impl Agent {
         let jobs = self.client.pending_programs(&node).await?;
         for job in &jobs {
             let result = self.program(&node, job).await;
+            self.probe(|p| p.metrics().program(result.is_ok()));
             match &result {
                 Ok(function) => {
                     tracing::info!(request = job.id, deployable = %job.deployable_name, function = function.as_deref().unwrap_or("unknown"), "programmed");
@@ -161,9 +336,18 @@ impl Agent {
                 }
             }
             let answer = result.map(|_| ());
-            if let Err(e) = self.client.finish_program(&node, job.id, &answer).await {
+            let answered = self.client.finish_program(&node, job.id, &answer).await;
+            self.probe(|p| p.metrics().call("program_answer", answered.is_ok()));
+            match answered {
+                Ok(()) => {
+                    tracing::info!(request = job.id, outcome = "ok", "programming answer sent")
+                }
                 // A request abandoned by the server (its caller gave up) is gone: 404.
-                tracing::warn!(request = job.id, "answer not taken: {e}");
+                Err(e) => tracing::warn!(
+                    request = job.id,
+                    outcome = "failed",
+                    "answer not taken: {e}"
+                ),
             }
         }
         Ok(jobs.len())
@@ -187,13 +371,27 @@ impl Agent {
             .map_err(|e| e.to_string())?;
         let glance = Glance::new(&glance_url, &token);
         let image = match (&job.bitstream_id, &job.function_id) {
-            (Some(b), _) => glance.image(b).await?,
-            (None, Some(f)) => glance.image_for_function(f).await?,
+            (Some(b), _) => glance.image(b).await,
+            (None, Some(f)) => glance.image_for_function(f).await,
             (None, None) => {
                 return Err("the request names neither a bitstream nor a function".into())
             }
         };
-        let file = glance.download(&image, &self.settings.program_dir).await?;
+        self.glance_call(
+            "glance_image",
+            &glance_url,
+            job,
+            image.as_ref().map(|i| i.id.as_str()),
+        );
+        let image = image?;
+        let file = glance.download(&image, &self.settings.program_dir).await;
+        self.glance_call(
+            "glance_download",
+            &glance_url,
+            job,
+            file.as_ref().map(|_| image.id.as_str()),
+        );
+        let file = file?;
         let result = self.program_file(node, job, &file);
         let _ = std::fs::remove_file(&file);
         let function = result?;
@@ -206,6 +404,24 @@ impl Agent {
             }
         }
         Ok(function)
+    }
+
+    /// Logs and counts one call to the image service.
+    fn glance_call(&self, call: &str, url: &str, job: &ProgramJob, r: Result<&str, &String>) {
+        self.probe(|p| p.metrics().call(call, r.is_ok()));
+        match r {
+            Ok(image) => tracing::info!(
+                call,
+                glance = url,
+                request = job.id,
+                image,
+                outcome = "ok",
+                "image service call"
+            ),
+            Err(e) => {
+                tracing::warn!(call, glance = url, request = job.id, outcome = "failed", error = %e, "image service call")
+            }
+        }
     }
 
     fn program_file(
@@ -249,6 +465,7 @@ impl Agent {
         let mut programs = tokio::time::interval(self.settings.program_interval);
         programs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.probe(|p| p.beat());
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = tick.tick() => {

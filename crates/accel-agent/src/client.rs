@@ -39,7 +39,14 @@ impl Client {
     }
 
     pub fn with_auth(base: &str, auth: Auth) -> Result<Client, ClientError> {
-        let http = Http::new(Endpoint::Url(base.to_owned()), auth, Options::default())?;
+        // Bounded calls: a server that accepts and never answers must not stop the
+        // agent's loop (its /livez would then fail, rightly, but only after this).
+        let options = Options {
+            timeout: Some(std::time::Duration::from_secs(60)),
+            connect_timeout: Some(std::time::Duration::from_secs(10)),
+            ..Options::default()
+        };
+        let http = Http::new(Endpoint::Url(base.to_owned()), auth, options)?;
         Ok(Client {
             api: wire::Client::new(http),
         })

@@ -1,6 +1,9 @@
 //! The agent's configuration: flags over the TOML file (`--config`) over defaults.
 //! Unknown keys are an error; a missing node name or server fails at start-up with
-//! what to set.
+//! what to set, and every value that would make the agent report the wrong devices
+//! (a fake device of an unknown type, a count, vendor or product out of range, an
+//! unknown driver) stops it at start-up naming its key, before the server is asked
+//! anything (issue 14: a skipped device would otherwise read as removed).
 //!
 //! ```toml
 //! server = "http://controller:6666"     # the accelerator API
@@ -15,6 +18,8 @@
 //! program_interval_ms = 1000           # how often programming requests are fetched
 //! program_dir = "/var/lib/accel/bitstreams"
 //! model = "accel"                      # or "cyborg": upstream Cyborg's modelling
+//! metrics_listen = "127.0.0.1:9779"    # /metrics, /livez, /readyz
+//! log_format = "text"                  # or "json"
 //!
 //! [keystone]                           # instead of token: a Keystone session
 //! auth_url = "http://keystone:5000/v3"
@@ -83,6 +88,11 @@ pub struct FileConfig {
     pub model: Option<crate::model::Model>,
     /// Keystone credentials (keystoneauth's option names) instead of `token`.
     pub keystone: Option<accel_keystone::SessionConfig>,
+    /// `HOST:PORT` of the metrics port (`/metrics`, `/livez`, `/readyz`; default
+    /// `127.0.0.1:9779`).
+    pub metrics_listen: Option<String>,
+    /// `text` (default) or `json`.
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -192,6 +202,8 @@ pub struct Flags {
     pub nova_config: Option<PathBuf>,
     pub glance_url: Option<String>,
     pub model: Option<crate::model::Model>,
+    pub metrics_listen: Option<String>,
+    pub log_format: Option<String>,
 }
 
 /// The resolved configuration.
@@ -217,6 +229,10 @@ pub struct Settings {
     pub model: crate::model::Model,
     /// A Keystone session for the agent's calls (instead of `token`).
     pub keystone: Option<accel_keystone::SessionConfig>,
+    /// Where the metrics port listens.
+    pub metrics_listen: std::net::SocketAddr,
+    /// `text` or `json`.
+    pub log_format: String,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -240,6 +256,10 @@ impl Settings {
             program_dir: std::env::temp_dir().join("accel-bitstreams"),
             model: crate::model::Model::Accel,
             keystone: None,
+            metrics_listen: crate::observe::DEFAULT_METRICS_LISTEN
+                .parse()
+                .expect("the default metrics address parses"),
+            log_format: "text".into(),
         }
     }
 
@@ -274,6 +294,26 @@ impl Settings {
             })?),
             None => None,
         };
+        validate_fake(&file.fake.devices)?;
+        let listen = flags
+            .metrics_listen
+            .or(file.metrics_listen)
+            .unwrap_or_else(|| crate::observe::DEFAULT_METRICS_LISTEN.into());
+        let metrics_listen = std::net::ToSocketAddrs::to_socket_addrs(&listen)
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                format!("metrics_listen must be HOST:PORT (e.g. 127.0.0.1:9779), not {listen:?}")
+            })?;
+        let log_format = flags
+            .log_format
+            .or(file.log_format)
+            .unwrap_or_else(|| "text".into());
+        if log_format != "text" && log_format != "json" {
+            return Err(format!(
+                "log_format must be text or json, not {log_format:?}"
+            ));
+        }
         if let Some(k) = &file.keystone {
             k.validate("keystone")?;
             if flags.token.is_some() || file.token.is_some() {
@@ -319,6 +359,8 @@ impl Settings {
                 .unwrap_or_else(|| std::env::temp_dir().join("accel-bitstreams")),
             model: flags.model.or(file.model).unwrap_or_default(),
             keystone: file.keystone,
+            metrics_listen,
+            log_format,
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
@@ -351,8 +393,110 @@ impl Settings {
     }
 }
 
+/// The most accelerators a fake device may have: its handles take one PCI function
+/// each, at most 255 after its control function on its own bus.
+pub const MAX_FAKE_COUNT: i64 = 255;
+/// The most fake devices (each takes a bus of PCI domain `00fa`).
+pub const MAX_FAKE_DEVICES: usize = 256;
+
+/// Every `[[fake.devices]]` entry is one the fake driver can build; the error names
+/// the key (`fake.devices[N].<field>`).
+pub fn validate_fake(devices: &[FakeDevice]) -> Result<(), String> {
+    if devices.len() > MAX_FAKE_DEVICES {
+        return Err(format!(
+            "fake.devices: {} entries; at most {MAX_FAKE_DEVICES}",
+            devices.len()
+        ));
+    }
+    let hex16 = |s: &str| {
+        let t = s.trim_start_matches("0x");
+        !t.is_empty() && t.len() <= 4 && u16::from_str_radix(t, 16).is_ok()
+    };
+    for (i, d) in devices.iter().enumerate() {
+        let key = |field: &str| format!("fake.devices[{i}].{field}");
+        if accel_core::accelerator::DeviceType::parse(&d.device_type.to_ascii_uppercase()).is_none()
+        {
+            return Err(format!(
+                "{}: unknown device type {:?}; one of GPU, FPGA, QAT, NIC, SSD, AICHIP",
+                key("type"),
+                d.device_type
+            ));
+        }
+        if !(1..=MAX_FAKE_COUNT).contains(&d.count) {
+            return Err(format!(
+                "{}: {} is out of range 1..={MAX_FAKE_COUNT}",
+                key("count"),
+                d.count
+            ));
+        }
+        if !hex16(&d.vendor) {
+            return Err(format!(
+                "{}: {:?} is not a 16-bit hex vendor id (e.g. \"10de\")",
+                key("vendor"),
+                d.vendor
+            ));
+        }
+        if !d.product.is_empty() && !hex16(&d.product) {
+            return Err(format!(
+                "{}: {:?} is not a 16-bit hex product id",
+                key("product"),
+                d.product
+            ));
+        }
+        if !(1..=8).contains(&d.regions) {
+            return Err(format!(
+                "{}: {} is out of range 1..=8",
+                key("regions"),
+                d.regions
+            ));
+        }
+        if d.memory_mib.is_some_and(|m| m < 1) {
+            return Err(format!("{}: must be at least 1", key("memory_mib")));
+        }
+    }
+    Ok(())
+}
+
 fn read_file(p: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(p)
         .map_err(|e| format!("reading the agent configuration {}: {e}", p.display()))?;
     toml::from_str(&text).map_err(|e| format!("agent configuration {}: {e}", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(text: &str) -> Vec<FakeDevice> {
+        #[derive(Deserialize)]
+        struct F {
+            fake: FakeConfig,
+        }
+        toml::from_str::<F>(text).unwrap().fake.devices
+    }
+
+    #[test]
+    fn every_bad_fake_device_names_its_key() {
+        let ok = "[[fake.devices]]\ntype = \"gpu\"\nvendor = \"0x10de\"\nproduct = \"20b0\"\n";
+        assert_eq!(validate_fake(&fake(ok)), Ok(()));
+        for (text, key) in [
+            ("type = \"TPU\"", "fake.devices[1].type"),
+            ("type = \"GPU\"\ncount = 0", "fake.devices[1].count"),
+            ("type = \"GPU\"\ncount = 256", "fake.devices[1].count"),
+            ("type = \"GPU\"\nvendor = \"\"", "fake.devices[1].vendor"),
+            (
+                "type = \"GPU\"\nvendor = \"g00d\"",
+                "fake.devices[1].vendor",
+            ),
+            (
+                "type = \"GPU\"\nproduct = \"123456\"",
+                "fake.devices[1].product",
+            ),
+            ("type = \"FPGA\"\nregions = 0", "fake.devices[1].regions"),
+        ] {
+            let devices = fake(&format!("{ok}[[fake.devices]]\n{text}\n"));
+            let e = validate_fake(&devices).unwrap_err();
+            assert!(e.starts_with(key), "{text}: {e}");
+        }
+    }
 }

@@ -143,7 +143,10 @@ impl Glance {
         Glance {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .user_agent(accel_api::http::USER_AGENT)
+                .build()
+                .unwrap_or_default(),
         }
     }
 

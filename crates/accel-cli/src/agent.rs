@@ -1,5 +1,9 @@
 //! `accel agent`: the node agent (library `accel_agent`), and `accel agent check`, the
 //! offline look at what the agent would report and what Nova's `[pci]` rules claim.
+//!
+//! The long-running agent serves its metrics port first (so `/readyz` can say why
+//! it is not ready), then waits for the server with backoff rather than exiting: under
+//! a DaemonSet or systemd, exiting would be a crash loop. `--once` fails fast.
 
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -51,6 +55,12 @@ pub struct AgentArgs {
     /// Where the CDI spec files go (default: [kubernetes] cdi_dir, else /var/run/cdi).
     #[arg(long)]
     cdi_dir: Option<PathBuf>,
+    /// HOST:PORT of the metrics port: /metrics, /livez, /readyz (default 127.0.0.1:9779).
+    #[arg(long, env = "ACCEL_AGENT_METRICS_LISTEN", global = true)]
+    metrics_listen: Option<String>,
+    /// Log lines as text (default) or json.
+    #[arg(long, value_parser = ["text", "json"], global = true)]
+    log_format: Option<String>,
 }
 
 /// Where kubelet and the container runtime are.
@@ -85,12 +95,34 @@ fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
         nova_config: a.nova_config.clone(),
         glance_url: a.glance_url.clone(),
         model: a.model,
+        metrics_listen: a.metrics_listen.clone(),
+        log_format: a.log_format.clone(),
     })
     .map_err(anyhow::Error::msg)
 }
 
+/// Logs to stderr as `format` says, filtered by `ACCEL_LOG` (default `info`); colours
+/// only on a terminal, and never when `NO_COLOR` is set (<https://no-color.org>).
+fn init_tracing(format: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let settings = settings(&a)?;
+    init_tracing(&settings.log_format);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match a.command {
         Some(AgentCommand::Check) => rt.block_on(check(settings)),
@@ -110,10 +142,12 @@ async fn agent(
     once: bool,
     paths: KubeletPaths,
 ) -> anyhow::Result<()> {
-    let mut agent = accel_agent::Agent::new(settings)?;
-    let node = agent.check_node().await?;
-    tracing::info!(node = %agent.settings.node, compute_node = %node.compute_node_uuid, "compute node found");
+    use accel_agent::observe;
+    use std::sync::Arc;
     if once {
+        let mut agent = accel_agent::Agent::new(settings)?;
+        let node = agent.check_node().await?;
+        tracing::info!(node = %agent.settings.node, compute_node = %node.compute_node_uuid, "compute node found");
         let o = agent.step().await?;
         println!(
             "reported: {} added, {} removed, {} kept, {} vanished{}",
@@ -125,6 +159,37 @@ async fn agent(
         );
         return Ok(());
     }
+    // Configuration errors stop the agent here, before anything is served or sent.
+    settings.require_node().map_err(anyhow::Error::msg)?;
+    let metrics = Arc::new(accel_agent::metrics::Metrics::new());
+    let kubernetes_on = settings
+        .kubernetes
+        .as_ref()
+        .is_some_and(|k| !k.configurations.is_empty());
+    // The loop beats at least every programming interval, and once per backoff step
+    // (at most a minute) while it waits; a report is bounded by the client's
+    // timeout. Three minutes without a beat is a stuck loop.
+    let stale = std::time::Duration::from_secs(180).max(settings.program_interval * 3);
+    let probes = Arc::new(observe::Health::new(metrics.clone(), kubernetes_on, stale));
+    probes.beat();
+    let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the metrics port (metrics_listen) to {}",
+                settings.metrics_listen
+            )
+        })?;
+    let agent = accel_agent::Agent::new(settings)?.observe(probes.clone());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        node = %agent.settings.node,
+        server = %agent.settings.server,
+        metrics_listen = %listener.local_addr()?,
+        drivers = %agent.settings.drivers.as_ref().map(|d| d.join(",")).unwrap_or_else(|| "all".into()),
+        kubernetes = kubernetes_on,
+        "accel agent starting"
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop_tx = std::sync::Arc::new(stop_tx);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -137,6 +202,11 @@ async fn agent(
             let _ = stop_tx.send(true);
         });
     }
+    let metrics_port = tokio::spawn(observe::serve(
+        listener,
+        probes.clone(),
+        stopped(stop_rx.clone()),
+    ));
     // The plugins run beside the reports, in their own task: a kubelet that never
     // answers delays only their registration.
     let mut plugins = tokio::task::JoinSet::new();
@@ -151,7 +221,7 @@ async fn agent(
         }
         let s = &agent.settings;
         let source = std::sync::Arc::new(accel_agent::kubernetes::AgentDevices::new(
-            accel_agent::Agent::new(s.clone())?,
+            accel_agent::Agent::new(s.clone())?.observe(probes.clone()),
         ));
         let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::with_client(
             accel_agent::client::Client::with_auth(
@@ -164,6 +234,7 @@ async fn agent(
         let options = accel_k8s::Options {
             kubelet_dir: paths.kubelet_dir,
             pod_resources_socket: paths.pod_resources_socket,
+            metrics: Some(metrics.kubelet.clone()),
             ..accel_k8s::Options::new(s.node.clone())
         };
         tracing::info!(
@@ -177,6 +248,27 @@ async fn agent(
                 .await
                 .context("kubelet device plugins")
         });
+    }
+    // The plugins serve while the agent waits: they restore their usage from the
+    // server on their own once it answers.
+    match agent
+        .wait_for_server(
+            accel_agent::agent::Backoff::default(),
+            stopped(stop_rx.clone()),
+        )
+        .await?
+    {
+        Some(node) => {
+            tracing::info!(node = %agent.settings.node, compute_node = %node.compute_node_uuid, "compute node found")
+        }
+        None => {
+            let _ = stop_tx.send(true);
+            while let Some(ended) = plugins.join_next().await {
+                ended.context("kubelet device plugins task")??;
+            }
+            let _ = metrics_port.await;
+            return Ok(());
+        }
     }
     let reports = agent.run(stopped(stop_rx.clone()));
     tokio::pin!(reports);
@@ -192,6 +284,9 @@ async fn agent(
     while let Some(ended) = plugins.join_next().await {
         ended.context("kubelet device plugins task")??;
     }
+    let _ = stop_tx.send(true);
+    let _ = metrics_port.await;
+    tracing::info!("accel agent stopped");
     Ok(())
 }
 

@@ -67,14 +67,11 @@ fn main() -> anyhow::Result<()> {
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
         #[cfg(feature = "agent")]
-        Command::Agent(a) => {
-            init_tracing("text");
-            agent::run(a)
-        }
+        Command::Agent(a) => agent::run(a),
     }
 }
 
-#[cfg(any(feature = "server", feature = "agent"))]
+#[cfg(feature = "server")]
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -15,12 +15,13 @@
 //! directory and re-creates `kubelet.sock`; both are noticed by comparing file
 //! identities (device, inode), which needs no inotify.
 
+use crate::metrics::KubeletMetrics;
 use crate::plugin::Plugin;
 use crate::proto::deviceplugin as pb;
 use crate::slots::Resource;
 use crate::state::Shared;
 use hyper_util::rt::TokioIo;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,6 +86,9 @@ pub struct Registrar {
     domain: String,
     dir: PathBuf,
     served: BTreeMap<Resource, Served>,
+    metrics: Option<Arc<KubeletMetrics>>,
+    /// Resources registered at least once (a later Register is a re-registration).
+    ever_registered: BTreeSet<String>,
 }
 
 impl Registrar {
@@ -98,6 +102,40 @@ impl Registrar {
             domain: domain.into(),
             dir: dir.into(),
             served: BTreeMap::new(),
+            metrics: None,
+            ever_registered: BTreeSet::new(),
+        }
+    }
+
+    /// Counts registrations, and serves plugins that count their Allocate calls.
+    pub fn with_metrics(mut self, metrics: Option<Arc<KubeletMetrics>>) -> Registrar {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Whether kubelet runs and every plugin of the table is served and registered
+    /// with it (the agent's readiness when `[kubernetes]` is on).
+    pub fn all_registered(&self) -> bool {
+        let kubelet = file_id(&self.dir.join(KUBELET_SOCKET));
+        let wanted = self.shared.read(|t| t.resources());
+        kubelet.is_some()
+            && !wanted.is_empty()
+            && wanted.iter().all(|r| {
+                self.served
+                    .get(r)
+                    .is_some_and(|s| s.registered_with == kubelet && !s.task.is_finished())
+            })
+    }
+
+    fn update_metrics(&self) {
+        if let Some(m) = &self.metrics {
+            let kubelet = file_id(&self.dir.join(KUBELET_SOCKET));
+            let n = self
+                .served
+                .values()
+                .filter(|s| kubelet.is_some() && s.registered_with == kubelet)
+                .count();
+            m.registered(n, self.all_registered());
         }
     }
 
@@ -117,6 +155,7 @@ impl Registrar {
             }
         }
         if !self.dir.is_dir() {
+            self.update_metrics();
             return report;
         }
         let kubelet = file_id(&self.dir.join(KUBELET_SOCKET));
@@ -148,18 +187,27 @@ impl Registrar {
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let again = self.ever_registered.contains(&r.name);
             match register(&self.dir.join(KUBELET_SOCKET), &r.name, &endpoint).await {
                 Ok(()) => {
                     s.registered_with = kubelet;
-                    tracing::info!(resource = %r.name, endpoint, "registered with kubelet");
+                    tracing::info!(resource = %r.name, endpoint, again, "registered with kubelet");
                     report.registered.push(r.name.clone());
+                    self.ever_registered.insert(r.name.clone());
+                    if let Some(m) = &self.metrics {
+                        m.registration(true, again);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(resource = %r.name, error = %e, "kubelet registration failed");
                     report.failed.push((r.name.clone(), e));
+                    if let Some(m) = &self.metrics {
+                        m.registration(false, again);
+                    }
                 }
             }
         }
+        self.update_metrics();
         report
     }
 
@@ -171,11 +219,10 @@ impl Registrar {
         }
         let listener = UnixListener::bind(&socket)?;
         let id = file_id(&socket);
-        let service = pb::device_plugin_server::DevicePluginServer::new(Plugin::new(
-            self.shared.clone(),
-            r.key.clone(),
-            self.domain.clone(),
-        ));
+        let service = pb::device_plugin_server::DevicePluginServer::new(
+            Plugin::new(self.shared.clone(), r.key.clone(), self.domain.clone())
+                .with_metrics(self.metrics.clone()),
+        );
         let name = r.name.clone();
         let task = tokio::spawn(async move {
             let incoming = UnixListenerStream::new(listener);

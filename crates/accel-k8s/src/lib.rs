@@ -43,6 +43,7 @@ pub mod cdi;
 pub mod config;
 pub mod device;
 pub mod kubelet;
+pub mod metrics;
 pub mod plugin;
 pub mod podresources;
 pub mod proto;
@@ -55,6 +56,7 @@ pub mod usage;
 
 pub use config::{KubernetesConfig, KubernetesFile};
 pub use device::{Device, DeviceNode, DeviceSource};
+pub use metrics::KubeletMetrics;
 pub use run::{run, run_with, Options};
 pub use slots::SlotTable;
 pub use state::Shared;

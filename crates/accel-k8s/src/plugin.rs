@@ -7,6 +7,7 @@
 //! - a repeated Allocate of slots this node holds (init containers) succeeds;
 //! - each ListAndWatch message is the full list, sent whenever it changes.
 
+use crate::metrics::KubeletMetrics;
 use crate::proto::deviceplugin as pb;
 use crate::slots::{Advertised, AllocError, Grant, ResourceKey, Usage};
 use crate::state::Shared;
@@ -29,6 +30,7 @@ pub struct Plugin {
     shared: Arc<Shared>,
     key: ResourceKey,
     domain: String,
+    metrics: Option<Arc<KubeletMetrics>>,
 }
 
 impl Plugin {
@@ -37,6 +39,20 @@ impl Plugin {
             shared,
             key,
             domain: domain.into(),
+            metrics: None,
+        }
+    }
+
+    /// Counts this plugin's Allocate calls in `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<KubeletMetrics>>) -> Plugin {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The resource's name as kubelet knows it (`<domain>/<name>`), a metric label.
+    fn resource_name(&self) -> String {
+        match &self.key {
+            ResourceKey::Instance(n) | ResourceKey::Pool(n) => format!("{}/{n}", self.domain),
         }
     }
 }
@@ -194,11 +210,16 @@ impl DevicePlugin for Plugin {
             .into_iter()
             .map(|c| c.devices_ids)
             .collect();
+        let started = Instant::now();
         let result = self.shared.write(|t| {
-            let r = t.allocate(&self.key, &containers, Instant::now());
+            let r = t.allocate(&self.key, &containers, started);
             let changed = r.is_ok();
             (r, changed)
         });
+        if let Some(m) = &self.metrics {
+            let r = result.as_ref().map(|_| ());
+            m.allocate(&self.resource_name(), started.elapsed(), r);
+        }
         match result {
             Ok(grants) => Ok(Response::new(pb::AllocateResponse {
                 container_responses: grants

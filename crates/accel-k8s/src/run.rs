@@ -14,6 +14,7 @@
 use crate::config::KubernetesConfig;
 use crate::device::DeviceSource;
 use crate::kubelet::Registrar;
+use crate::metrics::KubeletMetrics;
 use crate::podresources::Reclaimer;
 use crate::slots::SlotTable;
 use crate::state::Shared;
@@ -45,6 +46,9 @@ pub struct Options {
     pub presence_interval: Duration,
     pub watch_interval: Duration,
     pub reclaim_interval: Duration,
+    /// Where Allocate calls, registrations and slot counts are counted (the agent's
+    /// `/metrics`); `None` counts nothing.
+    pub metrics: Option<Arc<KubeletMetrics>>,
 }
 
 impl Options {
@@ -57,6 +61,7 @@ impl Options {
             presence_interval: Duration::from_millis(50),
             watch_interval: Duration::from_secs(1),
             reclaim_interval: Duration::from_secs(10),
+            metrics: None,
         }
     }
 }
@@ -88,7 +93,8 @@ pub async fn run_with(
         shared.clone(),
         config.resource_domain.clone(),
         options.kubelet_dir.clone(),
-    );
+    )
+    .with_metrics(options.metrics.clone());
     let mut reclaimer = Reclaimer::new(
         shared.clone(),
         options.pod_resources_socket.clone(),
@@ -165,6 +171,9 @@ pub async fn run_with(
                 let r = registrar.step().await;
                 for (resource, why) in &r.failed {
                     tracing::debug!(%resource, why, "device plugin not registered yet");
+                }
+                if let Some(m) = &options.metrics {
+                    m.slot_counts(&shared.read(|t| t.slot_counts()));
                 }
             }
             _ = reclaim.tick() => {

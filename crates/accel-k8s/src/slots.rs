@@ -586,6 +586,21 @@ impl SlotTable {
         changed
     }
 
+    /// Per pooled resource (`<domain>/<configuration>`): its devices' slots and how
+    /// many are held by anyone (metrics).
+    pub fn slot_counts(&self) -> Vec<(String, usize, usize)> {
+        self.pools
+            .iter()
+            .map(|p| {
+                let slots = p.instances.values().flat_map(|i| i.slots.iter());
+                let (total, used) = slots.fold((0, 0), |(t, u), s| {
+                    (t + 1, u + usize::from(s.usage != Usage::Free))
+                });
+                (format!("{}/{}", self.domain, p.config.name), total, used)
+            })
+            .collect()
+    }
+
     /// Every slot's usage by slot name (seed 001's `deviceUsage` map, for persistence).
     pub fn usage(&self) -> BTreeMap<String, Usage> {
         let mut out = BTreeMap::new();

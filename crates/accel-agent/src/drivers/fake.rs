@@ -130,4 +130,8 @@ impl Driver for Fake {
     fn health(&self, _host: &Host, device: &FoundDevice) -> Health {
         device.health
     }
+
+    fn uses_pci_bus(&self) -> bool {
+        false
+    }
 }

@@ -68,6 +68,17 @@ pub enum ProgramError {
     Failed(String),
 }
 
+/// A driver that could not tell what devices the host has this time: the agent keeps
+/// the devices it found last (issue 14: a failing driver never reports its devices
+/// removed), marking those in `unhealthy` so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFailure {
+    pub driver: &'static str,
+    pub reason: String,
+    /// Devices (control addresses) the driver knows to be unhealthy.
+    pub unhealthy: Vec<PciAddress>,
+}
+
 /// One kind of hardware.
 pub trait Driver: Send + Sync {
     /// The name used in `--drivers` and as the deployables' `driver_name`.
@@ -75,6 +86,19 @@ pub trait Driver: Send + Sync {
 
     /// Every device of this kind on the host.
     fn discover(&self, host: &Host) -> Vec<FoundDevice>;
+
+    /// [`Driver::discover`], or why the driver cannot tell this time. A driver whose
+    /// vendor library or device files fail mid-run overrides this; the default never
+    /// fails on its own (a panic is still caught by [`discover`]).
+    fn try_discover(&self, host: &Host) -> Result<Vec<FoundDevice>, DriverFailure> {
+        Ok(self.discover(host))
+    }
+
+    /// Whether the driver finds its devices on the PCI bus (all but `fake`): when the
+    /// bus cannot be listed, such a driver has failed rather than found nothing.
+    fn uses_pci_bus(&self) -> bool {
+        true
+    }
 
     /// Loads `bitstream` into `region` of `device` and returns the function id it now
     /// carries, when the driver can tell.
@@ -246,6 +270,21 @@ pub struct Discovery {
     pub conflicts: Vec<Conflict>,
     /// Sysfs entries skipped, each naming its path.
     pub warnings: Vec<String>,
+    /// Drivers that failed this time (the agent puts their last devices back).
+    pub failed: Vec<DriverFailure>,
+    /// Failed drivers with no earlier picture: a report now would be wrong.
+    pub unknown: Vec<&'static str>,
+}
+
+/// Why the PCI bus cannot be listed, when it exists but is unreadable (a missing
+/// `bus/pci/devices` is a host without PCI, which has no devices).
+fn bus_unreadable(sysfs: &Sysfs) -> Option<String> {
+    let dir = sysfs.path("bus/pci/devices");
+    match std::fs::read_dir(&dir) {
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!("cannot list {}: {e}", dir.display())),
+    }
 }
 
 /// Scans the bus once and runs `drivers` over it.
@@ -263,8 +302,34 @@ pub fn discover(
     };
     let mut out = Discovery::default();
     let mut claimed: HashMap<PciAddress, &'static str> = HashMap::new();
+    let bus_failure = bus_unreadable(sysfs);
     for driver in drivers {
-        for mut dev in driver.discover(&host) {
+        let found = match &bus_failure {
+            Some(why) if driver.uses_pci_bus() => Err(DriverFailure {
+                driver: driver.name(),
+                reason: why.clone(),
+                unhealthy: Vec::new(),
+            }),
+            _ => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                driver.try_discover(&host)
+            }))
+            .unwrap_or_else(|_| {
+                Err(DriverFailure {
+                    driver: driver.name(),
+                    reason: "the driver panicked during discovery".into(),
+                    unhealthy: Vec::new(),
+                })
+            }),
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(failure) => {
+                tracing::error!(driver = failure.driver, reason = %failure.reason, "driver failed during discovery; its devices are kept as last seen");
+                out.failed.push(failure);
+                continue;
+            }
+        };
+        for mut dev in found {
             if let Some(other) = dev.functions.iter().find_map(|f| claimed.get(f)) {
                 tracing::warn!(device = %dev.address, driver = driver.name(), other, "device already claimed by another driver, skipped");
                 continue;

@@ -1,0 +1,467 @@
+//! The agent's Prometheus families (issue 13), in one [`Registry`] that
+//! [`crate::observe`] serves on `--metrics-listen`. Names are a public interface: prefix
+//! `accel_`, base units, `_total` on counters; the process families use the names every
+//! Prometheus client library uses (`process_*`) so standard dashboards work.
+//!
+//! The agent's own families are updated where the work happens ([`crate::Agent::step`],
+//! programming); the kubelet plugins' families ([`KubeletMetrics`]) are registered here
+//! and updated by `accel_k8s`. Process CPU, memory and file descriptors are read from
+//! `/proc/self` at scrape time ([`Process`]), so an idle agent does no work for them.
+//!
+//! Prometheus' text format 0.0.4 is derived from the OpenMetrics text the crate
+//! writes ([`to_prometheus_text`]): scrapers that do not ask for OpenMetrics (and
+//! `promtool check metrics`) get the classic format.
+
+use accel_k8s::KubeletMetrics;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    /// `GPU`, `FPGA`, ...
+    pub r#type: String,
+    /// `ok` or `unhealthy`.
+    pub health: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// `glance_image`, `glance_download`, `program_answer`, ...
+    pub call: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriverLabels {
+    pub driver: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+/// How a report ended (`accel_agent_reports_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportOutcome {
+    /// The server applied it.
+    Accepted,
+    /// The server found it equal to the last one and skipped it.
+    Unchanged,
+    /// The server answered with a 4xx (not known compute node, a refused body).
+    Refused,
+    /// No answer, or a 5xx: retried at the next interval.
+    Failed,
+    /// Not sent: a driver failed and the agent had no earlier picture of its devices
+    /// (sending would have reported them removed).
+    Skipped,
+}
+
+impl ReportOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportOutcome::Accepted => "accepted",
+            ReportOutcome::Unchanged => "unchanged",
+            ReportOutcome::Refused => "refused",
+            ReportOutcome::Failed => "failed",
+            ReportOutcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// Every family the agent exposes.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    discovery_duration: Histogram,
+    devices: Family<DeviceLabels, Gauge>,
+    driver_failures: Family<DriverLabels, Counter>,
+    reports: Family<OutcomeLabels, Counter>,
+    report_duration: Histogram,
+    calls: Family<CallLabels, Counter>,
+    programs: Family<OutcomeLabels, Counter>,
+    server_waits: Counter,
+    /// The kubelet plugins' families, updated by `accel_k8s`.
+    pub kubelet: Arc<KubeletMetrics>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let discovery_duration = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ]);
+        let report_duration = Histogram::new([
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]);
+        let m = Metrics {
+            discovery_duration,
+            devices: Family::default(),
+            driver_failures: Family::default(),
+            reports: Family::default(),
+            report_duration,
+            calls: Family::default(),
+            programs: Family::default(),
+            server_waits: Counter::default(),
+            kubelet: Arc::new(KubeletMetrics::register(&mut registry)),
+            registry: Registry::default(),
+        };
+        registry.register_with_unit(
+            "accel_agent_discovery_duration",
+            "Time one discovery pass over sysfs and the drivers takes",
+            Unit::Seconds,
+            m.discovery_duration.clone(),
+        );
+        registry.register(
+            "accel_agent_devices",
+            "Devices found by the last discovery, by device type and health",
+            m.devices.clone(),
+        );
+        registry.register(
+            "accel_agent_driver_failures",
+            "Discovery passes in which a driver failed (its devices were kept as last seen)",
+            m.driver_failures.clone(),
+        );
+        registry.register(
+            "accel_agent_reports",
+            "Reports to the server by outcome (accepted, unchanged, refused, failed, skipped)",
+            m.reports.clone(),
+        );
+        registry.register_with_unit(
+            "accel_agent_report_duration",
+            "Time from sending a report to the server's answer",
+            Unit::Seconds,
+            m.report_duration.clone(),
+        );
+        registry.register(
+            "accel_agent_outgoing_requests",
+            "Calls to other services than the reports (Glance, programming answers) by call and outcome",
+            m.calls.clone(),
+        );
+        registry.register(
+            "accel_agent_programs",
+            "FPGA programming requests carried out, by outcome (programmed, failed)",
+            m.programs.clone(),
+        );
+        registry.register(
+            "accel_agent_server_wait_attempts",
+            "Failed attempts to reach the server at start-up (the agent waits with backoff)",
+            m.server_waits.clone(),
+        );
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: env!("ACCEL_COMMIT").into(),
+            })
+            .set(1);
+        registry.register(
+            "accel_build_info",
+            "Always 1; the labels say which accel this is",
+            build,
+        );
+        registry.register_collector(Box::new(Process));
+        // Every outcome exists from the start at 0, so `rate()` and `absent()` in
+        // alert rules see a series before the first event of its kind.
+        for o in [
+            ReportOutcome::Accepted,
+            ReportOutcome::Unchanged,
+            ReportOutcome::Refused,
+            ReportOutcome::Failed,
+            ReportOutcome::Skipped,
+        ] {
+            m.reports
+                .get_or_create(&OutcomeLabels {
+                    outcome: o.as_str().into(),
+                })
+                .inc_by(0);
+        }
+        for o in ["programmed", "failed"] {
+            m.programs
+                .get_or_create(&OutcomeLabels { outcome: o.into() })
+                .inc_by(0);
+        }
+        Metrics { registry, ..m }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn discovery(&self, took: Duration) {
+        self.discovery_duration.observe(took.as_secs_f64());
+    }
+
+    /// Replaces the device counts with those of the last discovery.
+    pub fn devices(&self, devices: &[crate::model::FoundDevice]) {
+        self.devices.clear();
+        for d in devices {
+            let health = match d.health {
+                crate::model::Health::Ok => "ok",
+                crate::model::Health::Unhealthy => "unhealthy",
+            };
+            self.devices
+                .get_or_create(&DeviceLabels {
+                    r#type: d.device_type.as_str().to_owned(),
+                    health: health.into(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn driver_failed(&self, driver: &str) {
+        self.driver_failures
+            .get_or_create(&DriverLabels {
+                driver: driver.into(),
+            })
+            .inc();
+    }
+
+    /// A report that ended as `outcome`; `took` is `None` when none was sent.
+    pub fn report(&self, outcome: ReportOutcome, took: Option<Duration>) {
+        self.reports
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
+        if let Some(t) = took {
+            self.report_duration.observe(t.as_secs_f64());
+        }
+    }
+
+    pub fn call(&self, call: &str, ok: bool) {
+        self.calls
+            .get_or_create(&CallLabels {
+                call: call.into(),
+                outcome: if ok { "ok" } else { "failed" }.into(),
+            })
+            .inc();
+    }
+
+    pub fn program(&self, ok: bool) {
+        self.programs
+            .get_or_create(&OutcomeLabels {
+                outcome: if ok { "programmed" } else { "failed" }.into(),
+            })
+            .inc();
+    }
+
+    pub fn server_wait(&self) {
+        self.server_waits.inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn openmetrics(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Prometheus' text format 0.0.4.
+    pub fn prometheus_text(&self) -> String {
+        to_prometheus_text(&self.openmetrics())
+    }
+}
+
+/// OpenMetrics text to Prometheus text 0.0.4: a counter family's `# HELP` and
+/// `# TYPE` name its `_total` samples, and the `# UNIT` and `# EOF` lines go (0.0.4
+/// has neither). Samples and labels are written the same way in both.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|p| line.starts_with(p));
+        match meta {
+            Some(p) => {
+                let rest = &line[p.len()..];
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{p}{name}_total {tail}"));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `process_*` from `/proc/self`, read at each scrape.
+#[derive(Debug)]
+struct Process;
+
+/// Linux reports CPU times in clock ticks of `USER_HZ`, which is 100 on every
+/// architecture the kernel's ABI exposes to user space.
+const TICKS_PER_SECOND: f64 = 100.0;
+const PAGE: u64 = 4096;
+
+struct ProcStat {
+    cpu_seconds: f64,
+    virtual_bytes: u64,
+    resident_bytes: u64,
+    start_seconds: Option<f64>,
+}
+
+fn proc_stat() -> Option<ProcStat> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // fields[0] is field 3 (state): field n is fields[n - 3].
+    let num = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    let cpu = (num(14)? + num(15)?) as f64 / TICKS_PER_SECOND;
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    });
+    Some(ProcStat {
+        cpu_seconds: cpu,
+        virtual_bytes: num(23)?,
+        resident_bytes: num(24)? * PAGE,
+        start_seconds: boot
+            .zip(num(22))
+            .map(|(b, s)| b as f64 + s as f64 / TICKS_PER_SECOND),
+    })
+}
+
+fn open_fds() -> Option<u64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
+}
+
+fn max_fds() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
+impl Collector for Process {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(s) = proc_stat() {
+            let c = ConstCounter::new(s.cpu_seconds);
+            c.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time spent",
+                None,
+                c.metric_type(),
+            )?)?;
+            for (name, help, v) in [
+                (
+                    "process_resident_memory_bytes",
+                    "Resident memory size",
+                    s.resident_bytes,
+                ),
+                (
+                    "process_virtual_memory_bytes",
+                    "Virtual memory size",
+                    s.virtual_bytes,
+                ),
+            ] {
+                let g = ConstGauge::new(v as i64);
+                g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+            }
+            if let Some(start) = s.start_seconds {
+                let g = ConstGauge::new(start);
+                g.encode(encoder.encode_descriptor(
+                    "process_start_time_seconds",
+                    "Start time of the process since the Unix epoch",
+                    None,
+                    g.metric_type(),
+                )?)?;
+            }
+        }
+        for (name, help, v) in [
+            ("process_open_fds", "Open file descriptors", open_fds()),
+            (
+                "process_max_fds",
+                "Limit of open file descriptors",
+                max_fds(),
+            ),
+        ] {
+            if let Some(v) = v {
+                let g = ConstGauge::new(v as i64);
+                g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_formats_carry_the_families_and_the_classic_one_names_counters_total() {
+        let m = Metrics::new();
+        m.report(ReportOutcome::Accepted, Some(Duration::from_millis(3)));
+        let om = m.openmetrics();
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("# TYPE accel_agent_reports counter"), "{om}");
+        assert!(om.contains("accel_agent_reports_total{outcome=\"accepted\"} 1"));
+        assert!(
+            om.contains("accel_agent_reports_total{outcome=\"failed\"} 0"),
+            "{om}"
+        );
+        assert!(om.contains("accel_build_info{version="), "{om}");
+        let text = m.prometheus_text();
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE accel_agent_reports_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP accel_agent_reports_total Reports"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE accel_agent_report_duration_seconds histogram"));
+        assert!(
+            text.contains("accel_agent_report_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("process_open_fds "), "{text}");
+    }
+}

@@ -1,0 +1,259 @@
+//! The agent's metrics port (`--metrics-listen`, default `127.0.0.1:9779`): `GET
+//! /metrics`, and Kubernetes-style `/livez` and `/readyz` for the DaemonSet's probes.
+//!
+//! ```text
+//!  Agent::step ──▶ Health (server reached? last report accepted?) ──▶ /readyz
+//!  Agent::run loop ──▶ Health::beat ───────────────────────────────▶ /livez
+//!  Agent, accel_k8s ──▶ Metrics (one registry) ────────────────────▶ /metrics
+//!  accel_k8s Registrar ──▶ KubeletMetrics::all_registered ─────────▶ /readyz
+//! ```
+//!
+//! Served with hyper directly (HTTP/1.1, three fixed paths): the agent's build links
+//! no web framework and no database driver. The server takes a bound listener and a
+//! shutdown future, like every server of accel, so tests bind port 0.
+//!
+//! Liveness is "the agent's loop answers": the loop beats on every tick (at least
+//! once per programming interval, one second by default), so a beat older than
+//! [`Health::stale_after`] means the loop is stuck (a call that never returns, a
+//! deadlock), and kubelet should restart the agent. Readiness lists every check with
+//! `[+]` or `[-]` and the reason, as the Kubernetes components' `?verbose` output does.
+
+use crate::metrics::Metrics;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+/// The default `--metrics-listen`.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9779";
+
+/// What `/livez` and `/readyz` answer from; shared by the agent's tasks.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds after `started` of the loop's last beat.
+    beat_ms: AtomicU64,
+    stale_after: Duration,
+    server: Mutex<Check>,
+    report: Mutex<Check>,
+    metrics: Arc<Metrics>,
+    /// Whether the kubelet plugins are part of readiness (`[kubernetes]` is on).
+    kubelet: bool,
+}
+
+/// One readiness check's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    Pending(String),
+    Ok,
+    Failed(String),
+}
+
+impl Health {
+    /// `stale_after`: how old the loop's last beat may be for `/livez` to pass.
+    pub fn new(metrics: Arc<Metrics>, kubelet: bool, stale_after: Duration) -> Health {
+        Health {
+            started: Instant::now(),
+            beat_ms: AtomicU64::new(0),
+            stale_after,
+            server: Mutex::new(Check::Pending("not contacted yet".into())),
+            report: Mutex::new(Check::Pending("no report sent yet".into())),
+            metrics,
+            kubelet,
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn stale_after(&self) -> Duration {
+        self.stale_after
+    }
+
+    /// The agent's loop is alive.
+    pub fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The server answered (`Ok`) or could not be reached (`Err` with the cause).
+    pub fn server(&self, result: Result<(), String>) {
+        if let Ok(mut c) = self.server.lock() {
+            *c = match result {
+                Ok(()) => Check::Ok,
+                Err(e) => Check::Failed(e),
+            };
+        }
+    }
+
+    /// The last report was accepted (`Ok`) or not (`Err` with the reason).
+    pub fn report(&self, result: Result<(), String>) {
+        if let Ok(mut c) = self.report.lock() {
+            *c = match result {
+                Ok(()) => Check::Ok,
+                Err(e) => Check::Failed(e),
+            };
+        }
+    }
+
+    /// `/livez`: `Err` with the reason when the loop has not beaten for too long.
+    pub fn live(&self) -> Result<(), String> {
+        let now = self.started.elapsed();
+        let beat = Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
+        let silent = now.saturating_sub(beat);
+        if silent > self.stale_after {
+            Err(format!(
+                "the agent's loop has not run for {}s (limit {}s)",
+                silent.as_secs(),
+                self.stale_after.as_secs()
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `/readyz`: every check, by name, and whether it passes.
+    pub fn checks(&self) -> Vec<(&'static str, Check)> {
+        let get = |m: &Mutex<Check>| {
+            m.lock()
+                .map(|c| c.clone())
+                .unwrap_or_else(|_| Check::Failed("state poisoned".into()))
+        };
+        let mut out = vec![("server", get(&self.server)), ("report", get(&self.report))];
+        if self.kubelet {
+            out.push((
+                "kubelet",
+                if self.metrics.kubelet.all_registered() {
+                    Check::Ok
+                } else {
+                    Check::Pending("device plugins not registered with kubelet yet".into())
+                },
+            ));
+        }
+        out
+    }
+}
+
+fn text(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+const PLAIN: &str = "text/plain; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Answers one request.
+pub fn answer(health: &Health, method: &Method, path: &str, accept: &str) -> Response<Full<Bytes>> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            PLAIN,
+            "only GET and HEAD\n".into(),
+        );
+        r.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return r;
+    }
+    match path {
+        "/metrics" => {
+            if accept.contains("application/openmetrics-text") {
+                text(StatusCode::OK, OPENMETRICS, health.metrics.openmetrics())
+            } else {
+                text(StatusCode::OK, PROMETHEUS, health.metrics.prometheus_text())
+            }
+        }
+        "/livez" => match health.live() {
+            Ok(()) => text(StatusCode::OK, PLAIN, "ok\n".into()),
+            Err(e) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                format!("[-]loop failed: {e}\nlivez check failed\n"),
+            ),
+        },
+        "/readyz" => {
+            let checks = health.checks();
+            let mut body = String::new();
+            let mut ok = true;
+            for (name, c) in &checks {
+                match c {
+                    Check::Ok => body.push_str(&format!("[+]{name} ok\n")),
+                    Check::Pending(why) | Check::Failed(why) => {
+                        ok = false;
+                        body.push_str(&format!("[-]{name} failed: {why}\n"));
+                    }
+                }
+            }
+            if ok {
+                body.push_str("readyz check passed\n");
+                text(StatusCode::OK, PLAIN, body)
+            } else {
+                body.push_str("readyz check failed\n");
+                text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, body)
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "not found: /metrics, /livez, /readyz\n".into(),
+        ),
+    }
+}
+
+/// Serves `/metrics`, `/livez` and `/readyz` on `listener` until `shutdown`
+/// resolves. A connection that fails is logged at debug and dropped; the listener
+/// failing to accept is logged and retried after a pause (file descriptors exhausted
+/// must not end the probes for good).
+pub async fn serve(listener: TcpListener, health: Arc<Health>, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            a = listener.accept() => a,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics port: accept failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let health = health.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let accept = req
+                    .headers()
+                    .get(hyper::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let r = answer(&health, req.method(), req.uri().path(), &accept);
+                tracing::debug!(target: "accel::agent::metrics", method = %req.method(), path = req.uri().path(), status = r.status().as_u16(), "metrics port request");
+                async move { Ok::<_, std::convert::Infallible>(r) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "metrics port connection ended");
+            }
+        });
+    }
+    connections.shutdown().await;
+}

@@ -1,0 +1,202 @@
+//! A driver that fails during discovery never reports its devices removed (issue 14):
+//! the agent keeps what the driver found last (marking the devices it names
+//! unhealthy), and an agent with no earlier picture does not report at all. Against
+//! the real server, both backends.
+
+use accel_agent::config::{FakeDevice, Settings};
+use accel_agent::drivers::{fake::Fake, Driver, DriverFailure, Host};
+use accel_agent::metrics::Metrics;
+use accel_agent::model::{FoundDevice, Health};
+use accel_agent::observe::{Check, Health as Probes};
+use accel_agent::testing::{self, FakeSysfs};
+use accel_agent::{Agent, AgentError};
+use accel_testkit::server::{TestServer, BACKENDS};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn compute_node(server: &TestServer, name: &'static str) {
+    server
+        .store
+        .write(|tx| {
+            Box::pin(async move {
+                accel_store::placement::providers::create(
+                    tx,
+                    "6f1d3c52-1b7e-4c55-9a3e-0e1f7b2a9c10",
+                    name,
+                    None,
+                )
+                .await
+            })
+        })
+        .await
+        .unwrap();
+}
+
+fn probes() -> (Arc<Metrics>, Arc<Probes>) {
+    let m = Arc::new(Metrics::new());
+    let p = Arc::new(Probes::new(m.clone(), false, Duration::from_secs(60)));
+    (m, p)
+}
+
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// Makes `bus/pci/devices` unlistable (a file where the directory was), or back.
+fn break_bus(fs: &FakeSysfs, broken: bool) {
+    let bus = fs.root.join("bus/pci/devices");
+    let away = fs.root.join("bus/pci/devices.away");
+    if broken {
+        std::fs::rename(&bus, &away).unwrap();
+        std::fs::write(&bus, "").unwrap();
+    } else {
+        std::fs::remove_file(&bus).unwrap();
+        std::fs::rename(&away, &bus).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_report() {
+    for backend in BACKENDS {
+        let server = TestServer::spawn(backend).await;
+        compute_node(&server, "cn1").await;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FakeSysfs::new(dir.path());
+        testing::eight_gpus(&fs);
+        let settings = Settings {
+            drivers: Some(vec!["nvidia".into()]),
+            ..Settings::new(&server.accel, "cn1", &fs.root)
+        };
+        let (metrics, p) = probes();
+        let mut agent = Agent::new(settings.clone()).unwrap().observe(p.clone());
+        assert_eq!(agent.step().await.unwrap().added, 8);
+
+        break_bus(&fs, true);
+        let o = agent.step().await.unwrap();
+        assert_eq!((o.removed, o.vanished), (0, 0), "{o:?}");
+        assert_eq!(agent.check_node().await.unwrap().devices, 8);
+        let text = metrics.prometheus_text();
+        assert_eq!(
+            sample(
+                &text,
+                "accel_agent_driver_failures_total{driver=\"nvidia\"}"
+            ),
+            1.0,
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "accel_agent_devices{type=\"GPU\",health=\"ok\"}"),
+            8.0
+        );
+
+        // A restarted agent has no earlier picture: it sends nothing.
+        let (metrics2, p2) = probes();
+        let mut fresh = Agent::new(settings.clone()).unwrap().observe(p2.clone());
+        match fresh.step().await {
+            Err(AgentError::DriversFailed(d)) => assert_eq!(d, "nvidia"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(fresh.check_node().await.unwrap().devices, 8);
+        assert_eq!(
+            sample(
+                &metrics2.prometheus_text(),
+                "accel_agent_reports_total{outcome=\"skipped\"}"
+            ),
+            1.0
+        );
+        let report = p2
+            .checks()
+            .into_iter()
+            .find(|(n, _)| *n == "report")
+            .unwrap();
+        assert!(
+            matches!(&report.1, Check::Failed(why) if why.contains("nvidia")),
+            "{report:?}"
+        );
+
+        // The bus is back: nothing was lost, nothing is added twice.
+        break_bus(&fs, false);
+        let o = fresh.step().await.unwrap();
+        assert_eq!((o.added, o.removed, o.vanished), (0, 0, 0), "{o:?}");
+        assert_eq!(agent.check_node().await.unwrap().devices, 8);
+        server.stop().await;
+    }
+}
+
+/// The fake driver, failing on demand: 0 works, 1 panics, 2 fails naming its first
+/// device unhealthy.
+struct Flaky {
+    inner: Fake,
+    mode: Arc<AtomicU8>,
+}
+
+impl Driver for Flaky {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
+        if self.mode.load(Ordering::SeqCst) == 1 {
+            panic!("a driver bug");
+        }
+        self.inner.discover(host)
+    }
+
+    fn try_discover(&self, host: &Host) -> Result<Vec<FoundDevice>, DriverFailure> {
+        if self.mode.load(Ordering::SeqCst) == 2 {
+            let first = self.inner.discover(host)[0].address;
+            return Err(DriverFailure {
+                driver: "fake",
+                reason: "the vendor library stopped answering".into(),
+                unhealthy: vec![first],
+            });
+        }
+        Ok(self.discover(host))
+    }
+
+    fn health(&self, host: &Host, device: &FoundDevice) -> Health {
+        self.inner.health(host, device)
+    }
+
+    fn uses_pci_bus(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_or_failing_driver_keeps_its_devices_marking_those_it_knows_unhealthy() {
+    let server = TestServer::spawn(BACKENDS[0]).await;
+    compute_node(&server, "cn2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = Settings::new(&server.accel, "cn2", dir.path());
+    let spec: FakeDevice = toml::from_str("type = \"GPU\"\ncount = 2").unwrap();
+    settings.driver.fake = vec![spec.clone(), spec];
+    let mode = Arc::new(AtomicU8::new(0));
+    let flaky = Flaky {
+        inner: Fake::default(),
+        mode: mode.clone(),
+    };
+    let mut agent = Agent::with_drivers(settings, vec![Box::new(flaky)]).unwrap();
+    assert_eq!(agent.step().await.unwrap().added, 2);
+
+    mode.store(1, Ordering::SeqCst);
+    let d = agent.discover();
+    assert_eq!(d.failed.len(), 1);
+    assert!(d.failed[0].reason.contains("panicked"), "{:?}", d.failed);
+    assert_eq!(d.devices.len(), 2);
+    let o = agent.step().await.unwrap();
+    assert_eq!((o.removed, o.vanished), (0, 0), "{o:?}");
+
+    mode.store(2, Ordering::SeqCst);
+    let d = agent.discover();
+    let health: Vec<Health> = d.devices.iter().map(|x| x.health).collect();
+    assert_eq!(health, [Health::Unhealthy, Health::Ok]);
+    let o = agent.step().await.unwrap();
+    assert_eq!((o.removed, o.vanished), (0, 0), "{o:?}");
+    assert_eq!(agent.check_node().await.unwrap().devices, 2);
+    server.stop().await;
+}
