@@ -7,7 +7,10 @@
 //! database = "postgres://accel@127.0.0.1:5432/accel"
 //! placement_listen = "0.0.0.0:8778"
 //! accelerator_listen = "0.0.0.0:6666"
-//! auth_strategy = "noauth"          # or "keystone"
+//! auth_strategy = "keystone"        # or "noauth": loopback only unless insecure_noauth
+//! insecure_noauth = false           # allow noauth on a non-loopback address
+//! database_connect_timeout_seconds = 60  # retry an unreachable database this long
+//! shutdown_timeout_seconds = 30     # drain this long at shutdown, then exit
 //! policy_file = "/etc/accel/policy.yaml"
 //! enforce_new_defaults = false
 //! cors_allowed_origin = ["https://dashboard.example.com"]
@@ -130,6 +133,27 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub nova_token: Option<String>,
+    /// Seconds to keep retrying an unreachable database at start-up (each attempt's
+    /// cause is logged) before exiting non-zero with the last cause [default: 60].
+    #[arg(
+        long = "database-connect-timeout",
+        env = "ACCEL_DATABASE_CONNECT_TIMEOUT",
+        value_name = "SECONDS"
+    )]
+    pub database_connect_timeout_seconds: Option<u64>,
+    /// Seconds a shutdown waits for requests in flight before it closes the
+    /// connections left and exits; a second SIGINT or SIGTERM exits at once
+    /// [default: 30].
+    #[arg(
+        long = "shutdown-timeout",
+        env = "ACCEL_SHUTDOWN_TIMEOUT",
+        value_name = "SECONDS"
+    )]
+    pub shutdown_timeout_seconds: Option<u64>,
+    /// Allow auth_strategy noauth on a non-loopback listen address. noauth trusts
+    /// identity headers from anyone who can connect: use it on trusted networks only.
+    #[arg(long, env = "ACCEL_INSECURE_NOAUTH")]
+    pub insecure_noauth: bool,
 }
 
 /// The configuration file's schema.
@@ -154,6 +178,9 @@ struct FileConfig {
     nova_token: Option<String>,
     nova: Option<SessionConfig>,
     placement: Option<PlacementConfig>,
+    database_connect_timeout_seconds: Option<u64>,
+    shutdown_timeout_seconds: Option<u64>,
+    insecure_noauth: Option<bool>,
 }
 
 /// The resolved configuration.
@@ -184,6 +211,12 @@ pub struct ServeConfig {
     /// The `[placement]` table: an external Placement that device providers are
     /// pushed to; `None` keeps them in the built-in one only.
     pub placement: Option<PlacementConfig>,
+    /// Seconds to retry an unreachable database at start-up.
+    pub database_connect_timeout_seconds: u64,
+    /// Seconds a shutdown drains before it closes what is left.
+    pub shutdown_timeout_seconds: u64,
+    /// noauth on a non-loopback address was asked for explicitly.
+    pub insecure_noauth: bool,
 }
 
 impl ServeConfig {
@@ -246,7 +279,31 @@ impl ServeConfig {
                 .filter(|t| !t.is_empty()),
             nova: file.nova,
             placement: file.placement,
+            database_connect_timeout_seconds: args
+                .database_connect_timeout_seconds
+                .or(file.database_connect_timeout_seconds)
+                .unwrap_or(60),
+            shutdown_timeout_seconds: args
+                .shutdown_timeout_seconds
+                .or(file.shutdown_timeout_seconds)
+                .unwrap_or(30),
+            insecure_noauth: args.insecure_noauth || file.insecure_noauth.unwrap_or(false),
         };
+        if cfg.auth_strategy == AuthStrategy::Noauth && !cfg.insecure_noauth {
+            for (key, addr) in [
+                ("placement_listen", &cfg.placement_listen),
+                ("accelerator_listen", &cfg.accelerator_listen),
+            ] {
+                if !is_loopback(addr) {
+                    bail!(
+                        "{key} {addr:?} is not a loopback address and auth_strategy is noauth, \
+                         which trusts identity headers from anyone who can connect: use \
+                         auth_strategy keystone, listen on 127.0.0.1, or pass \
+                         --insecure-noauth (insecure_noauth = true) if this network is trusted"
+                    );
+                }
+            }
+        }
         if let Some(p) = &cfg.placement {
             p.validate().map_err(anyhow::Error::msg)?;
         }
@@ -282,6 +339,14 @@ impl ServeConfig {
             }
         }
         Ok(cfg)
+    }
+
+    /// The server's HTTP limits, with the configured shutdown drain.
+    pub fn http_limits(&self) -> accel_server::listen::HttpLimits {
+        accel_server::listen::HttpLimits {
+            shutdown_timeout: std::time::Duration::from_secs(self.shutdown_timeout_seconds),
+            ..Default::default()
+        }
     }
 
     /// The database URL, defaulting to `<data dir>/accel/accel.db`.
@@ -353,7 +418,117 @@ impl ServeConfig {
             randomize_allocation_candidates: self.randomize_allocation_candidates,
             max_allocation_candidates: self.max_allocation_candidates,
             keystone,
+            http: self.http_limits(),
         })
+    }
+}
+
+/// Whether a listen address (`HOST:PORT`) only accepts connections from this host: a
+/// loopback IP (`127.0.0.0/8`, `::1`) or `localhost`. Names other than `localhost`
+/// count as reachable from elsewhere.
+fn is_loopback(addr: &str) -> bool {
+    if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
+        return sa.ip().is_loopback();
+    }
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod noauth_tests {
+    use super::*;
+
+    fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
+        ServeConfig::load(args)
+    }
+
+    #[test]
+    fn loopback_addresses() {
+        for a in [
+            "127.0.0.1:8778",
+            "127.1.2.3:1",
+            "[::1]:6666",
+            "localhost:8778",
+        ] {
+            assert!(is_loopback(a), "{a}");
+        }
+        for a in [
+            "0.0.0.0:8778",
+            "[::]:6666",
+            "10.0.0.1:8778",
+            "ctl.example.org:8778",
+        ] {
+            assert!(!is_loopback(a), "{a}");
+        }
+    }
+
+    #[test]
+    fn noauth_on_a_public_address_needs_insecure_noauth() {
+        let err = load(ServeArgs {
+            placement_listen: Some("0.0.0.0:8778".into()),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--insecure-noauth") && err.contains("placement_listen"),
+            "{err}"
+        );
+        let err = load(ServeArgs {
+            accelerator_listen: Some("[::]:6666".into()),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("accelerator_listen"), "{err}");
+        let cfg = load(ServeArgs {
+            placement_listen: Some("0.0.0.0:8778".into()),
+            insecure_noauth: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(cfg.insecure_noauth);
+        // The defaults listen on loopback and need nothing.
+        let cfg = load(ServeArgs::default()).unwrap();
+        assert_eq!(
+            (
+                cfg.database_connect_timeout_seconds,
+                cfg.shutdown_timeout_seconds
+            ),
+            (60, 30)
+        );
+    }
+
+    #[test]
+    fn the_file_says_it_too() {
+        let path = std::env::temp_dir().join(format!("accel-noauth-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "placement_listen = \"0.0.0.0:8778\"\ninsecure_noauth = true\n\
+             database_connect_timeout_seconds = 5\nshutdown_timeout_seconds = 2\n",
+        )
+        .unwrap();
+        let cfg = load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        let cfg = cfg.unwrap();
+        assert_eq!(
+            (
+                cfg.database_connect_timeout_seconds,
+                cfg.shutdown_timeout_seconds
+            ),
+            (5, 2)
+        );
+        assert_eq!(
+            cfg.http_limits().shutdown_timeout,
+            std::time::Duration::from_secs(2)
+        );
     }
 }
 

@@ -89,9 +89,23 @@ fn init_tracing(format: &str) {
 async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     use accel_server::accelerator::binder::{NovaEndpoint, WorkerConfig};
     let url = cfg.database_url()?;
-    let store = accel_store::Store::connect(&url)
+    let within = std::time::Duration::from_secs(cfg.database_connect_timeout_seconds);
+    let store = accel_store::Store::connect_retrying(&url, within)
         .await
-        .with_context(|| format!("opening database {}", cfg.redacted_database()))?;
+        .map_err(|e| match &e {
+            // The driver's root cause, not its wrapper ("pool timed out" and the like).
+            accel_store::StoreError::Db(db) => {
+                anyhow::anyhow!("{}", accel_store::db_cause(db)).context(e.to_string())
+            }
+            _ => anyhow::Error::new(e),
+        })
+        .with_context(|| {
+            format!(
+                "opening database {} (retried for up to {} s, --database-connect-timeout)",
+                cfg.redacted_database(),
+                within.as_secs()
+            )
+        })?;
     let (policy, config) = (cfg.policy()?, cfg.server_config()?);
     let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
@@ -139,13 +153,14 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
             "no nova_url or [nova]: accelerator-request-bound events are recorded, not sent"
         );
     }
+    let signals = Signals::install();
     tracing::info!(
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,
         database = %cfg.redacted_database(),
         "accel serve ready"
     );
-    app.serve(listener, Some(accel_listener), shutdown_signal())
+    app.serve(listener, Some(accel_listener), signals.first())
         .await?;
     tracing::info!("accel serve stopped");
     Ok(())
@@ -153,23 +168,80 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
 
 #[cfg(any(feature = "server", feature = "agent"))]
 pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    Signals::install().first().await
+}
+
+/// SIGINT and SIGTERM, listened to from the moment of [`Signals::install`]: a signal
+/// that arrives after the server says it is ready must start the drain, not kill the
+/// process with the default action.
+#[cfg(any(feature = "server", feature = "agent"))]
+pub(crate) struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(any(feature = "server", feature = "agent"))]
+impl Signals {
+    pub(crate) fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let int = signal(SignalKind::interrupt());
+            let term = signal(SignalKind::terminate());
+            if let Err(e) = int.as_ref().and(term.as_ref()) {
+                tracing::warn!(error = %e, "cannot listen for SIGINT/SIGTERM");
             }
-            Err(_) => std::future::pending::<()>().await,
+            Signals {
+                int: int.ok(),
+                term: term.ok(),
+            }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        #[cfg(not(unix))]
+        Signals {}
     }
-    tracing::info!("shutdown requested, draining");
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let int = async {
+                match self.int.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let term = async {
+                match self.term.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = int => {},
+                _ = term => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+
+    /// Completes at the first signal, after which a second one ends the process at
+    /// once: an operator who asks twice does not want to wait for the drain.
+    pub(crate) async fn first(mut self) {
+        self.next().await;
+        tracing::info!("shutdown requested, draining");
+        tokio::spawn(async move {
+            self.next().await;
+            tracing::warn!("second shutdown signal: exiting now");
+            std::process::exit(1);
+        });
+    }
 }

@@ -89,6 +89,16 @@ impl App {
         let workers = self
             .workers
             .map(|(cfg, backoff)| binder::spawn_with(&self.accel, cfg, backoff));
+        // The drain deadline covers the workers too: it starts when shutdown does.
+        let drain = self.state.config.http.shutdown_timeout;
+        let deadline = Arc::new(std::sync::OnceLock::new());
+        let shutdown = {
+            let deadline = deadline.clone();
+            async move {
+                shutdown.await;
+                let _ = deadline.set(tokio::time::Instant::now() + drain);
+            }
+        };
         let served = crate::serve(
             self.state.clone(),
             placement,
@@ -100,7 +110,16 @@ impl App {
         )
         .await;
         if let Some(w) = workers {
-            w.shutdown().await.context("stopping the bind worker")?;
+            let left = deadline.get().map_or(drain, |d| {
+                d.saturating_duration_since(tokio::time::Instant::now())
+            });
+            match tokio::time::timeout(left, w.shutdown()).await {
+                Ok(r) => r.context("stopping the bind worker")?,
+                Err(_) => tracing::warn!(
+                    timeout_s = drain.as_secs(),
+                    "shutdown timeout: background workers stopped in the middle of a step"
+                ),
+            }
         }
         self.state.store.close().await;
         served.context("serving the APIs")

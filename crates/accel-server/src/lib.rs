@@ -17,6 +17,7 @@ pub mod auth;
 mod cors;
 pub mod external;
 pub mod jsonschema;
+pub mod listen;
 pub mod placement;
 pub mod supervisor;
 
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     /// The Keystone validator (configuration, own token, validation cache), present
     /// when `auth_strategy` is keystone.
     pub keystone: Option<Arc<auth::keystone::Keystone>>,
+    /// Timeouts, body and connection limits, and the shutdown drain of both APIs.
+    pub http: listen::HttpLimits,
 }
 
 /// Everything a handler can reach.
@@ -58,7 +61,8 @@ pub struct AcceleratorApi {
 }
 
 /// Serves the Placement API on `placement`, and the accelerator API on its own
-/// listener when given, until `shutdown` completes; then both drain.
+/// listener when given, until `shutdown` completes; then both drain, for at most
+/// `state.config.http.shutdown_timeout` ([`listen`]).
 pub async fn serve(
     state: Arc<AppState>,
     placement: TcpListener,
@@ -66,18 +70,26 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use futures::FutureExt;
-    use std::future::IntoFuture;
-    let shutdown = shutdown.boxed().shared();
+    let shutdown: listen::Shutdown = shutdown.boxed().shared();
+    let limits = state.config.http.clone();
     let placement_app = placement::router(state);
-    let placement_server = axum::serve(placement, placement_app)
-        .with_graceful_shutdown(shutdown.clone())
-        .into_future();
+    let placement_server = listen::serve(
+        "placement",
+        placement,
+        placement_app,
+        limits.clone(),
+        shutdown.clone(),
+    );
     match accelerator {
         None => placement_server.await,
         Some(api) => {
-            let accel_server = axum::serve(api.listener, accelerator::router(api.state))
-                .with_graceful_shutdown(shutdown)
-                .into_future();
+            let accel_server = listen::serve(
+                "accelerator",
+                api.listener,
+                accelerator::router(api.state),
+                limits,
+                shutdown,
+            );
             let (a, b) = tokio::join!(placement_server, accel_server);
             a.and(b)
         }

@@ -66,6 +66,51 @@ impl StoreError {
         }
     }
 
+    /// True when the database could not be reached or is not serving right now (no
+    /// connection within the pool's acquire timeout, a connection lost mid-query, a
+    /// server shutting down or starting up, too many connections, a SQLite file locked
+    /// past its busy timeout): the request may succeed later, and the APIs answer 503
+    /// rather than 500.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Db(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(d) => match d.code().as_deref() {
+                // PostgreSQL class 08 (connection exception), admin/crash shutdown,
+                // cannot connect now, too many connections.
+                Some(c) if c.starts_with("08") => true,
+                Some("57P01" | "57P02" | "57P03" | "53300") => true,
+                // SQLite: SQLITE_BUSY / SQLITE_LOCKED after the busy timeout.
+                Some("5" | "6") => true,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// True for the errors a server at start-up waits out ([`crate::Store::connect_retrying`]):
+    /// the database is unavailable, or refuses this login or database name, which an
+    /// operator may be fixing while the server waits.
+    pub fn is_unreachable_at_start(&self) -> bool {
+        if self.is_unavailable() {
+            return true;
+        }
+        match self {
+            StoreError::Db(sqlx::Error::Database(d)) => {
+                // invalid authorization, invalid password, database does not exist
+                matches!(d.code().as_deref(), Some("28000" | "28P01" | "3D000"))
+            }
+            _ => false,
+        }
+    }
+
     /// True when the database itself reported a unique-constraint violation.
     pub fn is_unique_violation(&self) -> bool {
         match self {
@@ -75,6 +120,30 @@ impl StoreError {
                     || e.code().as_deref() == Some("23505")
             }
             _ => false,
+        }
+    }
+}
+
+/// The root cause of a database error in an operator's words: the innermost source
+/// of an I/O error ("Connection refused (os error 111)"), or the server's own message
+/// ("password authentication failed for user ..", "database \"x\" does not exist"),
+/// rather than sqlx's wrapper text or a pool's "timed out".
+pub fn db_cause(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(d) => match d.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", d.message()),
+            None => d.message().to_owned(),
+        },
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::PoolTimedOut => "no connection within the timeout".to_owned(),
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                text = s.to_string();
+                source = s.source();
+            }
+            text
         }
     }
 }

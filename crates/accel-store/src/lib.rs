@@ -31,7 +31,7 @@ mod migrate;
 pub mod placement;
 pub mod testing;
 
-pub use error::{Conflict, Refusable, StoreError, PROVIDER_RACE};
+pub use error::{db_cause, Conflict, Refusable, StoreError, PROVIDER_RACE};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -60,6 +60,11 @@ pub struct Store {
     readers: Option<AnyPool>,
     backend: Backend,
 }
+
+/// How long a request waits for a PostgreSQL connection: past it the database counts
+/// as unavailable ([`StoreError::is_unavailable`]) and the APIs answer 503 instead of
+/// holding the client.
+pub const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Reader connections on a SQLite file (the writer is separate).
 const SQLITE_READERS: u32 = 4;
@@ -111,6 +116,15 @@ impl Store {
             )));
         };
         let opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
+        if backend == Backend::Postgres {
+            // One plain connection first: the pool would retry a refused connection
+            // until its acquire timeout and then say only "pool timed out", hiding
+            // the cause an operator needs (refused, bad password, no such database).
+            let probe = AnyConnection::connect_with(&opts)
+                .await
+                .map_err(StoreError::Db)?;
+            let _ = probe.close().await;
+        }
         let mut readers = None;
         let pool = match backend {
             // One connection: SQLite has a single writer anyway, and one connection
@@ -125,9 +139,13 @@ impl Store {
                 .connect_with(opts)
                 .await
                 .map_err(StoreError::Db)?,
+            // A request waits at most PG_ACQUIRE_TIMEOUT for a connection (then 503),
+            // and every pooled connection is pinged before use, so connections a
+            // restarted or failed-over server dropped are replaced, not handed out.
             Backend::Postgres => AnyPoolOptions::new()
                 .max_connections(16)
-                .acquire_timeout(Duration::from_secs(30))
+                .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+                .test_before_acquire(true)
                 .connect_with(opts)
                 .await
                 .map_err(StoreError::Db)?,
@@ -151,6 +169,55 @@ impl Store {
         migrate::run(&store).await?;
         placement::sync_standards(&store).await?;
         Ok(store)
+    }
+
+    /// [`Store::connect`], retried while the database is not reachable yet (a
+    /// refused or lost connection, a server starting up, a refused password, a
+    /// database not created yet) for at most `within`; each failed attempt is logged
+    /// with its cause, and the last one is returned when the time is up. Other
+    /// errors (a bad URL, a failed migration) return at once.
+    pub async fn connect_retrying(url: &str, within: Duration) -> Result<Self, StoreError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut wait = Duration::from_millis(200);
+        let mut attempt = 1u32;
+        let mut last: Option<StoreError> = None;
+        loop {
+            // Each attempt gets what is left, and at least a moment: an attempt cut
+            // short says nothing, so the previous attempt's cause is the one reported.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let budget = left.max(Duration::from_millis(500));
+            let result = match tokio::time::timeout(budget, Self::connect(url)).await {
+                Ok(r) => r,
+                Err(_) => Err(last
+                    .take()
+                    .unwrap_or(StoreError::Db(sqlx::Error::PoolTimedOut))),
+            };
+            let e = match result {
+                Ok(store) => {
+                    if attempt > 1 {
+                        tracing::info!(attempt, "database reachable");
+                    }
+                    return Ok(store);
+                }
+                Err(e) if e.is_unreachable_at_start() => e,
+                Err(e) => return Err(e),
+            };
+            let cause = match &e {
+                StoreError::Db(db) => db_cause(db),
+                other => other.to_string(),
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                tracing::error!(attempt, %cause, within_s = within.as_secs(), "database not reachable; giving up");
+                return Err(e);
+            }
+            let pause = wait.min(left);
+            tracing::warn!(attempt, %cause, retry_in_ms = pause.as_millis() as u64, "database not reachable yet");
+            tokio::time::sleep(pause).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+            attempt += 1;
+            last = Some(e);
+        }
     }
 
     pub fn backend(&self) -> Backend {

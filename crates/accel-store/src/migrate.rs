@@ -71,6 +71,11 @@ const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../migrations/sqlite/0010_placement_pushes.sql"),
         postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
     },
+    Migration {
+        version: 11,
+        sqlite: include_str!("../migrations/sqlite/0011_server_heartbeats.sql"),
+        postgres: include_str!("../migrations/postgres/0011_server_heartbeats.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.

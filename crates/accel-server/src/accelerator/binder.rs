@@ -23,7 +23,10 @@
 //!   ends `failed` and its ARQ `BindFailed`, whatever it waited for (an agent that never
 //!   programs, a Nova that never calls back). A crashed server's claims expire after the
 //!   30 s lease and any replica, or the restarted server, takes the jobs over; such a job
-//!   ends at its deadline or at that lease's expiry, whichever is later.
+//!   ends at its deadline or at that lease's expiry, whichever is later. Sooner in
+//!   practice: each process beats a heartbeat row (every 0.5 s, expiring after 2 s), and the
+//!   leases of a holder whose heartbeat expired are free at once, so a restarted server
+//!   resumes a killed one's binds within seconds (`heartbeat_loop`).
 //! - **At most one performer, at most one handle.** The claim is a compare-and-swap on
 //!   `owner`/`lease_until`; `perform` re-checks `owner = me` under a row lock and changes
 //!   nothing if the job moved on (lease taken over, ARQ unbound or deleted, which drops
@@ -132,6 +135,11 @@ pub struct WorkerConfig {
     pub event_expiry_secs: i64,
     /// Timeout of one POST to Nova.
     pub nova_timeout: Duration,
+    /// How often this process beats its heartbeat row (`server_heartbeats`).
+    pub heartbeat_interval: Duration,
+    /// How long after its last beat this process counts as dead and its leases as
+    /// free to others (seconds; a few beats, so one slow beat is not a death).
+    pub heartbeat_ttl_secs: i64,
 }
 
 impl WorkerConfig {
@@ -145,6 +153,8 @@ impl WorkerConfig {
             max_backoff_secs: 60,
             event_expiry_secs: 900,
             nova_timeout: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_ttl_secs: 2,
         }
     }
 }
@@ -459,11 +469,82 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
             bind_loop(binder, bind_wake.clone(), cfg.poll_interval, stop)
         });
     }
+    {
+        let (store, cfg) = (store.clone(), cfg.clone());
+        let wakes = [state.bind_wakeup.clone(), events_wake.clone()];
+        supervisor.spawn("heartbeat", move |stop| {
+            heartbeat_loop(store.clone(), cfg.clone(), wakes.clone(), stop)
+        });
+    }
     supervisor.spawn("nova event sender", move |stop| {
         let sender = EventSender::new(store.clone(), &cfg);
         send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
     });
     Workers { supervisor }
+}
+
+/// Rows of holders dead this long are deleted: far past any lease they held.
+const FORGET_DEAD_SECS: i64 = 3600;
+
+/// Beats this process's heartbeat row every `heartbeat_interval`, wakes the workers when
+/// a dead holder still has leased work (so it is taken over now rather than when the
+/// lease ends, see `accel_store::accelerator::heartbeats`), and marks the row dead at
+/// a clean stop.
+async fn heartbeat_loop(
+    store: Store,
+    cfg: WorkerConfig,
+    wakes: [Arc<Notify>; 2],
+    mut stop: Stop,
+) -> anyhow::Result<()> {
+    use accel_store::accelerator::heartbeats;
+    let mut failing = false;
+    let mut last_forget = 0;
+    loop {
+        let now = accel_store::now();
+        match heartbeats::beat(&store, &cfg.owner, now, cfg.heartbeat_ttl_secs).await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!(owner = %cfg.owner, "heartbeat written again");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                // Logged once per outage: the database is down and every request says so.
+                if !failing {
+                    tracing::warn!(owner = %cfg.owner, error = %e, "heartbeat not written; other servers may take this one's leases over");
+                }
+                failing = true;
+            }
+        }
+        if !failing {
+            match heartbeats::orphaned_work(&store, now).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(
+                        leases = n,
+                        "taking over work leased by a server whose heartbeat expired"
+                    );
+                    for w in &wakes {
+                        w.notify_one();
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "looking for work of dead servers failed"),
+            }
+            if now - last_forget >= 60 {
+                last_forget = now;
+                if let Err(e) = heartbeats::forget_dead(&store, now, FORGET_DEAD_SECS).await {
+                    tracing::warn!(error = %e, "deleting old heartbeat rows failed");
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.heartbeat_interval) => {}
+            _ = stop.stopped() => break,
+        }
+    }
+    if let Err(e) = heartbeats::retire(&store, &cfg.owner, accel_store::now()).await {
+        tracing::warn!(owner = %cfg.owner, error = %e, "could not mark this server stopped; its leases free up when its heartbeat expires");
+    }
+    Ok(())
 }
 
 /// The pusher's loop: every host marked once per run (so enabling `[placement]`, or a

@@ -156,9 +156,17 @@ impl From<accel_store::StoreError> for AccelError {
             StoreError::NotFound(m) => AccelError::not_found(m),
             StoreError::Invalid(m) => AccelError::bad_request(m),
             StoreError::Conflict(_, m) => AccelError::conflict(m),
+            // As Placement's: the driver's words go to the log, not to the client.
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unavailable; answering 503");
+                AccelError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    crate::listen::DB_UNAVAILABLE,
+                )
+            }
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
                 tracing::error!(error = %e, "store error");
-                AccelError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                AccelError::internal(crate::listen::INTERNAL)
             }
         }
     }

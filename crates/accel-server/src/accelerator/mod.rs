@@ -78,8 +78,6 @@ pub fn router(state: Arc<AccelState>) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(state)
 }
 
-const MAX_BODY: usize = 16 * 1024 * 1024;
-
 /// One authenticated request, as handlers see it.
 pub(crate) struct Ctx {
     pub version: Version,
@@ -276,9 +274,12 @@ async fn versioned(
         Err(msg) => AccelError::not_acceptable(msg).into_response(),
         Ok(version) => {
             let result = async {
-                let body = axum::body::to_bytes(body, MAX_BODY)
+                let body = crate::listen::read_body(headers, body, &st.app.config.http)
                     .await
-                    .map_err(|_| AccelError::bad_request("request body too large or unreadable"))?;
+                    .map_err(|e| {
+                        let (status, message) = e.status_and_message();
+                        AccelError::new(status, message)
+                    })?;
                 let ctx = Ctx {
                     version,
                     is_admin: creds.policy.roles.iter().any(|r| r == "admin"),

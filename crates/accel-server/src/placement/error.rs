@@ -195,6 +195,9 @@ fn explanation(s: StatusCode) -> &'static str {
         404 => "The resource could not be found.",
         409 => "There was a conflict when trying to complete your request.",
         415 => "The request media type is not supported by this server.",
+        408 => "The request did not arrive in time.",
+        413 => "The request body is larger than this server accepts.",
+        503 => "The service cannot answer right now; try again later.",
         _ => "The server has either erred or is incapable of performing the requested operation.",
     }
 }
@@ -232,9 +235,18 @@ impl From<accel_store::StoreError> for ApiError {
                 ApiError::conflict(m).with_code(Code::ProviderCannotDeleteParent)
             }
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
+            // The database's own words stay in the log: a driver message tells a
+            // client nothing it can act on and may describe the deployment.
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unavailable; answering 503");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    crate::listen::DB_UNAVAILABLE,
+                )
+            }
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
                 tracing::error!(error = %e, "store error");
-                ApiError::internal(format!("{e}"))
+                ApiError::internal(crate::listen::INTERNAL)
             }
         }
     }

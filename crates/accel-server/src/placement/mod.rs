@@ -44,8 +44,6 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(state)
 }
 
-const MAX_BODY: usize = 16 * 1024 * 1024;
-
 async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Response<Body> {
     let request_id = format!("req-{}", uuid::Uuid::new_v4());
     let (parts, body) = request.into_parts();
@@ -111,9 +109,12 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
             }
         }
         let (route, params) = routes::resolve(&path, &method, version)?;
-        let body = axum::body::to_bytes(body, MAX_BODY)
+        let body = crate::listen::read_body(&parts.headers, body, &app.config.http)
             .await
-            .map_err(|_| ApiError::bad_request("request body too large or unreadable"))?;
+            .map_err(|e| {
+                let (status, message) = e.status_and_message();
+                ApiError::new(status, message)
+            })?;
         let req = Req::new(
             method.clone(),
             parts.uri.query().unwrap_or(""),

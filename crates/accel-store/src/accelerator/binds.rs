@@ -57,18 +57,20 @@ pub struct DueJob {
     pub instance_uuid: Option<String>,
 }
 
-/// Jobs a worker should take at `now`, oldest first: unowned (or lease expired) and
+/// Jobs a worker should take at `now`, oldest first: free ([`lease::free`]: unowned,
+/// lease expired, or holder's heartbeat expired) and
 /// either pending, or programming with the agent's answer in or the deadline passed.
 pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<DueJob>, StoreError> {
-    let rows = sqlx::query(
+    let rows = sqlx::query(&format!(
         "SELECT j.id, j.arq_uuid, a.instance_uuid FROM bind_jobs j \
          JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
          LEFT JOIN program_requests pr ON pr.arq_uuid = j.arq_uuid \
-         WHERE (j.owner IS NULL OR j.lease_until < $1) \
+         WHERE {free} \
          AND (j.state = 'pending' OR (j.state = 'programming' \
               AND (j.deadline < $1 OR pr.state IS NULL OR pr.state <> 'pending'))) \
          ORDER BY j.id LIMIT $2",
-    )
+        free = lease::free("j.", "$1"),
+    ))
     .bind(now)
     .bind(limit)
     .fetch_all(&mut *tx)

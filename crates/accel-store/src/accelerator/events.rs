@@ -136,10 +136,11 @@ pub(crate) async fn record(
 
 /// Ids of pending events due at `now` and free to claim, oldest first.
 pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar(&format!(
         "SELECT id FROM nova_events WHERE state = 'pending' AND next_attempt <= $1 \
-         AND (owner IS NULL OR lease_until < $1) ORDER BY id LIMIT $2",
-    )
+         AND {free} ORDER BY id LIMIT $2",
+        free = lease::free("", "$1"),
+    ))
     .bind(now)
     .bind(limit)
     .fetch_all(&mut *tx)

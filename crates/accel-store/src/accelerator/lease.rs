@@ -6,6 +6,14 @@
 //! (a crashed replica's rows are free again once its lease ends). A later write by the
 //! taker repeats `owner = me` in its `WHERE`, so a taker whose lease was taken over
 //! changes nothing: [`changed_one`] tells it so.
+//!
+//! A row is also free when its holder is known dead: every server process beats a
+//! heartbeat row ([`super::heartbeats`]) with a short expiry, and a lease held by an
+//! owner whose heartbeat expired is taken over at once instead of after the 30 s
+//! lease, so a restarted server resumes its dead predecessor's work within seconds.
+//! Safety does not rest on the heartbeat: a live holder whose heartbeat lapsed (a slow
+//! database) and lost its row finds `owner = me` false on its next write and changes
+//! nothing, exactly as after an expired lease.
 
 use crate::{StoreError, Tx};
 use sqlx::any::AnyArguments;
@@ -49,7 +57,8 @@ where
     };
     let sql = format!(
         "UPDATE {table} SET owner = $1, lease_until = $2, {attempts}updated_at = $3 \
-         WHERE {column} = $4 AND {ready} AND (owner IS NULL OR lease_until < $3)"
+         WHERE {column} = $4 AND {ready} AND {free}",
+        free = free("", "$3"),
     );
     let q = sqlx::query(&sql)
         .bind(owner.to_owned())
@@ -66,4 +75,14 @@ pub(super) async fn changed_one<'q>(
     update: Query<'q, Any, AnyArguments<'q>>,
 ) -> Result<bool, StoreError> {
     Ok(update.execute(&mut *tx).await?.rows_affected() == 1)
+}
+
+/// The SQL condition "the lease on this row is free at `now`": unowned, its lease
+/// ran out, or its owner's heartbeat expired. `alias` prefixes the row's columns
+/// (`"j."` or `""`); `now` is the placeholder holding the time.
+pub(super) fn free(alias: &str, now: &str) -> String {
+    format!(
+        "({alias}owner IS NULL OR {alias}lease_until < {now} OR {alias}owner IN \
+         (SELECT h.owner FROM server_heartbeats h WHERE h.alive_until < {now}))"
+    )
 }

@@ -58,6 +58,7 @@ pub mod arqs;
 pub mod binds;
 pub mod events;
 pub mod hardware;
+pub mod heartbeats;
 pub mod kubernetes;
 mod lease;
 pub mod profiles;

@@ -75,11 +75,12 @@ pub async fn mark_all(tx: &mut Tx, now: i64) -> Result<usize, StoreError> {
 
 /// Hosts pending, due at `now` and free to claim, oldest due first.
 pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar(&format!(
         "SELECT hostname FROM placement_pushes WHERE version > pushed_version \
-         AND next_attempt <= $1 AND (owner IS NULL OR lease_until < $1) \
+         AND next_attempt <= $1 AND {free} \
          ORDER BY next_attempt, hostname LIMIT $2",
-    )
+        free = lease::free("", "$1"),
+    ))
     .bind(now)
     .bind(limit)
     .fetch_all(&mut *tx)

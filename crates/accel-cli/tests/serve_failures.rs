@@ -1,0 +1,696 @@
+//! `accel serve` as a process under failure: noauth refused on a public address, an
+//! unreachable database at start-up, shutdown against a client that never finishes its
+//! request (and a second signal), a `kill -9` in the middle of a bind, and a
+//! PostgreSQL server stopped and started again under write load.
+//!
+//! Each test runs the built binary with `--log-format json` and reads its addresses
+//! from the "accel serve ready" line, so nothing here picks a port for the server.
+
+use accel_store::accelerator::{binds, heartbeats};
+use accel_store::Store;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running `accel serve`.
+struct Serve {
+    child: Child,
+    placement: String,
+    accel: String,
+    /// Every log line so far.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn accel() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_accel"));
+    c.env_remove("ACCEL_CONFIG")
+        .env("ACCEL_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
+/// Starts `accel serve ARGS` (both APIs on port 0) and waits for it to be ready.
+async fn serve(args: &[&str]) -> Serve {
+    let mut c = accel();
+    c.args(["serve", "--log-format", "json"])
+        .args(["--placement-listen", "127.0.0.1:0"])
+        .args(["--accelerator-listen", "127.0.0.1:0"])
+        .args(args);
+    let mut child = c.spawn().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sink = log.clone();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("accel serve ready") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(line.clone());
+                }
+            }
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let ready = tokio::time::timeout(Duration::from_secs(60), rx)
+        .await
+        .unwrap_or_else(|_| panic!("not ready: {:?}", log.lock().unwrap()))
+        .unwrap_or_else(|_| panic!("exited: {:?}", log.lock().unwrap()));
+    let v: Value = serde_json::from_str(&ready).unwrap();
+    let f = &v["fields"];
+    Serve {
+        child,
+        placement: format!("http://{}", f["placement"].as_str().unwrap()),
+        accel: format!("http://{}", f["accelerator"].as_str().unwrap()),
+        log,
+    }
+}
+
+impl Serve {
+    fn pid(&self) -> String {
+        self.child.id().unwrap().to_string()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits for the process to exit: its status and how long that took.
+    async fn exit(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let t = Instant::now();
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("still running after {within:?}"))
+            .unwrap();
+        (status, t.elapsed())
+    }
+
+    fn logged(&self, what: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(what))
+            .count()
+    }
+}
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("accel.db").display())
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[tokio::test]
+async fn noauth_on_a_public_address_needs_insecure_noauth() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_url(dir.path());
+    let out = accel()
+        .args(["serve", "--database", &db])
+        .args(["--placement-listen", "0.0.0.0:0"])
+        .args(["--accelerator-listen", "127.0.0.1:0"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--insecure-noauth") && err.contains("placement_listen"),
+        "{err}"
+    );
+    // Said explicitly, it serves.
+    let mut s = serve(&["--database", &db, "--insecure-noauth"]).await;
+    s.signal("TERM");
+    let (status, _) = s.exit(Duration::from_secs(10)).await;
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn an_unreachable_database_fails_start_up_with_its_cause_within_the_timeout() {
+    let port = free_port();
+    let t = Instant::now();
+    let out = accel()
+        .args(["serve", "--database"])
+        .arg(format!("postgres://postgres@127.0.0.1:{port}/accel"))
+        .args(["--database-connect-timeout", "2"])
+        .args(["--placement-listen", "127.0.0.1:0"])
+        .args(["--accelerator-listen", "127.0.0.1:0"])
+        .output()
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    // Each attempt logged with the cause, and the exit names it.
+    let attempts = err.matches("database not reachable yet").count();
+    assert!(attempts >= 2, "{err}");
+    assert!(
+        err.matches("Connection refused").count() > attempts,
+        "{err}"
+    );
+    assert!(err.contains("Error: opening database"), "{err}");
+    assert!(!err.contains("pool timed out"), "{err}");
+
+    // A database that does not exist on a server that answers.
+    let admin = accel_store::testing::pg_admin_url();
+    let base = admin.rsplit_once('/').unwrap().0;
+    let out = accel()
+        .args(["serve", "--database"])
+        .arg(format!("{base}/accel_missing_db"))
+        .args(["--database-connect-timeout", "1"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+/// A connection that sends a request's first line and then nothing.
+async fn half_request(base: &str) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    s.write_all(b"GET /resource_providers HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    s
+}
+
+#[tokio::test]
+async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_url(dir.path());
+    let mut s = serve(&["--database", &db, "--shutdown-timeout", "1"]).await;
+    let _held = half_request(&s.placement).await;
+    let _held2 = half_request(&s.accel).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.signal("TERM");
+    let (status, took) = s.exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "drained for {took:?}, not about 1 s"
+    );
+    assert_eq!(s.logged("shutdown timeout: closing the connections"), 2);
+
+    // A long drain, cut short by a second SIGINT.
+    let mut s = serve(&["--database", &db, "--shutdown-timeout", "60"]).await;
+    let _held = half_request(&s.placement).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.signal("INT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(s.child.try_wait().unwrap().is_none(), "still draining");
+    s.signal("INT");
+    let (status, took) = s.exit(Duration::from_secs(5)).await;
+    assert!(!status.success());
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(s.logged("second shutdown signal"), 1);
+}
+
+async fn placement_uuid(s: &Serve, name: &str) -> String {
+    let v: Value = reqwest::Client::new()
+        .get(format!("{}/resource_providers?name={name}", s.placement))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["resource_providers"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn arq_state(s: &Serve, arq: &str) -> String {
+    let v: Value = reqwest::Client::new()
+        .get(format!("{}/v2/accelerator_requests/{arq}", s.accel))
+        .header("x-auth-token", "admin")
+        .header("x-roles", "admin")
+        .header("x-project-id", "p1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["state"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The owner name of the one live server on `store`'s database.
+async fn live_owner(store: &Store) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = accel_store::now();
+        let rows = heartbeats::list(store).await.unwrap();
+        if let Some((o, _)) = rows.iter().find(|(_, until)| *until >= now) {
+            return o.clone();
+        }
+        assert!(Instant::now() < deadline, "no heartbeat: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks that the killed server left the ARQ's bind job claimed (pending, leased
+/// for most of 30 s), then restarts the server and waits for the ARQ to resolve:
+/// within 5 s of the restart, not after the dead server's lease.
+async fn restart_resolves(url: &str, store: &Store, arq: &str) {
+    let job = store
+        .read({
+            let arq = arq.to_owned();
+            move |tx| Box::pin(async move { binds::job_of(tx, &arq).await })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.state.as_str(), "pending", "{job:?}");
+    assert!(
+        job.lease_until.unwrap() > accel_store::now() + 20,
+        "{job:?}"
+    );
+    let restarted = Instant::now();
+    let b = serve(&["--database", url, "--fake-devices", "compute1"]).await;
+    loop {
+        let state = arq_state(&b, arq).await;
+        if state == "Bound" || state == "BindFailed" {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(5),
+            "still {state} {:?} after the restart",
+            restarted.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("resolved {:?} after the restart", restarted.elapsed());
+    assert_eq!(arq_state(&b, arq).await, "Bound");
+}
+
+/// Creates a device profile and an ARQ of it; returns the ARQ's uuid.
+async fn new_arq(s: &Serve, name: &str) -> String {
+    let c = reqwest::Client::new();
+    let admin = |r: reqwest::RequestBuilder| {
+        r.header("x-auth-token", "admin")
+            .header("x-roles", "admin")
+            .header("x-project-id", "p1")
+    };
+    let r = admin(c.post(format!("{}/v2/device_profiles", s.accel)))
+        .json(&serde_json::json!([{"name": name, "groups": [{"resources:FPGA": "1"}]}]))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let r = admin(c.post(format!("{}/v2/accelerator_requests", s.accel)))
+        .json(&serde_json::json!({"device_profile_name": name}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    v["arqs"][0]["uuid"].as_str().unwrap().to_owned()
+}
+
+const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
+
+#[tokio::test]
+async fn kill_9_between_claim_and_bind_sqlite_resolves_within_5_s_of_the_restart() {
+    use accel_store::accelerator::{arqs, report, Scope};
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let mut a = serve(&["--database", &url, "--fake-devices", "compute1"]).await;
+    let store = Store::connect(&url).await.unwrap();
+    let owner = live_owner(&store).await;
+    let arq = new_arq(&a, "dp1").await;
+    a.signal("KILL");
+    a.exit(Duration::from_secs(5)).await;
+    // SQLite has no row lock that could hold the server between its claim and its
+    // bind, so the state a kill there leaves is written as the server writes it: the
+    // ARQ in BindStarted with its job, claimed by the killed server for 30 s.
+    let now = accel_store::now();
+    let a_uuid = arq.clone();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let b = arqs::Binding {
+                    hostname: "compute1".into(),
+                    device_rp_uuid: report::provider_uuid("compute1_FakeDevice"),
+                    instance_uuid: INSTANCE.into(),
+                    project_id: None,
+                };
+                arqs::start_bind(tx, &Scope::All, &a_uuid, &b, now + 60).await?;
+                let job = binds::job_of(tx, &a_uuid).await?.unwrap();
+                assert!(binds::claim(tx, job.id, &owner, now, now + 30).await?);
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    restart_resolves(&url, &store, &arq).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn kill_9_during_a_bind_postgres_resolves_within_5_s_of_the_restart() {
+    use sqlx::Connection;
+    let url = accel_store::testing::fresh_postgres_url().await.unwrap();
+    let mut a = serve(&["--database", &url, "--fake-devices", "compute1"]).await;
+    let store = Store::connect(&url).await.unwrap();
+    let owner = live_owner(&store).await;
+    let arq = new_arq(&a, "dp1").await;
+    // Hold the attach handles: the server's bind claims the job, locks the ARQ and
+    // the job, and then waits here, in the middle of its transaction.
+    let mut lock = sqlx::AnyConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
+    sqlx::query("SELECT id FROM attach_handles FOR UPDATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    let rp = placement_uuid(&a, "compute1_FakeDevice").await;
+    let r = reqwest::Client::new()
+        .patch(format!("{}/v2/accelerator_requests", a.accel))
+        .header("x-auth-token", "nova:service")
+        .header("x-roles", "admin,service")
+        .header("x-service-roles", "service")
+        .header("x-project-id", "p1")
+        .json(&serde_json::json!({ arq.clone(): [
+            {"path": "/hostname", "op": "add", "value": "compute1"},
+            {"path": "/device_rp_uuid", "op": "add", "value": rp},
+            {"path": "/instance_uuid", "op": "add", "value": INSTANCE},
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a_uuid = arq.clone();
+        let job = store
+            .read(move |tx| Box::pin(async move { binds::job_of(tx, &a_uuid).await }))
+            .await
+            .unwrap();
+        if job.and_then(|j| j.owner).as_deref() == Some(owner.as_str()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never claimed the job"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.signal("KILL");
+    a.exit(Duration::from_secs(5)).await;
+    sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
+    lock.close().await.unwrap();
+    restart_resolves(&url, &store, &arq).await;
+    store.close().await;
+}
+
+/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), which
+/// the test can stop and start. Run as the `postgres` user when the test runs as root
+/// (initdb refuses root).
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl OwnPostgres {
+    async fn init() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL server binaries under /usr/lib/postgresql")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("an initdb under /usr/lib/postgresql/*/bin");
+        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+        let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+        let dir = tempfile::tempdir().unwrap();
+        if as_postgres {
+            let ok = std::process::Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown to postgres");
+        }
+        let pg = OwnPostgres {
+            dir,
+            bin,
+            port: free_port(),
+            as_postgres,
+        };
+        let data = pg.data();
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+        )
+        .await;
+        pg
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    async fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut c = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        let out = c.args(args).output().await.unwrap();
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn start(&self) {
+        let (data, log) = (
+            self.data(),
+            self.dir.path().join("log").display().to_string(),
+        );
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-l", &log, "-o", &opts, "-w", "start"],
+        )
+        .await;
+    }
+
+    async fn stop(&self, mode: &str) {
+        let data = self.data();
+        self.run("pg_ctl", &["-D", &data, "-m", mode, "-w", "stop"])
+            .await;
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let exe = self.bin.join("pg_ctl");
+        let data = self.data();
+        let mut c = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            std::process::Command::new(exe)
+        };
+        let _ = c
+            .args(["-D", &data, "-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// What the load saw: names acknowledged, statuses, slowest answer.
+#[derive(Default)]
+struct Load {
+    acknowledged: Vec<String>,
+    statuses: Vec<u16>,
+    /// Answers that were not HTTP at all (connection errors, timeouts).
+    failures: Vec<String>,
+    slowest: Duration,
+    /// Successes since `mark` was last set.
+    ok_since_mark: usize,
+}
+
+#[tokio::test]
+async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothing() {
+    let pg = OwnPostgres::init().await;
+    pg.start().await;
+    {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut admin = sqlx::AnyConnection::connect(&pg.url("postgres"))
+            .await
+            .unwrap();
+        sqlx::query("CREATE DATABASE accel")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+    }
+    pg.stop("fast").await;
+    let url = pg.url("accel");
+
+    // Started before its database: it waits, logging why, and comes up with it.
+    let args = ["--database", &url, "--database-connect-timeout", "60"];
+    let (s, ()) = tokio::join!(serve(&args), async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        pg.start().await;
+    });
+    assert!(s.logged("database not reachable yet") >= 1);
+    assert!(s.logged("Connection refused") >= 1);
+
+    let load = Arc::new(Mutex::new(Load::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (load, stop, client) = (load.clone(), stop.clone(), client.clone());
+            let url = format!("{}/resource_providers", s.placement);
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let name = format!("rp-{w}-{i}");
+                    let t = Instant::now();
+                    let r = client
+                        .post(&url)
+                        .header("x-auth-token", "admin")
+                        .header("openstack-api-version", "placement 1.39")
+                        .json(&serde_json::json!({ "name": name }))
+                        .send()
+                        .await;
+                    let took = t.elapsed();
+                    {
+                        let mut l = load.lock().unwrap();
+                        l.slowest = l.slowest.max(took);
+                        match r {
+                            Ok(r) => {
+                                let code = r.status().as_u16();
+                                l.statuses.push(code);
+                                if r.status().is_success() {
+                                    l.acknowledged.push(name);
+                                    l.ok_since_mark += 1;
+                                }
+                            }
+                            Err(e) => l.failures.push(e.to_string()),
+                        }
+                    }
+                    if took < Duration::from_millis(20) {
+                        tokio::time::sleep(Duration::from_millis(20) - took).await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg.stop("fast").await;
+    // Down for longer than a request waits for a connection (5 s): answered 503.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    load.lock().unwrap().ok_since_mark = 0;
+    pg.start().await;
+    // Recovered by itself: writes succeed again, with no restart of accel.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while load.lock().unwrap().ok_since_mark < 20 {
+        assert!(Instant::now() < deadline, "no recovery after the restart");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    // Every writer has ended: the load is ours alone now.
+    let l = std::mem::take(&mut *load.lock().unwrap());
+    let count = |c: u16| l.statuses.iter().filter(|s| **s == c).count();
+    eprintln!(
+        "acknowledged {}, 503s {}, statuses {:?}, slowest {:?}",
+        l.acknowledged.len(),
+        count(503),
+        l.statuses.iter().collect::<BTreeSet<_>>(),
+        l.slowest
+    );
+    assert!(l.failures.is_empty(), "{:?}", l.failures);
+    assert!(count(503) > 0, "no 503 while the database was down");
+    assert!(
+        l.statuses.iter().all(|c| *c < 300 || *c == 503),
+        "{:?}",
+        l.statuses.iter().collect::<BTreeSet<_>>()
+    );
+    assert!(l.slowest < Duration::from_secs(10), "{:?}", l.slowest);
+    // Every acknowledged write is there.
+    let v: Value = client
+        .get(format!("{}/resource_providers", s.placement))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let present: BTreeSet<&str> = v["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let lost: Vec<&String> = l
+        .acknowledged
+        .iter()
+        .filter(|n| !present.contains(n.as_str()))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    drop(s);
+}

@@ -1,0 +1,198 @@
+//! Failure behaviour of the store, on SQLite and PostgreSQL: leases of a dead server
+//! taken over once its heartbeat expires (and not before), and the database faults
+//! the server turns into 503s or start-up retries.
+
+use accel_core::accelerator::DeviceProfile;
+use accel_store::accelerator::binds::{self, Outcome};
+use accel_store::accelerator::{arqs, heartbeats, profiles, report, Scope};
+use accel_store::testing::each_backend;
+use accel_store::{db_cause, Store, StoreError};
+use std::time::{Duration, Instant};
+
+/// A profile, one ARQ of it in BindStarted, and the id of its bind job.
+async fn pending_job(store: &Store, name: &str) -> i64 {
+    let name = name.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let groups = vec![[("resources:FPGA".to_owned(), "1".to_owned())]
+                    .into_iter()
+                    .collect()];
+                let p = DeviceProfile::parse(&name, None, None, groups).unwrap();
+                let p = profiles::create(tx, &p).await?;
+                let a = arqs::create_for_profile(tx, &p, None, Some("p1")).await?;
+                let binding = arqs::Binding {
+                    hostname: "host1".into(),
+                    device_rp_uuid: report::provider_uuid("host1_FakeDevice"),
+                    instance_uuid: uuid::Uuid::new_v4().to_string(),
+                    project_id: None,
+                };
+                let scope = Scope::Project("p1".into());
+                arqs::start_bind(tx, &scope, &a[0].uuid, &binding, 5000).await?;
+                Ok(binds::job_of(tx, &a[0].uuid).await?.unwrap().id)
+            })
+        })
+        .await
+        .unwrap()
+}
+
+async fn due_ids(store: &Store, now: i64) -> Vec<i64> {
+    binds::due_now(store, now, 64)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_holders_leases_are_taken_over_a_live_ones_are_not() {
+    each_backend(|store| async move {
+        let job = pending_job(&store, "dp1").await;
+        // "a" claims with a 30 s lease and beats a heartbeat that lasts until 1003.
+        heartbeats::beat(&store, "a", 1000, 3).await.unwrap();
+        let got = binds::claim_all(&store, vec![job], "a", 1000, 1030)
+            .await
+            .unwrap();
+        assert_eq!(got, [job]);
+
+        // While "a" is alive, its lease holds.
+        assert!(due_ids(&store, 1002).await.is_empty());
+        assert_eq!(heartbeats::orphaned_work(&store, 1002).await.unwrap(), 0);
+        let got = binds::claim_all(&store, vec![job], "b", 1002, 1032)
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "a live holder's lease was taken");
+
+        // "a" stops beating: from 1004 on its lease is free although it runs to 1030.
+        assert_eq!(due_ids(&store, 1004).await, [job]);
+        assert_eq!(heartbeats::orphaned_work(&store, 1004).await.unwrap(), 1);
+        let got = binds::claim_all(&store, vec![job], "b", 1004, 1034)
+            .await
+            .unwrap();
+        assert_eq!(got, [job]);
+        assert_eq!(heartbeats::orphaned_work(&store, 1004).await.unwrap(), 0);
+
+        // "a" comes back (a stalled process, not a dead one): it changes nothing.
+        heartbeats::beat(&store, "a", 1005, 3).await.unwrap();
+        let done = binds::perform_all(&store, "a", vec![job], 1005)
+            .await
+            .unwrap();
+        assert_eq!(done[0].outcome, Outcome::Skipped);
+        let done = binds::perform_all(&store, "b", vec![job], 1005)
+            .await
+            .unwrap();
+        assert_ne!(done[0].outcome, Outcome::Skipped, "the taker performs it");
+        let left = store
+            .read(|tx| Box::pin(async move { binds::job_of(tx, &done[0].arq_uuid).await }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(left.state.as_str(), "done" | "failed"), "{left:?}");
+        assert_eq!(left.attempts, 2, "taken twice: by a, then by b");
+
+        // A holder that stops cleanly frees its leases at once.
+        let job2 = pending_job(&store, "dp2").await;
+        heartbeats::beat(&store, "c", 2000, 3).await.unwrap();
+        let got = binds::claim_all(&store, vec![job2], "c", 2000, 2030)
+            .await
+            .unwrap();
+        assert_eq!(got, [job2]);
+        assert!(due_ids(&store, 2001).await.is_empty());
+        heartbeats::retire(&store, "c", 2001).await.unwrap();
+        assert_eq!(due_ids(&store, 2001).await, [job2]);
+
+        // A holder without a heartbeat row (never beat) keeps the plain lease rule.
+        let job3 = pending_job(&store, "dp3").await;
+        let got = binds::claim_all(&store, vec![job3], "d", 3000, 3030)
+            .await
+            .unwrap();
+        assert_eq!(got, [job3]);
+        assert!(!due_ids(&store, 3029).await.contains(&job3));
+        assert!(due_ids(&store, 3031).await.contains(&job3));
+
+        // Rows of long-dead holders go.
+        let rows = heartbeats::list(&store).await.unwrap();
+        assert_eq!(rows.len(), 2, "a and c beat, d never did: {rows:?}");
+        let gone = heartbeats::forget_dead(&store, 2001 + 100, 100)
+            .await
+            .unwrap();
+        assert_eq!(gone, 2, "a (alive until 1008) and c (retired) go");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_closed_or_unreachable_database_is_unavailable_not_a_failure() {
+    each_backend(|store| async move {
+        store.close().await;
+        let e = store
+            .read(|tx| {
+                Box::pin(async move {
+                    Ok(sqlx::query("SELECT 1")
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected())
+                })
+            })
+            .await
+            .unwrap_err();
+        assert!(e.is_unavailable(), "{e:?}");
+    })
+    .await;
+    // Data errors are not.
+    assert!(!StoreError::NotFound("x".into()).is_unavailable());
+}
+
+#[tokio::test]
+async fn start_up_retries_for_the_time_given_and_names_the_cause() {
+    // A port nothing listens on: refused at once, retried, given up after ~1 s.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = Instant::now();
+    let e = Store::connect_retrying(
+        &format!("postgres://postgres@127.0.0.1:{port}/accel"),
+        Duration::from_secs(1),
+    )
+    .await
+    .unwrap_err();
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let StoreError::Db(db) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(db_cause(db).contains("refused"), "{}", db_cause(db));
+
+    // A database that does not exist: the server's own words.
+    let admin = accel_store::testing::pg_admin_url();
+    let base = admin.rsplit_once('/').unwrap().0;
+    let e = Store::connect_retrying(
+        &format!("{base}/accel_no_such_database"),
+        Duration::from_millis(300),
+    )
+    .await
+    .unwrap_err();
+    let StoreError::Db(db) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(db_cause(db).contains("does not exist"), "{}", db_cause(db));
+
+    // A bad URL is not waited for.
+    let t = Instant::now();
+    let e = Store::connect_retrying("mysql2://x", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Config(_)), "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(1));
+
+    // And a reachable one connects at the first attempt.
+    let url = accel_store::testing::fresh_postgres_url().await.unwrap();
+    Store::connect_retrying(&url, Duration::from_secs(5))
+        .await
+        .unwrap();
+}
