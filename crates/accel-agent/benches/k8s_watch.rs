@@ -13,10 +13,10 @@ use accel_agent::kubernetes::AgentDevices;
 use accel_agent::testing::{bdf, FakeSysfs};
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
-use accel_k8s::kubelet::connect;
 use accel_k8s::proto::deviceplugin as dp;
+use accel_k8s::testing::{bench_count, latency_summary, list_and_watch};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const GPU_BUSES: [u8; 8] = [0x17, 0x31, 0x4b, 0x65, 0x98, 0xb1, 0xca, 0xe3];
 
@@ -27,24 +27,9 @@ fn plug(fs: &FakeSysfs, i: usize) {
         .iommu_group(40 + i as u32);
 }
 
-fn summary(what: &str, mut v: Vec<Duration>) {
-    v.sort();
-    let p = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
-    println!(
-        "{what:<40} n={:<4} p50={:>8.1?} p99={:>8.1?} max={:>8.1?}",
-        v.len(),
-        p(0.50),
-        p(0.99),
-        v[v.len() - 1]
-    );
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(50);
+    let rounds = bench_count(50);
     let extra: usize = std::env::var("EXTRA")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -82,17 +67,7 @@ async fn main() {
     // The pooled plugin: one virtual id per device with a free slot (an unplugged
     // device's instance-level plugin stops, so its own stream would just end).
     let sock = kubelet.join(accel_k8s::kubelet::socket_name("accel.dev/gpu"));
-    let channel = loop {
-        if let Ok(c) = connect(&sock).await {
-            break c;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    let mut stream = dp::device_plugin_client::DevicePluginClient::new(channel)
-        .list_and_watch(dp::Empty {})
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = list_and_watch(&sock).await;
     let healthy =
         |m: &dp::ListAndWatchResponse| m.devices.iter().filter(|d| d.health == "Healthy").count();
     let mut first = stream.message().await.unwrap().unwrap();
@@ -121,8 +96,8 @@ async fn main() {
             times.push(t.elapsed());
         }
     }
-    summary("8 GPUs unplugged -> pool offers none", unplug);
-    summary("8 GPUs plugged back -> pool offers 8", replug);
+    latency_summary("8 GPUs unplugged -> pool offers none", unplug);
+    latency_summary("8 GPUs plugged back -> pool offers 8", replug);
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }

@@ -58,6 +58,25 @@ impl PhaseStats {
 
 pub const TABLE_HEADER: &str = "| phase | requests | clients | req/s | p50 ms | p99 ms | failures |\n|---|---:|---:|---:|---:|---:|---:|";
 
+/// Prints each failed phase's count and first error to stderr; an error when any phase
+/// failed, since the numbers of a run that did not do the work are not numbers.
+pub fn check_failures(results: &[PhaseStats]) -> Result<(), &'static str> {
+    let failed: Vec<&PhaseStats> = results.iter().filter(|r| r.failures > 0).collect();
+    for r in &failed {
+        eprintln!(
+            "{}: {} failed; first: {}",
+            r.name,
+            r.failures,
+            r.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err("some requests failed; these numbers are not valid")
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

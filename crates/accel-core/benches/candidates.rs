@@ -177,9 +177,9 @@ fn placeload(roots: usize) -> World {
     for i in 0..roots {
         let cn = format!("cn{i}");
         w.rp(&cn, None, &aggs[..i % 3 + 1]);
-        w.inv(&cn, "VCPU", 32).max_unit = 16;
-        w.inv(&cn, "MEMORY_MB", 8192).min_unit = 128;
-        w.inv(&cn, "DISK_GB", 8192).min_unit = 5;
+        w.inv(&cn, "VCPU", 32).limits.max_unit = 16;
+        w.inv(&cn, "MEMORY_MB", 8192).limits.min_unit = 128;
+        w.inv(&cn, "DISK_GB", 8192).limits.min_unit = 5;
         w.traits(&cn, traits[i % 3]);
     }
     w
@@ -197,10 +197,10 @@ fn nested_perfload(trees: usize) -> World {
         let numa0 = format!("{cn}_numa0");
         w.rp(&numa0, Some(&cn), &[]);
         w.traits(&numa0, &["HW_NUMA_ROOT"]);
-        w.inv(&numa0, "VCPU", 4).reserved = 2;
+        w.inv(&numa0, "VCPU", 4).limits.reserved = 2;
         let mem = w.inv(&numa0, "MEMORY_MB", 2048);
-        mem.min_unit = 512;
-        mem.step_size = 256;
+        mem.limits.min_unit = 512;
+        mem.limits.step_size = 256;
         let fpga0 = format!("{cn}_fpga0");
         w.rp(&fpga0, Some(&numa0), &[]);
         w.inv(&fpga0, "FPGA", 1);
@@ -212,8 +212,8 @@ fn nested_perfload(trees: usize) -> World {
         w.traits(&numa1, &["HW_NUMA_ROOT", "CUSTOM_FOO"]);
         w.inv(&numa1, "VCPU", 4);
         let mem = w.inv(&numa1, "MEMORY_MB", 2048);
-        mem.min_unit = 256;
-        mem.max_unit = 1024;
+        mem.limits.min_unit = 256;
+        mem.limits.max_unit = 1024;
         for j in 0..2 {
             let fpga = format!("{cn}_fpga1_{j}");
             w.rp(&fpga, Some(&numa1), &[]);

@@ -22,6 +22,19 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// All of `total` on offer in steps of one: nothing reserved, any amount from 1 to
+    /// `total`, no overcommit (the inventory of upstream's test fixtures).
+    pub fn whole(total: i64) -> Limits {
+        Limits {
+            total,
+            reserved: 0,
+            min_unit: 1,
+            max_unit: total,
+            step_size: 1,
+            allocation_ratio: 1.0,
+        }
+    }
+
     /// `int((total - reserved) * allocation_ratio)`.
     pub fn capacity(&self) -> i64 {
         ((self.total - self.reserved) as f64 * self.allocation_ratio) as i64

@@ -15,6 +15,7 @@ use accel_core::candidates::{
     search, search_with, Candidate, GenerationStrategy, GroupPolicy, Inventory, Provider,
     ProviderId, RcId, Request, RequestGroup, SearchOptions, Snapshot, TraitId,
 };
+use accel_core::capacity::Limits;
 use proptest::prelude::*;
 use uuid::Uuid;
 
@@ -79,12 +80,13 @@ impl Ref<'_> {
             .filter(|&i| {
                 self.p(i).inventories.iter().any(|inv| {
                     inv.rc == rc
-                        && inv.min_unit <= amount
-                        && inv.max_unit >= amount
-                        && inv.step_size > 0
-                        && amount % inv.step_size == 0
+                        && inv.limits.min_unit <= amount
+                        && inv.limits.max_unit >= amount
+                        && inv.limits.step_size > 0
+                        && amount % inv.limits.step_size == 0
                         && (inv.used + amount) as f64
-                            <= (inv.total - inv.reserved) as f64 * inv.allocation_ratio
+                            <= (inv.limits.total - inv.limits.reserved) as f64
+                                * inv.limits.allocation_ratio
                 })
             })
             .collect()
@@ -420,8 +422,9 @@ fn reference(snap: &Snapshot, req: &Request) -> BTreeSet<Candidate> {
             }
             for (&(p, rc), &n) in &amounts {
                 let inv = r.p(p).inventories.iter().find(|i| i.rc == rc).unwrap();
-                let cap = ((inv.total - inv.reserved) as f64 * inv.allocation_ratio) as i64;
-                if inv.used + n > cap || n > inv.max_unit {
+                let cap = ((inv.limits.total - inv.limits.reserved) as f64
+                    * inv.limits.allocation_ratio) as i64;
+                if inv.used + n > cap || n > inv.limits.max_unit {
                     continue 'combo;
                 }
             }
@@ -475,12 +478,14 @@ fn node() -> impl Strategy<Value = NodeSpec> {
                 .prop_map(
                     move |(total, reserved, min_unit, max_unit, step, ratio, used)| Inventory {
                         rc,
-                        total,
-                        reserved: reserved.unwrap_or(0),
-                        min_unit: min_unit.unwrap_or(1),
-                        max_unit: max_unit.unwrap_or(total),
-                        step_size: step.unwrap_or(1),
-                        allocation_ratio: if ratio { 1.5 } else { 1.0 },
+                        limits: Limits {
+                            total,
+                            reserved: reserved.unwrap_or(0),
+                            min_unit: min_unit.unwrap_or(1),
+                            max_unit: max_unit.unwrap_or(total),
+                            step_size: step.unwrap_or(1),
+                            allocation_ratio: if ratio { 1.5 } else { 1.0 },
+                        },
                         used: used.unwrap_or(0),
                     },
                 ),
@@ -708,7 +713,7 @@ fn assert_within_capacity(snap: &Snapshot, cands: &[Candidate]) -> Result<(), Te
             prop_assert!(inv.is_some(), "allocation without inventory");
             let inv = inv.unwrap();
             prop_assert!(inv.used + n <= inv.capacity(), "over capacity: {:?}", c);
-            prop_assert!(n <= inv.max_unit, "over max_unit: {:?}", c);
+            prop_assert!(n <= inv.limits.max_unit, "over max_unit: {:?}", c);
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ use accel_core::candidates::{
     Inventory, Provider, ProviderId, Request, RequestGroup, SearchOptions, SearchWork, Snapshot,
     SnapshotError,
 };
+use accel_core::capacity::Limits;
 use uuid::Uuid;
 use world::*;
 
@@ -26,17 +27,17 @@ fn count(w: &mut World, qs: &str) -> usize {
 fn capacity_uses_truncated_ratio_reserved_and_usage() {
     let mut w = World::new();
     w.rp("cn", None, &[]);
-    w.inv("cn", "VCPU", 3).allocation_ratio = 1.5; // int(4.5) = 4
+    w.inv("cn", "VCPU", 3).limits.allocation_ratio = 1.5; // int(4.5) = 4
     assert_eq!(count(&mut w, "resources=VCPU:3"), 1);
     // max_unit defaults to total (3): 4 is over max_unit even though capacity is 4.
     assert_eq!(count(&mut w, "resources=VCPU:4"), 0);
-    w.providers[0].inventories[0].max_unit = 10;
+    w.providers[0].inventories[0].limits.max_unit = 10;
     assert_eq!(count(&mut w, "resources=VCPU:4"), 1);
     assert_eq!(count(&mut w, "resources=VCPU:5"), 0);
     w.use_("cn", "VCPU", 1);
     assert_eq!(count(&mut w, "resources=VCPU:4"), 0);
     assert_eq!(count(&mut w, "resources=VCPU:3"), 1);
-    w.providers[0].inventories[0].reserved = 1; // int(2 * 1.5) - 1 used = 2 free
+    w.providers[0].inventories[0].limits.reserved = 1; // int(2 * 1.5) - 1 used = 2 free
     assert_eq!(count(&mut w, "resources=VCPU:2"), 1);
     assert_eq!(count(&mut w, "resources=VCPU:3"), 0);
 }
@@ -46,9 +47,9 @@ fn capacity_respects_min_unit_and_step() {
     let mut w = World::new();
     w.rp("cn", None, &[]);
     let disk = w.inv("cn", "DISK_GB", 2048);
-    disk.min_unit = 10;
-    disk.step_size = 10;
-    disk.max_unit = 1000;
+    disk.limits.min_unit = 10;
+    disk.limits.step_size = 10;
+    disk.limits.max_unit = 1000;
     assert_eq!(count(&mut w, "resources=DISK_GB:5"), 0);
     assert_eq!(count(&mut w, "resources=DISK_GB:15"), 0);
     assert_eq!(count(&mut w, "resources=DISK_GB:1010"), 0);
@@ -68,7 +69,7 @@ fn capacity_respects_min_unit_and_step() {
 fn zero_or_negative_amounts_match_nothing() {
     let mut w = World::new();
     w.rp("cn", None, &[]);
-    w.inv("cn", "VCPU", 4).min_unit = 0;
+    w.inv("cn", "VCPU", 4).limits.min_unit = 0;
     assert_eq!(count(&mut w, "resources=VCPU:0"), 0);
 }
 
@@ -221,7 +222,7 @@ fn isolate_separates_granular_groups_but_not_the_unsuffixed_one() {
 fn summed_amounts_are_rechecked_against_capacity_and_max_unit() {
     let mut w = World::new();
     w.rp("cn", None, &[]);
-    w.inv("cn", "VGPU", 4).max_unit = 2;
+    w.inv("cn", "VGPU", 4).limits.max_unit = 2;
     assert_eq!(
         count(
             &mut w,
@@ -236,7 +237,7 @@ fn summed_amounts_are_rechecked_against_capacity_and_max_unit() {
         ),
         0
     );
-    w.providers[0].inventories[0].max_unit = 4;
+    w.providers[0].inventories[0].limits.max_unit = 4;
     w.use_("cn", "VGPU", 2);
     assert_eq!(
         count(
@@ -500,9 +501,9 @@ fn providers_matching_is_the_resource_provider_list_filter() {
     let mut w = World::new();
     w.rp("rp", None, &["agg"]);
     let disk = w.inv("rp", "DISK_GB", 2048);
-    disk.min_unit = 10;
-    disk.step_size = 10;
-    disk.max_unit = 1000;
+    disk.limits.min_unit = 10;
+    disk.limits.step_size = 10;
+    disk.limits.max_unit = 1000;
     w.inv("rp", "VCPU", 10);
     w.use_("rp", "DISK_GB", 1020);
     w.use_("rp", "VCPU", 7);
@@ -539,12 +540,7 @@ fn snapshot_rejects_inconsistent_trees() {
         root: ProviderId(root),
         inventories: vec![Inventory {
             rc: 0,
-            total: 1,
-            reserved: 0,
-            min_unit: 1,
-            max_unit: 1,
-            step_size: 1,
-            allocation_ratio: 1.0,
+            limits: Limits::whole(1),
             used: 0,
         }],
         traits: vec![],

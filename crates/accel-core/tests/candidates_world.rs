@@ -13,6 +13,7 @@ use accel_core::candidates::{
     search, Candidate, GroupPolicy, Inventory, Outcome, Provider, ProviderId, RcId, Request,
     RequestGroup, Snapshot, TraitId,
 };
+use accel_core::capacity::Limits;
 use uuid::Uuid;
 
 pub const SHARES: &str = "MISC_SHARES_VIA_AGGREGATE";
@@ -100,12 +101,7 @@ impl World {
         let invs = &mut self.providers[id.index()].inventories;
         invs.push(Inventory {
             rc,
-            total,
-            reserved: 0,
-            min_unit: 1,
-            max_unit: total,
-            step_size: 1,
-            allocation_ratio: 1.0,
+            limits: Limits::whole(total),
             used: 0,
         });
         invs.last_mut().unwrap()
@@ -293,13 +289,13 @@ pub fn shared_storage() -> World {
         w.inv(pf, "SRIOV_NET_VF", 8);
     }
     for cn in ["cn1", "cn2"] {
-        w.inv(cn, "VCPU", 24).allocation_ratio = 16.0;
-        w.inv(cn, "MEMORY_MB", 128 * 1024).allocation_ratio = 1.5;
+        w.inv(cn, "VCPU", 24).limits.allocation_ratio = 16.0;
+        w.inv(cn, "MEMORY_MB", 128 * 1024).limits.allocation_ratio = 1.5;
     }
     w.traits("cn1", &["HW_CPU_X86_SSE", "HW_CPU_X86_SSE2"]);
-    w.inv("cn2", "DISK_GB", 2000).reserved = 100;
+    w.inv("cn2", "DISK_GB", 2000).limits.reserved = 100;
     for ss in ["ss", "ss2"] {
-        w.inv(ss, "DISK_GB", 2000).reserved = 100;
+        w.inv(ss, "DISK_GB", 2000).limits.reserved = 100;
         w.traits(ss, &[SHARES]);
     }
     w
@@ -317,10 +313,10 @@ pub fn numa_aggregate() -> World {
     w.rp("numa2_1", Some("cn2"), &[]);
     w.rp("numa2_2", Some("cn2"), &[]);
     for n in ["numa1_1", "numa1_2", "numa2_1", "numa2_2"] {
-        w.inv(n, "VCPU", 24).allocation_ratio = 16.0;
+        w.inv(n, "VCPU", 24).limits.allocation_ratio = 16.0;
     }
     for ss in ["ss1", "ss2"] {
-        w.inv(ss, "DISK_GB", 2000).reserved = 100;
+        w.inv(ss, "DISK_GB", 2000).limits.reserved = 100;
         w.traits(ss, &[SHARES]);
     }
     w
@@ -348,11 +344,11 @@ pub fn numa_network(deep: bool) -> World {
     w.traits("numa1", &["HW_NUMA_ROOT", "CUSTOM_FOO"]);
     w.inv("numa1", "VCPU", 4);
     let mem = w.inv("numa0", "MEMORY_MB", 2048);
-    mem.min_unit = 512;
-    mem.step_size = 256;
+    mem.limits.min_unit = 512;
+    mem.limits.step_size = 256;
     let mem = w.inv("numa1", "MEMORY_MB", 2048);
-    mem.min_unit = 256;
-    mem.max_unit = 1024;
+    mem.limits.min_unit = 256;
+    mem.limits.max_unit = 1024;
     w.use_("numa0", "VCPU", 2);
     w.rp("fpga0", Some("numa0"), &[]);
     w.inv("fpga0", "FPGA", 1);
@@ -384,8 +380,8 @@ pub fn numa_network(deep: bool) -> World {
     w.inv("cn2", "VCPU", 8);
     w.use_("cn2", "VCPU", 3);
     let mem = w.inv("cn2", "MEMORY_MB", 2048);
-    mem.min_unit = 1024;
-    mem.step_size = 128;
+    mem.limits.min_unit = 1024;
+    mem.limits.step_size = 128;
     w.inv("cn2", "DISK_GB", 1000);
     w.traits("cn2", &["CUSTOM_FOO"]);
     for i in 1..=3 {
@@ -469,7 +465,7 @@ pub fn granular() -> World {
     for (rc, n) in [("VCPU", 8), ("MEMORY_MB", 4096), ("DISK_GB", 500)] {
         w.inv("cn_right", rc, n);
     }
-    w.inv("cn_right", "VGPU", 8).max_unit = 2;
+    w.inv("cn_right", "VGPU", 8).limits.max_unit = 2;
     w.traits(
         "cn_right",
         &["HW_CPU_X86_MMX", "HW_GPU_API_DXVA", "CUSTOM_DISK_SSD"],

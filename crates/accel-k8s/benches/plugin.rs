@@ -14,6 +14,7 @@
 use accel_k8s::config::{Configuration, KubernetesConfig, Selector};
 use accel_k8s::kubelet::{connect, socket_name, Registrar};
 use accel_k8s::proto::deviceplugin as dp;
+use accel_k8s::testing::{bench_count, latency_summary, list_and_watch};
 use accel_k8s::{Device, DeviceSource, Shared, SlotTable};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,18 +53,6 @@ fn config() -> KubernetesConfig {
     }
 }
 
-fn summary(what: &str, mut v: Vec<Duration>) {
-    v.sort();
-    let p = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
-    println!(
-        "{what:<44} n={:<6} p50={:>8.1?} p99={:>8.1?} max={:>8.1?}",
-        v.len(),
-        p(0.50),
-        p(0.99),
-        v[v.len() - 1]
-    );
-}
-
 fn request(ids: &[String]) -> dp::AllocateRequest {
     dp::AllocateRequest {
         container_requests: vec![dp::ContainerAllocateRequest {
@@ -83,10 +72,7 @@ impl DeviceSource for Flipping {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5000);
+    let n = bench_count(5000);
     let dir = tempfile::tempdir().unwrap();
     let mut table = SlotTable::new("bench-node", &config());
     table.set_devices(&devices(true));
@@ -148,7 +134,7 @@ async fn main() {
             r.unwrap();
             release();
         }
-        summary(what, v);
+        latency_summary(what, v);
     }
 
     // Table change -> ListAndWatch message.
@@ -166,7 +152,7 @@ async fn main() {
         let want = if k % 2 == 1 { "Healthy" } else { "Unhealthy" };
         assert!(msg.devices.iter().all(|d| d.health == want));
     }
-    summary("device change -> ListAndWatch (table)", v);
+    latency_summary("device change -> ListAndWatch (table)", v);
     registrar.shutdown();
 
     // Through run(): the source flips; the loop polls it every 20 ms.
@@ -189,17 +175,7 @@ async fn main() {
         let _ = stopped.await;
     }));
     let sock = dir2.path().join(socket_name(&instance.name));
-    let channel = loop {
-        if let Ok(c) = connect(&sock).await {
-            break c;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    let mut stream = dp::device_plugin_client::DevicePluginClient::new(channel)
-        .list_and_watch(dp::Empty {})
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = list_and_watch(&sock).await;
     stream.next().await.unwrap().unwrap();
     let mut v = Vec::new();
     for k in 0..100 {
@@ -208,7 +184,7 @@ async fn main() {
         stream.next().await.unwrap().unwrap();
         v.push(t.elapsed());
     }
-    summary("device change -> ListAndWatch (run, 20 ms poll)", v);
+    latency_summary("device change -> ListAndWatch (run, 20 ms poll)", v);
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }

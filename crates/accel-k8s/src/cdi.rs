@@ -128,7 +128,8 @@ pub fn write_specs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{test_device, DeviceNode};
+    use crate::device::DeviceNode;
+    use crate::testing::device as test_device;
 
     #[test]
     fn specs_are_written_once_and_removed_when_empty() {

@@ -83,24 +83,9 @@ pub fn instance_hash(node: &str, device_id: &str) -> String {
 }
 
 #[cfg(test)]
-pub(crate) fn test_device(id: &str, device_type: &str) -> Device {
-    Device {
-        id: id.into(),
-        device_type: device_type.into(),
-        vendor: 0x10de,
-        product: 0x20b0,
-        model: "A100".into(),
-        traits: vec![],
-        numa_node: Some(0),
-        healthy: true,
-        pci_addresses: vec![id.into()],
-        device_nodes: vec![],
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::device as test_device;
 
     #[test]
     fn the_hash_is_stable_and_node_scoped() {

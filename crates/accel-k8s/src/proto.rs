@@ -1,5 +1,5 @@
-//! The generated kubelet APIs (from `proto/`, compiled in `build.rs`). Nothing outside
-//! `plugin`, `kubelet` and the tests touches these types.
+//! The generated kubelet APIs (from `proto/third_party/`, compiled in `build.rs`).
+//! Nothing outside `plugin`, `kubelet` and the tests touches these types.
 
 /// `deviceplugin/v1beta1`: Registration (kubelet's) and DevicePlugin (ours).
 pub mod deviceplugin {

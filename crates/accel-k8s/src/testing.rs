@@ -259,3 +259,88 @@ pub fn ids(d: &[dp::Device]) -> Vec<(String, String)> {
     v.sort();
     v
 }
+
+/// Opens ListAndWatch on the plugin that listens (or is about to) at `sock`, as kubelet
+/// does once a plugin has registered; panics when none comes up within [`WAIT`].
+pub async fn list_and_watch(sock: &Path) -> tonic::Streaming<dp::ListAndWatchResponse> {
+    let channel = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(c) = crate::kubelet::connect(sock).await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no plugin at {}", sock.display()));
+    dp::device_plugin_client::DevicePluginClient::new(channel)
+        .list_and_watch(dp::Empty {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Prints one benchmark line: how many samples `v` holds, its p50, p99 and max.
+pub fn latency_summary(what: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let p = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    println!(
+        "{what:<44} n={:<6} p50={:>8.1?} p99={:>8.1?} max={:>8.1?}",
+        v.len(),
+        p(0.50),
+        p(0.99),
+        v[v.len() - 1]
+    );
+}
+
+/// A benchmark's count: the first number among its arguments (`cargo bench ... -- N`),
+/// or `default`.
+pub fn bench_count(default: usize) -> usize {
+    std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Kubelet's Allocate request: `ids` for one container.
+pub fn allocate_request(ids: &[&str]) -> dp::AllocateRequest {
+    dp::AllocateRequest {
+        container_requests: vec![dp::ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+        }],
+    }
+}
+
+impl Registered {
+    /// Allocates `ids` for one container, as kubelet does before starting it.
+    pub async fn allocate(&self, ids: &[&str]) -> Result<dp::AllocateResponse, Status> {
+        let r = self.client.clone().allocate(allocate_request(ids)).await?;
+        Ok(r.into_inner())
+    }
+}
+
+/// The sorted `(id, "Healthy")` pairs that [`ids`] gives for a list of healthy `v`.
+pub fn healthy(v: &[&str]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = v
+        .iter()
+        .map(|s| (s.to_string(), "Healthy".into()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A healthy A100 of `device_type` at PCI address `id`, with no device nodes.
+pub fn device(id: &str, device_type: &str) -> crate::Device {
+    crate::Device {
+        id: id.into(),
+        device_type: device_type.into(),
+        vendor: 0x10de,
+        product: 0x20b0,
+        model: "A100".into(),
+        traits: vec![],
+        numa_node: Some(0),
+        healthy: true,
+        pci_addresses: vec![id.into()],
+        device_nodes: vec![],
+    }
+}

@@ -161,8 +161,9 @@ impl Syncer {
 mod tests {
     use super::*;
     use crate::config::{Configuration, KubernetesConfig, Selector};
-    use crate::device::{instance_hash, test_device};
+    use crate::device::instance_hash;
     use crate::slots::SlotTable;
+    use crate::testing::device as test_device;
     use std::sync::Mutex;
 
     /// A record in memory that keeps what was saved.

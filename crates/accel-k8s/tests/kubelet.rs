@@ -10,7 +10,7 @@ use accel_k8s::podresources::Reclaimer;
 use accel_k8s::proto::deviceplugin as dp;
 use accel_k8s::slots::Usage;
 use accel_k8s::{Device, DeviceNode, Shared, SlotTable};
-use common::{ids, wait_list, FakeKubelet};
+use common::{allocate_request, healthy, ids, wait_list, FakeKubelet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -19,20 +19,12 @@ const POOL: &str = "accel.dev/gpu";
 
 fn gpu(addr: &str, render: u32) -> Device {
     Device {
-        id: addr.into(),
-        device_type: "GPU".into(),
-        vendor: 0x10de,
-        product: 0x20b0,
-        model: "A100".into(),
-        traits: vec![],
-        numa_node: Some(0),
-        healthy: true,
-        pci_addresses: vec![addr.into()],
         device_nodes: vec![DeviceNode {
             host_path: format!("/dev/dri/renderD{render}"),
             container_path: format!("/dev/dri/renderD{render}"),
             permissions: "rw".into(),
         }],
+        ..common::device(addr, "GPU")
     }
 }
 
@@ -86,23 +78,6 @@ async fn node() -> Node {
     }
 }
 
-fn request(ids: &[&str]) -> dp::AllocateRequest {
-    dp::AllocateRequest {
-        container_requests: vec![dp::ContainerAllocateRequest {
-            devices_ids: ids.iter().map(|s| s.to_string()).collect(),
-        }],
-    }
-}
-
-fn healthy(v: &[&str]) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = v
-        .iter()
-        .map(|s| (s.to_string(), "Healthy".into()))
-        .collect();
-    v.sort();
-    v
-}
-
 #[tokio::test]
 async fn both_kinds_register_and_list() {
     let n = node().await;
@@ -134,7 +109,7 @@ async fn pooled_allocate_gives_distinct_devices_in_one_response() {
     wait_list(&pool, "pool", |d| d.len() == 2).await;
     let mut client = pool.client.clone();
     let resp = client
-        .allocate(request(&["0", "1"]))
+        .allocate(allocate_request(&["0", "1"]))
         .await
         .unwrap()
         .into_inner();
@@ -166,7 +141,7 @@ async fn pooled_allocate_gives_distinct_devices_in_one_response() {
 
     // Kubelet offers the same ids again (an init container's devices): same answer.
     let again = client
-        .allocate(request(&["0", "1"]))
+        .allocate(allocate_request(&["0", "1"]))
         .await
         .unwrap()
         .into_inner();
@@ -183,19 +158,14 @@ async fn pooled_allocate_gives_distinct_devices_in_one_response() {
         })
         .await;
         // And kubelet cannot have that slot through the instance resource.
-        let e = il
-            .client
-            .clone()
-            .allocate(request(&[&slot1]))
-            .await
-            .unwrap_err();
+        let e = il.allocate(&[&slot1]).await.unwrap_err();
         assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     }
     wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1", "2", "3"])).await;
 
     // Three distinct devices do not exist.
     let e = client
-        .allocate(request(&["2", "3", "4"]))
+        .allocate(allocate_request(&["2", "3", "4"]))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted);
@@ -204,12 +174,18 @@ async fn pooled_allocate_gives_distinct_devices_in_one_response() {
         "{}",
         e.message()
     );
-    client.allocate(request(&["2", "3"])).await.unwrap();
+    client
+        .allocate(allocate_request(&["2", "3"]))
+        .await
+        .unwrap();
     // Every slot is taken: nothing new is advertised and more is refused.
     wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1", "2", "3"])).await;
-    let e = client.allocate(request(&["4"])).await.unwrap_err();
+    let e = client.allocate(allocate_request(&["4"])).await.unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted);
-    let e = client.allocate(request(&["gpu-0"])).await.unwrap_err();
+    let e = client
+        .allocate(allocate_request(&["gpu-0"]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
 }
 
@@ -234,7 +210,7 @@ async fn instance_allocate_and_preferred_allocation() {
         .into_inner();
     assert_eq!(pref.container_responses[0].device_i_ds, vec![s(0)]);
     let a = client
-        .allocate(request(&[&s(0)]))
+        .allocate(allocate_request(&[&s(0)]))
         .await
         .unwrap()
         .into_inner();
@@ -243,25 +219,19 @@ async fn instance_allocate_and_preferred_allocation() {
         a.container_responses[0].annotations[&format!("accel.dev/slot-{}", s(0))],
         s(0)
     );
-    client.allocate(request(&[&s(0)])).await.unwrap();
+    client.allocate(allocate_request(&[&s(0)])).await.unwrap();
     // The pool sees the device lose a slot, but it still has one: still two ids.
     let pool = n.kubelet.plugin(POOL).await;
     wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1"])).await;
-    client.allocate(request(&[&s(1)])).await.unwrap();
+    client.allocate(allocate_request(&[&s(1)])).await.unwrap();
     wait_list(&pool, "pool", |d| ids(d) == healthy(&["0"])).await;
     // The one id left must go to the other device.
-    let r = pool
-        .client
-        .clone()
-        .allocate(request(&["0"]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = pool.allocate(&["0"]).await.unwrap();
     assert!(!r.container_responses[0].envs["ACCEL_VISIBLE_DEVICES"].is_empty());
     let e = pool
         .client
         .clone()
-        .allocate(request(&["0", "1"]))
+        .allocate(allocate_request(&["0", "1"]))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted);
@@ -290,7 +260,7 @@ async fn a_kubelet_restart_re_registers_every_plugin() {
         ids(d) == healthy(&["0", "1"])
     })
     .await;
-    pool.client.clone().allocate(request(&["0"])).await.unwrap();
+    pool.allocate(&["0"]).await.unwrap();
 }
 
 #[tokio::test]
@@ -313,7 +283,7 @@ async fn slots_no_pod_lists_are_reclaimed_after_the_grace() {
     let mut reclaimer = Reclaimer::new(n.shared.clone(), n.kubelet.pod_resources_socket(), grace);
     let pool = n.kubelet.plugin(POOL).await;
     wait_list(&pool, "pool", |d| d.len() == 2).await;
-    pool.client.clone().allocate(request(&["0"])).await.unwrap();
+    pool.allocate(&["0"]).await.unwrap();
     let t0 = Instant::now();
     wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1", "2"])).await;
 
@@ -334,7 +304,7 @@ async fn slots_no_pod_lists_are_reclaimed_after_the_grace() {
     }
 
     // A kubelet that does not answer frees nothing.
-    pool.client.clone().allocate(request(&["1"])).await.unwrap();
+    pool.allocate(&["1"]).await.unwrap();
     let mut dead = Reclaimer::new(n.shared.clone(), n.kubelet.dir.join("absent.sock"), grace);
     assert!(dead.step(t0 + Duration::from_secs(1000)).await.is_err());
     assert_eq!(n.shared.read(|t| t.held_vdevs()).len(), 1);
@@ -361,7 +331,7 @@ async fn a_thousand_allocate_release_cycles_leak_no_slot() {
         // Kubelet's pattern: allocate for a pod, the pod runs (listed), the pod ends.
         let (resource, ids) = if i % 3 == 2 {
             let id = format!("{short}-{}", i % 2);
-            il_client.allocate(request(&[&id])).await.unwrap();
+            il_client.allocate(allocate_request(&[&id])).await.unwrap();
             (n.instances[0].clone(), vec![id])
         } else {
             let ids: Vec<&str> = if i % 3 == 0 {
@@ -369,7 +339,7 @@ async fn a_thousand_allocate_release_cycles_leak_no_slot() {
             } else {
                 vec!["0", "1"]
             };
-            pool_client.allocate(request(&ids)).await.unwrap();
+            pool_client.allocate(allocate_request(&ids)).await.unwrap();
             (
                 POOL.to_string(),
                 ids.iter().map(|s| s.to_string()).collect(),

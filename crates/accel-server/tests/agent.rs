@@ -8,22 +8,10 @@ mod common;
 use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, AgentError};
-use common::accel::{get, placement, tree, Server, TempDb};
+use common::accel::{compute_node, delete_allocations, get, placement, tree, Server, TempDb};
 use common::BACKENDS;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
-
-async fn compute_node(srv: &Server, name: &str) -> Value {
-    let (s, v) = placement(
-        srv,
-        reqwest::Method::POST,
-        "/resource_providers",
-        Some(json!({"name": name})),
-    )
-    .await;
-    assert_eq!(s, 200, "{v}");
-    v
-}
 
 fn agent(srv: &Server, node: &str, root: &std::path::Path) -> Agent {
     Agent::new(Settings::new(&srv.accel, node, root)).unwrap()
@@ -230,14 +218,7 @@ async fn removed_devices_go_when_free_and_wait_while_allocated() {
         // Same report again: not skipped while a device waits; still held.
         let o = a.step().await.unwrap();
         assert_eq!((o.unchanged, o.vanished), (false, 1));
-        let (s, _) = placement(
-            &srv,
-            reqwest::Method::DELETE,
-            &format!("/allocations/{consumer}"),
-            None,
-        )
-        .await;
-        assert_eq!(s, 204);
+        delete_allocations(&srv, consumer).await;
         let o = a.step().await.unwrap();
         assert_eq!((o.removed, o.vanished), (1, 0));
         let t = tree(&srv, &cn_uuid).await;

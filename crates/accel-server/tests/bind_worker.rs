@@ -8,10 +8,9 @@ use accel_core::accelerator::{fake_device, ArqState, DeviceProfile};
 use accel_server::accelerator::binder::{self, Binder, EventSender, WorkerConfig};
 use accel_store::accelerator::arqs::{self, Binding};
 use accel_store::accelerator::events::Delivery;
-use accel_store::accelerator::hardware::{self, DeployableColumn};
 use accel_store::accelerator::{binds, events, profiles, report, Scope};
 use accel_store::Store;
-use common::accel::{workers, FakeNova, Server, TempDb};
+use common::accel::{handles_in_use, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -343,21 +342,6 @@ async fn two_servers_on_one_database_perform_each_job_once() {
         a.close().await;
         b.close().await;
     }
-}
-
-/// How many attach handles of `host`'s fake deployable are in use.
-async fn handles_in_use(store: &Store, host: &str) -> usize {
-    let rp = fake_rp(host);
-    store
-        .read(move |tx| {
-            Box::pin(async move {
-                let dep = hardware::list_deployables(tx, &[(DeployableColumn::RpUuid, rp)]).await?;
-                let handles = hardware::handles_of(tx, dep[0].id).await?;
-                Ok(handles.iter().filter(|h| h.in_use).count())
-            })
-        })
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

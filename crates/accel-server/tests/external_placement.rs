@@ -10,7 +10,7 @@ use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_server::external::{ExternalPlacement, PlacementConfig, Pusher};
 use accel_store::accelerator::pushes::{self, Push};
-use common::accel::{get, placement, tree, Server, TempDb};
+use common::accel::{compute_node, delete_allocations, get, placement, tree, Server, TempDb};
 use common::BACKENDS;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -33,15 +33,10 @@ fn external(url: &str) -> Arc<ExternalPlacement> {
 }
 
 async fn remote_compute_node(remote: &Server, name: &str) -> String {
-    let (s, v) = placement(
-        remote,
-        reqwest::Method::POST,
-        "/resource_providers",
-        Some(json!({"name": name})),
-    )
-    .await;
-    assert_eq!(s, 200, "{v}");
-    v["uuid"].as_str().unwrap().to_owned()
+    compute_node(remote, name).await["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 async fn push_row(srv: &Server, host: &str) -> Push {
@@ -254,14 +249,7 @@ async fn a_device_allocated_remotely_stays_reserved_until_free() {
         assert_eq!(pusher.step(now + 5).await.unwrap().retrying, 1);
         assert!(tree(&remote, &cn).await.contains_key(&busy));
 
-        let (s, _) = placement(
-            &remote,
-            reqwest::Method::DELETE,
-            &format!("/allocations/{consumer}"),
-            None,
-        )
-        .await;
-        assert_eq!(s, 204);
+        delete_allocations(&remote, consumer).await;
         let r = pusher.step(now + 120).await.unwrap();
         assert_eq!((r.pushed, r.retrying), (1, 0));
         let t = tree(&remote, &cn).await;

@@ -10,12 +10,11 @@ use accel_agent::kubernetes::{AgentDevices, ServerUsage};
 use accel_agent::testing::FakeSysfs;
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
-use accel_k8s::proto::deviceplugin as dp;
 use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
-use common::accel::{get, placement, workers, Server, TempDb};
+use common::accel::{compute_node, delete_allocations, get, placement, workers, Server, TempDb};
 use common::BACKENDS;
-use kubelet::{ids, wait_list, FakeKubelet};
+use kubelet::{healthy, ids, wait_list, FakeKubelet};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
@@ -60,14 +59,7 @@ fn host(dir: &Path, srv: &Server) -> Settings {
 
 /// The compute node, and the agent's first report of the two GPUs.
 async fn reported(srv: &Server, settings: &Settings) {
-    let (s, v) = placement(
-        srv,
-        reqwest::Method::POST,
-        "/resource_providers",
-        Some(json!({"name": NODE})),
-    )
-    .await;
-    assert_eq!(s, 200, "{v}");
+    compute_node(srv, NODE).await;
     let o = Agent::new(settings.clone()).unwrap().step().await.unwrap();
     assert_eq!(o.added, 2);
 }
@@ -132,20 +124,6 @@ where
     .await
 }
 
-fn request(ids: &[&str]) -> dp::AllocateRequest {
-    dp::AllocateRequest {
-        container_requests: vec![dp::ContainerAllocateRequest {
-            devices_ids: ids.iter().map(|s| s.to_string()).collect(),
-        }],
-    }
-}
-
-fn healthy(v: &[&str]) -> Vec<(String, String)> {
-    v.iter()
-        .map(|s| (s.to_string(), "Healthy".to_string()))
-        .collect()
-}
-
 async fn candidates(srv: &Server) -> Vec<String> {
     let v = get(
         srv,
@@ -182,13 +160,7 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
         let plugins = Plugins::start(&settings, &kubelet);
         let pool = kubelet.plugin(POOL).await;
         wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1"])).await;
-        let resp = pool
-            .client
-            .clone()
-            .allocate(request(&["0"]))
-            .await
-            .unwrap()
-            .into_inner();
+        let resp = pool.allocate(&["0"]).await.unwrap();
         let c = &resp.container_responses[0];
         let address = c.envs["ACCEL_VISIBLE_DEVICES"].clone();
         let i = GPUS
@@ -280,13 +252,7 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
                 ]
         })
         .await;
-        let again = pool
-            .client
-            .clone()
-            .allocate(request(&["0"]))
-            .await
-            .unwrap()
-            .into_inner();
+        let again = pool.allocate(&["0"]).await.unwrap();
         assert_eq!(
             again.container_responses[0].envs["ACCEL_VISIBLE_DEVICES"],
             address
@@ -352,9 +318,7 @@ async fn devices_vms_hold_are_not_advertised() {
         })
         .await;
         let refused = taken
-            .client
-            .clone()
-            .allocate(request(&[&format!("{}-0", instance(GPUS[1]))]))
+            .allocate(&[&format!("{}-0", instance(GPUS[1]))])
             .await
             .unwrap_err();
         assert!(refused.message().contains("virtual machine"), "{refused:?}");
@@ -381,14 +345,7 @@ async fn devices_vms_hold_are_not_advertised() {
         assert_eq!(saved["vm_held_devices"], json!(GPUS));
 
         // The VM on the second GPU goes: it is offered again.
-        let (s, v) = placement(
-            &srv,
-            reqwest::Method::DELETE,
-            &format!("/allocations/{vm}"),
-            None,
-        )
-        .await;
-        assert_eq!(s, 204, "{v}");
+        delete_allocations(&srv, vm).await;
         wait_list(&pool, "pool after the VM", |d| ids(d) == healthy(&["0"])).await;
         wait_list(&taken, "the freed GPU", |d| {
             d.iter().all(|x| x.health == "Healthy")

@@ -5,9 +5,8 @@
 mod common;
 
 use accel_api::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
-use accel_store::accelerator::hardware::{self, DeployableColumn};
 use accel_store::accelerator::report;
-use common::accel::{get, placement, workers, FakeNova, Server, TempDb};
+use common::accel::{get, handles_in_use, placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -31,21 +30,6 @@ async fn compute_inventory(server: &Server) -> String {
     .await;
     assert_eq!(s, 200, "{v}");
     uuid
-}
-
-async fn handles_in_use(server: &Server) -> usize {
-    let rp = report::provider_uuid(&format!("{HOST}_FakeDevice"));
-    server
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let dep = hardware::list_deployables(tx, &[(DeployableColumn::RpUuid, rp)]).await?;
-                let handles = hardware::handles_of(tx, dep[0].id).await?;
-                Ok(handles.iter().filter(|h| h.in_use).count())
-            })
-        })
-        .await
-        .unwrap()
 }
 
 fn request(profile: &str, instance: &str) -> BootRequest {
@@ -107,7 +91,7 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
             booted.arqs[0].attach_handle_uuid,
             booted.arqs[1].attach_handle_uuid
         );
-        assert_eq!(handles_in_use(&server).await, 2);
+        assert_eq!(handles_in_use(&server.store, HOST).await, 2);
 
         // Placement holds the claim under the instance.
         let alloc = get(&server, &format!("/allocations/{instance}")).await;
@@ -151,7 +135,7 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
         assert_eq!(alloc["allocations"], json!({}));
         let (s, arqs) = server.admin_get("/v2/accelerator_requests").await;
         assert_eq!((s, &arqs["arqs"]), (200, &json!([])));
-        assert_eq!(handles_in_use(&server).await, 0);
+        assert_eq!(handles_in_use(&server.store, HOST).await, 0);
         // Unbooting again finds nothing and is not an error.
         assert_eq!(
             workflow::unboot(&ep, &instance).await.unwrap(),

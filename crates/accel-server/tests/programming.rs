@@ -7,7 +7,7 @@ mod common;
 use accel_agent::config::{FakeDevice, Settings};
 use accel_agent::Agent;
 use accel_store::accelerator::{binds, report};
-use common::accel::{placement, workers, Server, TempDb};
+use common::accel::{compute_node, placement, workers, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha512};
@@ -144,14 +144,7 @@ fn region() -> String {
 }
 
 async fn agent(srv: &Server, glance: &str, dir: &std::path::Path) -> Agent {
-    let (s, v) = placement(
-        srv,
-        reqwest::Method::POST,
-        "/resource_providers",
-        Some(json!({ "name": NODE })),
-    )
-    .await;
-    assert_eq!(s, 200, "{v}");
+    compute_node(srv, NODE).await;
     let mut settings = Settings::new(&srv.accel, NODE, &dir.join("sys"));
     settings.drivers = Some(vec!["fake".into()]);
     settings.driver.fake = vec![fake_fpga()];

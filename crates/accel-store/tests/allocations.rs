@@ -1,6 +1,7 @@
 //! Allocation writes on SQLite and PostgreSQL: capacity, generations, consumers, and
 //! concurrent writers that must never over-allocate.
 
+use accel_core::capacity::Limits;
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusable, Refusal};
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::providers;
@@ -17,17 +18,7 @@ async fn provider(store: &Store, total: i64) {
         .write(move |tx| {
             Box::pin(async move {
                 let rp = providers::create(tx, RP, "rp", None).await?;
-                let inv = Inventory {
-                    rc_id: 0,
-                    rc_name: "VCPU".into(),
-                    total,
-                    reserved: 0,
-                    min_unit: 1,
-                    max_unit: total,
-                    step_size: 1,
-                    allocation_ratio: 1.0,
-                    modified: 0,
-                };
+                let inv = Inventory::new(0, "VCPU".into(), Limits::whole(total));
                 inventories::replace(tx, &rp, &[inv]).await?;
                 Ok(())
             })

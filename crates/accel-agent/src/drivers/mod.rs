@@ -32,6 +32,7 @@ use crate::model::{FoundDevice, Handle, Health};
 use crate::nova::{Conflict, NovaPci};
 use crate::pci::{PciAddress, PciBus, PciFunction, CLASS_BRIDGE, VENDOR_VIRTIO};
 use crate::sysfs::Sysfs;
+use accel_core::accelerator::DeviceType;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -84,8 +85,19 @@ pub trait Driver: Send + Sync {
     /// The name used in `--drivers` and as the deployables' `driver_name`.
     fn name(&self) -> &'static str;
 
-    /// Every device of this kind on the host.
-    fn discover(&self, host: &Host) -> Vec<FoundDevice>;
+    /// Every device of this kind on the host: by default each candidate PF that
+    /// [`Driver::found`] recognises.
+    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
+        host.candidates()
+            .filter_map(|f| self.found(host, f))
+            .collect()
+    }
+
+    /// The device the candidate PF `f` is, when it is of this kind (for drivers that
+    /// judge PFs one at a time).
+    fn found(&self, _host: &Host, _f: &PciFunction) -> Option<FoundDevice> {
+        None
+    }
 
     /// [`Driver::discover`], or why the driver cannot tell this time. A driver whose
     /// vendor library or device files fail mid-run overrides this; the default never
@@ -211,6 +223,38 @@ pub fn offer(
         handles,
         functions,
     })
+}
+
+/// The device a PF is when its driver offers `offer` of `class`: the PCI ids, the
+/// device id in hex as its model, healthy until [`Driver::health`] says otherwise, and
+/// no family, memory, regions, traits or board information (a driver that knows more
+/// sets those fields over this value).
+pub fn pci_device(
+    f: &PciFunction,
+    device_type: DeviceType,
+    driver: &'static str,
+    class: &str,
+    offer: Offer,
+) -> FoundDevice {
+    FoundDevice {
+        device_type,
+        vendor: f.vendor,
+        product: f.device,
+        model: format!("{:04x}", f.device),
+        family: None,
+        address: f.address,
+        numa_node: f.numa_node,
+        driver,
+        health: Health::Ok,
+        class: class.into(),
+        count: offer.count,
+        handles: offer.handles,
+        memory: None,
+        regions: Vec::new(),
+        extra_traits: Vec::new(),
+        functions: offer.functions,
+        board_info: Vec::new(),
+    }
 }
 
 /// Every driver this build has, in discovery order.

@@ -5,8 +5,8 @@
 //! `physical_network` as Cyborg's does; a mapped PF without VFs is offered only when
 //! bound to `vfio-pci` or nothing. Trait `CUSTOM_PHYSNET_<NAME>` names the network.
 
-use super::{offer, Driver, Host, Offer};
-use crate::model::{trait_part, FoundDevice, Handle, Health};
+use super::{offer, pci_device, Driver, Host};
+use crate::model::{trait_part, FoundDevice, Handle};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
 
@@ -30,49 +30,24 @@ impl Driver for Nic {
         "nic"
     }
 
-    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
-        let mut out = Vec::new();
-        for f in host.candidates() {
-            if f.base_class() != 0x02 {
-                continue;
-            }
-            let Some(net) = physnet(host, f) else {
-                continue;
-            };
-            let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
-            let handle = |a| Handle {
-                address: a,
-                extra: vec![("physical_network".into(), net.to_owned())],
-            };
-            let Some(Offer {
-                count,
-                handles,
-                functions,
-            }) = offer(f, vfs, handle)
-            else {
-                tracing::info!(device = %f.address, "mapped NIC has no VFs and is used by the host; not offered");
-                continue;
-            };
-            out.push(FoundDevice {
-                device_type: DeviceType::Nic,
-                vendor: f.vendor,
-                product: f.device,
-                model: format!("{:04x}", f.device),
-                family: None,
-                address: f.address,
-                numa_node: f.numa_node,
-                driver: "nic",
-                health: Health::Ok,
-                class: "NIC".into(),
-                count,
-                handles,
-                memory: None,
-                regions: Vec::new(),
-                extra_traits: vec![format!("CUSTOM_PHYSNET_{}", trait_part(net))],
-                functions,
-                board_info: vec![("physical_network".into(), net.to_owned())],
-            });
+    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+        if f.base_class() != 0x02 {
+            return None;
         }
-        out
+        let net = physnet(host, f)?;
+        let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
+        let handle = |a| Handle {
+            address: a,
+            extra: vec![("physical_network".into(), net.to_owned())],
+        };
+        let Some(offer) = offer(f, vfs, handle) else {
+            tracing::info!(device = %f.address, "mapped NIC has no VFs and is used by the host; not offered");
+            return None;
+        };
+        Some(FoundDevice {
+            extra_traits: vec![format!("CUSTOM_PHYSNET_{}", trait_part(net))],
+            board_info: vec![("physical_network".into(), net.to_owned())],
+            ..pci_device(f, DeviceType::Nic, "nic", "NIC", offer)
+        })
     }
 }

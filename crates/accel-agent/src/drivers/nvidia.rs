@@ -13,8 +13,9 @@
 //! (Nova has no way to attach them).
 
 use super::nvml::{GpuInfo, Nvml};
-use super::{Driver, Host};
-use crate::model::{FoundDevice, Handle, Health, Memory};
+use super::{pci_device, Driver, Host, Offer};
+use crate::model::{FoundDevice, Handle, Memory};
+use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
 use std::sync::OnceLock;
 
@@ -93,65 +94,56 @@ impl Driver for Nvidia {
         "nvidia"
     }
 
-    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
-        let mut out = Vec::new();
-        for f in host.candidates() {
-            if f.vendor != 0x10de || !matches!(f.class_subclass(), 0x0300 | 0x0302) {
-                continue;
-            }
-            let info: Option<GpuInfo> = self.nvml().and_then(|n| n.info(&f.address));
-            let name = info.as_ref().map(|i| i.name.clone()).unwrap_or_default();
-            let family = family_from_name(&name).or_else(|| family(f.device));
-            let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
-            let (class, count, handles) = if vfs.is_empty() {
-                ("GPU", 1, vec![Handle::pci(f.address)])
-            } else {
-                (
-                    "VGPU",
-                    vfs.len() as i64,
-                    vfs.iter().copied().map(Handle::pci).collect(),
-                )
-            };
-            let mut functions = vec![f.address];
-            functions.extend(&vfs);
-            let mut board_info = Vec::new();
-            let mut extra_traits = Vec::new();
-            if let Some(i) = &info {
-                if i.mig_enabled {
-                    board_info.push(("mig_instances".into(), i.mig_instances.to_string()));
-                    extra_traits.push("CUSTOM_GPU_NVIDIA_MIG".into());
-                }
-            }
-            if !vfs.is_empty() {
-                board_info.push(("sriov_numvfs".into(), vfs.len().to_string()));
-            }
-            out.push(FoundDevice {
-                device_type: DeviceType::Gpu,
-                vendor: f.vendor,
-                product: f.device,
-                model: if name.is_empty() {
-                    format!("{:04x}", f.device)
-                } else {
-                    name.clone()
-                },
-                family: family.map(str::to_owned),
-                address: f.address,
-                numa_node: f.numa_node,
-                driver: "nvidia",
-                health: Health::Ok,
-                class: class.into(),
-                count,
-                handles,
-                memory: info.as_ref().filter(|i| i.memory_mib > 0).map(|i| Memory {
-                    kind: memory_kind(&name, family).into(),
-                    mib: i.memory_mib,
-                }),
-                regions: Vec::new(),
-                extra_traits,
-                functions,
-                board_info,
-            });
+    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+        if f.vendor != 0x10de || !matches!(f.class_subclass(), 0x0300 | 0x0302) {
+            return None;
         }
-        out
+        let info: Option<GpuInfo> = self.nvml().and_then(|n| n.info(&f.address));
+        let name = info.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+        let family = family_from_name(&name).or_else(|| family(f.device));
+        let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
+        let (class, count, handles) = if vfs.is_empty() {
+            ("GPU", 1, vec![Handle::pci(f.address)])
+        } else {
+            (
+                "VGPU",
+                vfs.len() as i64,
+                vfs.iter().copied().map(Handle::pci).collect(),
+            )
+        };
+        let mut functions = vec![f.address];
+        functions.extend(&vfs);
+        let mut board_info = Vec::new();
+        let mut extra_traits = Vec::new();
+        if let Some(i) = &info {
+            if i.mig_enabled {
+                board_info.push(("mig_instances".into(), i.mig_instances.to_string()));
+                extra_traits.push("CUSTOM_GPU_NVIDIA_MIG".into());
+            }
+        }
+        if !vfs.is_empty() {
+            board_info.push(("sriov_numvfs".into(), vfs.len().to_string()));
+        }
+        let offer = Offer {
+            count,
+            handles,
+            functions,
+        };
+        let base = pci_device(f, DeviceType::Gpu, "nvidia", class, offer);
+        Some(FoundDevice {
+            model: if name.is_empty() {
+                base.model.clone()
+            } else {
+                name.clone()
+            },
+            family: family.map(str::to_owned),
+            memory: info.as_ref().filter(|i| i.memory_mib > 0).map(|i| Memory {
+                kind: memory_kind(&name, family).into(),
+                mib: i.memory_mib,
+            }),
+            extra_traits,
+            board_info,
+            ..base
+        })
     }
 }

@@ -3,8 +3,9 @@
 //! driver) is, as `CUSTOM_ACCELERATOR_SSD` = 1. With SR-IOV VFs enabled the VFs are
 //! offered instead of the PF, whatever the PF is bound to.
 
-use super::{offer, Driver, Host, Offer};
-use crate::model::{FoundDevice, Handle, Health};
+use super::{offer, pci_device, Driver, Host};
+use crate::model::{FoundDevice, Handle};
+use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
 
 pub struct Nvme;
@@ -14,42 +15,15 @@ impl Driver for Nvme {
         "nvme"
     }
 
-    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
-        let mut out = Vec::new();
-        for f in host.candidates() {
-            if f.class != 0x010802 {
-                continue;
-            }
-            let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
-            let Some(Offer {
-                count,
-                handles,
-                functions,
-            }) = offer(f, vfs, Handle::pci)
-            else {
-                tracing::debug!(device = %f.address, driver = ?f.driver, "NVMe controller used by the host; not offered");
-                continue;
-            };
-            out.push(FoundDevice {
-                device_type: DeviceType::Ssd,
-                vendor: f.vendor,
-                product: f.device,
-                model: format!("{:04x}", f.device),
-                family: None,
-                address: f.address,
-                numa_node: f.numa_node,
-                driver: "nvme",
-                health: Health::Ok,
-                class: "SSD".into(),
-                count,
-                handles,
-                memory: None,
-                regions: Vec::new(),
-                extra_traits: Vec::new(),
-                functions,
-                board_info: Vec::new(),
-            });
+    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+        if f.class != 0x010802 {
+            return None;
         }
-        out
+        let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
+        let Some(offer) = offer(f, vfs, Handle::pci) else {
+            tracing::debug!(device = %f.address, driver = ?f.driver, "NVMe controller used by the host; not offered");
+            return None;
+        };
+        Some(pci_device(f, DeviceType::Ssd, "nvme", "SSD", offer))
     }
 }

@@ -3,8 +3,9 @@
 //! PF without VFs is offered only when the host does not use it (bound to `vfio-pci` or
 //! to nothing).
 
-use super::{offer, Driver, Host, Offer};
-use crate::model::{FoundDevice, Handle, Health};
+use super::{offer, pci_device, Driver, Host};
+use crate::model::{FoundDevice, Handle};
+use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
 
 pub struct Qat;
@@ -24,48 +25,23 @@ impl Driver for Qat {
         "qat"
     }
 
-    fn discover(&self, host: &Host) -> Vec<FoundDevice> {
-        let mut out = Vec::new();
-        for f in host.candidates() {
-            let Some(&(_, vf_id, family)) =
-                CARDS.iter().find(|c| f.vendor == 0x8086 && f.device == c.0)
-            else {
-                continue;
-            };
-            let vfs: Vec<_> = host
-                .vfs(f)
-                .filter(|v| v.device == vf_id)
-                .map(|v| v.address)
-                .collect();
-            let Some(Offer {
-                count,
-                handles,
-                functions,
-            }) = offer(f, vfs, Handle::pci)
-            else {
-                tracing::debug!(device = %f.address, "QAT PF without VFs used by the host; not offered");
-                continue;
-            };
-            out.push(FoundDevice {
-                device_type: DeviceType::Qat,
-                vendor: f.vendor,
-                product: f.device,
-                model: format!("QAT {family}"),
-                family: Some(family.into()),
-                address: f.address,
-                numa_node: f.numa_node,
-                driver: "qat",
-                health: Health::Ok,
-                class: "QAT".into(),
-                count,
-                handles,
-                memory: None,
-                regions: Vec::new(),
-                extra_traits: Vec::new(),
-                functions,
-                board_info: Vec::new(),
-            });
-        }
-        out
+    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+        let &(_, vf_id, family) = CARDS
+            .iter()
+            .find(|c| f.vendor == 0x8086 && f.device == c.0)?;
+        let vfs: Vec<_> = host
+            .vfs(f)
+            .filter(|v| v.device == vf_id)
+            .map(|v| v.address)
+            .collect();
+        let Some(offer) = offer(f, vfs, Handle::pci) else {
+            tracing::debug!(device = %f.address, "QAT PF without VFs used by the host; not offered");
+            return None;
+        };
+        Some(FoundDevice {
+            model: format!("QAT {family}"),
+            family: Some(family.into()),
+            ..pci_device(f, DeviceType::Qat, "qat", "QAT", offer)
+        })
     }
 }

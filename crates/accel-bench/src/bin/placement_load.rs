@@ -269,17 +269,6 @@ async fn main() -> anyhow::Result<()> {
     for r in &results {
         println!("{}", r.row());
     }
-    let failed: Vec<&PhaseStats> = results.iter().filter(|r| r.failures > 0).collect();
-    for r in &failed {
-        eprintln!(
-            "{}: {} failed; first: {}",
-            r.name,
-            r.failures,
-            r.first_error.as_deref().unwrap_or("?")
-        );
-    }
-    if !failed.is_empty() {
-        bail!("some requests failed; these numbers are not valid");
-    }
+    accel_bench::check_failures(&results).map_err(anyhow::Error::msg)?;
     Ok(())
 }

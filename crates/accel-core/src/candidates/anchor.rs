@@ -249,7 +249,7 @@ fn rooms(plan: &Plan<'_>, locals: &[ProviderId]) -> (Vec<i64>, Vec<i64>) {
         for (slot, &rc) in plan.rcs.iter().enumerate() {
             if let Some(inv) = plan.snap.inventory(p, rc) {
                 free[li * nrc + slot] = inv.capacity().saturating_sub(inv.used);
-                max_unit[li * nrc + slot] = inv.max_unit;
+                max_unit[li * nrc + slot] = inv.limits.max_unit;
             }
         }
     }
@@ -395,12 +395,12 @@ fn equivalence_classes(
                 .map(|&rc| {
                     snap.inventory(p, rc).map(|inv| {
                         (
-                            inv.total,
-                            inv.reserved,
-                            inv.min_unit,
-                            inv.max_unit,
-                            inv.step_size,
-                            inv.allocation_ratio.to_bits(),
+                            inv.limits.total,
+                            inv.limits.reserved,
+                            inv.limits.min_unit,
+                            inv.limits.max_unit,
+                            inv.limits.step_size,
+                            inv.limits.allocation_ratio.to_bits(),
                             inv.used,
                         )
                     })

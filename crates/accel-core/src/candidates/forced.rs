@@ -133,7 +133,7 @@ fn check(plan: &Plan<'_>, picks: &[Pick<'_>]) -> Forced {
             let Some(inv) = snap.inventory(a.provider, rc) else {
                 return Forced::Nothing;
             };
-            if placed > inv.capacity().saturating_sub(inv.used) || placed > inv.max_unit {
+            if placed > inv.capacity().saturating_sub(inv.used) || placed > inv.limits.max_unit {
                 return Forced::Nothing;
             }
         }

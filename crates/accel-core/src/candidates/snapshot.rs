@@ -46,37 +46,21 @@ pub type TraitId = u32;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inventory {
     pub rc: RcId,
-    pub total: i64,
-    pub reserved: i64,
-    pub min_unit: i64,
-    pub max_unit: i64,
-    pub step_size: i64,
-    pub allocation_ratio: f64,
+    /// Total, reserved, unit rules and ratio: the capacity arithmetic shared with claims.
+    pub limits: Limits,
     /// Sum of all allocations of this class on this provider.
     pub used: i64,
 }
 
 impl Inventory {
-    /// The capacity arithmetic shared with claims.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            total: self.total,
-            reserved: self.reserved,
-            min_unit: self.min_unit,
-            max_unit: self.max_unit,
-            step_size: self.step_size,
-            allocation_ratio: self.allocation_ratio,
-        }
-    }
-
     /// `int((total - reserved) * allocation_ratio)`, as reported in provider summaries.
     pub fn capacity(&self) -> i64 {
-        self.limits().capacity()
+        self.limits.capacity()
     }
 
     /// Whether one more allocation of `amount` fits (min/max/step and capacity).
     pub fn fits(&self, amount: i64) -> bool {
-        self.limits().fits(self.used, amount)
+        self.limits.fits(self.used, amount)
     }
 }
 

@@ -381,6 +381,7 @@ mod tests {
     use super::super::anchor;
     use super::*;
     use crate::candidates::{GroupPolicy, Inventory, Provider, Request, RequestGroup, Snapshot};
+    use crate::capacity::Limits;
 
     /// A compute (id 0) with `children` identical devices of `capacity` units of class 1,
     /// and one granular group per amount.
@@ -391,12 +392,7 @@ mod tests {
             root: ProviderId(0),
             inventories: vec![Inventory {
                 rc: 1,
-                total,
-                reserved: 0,
-                min_unit: 1,
-                max_unit: total,
-                step_size: 1,
-                allocation_ratio: 1.0,
+                limits: Limits::whole(total),
                 used: 0,
             }],
             traits: vec![],

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::{Configuration, Selector};
-use crate::device::test_device;
+use crate::testing::device as test_device;
 use proptest::prelude::*;
 
 const NODE: &str = "node-a";

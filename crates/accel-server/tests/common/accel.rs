@@ -40,6 +40,43 @@ pub async fn placement(
     )
 }
 
+/// Creates the compute node provider `name`, as nova-compute does before any agent
+/// reports under it, and returns the provider.
+pub async fn compute_node(srv: &Server, name: &str) -> Value {
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::POST,
+        "/resource_providers",
+        Some(json!({ "name": name })),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+/// Deletes `consumer`'s allocations, as Nova does when its instance goes.
+pub async fn delete_allocations(srv: &Server, consumer: &str) {
+    let path = format!("/allocations/{consumer}");
+    let (s, v) = placement(srv, reqwest::Method::DELETE, &path, None).await;
+    assert_eq!(s, 204, "{v}");
+}
+
+/// How many attach handles of the fake device that `host` reported are in use.
+pub async fn handles_in_use(store: &Store, host: &str) -> usize {
+    let rp = accel_store::accelerator::report::provider_uuid(&format!("{host}_FakeDevice"));
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                use accel_store::accelerator::hardware::{self, DeployableColumn};
+                let dep = hardware::list_deployables(tx, &[(DeployableColumn::RpUuid, rp)]).await?;
+                let handles = hardware::handles_of(tx, dep[0].id).await?;
+                Ok(handles.iter().filter(|h| h.in_use).count())
+            })
+        })
+        .await
+        .unwrap()
+}
+
 /// A database both a first and a restarted server can open; a SQLite file is removed
 /// when the test is done with it.
 pub struct TempDb {

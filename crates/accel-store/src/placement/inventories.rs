@@ -26,6 +26,21 @@ pub struct Inventory {
 }
 
 impl Inventory {
+    /// A record of class `rc_id` (`rc_name`) with `limits`, not yet stored.
+    pub fn new(rc_id: i64, rc_name: String, limits: accel_core::capacity::Limits) -> Inventory {
+        Inventory {
+            rc_id,
+            rc_name,
+            total: limits.total,
+            reserved: limits.reserved,
+            min_unit: limits.min_unit,
+            max_unit: limits.max_unit,
+            step_size: limits.step_size,
+            allocation_ratio: limits.allocation_ratio,
+            modified: 0,
+        }
+    }
+
     /// The capacity arithmetic shared with claims and the candidate search.
     pub fn limits(&self) -> accel_core::capacity::Limits {
         accel_core::capacity::Limits {
@@ -43,6 +58,35 @@ impl Inventory {
     }
 }
 
+/// The limits stored in columns `first..first + 6` of `r`, selected in the table's
+/// order: total, reserved, min_unit, max_unit, step_size, allocation_ratio.
+pub(crate) fn limits_at(
+    r: &sqlx::any::AnyRow,
+    first: usize,
+) -> Result<accel_core::capacity::Limits, sqlx::Error> {
+    Ok(accel_core::capacity::Limits {
+        total: r.try_get(first)?,
+        reserved: r.try_get(first + 1)?,
+        min_unit: r.try_get(first + 2)?,
+        max_unit: r.try_get(first + 3)?,
+        step_size: r.try_get(first + 4)?,
+        allocation_ratio: r.try_get(first + 5)?,
+    })
+}
+
+type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Binds the limits of `n` to the next six parameters of `q`, in the order of
+/// [`limits_at`].
+fn bind_limits<'q>(q: Query<'q>, n: &Inventory) -> Query<'q> {
+    q.bind(n.total)
+        .bind(n.reserved)
+        .bind(n.min_unit)
+        .bind(n.max_unit)
+        .bind(n.step_size)
+        .bind(n.allocation_ratio)
+}
+
 /// A provider's inventories, ordered by resource class id.
 pub async fn list(tx: &mut Tx, rp_id: i64) -> Result<Vec<Inventory>, StoreError> {
     let rows = sqlx::query(
@@ -57,15 +101,8 @@ pub async fn list(tx: &mut Tx, rp_id: i64) -> Result<Vec<Inventory>, StoreError>
     rows.iter()
         .map(|r| {
             Ok(Inventory {
-                rc_id: r.try_get(0)?,
-                rc_name: r.try_get(1)?,
-                total: r.try_get(2)?,
-                reserved: r.try_get(3)?,
-                min_unit: r.try_get(4)?,
-                max_unit: r.try_get(5)?,
-                step_size: r.try_get(6)?,
-                allocation_ratio: r.try_get(7)?,
                 modified: r.try_get(8)?,
+                ..Inventory::new(r.try_get(0)?, r.try_get(1)?, limits_at(r, 2)?)
             })
         })
         .collect()
@@ -125,22 +162,17 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
         match old.iter().find(|o| o.rc_id == n.rc_id) {
             Some(o) if same_limits(o, n) => {}
             Some(_) => {
-                sqlx::query(
+                let q = sqlx::query(
                     "UPDATE inventories SET total = $1, reserved = $2, min_unit = $3, max_unit = $4, \
                      step_size = $5, allocation_ratio = $6, updated_at = $7 \
                      WHERE resource_provider_id = $8 AND resource_class_id = $9",
-                )
-                .bind(n.total)
-                .bind(n.reserved)
-                .bind(n.min_unit)
-                .bind(n.max_unit)
-                .bind(n.step_size)
-                .bind(n.allocation_ratio)
-                .bind(now)
-                .bind(rp.id)
-                .bind(n.rc_id)
-                .execute(&mut *tx)
-                .await?;
+                );
+                bind_limits(q, n)
+                    .bind(now)
+                    .bind(rp.id)
+                    .bind(n.rc_id)
+                    .execute(&mut *tx)
+                    .await?;
             }
             None => added.push((rp.id, n)),
         }
@@ -162,16 +194,7 @@ pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Resu
         );
         let mut q = sqlx::query(&sql);
         for (rp_id, n) in chunk {
-            q = q
-                .bind(*rp_id)
-                .bind(n.rc_id)
-                .bind(n.total)
-                .bind(n.reserved)
-                .bind(n.min_unit)
-                .bind(n.max_unit)
-                .bind(n.step_size)
-                .bind(n.allocation_ratio)
-                .bind(now);
+            q = bind_limits(q.bind(*rp_id).bind(n.rc_id), n).bind(now);
         }
         q.execute(&mut *tx).await?;
     }
@@ -247,7 +270,6 @@ async fn change_tx(
     change: Change,
     invalid: Option<String>,
 ) -> crate::Refusable<(i64, Vec<Inventory>), ChangeRefusal> {
-    use ChangeRefusal as R;
     let rp = providers::require(tx, rp_uuid).await?;
     let current = list(tx, rp.id).await?;
     let names: Vec<String> = match &change {
@@ -256,78 +278,82 @@ async fn change_tx(
         Change::Delete { .. } | Change::DeleteAll => Vec::new(),
     };
     let ids = super::lookup::resource_class_ids(tx, &names).await?;
-    let resolve = |mut inv: Inventory| match ids.get(&inv.rc_name) {
-        Some(id) => {
-            inv.rc_id = *id;
-            Ok(inv)
-        }
-        None => Err(R::UnknownClass(inv.rc_name)),
+    let new = match changed(&rp, &current, change, &ids, invalid) {
+        Ok(new) => new,
+        Err(r) => return Ok(Err(r)),
     };
-    let new: Vec<Inventory> = match change {
+    let generation = replace(tx, &rp, &new).await?;
+    let after = list(tx, rp.id).await?;
+    Ok(Ok((generation, after)))
+}
+
+/// The provider's inventories once `change` is applied to `current`, or why it is
+/// refused, judged in upstream's order: generation, resource classes (resolved to ids
+/// through `ids`), the body's own problem (`invalid`), then the class's presence.
+fn changed(
+    rp: &Provider,
+    current: &[Inventory],
+    change: Change,
+    ids: &HashMap<String, i64>,
+    invalid: Option<String>,
+) -> Result<Vec<Inventory>, ChangeRefusal> {
+    use ChangeRefusal as R;
+    let generation_is = |g: i64| {
+        if g == rp.generation {
+            Ok(())
+        } else {
+            Err(R::Generation)
+        }
+    };
+    let resolve = |records: Vec<Inventory>| {
+        let out = records
+            .into_iter()
+            .map(|mut inv| match ids.get(&inv.rc_name) {
+                Some(id) => {
+                    inv.rc_id = *id;
+                    Ok(inv)
+                }
+                None => Err(R::UnknownClass(inv.rc_name)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        match invalid {
+            Some(m) => Err(R::Invalid(m)),
+            None => Ok(out),
+        }
+    };
+    let has = |rc_id: i64| current.iter().any(|i| i.rc_id == rc_id);
+    Ok(match change {
         Change::ReplaceAll {
             generation,
             records,
         } => {
-            if generation != rp.generation {
-                return Ok(Err(R::Generation));
-            }
-            let mut out = Vec::with_capacity(records.len());
-            for r in records {
-                match resolve(r) {
-                    Ok(inv) => out.push(inv),
-                    Err(r) => return Ok(Err(r)),
-                }
-            }
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
-            }
-            out
+            generation_is(generation)?;
+            resolve(records)?
         }
         Change::Create(record) => {
-            let class = record.rc_name.clone();
-            let inv = match resolve(record) {
-                Ok(inv) => inv,
-                Err(r) => return Ok(Err(r)),
-            };
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
+            let inv = resolve(vec![record])?.remove(0);
+            if has(inv.rc_id) {
+                return Err(R::Exists(inv.rc_name));
             }
-            if current.iter().any(|i| i.rc_id == inv.rc_id) {
-                return Ok(Err(R::Exists(class)));
-            }
-            let mut out = current.clone();
+            let mut out = current.to_vec();
             out.push(inv);
             out
         }
         Change::Update { generation, record } => {
-            if generation != rp.generation {
-                return Ok(Err(R::Generation));
-            }
-            let class = record.rc_name.clone();
-            let inv = match resolve(record) {
-                Ok(inv) => inv,
-                Err(r) => return Ok(Err(r)),
-            };
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
-            }
-            if !current.iter().any(|i| i.rc_id == inv.rc_id) {
-                return Ok(Err(R::Missing(class)));
+            generation_is(generation)?;
+            let inv = resolve(vec![record])?.remove(0);
+            if !has(inv.rc_id) {
+                return Err(R::Missing(inv.rc_name));
             }
             current
                 .iter()
-                .map(|i| {
-                    if i.rc_id == inv.rc_id {
-                        inv.clone()
-                    } else {
-                        i.clone()
-                    }
-                })
+                .map(|i| if i.rc_id == inv.rc_id { &inv } else { i })
+                .cloned()
                 .collect()
         }
         Change::Delete { class } => {
             if !current.iter().any(|i| i.rc_name == class) {
-                return Ok(Err(R::Missing(class)));
+                return Err(R::Missing(class));
             }
             current
                 .iter()
@@ -336,8 +362,5 @@ async fn change_tx(
                 .collect()
         }
         Change::DeleteAll => Vec::new(),
-    };
-    let generation = replace(tx, &rp, &new).await?;
-    let after = list(tx, rp.id).await?;
-    Ok(Ok((generation, after)))
+    })
 }

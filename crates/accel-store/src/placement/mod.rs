@@ -18,8 +18,37 @@ pub mod providers;
 pub mod reshape;
 pub mod traits;
 
-use crate::{Store, StoreError};
+use crate::{Conflict, Store, StoreError, Tx};
 use accel_core::standard;
+
+/// The generation compare-and-swap of a provider or consumer row: moves row `id` of
+/// `table` from generation `expected` to the next, stamping `updated_at` with `now`.
+/// A writer that read an older generation changes nothing and gets
+/// [`Conflict::ConcurrentUpdate`] with `detail`; this, not a lock, is what keeps
+/// concurrent writers (and replicas) from overwriting each other.
+pub(crate) async fn bump(
+    tx: &mut Tx,
+    table: &str,
+    id: i64,
+    expected: i64,
+    now: i64,
+    detail: &str,
+) -> Result<i64, StoreError> {
+    let n = sqlx::query(&format!(
+        "UPDATE {table} SET generation = $1, updated_at = $2 WHERE id = $3 AND generation = $4"
+    ))
+    .bind(expected + 1)
+    .bind(now)
+    .bind(id)
+    .bind(expected)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        return Err(StoreError::conflict(Conflict::ConcurrentUpdate, detail));
+    }
+    Ok(expected + 1)
+}
 
 /// Inserts the standard resource classes (ids = upstream index) and the os-traits
 /// catalogue when missing. Idempotent and safe to run from several servers at once.

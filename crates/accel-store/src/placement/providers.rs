@@ -414,24 +414,17 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
 /// Compare-and-swap on a provider's generation: succeeds only if it is still
 /// `expected`, and returns the new generation.
 pub async fn bump_generation(tx: &mut Tx, id: i64, expected: i64) -> Result<i64, StoreError> {
-    let n = sqlx::query(
-        "UPDATE resource_providers SET generation = $1, updated_at = $2 WHERE id = $3 AND generation = $4",
+    let next = super::bump(
+        tx,
+        "resource_providers",
+        id,
+        expected,
+        crate::now(),
+        "resource provider generation conflict",
     )
-    .bind(expected + 1)
-    .bind(crate::now())
-    .bind(id)
-    .bind(expected)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
-        return Err(StoreError::conflict(
-            Conflict::ConcurrentUpdate,
-            "resource provider generation conflict",
-        ));
-    }
+    .await?;
     changes::touch(tx, &[id]).await?;
-    Ok(expected + 1)
+    Ok(next)
 }
 
 /// Filters of `GET /resource_providers`; every given filter must hold.

@@ -147,12 +147,7 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         if let Some(&i) = index.get(&rp) {
             providers[i].inventories.push(Inventory {
                 rc: rc as u32,
-                total: r.try_get("total")?,
-                reserved: r.try_get("reserved")?,
-                min_unit: r.try_get("min_unit")?,
-                max_unit: r.try_get("max_unit")?,
-                step_size: r.try_get("step_size")?,
-                allocation_ratio: r.try_get("allocation_ratio")?,
+                limits: super::inventories::limits_at(&r, 2)?,
                 used: used.get(&(rp, rc)).copied().unwrap_or(0),
             });
         }

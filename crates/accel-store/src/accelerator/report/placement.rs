@@ -8,6 +8,7 @@ use crate::accelerator::hardware::{self, Deployable, Device};
 use crate::placement::{classes, inventories, providers, traits};
 use crate::{StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus};
+use accel_core::capacity::Limits;
 use std::collections::{HashMap, HashSet};
 
 /// Trait and class ids by name, looked up once per report: a host's devices share
@@ -211,17 +212,11 @@ async fn desired(
     let mut want = Vec::new();
     for (rc, n) in wanted {
         let (rc_id, rc_name) = names.class(tx, rc).await?;
-        want.push(inventories::Inventory {
-            rc_id,
-            rc_name,
-            total: n,
+        let limits = Limits {
             reserved: if unavailable { n } else { 0 },
-            min_unit: 1,
-            max_unit: n,
-            step_size: 1,
-            allocation_ratio: 1.0,
-            modified: 0,
-        });
+            ..Limits::whole(n)
+        };
+        want.push(inventories::Inventory::new(rc_id, rc_name, limits));
     }
     want.sort_by_key(|i| i.rc_id);
     let trait_names: Vec<&str> = attrs

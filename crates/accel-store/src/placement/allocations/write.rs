@@ -424,17 +424,7 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     let mut rooms: HashMap<(i64, i64), Limits> = HashMap::new();
     for r in q.fetch_all(&mut *tx).await? {
         let key: (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
-        rooms.insert(
-            key,
-            Limits {
-                total: r.try_get(2)?,
-                reserved: r.try_get(3)?,
-                min_unit: r.try_get(4)?,
-                max_unit: r.try_get(5)?,
-                step_size: r.try_get(6)?,
-                allocation_ratio: r.try_get(7)?,
-            },
-        );
+        rooms.insert(key, crate::placement::inventories::limits_at(&r, 2)?);
     }
     let with_inventory: BTreeSet<i64> = rooms.keys().map(|k| k.0).collect();
     let mut missing: Vec<&str> = Vec::new();
@@ -514,22 +504,8 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         visited.insert(c.row.id, c);
     }
     for c in visited.values() {
-        let n = sqlx::query(
-            "UPDATE consumers SET generation = $1, updated_at = $2 WHERE id = $3 AND generation = $4",
-        )
-        .bind(c.row.generation + 1)
-        .bind(now)
-        .bind(c.row.id)
-        .bind(c.row.generation)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n != 1 {
-            return Err(StoreError::conflict(
-                Conflict::ConcurrentUpdate,
-                CONSUMER_RACE,
-            ));
-        }
+        let (id, generation) = (c.row.id, c.row.generation);
+        crate::placement::bump(tx, "consumers", id, generation, now, CONSUMER_RACE).await?;
     }
     let with_allocs: BTreeSet<i64> = items
         .iter()
