@@ -16,7 +16,10 @@ pub mod app;
 pub mod auth;
 mod cors;
 pub mod external;
+pub mod health;
 pub mod jsonschema;
+pub mod metrics;
+pub mod observe;
 pub mod placement;
 pub mod supervisor;
 
@@ -40,6 +43,8 @@ pub struct ServerConfig {
     /// The Keystone validator (configuration, own token, validation cache), present
     /// when `auth_strategy` is keystone.
     pub keystone: Option<Arc<auth::keystone::Keystone>>,
+    /// No `accel::access` line per request (`access_log = false`).
+    pub disable_access_log: bool,
 }
 
 /// Everything a handler can reach.
@@ -49,6 +54,10 @@ pub struct AppState {
     pub config: ServerConfig,
     /// The in-memory picture allocation candidates are searched in.
     pub placement_index: placement::index::Index,
+    /// The Prometheus metrics every handler and worker updates ([`metrics`]).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Draining and the workers' state, for the health checks ([`health`]).
+    pub health: health::Health,
 }
 
 /// The accelerator API's listener and state, for [`serve`].
@@ -58,28 +67,69 @@ pub struct AcceleratorApi {
 }
 
 /// Serves the Placement API on `placement`, and the accelerator API on its own
-/// listener when given, until `shutdown` completes; then both drain.
+/// listener when given, until `shutdown` completes; then both drain. Each API router
+/// runs inside [`observe::layer`] (`/healthcheck`, request metrics, access log).
 pub async fn serve(
     state: Arc<AppState>,
     placement: TcpListener,
     accelerator: Option<AcceleratorApi>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with_metrics(state, placement, accelerator, None, shutdown).await
+}
+
+/// [`serve`], and the metrics port ([`observe::metrics_router`]) on `metrics` when
+/// given. Once `shutdown` completes the health checks answer "draining" while the
+/// listeners close.
+pub async fn serve_with_metrics(
+    state: Arc<AppState>,
+    placement: TcpListener,
+    accelerator: Option<AcceleratorApi>,
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use futures::FutureExt;
     use std::future::IntoFuture;
-    let shutdown = shutdown.boxed().shared();
-    let placement_app = placement::router(state);
+    let draining = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.health.set_draining();
+    }
+    .boxed()
+    .shared();
+    let placement_app = observe::layer(
+        placement::router(state.clone()),
+        state.clone(),
+        observe::Api::Placement,
+    );
     let placement_server = axum::serve(placement, placement_app)
         .with_graceful_shutdown(shutdown.clone())
         .into_future();
-    match accelerator {
-        None => placement_server.await,
-        Some(api) => {
-            let accel_server = axum::serve(api.listener, accelerator::router(api.state))
-                .with_graceful_shutdown(shutdown)
-                .into_future();
-            let (a, b) = tokio::join!(placement_server, accel_server);
-            a.and(b)
+    let accel_server = async {
+        match accelerator {
+            None => Ok(()),
+            Some(api) => {
+                let router = observe::layer(
+                    accelerator::router(api.state),
+                    state.clone(),
+                    observe::Api::Accelerator,
+                );
+                axum::serve(api.listener, router)
+                    .with_graceful_shutdown(shutdown.clone())
+                    .await
+            }
         }
-    }
+    };
+    let metrics_server = async {
+        match metrics {
+            None => Ok(()),
+            Some(listener) => {
+                axum::serve(listener, observe::metrics_router(state.clone()))
+                    .with_graceful_shutdown(shutdown.clone())
+                    .await
+            }
+        }
+    };
+    let (a, b, c) = tokio::join!(placement_server, accel_server, metrics_server);
+    a.and(b).and(c)
 }
