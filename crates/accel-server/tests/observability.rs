@@ -152,7 +152,8 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         let consumer = uuid::Uuid::new_v4().to_string();
         let claim = |n: i64, generation: Value| {
             json!({"allocations": {rp_uuid.clone(): {"resources": {"VCPU": n}}},
-                   "project_id": "p", "user_id": "u", "consumer_generation": generation})
+                   "project_id": "p", "user_id": "u", "consumer_generation": generation,
+                   "consumer_type": "INSTANCE"})
         };
         let path = format!("/allocations/{consumer}");
         let (s, v) = placement(&srv, reqwest::Method::PUT, &path, Some(claim(2, Value::Null))).await;

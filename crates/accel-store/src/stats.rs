@@ -8,7 +8,7 @@
 //! when `/metrics` is scraped rather than tracked by every writer, so replicas sharing
 //! a database report the same picture and nothing on a hot path pays for them.
 
-use crate::{Backend, Store, StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Row};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,10 +117,6 @@ impl Store {
     /// The gauges of [`Gauges`], in one read snapshot.
     pub async fn gauges(&self) -> Result<Gauges, StoreError> {
         self.read(|tx| Box::pin(gauges(tx))).await
-    }
-
-    pub fn is_postgres(&self) -> bool {
-        self.backend == Backend::Postgres
     }
 }
 
