@@ -388,8 +388,13 @@ mod observability_config_tests {
         assert_eq!(cfg.metrics_listen, "127.0.0.1:9778");
         assert!(cfg.access_log);
         assert!(!cfg.server_config().unwrap().disable_access_log);
-        let path = std::env::temp_dir().join(format!("accel-obs-config-{}.toml", std::process::id()));
-        std::fs::write(&path, "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n").unwrap();
+        let path =
+            std::env::temp_dir().join(format!("accel-obs-config-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n",
+        )
+        .unwrap();
         let cfg = ServeConfig::load(ServeArgs {
             config: Some(path.clone()),
             ..Default::default()

@@ -89,7 +89,9 @@ pub async fn check(app: &AppState, ready: bool) -> Vec<Check> {
         } else {
             match tokio::time::timeout(DB_TIMEOUT, app.store.schema_current()).await {
                 Ok(Ok(true)) => None,
-                Ok(Ok(false)) => Some("database schema is not the version this accel migrates to".to_owned()),
+                Ok(Ok(false)) => {
+                    Some("database schema is not the version this accel migrates to".to_owned())
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(target: "accel::health", error = %e, "readiness: reading the schema version failed");
                     Some("database schema version unreadable".to_owned())

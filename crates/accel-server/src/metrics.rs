@@ -94,9 +94,7 @@ fn latency() -> Histogram {
 
 /// Bind and programming times are measured from rows stamped in whole seconds.
 fn slow() -> Histogram {
-    Histogram::new([
-        1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-    ])
+    Histogram::new([1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0])
 }
 
 fn counts() -> Histogram {
@@ -346,10 +344,7 @@ impl Metrics {
     /// Moves `accel_placement_index_refreshes` up to the index's own counters (kept
     /// there for the benchmark notes; read here at scrape time).
     pub fn sync_index(&self, stats: &crate::placement::index::IndexStats) {
-        for (kind, v) in [
-            ("full", &stats.full),
-            ("incremental", &stats.incremental),
-        ] {
+        for (kind, v) in [("full", &stats.full), ("incremental", &stats.incremental)] {
             advance(
                 &self.index_refreshes.get_or_create(&KindLabel { kind }),
                 v.load(Ordering::Relaxed),
@@ -615,7 +610,10 @@ mod tests {
         m.claim("committed");
         let om = m.encode(true);
         assert!(om.ends_with("# EOF\n"), "{om}");
-        assert!(om.contains("# TYPE accel_allocation_claims counter"), "{om}");
+        assert!(
+            om.contains("# TYPE accel_allocation_claims counter"),
+            "{om}"
+        );
         let text = m.encode(false);
         assert!(!text.contains("# EOF"), "{text}");
         assert!(
@@ -630,11 +628,11 @@ mod tests {
             text.contains("accel_allocation_claims_total{outcome=\"committed\"} 1\n"),
             "{text}"
         );
+        assert!(text.contains("accel_build_info{version=\""), "{text}");
         assert!(
-            text.contains("accel_build_info{version=\""),
+            text.contains("# TYPE process_cpu_seconds_total counter"),
             "{text}"
         );
-        assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
         assert!(text.contains("process_open_fds "), "{text}");
     }
 }

@@ -113,7 +113,10 @@ async fn observe(
         )
     });
     let (resp, caller) = if route == HEALTHCHECK && (method == "GET" || method == "HEAD") {
-        (healthcheck(&app, method == "HEAD", req.headers()).await, None)
+        (
+            healthcheck(&app, method == "HEAD", req.headers()).await,
+            None,
+        )
     } else if access {
         CALLER
             .scope(RefCell::new(None), async {
@@ -197,7 +200,10 @@ async fn healthcheck(app: &AppState, head: bool, headers: &HeaderMap) -> Respons
         let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
         let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
         let _ = serde::Serialize::serialize(&doc, &mut ser);
-        (String::from_utf8(out).unwrap_or_default(), "application/json")
+        (
+            String::from_utf8(out).unwrap_or_default(),
+            "application/json",
+        )
     } else if healthy {
         ("OK".to_owned(), "text/plain; charset=UTF-8")
     } else {
@@ -409,7 +415,10 @@ mod tests {
             "/resource_providers/{uuid}/inventories/{resource_class}"
         );
         assert_eq!(route_of(Api::Placement, "/"), "/");
-        assert_eq!(route_of(Api::Placement, "/allocations/x"), "/allocations/{consumer_uuid}");
+        assert_eq!(
+            route_of(Api::Placement, "/allocations/x"),
+            "/allocations/{consumer_uuid}"
+        );
         assert_eq!(route_of(Api::Placement, "/resource_providers/"), UNMATCHED);
         assert_eq!(route_of(Api::Placement, "/nope/a/b"), UNMATCHED);
         assert_eq!(route_of(Api::Placement, "/healthcheck"), HEALTHCHECK);
@@ -427,7 +436,10 @@ mod tests {
             route_of(Api::Accelerator, "/v2/agent/hosts/node1/programs/4"),
             "/v2/agent/hosts/{hostname}/programs/{id}"
         );
-        assert_eq!(route_of(Api::Accelerator, "/v2/devices/x/reboot"), UNMATCHED);
+        assert_eq!(
+            route_of(Api::Accelerator, "/v2/devices/x/reboot"),
+            UNMATCHED
+        );
         assert_eq!(route_of(Api::Accelerator, "/healthcheck"), HEALTHCHECK);
     }
 }

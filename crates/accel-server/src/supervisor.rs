@@ -73,7 +73,10 @@ pub struct Supervisor {
 
 /// Whether each supervised worker is running now (shared with the health checks).
 #[derive(Clone, Default, Debug)]
-pub struct Running(Arc<Mutex<Vec<(&'static str, Arc<AtomicBool>)>>>);
+pub struct Running(Arc<Mutex<Vec<WorkerFlag>>>);
+
+/// A worker's name and whether it runs now.
+type WorkerFlag = (&'static str, Arc<AtomicBool>);
 
 impl Running {
     /// The workers not running now: failed and waiting to restart, or stopped.

@@ -37,7 +37,9 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 async fn scrape(srv: &Server) -> String {
-    let r = reqwest::get(format!("{}/metrics", srv.metrics)).await.unwrap();
+    let r = reqwest::get(format!("{}/metrics", srv.metrics))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["content-type"],
@@ -115,7 +117,11 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         let http = reqwest::Client::new();
         let before = scrape(&srv).await;
         assert_eq!(
-            sample(&before, "accel_build_info", &[("version", env!("CARGO_PKG_VERSION"))]),
+            sample(
+                &before,
+                "accel_build_info",
+                &[("version", env!("CARGO_PKG_VERSION"))]
+            ),
             1.0,
             "{before}"
         );
@@ -156,7 +162,13 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
                    "consumer_type": "INSTANCE"})
         };
         let path = format!("/allocations/{consumer}");
-        let (s, v) = placement(&srv, reqwest::Method::PUT, &path, Some(claim(2, Value::Null))).await;
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &path,
+            Some(claim(2, Value::Null)),
+        )
+        .await;
         assert_eq!(s, 204, "{v}");
         let (s, v) = placement(&srv, reqwest::Method::PUT, &path, Some(claim(9, json!(1)))).await;
         assert_eq!(s, 409, "over capacity: {v}");
@@ -213,22 +225,67 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         };
         let req = "accel_http_requests_total";
         assert_eq!(
-            d(req, &[("api", "placement"), ("method", "POST"), ("route", "/resource_providers"), ("status", "200")]),
+            d(
+                req,
+                &[
+                    ("api", "placement"),
+                    ("method", "POST"),
+                    ("route", "/resource_providers"),
+                    ("status", "200")
+                ]
+            ),
             2.0,
             "{text}"
         );
         assert_eq!(
-            d(req, &[("api", "placement"), ("method", "PUT"), ("route", "/allocations/{consumer_uuid}"), ("status", "409")]),
+            d(
+                req,
+                &[
+                    ("api", "placement"),
+                    ("method", "PUT"),
+                    ("route", "/allocations/{consumer_uuid}"),
+                    ("status", "409")
+                ]
+            ),
             2.0
         );
         assert_eq!(
-            d(req, &[("api", "placement"), ("route", "/resource_providers/{uuid}/inventories")]),
+            d(
+                req,
+                &[
+                    ("api", "placement"),
+                    ("route", "/resource_providers/{uuid}/inventories")
+                ]
+            ),
             1.0
         );
-        assert!(d(req, &[("api", "accelerator"), ("method", "PATCH"), ("route", "/v2/accelerator_requests"), ("status", "202")]) == 1.0);
-        assert!(d(req, &[("api", "accelerator"), ("method", "PUT"), ("route", "/v2/agent/hosts/{hostname}/devices")]) >= 1.0, "{text}");
         assert!(
-            d("accel_http_request_duration_seconds_count", &[("api", "placement"), ("route", "/allocation_candidates")]) == 1.0
+            d(
+                req,
+                &[
+                    ("api", "accelerator"),
+                    ("method", "PATCH"),
+                    ("route", "/v2/accelerator_requests"),
+                    ("status", "202")
+                ]
+            ) == 1.0
+        );
+        assert!(
+            d(
+                req,
+                &[
+                    ("api", "accelerator"),
+                    ("method", "PUT"),
+                    ("route", "/v2/agent/hosts/{hostname}/devices")
+                ]
+            ) >= 1.0,
+            "{text}"
+        );
+        assert!(
+            d(
+                "accel_http_request_duration_seconds_count",
+                &[("api", "placement"), ("route", "/allocation_candidates")]
+            ) == 1.0
         );
         // No uuid, host name or raw path is a label value.
         for l in text.lines().filter(|l| !l.starts_with('#')) {
@@ -238,11 +295,26 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
             }
         }
 
-        assert_eq!(d("accel_allocation_candidates_duration_seconds_count", &[]), 1.0);
-        assert_eq!(d("accel_allocation_candidates_returned_sum", &[]), returned as f64);
+        assert_eq!(
+            d("accel_allocation_candidates_duration_seconds_count", &[]),
+            1.0
+        );
+        assert_eq!(
+            d("accel_allocation_candidates_returned_sum", &[]),
+            returned as f64
+        );
         assert!(d("accel_allocation_candidates_anchors_searched_total", &[]) >= 1.0);
-        assert!(d("accel_allocation_candidates_option_checks_total", &[]) >= 1.0, "{text}");
-        assert!(sample(&text, "accel_placement_index_refreshes_total", &[("kind", "full")]) >= 1.0);
+        assert!(
+            d("accel_allocation_candidates_option_checks_total", &[]) >= 1.0,
+            "{text}"
+        );
+        assert!(
+            sample(
+                &text,
+                "accel_placement_index_refreshes_total",
+                &[("kind", "full")]
+            ) >= 1.0
+        );
         let (_, all) = placement(&srv, reqwest::Method::GET, "/resource_providers", None).await;
         assert_eq!(
             sample(&text, "accel_placement_providers", &[]),
@@ -253,13 +325,34 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         assert_eq!(d(claims, &[("outcome", "capacity_refused")]), 1.0);
         assert_eq!(d(claims, &[("outcome", "generation_conflict")]), 1.0);
 
-        assert_eq!(sample(&text, "accel_arqs", &[("state", "Bound")]), 2.0, "{text}");
-        assert_eq!(d("accel_arq_bind_duration_seconds_count", &[("outcome", "bound")]), 2.0);
-        assert_eq!(d("accel_nova_events_total", &[("outcome", "delivered")]), 1.0);
+        assert_eq!(
+            sample(&text, "accel_arqs", &[("state", "Bound")]),
+            2.0,
+            "{text}"
+        );
+        assert_eq!(
+            d(
+                "accel_arq_bind_duration_seconds_count",
+                &[("outcome", "bound")]
+            ),
+            2.0
+        );
+        assert_eq!(
+            d("accel_nova_events_total", &[("outcome", "delivered")]),
+            1.0
+        );
         assert_eq!(sample(&text, "accel_nova_events_pending", &[]), 0.0);
-        assert!(d("accel_outgoing_requests_total", &[("service", "nova"), ("outcome", "success")]) >= 1.0);
+        assert!(
+            d(
+                "accel_outgoing_requests_total",
+                &[("service", "nova"), ("outcome", "success")]
+            ) >= 1.0
+        );
         assert_eq!(sample(&text, "accel_db_up", &[]), 1.0);
-        assert!(text.contains("accel_db_pool_connections{pool=\"write\",state=\"in_use\"}"), "{text}");
+        assert!(
+            text.contains("accel_db_pool_connections{pool=\"write\",state=\"in_use\"}"),
+            "{text}"
+        );
         assert!(sample(&text, "process_open_fds", &[]) > 0.0);
         assert!(sample(&text, "process_resident_memory_bytes", &[]) > 0.0);
         promtool_check(&text);
@@ -280,11 +373,19 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
 
         // Health on both API ports, without a token, and the probes.
         for base in [&srv.placement, &srv.accel] {
-            let r = http.get(format!("{base}/healthcheck")).send().await.unwrap();
+            let r = http
+                .get(format!("{base}/healthcheck"))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), 200);
             assert_eq!(r.headers()["content-type"], "text/plain; charset=UTF-8");
             assert_eq!(r.text().await.unwrap(), "OK");
-            let r = http.head(format!("{base}/healthcheck")).send().await.unwrap();
+            let r = http
+                .head(format!("{base}/healthcheck"))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), 204);
         }
         let r = http
@@ -295,15 +396,33 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
             .unwrap();
         let doc: Value = r.json().await.unwrap();
         assert_eq!(doc, json!({"detailed": false, "reasons": ["OK"]}));
-        let r = reqwest::get(format!("{}/livez", srv.metrics)).await.unwrap();
-        assert_eq!((r.status().as_u16(), r.text().await.unwrap()), (200, "ok".to_owned()));
-        let r = reqwest::get(format!("{}/readyz", srv.metrics)).await.unwrap();
+        let r = reqwest::get(format!("{}/livez", srv.metrics))
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.status().as_u16(), r.text().await.unwrap()),
+            (200, "ok".to_owned())
+        );
+        let r = reqwest::get(format!("{}/readyz", srv.metrics))
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
-        assert!(body.contains("[+]database ok") && body.contains("[+]workers ok"), "{body}");
+        assert!(
+            body.contains("[+]database ok") && body.contains("[+]workers ok"),
+            "{body}"
+        );
         let after = scrape(&srv).await;
         assert!(
-            sample(&after, req, &[("api", "accelerator"), ("route", "/healthcheck"), ("status", "200")]) >= 1.0
+            sample(
+                &after,
+                req,
+                &[
+                    ("api", "accelerator"),
+                    ("route", "/healthcheck"),
+                    ("status", "200")
+                ]
+            ) >= 1.0
         );
         srv.stop().await;
     }
@@ -327,7 +446,9 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         assert!(line.contains(field), "{field} missing: {line}");
     }
     assert!(
-        text.lines().any(|l| l.contains("accel::outgoing") && l.contains("service=\"nova\"") && l.contains("status=200")),
+        text.lines().any(|l| l.contains("accel::outgoing")
+            && l.contains("service=\"nova\"")
+            && l.contains("status=200")),
         "the delivered Nova event is logged: {text}"
     );
 }
@@ -391,7 +512,16 @@ impl PrivatePg {
         let data = pg.data();
         pg.run(
             "initdb",
-            &["-D", &data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
         );
         pg.start();
         Some(pg)
@@ -408,7 +538,10 @@ impl PrivatePg {
             self.dir.path().display()
         );
         let log = self.dir.path().join("pg.log").display().to_string();
-        self.run("pg_ctl", &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "start"]);
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "start"],
+        );
     }
 
     fn stop(&self) {
@@ -445,7 +578,9 @@ async fn status_and_body(url: &str) -> (u16, String) {
 #[tokio::test]
 async fn losing_the_database_turns_health_503_and_back_without_a_restart() {
     let Some(pg) = PrivatePg::start_new() else {
-        println!("SKIPPED: no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql");
+        println!(
+            "SKIPPED: no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql"
+        );
         return;
     };
     let srv = Server::start(&pg.url(), None, Some(workers(None))).await;
@@ -455,24 +590,36 @@ async fn losing_the_database_turns_health_503_and_back_without_a_restart() {
     assert_eq!(status_and_body(&ready).await.0, 200);
 
     pg.stop();
-    let body = common::eventually(Duration::from_secs(30), "healthcheck to turn 503", || async {
-        let (s, b) = status_and_body(&health).await;
-        (s == 503).then_some(b)
-    })
+    let body = common::eventually(
+        Duration::from_secs(30),
+        "healthcheck to turn 503",
+        || async {
+            let (s, b) = status_and_body(&health).await;
+            (s == 503).then_some(b)
+        },
+    )
     .await;
     assert!(body.contains("database unreachable"), "{body}");
     let (s, body) = status_and_body(&ready).await;
     assert_eq!(s, 503, "{body}");
-    assert!(body.contains("[-]database failed: database unreachable"), "{body}");
+    assert!(
+        body.contains("[-]database failed: database unreachable"),
+        "{body}"
+    );
     assert!(body.ends_with("readyz check failed\n"), "{body}");
     let (s, body) = status_and_body(&format!("{}/healthcheck", srv.accel)).await;
     assert_eq!(s, 503, "{body}");
-    assert!(!body.contains("Connection refused") && !body.contains("error"), "no driver message: {body}");
+    assert!(
+        !body.contains("Connection refused") && !body.contains("error"),
+        "no driver message: {body}"
+    );
 
     pg.start();
-    common::eventually(Duration::from_secs(30), "healthcheck back to 200", || async {
-        (status_and_body(&health).await == (200, "OK".to_owned())).then_some(())
-    })
+    common::eventually(
+        Duration::from_secs(30),
+        "healthcheck back to 200",
+        || async { (status_and_body(&health).await == (200, "OK".to_owned())).then_some(()) },
+    )
     .await;
     let (s, body) = status_and_body(&ready).await;
     assert_eq!(s, 200, "{body}");

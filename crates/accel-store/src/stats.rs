@@ -152,7 +152,11 @@ async fn gauges(tx: &mut Tx) -> Result<Gauges, StoreError> {
             "SELECT CAST(COUNT(*) AS BIGINT) FROM program_requests WHERE state = 'pending'",
         )
         .await?,
-        providers: count(tx, "SELECT CAST(COUNT(*) AS BIGINT) FROM resource_providers").await?,
+        providers: count(
+            tx,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM resource_providers",
+        )
+        .await?,
     })
 }
 
