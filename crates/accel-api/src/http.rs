@@ -5,6 +5,11 @@
 //! Typed clients (Placement, accelerator API, agent protocol) are thin layers that
 //! build a [`Request`] and decode a [`Reply`]; nothing else in accel sends HTTP by
 //! hand.
+//!
+//! Every call sends `User-Agent: accel/<version>` and an `X-OpenStack-Request-ID` of
+//! its own (unless the caller set one), and is logged on the `accel::outgoing` target
+//! with that id, its status and duration: answers at `debug` (a client polls, and
+//! its callers log what the answers meant), an unreachable service at `warn`.
 
 use accel_keystone::Session;
 use serde::de::DeserializeOwned;
@@ -311,11 +316,21 @@ impl Http {
             let base = self.base().await?;
             let url = format!("{base}{}", req.path);
             let token = self.auth.token().await?;
+            let given = self
+                .headers
+                .iter()
+                .chain(&req.headers)
+                .find(|(k, _)| k.eq_ignore_ascii_case("x-openstack-request-id"))
+                .map(|(_, v)| v.clone());
+            let request_id = given.clone().unwrap_or_else(accel_keystone::request_id);
             let mut b = self
                 .client
                 .request(req.method.clone(), &url)
                 .header("x-auth-token", &token)
                 .header("accept", "application/json");
+            if given.is_none() {
+                b = b.header("x-openstack-request-id", &request_id);
+            }
             if !req.query.is_empty() {
                 b = b.query(&req.query);
             }
@@ -328,11 +343,16 @@ impl Http {
             if let Some(body) = &req.body {
                 b = b.json(body);
             }
-            let resp = b.send().await.map_err(|source| Error::Unreachable {
-                url: url.clone(),
-                source,
+            let started = std::time::Instant::now();
+            let resp = b.send().await.map_err(|source| {
+                tracing::warn!(target: "accel::outgoing", method = %req.method, url = %url, request_id = %request_id, error = %source, "outgoing call failed");
+                Error::Unreachable {
+                    url: url.clone(),
+                    source,
+                }
             })?;
             let status = resp.status().as_u16();
+            tracing::debug!(target: "accel::outgoing", method = %req.method, url = %url, status, request_id = %request_id, duration_ms = started.elapsed().as_millis() as u64, "outgoing call");
             if let (401, false, Auth::Keystone(s)) = (status, retried, &self.auth) {
                 s.invalidate(&token).await;
                 retried = true;

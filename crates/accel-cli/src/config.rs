@@ -18,6 +18,8 @@
 //! randomize_allocation_candidates = false
 //! max_allocation_candidates = 100000
 //! log_format = "text"               # or "json"
+//! metrics_listen = "127.0.0.1:9778" # /metrics, /livez, /readyz
+//! access_log = true                 # one accel::access line per request
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
 //! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
@@ -108,6 +110,13 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "ACCEL_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// Address of the metrics port: GET /metrics (Prometheus), /livez, /readyz
+    /// [default: 127.0.0.1:9778].
+    #[arg(long, env = "ACCEL_METRICS_LISTEN", value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
+    /// Write no `accel::access` line per HTTP request (config: access_log = false).
+    #[arg(long)]
+    pub no_access_log: bool,
     /// At start-up, report Cyborg's fake device (`HOST_FakeDevice`, 16 TEST_PCI
     /// handles, FPGA, CUSTOM_FAKE_DEVICE) as an agent on compute node HOST would,
     /// creating that compute node provider when absent.
@@ -171,6 +180,8 @@ struct FileConfig {
     randomize_allocation_candidates: Option<bool>,
     max_allocation_candidates: Option<usize>,
     log_format: Option<String>,
+    metrics_listen: Option<String>,
+    access_log: Option<bool>,
     fake_devices: Option<String>,
     keystone_authtoken: Option<KeystoneConfig>,
     bind_timeout_seconds: Option<i64>,
@@ -197,6 +208,10 @@ pub struct ServeConfig {
     pub randomize_allocation_candidates: bool,
     pub max_allocation_candidates: usize,
     pub log_format: String,
+    /// Address of the metrics port (`/metrics`, `/livez`, `/readyz`).
+    pub metrics_listen: String,
+    /// One `accel::access` line per request.
+    pub access_log: bool,
     /// Host whose fake device is reported at start-up, if any.
     pub fake_devices: Option<String>,
     /// The `[keystone_authtoken]` table (required when `auth_strategy` is keystone).
@@ -263,6 +278,11 @@ impl ServeConfig {
             randomize_allocation_candidates: file.randomize_allocation_candidates.unwrap_or(false),
             max_allocation_candidates: file.max_allocation_candidates.unwrap_or(100_000),
             log_format,
+            metrics_listen: args
+                .metrics_listen
+                .or(file.metrics_listen)
+                .unwrap_or_else(|| "127.0.0.1:9778".into()),
+            access_log: !args.no_access_log && file.access_log.unwrap_or(true),
             fake_devices: args
                 .fake_devices
                 .or(file.fake_devices)
@@ -419,6 +439,7 @@ impl ServeConfig {
             max_allocation_candidates: self.max_allocation_candidates,
             keystone,
             http: self.http_limits(),
+            disable_access_log: !self.access_log,
         })
     }
 }
@@ -529,6 +550,43 @@ mod noauth_tests {
             cfg.http_limits().shutdown_timeout,
             std::time::Duration::from_secs(2)
         );
+    }
+}
+
+#[cfg(test)]
+mod observability_config_tests {
+    use super::*;
+
+    #[test]
+    fn metrics_port_and_access_log_default_on_and_follow_flag_then_file() {
+        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
+        assert_eq!(cfg.metrics_listen, "127.0.0.1:9778");
+        assert!(cfg.access_log);
+        assert!(!cfg.server_config().unwrap().disable_access_log);
+        let path =
+            std::env::temp_dir().join(format!("accel-obs-config-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n",
+        )
+        .unwrap();
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.metrics_listen, "0.0.0.0:9100");
+        assert!(cfg.server_config().unwrap().disable_access_log);
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            metrics_listen: Some("127.0.0.1:1".into()),
+            no_access_log: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(cfg.metrics_listen, "127.0.0.1:1");
+        assert!(!cfg.access_log);
     }
 }
 

@@ -73,16 +73,32 @@ fn main() -> anyhow::Result<()> {
 
 #[cfg(feature = "server")]
 fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
+    let asked = std::env::var("ACCEL_LOG").unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The statements of background polls stay out of `ACCEL_LOG=debug` unless their
+    // own target is asked for (`ACCEL_LOG=debug,sqlx=debug`).
+    if !asked.contains("sqlx") {
+        if let Ok(d) = "sqlx=warn".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
         builder.init();
     }
+}
+
+/// ANSI colours only on a terminal, and never with `NO_COLOR` set (no-color.org).
+#[cfg(any(feature = "server", feature = "agent"))]
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 #[cfg(feature = "server")]
@@ -114,6 +130,10 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     let accel_listener = tokio::net::TcpListener::bind(&cfg.accelerator_listen)
         .await
         .with_context(|| format!("binding the accelerator API to {}", cfg.accelerator_listen))?;
+    let metrics_listener = tokio::net::TcpListener::bind(&cfg.metrics_listen)
+        .await
+        .with_context(|| format!("binding the metrics port to {}", cfg.metrics_listen))?;
+    let metrics_addr = metrics_listener.local_addr()?;
     let external = match &cfg.placement {
         Some(p) => Some(
             accel_server::external::ExternalPlacement::new(p.clone())
@@ -143,6 +163,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .workers(Some(WorkerConfig::new(nova)))
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
+        .metrics_listener(Some(metrics_listener))
         .build()
         .await?;
     if let Some(n) = &cfg.nova {
@@ -155,9 +176,19 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     }
     let signals = Signals::install();
     tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = accel_server::metrics::COMMIT,
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,
+        metrics = %metrics_addr,
         database = %cfg.redacted_database(),
+        auth_strategy = match cfg.auth_strategy {
+            accel_server::auth::AuthStrategy::Noauth => "noauth",
+            accel_server::auth::AuthStrategy::Keystone => "keystone",
+        },
+        policy_defaults = if cfg.enforce_new_defaults { "new (enforce_new_defaults)" } else { "legacy (new or deprecated rules)" },
+        policy_file = %cfg.policy_file.as_ref().map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
+        access_log = cfg.access_log,
         "accel serve ready"
     );
     app.serve(listener, Some(accel_listener), signals.first())

@@ -155,11 +155,21 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// `User-Agent` of accel's calls (the same as `accel_api::http::USER_AGENT`).
+pub const USER_AGENT: &str = concat!("accel/", env!("CARGO_PKG_VERSION"));
+
+/// A fresh `X-OpenStack-Request-ID` for one outgoing call, so the remote service's
+/// log line and ours can be matched.
+pub fn request_id() -> String {
+    format!("req-{}", uuid::Uuid::new_v4())
+}
+
 /// The HTTP client for Keystone: `connect_secs` (default 10) to connect, three times
 /// that for a whole request.
 pub fn http_client(connect_secs: Option<u64>) -> Result<reqwest::Client, String> {
     let connect = Duration::from_secs(connect_secs.unwrap_or(10).max(1));
     reqwest::Client::builder()
+        .user_agent(USER_AGENT)
         .connect_timeout(connect)
         .timeout(connect * 3)
         .build()
@@ -260,14 +270,21 @@ impl Session {
         if !self.catalog {
             url.push_str("?nocatalog");
         }
+        let request_id = request_id();
+        let started = std::time::Instant::now();
         let resp = self
             .http
             .post(&url)
+            .header("x-openstack-request-id", &request_id)
             .json(&body)
             .send()
             .await
-            .map_err(|e| format!("POST {url}: {e}"))?;
+            .map_err(|e| {
+                tracing::warn!(target: "accel::outgoing", service = "keystone", method = "POST", url = %url, request_id = %request_id, error = %e, "outgoing call failed");
+                format!("POST {url}: {e}")
+            })?;
         let status = resp.status();
+        tracing::info!(target: "accel::outgoing", service = "keystone", method = "POST", url = %url, status = status.as_u16(), request_id = %request_id, duration_ms = started.elapsed().as_millis() as u64, user = %c.username, "outgoing call: token requested");
         if !status.is_success() {
             let said = resp.text().await.unwrap_or_default();
             return Err(format!(

@@ -10,8 +10,8 @@
 //! App::builder(store) ─ .policy .config .nova .external .fake_devices .workers ─▶ build
 //!   build: fake devices reported ─▶ AppState + AccelState
 //! App::serve(placement, accelerator, shutdown):
-//!   workers (bind, Nova events, pusher) ─▶ both routers until shutdown ─▶ workers
-//!   stopped ─▶ store closed
+//!   workers (bind, Nova events, pusher) ─▶ both routers (and the metrics port when
+//!   given) until shutdown ─▶ workers stopped ─▶ store closed
 //! ```
 
 use crate::accelerator::binder::{self, NovaEndpoint, WorkerConfig};
@@ -31,6 +31,7 @@ pub struct App {
     state: Arc<AppState>,
     accel: Arc<AccelState>,
     workers: Option<(WorkerConfig, Backoff)>,
+    metrics_listener: Option<TcpListener>,
 }
 
 /// Builds an [`App`]; see [`App::builder`] for the defaults.
@@ -44,6 +45,8 @@ pub struct AppBuilder {
     fake_devices: Option<String>,
     workers: Option<WorkerConfig>,
     backoff: Backoff,
+    metrics: Arc<crate::metrics::Metrics>,
+    metrics_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -62,6 +65,8 @@ impl App {
             fake_devices: None,
             workers: Some(WorkerConfig::new(None)),
             backoff: Backoff::default(),
+            metrics: Default::default(),
+            metrics_listener: None,
         }
     }
 
@@ -99,13 +104,17 @@ impl App {
                 let _ = deadline.set(tokio::time::Instant::now() + drain);
             }
         };
-        let served = crate::serve(
+        if let Some(w) = &workers {
+            self.state.health.watch_workers(w.running());
+        }
+        let served = crate::serve_with_metrics(
             self.state.clone(),
             placement,
             accelerator.map(|listener| AcceleratorApi {
                 listener,
                 state: self.accel.clone(),
             }),
+            self.metrics_listener,
             shutdown,
         )
         .await;
@@ -178,6 +187,19 @@ impl AppBuilder {
         self
     }
 
+    /// The metrics registry to record into (a fresh one by default).
+    pub fn metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Serve `/metrics`, `/livez` and `/readyz` on this listener too
+    /// (`--metrics-listen`).
+    pub fn metrics_listener(mut self, listener: Option<TcpListener>) -> Self {
+        self.metrics_listener = listener;
+        self
+    }
+
     /// The supervisor's wait before restarting a failed worker.
     pub fn restart_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
@@ -201,6 +223,8 @@ impl AppBuilder {
             policy: self.policy,
             config: self.config,
             placement_index: Default::default(),
+            metrics: self.metrics,
+            health: Default::default(),
         });
         let accel = Arc::new(AccelState {
             app: state.clone(),
@@ -213,6 +237,7 @@ impl AppBuilder {
             state,
             accel,
             workers: self.workers.map(|cfg| (cfg, self.backoff)),
+            metrics_listener: self.metrics_listener,
         })
     }
 }

@@ -16,8 +16,11 @@ pub mod app;
 pub mod auth;
 mod cors;
 pub mod external;
+pub mod health;
 pub mod jsonschema;
 pub mod listen;
+pub mod metrics;
+pub mod observe;
 pub mod placement;
 pub mod supervisor;
 
@@ -43,6 +46,8 @@ pub struct ServerConfig {
     pub keystone: Option<Arc<auth::keystone::Keystone>>,
     /// Timeouts, body and connection limits, and the shutdown drain of both APIs.
     pub http: listen::HttpLimits,
+    /// No `accel::access` line per request (`access_log = false`).
+    pub disable_access_log: bool,
 }
 
 /// Everything a handler can reach.
@@ -52,6 +57,10 @@ pub struct AppState {
     pub config: ServerConfig,
     /// The in-memory picture allocation candidates are searched in.
     pub placement_index: placement::index::Index,
+    /// The Prometheus metrics every handler and worker updates ([`metrics`]).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Draining and the workers' state, for the health checks ([`health`]).
+    pub health: health::Health,
 }
 
 /// The accelerator API's listener and state, for [`serve`].
@@ -62,17 +71,41 @@ pub struct AcceleratorApi {
 
 /// Serves the Placement API on `placement`, and the accelerator API on its own
 /// listener when given, until `shutdown` completes; then both drain, for at most
-/// `state.config.http.shutdown_timeout` ([`listen`]).
+/// `state.config.http.shutdown_timeout` ([`listen`]). Each API router runs inside
+/// [`observe::layer`] (`/healthcheck`, request metrics, access log).
 pub async fn serve(
     state: Arc<AppState>,
     placement: TcpListener,
     accelerator: Option<AcceleratorApi>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with_metrics(state, placement, accelerator, None, shutdown).await
+}
+
+/// [`serve`], and the metrics port ([`observe::metrics_router`]) on `metrics` when
+/// given. Once `shutdown` completes the health checks answer "draining" while the
+/// listeners close.
+pub async fn serve_with_metrics(
+    state: Arc<AppState>,
+    placement: TcpListener,
+    accelerator: Option<AcceleratorApi>,
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use futures::FutureExt;
-    let shutdown: listen::Shutdown = shutdown.boxed().shared();
+    let draining = state.clone();
+    let shutdown: listen::Shutdown = async move {
+        shutdown.await;
+        draining.health.set_draining();
+    }
+    .boxed()
+    .shared();
     let limits = state.config.http.clone();
-    let placement_app = placement::router(state);
+    let placement_app = observe::layer(
+        placement::router(state.clone()),
+        state.clone(),
+        observe::Api::Placement,
+    );
     let placement_server = listen::serve(
         "placement",
         placement,
@@ -80,18 +113,44 @@ pub async fn serve(
         limits.clone(),
         shutdown.clone(),
     );
-    match accelerator {
-        None => placement_server.await,
-        Some(api) => {
-            let accel_server = listen::serve(
-                "accelerator",
-                api.listener,
-                accelerator::router(api.state),
-                limits,
-                shutdown,
-            );
-            let (a, b) = tokio::join!(placement_server, accel_server);
-            a.and(b)
+    let accel_server = async {
+        match accelerator {
+            None => Ok(()),
+            Some(api) => {
+                let router = observe::layer(
+                    accelerator::router(api.state),
+                    state.clone(),
+                    observe::Api::Accelerator,
+                );
+                listen::serve(
+                    "accelerator",
+                    api.listener,
+                    router,
+                    limits.clone(),
+                    shutdown.clone(),
+                )
+                .await
+            }
         }
-    }
+    };
+    // The metrics port drains within the same limits as the APIs: a scraper's
+    // keep-alive connection cannot hold shutdown.
+    let metrics_server = async {
+        match metrics {
+            None => Ok(()),
+            Some(listener) => {
+                let router = observe::metrics_router(state.clone());
+                listen::serve(
+                    "metrics",
+                    listener,
+                    router,
+                    limits.clone(),
+                    shutdown.clone(),
+                )
+                .await
+            }
+        }
+    };
+    let (a, b, c) = tokio::join!(placement_server, accel_server, metrics_server);
+    a.and(b).and(c)
 }

@@ -17,9 +17,14 @@
 //! per attempt. A worker runs in its own spawned task so that a panic is caught at
 //! the guard (`JoinError`) instead of unwinding through the supervisor; dropping the
 //! supervisor aborts the guards, and a guard's drop aborts its worker.
+//!
+//! [`Supervisor::running`] tells the health checks which workers run right now: a
+//! worker waiting out its backoff after a failure counts as stopped, so `/healthcheck`
+//! and `/readyz` answer 503 until its next run starts.
 
 use futures::future::BoxFuture;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -63,6 +68,36 @@ pub struct Supervisor {
     tasks: JoinSet<()>,
     stop: watch::Sender<bool>,
     backoff: Backoff,
+    running: Running,
+}
+
+/// Whether each supervised worker is running now (shared with the health checks).
+#[derive(Clone, Default, Debug)]
+pub struct Running(Arc<Mutex<Vec<WorkerFlag>>>);
+
+/// A worker's name and whether it runs now.
+type WorkerFlag = (&'static str, Arc<AtomicBool>);
+
+impl Running {
+    /// The workers not running now: failed and waiting to restart, or stopped.
+    pub fn stopped(&self) -> Vec<&'static str> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, up)| !up.load(Ordering::Relaxed))
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    fn add(&self, name: &'static str) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name, flag.clone()));
+        flag
+    }
 }
 
 impl Default for Supervisor {
@@ -77,7 +112,13 @@ impl Supervisor {
             tasks: JoinSet::new(),
             stop: watch::channel(false).0,
             backoff,
+            running: Running::default(),
         }
+    }
+
+    /// Which workers run now, for the health checks.
+    pub fn running(&self) -> Running {
+        self.running.clone()
     }
 
     /// Starts worker `name`: `make` builds one run, which should return `Ok(())` once
@@ -90,7 +131,8 @@ impl Supervisor {
     {
         let make: Make = Arc::new(move |stop| Box::pin(make(stop)));
         let stop = Stop(self.stop.subscribe());
-        self.tasks.spawn(guard(name, make, stop, self.backoff));
+        let up = self.running.add(name);
+        self.tasks.spawn(guard(name, make, stop, self.backoff, up));
     }
 
     /// Asks every worker to stop after its current step and waits for them.
@@ -109,12 +151,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn guard(name: &'static str, make: Make, mut stop: Stop, backoff: Backoff) {
+async fn guard(
+    name: &'static str,
+    make: Make,
+    mut stop: Stop,
+    backoff: Backoff,
+    up: Arc<AtomicBool>,
+) {
     let mut wait = backoff.first;
     loop {
         let started = tokio::time::Instant::now();
+        up.store(true, Ordering::Relaxed);
         let mut run = AbortOnDrop(tokio::spawn(make(stop.clone())));
         let outcome = (&mut run.0).await;
+        up.store(false, Ordering::Relaxed);
         match outcome {
             Ok(Ok(())) if stop.is_stopped() => return,
             Ok(Ok(())) => {
@@ -227,6 +277,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), third.notified())
             .await
             .expect("the worker was not restarted twice");
+        assert!(sup.running().stopped().is_empty(), "the third run is up");
         // 20 ms after the panic, 40 ms after the error.
         assert!(begun.elapsed() >= Duration::from_millis(60));
         sup.shutdown().await;
@@ -263,6 +314,16 @@ mod tests {
         while runs.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
+        // Waiting out its backoff, the worker counts as stopped for the health checks.
+        let running = sup.running();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while running.stopped().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the ended worker is reported stopped");
+        assert_eq!(running.stopped(), ["quitter"]);
         let begun = tokio::time::Instant::now();
         sup.shutdown().await;
         assert!(begun.elapsed() < Duration::from_secs(1));

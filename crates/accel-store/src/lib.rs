@@ -29,6 +29,7 @@ pub mod accelerator;
 mod error;
 mod migrate;
 pub mod placement;
+pub mod stats;
 pub mod testing;
 
 pub use error::{db_cause, Conflict, Refusable, StoreError, PROVIDER_RACE};
@@ -59,6 +60,8 @@ pub struct Store {
     /// writer and see the last committed state, so reads do not queue behind writes.
     readers: Option<AnyPool>,
     backend: Backend,
+    /// Counters the server's metrics read ([`stats`]).
+    counters: std::sync::Arc<stats::Counters>,
 }
 
 /// How long a request waits for a PostgreSQL connection: past it the database counts
@@ -165,6 +168,7 @@ impl Store {
             pool,
             readers,
             backend,
+            counters: Default::default(),
         };
         migrate::run(&store).await?;
         placement::sync_standards(&store).await?;
@@ -253,7 +257,7 @@ impl Store {
         V: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, V> + Send,
     {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire(&self.pool).await?;
         let begin = match self.backend {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres => "BEGIN",
@@ -297,6 +301,9 @@ impl Store {
             left -= 1;
             match self.write_or_refuse(attempt()).await {
                 Err(e) if e.is_retryable() && left > 0 => {
+                    self.counters
+                        .write_retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(error = %e, "rerunning a write transaction after a race");
                 }
                 Err(e) if e.is_retryable() => {
@@ -314,7 +321,7 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self.reader().acquire().await?;
+        let mut conn = self.acquire(self.reader()).await?;
         // PostgreSQL's default READ COMMITTED gives each statement its own snapshot;
         // a read of several queries must see one instant.
         let begin = match self.backend {
@@ -337,7 +344,7 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self.reader().acquire().await?;
+        let mut conn = self.acquire(self.reader()).await?;
         f(&mut conn).await
     }
 

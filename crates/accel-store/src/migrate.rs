@@ -141,3 +141,8 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
     let _ = conn.ping().await;
     Ok(())
 }
+
+/// The schema version this binary expects once [`run`] has applied everything.
+pub(crate) fn latest() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}

@@ -63,6 +63,8 @@ pub struct TestServer {
     pub placement: String,
     /// Base URL of the accelerator API.
     pub accel: String,
+    /// Base URL of the metrics port (`/metrics`, `/livez`, `/readyz`).
+    pub metrics: String,
     pub state: Arc<AppState>,
     pub accel_state: Arc<AccelState>,
     pub store: Store,
@@ -78,7 +80,15 @@ impl TestServer {
 
     /// Builds `app` and serves both APIs on port 0.
     pub async fn start(app: AppBuilder) -> TestServer {
-        let app = app.build().await.expect("building the app");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the metrics port to port 0");
+        let m = metrics.local_addr().expect("metrics address");
+        let app = app
+            .metrics_listener(Some(metrics))
+            .build()
+            .await
+            .expect("building the app");
         let placement = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding the Placement API to port 0");
@@ -97,6 +107,7 @@ impl TestServer {
         TestServer {
             placement: format!("http://{p}"),
             accel: format!("http://{a}"),
+            metrics: format!("http://{m}"),
             store: state.store.clone(),
             state,
             accel_state,

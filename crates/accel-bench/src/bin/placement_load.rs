@@ -14,6 +14,10 @@
 //! Every request uses microversion 1.39. Prints a Markdown table; exits non-zero when any
 //! request failed.
 //!
+//! With `--scrape-url http://127.0.0.1:9778/metrics` a Prometheus-like scraper reads that
+//! URL every `--scrape-interval` seconds while the phases run, so the cost of being
+//! watched shows in the same table (docs/benchmarks.md, issue 13).
+//!
 //! ```sh
 //! cargo run --release -p accel-bench --bin placement-load -- --url http://127.0.0.1:8778
 //! ```
@@ -55,6 +59,43 @@ struct Args {
     /// A label printed above the table.
     #[arg(long, default_value = "")]
     label: String,
+    /// Scrape this URL (the server's `/metrics`) while the phases run.
+    #[arg(long, value_name = "URL")]
+    scrape_url: Option<String>,
+    /// Seconds between two scrapes of `--scrape-url`.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    scrape_interval: f64,
+}
+
+/// Reads `url` every `every` until dropped; counts the scrapes and the failed ones.
+fn scraper(
+    url: String,
+    every: std::time::Duration,
+) -> (tokio::task::JoinHandle<()>, Arc<Mutex<(u64, u64)>>) {
+    let counts = Arc::new(Mutex::new((0u64, 0u64)));
+    let c = counts.clone();
+    let task = tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let ok = match client
+                .get(&url)
+                .header("accept", "text/plain;version=0.0.4")
+                .send()
+                .await
+            {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+            c.0 += 1;
+            if !ok {
+                c.1 += 1;
+            }
+        }
+    });
+    (task, counts)
 }
 
 const VERSION: Version = mv::ANY_TRAITS;
@@ -109,6 +150,12 @@ async fn main() -> anyhow::Result<()> {
         bail!("the service already has resource providers; start it on an empty database");
     }
 
+    let scraping = args.scrape_url.clone().map(|u| {
+        scraper(
+            u,
+            std::time::Duration::from_secs_f64(args.scrape_interval.max(0.01)),
+        )
+    });
     let mut results: Vec<PhaseStats> = Vec::new();
     let uuids: Arc<Vec<String>> = Arc::new(
         (0..args.providers)
@@ -262,6 +309,18 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
+    if let Some((task, counts)) = scraping {
+        task.abort();
+        let (n, bad) = *counts.lock().unwrap_or_else(|e| e.into_inner());
+        eprintln!(
+            "scraped {} every {}s: {n} scrapes, {bad} failed",
+            args.scrape_url.as_deref().unwrap_or(""),
+            args.scrape_interval
+        );
+        if bad > 0 {
+            bail!("{bad} of {n} scrapes failed");
+        }
+    }
     if !args.label.is_empty() {
         println!("{}\n", args.label);
     }

@@ -350,15 +350,27 @@ pub(crate) async fn finish_program(
             ProgramAnswer::Failed { error } => Err(error),
         };
     let h = host.to_owned();
-    let pr = st
+    let outcome = if result.is_ok() { "done" } else { "failed" };
+    let (pr, recorded_at) = st
         .app
         .store
         .write(move |tx| {
             Box::pin(async move {
-                binds::finish_program_request(tx, &h, id, result, accel_store::now()).await
+                let recorded_at = accel_store::stats::program_created_at(tx, id).await?;
+                let pr =
+                    binds::finish_program_request(tx, &h, id, result, accel_store::now()).await?;
+                Ok((pr, recorded_at))
             })
         })
         .await?;
+    let m = &st.app.metrics;
+    let label = crate::metrics::OutcomeLabel { outcome };
+    m.fpga_programs.get_or_create(&label).inc();
+    if let Some(at) = recorded_at {
+        let took = (accel_store::now() - at).max(0) as f64;
+        m.fpga_program_duration.get_or_create(&label).observe(took);
+    }
+    tracing::info!(host = %host, request = id, outcome, "FPGA programming request answered");
     if pr.arq_uuid.is_some() {
         st.bind_wakeup.notify_one();
     }

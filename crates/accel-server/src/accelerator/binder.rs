@@ -169,6 +169,8 @@ pub struct Binder {
     lease_secs: i64,
     /// Woken when a step records Nova events.
     events_wake: Arc<Notify>,
+    /// Where bind durations are recorded (the server's, once spawned).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What one [`Binder::step`] did.
@@ -193,6 +195,7 @@ impl Binder {
             owner: owner.into(),
             lease_secs,
             events_wake: Arc::new(Notify::new()),
+            metrics: Default::default(),
         }
     }
 
@@ -216,15 +219,34 @@ impl Binder {
             if claimed.is_empty() {
                 continue;
             }
+            // When each bind was accepted: the duration histogram runs from there.
+            let accepted = match accel_store::stats::bind_jobs_accepted(&self.store, &claimed).await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(error = %e, "bind durations: reading acceptance times failed");
+                    Vec::new()
+                }
+            };
+            let took = |arq: &str| {
+                accepted.iter().find(|(a, _)| a == arq).map(|(_, at)| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    (now - *at as f64).max(0.0)
+                })
+            };
             let done = binds::perform_all(&self.store, &self.owner, claimed, now).await?;
             for p in done {
                 match &p.outcome {
                     Outcome::Bound(handle) => {
                         report.bound += 1;
+                        self.observe_bind("bound", took(&p.arq_uuid));
                         tracing::info!(arq = %p.arq_uuid, attach_handle = %handle, "ARQ bound");
                     }
                     Outcome::Failed(reason) => {
                         report.failed += 1;
+                        self.observe_bind("failed", took(&p.arq_uuid));
                         tracing::warn!(arq = %p.arq_uuid, %reason, "ARQ bind failed");
                     }
                     Outcome::Programming => report.programming += 1,
@@ -240,6 +262,15 @@ impl Binder {
         }
         Ok(report)
     }
+
+    fn observe_bind(&self, outcome: &'static str, took: Option<f64>) {
+        if let Some(secs) = took {
+            self.metrics
+                .bind_duration
+                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                .observe(secs);
+        }
+    }
 }
 
 /// Delivers recorded Nova events.
@@ -251,6 +282,8 @@ pub struct EventSender {
     client: reqwest::Client,
     max_backoff_secs: i64,
     expiry_secs: i64,
+    /// Where delivery outcomes are counted (the server's, once spawned).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What one [`EventSender::step`] did.
@@ -278,10 +311,12 @@ impl EventSender {
             nova: cfg.nova.clone(),
             client: reqwest::Client::builder()
                 .timeout(cfg.nova_timeout)
+                .user_agent(accel_api::http::USER_AGENT)
                 .build()
                 .unwrap_or_default(),
             max_backoff_secs: cfg.max_backoff_secs,
             expiry_secs: cfg.event_expiry_secs,
+            metrics: Default::default(),
         }
     }
 
@@ -334,6 +369,17 @@ impl EventSender {
                     }
                 },
             };
+            let outcome = match delivery {
+                Delivery::Delivered => "delivered",
+                Delivery::Pending => "retried",
+                Delivery::Rejected => "rejected",
+                Delivery::Expired => "expired",
+                _ => "no_endpoint",
+            };
+            self.metrics
+                .nova_events
+                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                .inc();
             match delivery {
                 Delivery::Delivered => report.delivered += 1,
                 Delivery::Pending => report.retrying += 1,
@@ -367,9 +413,12 @@ impl EventSender {
                 Err(e) => return Attempt::Retry(format!("Keystone: {e}")),
             };
             let url = format!("{}/os-server-external-events", base.trim_end_matches('/'));
+            let request_id = format!("req-{}", uuid::Uuid::new_v4());
+            let started = std::time::Instant::now();
             let mut req = self
                 .client
                 .post(&url)
+                .header("X-OpenStack-Request-ID", &request_id)
                 .header("X-OpenStack-Nova-API-Version", "2.82")
                 .header("OpenStack-API-Version", "compute 2.82")
                 .json(&render_events(ev));
@@ -377,11 +426,19 @@ impl EventSender {
                 req = req.header("X-Auth-Token", t);
             }
             let resp = match req.send().await {
-                Err(e) => return Attempt::Retry(format!("POST {url}: {e}")),
+                Err(e) => {
+                    self.metrics.outgoing("nova", "unreachable");
+                    tracing::warn!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, request_id = %request_id, instance = %ev.instance_uuid, error = %e, "outgoing call failed");
+                    return Attempt::Retry(format!("POST {url}: {e}"));
+                }
                 Ok(resp) => resp,
             };
             let status = resp.status();
             let body = resp.text().await.unwrap_or_default();
+            let ok = status.is_success();
+            self.metrics
+                .outgoing("nova", if ok { "success" } else { "http_error" });
+            tracing::info!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, status = status.as_u16(), request_id = %request_id, instance = %ev.instance_uuid, duration_ms = started.elapsed().as_millis() as u64, "outgoing call");
             let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
             if status.as_u16() == 401 && !fresh_token_tried {
                 if let (Some(s), Some(t)) = (&nova.session, &token) {
@@ -451,8 +508,15 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
     let store = state.app.store.clone();
     if let Some(ext) = &state.external {
         let (store, ext, cfg) = (store.clone(), ext.clone(), cfg.clone());
+        let metrics = state.app.metrics.clone();
         supervisor.spawn("external placement pusher", move |stop| {
-            push_loop(store.clone(), ext.clone(), cfg.clone(), stop)
+            push_loop(
+                store.clone(),
+                ext.clone(),
+                cfg.clone(),
+                metrics.clone(),
+                stop,
+            )
         });
     }
     // The binder wakes the sender when a step records Nova events; one Notify for
@@ -461,9 +525,11 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
     {
         let (store, cfg, events_wake) = (store.clone(), cfg.clone(), events_wake.clone());
         let bind_wake = state.bind_wakeup.clone();
+        let metrics = state.app.metrics.clone();
         supervisor.spawn("bind worker", move |stop| {
             let binder = Binder {
                 events_wake: events_wake.clone(),
+                metrics: metrics.clone(),
                 ..Binder::new(store.clone(), cfg.owner.clone(), cfg.lease_secs)
             };
             bind_loop(binder, bind_wake.clone(), cfg.poll_interval, stop)
@@ -476,8 +542,12 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
             heartbeat_loop(store.clone(), cfg.clone(), wakes.clone(), stop)
         });
     }
+    let metrics = state.app.metrics.clone();
     supervisor.spawn("nova event sender", move |stop| {
-        let sender = EventSender::new(store.clone(), &cfg);
+        let sender = EventSender {
+            metrics: metrics.clone(),
+            ..EventSender::new(store.clone(), &cfg)
+        };
         send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
     });
     Workers { supervisor }
@@ -553,10 +623,12 @@ async fn push_loop(
     store: Store,
     ext: Arc<crate::external::ExternalPlacement>,
     cfg: WorkerConfig,
+    metrics: Arc<crate::metrics::Metrics>,
     mut stop: Stop,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
-    let pusher = crate::external::Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
+    let mut pusher = crate::external::Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
+    pusher.metrics = metrics;
     let now = accel_store::now();
     let n = store
         .write(move |tx| {
@@ -628,6 +700,11 @@ async fn send_loop(
 }
 
 impl Workers {
+    /// Which workers run now (the health checks read it).
+    pub fn running(&self) -> crate::supervisor::Running {
+        self.supervisor.running()
+    }
+
     /// Asks the workers to stop after their current step and waits for them. A
     /// worker's failures were logged and it was restarted, so stopping cannot fail;
     /// the `Result` is kept for callers that treat shutdown as fallible.

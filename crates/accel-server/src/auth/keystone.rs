@@ -400,15 +400,23 @@ impl Keystone {
         }
         for attempt in 0..2 {
             let own = self.own_token().await?;
+            let request_id = accel_keystone::request_id();
+            let started = std::time::Instant::now();
             let resp = self
                 .http
                 .get(&url)
                 .header("x-auth-token", &own)
                 .header("x-subject-token", token)
+                .header("x-openstack-request-id", &request_id)
                 .header("accept", "application/json")
                 .send()
                 .await
-                .map_err(|e| Failure::Unavailable(format!("GET {url}: {e}")))?;
+                .map_err(|e| {
+                    tracing::warn!(target: "accel::outgoing", service = "keystone", method = "GET", url = %url, request_id = %request_id, error = %e, "outgoing call failed: token validation");
+                    Failure::Unavailable(format!("GET {url}: {e}"))
+                })?;
+            // A cache miss: one call per token and cache period, so info is not noisy.
+            tracing::info!(target: "accel::outgoing", service = "keystone", method = "GET", url = %url, status = resp.status().as_u16(), request_id = %request_id, duration_ms = started.elapsed().as_millis() as u64, "outgoing call: token validation");
             match resp.status().as_u16() {
                 200 => {
                     let body: Value = resp

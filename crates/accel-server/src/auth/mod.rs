@@ -171,6 +171,18 @@ fn with_www_authenticate(mut resp: Response<Body>, value: &str) -> Response<Body
 
 /// Authenticates a request.
 pub async fn authenticate(app: &AppState, headers: &HeaderMap) -> Result<Credentials, Rejection> {
+    let result = authenticate_caller(app, headers).await;
+    if let Ok(c) = &result {
+        // The access log names the caller (crate::observe).
+        crate::observe::note_caller(c.user_id(), c.project_id());
+    }
+    result
+}
+
+async fn authenticate_caller(
+    app: &AppState,
+    headers: &HeaderMap,
+) -> Result<Credentials, Rejection> {
     match app.config.auth_strategy {
         AuthStrategy::Noauth => noauth(headers).ok_or(Rejection::Unauthorized {
             www_authenticate: None,

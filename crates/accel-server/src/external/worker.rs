@@ -19,6 +19,8 @@ pub struct Pusher {
     /// Longer than the bind worker's: a push of a large host is many requests.
     pub lease_secs: i64,
     pub max_backoff_secs: i64,
+    /// Where push outcomes are counted (the server's, once spawned).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What one [`Pusher::step`] did.
@@ -41,6 +43,7 @@ impl Pusher {
             owner: owner.into(),
             lease_secs: 120,
             max_backoff_secs: 60,
+            metrics: Default::default(),
         }
     }
 
@@ -90,6 +93,14 @@ impl Pusher {
             let owner = self.owner.clone();
             let h = host.clone();
             let settle_at = accel_store::now().max(now);
+            let outcome = if error.is_none() { "pushed" } else { "failed" };
+            self.metrics
+                .external_pushes
+                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                .inc();
+            if error.is_some() {
+                self.metrics.external_push_failures.inc();
+            }
             match error {
                 None => {
                     report.pushed += 1;

@@ -288,8 +288,13 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATION_CANDIDATES_LIST)?;
     req.validate_query(&schema(&req))?;
     let parsed = parse(&req)?;
+    let started = std::time::Instant::now();
     let index = app.placement_index.current(&app.store).await?;
-    Ok(answer(&app, &req, &parsed, &index)?.modified_now())
+    let reply = answer(&app, &req, &parsed, &index)?.modified_now();
+    app.metrics
+        .candidates_duration
+        .observe(started.elapsed().as_secs_f64());
+    Ok(reply)
 }
 
 /// The answer with no candidates, in [`Answer::write`]'s format.
@@ -397,7 +402,19 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
     } else {
         app.config.max_allocation_candidates
     };
-    let outcome = engine::search(snapshot, &request, cap);
+    let (outcome, work) = engine::search_counted(
+        snapshot,
+        &request,
+        &engine::SearchOptions {
+            cap,
+            ..Default::default()
+        },
+    );
+    let m = &app.metrics;
+    m.candidates_returned
+        .observe(outcome.candidates.len() as f64);
+    m.candidates_anchors.inc_by(work.anchors_searched as u64);
+    m.candidates_option_checks.inc_by(work.option_checks);
     let requested = p
         .groups
         .iter()

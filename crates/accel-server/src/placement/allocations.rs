@@ -223,6 +223,20 @@ pub(crate) fn consumer_write(req: &Req, uuid: &str, data: ConsumerAllocations) -
 
 /// Words a refusal or failure of an allocation write as upstream does; `class_prefix`
 /// starts the unknown-class message.
+/// The `outcome` label of `accel_allocation_claims_total` for one write's result.
+fn claim_outcome(result: &Refusable<(), Refusal>) -> &'static str {
+    match result {
+        Ok(Ok(())) => "committed",
+        Ok(Err(Refusal::InvalidInventory(_))) => "capacity_refused",
+        Ok(Err(Refusal::ConsumerGeneration(_)))
+        | Err(StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, _)) => {
+            "generation_conflict"
+        }
+        Ok(Err(_)) => "invalid",
+        Err(_) => "error",
+    }
+}
+
 fn write_error(result: Refusable<(), Refusal>, class_prefix: &str) -> ApiResult<()> {
     match result {
         Ok(Ok(())) => Ok(()),
@@ -281,6 +295,7 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         app.config.allocation_conflict_retry_count,
     )
     .await;
+    app.metrics.claim(claim_outcome(&result));
     write_error(
         result,
         &format!("Unable to allocate inventory for consumer {uuid}: "),
@@ -301,6 +316,7 @@ pub async fn post_many(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         app.config.allocation_conflict_retry_count,
     )
     .await;
+    app.metrics.claim(claim_outcome(&result));
     write_error(result, "Unable to allocate inventory ")?;
     Ok(Reply::no_content())
 }

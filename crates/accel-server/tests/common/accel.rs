@@ -225,6 +225,8 @@ pub fn workers(nova: Option<&FakeNova>) -> WorkerConfig {
 pub struct Server {
     pub accel: String,
     pub placement: String,
+    /// The metrics port (`/metrics`, `/livez`, `/readyz`).
+    pub metrics: String,
     pub store: Store,
     client: reqwest::Client,
     server: TestServer,
@@ -253,6 +255,7 @@ impl Server {
         Server {
             accel: server.accel.clone(),
             placement: server.placement.clone(),
+            metrics: server.metrics.clone(),
             store: server.store.clone(),
             client: reqwest::Client::new(),
             server,

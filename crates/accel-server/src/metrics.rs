@@ -1,0 +1,638 @@
+//! The server's Prometheus metrics: one [`Metrics`] per server process, built with
+//! the `prometheus-client` crate, handed to every handler and worker through
+//! [`crate::AppState`], and served on a listener of its own (`--metrics-listen`,
+//! [`crate::observe::metrics_router`]) so the API ports stay byte-for-byte upstream's.
+//!
+//! Names follow Prometheus' conventions (prefix `accel_`, base units, `_total` on
+//! counters) and are a public interface: dashboards and alert rules in `deploy/` use
+//! them. Label values are closed sets (`&'static str`: API, method, route template,
+//! outcome), never a uuid or a raw path, so the number of series stays bounded.
+//!
+//! Cost on the hot paths (every request, candidate searches, claims): a counter or a
+//! histogram update is an atomic add behind a read lock of the family's map, and
+//! label sets of static strings allocate nothing. Numbers only the data knows (ARQs
+//! by state, events and pushes waiting, providers) are counted in one read snapshot
+//! when `/metrics` is scraped ([`Metrics::refresh`]), and process figures are read
+//! from `/proc/self` then too, because `prometheus-client` has no process collector.
+//!
+//! `prometheus-client` writes the OpenMetrics text format only. Scrapers that ask for
+//! it (`Accept: application/openmetrics-text`) get it as written; everyone else gets
+//! the classic text format (0.0.4), which differs in the metadata lines only: a
+//! counter's `# HELP`/`# TYPE` carry its `_total` name, and there is no `# EOF`
+//! ([`to_prometheus_text`]).
+
+use accel_store::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// `api`, `method`, `route`, `status` of one answered request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub api: &'static str,
+    pub method: &'static str,
+    pub route: &'static str,
+    pub status: u16,
+}
+
+/// The request-duration histogram's labels (no status: fewer series).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub api: &'static str,
+    pub method: &'static str,
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+/// An outgoing call: which service, and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutgoingLabels {
+    pub service: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: &'static str,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+type Hist = fn() -> Histogram;
+
+fn latency() -> Histogram {
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+/// Bind and programming times are measured from rows stamped in whole seconds.
+fn slow() -> Histogram {
+    Histogram::new([1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0])
+}
+
+fn counts() -> Histogram {
+    Histogram::new([
+        0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0, 10000.0,
+        100000.0,
+    ])
+}
+
+/// The commit accel was built from, when the build says (`ACCEL_COMMIT` at compile
+/// time; release builds set it).
+pub const COMMIT: &str = match option_env!("ACCEL_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
+
+/// Every metric family of the server. Fields are public so handlers and workers
+/// update them directly.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<RouteLabels, Histogram, Hist>,
+    pub candidates_duration: Histogram,
+    pub candidates_returned: Histogram,
+    pub candidates_anchors: Counter,
+    pub candidates_option_checks: Counter,
+    pub index_refreshes: Family<KindLabel, Counter>,
+    pub claims: Family<OutcomeLabel, Counter>,
+    pub bind_duration: Family<OutcomeLabel, Histogram, Hist>,
+    pub nova_events: Family<OutcomeLabel, Counter>,
+    pub fpga_programs: Family<OutcomeLabel, Counter>,
+    pub fpga_program_duration: Family<OutcomeLabel, Histogram, Hist>,
+    pub external_push_failures: Counter,
+    pub external_pushes: Family<OutcomeLabel, Counter>,
+    pub outgoing: Family<OutgoingLabels, Counter>,
+    // Set at scrape time (`refresh`).
+    placement_providers: Gauge,
+    arqs: Family<StateLabel, Gauge>,
+    nova_events_pending: Gauge,
+    external_pushes_pending: Gauge,
+    fpga_programs_pending: Gauge,
+    db_up: Gauge,
+    db_connections: Family<PoolLabels, Gauge>,
+    db_waits: Counter,
+    db_wait_seconds: Counter<f64, AtomicU64>,
+    /// The store's retry counter at the last scrape (`claims{outcome="retried"}`
+    /// moves by the difference).
+    retries_seen: Mutex<u64>,
+    /// ARQ states seen before, reset to 0 when they disappear from the data.
+    arq_states: Mutex<Vec<String>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// A registry with every family registered and `accel_build_info` set.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(latency as Hist),
+            candidates_duration: latency(),
+            candidates_returned: counts(),
+            candidates_anchors: Counter::default(),
+            candidates_option_checks: Counter::default(),
+            index_refreshes: Family::default(),
+            claims: Family::default(),
+            bind_duration: Family::new_with_constructor(slow as Hist),
+            nova_events: Family::default(),
+            fpga_programs: Family::default(),
+            fpga_program_duration: Family::new_with_constructor(slow as Hist),
+            external_push_failures: Counter::default(),
+            external_pushes: Family::default(),
+            outgoing: Family::default(),
+            placement_providers: Gauge::default(),
+            arqs: Family::default(),
+            nova_events_pending: Gauge::default(),
+            external_pushes_pending: Gauge::default(),
+            fpga_programs_pending: Gauge::default(),
+            db_up: Gauge::default(),
+            db_connections: Family::default(),
+            db_waits: Counter::default(),
+            db_wait_seconds: Counter::default(),
+            retries_seen: Mutex::new(0),
+            arq_states: Mutex::new(Vec::new()),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "accel_http_requests",
+            "HTTP requests answered, by API, method, route template and status",
+            m.http_requests.clone(),
+        );
+        r.register(
+            "accel_http_request_duration_seconds",
+            "Time from a request's arrival to its answer's headers, by API, method and route template",
+            m.http_duration.clone(),
+        );
+        r.register(
+            "accel_allocation_candidates_duration_seconds",
+            "Time to answer GET /allocation_candidates (refresh, search and rendering)",
+            m.candidates_duration.clone(),
+        );
+        r.register(
+            "accel_allocation_candidates_returned",
+            "Allocation requests returned per GET /allocation_candidates",
+            m.candidates_returned.clone(),
+        );
+        r.register(
+            "accel_allocation_candidates_anchors_searched",
+            "Anchor roots the candidate search looked into",
+            m.candidates_anchors.clone(),
+        );
+        r.register(
+            "accel_allocation_candidates_option_checks",
+            "Options the candidate search tried (its unit of backtracking work)",
+            m.candidates_option_checks.clone(),
+        );
+        r.register(
+            "accel_placement_index_refreshes",
+            "Refreshes of the in-memory candidate index, by kind (full: everything re-read; incremental: the changed providers)",
+            m.index_refreshes.clone(),
+        );
+        r.register(
+            "accel_placement_providers",
+            "Resource providers in the database",
+            m.placement_providers.clone(),
+        );
+        r.register(
+            "accel_allocation_claims",
+            "Allocation writes (PUT /allocations/{consumer_uuid}, POST /allocations, reshapes) by outcome: committed, capacity_refused, generation_conflict, invalid, error; retried counts reruns after a provider race",
+            m.claims.clone(),
+        );
+        r.register(
+            "accel_arqs",
+            "Accelerator requests by state",
+            m.arqs.clone(),
+        );
+        r.register(
+            "accel_arq_bind_duration_seconds",
+            "Time from a bind accepted (202) to its ARQ Bound or BindFailed, by outcome (bound, failed)",
+            m.bind_duration.clone(),
+        );
+        r.register(
+            "accel_nova_events",
+            "accelerator-request-bound events to Nova by outcome: delivered, retried, rejected, expired, no_endpoint",
+            m.nova_events.clone(),
+        );
+        r.register(
+            "accel_nova_events_pending",
+            "Nova events recorded and not yet delivered or given up",
+            m.nova_events_pending.clone(),
+        );
+        r.register(
+            "accel_fpga_programming_requests",
+            "FPGA programming requests answered by the agents, by outcome (done, failed)",
+            m.fpga_programs.clone(),
+        );
+        r.register(
+            "accel_fpga_programming_duration_seconds",
+            "Time from a programming request recorded to the agent's answer, by outcome",
+            m.fpga_program_duration.clone(),
+        );
+        r.register(
+            "accel_fpga_programming_requests_pending",
+            "FPGA programming requests the agents have not answered",
+            m.fpga_programs_pending.clone(),
+        );
+        r.register(
+            "accel_external_placement_pushes",
+            "Pushes of a host's device providers to the external Placement, by outcome (pushed, failed)",
+            m.external_pushes.clone(),
+        );
+        r.register(
+            "accel_external_placement_push_failures",
+            "Failed pushes to the external Placement",
+            m.external_push_failures.clone(),
+        );
+        r.register(
+            "accel_external_placement_pushes_pending",
+            "Hosts whose device providers changed since their last push to the external Placement",
+            m.external_pushes_pending.clone(),
+        );
+        r.register(
+            "accel_outgoing_requests",
+            "Calls the server made to other services (nova, keystone, placement), by outcome (success, http_error, unreachable)",
+            m.outgoing.clone(),
+        );
+        r.register(
+            "accel_db_up",
+            "1 when the last database query of a scrape or health check succeeded, else 0",
+            m.db_up.clone(),
+        );
+        r.register(
+            "accel_db_pool_connections",
+            "Database connections by pool (write, read) and state (idle, in_use)",
+            m.db_connections.clone(),
+        );
+        r.register(
+            "accel_db_pool_waits",
+            "Connection acquisitions that found no idle connection",
+            m.db_waits.clone(),
+        );
+        r.register(
+            "accel_db_pool_wait_seconds",
+            "Time spent acquiring a connection when none was idle",
+            m.db_wait_seconds.clone(),
+        );
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: COMMIT,
+            })
+            .set(1);
+        r.register(
+            "accel_build_info",
+            "Always 1; the labels say which accel this is",
+            build,
+        );
+        r.register_collector(Box::new(ProcessCollector));
+        Metrics { registry, ..m }
+    }
+
+    /// Counts one allocation write's outcome.
+    pub fn claim(&self, outcome: &'static str) {
+        self.claims.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    /// Counts one outgoing call.
+    pub fn outgoing(&self, service: &'static str, outcome: &'static str) {
+        self.outgoing
+            .get_or_create(&OutgoingLabels { service, outcome })
+            .inc();
+    }
+
+    /// Moves `accel_placement_index_refreshes` up to the index's own counters (kept
+    /// there for the benchmark notes; read here at scrape time).
+    pub fn sync_index(&self, stats: &crate::placement::index::IndexStats) {
+        for (kind, v) in [("full", &stats.full), ("incremental", &stats.incremental)] {
+            advance(
+                &self.index_refreshes.get_or_create(&KindLabel { kind }),
+                v.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// Records whether the database answered (scrapes and health checks).
+    pub fn set_db_up(&self, up: bool) {
+        self.db_up.set(i64::from(up));
+    }
+
+    /// Brings the scrape-time figures up to date: the store's counters (no query)
+    /// and, within `timeout`, the counts only the data knows. A database that does
+    /// not answer leaves those at their last values and `accel_db_up` at 0.
+    pub async fn refresh(&self, store: &Store, timeout: Duration) {
+        let c = store.counters();
+        for p in &c.pools {
+            for (state, v) in [("idle", p.idle), ("in_use", p.in_use)] {
+                self.db_connections
+                    .get_or_create(&PoolLabels {
+                        pool: p.pool,
+                        state,
+                    })
+                    .set(v as i64);
+            }
+        }
+        advance(&self.db_waits, c.pool_waits);
+        let seen = self.db_wait_seconds.get();
+        if c.pool_wait_seconds > seen {
+            self.db_wait_seconds.inc_by(c.pool_wait_seconds - seen);
+        }
+        {
+            let mut last = self.retries_seen.lock().unwrap_or_else(|e| e.into_inner());
+            if c.write_retries > *last {
+                self.claims
+                    .get_or_create(&OutcomeLabel { outcome: "retried" })
+                    .inc_by(c.write_retries - *last);
+                *last = c.write_retries;
+            }
+        }
+        match tokio::time::timeout(timeout, store.gauges()).await {
+            Ok(Ok(g)) => {
+                self.set_db_up(true);
+                self.placement_providers.set(g.providers);
+                self.nova_events_pending.set(g.nova_events_pending);
+                self.external_pushes_pending.set(g.pushes_pending);
+                self.fpga_programs_pending.set(g.programs_pending);
+                let mut known = self.arq_states.lock().unwrap_or_else(|e| e.into_inner());
+                for s in known.iter() {
+                    if !g.arqs.iter().any(|(state, _)| state == s) {
+                        self.arqs
+                            .get_or_create(&StateLabel { state: s.clone() })
+                            .set(0);
+                    }
+                }
+                for (state, n) in g.arqs {
+                    self.arqs
+                        .get_or_create(&StateLabel {
+                            state: state.clone(),
+                        })
+                        .set(n);
+                    if !known.contains(&state) {
+                        known.push(state);
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                self.set_db_up(false);
+                tracing::warn!(target: "accel::metrics", error = %e, "metrics: counting ARQs, events and providers failed");
+            }
+            Err(_) => {
+                self.set_db_up(false);
+                tracing::warn!(target: "accel::metrics", timeout_ms = timeout.as_millis() as u64, "metrics: the database did not answer the scrape's counts in time");
+            }
+        }
+    }
+
+    /// The exposition: OpenMetrics text when `openmetrics`, else the classic text
+    /// format.
+    pub fn encode(&self, openmetrics: bool) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            tracing::error!(target: "accel::metrics", "metrics: encoding the registry failed");
+        }
+        if openmetrics {
+            out
+        } else {
+            to_prometheus_text(&out)
+        }
+    }
+}
+
+/// Moves `counter` up to `value` (counters only go up).
+fn advance(counter: &Counter, value: u64) {
+    let now = counter.get();
+    if value > now {
+        counter.inc_by(value - now);
+    }
+}
+
+/// The classic Prometheus text format (0.0.4) from `prometheus-client`'s OpenMetrics
+/// text: a counter family's metadata names its `_total` samples, and `# EOF` and
+/// `# UNIT` lines go. Samples are written identically in both formats.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            if let Some(h) = help.take() {
+                out.push_str(h);
+                out.push('\n');
+            }
+            help = Some(line);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (name, kind) = match kind {
+                "counter" if !name.ends_with("_total") => (format!("{name}_total"), kind),
+                "unknown" => (name.to_owned(), "untyped"),
+                _ => (name.to_owned(), kind),
+            };
+            if let Some(h) = help.take() {
+                let text = h
+                    .strip_prefix("# HELP ")
+                    .and_then(|r| r.split_once(' ').map(|(_, t)| t))
+                    .unwrap_or("");
+                out.push_str("# HELP ");
+                out.push_str(&name);
+                out.push(' ');
+                out.push_str(text);
+                out.push('\n');
+            }
+            out.push_str("# TYPE ");
+            out.push_str(&name);
+            out.push(' ');
+            out.push_str(kind);
+            out.push('\n');
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Process figures from `/proc/self`, read at each scrape, under the names every
+/// Prometheus client library uses (`process_*`), so stock dashboards work.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self` says; `None` where the platform has no procfs.
+struct ProcessFigures {
+    cpu_seconds: f64,
+    resident_bytes: i64,
+    virtual_bytes: i64,
+    start_time_seconds: f64,
+    open_fds: i64,
+    max_fds: i64,
+    threads: i64,
+}
+
+fn read_process() -> Option<ProcessFigures> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // f[0] is field 3 (state): utime is field 14, stime 15, num_threads 20,
+    // starttime 22, vsize 23, rss 24 (in pages).
+    let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+    let ticks = 100.0; // USER_HZ: 100 on every Linux ABI accel runs on
+    let page = 4096.0;
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    })?;
+    let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as i64;
+    let max_fds = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse::<i64>().ok())
+        })
+        .unwrap_or(-1);
+    Some(ProcessFigures {
+        cpu_seconds: (field(14)? + field(15)?) / ticks,
+        threads: field(20)? as i64,
+        start_time_seconds: boot + field(22)? / ticks,
+        virtual_bytes: field(23)? as i64,
+        resident_bytes: (field(24)? * page) as i64,
+        open_fds,
+        max_fds,
+    })
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let Some(p) = read_process() else {
+            return Ok(());
+        };
+        let counter = ConstCounter::new(p.cpu_seconds);
+        counter.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        for (name, help, v) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                p.resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                p.virtual_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                p.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                p.max_fds,
+            ),
+            ("process_threads", "Number of OS threads.", p.threads),
+        ] {
+            ConstGauge::new(v).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
+        ConstGauge::new(p.start_time_seconds).encode(encoder.encode_descriptor(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples_and_drops_eof() {
+        let m = Metrics::new();
+        m.claim("committed");
+        let om = m.encode(true);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            om.contains("# TYPE accel_allocation_claims counter"),
+            "{om}"
+        );
+        let text = m.encode(false);
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(
+            text.contains("# TYPE accel_allocation_claims_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP accel_allocation_claims_total Allocation writes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("accel_allocation_claims_total{outcome=\"committed\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("accel_build_info{version=\""), "{text}");
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("process_open_fds "), "{text}");
+    }
+}

@@ -1,0 +1,202 @@
+//! What the server's metrics and health checks read from the database, kept here
+//! because this is the only crate that writes SQL.
+//!
+//! Two kinds of numbers: counters the store keeps in memory as it works (writes
+//! rerun after a race, connection acquisitions that found no idle connection), read
+//! without a query on every scrape; and gauges that only the data knows (ARQs by
+//! state, Nova events and pushes waiting, providers), counted in one read snapshot
+//! when `/metrics` is scraped rather than tracked by every writer, so replicas sharing
+//! a database report the same picture and nothing on a hot path pays for them.
+
+use crate::{Store, StoreError, Tx};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Row};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// In-memory counters of one [`Store`] (shared by its clones).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Write transactions rerun after a provider race or deadlock.
+    pub(crate) write_retries: AtomicU64,
+    /// Connection acquisitions that found no idle connection (a new connection was
+    /// opened, or the caller queued for one).
+    pub(crate) pool_waits: AtomicU64,
+    /// Time spent in those acquisitions, in nanoseconds.
+    pub(crate) pool_wait_nanos: AtomicU64,
+}
+
+/// One pool's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolState {
+    /// `write` (the pool writes go through; also reads on PostgreSQL) or `read` (a
+    /// SQLite file's reader connections).
+    pub pool: &'static str,
+    pub idle: u64,
+    pub in_use: u64,
+}
+
+/// A snapshot of the store's in-memory counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreCounters {
+    pub pools: Vec<PoolState>,
+    pub write_retries: u64,
+    pub pool_waits: u64,
+    pub pool_wait_seconds: f64,
+}
+
+/// Counts only the data knows, from one read snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// `(state, count)` of every ARQ state present.
+    pub arqs: Vec<(String, i64)>,
+    /// Nova events recorded and not yet delivered or given up.
+    pub nova_events_pending: i64,
+    /// Hosts whose device providers changed since their last push to the external
+    /// Placement.
+    pub pushes_pending: i64,
+    /// FPGA programming requests the agents have not answered yet.
+    pub programs_pending: i64,
+    pub providers: i64,
+}
+
+impl Store {
+    /// Takes a connection from `pool`, counting it as a wait when none was idle.
+    pub(crate) async fn acquire(&self, pool: &AnyPool) -> Result<PoolConnection<Any>, sqlx::Error> {
+        if pool.num_idle() > 0 {
+            return pool.acquire().await;
+        }
+        let started = std::time::Instant::now();
+        let conn = pool.acquire().await;
+        let c = &self.counters;
+        c.pool_waits.fetch_add(1, Ordering::Relaxed);
+        c.pool_wait_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        conn
+    }
+
+    /// The in-memory counters; no query.
+    pub fn counters(&self) -> StoreCounters {
+        let state = |pool: &'static str, p: &AnyPool| {
+            let (size, idle) = (u64::from(p.size()), p.num_idle() as u64);
+            PoolState {
+                pool,
+                idle,
+                in_use: size.saturating_sub(idle),
+            }
+        };
+        let mut pools = vec![state("write", &self.pool)];
+        if let Some(r) = &self.readers {
+            pools.push(state("read", r));
+        }
+        let c = &self.counters;
+        StoreCounters {
+            pools,
+            write_retries: c.write_retries.load(Ordering::Relaxed),
+            pool_waits: c.pool_waits.load(Ordering::Relaxed),
+            pool_wait_seconds: c.pool_wait_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
+    /// One round trip on the write pool: can this server reach its database now?
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.acquire(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        Ok(())
+    }
+
+    /// Whether the database's schema is the version this binary migrates to (another
+    /// server's newer or older schema, or a table dropped by hand, says no).
+    pub async fn schema_current(&self) -> Result<bool, StoreError> {
+        let mut conn = self.acquire(&self.pool).await?;
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM accel_schema_migrations")
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(v == Some(crate::migrate::latest()))
+    }
+
+    /// The gauges of [`Gauges`], in one read snapshot.
+    pub async fn gauges(&self) -> Result<Gauges, StoreError> {
+        self.read(|tx| Box::pin(gauges(tx))).await
+    }
+}
+
+async fn count(tx: &mut Tx, sql: &str) -> Result<i64, StoreError> {
+    let row = sqlx::query(sql).fetch_one(&mut *tx).await?;
+    Ok(row.try_get(0)?)
+}
+
+async fn gauges(tx: &mut Tx) -> Result<Gauges, StoreError> {
+    let rows = sqlx::query(
+        "SELECT state, CAST(COUNT(*) AS BIGINT) FROM extended_accelerator_requests GROUP BY state",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let arqs = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<Vec<(String, i64)>, StoreError>>()?;
+    Ok(Gauges {
+        arqs,
+        nova_events_pending: count(
+            tx,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM nova_events WHERE state = 'pending'",
+        )
+        .await?,
+        pushes_pending: count(
+            tx,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM placement_pushes WHERE pushed_version < version",
+        )
+        .await?,
+        programs_pending: count(
+            tx,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM program_requests WHERE state = 'pending'",
+        )
+        .await?,
+        providers: count(
+            tx,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM resource_providers",
+        )
+        .await?,
+    })
+}
+
+/// When each of the bind jobs `ids` was accepted (`(arq_uuid, created_at)`), for the
+/// bind-duration histogram.
+pub async fn bind_jobs_accepted(
+    store: &Store,
+    ids: &[i64],
+) -> Result<Vec<(String, i64)>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = ids.to_vec();
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+                let sql = format!(
+                    "SELECT arq_uuid, created_at FROM bind_jobs WHERE id IN ({})",
+                    marks.join(", ")
+                );
+                let mut q = sqlx::query(&sql);
+                for id in &ids {
+                    q = q.bind(*id);
+                }
+                let rows = q.fetch_all(&mut *tx).await?;
+                rows.iter()
+                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                    .collect()
+            })
+        })
+        .await
+}
+
+/// When programming request `id` was recorded, in the caller's transaction.
+pub async fn program_created_at(tx: &mut Tx, id: i64) -> Result<Option<i64>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT created_at FROM program_requests WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?,
+    )
+}
