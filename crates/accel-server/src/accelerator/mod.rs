@@ -276,6 +276,9 @@ async fn versioned(
         Err(msg) => AccelError::not_acceptable(msg).into_response(),
         Ok(version) => {
             let result = async {
+                if let Some(m) = crate::query_too_long(query) {
+                    return Err(AccelError::bad_request(m));
+                }
                 let body = axum::body::to_bytes(body, MAX_BODY)
                     .await
                     .map_err(|_| AccelError::bad_request("request body too large or unreadable"))?;

@@ -224,7 +224,8 @@ pub enum ChangeRefusal {
 /// Applies `change` to provider `rp_uuid`'s inventories in one transaction and returns
 /// the new provider generation and inventories. `invalid` is a problem the caller
 /// found in the body itself (a capacity below zero); it is reported after the
-/// generation and class checks, in upstream's order. A missing provider is
+/// generation check and before the class lookup, in upstream's order (its handlers
+/// check capacity before the object layer resolves the class). A missing provider is
 /// [`StoreError::NotFound`]; dropping a class still allocated is
 /// [`Conflict::InventoryInUse`].
 pub async fn change(
@@ -253,7 +254,8 @@ async fn change_tx(
     let names: Vec<String> = match &change {
         Change::ReplaceAll { records, .. } => records.iter().map(|r| r.rc_name.clone()).collect(),
         Change::Create(r) | Change::Update { record: r, .. } => vec![r.rc_name.clone()],
-        Change::Delete { .. } | Change::DeleteAll => Vec::new(),
+        Change::Delete { class } => vec![class.clone()],
+        Change::DeleteAll => Vec::new(),
     };
     let ids = super::lookup::resource_class_ids(tx, &names).await?;
     let resolve = |mut inv: Inventory| match ids.get(&inv.rc_name) {
@@ -271,6 +273,9 @@ async fn change_tx(
             if generation != rp.generation {
                 return Ok(Err(R::Generation));
             }
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
             let mut out = Vec::with_capacity(records.len());
             for r in records {
                 match resolve(r) {
@@ -278,20 +283,17 @@ async fn change_tx(
                     Err(r) => return Ok(Err(r)),
                 }
             }
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
-            }
             out
         }
         Change::Create(record) => {
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
             let class = record.rc_name.clone();
             let inv = match resolve(record) {
                 Ok(inv) => inv,
                 Err(r) => return Ok(Err(r)),
             };
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
-            }
             if current.iter().any(|i| i.rc_id == inv.rc_id) {
                 return Ok(Err(R::Exists(class)));
             }
@@ -303,14 +305,14 @@ async fn change_tx(
             if generation != rp.generation {
                 return Ok(Err(R::Generation));
             }
+            if let Some(m) = invalid {
+                return Ok(Err(R::Invalid(m)));
+            }
             let class = record.rc_name.clone();
             let inv = match resolve(record) {
                 Ok(inv) => inv,
                 Err(r) => return Ok(Err(r)),
             };
-            if let Some(m) = invalid {
-                return Ok(Err(R::Invalid(m)));
-            }
             if !current.iter().any(|i| i.rc_id == inv.rc_id) {
                 return Ok(Err(R::Missing(class)));
             }
@@ -326,6 +328,9 @@ async fn change_tx(
                 .collect()
         }
         Change::Delete { class } => {
+            if !ids.contains_key(&class) {
+                return Ok(Err(R::UnknownClass(class)));
+            }
             if !current.iter().any(|i| i.rc_name == class) {
                 return Ok(Err(R::Missing(class)));
             }

@@ -475,7 +475,20 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             next(&mut args, Arg::I(r))
         ));
     }
-    for any in &f.required {
+    // Repeated groups say nothing new; one condition each for the distinct ones.
+    let mut required: Vec<Vec<i64>> = f
+        .required
+        .iter()
+        .map(|any| {
+            let mut g = any.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .collect();
+    required.sort();
+    required.dedup();
+    for any in &required {
         let ids: Vec<String> = any.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
         wh.push(format!(
             "rp.id IN (SELECT resource_provider_id FROM resource_provider_traits WHERE trait_id IN ({}))",
@@ -493,7 +506,19 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             ids.join(", ")
         ));
     }
-    for any in &f.member_of {
+    let mut member_of: Vec<Vec<String>> = f
+        .member_of
+        .iter()
+        .map(|any| {
+            let mut g = any.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .collect();
+    member_of.sort();
+    member_of.dedup();
+    for any in &member_of {
         let ids: Vec<String> = any
             .iter()
             .map(|a| next(&mut args, Arg::S(a.clone())))
@@ -532,7 +557,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
     let mut sql = SELECT.to_owned();
     if !wh.is_empty() {
         sql.push_str(" WHERE ");
-        sql.push_str(&wh.join(" AND "));
+        sql.push_str(&crate::all_of(&wh));
     }
     let sql = packed(tx, &sql);
     let mut q = sqlx::query(&sql);
