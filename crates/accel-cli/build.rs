@@ -20,13 +20,20 @@ fn main() {
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_owned());
     let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
-    let suffix = if dirty && commit != "unknown" { "-dirty" } else { "" };
+    let suffix = if dirty && commit != "unknown" {
+        "-dirty"
+    } else {
+        ""
+    };
     println!("cargo:rustc-env=ACCEL_GIT_COMMIT={commit}{suffix}");
     println!("cargo:rerun-if-env-changed=ACCEL_GIT_COMMIT");
     // Rebuild when HEAD moves (a commit, a checkout); worktrees keep HEAD elsewhere.
-    for path in [git(&["rev-parse", "--git-path", "HEAD"]), git(&["rev-parse", "--git-path", "index"])]
-        .into_iter()
-        .flatten()
+    for path in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["rev-parse", "--git-path", "index"]),
+    ]
+    .into_iter()
+    .flatten()
     {
         println!("cargo:rerun-if-changed={path}");
     }

@@ -105,17 +105,42 @@ fn intel_pac_in_both_layouts_with_and_without_vfs() {
 /// tree, and a warning.
 #[test]
 fn intel_pac_with_both_trees_reports_the_bound_drivers_regions_once() {
-    let region = |id: &str| format!("CUSTOM_FPGA_REGION_INTEL_{}", id.replace('-', "").to_uppercase());
+    let region = |id: &str| {
+        format!(
+            "CUSTOM_FPGA_REGION_INTEL_{}",
+            id.replace('-', "").to_uppercase()
+        )
+    };
     let function = |id: &str| format!("CUSTOM_FPGA_FUNCTION_INTEL_{}", id.to_uppercase());
     for (driver, interface, afu, warned) in [
-        ("intel-fpga-pci", testing::PAC_INTERFACE_ID, testing::PAC_AFU_ID, false),
-        ("dfl-pci", testing::PAC_DFL_INTERFACE_ID, testing::PAC_DFL_AFU_ID, false),
-        ("vfio-pci", testing::PAC_DFL_INTERFACE_ID, testing::PAC_DFL_AFU_ID, true),
+        (
+            "intel-fpga-pci",
+            testing::PAC_INTERFACE_ID,
+            testing::PAC_AFU_ID,
+            false,
+        ),
+        (
+            "dfl-pci",
+            testing::PAC_DFL_INTERFACE_ID,
+            testing::PAC_DFL_AFU_ID,
+            false,
+        ),
+        (
+            "vfio-pci",
+            testing::PAC_DFL_INTERFACE_ID,
+            testing::PAC_DFL_AFU_ID,
+            true,
+        ),
     ] {
         let (_d, fs) = tree();
         testing::pac_both_trees(&fs, 0x3b, driver);
         let found = discover(&fs);
-        assert_eq!(found.warnings.is_empty(), !warned, "{driver}: {:?}", found.warnings);
+        assert_eq!(
+            found.warnings.is_empty(),
+            !warned,
+            "{driver}: {:?}",
+            found.warnings
+        );
         assert_eq!(found.devices.len(), 1, "{driver}");
         let d = &found.devices[0];
         assert_eq!(d.regions.len(), 1, "{driver}: one physical region");

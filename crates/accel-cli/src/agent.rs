@@ -66,7 +66,9 @@ enum AgentCommand {
     /// Print the devices the agent would report and every conflict with Nova's [pci]
     /// rules; exit non-zero when there is a conflict (or, with --node, when the server
     /// does not know the compute node). Needs neither Nova's config nor a server.
-    #[command(after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1")]
+    #[command(
+        after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1"
+    )]
     Check,
 }
 

@@ -46,10 +46,14 @@ enum Command {
     /// Run the API server: the Placement API (1.0-1.39) and the accelerator API (Cyborg
     /// v2, 2.0-2.3) over one database, with the bind and event workers.
     #[cfg(feature = "server")]
-    #[command(after_help = "Example (SQLite in the data directory, noauth, a fake FPGA on compute1):\n  accel serve --fake-devices compute1")]
+    #[command(
+        after_help = "Example (SQLite in the data directory, noauth, a fake FPGA on compute1):\n  accel serve --fake-devices compute1"
+    )]
     Serve(config::ServeArgs),
     /// Device profiles of the accelerator API: create, list, show, delete.
-    #[command(after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required")]
+    #[command(
+        after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
+    )]
     DeviceProfile(client::ProfileArgs),
     /// Accelerator requests: create, list, show, bind, unbind, delete.
     #[command(after_help = "Example:\n  accel arq create dp1 -f json")]
@@ -60,12 +64,16 @@ enum Command {
     Boot(boot::BootArgs),
     /// Reverse of boot: unbind and delete the instance's ARQs, release its allocations
     /// (exits 1 when the instance has neither).
-    #[command(after_help = "Example:\n  accel unboot --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7")]
+    #[command(
+        after_help = "Example:\n  accel unboot --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7"
+    )]
     Unboot(boot::UnbootArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
-    #[command(after_help = "Examples:\n  accel agent check\n  accel agent --server http://127.0.0.1:6666 --node compute-1 --once\n  accel agent --config /etc/accel/agent.toml")]
+    #[command(
+        after_help = "Examples:\n  accel agent check\n  accel agent --server http://127.0.0.1:6666 --node compute-1 --once\n  accel agent --config /etc/accel/agent.toml"
+    )]
     Agent(agent::AgentArgs),
 }
 

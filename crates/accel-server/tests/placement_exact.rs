@@ -44,19 +44,79 @@ async fn vary_only_where_upstream_sends_it() {
     let app = TestApp::spawn(common::Backend::Sqlite).await;
     let traits = json!({"traits": [], "resource_provider_generation": 0});
     let without = [
-        (Method::GET, format!("/resource_providers/{RP}"), "1.0", None),
-        (Method::GET, format!("/resource_providers/{RP}/aggregates"), "1.28", None),
-        (Method::PUT, format!("/resource_providers/{RP}/aggregates"), "1.28", Some(json!({}))),
-        (Method::PUT, format!("/resource_providers/{RP}"), "1.28", Some(json!({}))),
-        (Method::PUT, format!("/resource_providers/{RP}/traits"), "1.28", Some(traits)),
-        (Method::DELETE, format!("/resource_providers/{RP}/traits"), "1.28", None),
-        (Method::POST, format!("/resource_providers/{RP}/inventories"), "1.28", Some(json!({}))),
-        (Method::PUT, format!("/resource_providers/{RP}/inventories"), "1.28", Some(json!({}))),
-        (Method::DELETE, format!("/resource_providers/{RP}/inventories"), "1.28", None),
-        (Method::GET, "/resource_classes/CUSTOM_NOPE".to_owned(), "1.7", None),
-        (Method::DELETE, "/resource_classes/CUSTOM_NOPE".to_owned(), "1.7", None),
+        (
+            Method::GET,
+            format!("/resource_providers/{RP}"),
+            "1.0",
+            None,
+        ),
+        (
+            Method::GET,
+            format!("/resource_providers/{RP}/aggregates"),
+            "1.28",
+            None,
+        ),
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}/aggregates"),
+            "1.28",
+            Some(json!({})),
+        ),
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}"),
+            "1.28",
+            Some(json!({})),
+        ),
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}/traits"),
+            "1.28",
+            Some(traits),
+        ),
+        (
+            Method::DELETE,
+            format!("/resource_providers/{RP}/traits"),
+            "1.28",
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/resource_providers/{RP}/inventories"),
+            "1.28",
+            Some(json!({})),
+        ),
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}/inventories"),
+            "1.28",
+            Some(json!({})),
+        ),
+        (
+            Method::DELETE,
+            format!("/resource_providers/{RP}/inventories"),
+            "1.28",
+            None,
+        ),
+        (
+            Method::GET,
+            "/resource_classes/CUSTOM_NOPE".to_owned(),
+            "1.7",
+            None,
+        ),
+        (
+            Method::DELETE,
+            "/resource_classes/CUSTOM_NOPE".to_owned(),
+            "1.7",
+            None,
+        ),
         (Method::GET, "/nope".to_owned(), "1.39", None),
-        (Method::GET, "/resource_providers/x/y/z".to_owned(), "1.39", None),
+        (
+            Method::GET,
+            "/resource_providers/x/y/z".to_owned(),
+            "1.39",
+            None,
+        ),
     ];
     for (m, path, mv, body) in without {
         let resp = send(&app, m.clone(), &path, mv, body).await;
@@ -68,10 +128,18 @@ async fn vary_only_where_upstream_sends_it() {
         assert!(vary(&resp).is_empty(), "{m} {path}: {:?}", vary(&resp));
     }
     let with = [
-        (Method::GET, format!("/resource_providers/{RP}/inventories"), 404),
+        (
+            Method::GET,
+            format!("/resource_providers/{RP}/inventories"),
+            404,
+        ),
         (Method::GET, format!("/resource_providers/{RP}/traits"), 404),
         (Method::GET, format!("/resource_providers/{RP}/usages"), 404),
-        (Method::GET, format!("/resource_providers/{RP}/allocations"), 404),
+        (
+            Method::GET,
+            format!("/resource_providers/{RP}/allocations"),
+            404,
+        ),
         (Method::DELETE, format!("/resource_providers/{RP}"), 404),
         (Method::GET, "/traits/CUSTOM_NOPE".to_owned(), 404),
         (Method::DELETE, "/resource_providers".to_owned(), 405),
@@ -113,7 +181,8 @@ async fn inventories_without_inventory_send_no_last_modified() {
         assert_eq!(resp.status(), 200);
         assert!(resp.headers().get("last-modified").is_none());
 
-        let body = json!({"resource_provider_generation": 1, "inventories": {"VCPU": {"total": 4}}});
+        let body =
+            json!({"resource_provider_generation": 1, "inventories": {"VCPU": {"total": 4}}});
         let resp = send(&app, Method::PUT, &path, "1.15", Some(body)).await;
         assert_eq!(resp.status(), 200);
         let resp = send(&app, Method::GET, &path, "1.15", None).await;
@@ -135,7 +204,8 @@ async fn update_of_an_unknown_class_is_404() {
         let rp = app.create_provider("rp", None).await;
         let uuid = rp["uuid"].as_str().unwrap().to_owned();
         let path = format!("/resource_providers/{uuid}/inventories/CUSTOM_NOPE");
-        let body = json!({"resource_provider_generation": 0, "total": 4, "min_unit": 5, "max_unit": 2});
+        let body =
+            json!({"resource_provider_generation": 0, "total": 4, "min_unit": 5, "max_unit": 2});
         let resp = send(&app, Method::PUT, &path, "1.39", Some(body)).await;
         assert_eq!(resp.status(), 404);
         assert!(vary(&resp).is_empty());
@@ -205,9 +275,15 @@ async fn version_errors_negotiate_like_other_errors() {
         for (accept, want) in [
             (None, "application/json"),
             (Some("*/*"), "application/json"),
-            (Some("application/json;q=0.9, text/html;q=0.1"), "application/json"),
+            (
+                Some("application/json;q=0.9, text/html;q=0.1"),
+                "application/json",
+            ),
             (Some("text/html"), "text/html; charset=UTF-8"),
-            (Some("text/html;q=0.5, application/json;q=0.5"), "text/html; charset=UTF-8"),
+            (
+                Some("text/html;q=0.5, application/json;q=0.5"),
+                "text/html; charset=UTF-8",
+            ),
             (Some("text/plain"), "text/plain; charset=UTF-8"),
         ] {
             let resp = get(accept, version).await.unwrap();
@@ -215,9 +291,12 @@ async fn version_errors_negotiate_like_other_errors() {
             assert!(resp.headers().get("vary").is_none());
         }
     }
-    let resp = get(Some("application/json;q=0.9, text/html;q=0.1"), "placement 9.0")
-        .await
-        .unwrap();
+    let resp = get(
+        Some("application/json;q=0.9, text/html;q=0.1"),
+        "placement 9.0",
+    )
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 406);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(
@@ -273,7 +352,12 @@ async fn limited_summaries_filter_by_root() {
         }
         // 1.28: one provider per tree, so each candidate is one device alone.
         let (s, all) = app
-            .json(Method::GET, "/allocation_candidates?resources=FPGA:1", "1.28", None)
+            .json(
+                Method::GET,
+                "/allocation_candidates?resources=FPGA:1",
+                "1.28",
+                None,
+            )
             .await;
         assert_eq!(s, 200);
         assert_eq!(all["allocation_requests"].as_array().unwrap().len(), 6);
@@ -293,8 +377,11 @@ async fn limited_summaries_filter_by_root() {
             .iter()
             .find(|(_, devs)| devs.contains(used[0]))
             .expect("a device");
-        let mut summarised: Vec<&String> =
-            one["provider_summaries"].as_object().unwrap().keys().collect();
+        let mut summarised: Vec<&String> = one["provider_summaries"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
         summarised.sort();
         let mut want: Vec<&String> = devs.iter().collect();
         want.sort();
@@ -315,9 +402,15 @@ async fn limited_summaries_filter_by_root() {
 async fn put_inventory(app: &TestApp, uuid: &str, inventories: Value) {
     let path = format!("/resource_providers/{uuid}/inventories");
     let (_, rp) = app
-        .json(Method::GET, &format!("/resource_providers/{uuid}"), "1.39", None)
+        .json(
+            Method::GET,
+            &format!("/resource_providers/{uuid}"),
+            "1.39",
+            None,
+        )
         .await;
-    let body = json!({"resource_provider_generation": rp["generation"], "inventories": inventories});
+    let body =
+        json!({"resource_provider_generation": rp["generation"], "inventories": inventories});
     let (s, v) = app.json(Method::PUT, &path, "1.39", Some(body)).await;
     assert_eq!(s, 200, "{v}");
 }
@@ -450,7 +543,12 @@ async fn list_routes_at_the_query_limit() {
         // The group query found the provider: the filters held, not just parsed.
         let q = exact_query(groups(), "required=!CUSTOM_T39", MAX_QUERY_BYTES);
         let (_, v) = app
-            .json(Method::GET, &format!("/resource_providers?{q}"), "1.39", None)
+            .json(
+                Method::GET,
+                &format!("/resource_providers?{q}"),
+                "1.39",
+                None,
+            )
             .await;
         assert_eq!(v["resource_providers"].as_array().unwrap().len(), 1, "{v}");
     }

@@ -55,10 +55,7 @@ enum Tree {
 }
 
 /// Drivers whose trees these are; with neither bound, the kernel's own is read.
-const TREES: [(Tree, &[&str]); 2] = [
-    (Tree::Dfl, &["dfl-pci"]),
-    (Tree::Opae, &["intel-fpga-pci"]),
-];
+const TREES: [(Tree, &[&str]); 2] = [(Tree::Dfl, &["dfl-pci"]), (Tree::Opae, &["intel-fpga-pci"])];
 
 fn present(sysfs: &Sysfs, f: &PciFunction, tree: Tree) -> bool {
     match tree {
@@ -191,7 +188,10 @@ impl Driver for IntelFpga {
             return Ok(None);
         };
         let vfs: Vec<&PciFunction> = host.vfs(pf).collect();
-        Ok(read_card(host, pf, &vfs).afu_ids.get(region as usize).cloned())
+        Ok(read_card(host, pf, &vfs)
+            .afu_ids
+            .get(region as usize)
+            .cloned())
     }
 
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {

@@ -152,12 +152,20 @@ pub fn parse(v: &str) -> Result<Version, VersionError> {
     if v == "latest" {
         return Ok(Version::MAX);
     }
-    let malformed = |why: String| VersionError::Malformed(format!("invalid version string: {v}; {why}"));
+    let malformed =
+        |why: String| VersionError::Malformed(format!("invalid version string: {v}; {why}"));
     let (maj, min) = match v.split_once('.') {
         Some((a, b)) => (a, Some(b)),
         None => (v, None),
     };
-    let int = |s: &str| py_int(s).ok_or_else(|| malformed(format!("invalid literal for int() with base 10: {}", py_repr(s))));
+    let int = |s: &str| {
+        py_int(s).ok_or_else(|| {
+            malformed(format!(
+                "invalid literal for int() with base 10: {}",
+                py_repr(s)
+            ))
+        })
+    };
     let maj = int(maj)?;
     let Some(min) = min else {
         return Err(malformed(
@@ -193,14 +201,20 @@ fn py_int(s: &str) -> Option<i128> {
     }
     let mut n: i128 = 0;
     for c in digits.chars().filter(char::is_ascii_digit) {
-        n = n.saturating_mul(10).saturating_add(i128::from(c as u8 - b'0'));
+        n = n
+            .saturating_mul(10)
+            .saturating_add(i128::from(c as u8 - b'0'));
     }
     Some(if neg { -n } else { n })
 }
 
 /// Python's `repr()` of a string, as its error messages quote it.
 fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::new();
     out.push(quote);
     for c in s.chars() {
@@ -213,7 +227,9 @@ fn py_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -268,7 +284,10 @@ mod tests {
         }
         assert_eq!(parse("1.1_0"), Ok(Version(1, 10)));
         assert!(matches!(parse("1.-1"), Err(VersionError::Unacceptable(_))));
-        assert!(matches!(parse("1.99999999999999999999"), Err(VersionError::Unacceptable(_))));
+        assert!(matches!(
+            parse("1.99999999999999999999"),
+            Err(VersionError::Unacceptable(_))
+        ));
         assert_eq!(from_headers(["placement"].into_iter()), Ok(Version::MIN));
         assert!(matches!(parse("1.40"), Err(VersionError::Unacceptable(_))));
         assert!(Version(1, 10) > Version(1, 9));

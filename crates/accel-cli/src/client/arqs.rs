@@ -26,7 +26,9 @@ pub enum ArqCommand {
         group_id: Option<u32>,
     },
     /// List accelerator requests (the caller's project's; all for an admin).
-    #[command(after_help = "Example:\n  accel arq list --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7 --bind-state resolved")]
+    #[command(
+        after_help = "Example:\n  accel arq list --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7 --bind-state resolved"
+    )]
     List {
         /// Only the ARQs bound to this instance.
         #[arg(long)]
@@ -44,11 +46,13 @@ pub enum ArqCommand {
     /// Bind an accelerator request to a host, device provider and instance (Nova's
     /// call: sends the service token). The bind is accepted at once and finishes in
     /// the background; --wait waits until it is Bound or BindFailed.
-    #[command(after_help = "Example (the device provider is the one `GET /resource_providers?name=<host>_FakeDevice`\n\
+    #[command(
+        after_help = "Example (the device provider is the one `GET /resource_providers?name=<host>_FakeDevice`\n\
                             of the Placement API lists for the `--fake-devices <host>` source):\n  \
                             accel arq bind 0f3b6b5e-1a0e-4c1e-9a51-0f6a3c0b9d2e --hostname compute1 \\\n    \
                             --device-rp-uuid 2b9f1c5e-6d7a-4e3b-8c1d-9a0f5e4b3c2d \\\n    \
-                            --instance-uuid 7c9e6679-7425-40de-944b-e07fc1f90ae7 --wait")]
+                            --instance-uuid 7c9e6679-7425-40de-944b-e07fc1f90ae7 --wait"
+    )]
     Bind {
         /// The accelerator request's uuid.
         arq: String,
@@ -79,7 +83,9 @@ pub enum ArqCommand {
         service: ServiceToken,
     },
     /// Delete accelerator requests by uuid, or all of an instance's.
-    #[command(after_help = "Examples:\n  accel arq delete 0f3b6b5e-1a0e-4c1e-9a51-0f6a3c0b9d2e\n  accel arq delete --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7")]
+    #[command(
+        after_help = "Examples:\n  accel arq delete 0f3b6b5e-1a0e-4c1e-9a51-0f6a3c0b9d2e\n  accel arq delete --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7"
+    )]
     Delete {
         /// The accelerator requests' uuids.
         #[arg(required_unless_present = "instance", conflicts_with = "instance")]
@@ -176,7 +182,8 @@ pub async fn run(conn: &Connection, cmd: ArqCommand) -> anyhow::Result<String> {
             patch(&api, &arq, ops, &service(&st)).await?;
             let mut shown = show(&api, &arq).await?;
             if wait {
-                shown = wait_resolved(&api, &arq, shown, std::time::Duration::from_secs(timeout)).await?;
+                shown = wait_resolved(&api, &arq, shown, std::time::Duration::from_secs(timeout))
+                    .await?;
                 if shown["state"] == "BindFailed" {
                     anyhow::bail!(
                         "binding {arq}: BindFailed\n{}",

@@ -10,7 +10,9 @@ use serde_json::{json, Map, Value};
 #[derive(Subcommand, Debug)]
 pub enum ProfileCommand {
     /// Create a device profile (admin).
-    #[command(after_help = "Example (one FPGA of the agent's or the server's fake device source):\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required")]
+    #[command(
+        after_help = "Example (one FPGA of the agent's or the server's fake device source):\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
+    )]
     Create {
         /// Profile name (letters, digits, `_` and `-`).
         name: String,

@@ -306,10 +306,10 @@ pub(crate) fn authorize_target(
     match app.policy.authorize(rule, &req.creds.policy, target) {
         Ok(d) if d.is_allowed() => Ok(()),
         // Upstream's policy refusal is raised above its handlers: no `Vary`.
-        Ok(_) => Err(ApiError::forbidden(format!(
-            "Policy does not allow {rule} to be performed."
-        ))
-        .without_vary()),
+        Ok(_) => Err(
+            ApiError::forbidden(format!("Policy does not allow {rule} to be performed."))
+                .without_vary(),
+        ),
         Err(e) => Err(ApiError::internal(e.to_string())),
     }
 }

@@ -403,7 +403,10 @@ async fn noauth_service_token_binds() {
         let rp = app
             .placement_get("/resource_providers?name=compute1_FakeDevice")
             .await;
-        let rp_uuid = rp["resource_providers"][0]["uuid"].as_str().unwrap().to_owned();
+        let rp_uuid = rp["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let bind = json!({target.clone(): [
             {"op": "add", "path": "/hostname", "value": "compute1"},
             {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
@@ -421,7 +424,9 @@ async fn noauth_service_token_binds() {
             .send_json(As::Headers(not_service), Method::PATCH, path, bind.clone())
             .await;
         assert_eq!(r.status, 403, "{}", r.body);
-        assert!(r.fault().starts_with("This operation requires a service token."));
+        assert!(r
+            .fault()
+            .starts_with("This operation requires a service token."));
 
         let nova: &[(&str, &str)] = &[("x-auth-token", "demo:p7"), ("x-service-token", "nova")];
         let r = app
@@ -436,15 +441,21 @@ async fn noauth_service_token_binds() {
 
         // Delete by instance: a user token alone is refused, the service token passes.
         let by_instance = format!("{path}?instance={INSTANCE}");
-        let r = app.send(As::Headers(user), Method::DELETE, &by_instance).await;
+        let r = app
+            .send(As::Headers(user), Method::DELETE, &by_instance)
+            .await;
         assert_eq!(r.status, 403);
         let explicit: &[(&str, &str)] = &[
             ("x-auth-token", "demo:p7"),
             ("x-service-token", "nova:service:service"),
         ];
-        let r = app.send(As::Headers(explicit), Method::DELETE, &by_instance).await;
+        let r = app
+            .send(As::Headers(explicit), Method::DELETE, &by_instance)
+            .await;
         assert_eq!(r.status, 204, "{}", r.body);
-        let gone = app.get(As::Headers(user), &format!("{path}/{target}")).await;
+        let gone = app
+            .get(As::Headers(user), &format!("{path}/{target}"))
+            .await;
         assert_eq!(gone.status, 404);
     }
 }

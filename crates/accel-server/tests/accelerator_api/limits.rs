@@ -92,7 +92,12 @@ async fn list_routes_at_the_query_limit() {
             if let Some(n) = count {
                 assert_eq!(r.status, 200, "{path}: {}", r.body);
                 let key = path.trim_start_matches("/v2/");
-                assert_eq!(r.body[key].as_array().unwrap().len(), n, "{path}: {}", r.body);
+                assert_eq!(
+                    r.body[key].as_array().unwrap().len(),
+                    n,
+                    "{path}: {}",
+                    r.body
+                );
             }
             let over = app.get(As::Admin, &format!("{path}?{q}0")).await;
             assert_eq!(over.status, 400, "{path}");

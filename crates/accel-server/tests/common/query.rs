@@ -35,4 +35,3 @@ pub fn exact_query(terms: impl Iterator<Item = String>, odd: &str, len: usize) -
     assert_eq!(q.len(), len);
     q
 }
-
