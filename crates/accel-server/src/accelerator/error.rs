@@ -157,8 +157,12 @@ impl From<accel_store::StoreError> for AccelError {
             StoreError::Invalid(m) => AccelError::bad_request(m),
             StoreError::Conflict(_, m) => AccelError::conflict(m),
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                // The cause goes to the log, never to the client (issue 17).
                 tracing::error!(error = %e, "store error");
-                AccelError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                AccelError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "An internal error occurred; the server's log has its cause.",
+                )
             }
         }
     }

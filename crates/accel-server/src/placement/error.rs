@@ -259,8 +259,9 @@ impl From<accel_store::StoreError> for ApiError {
             }
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                // The cause goes to the log, never to the client (issue 17).
                 tracing::error!(error = %e, "store error");
-                ApiError::internal(format!("{e}"))
+                ApiError::internal("An internal error occurred; the server's log has its cause.")
             }
         }
     }

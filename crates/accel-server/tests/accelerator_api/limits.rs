@@ -38,20 +38,26 @@ async fn list_routes_at_the_query_limit() {
             (
                 "/v2/deployables",
                 exact_query(
-                    indexed("name", "compute1_FakeDevice"),
-                    "filters[x].field=driver_name&filters[x].value=FAKE",
-                    MAX_QUERY_BYTES,
-                ),
-                Some(0),
-            ),
-            (
-                "/v2/deployables",
-                exact_query(
-                    indexed("name", "compute1_FakeDevice"),
+                    (0..).map(|i| match i % 2 {
+                        0 => format!("filters[{i}].field=name&filters[{i}].value=compute1_FakeDevice"),
+                        _ => format!("filters[{i}].field=driver_name&filters[{i}].value=fake"),
+                    }),
                     "filters[y].field=sort_dir&filters[y].value=ASCENDING",
                     MAX_QUERY_BYTES,
                 ),
                 Some(1),
+            ),
+            (
+                "/v2/deployables",
+                exact_query(
+                    (0..).map(|i| {
+                        let name = if i % 2 == 0 { "compute1_FakeDevice" } else { "OTHER" };
+                        format!("filters[{i}].field=name&filters[{i}].value={name}")
+                    }),
+                    "filters[y].field=sort_dir&filters[y].value=ASCENDING",
+                    MAX_QUERY_BYTES,
+                ),
+                Some(0),
             ),
             (
                 "/v2/device_profiles",

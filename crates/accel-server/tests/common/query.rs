@@ -1,8 +1,8 @@
 //! Query strings of an exact length, for the tests at the servers' query-size limit.
 
 /// A query string of exactly `len` bytes: `terms` joined by `&` while they fit, then,
-/// for an odd remainder, `odd` (of even length) appended, then upper-case letters of
-/// values percent-encoded (two bytes more each) from the end until the length is met.
+/// for an odd remainder, `odd` (of even length) appended, then letters
+/// percent-encoded (two bytes more each) from the end until the length is met.
 /// Encoding changes nothing the server decodes.
 #[allow(dead_code)]
 pub fn exact_query(terms: impl Iterator<Item = String>, odd: &str, len: usize) -> String {
@@ -26,7 +26,7 @@ pub fn exact_query(terms: impl Iterator<Item = String>, odd: &str, len: usize) -
     let mut i = bytes.len();
     while bytes.len() < len {
         i -= 1;
-        if bytes[i].is_ascii_uppercase() {
+        if bytes[i].is_ascii_alphabetic() {
             let esc = format!("%{:02X}", bytes[i]);
             bytes.splice(i..=i, esc.into_bytes());
         }
