@@ -42,6 +42,8 @@ pub enum AgentError {
     NoComputeNode { node: String, message: String },
     #[error("report not sent: driver(s) {0} failed during discovery and this agent has no earlier picture of their devices (the server keeps what it has)")]
     DriversFailed(String),
+    #[error("{server} is not the accelerator API: it answered the agent's compute node check with 404 ({message:?}) where the accelerator API names the compute node it lacks. Give --server the accelerator API's URL (accel serve --accelerator-listen, port 6666 by default), not the Placement API's (8778)")]
+    NotAcceleratorApi { server: String, message: String },
 }
 
 /// `e` and every error under it ("error sending request" alone hides "connection
@@ -230,14 +232,29 @@ impl Agent {
     pub async fn check_node(&self) -> Result<NodeInfo, AgentError> {
         let node = self.settings.require_node().map_err(AgentError::Config)?;
         match self.client.node(node).await {
+            // The accelerator API's 404 names the compute node it lacks; any other 404
+            // (a Placement API's unknown route, a web server) means a wrong --server.
             Err(ClientError::Status {
                 status: 404,
                 message,
                 ..
-            }) => Err(AgentError::NoComputeNode {
-                node: node.to_owned(),
+            }) if message.contains("No compute node resource provider") => {
+                Err(AgentError::NoComputeNode {
+                    node: node.to_owned(),
+                    message,
+                })
+            }
+            Err(ClientError::Status {
+                status: 404,
                 message,
-            }),
+                ..
+            }) => {
+                tracing::error!(server = %self.settings.server, %message, "the compute node check got a 404 that is not the accelerator API's");
+                Err(AgentError::NotAcceleratorApi {
+                    server: self.settings.server.clone(),
+                    message,
+                })
+            }
             other => Ok(other?),
         }
     }

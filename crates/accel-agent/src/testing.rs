@@ -208,6 +208,31 @@ pub fn pac_dfl(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
     a
 }
 
+/// Region and AFU ids of the DFL tree in [`pac_both_trees`], distinct from the OPAE
+/// tree's so a test can tell which tree was read.
+pub const PAC_DFL_INTERFACE_ID: &str = "0123456789abcdef0123456789abcdef";
+pub const PAC_DFL_AFU_ID: &str = "fedcba9876543210fedcba9876543210";
+
+/// A PAC whose PF shows both the OPAE driver's tree and the kernel's DFL tree (one
+/// driver swapped for the other without a reboot), bound to `driver`, without VFs.
+pub fn pac_both_trees(fs: &FakeSysfs, bus: u8, driver: &str) -> String {
+    let a = bdf(bus, 0, 0);
+    fs.function(&a, 0x8086, 0x09c4, 0x120000)
+        .numa(0)
+        .driver(driver)
+        .file(
+            "fpga/intel-fpga-dev.0/intel-fpga-fme.0/pr/interface_id",
+            PAC_INTERFACE_ID,
+        )
+        .file("fpga/intel-fpga-dev.0/intel-fpga-port.0/afu_id", PAC_AFU_ID)
+        .file(
+            "fpga_region/region0/dfl-fme.0/dfl-fme-region.1/fpga_region/region1/compat_id",
+            PAC_DFL_INTERFACE_ID,
+        )
+        .file("fpga_region/region0/dfl-port.0/afu_id", PAC_DFL_AFU_ID);
+    a
+}
+
 /// A QAT C62x PF (host driver `c6xx`) with `vfs` VFs bound to vfio-pci.
 pub fn qat(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
     let a = bdf(bus, 0, 0);

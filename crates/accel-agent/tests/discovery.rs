@@ -100,6 +100,71 @@ fn intel_pac_in_both_layouts_with_and_without_vfs() {
     assert_eq!(found.devices[2].numa_node, Some(1));
 }
 
+/// A function that shows both FPGA trees has one partial-reconfiguration region, read
+/// in the tree of the driver bound to it; with neither driver bound, the kernel's DFL
+/// tree, and a warning.
+#[test]
+fn intel_pac_with_both_trees_reports_the_bound_drivers_regions_once() {
+    let region = |id: &str| {
+        format!(
+            "CUSTOM_FPGA_REGION_INTEL_{}",
+            id.replace('-', "").to_uppercase()
+        )
+    };
+    let function = |id: &str| format!("CUSTOM_FPGA_FUNCTION_INTEL_{}", id.to_uppercase());
+    for (driver, interface, afu, warned) in [
+        (
+            "intel-fpga-pci",
+            testing::PAC_INTERFACE_ID,
+            testing::PAC_AFU_ID,
+            false,
+        ),
+        (
+            "dfl-pci",
+            testing::PAC_DFL_INTERFACE_ID,
+            testing::PAC_DFL_AFU_ID,
+            false,
+        ),
+        (
+            "vfio-pci",
+            testing::PAC_DFL_INTERFACE_ID,
+            testing::PAC_DFL_AFU_ID,
+            true,
+        ),
+    ] {
+        let (_d, fs) = tree();
+        testing::pac_both_trees(&fs, 0x3b, driver);
+        let found = discover(&fs);
+        assert_eq!(
+            found.warnings.is_empty(),
+            !warned,
+            "{driver}: {:?}",
+            found.warnings
+        );
+        assert_eq!(found.devices.len(), 1, "{driver}");
+        let d = &found.devices[0];
+        assert_eq!(d.regions.len(), 1, "{driver}: one physical region");
+        let traits = d.region_traits(&d.regions[0]);
+        assert!(traits.contains(&region(interface)), "{driver}: {traits:?}");
+        assert!(traits.contains(&function(afu)), "{driver}: {traits:?}");
+        let other = if interface == testing::PAC_INTERFACE_ID {
+            testing::PAC_DFL_INTERFACE_ID
+        } else {
+            testing::PAC_INTERFACE_ID
+        };
+        assert!(!traits.contains(&region(other)), "{driver}: {traits:?}");
+        // The report carries one region provider under the card, not two.
+        let json = Report::new("cn1", found.devices.clone()).to_json();
+        let regions: Vec<&Value> = json["devices"][0]["deployables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|dep| dep["num_accelerators"].as_i64().unwrap_or(0) > 0)
+            .collect();
+        assert_eq!(regions.len(), 1, "{driver}: {json}");
+    }
+}
+
 #[test]
 fn qat_card_with_sixteen_vfs_is_one_device() {
     let (_d, fs) = tree();

@@ -39,7 +39,8 @@ pub struct AgentArgs {
     /// Nova's configuration file: devices its [pci] device_spec rules match are left to Nova.
     #[arg(long, global = true)]
     nova_config: Option<PathBuf>,
-    /// How devices are modelled in Placement: accel (seed 003) or cyborg (upstream
+    /// How devices are modelled in Placement: accel (a provider per device under the
+    /// compute node's, one per FPGA region, named after the node) or cyborg (upstream
     /// Cyborg's FPGA/PGPU/VGPU classes, names and traits).
     #[arg(long, value_parser = parse_model, global = true)]
     model: Option<accel_agent::model::Model>,
@@ -74,7 +75,10 @@ struct KubeletPaths {
 enum AgentCommand {
     /// Print the devices the agent would report and every conflict with Nova's [pci]
     /// rules; exit non-zero when there is a conflict (or, with --node, when the server
-    /// does not know the compute node).
+    /// does not know the compute node). Needs neither Nova's config nor a server.
+    #[command(
+        after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1"
+    )]
     Check,
 }
 

@@ -57,7 +57,7 @@ pub struct BootArgs {
     /// The device profile (a flavor's `accel:device_profile`).
     #[arg(long)]
     pub device_profile: String,
-    /// The flavor's own resources, `RC:N,...` (e.g. `VCPU:2,MEMORY_MB:2048`).
+    /// The flavor's own resources, `RC=N,...` or `RC:N,...` (e.g. `VCPU=2,MEMORY_MB=2048`).
     #[arg(long, default_value = "")]
     pub resources: String,
     /// Instance uuid (the Placement consumer) [default: a new one].
@@ -120,7 +120,9 @@ pub fn unboot(args: UnbootArgs) -> anyhow::Result<()> {
 fn run_boot(args: BootArgs) -> anyhow::Result<String> {
     let req = BootRequest {
         device_profile: args.device_profile,
-        resources: workflow::parse_resources(&args.resources)?,
+        // `RC=N` like every other option (`--group resources:FPGA=1`); `RC:N` as
+        // Placement writes it.
+        resources: workflow::parse_resources(&args.resources.replace('=', ":"))?,
         instance: args.instance.unwrap_or_else(workflow::new_instance_uuid),
         project_id: args.project_id,
         user_id: args.user_id,
@@ -137,6 +139,13 @@ fn run_unboot(args: UnbootArgs) -> anyhow::Result<String> {
     let done = runtime()?
         .block_on(workflow::unboot(&args.apis.endpoints(), &args.instance))
         .with_context(|| format!("tearing down instance {}", args.instance))?;
+    // Nothing to tear down is most likely a mistyped uuid: say so, and fail.
+    if done.arqs_unbound == 0 && done.arqs_deleted == 0 && !done.allocations_released {
+        anyhow::bail!(
+            "tearing down instance {}: no such instance (no ARQs and no allocations)",
+            args.instance
+        );
+    }
     Ok(render_unboot(&args.instance, &done, args.apis.format))
 }
 

@@ -1,6 +1,6 @@
 //! The `accel` command: the composition root that wires configuration, the store and
-//! the servers together. `accel serve` runs the API server; client commands and the
-//! node agent join as their issues land.
+//! the servers together. `accel serve` runs both APIs, `accel agent` the node agent;
+//! the client commands and `boot`/`unboot` speak HTTP to a server.
 
 #[cfg(feature = "agent")]
 mod agent;
@@ -21,10 +21,19 @@ use std::sync::Arc;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `accel --version` (and every subcommand's): the release and the commit built.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ACCEL_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "accel",
-    version,
+    version = VERSION,
+    propagate_version = true,
     about = "Accelerator management: Placement- and Cyborg-compatible APIs, node agent"
 )]
 struct Cli {
@@ -34,21 +43,37 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the API server (Placement API; accelerator API when available).
+    /// Run the API server: the Placement API (1.0-1.39) and the accelerator API (Cyborg
+    /// v2, 2.0-2.3) over one database, with the bind and event workers.
     #[cfg(feature = "server")]
+    #[command(
+        after_help = "Example (SQLite in the data directory, noauth, a fake FPGA on compute1):\n  accel serve --fake-devices compute1"
+    )]
     Serve(config::ServeArgs),
     /// Device profiles of the accelerator API: create, list, show, delete.
+    #[command(
+        after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
+    )]
     DeviceProfile(client::ProfileArgs),
     /// Accelerator requests: create, list, show, bind, unbind, delete.
+    #[command(after_help = "Example:\n  accel arq create dp1 -f json")]
     Arq(client::ArqArgs),
     /// Boot an instance's accelerators as Nova would, without Nova: claim in Placement,
     /// create and bind the device profile's ARQs, print the attach handles.
+    #[command(after_help = "Example:\n  accel boot --device-profile dp1 --resources VCPU=1")]
     Boot(boot::BootArgs),
-    /// Reverse of boot: unbind and delete the instance's ARQs, release its allocations.
+    /// Reverse of boot: unbind and delete the instance's ARQs, release its allocations
+    /// (exits 1 when the instance has neither).
+    #[command(
+        after_help = "Example:\n  accel unboot --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7"
+    )]
     Unboot(boot::UnbootArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
+    #[command(
+        after_help = "Examples:\n  accel agent check\n  accel agent --server http://127.0.0.1:6666 --node compute-1 --once\n  accel agent --config /etc/accel/agent.toml"
+    )]
     Agent(agent::AgentArgs),
 }
 

@@ -91,6 +91,17 @@ async fn once_reports_and_exits_and_says_what_to_fix_without_a_compute_node() {
             "--sysfs-root",
             &root,
         ];
+        // The Placement API's port where the accelerator API's belongs: said so.
+        let mut wrong = args;
+        wrong[3] = &server.placement;
+        let run = accel(&wrong).await;
+        assert_eq!(run.code, Some(1));
+        assert!(
+            run.stderr.contains("is not the accelerator API")
+                && !run.stderr.contains("is not known"),
+            "{}",
+            run.stderr
+        );
         let missing = accel(&args).await;
         assert_eq!(missing.code, Some(1));
         assert!(

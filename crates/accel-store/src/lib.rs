@@ -390,3 +390,48 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The conjunction of `terms` as a balanced tree of `AND`s: `(a AND b) AND (c AND d)`.
+///
+/// A request can name any number of filters, and a left-deep chain of a thousand
+/// `AND`s passes SQLite's expression-depth limit (1,000) and would press on
+/// PostgreSQL's stack depth; balanced, the depth grows with the logarithm of the
+/// number of terms, so a filter list is bounded only by the size of the query string
+/// the APIs accept, on either backend.
+pub(crate) fn all_of(terms: &[String]) -> String {
+    match terms {
+        [] => "1 = 1".to_owned(),
+        [one] => one.clone(),
+        _ => {
+            let (a, b) = terms.split_at(terms.len() / 2);
+            format!("({}) AND ({})", all_of(a), all_of(b))
+        }
+    }
+}
+
+#[cfg(test)]
+mod all_of_tests {
+    use super::all_of;
+
+    #[test]
+    fn balanced() {
+        let t = |n: usize| (0..n).map(|i| format!("c{i}")).collect::<Vec<_>>();
+        assert_eq!(all_of(&t(0)), "1 = 1");
+        assert_eq!(all_of(&t(1)), "c0");
+        assert_eq!(all_of(&t(3)), "(c0) AND ((c1) AND (c2))");
+        // Nesting depth is logarithmic: 1,024 terms nest 10 deep.
+        let s = all_of(&t(1024));
+        let (mut depth, mut max) = (0i32, 0i32);
+        for ch in s.chars() {
+            match ch {
+                '(' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                ')' => depth -= 1,
+                _ => {}
+            }
+        }
+        assert_eq!(max, 10);
+    }
+}

@@ -1,5 +1,5 @@
 //! Inventory changes on SQLite and PostgreSQL: what each kind of change writes, and the
-//! order in which refusals are judged (generation, class, the body's own problem, then
+//! order in which refusals are judged (generation, the body's own problem, class, then
 //! the class's presence), as upstream reports them.
 
 use accel_core::capacity::Limits;
@@ -53,9 +53,13 @@ async fn each_change_and_its_refusals_in_upstreams_order() {
             apply(&store, create("VCPU", 4), None).await,
             Err(R::Exists("VCPU".into()))
         );
-        // The class is judged before the body's own problem, which comes before presence.
+        // The body's own problem is judged before the class, which comes before presence.
         assert_eq!(
             apply(&store, create("CUSTOM_NOPE", 1), Some("bad")).await,
+            Err(R::Invalid("bad".into()))
+        );
+        assert_eq!(
+            apply(&store, create("CUSTOM_NOPE", 1), None).await,
             Err(R::UnknownClass("CUSTOM_NOPE".into()))
         );
         assert_eq!(
@@ -109,6 +113,10 @@ async fn each_change_and_its_refusals_in_upstreams_order() {
         assert_eq!(
             apply(&store, delete("DISK_GB"), None).await,
             Err(R::Missing("DISK_GB".into()))
+        );
+        assert_eq!(
+            apply(&store, delete("CUSTOM_NOPE"), None).await,
+            Err(R::UnknownClass("CUSTOM_NOPE".into()))
         );
         assert_eq!(
             apply(&store, delete("VCPU"), None).await,

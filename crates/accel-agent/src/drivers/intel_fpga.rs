@@ -15,7 +15,9 @@
 //! With SR-IOV enabled the ports move to the VFs (each VF carries one port): the region
 //! then offers one accelerator per VF with the VFs as handles and the PF stays the
 //! host's management function. Without VFs the PF is the region's one handle. A card
-//! whose FME cannot be read is still one region, with no region id trait (seed 003:
+//! A function that shows both trees (one driver swapped for the other without a
+//! reboot) is read in the tree of the driver bound to it, so each region is reported
+//! once. A card whose FME cannot be read is still one region, with no region id trait (seed 003:
 //! a device without partial reconfiguration is one region). Programming runs OPAE's
 //! `fpgaconf` on the PF and reads the new AFU id back from sysfs.
 
@@ -43,45 +45,104 @@ struct Dfl {
     afu_ids: Vec<String>,
 }
 
-fn read_layouts(sysfs: &Sysfs, f: &PciFunction) -> Dfl {
-    let mut out = Dfl::default();
-    // OPAE: fpga/intel-fpga-dev.N/{intel-fpga-fme.N/pr/interface_id, intel-fpga-port.N/afu_id}
-    let fpga = f.path.join("fpga");
-    for dev in sysfs.list_prefixed(&fpga, "intel-fpga-dev.") {
-        let dev = fpga.join(dev);
-        for fme in sysfs.list_prefixed(&dev, "intel-fpga-fme.") {
-            if let Some(id) = read_id(sysfs, &dev.join(fme).join("pr/interface_id")) {
-                out.interface_ids.push(id);
-            }
-        }
-        for port in sysfs.list_prefixed(&dev, "intel-fpga-port.") {
-            if let Some(id) = read_id(sysfs, &dev.join(port).join("afu_id")) {
-                out.afu_ids.push(id);
-            }
+/// The two drivers' trees. Both can be present under one function (the OPAE driver
+/// swapped for `dfl-pci`, or back, without a reboot); they describe the same regions,
+/// so only the bound driver's is read ([`super::bound_layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tree {
+    Dfl,
+    Opae,
+}
+
+/// Drivers whose trees these are; with neither bound, the kernel's own is read.
+const TREES: [(Tree, &[&str]); 2] = [(Tree::Dfl, &["dfl-pci"]), (Tree::Opae, &["intel-fpga-pci"])];
+
+fn present(sysfs: &Sysfs, f: &PciFunction, tree: Tree) -> bool {
+    match tree {
+        Tree::Dfl => !sysfs
+            .list_prefixed(&f.path.join("fpga_region"), "region")
+            .is_empty(),
+        Tree::Opae => !sysfs
+            .list_prefixed(&f.path.join("fpga"), "intel-fpga-dev.")
+            .is_empty(),
+    }
+}
+
+/// The tree to read for `f`: the one there, or the bound driver's of several. A VF
+/// showing both reads the tree chosen for its PF (`pf_tree`), the VF itself being bound
+/// to neither driver when it is passed through.
+fn tree_of(sysfs: &Sysfs, f: &PciFunction, pf_tree: Option<Tree>) -> Option<Tree> {
+    if let Some(t) = pf_tree {
+        if TREES.iter().all(|(t, _)| present(sysfs, f, *t)) {
+            return Some(t);
         }
     }
-    // Mainline: fpga_region/regionN/{dfl-fme.N/dfl-fme-region.M/fpga_region/regionK/compat_id, dfl-port.N/afu_id}
-    let regions = f.path.join("fpga_region");
-    for region in sysfs.list_prefixed(&regions, "region") {
-        let region = regions.join(region);
-        for fme in sysfs.list_prefixed(&region, "dfl-fme.") {
-            let fme = region.join(fme);
-            for pr in sysfs.list_prefixed(&fme, "dfl-fme-region.") {
-                let inner = fme.join(pr).join("fpga_region");
-                for r in sysfs.list_prefixed(&inner, "region") {
-                    if let Some(id) = read_id(sysfs, &inner.join(r).join("compat_id")) {
+    let layouts = TREES.map(|(t, drivers)| super::Layout {
+        drivers,
+        present: present(sysfs, f, t),
+    });
+    super::bound_layout(sysfs, f, &layouts).map(|i| TREES[i].0)
+}
+
+/// What `f` shows in `tree`.
+fn read_layout(sysfs: &Sysfs, f: &PciFunction, tree: Tree) -> Dfl {
+    let mut out = Dfl::default();
+    match tree {
+        // OPAE: fpga/intel-fpga-dev.N/{intel-fpga-fme.N/pr/interface_id, intel-fpga-port.N/afu_id}
+        Tree::Opae => {
+            let fpga = f.path.join("fpga");
+            for dev in sysfs.list_prefixed(&fpga, "intel-fpga-dev.") {
+                let dev = fpga.join(dev);
+                for fme in sysfs.list_prefixed(&dev, "intel-fpga-fme.") {
+                    if let Some(id) = read_id(sysfs, &dev.join(fme).join("pr/interface_id")) {
                         out.interface_ids.push(id);
+                    }
+                }
+                for port in sysfs.list_prefixed(&dev, "intel-fpga-port.") {
+                    if let Some(id) = read_id(sysfs, &dev.join(port).join("afu_id")) {
+                        out.afu_ids.push(id);
                     }
                 }
             }
         }
-        for port in sysfs.list_prefixed(&region, "dfl-port.") {
-            if let Some(id) = read_id(sysfs, &region.join(port).join("afu_id")) {
-                out.afu_ids.push(id);
+        // Mainline: fpga_region/regionN/{dfl-fme.N/dfl-fme-region.M/fpga_region/regionK/compat_id, dfl-port.N/afu_id}
+        Tree::Dfl => {
+            let regions = f.path.join("fpga_region");
+            for region in sysfs.list_prefixed(&regions, "region") {
+                let region = regions.join(region);
+                for fme in sysfs.list_prefixed(&region, "dfl-fme.") {
+                    let fme = region.join(fme);
+                    for pr in sysfs.list_prefixed(&fme, "dfl-fme-region.") {
+                        let inner = fme.join(pr).join("fpga_region");
+                        for r in sysfs.list_prefixed(&inner, "region") {
+                            if let Some(id) = read_id(sysfs, &inner.join(r).join("compat_id")) {
+                                out.interface_ids.push(id);
+                            }
+                        }
+                    }
+                }
+                for port in sysfs.list_prefixed(&region, "dfl-port.") {
+                    if let Some(id) = read_id(sysfs, &region.join(port).join("afu_id")) {
+                        out.afu_ids.push(id);
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// A card: its PF's regions (interface ids) and the AFU ids of its ports, PF first then
+/// VFs, each function read in one tree.
+fn read_card(host: &Host, pf: &PciFunction, vfs: &[&PciFunction]) -> Dfl {
+    let pf_tree = tree_of(host.sysfs, pf, None);
+    let mut card = pf_tree.map_or_else(Dfl::default, |t| read_layout(host.sysfs, pf, t));
+    for v in vfs {
+        if let Some(t) = tree_of(host.sysfs, v, pf_tree) {
+            card.afu_ids.extend(read_layout(host.sysfs, v, t).afu_ids);
+        }
+    }
+    card
 }
 
 /// A 128-bit id file; anything else is a warning and no id.
@@ -126,11 +187,11 @@ impl Driver for IntelFpga {
         let Some(pf) = host.bus.get(&a) else {
             return Ok(None);
         };
-        let mut afu_ids = read_layouts(host.sysfs, pf).afu_ids;
-        for v in host.vfs(pf) {
-            afu_ids.extend(read_layouts(host.sysfs, v).afu_ids);
-        }
-        Ok(afu_ids.get(region as usize).cloned())
+        let vfs: Vec<&PciFunction> = host.vfs(pf).collect();
+        Ok(read_card(host, pf, &vfs)
+            .afu_ids
+            .get(region as usize)
+            .cloned())
     }
 
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {
@@ -141,12 +202,9 @@ impl Driver for IntelFpga {
             else {
                 continue;
             };
-            let pf = read_layouts(host.sysfs, f);
             let vfs: Vec<&PciFunction> = host.vfs(f).filter(|v| v.device == vf_id).collect();
-            let mut afu_ids = pf.afu_ids.clone();
-            for v in &vfs {
-                afu_ids.extend(read_layouts(host.sysfs, v).afu_ids);
-            }
+            let pf = read_card(host, f, &vfs);
+            let afu_ids = &pf.afu_ids;
             if pf.interface_ids.is_empty() {
                 tracing::info!(device = %f.address, "no FPGA management engine in sysfs: one region without a region id");
             }

@@ -131,6 +131,58 @@ pub trait Driver: Send + Sync {
 }
 
 /// The region `index` of `device`, or [`ProgramError::NoSuchRegion`].
+/// A sysfs tree one kernel driver builds under a PCI function: the drivers whose tree
+/// it is, and whether it is there.
+pub struct Layout {
+    pub drivers: &'static [&'static str],
+    pub present: bool,
+}
+
+/// Which of several drivers' trees describes `f`. Two drivers can describe one device
+/// (Intel's OPAE driver and the kernel's DFL driver both model a PAC's regions), and
+/// a driver swapped without a reboot leaves its tree beside the new one: reading both
+/// would report one physical thing twice. The tree of the driver bound to the
+/// function (its `driver` link) wins; a lone tree is read whoever is bound; with
+/// several and none of their drivers bound, the first present is read and the
+/// ambiguity is a warning. `None` when no tree is there.
+pub fn bound_layout(sysfs: &Sysfs, f: &PciFunction, layouts: &[Layout]) -> Option<usize> {
+    let present: Vec<usize> = (0..layouts.len()).filter(|&i| layouts[i].present).collect();
+    match present.as_slice() {
+        [] => None,
+        [one] => Some(*one),
+        several => {
+            let bound = f.driver.as_deref();
+            let by_driver = several
+                .iter()
+                .copied()
+                .find(|&i| bound.is_some_and(|d| layouts[i].drivers.contains(&d)));
+            match by_driver {
+                Some(i) => {
+                    tracing::info!(device = %f.address, driver = bound.unwrap_or(""),
+                        "sysfs trees of several drivers: reading the bound driver's");
+                    Some(i)
+                }
+                None => {
+                    let first = several[0];
+                    sysfs.warn(
+                        &f.path.join("driver"),
+                        format!(
+                            "sysfs trees of drivers {} are all present and none is bound; reading {}'s",
+                            several
+                                .iter()
+                                .map(|&i| layouts[i].drivers.join("/"))
+                                .collect::<Vec<_>>()
+                                .join(" and "),
+                            layouts[first].drivers.join("/"),
+                        ),
+                    );
+                    Some(first)
+                }
+            }
+        }
+    }
+}
+
 pub fn region_of(device: &FoundDevice, index: u32) -> Result<&crate::model::Region, ProgramError> {
     device
         .regions

@@ -138,31 +138,103 @@ pub fn from_headers<'a>(values: impl Iterator<Item = &'a str>) -> Result<Version
         }
     }
     match found {
-        None => Ok(Version::MIN),
+        // `placement` with no version reads as no header, as upstream's parser has it.
+        None | Some("") => Ok(Version::MIN),
         Some(v) => parse(v),
     }
 }
 
-/// Parses `X.Y` or `latest` and checks it is served.
+/// Parses `X.Y` or `latest` and checks it is served. Each part reads as Python's
+/// `int()` reads it (surrounding whitespace, a sign, `_` between digits), and a
+/// malformed value is worded as upstream's `microversion_parse` words it, Python's
+/// own error included.
 pub fn parse(v: &str) -> Result<Version, VersionError> {
     if v == "latest" {
         return Ok(Version::MAX);
     }
-    let malformed = || VersionError::Malformed(format!("invalid version string: {v}"));
-    let (maj, min) = v.split_once('.').ok_or_else(malformed)?;
-    let is_num = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !is_num(maj) || !is_num(min) {
-        return Err(malformed());
-    }
-    let (maj, min): (u16, u16) = match (maj.parse(), min.parse()) {
-        (Ok(a), Ok(b)) => (a, b),
-        _ => return Err(VersionError::Unacceptable(v.to_owned())),
+    let malformed =
+        |why: String| VersionError::Malformed(format!("invalid version string: {v}; {why}"));
+    let (maj, min) = match v.split_once('.') {
+        Some((a, b)) => (a, Some(b)),
+        None => (v, None),
+    };
+    let int = |s: &str| {
+        py_int(s).ok_or_else(|| {
+            malformed(format!(
+                "invalid literal for int() with base 10: {}",
+                py_repr(s)
+            ))
+        })
+    };
+    let maj = int(maj)?;
+    let Some(min) = min else {
+        return Err(malformed(
+            "Version.__new__() missing 1 required positional argument: 'minor'".to_owned(),
+        ));
+    };
+    let min = int(min)?;
+    let (Ok(maj), Ok(min)) = (u16::try_from(maj), u16::try_from(min)) else {
+        return Err(VersionError::Unacceptable(v.to_owned()));
     };
     let version = Version(maj, min);
     if version < Version::MIN || version > Version::MAX {
         return Err(VersionError::Unacceptable(v.to_owned()));
     }
     Ok(version)
+}
+
+/// Python's `int(s)` for base 10; `None` where Python raises `ValueError`. Values past
+/// `i128` saturate (any of them is an unacceptable version anyway).
+fn py_int(s: &str) -> Option<i128> {
+    let t = s.trim();
+    let (neg, digits) = match t.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+        || !digits.chars().all(|c| c.is_ascii_digit() || c == '_')
+    {
+        return None;
+    }
+    let mut n: i128 = 0;
+    for c in digits.chars().filter(char::is_ascii_digit) {
+        n = n
+            .saturating_mul(10)
+            .saturating_add(i128::from(c as u8 - b'0'));
+    }
+    Some(if neg { -n } else { n })
+}
+
+/// Python's `repr()` of a string, as its error messages quote it.
+fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::new();
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 #[cfg(test)]
@@ -186,6 +258,37 @@ mod tests {
             Err(VersionError::Malformed(_))
         ));
         assert!(matches!(parse("0.5"), Err(VersionError::Unacceptable(_))));
+        // Upstream's words, Python's error included; Python's int() syntax accepted.
+        let msg = |v: &str| match parse(v) {
+            Err(VersionError::Malformed(m)) => m,
+            other => panic!("{v}: {other:?}"),
+        };
+        assert_eq!(
+            msg("1.a"),
+            "invalid version string: 1.a; invalid literal for int() with base 10: 'a'"
+        );
+        assert_eq!(
+            msg("1.2.3"),
+            "invalid version string: 1.2.3; invalid literal for int() with base 10: '2.3'"
+        );
+        assert_eq!(
+            msg("1"),
+            "invalid version string: 1; Version.__new__() missing 1 required positional argument: 'minor'"
+        );
+        assert_eq!(
+            msg("1.it's"),
+            "invalid version string: 1.it's; invalid literal for int() with base 10: \"it's\""
+        );
+        for ok in [" 1.5", "1.05", "1.+5", "1. 5", "1.1_0", "01.5"] {
+            assert!(parse(ok).is_ok(), "{ok}");
+        }
+        assert_eq!(parse("1.1_0"), Ok(Version(1, 10)));
+        assert!(matches!(parse("1.-1"), Err(VersionError::Unacceptable(_))));
+        assert!(matches!(
+            parse("1.99999999999999999999"),
+            Err(VersionError::Unacceptable(_))
+        ));
+        assert_eq!(from_headers(["placement"].into_iter()), Ok(Version::MIN));
         assert!(matches!(parse("1.40"), Err(VersionError::Unacceptable(_))));
         assert!(Version(1, 10) > Version(1, 9));
     }

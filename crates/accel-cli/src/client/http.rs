@@ -14,6 +14,8 @@ pub fn api(conn: &Connection) -> anyhow::Result<Client> {
     if !base.starts_with("http://") && !base.starts_with("https://") {
         bail!("--url must be an http:// or https:// URL, not {base:?}");
     }
+    // The catalog's endpoint (`.../accelerator/v2`) works too: the client adds `/v2`.
+    let base = base.strip_suffix("/v2").unwrap_or(base);
     let http = Http::new(
         Endpoint::Url(base.to_owned()),
         Auth::Token(conn.token.clone()),

@@ -13,7 +13,7 @@ pub mod profiles;
 /// Where the accelerator API is and how to authenticate; shared by all client commands.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Connection {
-    /// Accelerator API endpoint (with or without `/accelerator`).
+    /// Accelerator API endpoint (with or without `/accelerator` or `/accelerator/v2`).
     #[arg(
         long,
         env = "ACCEL_URL",

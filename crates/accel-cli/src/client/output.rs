@@ -14,10 +14,27 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
+/// Upstream answers a create with ISO 8601 times (`2020-03-09T11:26:05+00:00`) and a
+/// show with a space for the `T`; printed, both read the ISO way.
+fn timestamp(column: &str, v: Value) -> Value {
+    match v {
+        Value::String(s)
+            if column.ends_with("_at")
+                && s.len() > 10
+                && s.as_bytes()[10] == b' '
+                && s[..10].bytes().all(|b| b.is_ascii_digit() || b == b'-') =>
+        {
+            Value::String(format!("{}T{}", &s[..10], &s[11..]))
+        }
+        v => v,
+    }
+}
+
 fn pick(obj: &Value, columns: &[&str]) -> Value {
     let mut m = Map::new();
     for c in columns {
-        m.insert((*c).to_owned(), obj.get(*c).cloned().unwrap_or(Value::Null));
+        let v = obj.get(*c).cloned().unwrap_or(Value::Null);
+        m.insert((*c).to_owned(), timestamp(c, v));
     }
     Value::Object(m)
 }
@@ -65,7 +82,17 @@ pub fn list(format: Format, items: &[Value], columns: &[&str]) -> String {
             let header: Vec<String> = columns.iter().map(|c| (*c).to_owned()).collect();
             let rows: Vec<Vec<String>> = items
                 .iter()
-                .map(|i| columns.iter().map(|c| cell(i.get(*c))).collect())
+                .map(|i| {
+                    columns
+                        .iter()
+                        .map(|c| {
+                            cell(Some(&timestamp(
+                                c,
+                                i.get(*c).cloned().unwrap_or(Value::Null),
+                            )))
+                        })
+                        .collect()
+                })
                 .collect();
             render_table(&header, &rows)
         }
@@ -79,7 +106,10 @@ pub fn show(format: Format, obj: &Value, fields: &[&str]) -> String {
         Format::Table => {
             let rows: Vec<Vec<String>> = fields
                 .iter()
-                .map(|f| vec![(*f).to_owned(), cell(obj.get(*f))])
+                .map(|f| {
+                    let v = timestamp(f, obj.get(*f).cloned().unwrap_or(Value::Null));
+                    vec![(*f).to_owned(), cell(Some(&v))]
+                })
                 .collect();
             render_table(&["Field".to_owned(), "Value".to_owned()], &rows)
         }
@@ -90,6 +120,19 @@ pub fn show(format: Format, obj: &Value, fields: &[&str]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn times_print_the_same_from_create_and_show() {
+        let created = json!({"created_at": "2026-11-24T05:08:10+00:00", "name": "a b"});
+        let shown = json!({"created_at": "2026-11-24 05:08:10+00:00", "name": "a b"});
+        for f in [Format::Table, Format::Json] {
+            assert_eq!(
+                show(f, &created, &["created_at", "name"]),
+                show(f, &shown, &["created_at", "name"])
+            );
+        }
+        assert!(show(Format::Table, &shown, &["name"]).contains("a b"));
+    }
 
     #[test]
     fn tables_as_the_openstack_client_draws_them() {

@@ -10,6 +10,9 @@ use serde_json::{json, Map, Value};
 #[derive(Subcommand, Debug)]
 pub enum ProfileCommand {
     /// Create a device profile (admin).
+    #[command(
+        after_help = "Example (one FPGA of the agent's or the server's fake device source):\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
+    )]
     Create {
         /// Profile name (letters, digits, `_` and `-`).
         name: String,
@@ -21,19 +24,27 @@ pub enum ProfileCommand {
         /// All groups as one JSON list of objects (instead of --group).
         #[arg(long, value_name = "JSON", conflicts_with = "groups")]
         groups_json: Option<String>,
+        /// Free text shown with the profile.
         #[arg(long)]
         description: Option<String>,
     },
     /// List device profiles.
+    #[command(after_help = "Example:\n  accel device-profile list -f json")]
     List {
         /// Only the profile with this name.
         #[arg(long)]
         name: Option<String>,
     },
     /// Show one device profile, by uuid or name.
-    Show { profile: String },
+    #[command(after_help = "Example:\n  accel device-profile show dp1")]
+    Show {
+        /// The profile's uuid or name.
+        profile: String,
+    },
     /// Delete device profiles, by uuid or name (admin).
+    #[command(after_help = "Example:\n  accel device-profile delete dp1")]
     Delete {
+        /// The profiles' uuids or names.
         #[arg(required = true)]
         profiles: Vec<String>,
     },

@@ -133,7 +133,15 @@ pub fn search_counted(
     options: &SearchOptions,
 ) -> (Outcome, SearchWork) {
     let mut work = SearchWork::default();
-    let want = request.limit.unwrap_or(usize::MAX).min(options.cap);
+    let limit = request.limit.unwrap_or(usize::MAX).min(options.cap);
+    // Below 1.29 upstream summarises the providers that any candidate of the whole
+    // answer uses, and only then keeps, of those, the ones in a tree a kept candidate
+    // touches (`exclude_nested_providers`, then `limit_results`). A provider of a kept
+    // tree that only a dropped candidate uses is still summarised, so the whole answer
+    // (up to the cap) is needed; nested-aware requests summarise whole trees and stop
+    // at the limit.
+    let whole_answer = !request.nested && limit < options.cap;
+    let want = if whole_answer { options.cap } else { limit };
     if want == 0 {
         return (Outcome::default(), work);
     }
@@ -239,7 +247,15 @@ pub fn search_counted(
     if let Some(rng) = rng.as_mut() {
         rng.shuffle(&mut candidates);
     }
-    let summary_providers = summary_providers(snapshot, &candidates, request.nested);
+    let mut summary_providers = summary_providers(snapshot, &candidates, request.nested);
+    if whole_answer && candidates.len() > limit {
+        candidates.truncate(limit);
+        let kept_roots: HashSet<ProviderId> = candidates
+            .iter()
+            .flat_map(|c| c.allocations.iter().map(|a| snapshot.provider(a.0).root))
+            .collect();
+        summary_providers.retain(|&p| kept_roots.contains(&snapshot.provider(p).root));
+    }
     let outcome = Outcome {
         candidates,
         summary_providers,

@@ -114,7 +114,8 @@ pub struct Outcome {
     /// Distinct candidates (two candidates differ in allocations or in mappings).
     pub candidates: Vec<Candidate>,
     /// Providers to summarise, ascending: with `nested`, every member of every tree
-    /// that holds an allocation of a returned candidate; without, the allocated
-    /// providers themselves.
+    /// that holds an allocation of a returned candidate; without, the providers that
+    /// candidates of the unlimited answer allocate from, in the trees of the returned
+    /// candidates (upstream filters the summaries of a limited answer by root).
     pub summary_providers: Vec<ProviderId>,
 }

@@ -165,6 +165,7 @@ impl From<accel_store::StoreError> for AccelError {
                 )
             }
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                // The cause goes to the log, never to the client (issue 17).
                 tracing::error!(error = %e, "store error");
                 AccelError::internal(crate::listen::INTERNAL)
             }

@@ -274,6 +274,9 @@ async fn versioned(
         Err(msg) => AccelError::not_acceptable(msg).into_response(),
         Ok(version) => {
             let result = async {
+                if let Some(m) = crate::query_too_long(query) {
+                    return Err(AccelError::bad_request(m));
+                }
                 let body = crate::listen::read_body(headers, body, &st.app.config.http)
                     .await
                     .map_err(|e| {

@@ -5,8 +5,10 @@
 //! separated) wins over the token, else user `admin` has role `admin`; a present
 //! `OpenStack-System-Scope` header makes the token system-scoped (no project from the
 //! token); `X-Project-Id` overrides the project as oslo.context reads it;
-//! `X-Service-Roles` stands for a validated service token's roles. No token is 401
-//! except on `/`.
+//! `X-Service-Token: user[:project[:roles]]` is a service token whose roles (default
+//! `service`) count as validated, so Nova without Keystone binds without a shim;
+//! without one, `X-Service-Roles` stands for a validated service token's roles. No
+//! token is 401 except on `/`.
 //!
 //! keystone: tokens are validated against Keystone v3 ([`keystone`]); identity
 //! headers sent by the client are ignored. Both APIs call [`authenticate`] and render a
@@ -235,16 +237,14 @@ pub fn noauth(headers: &HeaderMap) -> Option<Credentials> {
     let project_id = header(headers, "x-project-id")
         .map(str::to_owned)
         .or_else(|| system_scope.is_none().then(|| project.to_owned()));
-    // What keystonemiddleware sets after validating an X-Service-Token; noauth trusts
-    // it as it trusts X-Roles.
-    let service_roles = header(headers, "x-service-roles")
-        .map(|r| {
-            r.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let service_roles = match header(headers, "x-service-token").filter(|t| !t.is_empty()) {
+        Some(token) => noauth_service_roles(token),
+        // What keystonemiddleware sets after validating an X-Service-Token; without a
+        // service token noauth trusts it as it trusts X-Roles.
+        None => header(headers, "x-service-roles")
+            .map(split_roles)
+            .unwrap_or_default(),
+    };
     Some(Credentials {
         policy: policy::Credentials {
             roles,
@@ -255,6 +255,28 @@ pub fn noauth(headers: &HeaderMap) -> Option<Credentials> {
             ..Default::default()
         },
     })
+}
+
+fn split_roles(r: &str) -> Vec<String> {
+    r.split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// noauth's dev-mode convention for a service token: Nova without Keystone
+/// (`[service_user] auth_type = admin_token`) sends `X-Service-Token: <user>`, which
+/// reads as `user[:project[:roles]]` like `X-Auth-Token`, roles (comma separated)
+/// defaulting to `service`. A service token given makes a client-sent
+/// `X-Service-Roles` irrelevant.
+fn noauth_service_roles(token: &str) -> Vec<String> {
+    let mut parts = token.splitn(3, ':');
+    let _user = parts.next();
+    let _project = parts.next();
+    match parts.next().map(split_roles) {
+        Some(roles) if !roles.is_empty() => roles,
+        _ => vec!["service".to_owned()],
+    }
 }
 
 /// webob's default 401 body, which noauth2 returns.

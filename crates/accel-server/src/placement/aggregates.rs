@@ -1,7 +1,7 @@
 //! `/resource_providers/{uuid}/aggregates` (1.1 on; generations from 1.19).
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::require;
+use super::resource_providers::{require, uncaught};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{mv, Aggregates, AggregatesPut};
@@ -59,7 +59,8 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 Ok((aggregates::for_provider(tx, rp.id).await?, rp.generation))
             })
         })
-        .await?;
+        .await
+        .map_err(uncaught)?;
     render(&req, uuids, generation)
 }
 
@@ -70,7 +71,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let u = uuid.clone();
     app.store
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
-        .await?;
+        .await
+        .map_err(uncaught)?;
     let data: AggregatesPut = req.body(&put_schema(&req))?;
     let with_generation = req.mv(mv::AGGREGATES_GENERATION);
     let (given, expected) = match data {

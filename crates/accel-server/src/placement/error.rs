@@ -47,6 +47,11 @@ pub struct ApiError {
     pub code: Code,
     /// Extra headers (`allow` on 405).
     pub headers: Vec<(&'static str, String)>,
+    /// Upstream raises this error above its handlers' wrapper (an unknown route, a
+    /// policy refusal, a `NotFound` from its object layer that the handler does not
+    /// catch), where its microversion middleware re-raises it with the version header
+    /// but without `Vary: openstack-api-version`. Clients see the difference.
+    pub unvaried: bool,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -58,6 +63,7 @@ impl ApiError {
             message: message.into(),
             code: Code::Undefined,
             headers: Vec::new(),
+            unvaried: false,
         }
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
@@ -79,22 +85,30 @@ impl ApiError {
         self.code = code;
         self
     }
+    /// Marks the error as one upstream answers without `Vary` (see [`ApiError::unvaried`]).
+    pub fn without_vary(mut self) -> Self {
+        self.unvaried = true;
+        self
+    }
     pub fn concurrent(m: impl Into<String>) -> Self {
         Self::conflict(m).with_code(Code::ConcurrentUpdate)
     }
 
-    /// The HTML body webob renders for this error.
-    pub fn html_body(&self) -> String {
+    /// The HTML body webob renders for this error, for a request whose `Accept` header
+    /// was `accept` (406 names it).
+    pub fn html_body(&self, accept: Option<&str>) -> String {
         let title = status_line(self.status);
+        let message = html_escape(&self.message);
         let body = match self.status {
-            StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_ACCEPTABLE => {
-                html_escape(&self.message)
-            }
-            s => format!(
-                "{}<br /><br />\n{}\n",
-                explanation(s),
-                html_escape(&self.message)
+            StatusCode::METHOD_NOT_ALLOWED => format!(
+                "{message} <br /><br />\nThe method specified is not allowed for this resource."
             ),
+            StatusCode::NOT_ACCEPTABLE => format!(
+                "The resource could not be generated that was acceptable to your browser\n(content of type {}. <br /><br />\n{message}",
+                html_escape(shown_accept(accept))
+            ),
+            // webob's template: explanation, detail, an (empty) comment, each on a line.
+            s => format!("{}<br /><br />\n{message}\n\n", explanation(s)),
         };
         format!(
             "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {body}\n </body>\n</html>"
@@ -102,23 +116,33 @@ impl ApiError {
     }
 
     /// The plain-text body webob renders when the client accepts neither HTML nor JSON.
-    pub fn plain_body(&self) -> String {
-        format!("{}\n\n{}", status_line(self.status), self.detail())
+    pub fn plain_body(&self, accept: Option<&str>) -> String {
+        format!("{}\n\n{}", status_line(self.status), self.detail(accept))
     }
 
-    /// The `detail` text as webob would render it.
-    pub fn detail(&self) -> String {
+    /// The `detail` text as webob would render it (406 names the request's `Accept`).
+    pub fn detail(&self, accept: Option<&str>) -> String {
         match self.status {
             StatusCode::METHOD_NOT_ALLOWED => format!(
                 "{} \n\n The method specified is not allowed for this resource.",
                 self.message
             ),
             StatusCode::NOT_ACCEPTABLE => format!(
-                "The resource could not be generated that was acceptable to your browser (content of type application/json. \n\n {}",
+                "The resource could not be generated that was acceptable to your browser (content of type {}. \n\n {}",
+                shown_accept(accept),
                 self.message
             ),
             s => format!("{}\n\n {}  ", explanation(s), self.message),
         }
+    }
+}
+
+/// The `Accept` value a 406 names: upstream rewrites a missing or `*/*` header to
+/// `application/json` before anything renders.
+fn shown_accept(accept: Option<&str>) -> &str {
+    match accept.map(str::trim) {
+        None | Some("") | Some("*/*") => "application/json",
+        Some(a) => a,
     }
 }
 
@@ -206,11 +230,13 @@ fn status_line(s: StatusCode) -> String {
     format!("{} {}", s.as_u16(), s.canonical_reason().unwrap_or(""))
 }
 
+/// Python's `html.escape(s, quote=True)`, which webob applies.
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&#x27;")
 }
 
 impl From<accel_store::StoreError> for ApiError {
@@ -245,6 +271,7 @@ impl From<accel_store::StoreError> for ApiError {
                 )
             }
             e @ (StoreError::Config(_) | StoreError::Db(_)) => {
+                // The cause goes to the log, never to the client (issue 17).
                 tracing::error!(error = %e, "store error");
                 ApiError::internal(crate::listen::INTERNAL)
             }

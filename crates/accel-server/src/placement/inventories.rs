@@ -87,8 +87,9 @@ fn render_one(inv: &Inventory, generation: i64) -> api::ProviderInventory {
     }
 }
 
-/// A provider's inventories, and when the newest changed (now when there is none).
-fn render_all(invs: &[Inventory], generation: i64) -> (api::Inventories, i64) {
+/// A provider's inventories, and when the newest changed (none when there is none:
+/// upstream then sends no `last-modified`).
+fn render_all(invs: &[Inventory], generation: i64) -> (api::Inventories, Option<i64>) {
     let body = api::Inventories {
         inventories: invs
             .iter()
@@ -96,11 +97,7 @@ fn render_all(invs: &[Inventory], generation: i64) -> (api::Inventories, i64) {
             .collect(),
         resource_provider_generation: generation,
     };
-    let modified = invs
-        .iter()
-        .map(|i| i.modified)
-        .max()
-        .unwrap_or_else(accel_store::now);
+    let modified = invs.iter().map(|i| i.modified).max();
     (body, modified)
 }
 
@@ -151,7 +148,7 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             e => e.into(),
         })?;
     let (body, modified) = render_all(&invs, rp.generation);
-    Ok(Reply::typed(&body)?.modified(modified))
+    Ok(Reply::typed(&body)?.modified_if(modified))
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -271,7 +268,7 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
         Ok(Ok((generation, invs))) => {
             let (body, modified) = render_all(&invs, generation);
-            Ok(Reply::typed(&body)?.modified(modified))
+            Ok(Reply::typed(&body)?.modified_if(modified))
         }
         Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
         Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::bad_request(format!(
@@ -342,7 +339,11 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             Ok(Reply::typed(&render_one(inv, generation))?.modified(inv.modified))
         }
         Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
-        Ok(Err(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
+        // Upstream's object layer raises this `NotFound` and the handler lets it through.
+        Ok(Err(Refusal::UnknownClass(c))) => {
+            Err(ApiError::not_found(format!("No such resource class {c}.")).without_vary())
+        }
+        Ok(Err(Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
             "No inventory record with resource class for resource provider {uuid}: No inventory of class {c} found."
         ))),
         Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
@@ -363,8 +364,11 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::Delete { class: class.clone() }, &req).await {
         Ok(Ok(_)) => Ok(Reply::no_content()),
+        Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::not_found(format!(
+            "No inventory of class {c} found for delete: No such resource class {c}."
+        ))),
         Ok(Err(Refusal::Missing(c))) => Err(ApiError::not_found(format!(
-            "No inventory of class {c} found for delete: No inventory of class {c} found."
+            "No inventory of class {c} found for delete: No inventory of class {c} found for delete"
         ))),
         Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: {m}"
@@ -394,7 +398,8 @@ pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     }
 }
 
-/// Upstream loads the provider (404) before looking at the body.
+/// Upstream loads the provider (404) before looking at the body, outside any `try`:
+/// its `NotFound` reaches the dispatcher, which answers without `Vary`.
 async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
     let u = uuid.to_owned();
     app.store
@@ -403,6 +408,7 @@ async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
         .map_err(|e| match e {
             StoreError::NotFound(_) => {
                 ApiError::not_found(format!("No resource provider with uuid {uuid} found"))
+                    .without_vary()
             }
             e => e.into(),
         })

@@ -59,7 +59,7 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     if let Some(resp) =
         crate::cors::preflight(&app.config.cors_allowed_origins, &method, &parts.headers)
     {
-        return finish(resp, &request_id, None, &app, origin.as_deref());
+        return finish(resp, &request_id, &app, origin.as_deref());
     }
 
     // noauth2: everything but the root needs a token.
@@ -70,7 +70,7 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
             Ok(c) => c,
             Err(rejection) => {
                 let resp = rejection.placement_response(&request_id);
-                return finish(resp, &request_id, None, &app, origin.as_deref());
+                return finish(resp, &request_id, &app, origin.as_deref());
             }
         }
     };
@@ -84,17 +84,16 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     ) {
         Ok(v) => v,
         Err(e) => {
-            let html = parts
-                .headers
-                .get("accept")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|a| a.contains("text/html"));
-            let resp = version_error(e, &request_id, html);
-            return finish(resp, &request_id, None, &app, origin.as_deref());
+            let accept = parts.headers.get("accept").and_then(|v| v.to_str().ok());
+            let resp = version_error(e, &request_id, accept);
+            return finish(resp, &request_id, &app, origin.as_deref());
         }
     };
 
     let result = async {
+        if let Some(m) = crate::query_too_long(parts.uri.query()) {
+            return Err(ApiError::bad_request(m));
+        }
         // Upstream checks this before dispatch, for every route.
         if let Some(len) = parts.headers.get("content-length") {
             let n: i64 = len
@@ -136,19 +135,34 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
         .and_then(|v| v.to_str().ok())
         .unwrap_or("localhost")
         .to_owned();
+    let vary = !matches!(&result, Err(e) if e.unvaried);
     let resp = match result {
         Ok(reply) => absolute_location(reply.into_response(version), &host),
         Err(e) => {
-            let format =
-                ErrorFormat::negotiate(parts.headers.get("accept").and_then(|v| v.to_str().ok()));
-            match format {
-                ErrorFormat::Json => error_response(&e, &request_id, Some(version)),
-                ErrorFormat::Html => text_error(&e, e.html_body(), "text/html; charset=UTF-8"),
-                ErrorFormat::Plain => text_error(&e, e.plain_body(), "text/plain; charset=UTF-8"),
+            let accept = parts.headers.get("accept").and_then(|v| v.to_str().ok());
+            match ErrorFormat::negotiate(accept) {
+                ErrorFormat::Json => error_response(&e, &request_id, Some(version), accept),
+                ErrorFormat::Html => text_error(&e, e.html_body(accept), HTML),
+                ErrorFormat::Plain => text_error(&e, e.plain_body(accept), PLAIN),
             }
         }
     };
-    finish(resp, &request_id, Some(version), &app, origin.as_deref())
+    let resp = with_version(resp, version, vary);
+    finish(resp, &request_id, &app, origin.as_deref())
+}
+
+/// The microversion header, and `Vary`, which upstream's microversion middleware adds
+/// to every answer its handlers return but not to errors raised above them
+/// ([`ApiError::unvaried`]).
+fn with_version(mut resp: Response<Body>, version: Version, vary: bool) -> Response<Body> {
+    let h = resp.headers_mut();
+    if let Ok(val) = HeaderValue::from_str(&format!("placement {version}")) {
+        h.insert("openstack-api-version", val);
+    }
+    if vary {
+        h.append("vary", HeaderValue::from_static("openstack-api-version"));
+    }
+    resp
 }
 
 /// webob makes `Location` absolute against the request's host; clients compare it.
@@ -167,51 +181,30 @@ fn absolute_location(mut resp: Response<Body>, host: &str) -> Response<Body> {
     resp
 }
 
-/// Version errors come from a layer that renders HTML when the client asks for it.
-fn version_error(e: VersionError, request_id: &str, html: bool) -> Response<Body> {
-    if html {
-        let (status, msg) = match &e {
-            VersionError::Malformed(m) => (
-                StatusCode::BAD_REQUEST,
-                format!("Invalid microversion: {m}"),
-            ),
-            VersionError::Unacceptable(v) => (
-                StatusCode::NOT_ACCEPTABLE,
-                format!("Invalid microversion: Unacceptable version header: {v}"),
-            ),
-        };
-        let title = format!(
-            "{} {}",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("")
-        );
-        let body = format!(
-            "<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {msg}\n </body>\n</html>"
-        );
-        let mut resp = Response::new(Body::from(body));
-        *resp.status_mut() = status;
-        resp.headers_mut().insert(
-            "content-type",
-            HeaderValue::from_static("text/html; charset=UTF-8"),
-        );
-        return resp;
-    }
-    match e {
-        VersionError::Malformed(m) => error_response(
-            &ApiError::bad_request(format!("Invalid microversion: {m}")),
-            request_id,
-            None,
+const HTML: &str = "text/html; charset=UTF-8";
+const PLAIN: &str = "text/plain; charset=UTF-8";
+
+/// Version errors come from upstream's microversion middleware, before any version is
+/// known (no `code`, no version header), and are rendered like every other error: HTML,
+/// JSON or plain text by the qualities in `Accept`. A 406 in JSON names the versions
+/// served.
+fn version_error(e: VersionError, request_id: &str, accept: Option<&str>) -> Response<Body> {
+    let err = match &e {
+        VersionError::Malformed(m) => ApiError::bad_request(format!("Invalid microversion: {m}")),
+        VersionError::Unacceptable(v) => ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            format!("Invalid microversion: Unacceptable version header: {v}"),
         ),
-        VersionError::Unacceptable(v) => {
-            let err = ApiError::new(
-                StatusCode::NOT_ACCEPTABLE,
-                format!("Invalid microversion: Unacceptable version header: {v}"),
-            );
+    };
+    match ErrorFormat::negotiate(accept) {
+        ErrorFormat::Html => text_error(&err, err.html_body(accept), HTML),
+        ErrorFormat::Plain => text_error(&err, err.plain_body(accept), PLAIN),
+        ErrorFormat::Json if err.status == StatusCode::NOT_ACCEPTABLE => {
             let body = Errors {
                 errors: vec![ErrorItem {
                     status: 406,
                     title: "Not Acceptable".into(),
-                    detail: err.detail(),
+                    detail: err.detail(accept),
                     code: None,
                     request_id: request_id.to_owned(),
                     max_version: Some(Version::MAX.to_string()),
@@ -220,16 +213,22 @@ fn version_error(e: VersionError, request_id: &str, html: bool) -> Response<Body
             };
             typed_response(StatusCode::NOT_ACCEPTABLE, &body)
         }
+        ErrorFormat::Json => error_response(&err, request_id, None, accept),
     }
 }
 
 /// Renders an error in Placement's format (`code` from 1.23).
-pub fn error_response(e: &ApiError, request_id: &str, version: Option<Version>) -> Response<Body> {
+pub fn error_response(
+    e: &ApiError,
+    request_id: &str,
+    version: Option<Version>,
+    accept: Option<&str>,
+) -> Response<Body> {
     let body = Errors {
         errors: vec![ErrorItem {
             status: e.status.as_u16(),
             title: e.status.canonical_reason().unwrap_or("").to_owned(),
-            detail: e.detail(),
+            detail: e.detail(accept),
             code: version
                 .is_some_and(|v| v.at_least(mv::ERROR_CODES))
                 .then(|| e.code.as_str().to_owned()),
@@ -281,7 +280,6 @@ pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Res
 fn finish(
     mut resp: Response<Body>,
     request_id: &str,
-    version: Option<Version>,
     app: &AppState,
     origin: Option<&str>,
 ) -> Response<Body> {
@@ -289,12 +287,6 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert("x-openstack-request-id", v.clone());
         h.insert("openstack-request-id", v);
-    }
-    if let Some(v) = version {
-        if let Ok(val) = HeaderValue::from_str(&format!("placement {v}")) {
-            h.insert("openstack-api-version", val);
-        }
-        h.append("vary", HeaderValue::from_static("openstack-api-version"));
     }
     crate::cors::decorate(&app.config.cors_allowed_origins, origin, h);
     resp
@@ -314,9 +306,11 @@ pub(crate) fn authorize_target(
 ) -> Result<(), ApiError> {
     match app.policy.authorize(rule, &req.creds.policy, target) {
         Ok(d) if d.is_allowed() => Ok(()),
-        Ok(_) => Err(ApiError::forbidden(format!(
-            "Policy does not allow {rule} to be performed."
-        ))),
+        // Upstream's policy refusal is raised above its handlers: no `Vary`.
+        Ok(_) => Err(
+            ApiError::forbidden(format!("Policy does not allow {rule} to be performed."))
+                .without_vary(),
+        ),
         Err(e) => Err(ApiError::internal(e.to_string())),
     }
 }

@@ -161,6 +161,8 @@ pub struct Reply {
     /// Seconds since the epoch; rendered as `last-modified` (with `cache-control:
     /// no-cache`) from 1.15.
     pub last_modified: Option<i64>,
+    /// `cache-control: no-cache` from 1.15 even without `last_modified`.
+    pub no_cache: bool,
 }
 
 impl Reply {
@@ -180,6 +182,7 @@ impl Reply {
             raw: None,
             headers: Vec::new(),
             last_modified: None,
+            no_cache: false,
         }
     }
     pub fn no_content() -> Self {
@@ -195,6 +198,13 @@ impl Reply {
     }
     pub fn modified(mut self, at: i64) -> Self {
         self.last_modified = Some(at);
+        self
+    }
+    /// `last-modified` when there is a time to report; upstream sends only
+    /// `cache-control` when there is none (a provider without inventories).
+    pub fn modified_if(mut self, at: Option<i64>) -> Self {
+        self.last_modified = at;
+        self.no_cache = true;
         self
     }
     /// Composite views (candidates, usages, root) are "modified now".
@@ -223,12 +233,16 @@ impl Reply {
                 h.insert(*k, v);
             }
         }
-        if let (Some(at), true) = (self.last_modified, version.at_least(mv::LAST_MODIFIED)) {
-            let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
-            if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
-                h.insert("last-modified", v);
+        if version.at_least(mv::LAST_MODIFIED) {
+            if let Some(at) = self.last_modified {
+                let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
+                if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
+                    h.insert("last-modified", v);
+                }
             }
-            h.insert("cache-control", HeaderValue::from_static("no-cache"));
+            if self.last_modified.is_some() || self.no_cache {
+                h.insert("cache-control", HeaderValue::from_static("no-cache"));
+            }
         }
         resp
     }

@@ -5,6 +5,7 @@
 
 use super::error::{ApiError, ApiResult};
 use super::request::content_type;
+use super::resource_providers::uncaught;
 use super::{authorize, Reply, Req};
 use crate::{jsonschema, AppState};
 use accel_api::placement::mv;
@@ -101,7 +102,8 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let rc = app
         .store
         .read(move |tx| Box::pin(async move { classes::require(tx, &name).await }))
-        .await?;
+        .await
+        .map_err(uncaught)?;
     Ok(Reply::typed(&render(&rc))?.modified(modified(&rc)))
 }
 
@@ -143,7 +145,7 @@ async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             StoreError::Invalid(_) => {
                 ApiError::bad_request(format!("Cannot update standard resource class {name}"))
             }
-            e => e.into(),
+            e => uncaught(e),
         })?;
     Reply::typed(&render(&rc))
 }
@@ -195,7 +197,7 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             StoreError::Conflict(Conflict::InUse, m) => {
                 ApiError::conflict(format!("Error in delete resource class: {m}"))
             }
-            e => e.into(),
+            e => uncaught(e),
         })?;
     Ok(Reply::no_content())
 }

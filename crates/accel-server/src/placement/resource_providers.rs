@@ -118,6 +118,15 @@ pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Prov
         .ok_or_else(|| StoreError::NotFound(format!("No resource provider with uuid {uuid} found")))
 }
 
+/// A store error from a lookup upstream does not catch in its handler: its `NotFound`
+/// reaches upstream's dispatcher, which answers 404 without `Vary`.
+pub(crate) fn uncaught(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound(m) => ApiError::not_found(m).without_vary(),
+        e => e.into(),
+    }
+}
+
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_CREATE)?;
     let data: ProviderCreate = req.body(&post_schema(&req, true))?;
@@ -160,7 +169,8 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let rp = app
         .store
         .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
-        .await?;
+        .await
+        .map_err(uncaught)?;
     Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
@@ -199,7 +209,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     // Upstream loads the provider (404) before validating the body.
     app.store
         .read(move |tx| Box::pin(async move { require(tx, &u).await }))
-        .await?;
+        .await
+        .map_err(uncaught)?;
     let data: ProviderUpdate = req.body(&post_schema(&req, false))?;
     let name = data.name;
     let parent = match data.parent_provider_uuid {

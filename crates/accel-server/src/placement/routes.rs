@@ -404,5 +404,6 @@ pub fn resolve(
         }
         return Ok((route, params));
     }
-    Err(ApiError::not_found(""))
+    // Upstream's dispatcher raises this one above the handlers: no `Vary`.
+    Err(ApiError::not_found("").without_vary())
 }

@@ -4,7 +4,7 @@
 //! database's row order.
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::require;
+use super::resource_providers::{require, uncaught};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{ProviderTraits, Traits};
@@ -182,11 +182,12 @@ fn set_schema() -> Value {
     })
 }
 
-/// Maps a lost compare-and-swap to upstream's wording.
+/// Maps a lost compare-and-swap to upstream's wording; an unknown provider is a
+/// `NotFound` upstream's handler does not catch.
 fn concurrent(e: StoreError) -> ApiError {
     match e {
         StoreError::Conflict(Conflict::ConcurrentUpdate, _) => ApiError::concurrent(CONCURRENT),
-        e => e.into(),
+        e => uncaught(e),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum As<'a> {
     Member(&'a str),
     /// Nova: a project member with a service token.
     Nova(&'a str),
+    /// Exactly these headers.
+    Headers(&'a [(&'a str, &'a str)]),
     Anonymous,
 }
 
@@ -60,6 +62,7 @@ impl AccelApp {
                 .header("x-auth-token", format!("nova-{p}:{p}"))
                 .header("x-roles", "member,reader")
                 .header("x-service-roles", "service"),
+            As::Headers(hs) => hs.iter().fold(r, |r, (k, v)| r.header(*k, *v)),
             As::Anonymous => r,
         };
         if let Some(v) = version {

@@ -383,3 +383,79 @@ async fn arq_create_bodies() {
         assert_eq!(r.fault(), message, "{body}");
     }
 }
+
+/// Nova without Keystone (`[service_user] auth_type = admin_token`) sends its service
+/// token as `X-Service-Token: <user>` and nothing else: noauth reads it as a service
+/// token (`user[:project[:roles]]`, roles defaulting to `service`), so Nova binds and
+/// deletes by instance; a service token that names other roles is not made a service's
+/// by a client-sent `X-Service-Roles`.
+#[tokio::test]
+async fn noauth_service_token_binds() {
+    for backend in BACKENDS {
+        let app = AccelApp::spawn(backend, Some("compute1")).await;
+        app.create_profile("dp", json!([{"resources:FPGA": "1"}]))
+            .await;
+        let user: &[(&str, &str)] = &[("x-auth-token", "demo:p7")];
+        let arqs = app.create_arqs(As::Headers(user), "dp").await;
+        let target = arqs[0]["uuid"].as_str().unwrap().to_owned();
+        // The ARQ belongs to the token's project.
+        assert_eq!(arqs[0]["project_id"], "p7");
+        let rp = app
+            .placement_get("/resource_providers?name=compute1_FakeDevice")
+            .await;
+        let rp_uuid = rp["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let bind = json!({target.clone(): [
+            {"op": "add", "path": "/hostname", "value": "compute1"},
+            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+            {"op": "add", "path": "/instance_uuid", "value": INSTANCE},
+        ]});
+        let path = "/v2/accelerator_requests";
+
+        // Other roles in the service token: the client's X-Service-Roles does not count.
+        let not_service: &[(&str, &str)] = &[
+            ("x-auth-token", "demo:p7"),
+            ("x-service-token", "nova:service:member,reader"),
+            ("x-service-roles", "service"),
+        ];
+        let r = app
+            .send_json(As::Headers(not_service), Method::PATCH, path, bind.clone())
+            .await;
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(r
+            .fault()
+            .starts_with("This operation requires a service token."));
+
+        let nova: &[(&str, &str)] = &[("x-auth-token", "demo:p7"), ("x-service-token", "nova")];
+        let r = app
+            .send_json(As::Headers(nova), Method::PATCH, path, bind)
+            .await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        let shown = app
+            .get(As::Headers(user), &format!("{path}/{target}"))
+            .await;
+        assert_eq!(shown.body["state"], "BindStarted", "{}", shown.body);
+        assert_eq!(shown.body["instance_uuid"], INSTANCE);
+
+        // Delete by instance: a user token alone is refused, the service token passes.
+        let by_instance = format!("{path}?instance={INSTANCE}");
+        let r = app
+            .send(As::Headers(user), Method::DELETE, &by_instance)
+            .await;
+        assert_eq!(r.status, 403);
+        let explicit: &[(&str, &str)] = &[
+            ("x-auth-token", "demo:p7"),
+            ("x-service-token", "nova:service:service"),
+        ];
+        let r = app
+            .send(As::Headers(explicit), Method::DELETE, &by_instance)
+            .await;
+        assert_eq!(r.status, 204, "{}", r.body);
+        let gone = app
+            .get(As::Headers(user), &format!("{path}/{target}"))
+            .await;
+        assert_eq!(gone.status, 404);
+    }
+}

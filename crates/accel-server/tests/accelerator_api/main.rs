@@ -4,7 +4,10 @@
 mod app;
 mod arqs;
 mod hardware;
+mod limits;
 mod profiles;
+#[path = "../common/query.rs"]
+mod query;
 #[path = "../common/reply.rs"]
 mod reply;
 mod versions;

@@ -131,14 +131,25 @@ async fn select<T>(
     filters: &[(&str, Value)],
     conv: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
+    // A conjunction of equalities needs one condition per column, and two values for
+    // one column match nothing: the statement is bounded by the table's columns
+    // however many filters the request names.
+    let mut distinct: Vec<&(&str, Value)> = Vec::new();
+    for f in filters {
+        match distinct.iter().find(|(col, _)| *col == f.0) {
+            Some((_, v)) if *v != f.1 => return Ok(Vec::new()),
+            Some(_) => {}
+            None => distinct.push(f),
+        }
+    }
     let mut sql = head.to_owned();
-    for (i, (col, _)) in filters.iter().enumerate() {
+    for (i, (col, _)) in distinct.iter().enumerate() {
         sql.push_str(if i == 0 { " WHERE " } else { " AND " });
         sql.push_str(&format!("{col} = ${}", i + 1));
     }
     sql.push_str(" ORDER BY id");
     let mut q = sqlx::query(&sql);
-    for (_, v) in filters {
+    for (_, v) in distinct {
         q = match v {
             Value::Text(s) => q.bind(s.clone()),
             Value::Int(i) => q.bind(*i),

@@ -247,7 +247,8 @@ pub enum ChangeRefusal {
 /// Applies `change` to provider `rp_uuid`'s inventories in one transaction and returns
 /// the new provider generation and inventories. `invalid` is a problem the caller
 /// found in the body itself (a capacity below zero); it is reported after the
-/// generation and class checks, in upstream's order. A missing provider is
+/// generation check and before the class lookup, in upstream's order (its handlers
+/// check capacity before the object layer resolves the class). A missing provider is
 /// [`StoreError::NotFound`]; dropping a class still allocated is
 /// [`Conflict::InventoryInUse`].
 pub async fn change(
@@ -275,7 +276,8 @@ async fn change_tx(
     let names: Vec<String> = match &change {
         Change::ReplaceAll { records, .. } => records.iter().map(|r| r.rc_name.clone()).collect(),
         Change::Create(r) | Change::Update { record: r, .. } => vec![r.rc_name.clone()],
-        Change::Delete { .. } | Change::DeleteAll => Vec::new(),
+        Change::Delete { class } => vec![class.clone()],
+        Change::DeleteAll => Vec::new(),
     };
     let ids = super::lookup::resource_class_ids(tx, &names).await?;
     let new = match changed(&rp, &current, change, &ids, invalid) {
@@ -288,8 +290,9 @@ async fn change_tx(
 }
 
 /// The provider's inventories once `change` is applied to `current`, or why it is
-/// refused, judged in upstream's order: generation, resource classes (resolved to ids
-/// through `ids`), the body's own problem (`invalid`), then the class's presence.
+/// refused, judged in upstream's order: generation, the body's own problem
+/// (`invalid`: capacity below what is used), resource classes (resolved to ids through
+/// `ids`), then the class's presence.
 fn changed(
     rp: &Provider,
     current: &[Inventory],
@@ -306,7 +309,10 @@ fn changed(
         }
     };
     let resolve = |records: Vec<Inventory>| {
-        let out = records
+        if let Some(m) = invalid {
+            return Err(R::Invalid(m));
+        }
+        records
             .into_iter()
             .map(|mut inv| match ids.get(&inv.rc_name) {
                 Some(id) => {
@@ -315,11 +321,7 @@ fn changed(
                 }
                 None => Err(R::UnknownClass(inv.rc_name)),
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        match invalid {
-            Some(m) => Err(R::Invalid(m)),
-            None => Ok(out),
-        }
+            .collect::<Result<Vec<_>, _>>()
     };
     let has = |rc_id: i64| current.iter().any(|i| i.rc_id == rc_id);
     Ok(match change {
@@ -352,6 +354,9 @@ fn changed(
                 .collect()
         }
         Change::Delete { class } => {
+            if !ids.contains_key(&class) {
+                return Err(R::UnknownClass(class));
+            }
             if !current.iter().any(|i| i.rc_name == class) {
                 return Err(R::Missing(class));
             }

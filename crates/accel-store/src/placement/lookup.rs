@@ -9,23 +9,26 @@ async fn ids(
     table: &str,
     names: &[String],
 ) -> Result<HashMap<String, i64>, StoreError> {
-    if names.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let sql = format!(
-        "SELECT id, name FROM {table} WHERE name IN ({})",
-        placeholders(1, names.len())
-    );
-    let mut q = sqlx::query(&sql);
-    for n in names {
-        q = q.bind(n.as_str());
-    }
+    let mut names: Vec<&String> = names.iter().collect();
+    names.sort_unstable();
+    names.dedup();
     let mut out = HashMap::new();
-    for row in q.fetch_all(&mut *tx).await? {
-        out.insert(
-            row.try_get::<String, _>("name")?,
-            row.try_get::<i64, _>("id")?,
+    // Batched: a request may name thousands of classes or traits.
+    for chunk in names.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT id, name FROM {table} WHERE name IN ({})",
+            placeholders(1, chunk.len())
         );
+        let mut q = sqlx::query(&sql);
+        for n in chunk {
+            q = q.bind(n.as_str());
+        }
+        for row in q.fetch_all(&mut *tx).await? {
+            out.insert(
+                row.try_get::<String, _>("name")?,
+                row.try_get::<i64, _>("id")?,
+            );
+        }
     }
     Ok(out)
 }

@@ -468,11 +468,40 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             next(&mut args, Arg::I(r))
         ));
     }
-    for any in &f.required {
-        let ids: Vec<String> = any.iter().map(|t| next(&mut args, Arg::I(*t))).collect();
+    // Repeated groups say nothing new; one condition each for the distinct ones.
+    let mut required: Vec<Vec<i64>> = f
+        .required
+        .iter()
+        .map(|any| {
+            let mut g = any.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .collect();
+    required.sort();
+    required.dedup();
+    // Every group as one condition: the (group, trait) pairs are a VALUES list joined
+    // to the provider's traits, and a provider qualifies when it matches every group.
+    // One `IN (subquery)` per group made PostgreSQL's planner take minutes at a few
+    // hundred groups.
+    if !required.is_empty() {
+        let rows: Vec<String> = required
+            .iter()
+            .enumerate()
+            .flat_map(|(g, any)| any.iter().map(move |t| (g, *t)))
+            .map(|(g, t)| {
+                let g = next(&mut args, Arg::I(g as i64));
+                let t = next(&mut args, Arg::I(t));
+                format!("({g}, {t})")
+            })
+            .collect();
         wh.push(format!(
-            "rp.id IN (SELECT resource_provider_id FROM resource_provider_traits WHERE trait_id IN ({}))",
-            ids.join(", ")
+            "rp.id IN (SELECT rpt.resource_provider_id FROM resource_provider_traits rpt \
+             JOIN (VALUES {}) AS g ON g.column2 = rpt.trait_id \
+             GROUP BY rpt.resource_provider_id HAVING COUNT(DISTINCT g.column1) = {})",
+            rows.join(", "),
+            required.len()
         ));
     }
     if !f.forbidden.is_empty() {
@@ -486,15 +515,37 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             ids.join(", ")
         ));
     }
-    for any in &f.member_of {
-        let ids: Vec<String> = any
+    let mut member_of: Vec<Vec<String>> = f
+        .member_of
+        .iter()
+        .map(|any| {
+            let mut g = any.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .collect();
+    member_of.sort();
+    member_of.dedup();
+    // As for traits: one condition for all groups.
+    if !member_of.is_empty() {
+        let rows: Vec<String> = member_of
             .iter()
-            .map(|a| next(&mut args, Arg::S(a.clone())))
+            .enumerate()
+            .flat_map(|(g, any)| any.iter().map(move |a| (g, a.clone())))
+            .map(|(g, a)| {
+                let g = next(&mut args, Arg::I(g as i64));
+                let a = next(&mut args, Arg::S(a));
+                format!("({g}, {a})")
+            })
             .collect();
         wh.push(format!(
             "rp.id IN (SELECT rpa.resource_provider_id FROM resource_provider_aggregates rpa \
-             JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id WHERE pa.uuid IN ({}))",
-            ids.join(", ")
+             JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id \
+             JOIN (VALUES {}) AS g ON g.column2 = pa.uuid \
+             GROUP BY rpa.resource_provider_id HAVING COUNT(DISTINCT g.column1) = {})",
+            rows.join(", "),
+            member_of.len()
         ));
     }
     if !f.forbidden_aggregates.is_empty() {
@@ -525,7 +576,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
     let mut sql = SELECT.to_owned();
     if !wh.is_empty() {
         sql.push_str(" WHERE ");
-        sql.push_str(&wh.join(" AND "));
+        sql.push_str(&crate::all_of(&wh));
     }
     let sql = packed(tx, &sql);
     let mut q = sqlx::query(&sql);
