@@ -5,7 +5,7 @@
 #
 #   scripts/placement-diff.sh [placement-diff.py options...]      e.g. --requests 600 --microversion 1.20-1.39
 #
-# Env: SEEDS ("1 2 3"), ACCEL_BIN (target/debug/accel), DIFF_ACCEL_PORT (18791), DIFF_UPSTREAM_PORT (18792),
+# Env: SEEDS ("1 2 3"), ACCEL_BIN (target/debug/accel), DIFF_ACCEL_PORT (18951), DIFF_UPSTREAM_PORT (18952),
 #      CONFORMANCE_KIT (../shared/conformance/placement). Exit status 1 when any seed found a difference.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,8 +13,8 @@ ROOT="$(dirname "$HERE")"
 KIT="${CONFORMANCE_KIT:-$ROOT/../shared/conformance/placement}"
 PY="$(WITH_UPSTREAM=1 "$KIT/setup.sh")"
 SEEDS="${SEEDS:-1 2 3}"
-APORT="${DIFF_ACCEL_PORT:-18791}"
-UPORT="${DIFF_UPSTREAM_PORT:-18792}"
+APORT="${DIFF_ACCEL_PORT:-18951}"
+UPORT="${DIFF_UPSTREAM_PORT:-18952}"
 export ACCEL_BIN="${ACCEL_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/accel}"
 export ACCEL_PORT="$APORT" ACCEL_BACKEND=sqlite ACCEL_RUN_DIR="${TMPDIR:-/tmp}/accel-diff-accel-$APORT"
 export PLACEMENT_PORT="$UPORT" PLACEMENT_RUN_DIR="${TMPDIR:-/tmp}/accel-diff-upstream-$UPORT"

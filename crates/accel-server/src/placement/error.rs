@@ -47,6 +47,9 @@ pub struct ApiError {
     pub code: Code,
     /// Extra headers (`allow` on 405).
     pub headers: Vec<(&'static str, String)>,
+    /// A 405 from a microversion gate: upstream raises it with no detail of its own,
+    /// so webob's sentence is followed by nothing.
+    pub version_gated: bool,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -58,6 +61,7 @@ impl ApiError {
             message: message.into(),
             code: Code::Undefined,
             headers: Vec::new(),
+            version_gated: false,
         }
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
@@ -109,6 +113,7 @@ impl ApiError {
     /// The `detail` text as webob would render it.
     pub fn detail(&self) -> String {
         match self.status {
+            StatusCode::METHOD_NOT_ALLOWED if self.version_gated => format!("{} \n\n ", self.message),
             StatusCode::METHOD_NOT_ALLOWED => format!(
                 "{} \n\n The method specified is not allowed for this resource.",
                 self.message

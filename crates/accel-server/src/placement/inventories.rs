@@ -364,7 +364,7 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     match apply(&app, &uuid, Op::Delete { class: class.clone() }, &req).await {
         Ok(Ok(_)) => Ok(Reply::no_content()),
         Ok(Err(Refusal::Missing(c))) => Err(ApiError::not_found(format!(
-            "No inventory of class {c} found for delete: No inventory of class {c} found."
+            "No inventory of class {c} found for delete: No inventory of class {c} found for delete"
         ))),
         Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: {m}"
