@@ -209,3 +209,33 @@ async fn later_groups_names_are_not_looked_up_once_a_group_is_empty() {
         .await;
     assert_eq!(s, 400, "{v}");
 }
+
+#[tokio::test]
+async fn provider_update_reports_the_update_time_it_had_before() {
+    for backend in BACKENDS {
+        let app = TestApp::spawn(backend).await;
+        let root = app.create_provider("root", None).await;
+        let root_uuid = root["uuid"].as_str().unwrap().to_owned();
+        let child = app.create_provider("child", Some(&root_uuid)).await;
+        let child_uuid = child["uuid"].as_str().unwrap().to_owned();
+        let rename = |uuid: String, name: &'static str| {
+            let app = &app;
+            async move {
+                let resp = app
+                    .req(Method::PUT, &format!("/resource_providers/{uuid}"), "1.15")
+                    .header("content-type", "application/json")
+                    .body(json!({ "name": name }).to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200);
+                resp.headers().contains_key("last-modified")
+            }
+        };
+        // A root is written twice when created (its root id), so it has an update time.
+        assert!(rename(root_uuid.clone(), "root2").await);
+        // A child has none until its first update, whose answer therefore has no header.
+        assert!(!rename(child_uuid.clone(), "child2").await);
+        assert!(rename(child_uuid, "child3").await);
+    }
+}

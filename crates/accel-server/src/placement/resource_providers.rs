@@ -246,7 +246,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                         _ => {}
                     }
                 }
-                providers::update(tx, &rp, &n, parent).await
+                let before = providers::updated_at(tx, rp.id).await?;
+                Ok((providers::update(tx, &rp, &n, parent).await?, before))
             })
         })
         .await
@@ -269,7 +270,14 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
             e => e.into(),
         })?;
-    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
+    let (rp, before) = rp;
+    let reply = Reply::typed(&ProviderView::new(&req, &rp))?;
+    // upstream reports the update time loaded before this update (none for a child
+    // never written since its creation)
+    Ok(match before {
+        Some(at) => reply.modified(at),
+        None => reply,
+    })
 }
 
 fn list_schema(req: &Req) -> Value {
