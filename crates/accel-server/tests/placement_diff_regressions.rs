@@ -229,6 +229,7 @@ async fn provider_update_reports_the_update_time_it_had_before() {
                     .await
                     .unwrap();
                 assert_eq!(resp.status(), 200);
+                assert_eq!(resp.headers()["cache-control"], "no-cache");
                 resp.headers().contains_key("last-modified")
             }
         };

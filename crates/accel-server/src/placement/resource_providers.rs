@@ -273,9 +273,10 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let (rp, before) = rp;
     let reply = Reply::typed(&ProviderView::new(&req, &rp))?;
     // upstream reports the update time loaded before this update (none for a child
-    // never written since its creation)
+    // never written since its creation), and says no-cache either way
     Ok(match before {
         Some(at) => reply.modified(at),
+        None if req.mv(mv::LAST_MODIFIED) => reply.header("cache-control", "no-cache"),
         None => reply,
     })
 }
