@@ -21,7 +21,13 @@ pub struct SchemaError {
     pub schema_path: String,
     pub instance_path: String,
     pub instance: String,
-    /// The instance path's elements, for [`more_relevant`].
+    /// What [`more_relevant`] ranks by (boxed: errors travel in `Result`s).
+    rank: Box<Rank>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Rank {
+    /// The instance path's elements.
     path: Vec<String>,
     /// Whether the instance has the `type` of the schema holding the failed keyword
     /// (`None` until the check that raised it has looked).
@@ -100,8 +106,10 @@ fn fail(
         schema_path: path_str(spath),
         instance_path: path_str(ipath),
         instance: pyrepr(instance),
-        path: ipath.to_vec(),
-        matches_type: None,
+        rank: Box::new(Rank {
+            path: ipath.to_vec(),
+            matches_type: None,
+        }),
     }
 }
 
@@ -112,7 +120,7 @@ fn fail(
 fn more_relevant(new: &SchemaError, best: &SchemaError) -> bool {
     use std::cmp::Ordering;
     let path_cmp = || {
-        for (a, b) in new.path.iter().zip(&best.path) {
+        for (a, b) in new.rank.path.iter().zip(&best.rank.path) {
             let o = match (a.parse::<u64>(), b.parse::<u64>()) {
                 (Ok(x), Ok(y)) => x.cmp(&y),
                 _ => a.cmp(b),
@@ -125,15 +133,17 @@ fn more_relevant(new: &SchemaError, best: &SchemaError) -> bool {
     };
     let weak = |e: &SchemaError| matches!(e.keyword, "anyOf" | "oneOf");
     let key_cmp = best
+        .rank
         .path
         .len()
-        .cmp(&new.path.len())
+        .cmp(&new.rank.path.len())
         .then_with(path_cmp)
         .then_with(|| weak(best).cmp(&weak(new)))
         .then_with(|| {
-            new.matches_type
+            new.rank
+                .matches_type
                 .unwrap_or(false)
-                .cmp(&best.matches_type.unwrap_or(false))
+                .cmp(&best.rank.matches_type.unwrap_or(false))
                 .reverse()
         });
     key_cmp == Ordering::Greater
@@ -172,10 +182,13 @@ fn check(
     let mut best = None;
     for (kw, arg) in s {
         if let Err(mut e) = keyword(inst, s, kw, arg, spath, ipath) {
-            if e.matches_type.is_none() {
-                e.matches_type = Some(match s.get("type") {
+            if e.rank.matches_type.is_none() {
+                e.rank.matches_type = Some(match s.get("type") {
                     Some(Value::String(t)) => type_ok(inst, t),
-                    Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).any(|t| type_ok(inst, t)),
+                    Some(Value::Array(ts)) => ts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .any(|t| type_ok(inst, t)),
                     _ => false,
                 });
             }
@@ -555,8 +568,10 @@ mod tests {
             .starts_with("'project_id' is a required property"));
         assert!(err(json!({"allocations": {}, "project_id": 1, "b": 2}), s)
             .starts_with("2 is not of type 'string'"));
-        assert!(err(json!([1, "x", "y"]), json!({"items": {"type": "integer"}}))
-            .starts_with("'y' is not of type 'integer'"));
+        assert!(
+            err(json!([1, "x", "y"]), json!({"items": {"type": "integer"}}))
+                .starts_with("'y' is not of type 'integer'")
+        );
         assert!(err(
             json!({"a": 5}),
             json!({"type": "object", "properties": {"a": {"type": "string", "minimum": 7}}})

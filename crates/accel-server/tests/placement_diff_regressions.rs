@@ -29,10 +29,13 @@ async fn provider_refusals_carry_upstreams_object_action_wording() {
         assert_eq!(s, 400, "{v}");
         assert!(
             detail(&v).contains("Unable to create resource provider \"\", ")
-                && detail(&v).ends_with(": Object action create failed because: name is required  "),
+                && detail(&v)
+                    .ends_with(": Object action create failed because: name is required  "),
             "{v}"
         );
-        let (_, list) = app.json(Method::GET, "/resource_providers", "1.20", None).await;
+        let (_, list) = app
+            .json(Method::GET, "/resource_providers", "1.20", None)
+            .await;
         assert_eq!(list["resource_providers"], json!([]));
 
         let (s, v) = app
@@ -128,7 +131,12 @@ async fn inventory_and_method_errors_read_as_upstreams() {
     );
     // A method no version has keeps webob's sentence and the handler's detail.
     let (s, v) = app
-        .json(Method::PATCH, &format!("/resource_providers/{uuid}"), "1.4", None)
+        .json(
+            Method::PATCH,
+            &format!("/resource_providers/{uuid}"),
+            "1.4",
+            None,
+        )
         .await;
     assert_eq!(s, 405);
     assert_eq!(
@@ -172,8 +180,13 @@ async fn later_groups_names_are_not_looked_up_once_a_group_is_empty() {
     let ac = |q: &'static str| {
         let app = &app;
         async move {
-            app.json(Method::GET, &format!("/allocation_candidates?{q}"), "1.25", None)
-                .await
+            app.json(
+                Method::GET,
+                &format!("/allocation_candidates?{q}"),
+                "1.25",
+                None,
+            )
+            .await
         }
     };
     let empty = json!({"allocation_requests": [], "provider_summaries": {}});
@@ -186,13 +199,18 @@ async fn later_groups_names_are_not_looked_up_once_a_group_is_empty() {
     // Query order decides: the unknown name comes first, so it is looked up.
     let (s, v) = ac("resources1=CUSTOM_NOPE:1&resources=DISK_GB:1").await;
     assert_eq!(s, 400, "{v}");
-    assert!(detail(&v).contains("No such resource class CUSTOM_NOPE."), "{v}");
+    assert!(
+        detail(&v).contains("No such resource class CUSTOM_NOPE."),
+        "{v}"
+    );
 
     // The first group has candidates: the unknown names are a 400.
     let (s, v) = ac("resources=VCPU:1&resources1=CUSTOM_NOPE:1").await;
     assert_eq!(s, 400, "{v}");
     assert!(
-        detail(&v).contains("Invalid resource class in resources parameter: No such resource class CUSTOM_NOPE."),
+        detail(&v).contains(
+            "Invalid resource class in resources parameter: No such resource class CUSTOM_NOPE."
+        ),
         "{v}"
     );
     let (s, v) = ac("resources=VCPU:1&resources1=VCPU:1&required1=CUSTOM_NOPE").await;

@@ -309,9 +309,8 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
             .collect();
         unknown.sort_unstable();
         unknown.dedup();
-        (!unknown.is_empty()).then(|| {
-            ApiError::bad_request(format!("No such trait(s): {}.", unknown.join(", ")))
-        })
+        (!unknown.is_empty())
+            .then(|| ApiError::bad_request(format!("No such trait(s): {}.", unknown.join(", "))))
     };
     // `root_required` is resolved for the request as a whole, before any group.
     if let Some(e) = no_such_traits(&mut p.root_required.iter().chain(p.root_forbidden.iter())) {
@@ -330,7 +329,11 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
     // looked up, so an unknown class or trait there answers an empty 200, not a 400.
     let mut groups: Vec<engine::RequestGroup> = Vec::new();
     for (suffix, g) in &p.groups {
-        let unknown = match g.resources.iter().find(|(rc, _)| !rc_ids.contains_key(rc.as_str())) {
+        let unknown = match g
+            .resources
+            .iter()
+            .find(|(rc, _)| !rc_ids.contains_key(rc.as_str()))
+        {
             Some((rc, _)) => Some(ApiError::bad_request(format!(
                 "Invalid resource class in resources parameter: No such resource class {rc}."
             ))),

@@ -141,11 +141,13 @@ async fn insert(
     if parent.is_none() {
         // This second write stamps `updated_at`, as upstream's does: a new root has an
         // update time, a new child does not (see [`updated_at`]).
-        sqlx::query("UPDATE resource_providers SET root_provider_id = id, updated_at = $2 WHERE id = $1")
-            .bind(id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE resource_providers SET root_provider_id = id, updated_at = $2 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
     }
     changes::touch(tx, &[id]).await?;
     Ok(Provider {
