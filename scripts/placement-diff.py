@@ -11,7 +11,8 @@ follows upstream's answers, so a difference in one answer does not silently stee
 
 Exit status: 0 when no difference was found, 1 otherwise (each difference is printed with the request and
 both answers). Known differences that are being fixed elsewhere are filtered by name (KNOWN_DIFFERENCES
-below) unless --no-known-filters is given; upstream bugs are never sent (UPSTREAM_BUGS documents them).
+below) unless --no-known-filters is given; answers showing an upstream bug are compared without the buggy
+part (UPSTREAM_BUGS names each, with the reason).
 Needs Python 3.11 and `requests` (the conformance venv has both).
 """
 
@@ -44,7 +45,7 @@ KNOWN_DIFFERENCES = {
     "upstream; accel does not",
 }
 
-# Upstream behaviours the walk avoids on purpose, with the reason (none are accel's to copy).
+# Upstream bugs accel does not copy; the answers showing one are compared without the buggy part.
 UPSTREAM_BUGS = {
     "integrity-error-detail": "POST .../inventories for a class the provider already has: upstream's 409 "
     "detail carries the SQLAlchemy IntegrityError text (SQL statement, parameters, a link); accel names the "
