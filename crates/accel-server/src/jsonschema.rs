@@ -21,6 +21,17 @@ pub struct SchemaError {
     pub schema_path: String,
     pub instance_path: String,
     pub instance: String,
+    /// What [`more_relevant`] ranks by (boxed: errors travel in `Result`s).
+    rank: Box<Rank>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Rank {
+    /// The instance path's elements.
+    path: Vec<String>,
+    /// Whether the instance has the `type` of the schema holding the failed keyword
+    /// (`None` until the check that raised it has looked).
+    matches_type: Option<bool>,
 }
 
 impl std::fmt::Display for SchemaError {
@@ -95,6 +106,54 @@ fn fail(
         schema_path: path_str(spath),
         instance_path: path_str(ipath),
         instance: pyrepr(instance),
+        rank: Box::new(Rank {
+            path: ipath.to_vec(),
+            matches_type: None,
+        }),
+    }
+}
+
+/// Python `jsonschema.validate` reports `best_match` of all errors, not the first: the
+/// shallowest instance path wins, then the greater path among siblings, then a
+/// keyword other than `anyOf`/`oneOf`, then an error whose instance does not even have
+/// its schema's type; on a tie the earlier error stays.
+fn more_relevant(new: &SchemaError, best: &SchemaError) -> bool {
+    use std::cmp::Ordering;
+    let path_cmp = || {
+        for (a, b) in new.rank.path.iter().zip(&best.rank.path) {
+            let o = match (a.parse::<u64>(), b.parse::<u64>()) {
+                (Ok(x), Ok(y)) => x.cmp(&y),
+                _ => a.cmp(b),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    };
+    let weak = |e: &SchemaError| matches!(e.keyword, "anyOf" | "oneOf");
+    let key_cmp = best
+        .rank
+        .path
+        .len()
+        .cmp(&new.rank.path.len())
+        .then_with(path_cmp)
+        .then_with(|| weak(best).cmp(&weak(new)))
+        .then_with(|| {
+            new.rank
+                .matches_type
+                .unwrap_or(false)
+                .cmp(&best.rank.matches_type.unwrap_or(false))
+                .reverse()
+        });
+    key_cmp == Ordering::Greater
+}
+
+/// Keeps the more relevant of the error so far and a new one.
+fn keep_best(best: &mut Option<SchemaError>, new: SchemaError) {
+    match best {
+        Some(b) if !more_relevant(&new, b) => {}
+        _ => *best = Some(new),
     }
 }
 
@@ -120,11 +179,23 @@ fn check(
     let Some(s) = schema.as_object() else {
         return Ok(());
     };
+    let mut best = None;
     for (kw, arg) in s {
-        let r = keyword(inst, s, kw, arg, spath, ipath);
-        r?;
+        if let Err(mut e) = keyword(inst, s, kw, arg, spath, ipath) {
+            if e.rank.matches_type.is_none() {
+                e.rank.matches_type = Some(match s.get("type") {
+                    Some(Value::String(t)) => type_ok(inst, t),
+                    Some(Value::Array(ts)) => ts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .any(|t| type_ok(inst, t)),
+                    _ => false,
+                });
+            }
+            keep_best(&mut best, e);
+        }
     }
-    Ok(())
+    best.map_or(Ok(()), Err)
 }
 
 fn keyword(
@@ -174,6 +245,7 @@ fn keyword(
         }
         "properties" => {
             if let (Some(o), Some(props)) = (inst.as_object(), arg.as_object()) {
+                let mut best = None;
                 for (k, sub) in props {
                     if let Some(v) = o.get(k) {
                         spath.push("'properties'".into());
@@ -182,13 +254,17 @@ fn keyword(
                         let r = check(v, sub, spath, ipath);
                         spath.truncate(spath.len() - 2);
                         ipath.pop();
-                        r?;
+                        if let Err(e) = r {
+                            keep_best(&mut best, e);
+                        }
                     }
                 }
+                best.map_or(Ok(()), Err)?;
             }
         }
         "patternProperties" => {
             if let (Some(o), Some(pats)) = (inst.as_object(), arg.as_object()) {
+                let mut best = None;
                 for (pat, sub) in pats {
                     let re = regex(pat);
                     for (k, v) in o {
@@ -199,10 +275,13 @@ fn keyword(
                             let r = check(v, sub, spath, ipath);
                             spath.truncate(spath.len() - 2);
                             ipath.pop();
-                            r?;
+                            if let Err(e) = r {
+                                keep_best(&mut best, e);
+                            }
                         }
                     }
                 }
+                best.map_or(Ok(()), Err)?;
             }
         }
         "additionalProperties" => {
@@ -240,14 +319,18 @@ fn keyword(
                         return Err(fail("additionalProperties", msg, spath, ipath, inst));
                     }
                     Value::Object(_) => {
+                        let mut best = None;
                         for k in extras {
                             spath.push("'additionalProperties'".into());
                             ipath.push(format!("'{k}'"));
                             let r = check(&o[k.as_str()], arg, spath, ipath);
                             spath.pop();
                             ipath.pop();
-                            r?;
+                            if let Err(e) = r {
+                                keep_best(&mut best, e);
+                            }
                         }
+                        best.map_or(Ok(()), Err)?;
                     }
                     _ => {}
                 }
@@ -280,14 +363,18 @@ fn keyword(
         }
         "items" => {
             if let Some(a) = inst.as_array() {
+                let mut best = None;
                 for (i, v) in a.iter().enumerate() {
                     spath.push("'items'".into());
                     ipath.push(i.to_string());
                     let r = check(v, arg, spath, ipath);
                     spath.pop();
                     ipath.pop();
-                    r?;
+                    if let Err(e) = r {
+                        keep_best(&mut best, e);
+                    }
                 }
+                best.map_or(Ok(()), Err)?;
             }
         }
         "minItems" => {
@@ -467,6 +554,29 @@ mod tests {
 
     fn err(i: Value, s: Value) -> String {
         validate(&i, &s).unwrap_err().to_string()
+    }
+
+    /// Python's `jsonschema.validate` reports `best_match`, not the first error found
+    /// (the differential test saw `{"allocations": {}}` without `project_id`).
+    #[test]
+    fn reports_the_error_python_best_match_picks() {
+        let s = json!({"type": "object",
+                       "properties": {"allocations": {"type": "object", "minProperties": 1},
+                                      "b": {"type": "string"}},
+                       "required": ["allocations", "project_id"]});
+        assert!(err(json!({"allocations": {}}), s.clone())
+            .starts_with("'project_id' is a required property"));
+        assert!(err(json!({"allocations": {}, "project_id": 1, "b": 2}), s)
+            .starts_with("2 is not of type 'string'"));
+        assert!(
+            err(json!([1, "x", "y"]), json!({"items": {"type": "integer"}}))
+                .starts_with("'y' is not of type 'integer'")
+        );
+        assert!(err(
+            json!({"a": 5}),
+            json!({"type": "object", "properties": {"a": {"type": "string", "minimum": 7}}})
+        )
+        .starts_with("5 is not of type 'string'"));
     }
 
     #[test]

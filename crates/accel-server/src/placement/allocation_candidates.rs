@@ -306,41 +306,69 @@ fn empty() -> Reply {
 
 fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
     let rc_ids = &index.rc_ids;
-    // Unknown resource classes are a 400, checked group by group as upstream does.
-    for (_, g) in &p.groups {
-        for (rc, _) in &g.resources {
-            if !rc_ids.contains_key(rc.as_str()) {
-                return Err(ApiError::bad_request(format!(
-                    "Invalid resource class in resources parameter: No such resource class {rc}."
-                )));
-            }
-        }
-    }
     let trait_ids = &index.trait_ids;
-    let mut unknown: Vec<&str> = p
-        .groups
-        .iter()
-        .flat_map(|(_, g)| g.traits.names())
-        .chain(p.root_required.iter())
-        .chain(p.root_forbidden.iter())
-        .map(String::as_str)
-        .filter(|t| !trait_ids.contains_key(*t))
-        .collect();
-    unknown.sort_unstable();
-    unknown.dedup();
-    if !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "No such trait(s): {}.",
-            unknown.join(", ")
-        )));
+    let no_such_traits = |names: &mut dyn Iterator<Item = &String>| -> Option<ApiError> {
+        let mut unknown: Vec<&str> = names
+            .map(String::as_str)
+            .filter(|t| !trait_ids.contains_key(*t))
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        (!unknown.is_empty())
+            .then(|| ApiError::bad_request(format!("No such trait(s): {}.", unknown.join(", "))))
+    };
+    // `root_required` is resolved for the request as a whole, before any group.
+    if let Some(e) = no_such_traits(&mut p.root_required.iter().chain(p.root_forbidden.iter())) {
+        return Err(e);
     }
     let trait_id = |name: &str| -> u32 { trait_ids[name] as u32 };
+    let root_required: Vec<Vec<u32>> = p.root_required.iter().map(|t| vec![trait_id(t)]).collect();
+    let root_forbidden: Vec<u32> = p.root_forbidden.iter().map(|t| trait_id(t)).collect();
+    let nested = req.mv(mv::NESTED_CANDIDATES);
 
     let snapshot = &index.snapshot;
     let by_uuid = &index.by_uuid;
 
-    let mut groups = Vec::new();
+    // Upstream resolves the groups one at a time, in query order, and stops at the first
+    // group that has no candidates of its own: the names of the groups after it are never
+    // looked up, so an unknown class or trait there answers an empty 200, not a 400.
+    let mut groups: Vec<engine::RequestGroup> = Vec::new();
     for (suffix, g) in &p.groups {
+        let unknown = match g
+            .resources
+            .iter()
+            .find(|(rc, _)| !rc_ids.contains_key(rc.as_str()))
+        {
+            Some((rc, _)) => Some(ApiError::bad_request(format!(
+                "Invalid resource class in resources parameter: No such resource class {rc}."
+            ))),
+            // one lookup per any-of set, then one for the forbidden ones, as upstream
+            None => g
+                .traits
+                .required
+                .iter()
+                .find_map(|any| no_such_traits(&mut any.iter()))
+                .or_else(|| no_such_traits(&mut g.traits.forbidden.iter())),
+        };
+        if let Some(e) = unknown {
+            let alone_is_empty = |group: &engine::RequestGroup| {
+                let alone = engine::Request {
+                    groups: vec![group.clone()],
+                    group_policy: GroupPolicy::None,
+                    same_subtree: Vec::new(),
+                    root_required: root_required.clone(),
+                    root_forbidden: root_forbidden.clone(),
+                    limit: Some(1),
+                    nested,
+                    randomize: None,
+                };
+                engine::search(snapshot, &alone, 1).candidates.is_empty()
+            };
+            if groups.iter().any(alone_is_empty) {
+                return Ok(empty());
+            }
+            return Err(e);
+        }
         let in_tree = match &g.in_tree {
             Some(u) => match by_uuid.get(u.as_str()) {
                 Some(&i) => Some(ProviderId(i)),
@@ -388,10 +416,10 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
             _ => GroupPolicy::None,
         },
         same_subtree: p.same_subtree.clone(),
-        root_required: p.root_required.iter().map(|t| vec![trait_id(t)]).collect(),
-        root_forbidden: p.root_forbidden.iter().map(|t| trait_id(t)).collect(),
+        root_required,
+        root_forbidden,
         limit: p.limit,
-        nested: req.mv(mv::NESTED_CANDIDATES),
+        nested,
         randomize: app
             .config
             .randomize_allocation_candidates

@@ -52,6 +52,9 @@ pub struct ApiError {
     /// catch), where its microversion middleware re-raises it with the version header
     /// but without `Vary: openstack-api-version`. Clients see the difference.
     pub unvaried: bool,
+    /// A 405 from a microversion gate: upstream raises it with no detail of its own,
+    /// so webob's sentence is followed by nothing.
+    pub version_gated: bool,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -64,6 +67,7 @@ impl ApiError {
             code: Code::Undefined,
             headers: Vec::new(),
             unvaried: false,
+            version_gated: false,
         }
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
@@ -123,6 +127,7 @@ impl ApiError {
     /// The `detail` text as webob would render it (406 names the request's `Accept`).
     pub fn detail(&self, accept: Option<&str>) -> String {
         match self.status {
+            StatusCode::METHOD_NOT_ALLOWED if self.version_gated => format!("{} \n\n ", self.message),
             StatusCode::METHOD_NOT_ALLOWED => format!(
                 "{} \n\n The method specified is not allowed for this resource.",
                 self.message

@@ -111,6 +111,12 @@ fn post_schema(req: &Req, with_uuid: bool) -> Value {
     json!({"type": "object", "properties": props, "required": ["name"], "additionalProperties": false})
 }
 
+/// The wording of upstream's `ObjectActionError`, which every refused provider create or
+/// update carries inside its 400 detail.
+fn object_action(action: &str, reason: &str) -> String {
+    format!("Object action {action} failed because: {reason}")
+}
+
 /// Looks a provider up inside a transaction, with upstream's 404 wording.
 pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Provider, StoreError> {
     providers::get(tx, uuid)
@@ -136,6 +142,13 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         _ => uuid::Uuid::new_v4().to_string(),
     };
     let parent = data.parent_provider_uuid.as_deref().map(qs::normalize_uuid);
+    // Upstream's provider object refuses an empty name before it reaches the database.
+    if name.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Unable to create resource provider \"\", {uuid}: {}",
+            object_action("create", "name is required")
+        )));
+    }
     let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
     let rp = app
         .store
@@ -149,7 +162,8 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 ))
             }
             StoreError::Invalid(m) => ApiError::bad_request(format!(
-                "Unable to create resource provider \"{name}\", {uuid}: {m}"
+                "Unable to create resource provider \"{name}\", {uuid}: {}",
+                object_action("create", &m)
             )),
             e => e.into(),
         })?;
@@ -243,7 +257,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                         _ => {}
                     }
                 }
-                providers::update(tx, &rp, &n, parent).await
+                let before = providers::updated_at(tx, rp.id).await?;
+                Ok((providers::update(tx, &rp, &n, parent).await?, before))
             })
         })
         .await
@@ -253,11 +268,28 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 format!("Conflicting resource provider {name} already exists."),
             )),
             StoreError::Invalid(m) => {
-                ApiError::bad_request(format!("Unable to save resource provider {uuid}: {m}"))
+                // upstream names a missing new parent a failed "create" even here
+                let action = if m.starts_with("parent provider UUID does not exist") {
+                    "create"
+                } else {
+                    "update"
+                };
+                ApiError::bad_request(format!(
+                    "Unable to save resource provider {uuid}: {}",
+                    object_action(action, &m)
+                ))
             }
             e => e.into(),
         })?;
-    Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
+    let (rp, before) = rp;
+    let reply = Reply::typed(&ProviderView::new(&req, &rp))?;
+    // upstream reports the update time loaded before this update (none for a child
+    // never written since its creation), and says no-cache either way
+    Ok(match before {
+        Some(at) => reply.modified(at),
+        None if req.mv(mv::LAST_MODIFIED) => reply.header("cache-control", "no-cache"),
+        None => reply,
+    })
 }
 
 fn list_schema(req: &Req) -> Value {

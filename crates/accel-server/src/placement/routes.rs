@@ -400,6 +400,14 @@ pub fn resolve(
             return Err(e);
         };
         if version < route.min {
+            if route.too_old == StatusCode::METHOD_NOT_ALLOWED {
+                let mut e = ApiError::new(
+                    route.too_old,
+                    format!("The method {method} is not allowed for this resource."),
+                );
+                e.version_gated = true;
+                return Err(e);
+            }
             return Err(ApiError::new(route.too_old, ""));
         }
         return Ok((route, params));

@@ -139,10 +139,15 @@ async fn insert(
     .fetch_one(&mut *tx)
     .await?;
     if parent.is_none() {
-        sqlx::query("UPDATE resource_providers SET root_provider_id = id WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        // This second write stamps `updated_at`, as upstream's does: a new root has an
+        // update time, a new child does not (see [`updated_at`]).
+        sqlx::query(
+            "UPDATE resource_providers SET root_provider_id = id, updated_at = $2 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
     }
     changes::touch(tx, &[id]).await?;
     Ok(Provider {
@@ -156,6 +161,18 @@ async fn insert(
         root_id: parent.map_or(id, |p| p.root_id),
         modified: now,
     })
+}
+
+/// The provider's `updated_at` as stored, `None` when it was never written after its
+/// insert. Upstream answers `PUT /resource_providers/{uuid}` with the update time the
+/// provider had *before* that update, and with no `last-modified` at all when it had none.
+pub async fn updated_at(tx: &mut Tx, id: i64) -> Result<Option<i64>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT updated_at FROM resource_providers WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?,
+    )
 }
 
 /// One provider for [`create_many`].
