@@ -1,3 +1,8 @@
+-- MariaDB/MySQL. Unlike the other backends, no foreign key refers to its own table
+-- (resource_providers' root and parent, deployables' root and parent): InnoDB checks a
+-- foreign key row by row, not at the end of the statement, so deleting a root (whose
+-- root is itself) or a parent and its children in one statement would fail. The store
+-- never deletes a parent that has children (`Conflict::CannotDeleteParent`).
 -- Placement inventory: providers, classes, traits, aggregates, consumers, allocations.
 CREATE TABLE resource_classes (
     id BIGINT PRIMARY KEY,
@@ -19,9 +24,7 @@ CREATE TABLE resource_providers (
     root_provider_id BIGINT,
     parent_provider_id BIGINT,
     created_at BIGINT NOT NULL,
-    updated_at BIGINT,
-    FOREIGN KEY (root_provider_id) REFERENCES resource_providers(id),
-    FOREIGN KEY (parent_provider_id) REFERENCES resource_providers(id)
+    updated_at BIGINT
 );
 CREATE INDEX resource_providers_root_idx ON resource_providers(root_provider_id);
 CREATE INDEX resource_providers_parent_idx ON resource_providers(parent_provider_id);

@@ -46,8 +46,6 @@ CREATE TABLE deployables (
     bitstream_id VARCHAR(36),
     created_at BIGINT NOT NULL,
     updated_at BIGINT,
-    FOREIGN KEY (parent_id) REFERENCES deployables(id),
-    FOREIGN KEY (root_id) REFERENCES deployables(id),
     FOREIGN KEY (device_id) REFERENCES devices(id)
 );
 CREATE INDEX deployables_device_idx ON deployables(device_id);
