@@ -237,7 +237,8 @@ pub(crate) fn to_mysql(sql: &str) -> (String, Vec<usize>) {
                     out.push('`');
                     out.push_str(word);
                     out.push('`');
-                } else if word.eq_ignore_ascii_case("BIGINT") && prev_word.eq_ignore_ascii_case("AS")
+                } else if word.eq_ignore_ascii_case("BIGINT")
+                    && prev_word.eq_ignore_ascii_case("AS")
                 {
                     out.push_str("SIGNED");
                 } else {

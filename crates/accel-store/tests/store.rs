@@ -91,15 +91,18 @@ async fn mysql_migrations_are_idempotent_across_servers() {
         .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
         .await
         .unwrap();
-    assert!(seen.is_some(), "the second server sees the first one's writes");
+    assert!(
+        seen.is_some(),
+        "the second server sees the first one's writes"
+    );
     let versions: i64 = a
         .read(|tx| {
             Box::pin(async move {
-                Ok(sqlx::query_scalar::<_, i64>(
-                    "SELECT COUNT(*) FROM accel_schema_migrations",
+                Ok(
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM accel_schema_migrations")
+                        .fetch_one(&mut *tx)
+                        .await?,
                 )
-                .fetch_one(&mut *tx)
-                .await?)
             })
         })
         .await

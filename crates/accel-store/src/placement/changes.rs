@@ -96,10 +96,12 @@ pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreE
     let seq: i64 = if tx.backend() == crate::Backend::MySql {
         // MySQL has no UPDATE .. RETURNING; LAST_INSERT_ID(expr) hands the new value
         // back on this session.
-        sqlx::query("UPDATE placement_change_shards SET seq = LAST_INSERT_ID(seq + 1) WHERE shard = $1")
-            .bind(shard as i32)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE placement_change_shards SET seq = LAST_INSERT_ID(seq + 1) WHERE shard = $1",
+        )
+        .bind(shard as i32)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
             .fetch_one(&mut *tx)
             .await?
