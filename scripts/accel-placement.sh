@@ -5,8 +5,9 @@
 #   accel-placement.sh start|stop
 #
 # Env: ACCEL_BIN (default target/release/accel), ACCEL_PORT (default 8778),
-#      ACCEL_BACKEND sqlite|postgres (default sqlite), ACCEL_PG_URL (admin URL of the
-#      PostgreSQL server, default postgres://postgres@127.0.0.1:5432/postgres),
+#      ACCEL_BACKEND sqlite|postgres|mysql (default sqlite), ACCEL_PG_URL (admin URL of
+#      the PostgreSQL server, default postgres://postgres@127.0.0.1:5432/postgres),
+#      ACCEL_MYSQL_URL (the MariaDB/MySQL server, default mysql://root@127.0.0.1:3306),
 #      ACCEL_RUN_DIR (default $TMPDIR/accel-gabbi-run), GABBI_FIXTURE (from the runner).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,6 +16,7 @@ BIN="${ACCEL_BIN:-$ROOT/target/release/accel}"
 PORT="${ACCEL_PORT:-8778}"
 BACKEND="${ACCEL_BACKEND:-sqlite}"
 PG_URL="${ACCEL_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+MYSQL_URL="${ACCEL_MYSQL_URL:-mysql://root@127.0.0.1:3306}"
 RUN_DIR="${ACCEL_RUN_DIR:-${TMPDIR:-/tmp}/accel-gabbi-run-$PORT}"
 PIDFILE="$RUN_DIR/accel.pid"
 mkdir -p "$RUN_DIR"
@@ -53,6 +55,16 @@ if [[ "$BACKEND" == postgres ]]; then
   psql "$PG_URL" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
   psql "$PG_URL" -qAtc "CREATE DATABASE $db" >/dev/null
   url="${PG_URL%/*}/$db"
+elif [[ "$BACKEND" == mysql ]]; then
+  db="accel_gabbi_$PORT"
+  # mysql://USER[:PASSWORD]@HOST:PORT[/DB] -> the client's flags.
+  rest="${MYSQL_URL#*://}"; rest="${rest%%/*}"
+  creds="${rest%@*}"; hostport="${rest##*@}"
+  my_user="${creds%%:*}"; my_pass=""; [[ "$creds" == *:* ]] && my_pass="${creds#*:}"
+  my_host="${hostport%%:*}"; my_port=3306; [[ "$hostport" == *:* ]] && my_port="${hostport##*:}"
+  MYSQL_PWD="$my_pass" mariadb -h "$my_host" -P "$my_port" -u "$my_user" \
+    -e "DROP DATABASE IF EXISTS $db; CREATE DATABASE $db CHARACTER SET utf8mb4"
+  url="mysql://$rest/$db"
 else
   rm -f "$RUN_DIR"/accel.db*
   url="sqlite://$RUN_DIR/accel.db"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run upstream Placement's gabbi suite (../shared/conformance/placement) against accel.
-#   scripts/gabbi.sh [sqlite|postgres] [gabbit files...]
+#   scripts/gabbi.sh [sqlite|postgres|mysql] [gabbit files...]
+# mysql: MariaDB/MySQL at ACCEL_MYSQL_URL (default mysql://root@127.0.0.1:3306).
 # Prints the runner's per-file table and its closing "N passed, N failed" line.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -7,17 +7,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ACCEL_TEST_PG="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+# MariaDB on 127.0.0.1:3306 (root, no password): the store, server and CLI tests run on it
+# too, a fresh database per test. An empty value leaves MariaDB out.
+export ACCEL_TEST_MYSQL="${ACCEL_TEST_MYSQL-mysql://root@127.0.0.1:3306}"
 PY="${CONFORMANCE_PY:-$(../shared/conformance/placement/setup.sh)}"
 export CONFORMANCE_PY="$PY"
 
 echo "== rustfmt"; cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets -q -- -D warnings
 echo "== os-traits data file"; "$PY" scripts/os-traits.py check
-echo "== cargo test (SQLite and PostgreSQL)"; cargo test --workspace -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
+echo "== cargo test (SQLite, PostgreSQL and MariaDB)"; cargo test --workspace -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
 cargo build -q -p accel-cli
 echo "== deploy/ and packaging (promtool, systemd-analyze, manifests)"; scripts/check-deploy.sh target/debug/accel
+# The README's walk-through, its commands in order on a fresh database.
+echo "== README walk-through"; ACCEL_BIN=target/debug/accel scripts/readme-walkthrough.sh
 
 # The real clients from PyPI (python-cyborgclient through OSC, openstacksdk) against
 # the accelerator API.
@@ -31,21 +36,24 @@ echo "== cyborg-tempest-plugin API tests"
 cargo build -q -p accel-bench
 scripts/tempest-accelerator.sh 2>&1 | tail -15
 
-# Upstream Placement's functional suite, against accel, on both backends. The floor is
+# Upstream Placement's functional suite, against accel, on all three backends. The floor is
 # the count this tree is known to pass (docs/conformance.md); a drop fails the run.
 floor="$(cat .ci/gabbi-floor)"
 status=0
-# The two backends run at the same time, on their own ports, run directories and logs:
-# each file mostly waits on fixture HTTP round trips, so this halves the wall time.
+# The backends run at the same time, on their own ports, run directories and logs:
+# each file mostly waits on fixture HTTP round trips, so this cuts the wall time.
 base_port=${ACCEL_GABBI_PORT:-18877}
-echo "== gabbi (sqlite and postgres, in parallel)"
+echo "== gabbi (sqlite, postgres and mysql, in parallel)"
 ACCEL_BIN=target/debug/accel ACCEL_PORT=$base_port scripts/gabbi.sh sqlite >/tmp/accel-gabbi-sqlite.txt 2>&1 &
 sqlite_pid=$!
 ACCEL_BIN=target/debug/accel ACCEL_PORT=$((base_port + 1)) scripts/gabbi.sh postgres >/tmp/accel-gabbi-postgres.txt 2>&1 &
 postgres_pid=$!
+ACCEL_BIN=target/debug/accel ACCEL_PORT=$((base_port + 2)) scripts/gabbi.sh mysql >/tmp/accel-gabbi-mysql.txt 2>&1 &
+mysql_pid=$!
 wait "$sqlite_pid" || true
 wait "$postgres_pid" || true
-for backend in sqlite postgres; do
+wait "$mysql_pid" || true
+for backend in sqlite postgres mysql; do
   out="$(cat "/tmp/accel-gabbi-$backend.txt")"
   grep -E "FAIL|RESET" <<<"$out" || true
   line="$(tail -1 <<<"$out")"

@@ -1,10 +1,11 @@
-//! Two accel servers on one PostgreSQL database: each one's in-memory candidate index
-//! follows the other's writes, and concurrent claims through both never over-allocate.
+//! Two accel servers on one PostgreSQL database (and one MariaDB/MySQL database when
+//! `ACCEL_TEST_MYSQL` is set): each one's in-memory candidate index follows the other's
+//! writes, and concurrent claims through both never over-allocate.
 
 mod common;
 
 use accel_server::ServerConfig;
-use common::TestApp;
+use common::{Backend, TestApp, BACKENDS};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,8 +19,16 @@ fn config() -> ServerConfig {
     }
 }
 
-async fn replicas() -> (TestApp, TestApp) {
-    let url = accel_store::testing::fresh_postgres_url().await.unwrap();
+/// The server databases several replicas share: every enabled backend but SQLite.
+fn shared_backends() -> Vec<Backend> {
+    BACKENDS
+        .into_iter()
+        .filter(|b| *b != Backend::Sqlite)
+        .collect()
+}
+
+async fn replicas(backend: Backend) -> (TestApp, TestApp) {
+    let url = accel_testkit::server::fresh_url(backend).await;
     let (a, b) = tokio::join!(
         accel_store::Store::connect(&url),
         accel_store::Store::connect(&url)
@@ -78,7 +87,13 @@ async fn claim(app: &TestApp, allocations: &Value) -> u16 {
 
 #[tokio::test]
 async fn each_replica_sees_the_others_writes() {
-    let (a, b) = replicas().await;
+    for backend in shared_backends() {
+        each_replica_sees_the_others_writes_on(backend).await;
+    }
+}
+
+async fn each_replica_sees_the_others_writes_on(backend: Backend) {
+    let (a, b) = replicas(backend).await;
     let cn = compute(&a, "cn1", 8).await;
     // B has never seen this provider: its first look loads everything.
     let v = candidates(&b, "resources=VCPU:8").await;
@@ -132,10 +147,16 @@ async fn each_replica_sees_the_others_writes() {
 
 #[tokio::test]
 async fn two_replicas_and_32_clients_never_over_allocate() {
+    for backend in shared_backends() {
+        two_replicas_and_32_clients_never_over_allocate_on(backend).await;
+    }
+}
+
+async fn two_replicas_and_32_clients_never_over_allocate_on(backend: Backend) {
     const PROVIDERS: usize = 8;
     const VCPUS: i64 = 10;
     const CLIENTS: usize = 32;
-    let (a, b) = replicas().await;
+    let (a, b) = replicas(backend).await;
     let mut uuids = Vec::new();
     for i in 0..PROVIDERS {
         uuids.push(compute(&a, &format!("cn{i}"), VCPUS).await);
@@ -187,7 +208,7 @@ async fn two_replicas_and_32_clients_never_over_allocate() {
         assert_eq!(v["usages"]["VCPU"], VCPUS, "{u}: {v}");
     }
     eprintln!(
-        "claims: {} won, {} lost a race and retried",
+        "{backend:?} claims: {} won, {} lost a race and retried",
         won.load(Ordering::SeqCst),
         lost.load(Ordering::SeqCst)
     );

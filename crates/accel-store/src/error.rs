@@ -56,11 +56,19 @@ impl StoreError {
 
     /// True for errors after which rerunning the whole transaction may succeed: a lost
     /// provider-generation race, or a database deadlock / serialization failure.
+    ///
+    /// On MariaDB/MySQL these are the errors `oslo.db` turns into `DBDeadlock` and
+    /// upstream's writers retry: a deadlock (1213, SQLSTATE 40001), a lock wait
+    /// timeout (1205), and a Galera certification failure, which a Galera node reports
+    /// as 1213 ("WSREP detected deadlock/conflict").
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Conflict(Conflict::ProviderRace, _) => true,
             StoreError::Db(sqlx::Error::Database(d)) => {
                 matches!(d.code().as_deref(), Some("40P01") | Some("40001"))
+                    || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                        .is_some_and(|m| matches!(m.number(), 1205 | 1213))
+                    || d.message().contains("WSREP detected deadlock")
             }
             _ => false,
         }

@@ -1,10 +1,11 @@
 //! Persistence for accel: the only crate that knows SQL.
 //!
 //! One concrete [`Store`] over `sqlx::Any`, so the same queries run on SQLite (the
-//! embedded default) and PostgreSQL (the replicated deployment). Queries use `$N`
-//! placeholders, which both drivers accept, and only portable SQL: `ON CONFLICT DO
-//! NOTHING`, `RETURNING`, `CAST(SUM(..) AS BIGINT)` (PostgreSQL would otherwise return
-//! NUMERIC).
+//! embedded default), PostgreSQL and MariaDB/MySQL (the replicated deployments).
+//! Queries use `$N` placeholders, which SQLite and PostgreSQL accept, and only
+//! portable SQL: `ON CONFLICT DO NOTHING`, `RETURNING`, `CAST(SUM(..) AS BIGINT)`
+//! (PostgreSQL would otherwise return NUMERIC). On MariaDB/MySQL the transaction
+//! handle ([`Tx`], `dialect.rs`) rewrites each statement into MySQL's spelling.
 //!
 //! Invariants kept here, not in callers:
 //! - every multi-statement write runs in one transaction ([`Store::write`]);
@@ -26,12 +27,14 @@
 //! decoded at this edge with `FromStr` (`accelerator::parse_column`).
 
 pub mod accelerator;
+mod dialect;
 mod error;
 mod migrate;
 pub mod placement;
 pub mod stats;
 pub mod testing;
 
+pub use dialect::Tx;
 pub use error::{db_cause, Conflict, Refusable, StoreError, PROVIDER_RACE};
 
 use std::future::Future;
@@ -40,7 +43,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, Connection};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 pub use sqlx::Row;
 
@@ -49,6 +52,8 @@ pub use sqlx::Row;
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// MariaDB 10.6+ or MySQL 8, through sqlx's MySQL driver.
+    MySql,
 }
 
 /// Handle on the database. Cheap to clone.
@@ -84,6 +89,29 @@ const SQLITE_WRITER_PRAGMAS: &[&str] = &[
 /// The SQLite readers' connection settings: the same wait, and no writes.
 const SQLITE_READER_PRAGMAS: &[&str] = &["PRAGMA busy_timeout = 10000", "PRAGMA query_only = ON"];
 
+/// The MariaDB/MySQL session settings. Writes run at READ COMMITTED, as on
+/// PostgreSQL: each statement of a write sees what committed before it, so the
+/// claim's capacity re-check after winning a provider's generation compare-and-swap
+/// counts the allocations of the transaction it waited for (InnoDB's default
+/// REPEATABLE READ would read them from the snapshot its first read took), and
+/// inserts take no gap locks, which under REPEATABLE READ deadlock concurrent claims
+/// on the same providers. Reads ask for REPEATABLE READ per transaction
+/// ([`Store::read`]). Strict mode makes an out-of-range value an error, not a
+/// silently clipped one.
+const MYSQL_SESSION: &[&str] = &[
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')",
+];
+
+/// Runs `list` on `conn` in order, as text: MySQL does not prepare every statement
+/// (transaction control, `SET TRANSACTION`), and these take no arguments.
+async fn text(conn: &mut AnyConnection, list: &[&str]) -> Result<(), sqlx::Error> {
+    for s in list {
+        conn.execute(*s).await?;
+    }
+    Ok(())
+}
+
 /// Runs `list` on a new connection, in order.
 async fn pragmas(conn: &mut AnyConnection, list: &[&str]) -> Result<(), sqlx::Error> {
     for p in list {
@@ -91,9 +119,6 @@ async fn pragmas(conn: &mut AnyConnection, list: &[&str]) -> Result<(), sqlx::Er
     }
     Ok(())
 }
-
-/// A transaction on the store's connection. Store modules take `&mut Tx`.
-pub type Tx = AnyConnection;
 
 /// The future a transaction closure returns (boxed: it borrows the transaction).
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -113,9 +138,15 @@ impl Store {
             (Backend::Sqlite, url)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
+        } else if let Some(rest) = url.strip_prefix("mariadb://") {
+            // sqlx's MySQL driver speaks to MariaDB; it only knows the mysql scheme.
+            (Backend::MySql, format!("mysql://{rest}"))
+        } else if url.starts_with("mysql://") {
+            (Backend::MySql, url.to_owned())
         } else {
             return Err(StoreError::Config(format!(
-                "unsupported database URL {url:?}: use sqlite://PATH or postgres://USER@HOST:PORT/DB"
+                "unsupported database URL {url:?}: use sqlite://PATH, postgres://USER@HOST:PORT/DB \
+                 or mysql://USER[:PASSWORD]@HOST:PORT/DB (also mariadb://)"
             )));
         };
         let opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
@@ -149,6 +180,13 @@ impl Store {
                 .max_connections(16)
                 .acquire_timeout(PG_ACQUIRE_TIMEOUT)
                 .test_before_acquire(true)
+                .connect_with(opts)
+                .await
+                .map_err(StoreError::Db)?,
+            Backend::MySql => AnyPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(30))
+                .after_connect(|conn, _| Box::pin(text(conn, MYSQL_SESSION)))
                 .connect_with(opts)
                 .await
                 .map_err(StoreError::Db)?,
@@ -257,18 +295,18 @@ impl Store {
         V: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, V> + Send,
     {
-        let mut conn = self.acquire(&self.pool).await?;
+        let mut tx = Tx::new(self.acquire(&self.pool).await?, self.backend);
         let begin = match self.backend {
             Backend::Sqlite => "BEGIN IMMEDIATE",
-            Backend::Postgres => "BEGIN",
+            Backend::Postgres | Backend::MySql => "BEGIN",
         };
-        sqlx::query(begin).execute(&mut *conn).await?;
-        let (result, touched) = placement::changes::collecting(f(&mut conn)).await;
+        control(tx.raw(), self.backend, begin).await?;
+        let (result, touched) = placement::changes::collecting(f(&mut tx)).await;
         let result = match result {
             // Placement changes are logged inside the transaction they belong to.
-            Ok(v) if commits(&v) => match placement::changes::flush(&mut conn, &touched).await {
+            Ok(v) if commits(&v) => match placement::changes::flush(&mut tx, &touched).await {
                 Ok(()) => {
-                    sqlx::query("COMMIT").execute(&mut *conn).await?;
+                    control(tx.raw(), self.backend, "COMMIT").await?;
                     return Ok(v);
                 }
                 Err(e) => Err(e),
@@ -277,8 +315,8 @@ impl Store {
         };
         // The connection is unusable if rollback fails; closing it is the safe answer
         // and the pool replaces it.
-        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-            let _ = conn.detach().close().await;
+        if control(tx.raw(), self.backend, "ROLLBACK").await.is_err() {
+            let _ = tx.into_inner().detach().close().await;
         }
         result
     }
@@ -321,17 +359,32 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self.acquire(self.reader()).await?;
-        // PostgreSQL's default READ COMMITTED gives each statement its own snapshot;
-        // a read of several queries must see one instant.
-        let begin = match self.backend {
-            Backend::Sqlite => "BEGIN",
-            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
+        // PostgreSQL's default READ COMMITTED (and the MySQL sessions' READ COMMITTED)
+        // gives each statement its own snapshot; a read of several queries must see
+        // one instant.
+        match self.backend {
+            Backend::Sqlite => sqlx::query("BEGIN").execute(tx.raw()).await?,
+            Backend::Postgres => {
+                sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .execute(tx.raw())
+                    .await?
+            }
+            Backend::MySql => {
+                text(
+                    tx.raw(),
+                    &[
+                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+                    ],
+                )
+                .await?;
+                Default::default()
+            }
         };
-        sqlx::query(begin).execute(&mut *conn).await?;
-        let result = f(&mut conn).await;
-        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-            let _ = conn.detach().close().await;
+        let result = f(&mut tx).await;
+        if control(tx.raw(), self.backend, "ROLLBACK").await.is_err() {
+            let _ = tx.into_inner().detach().close().await;
         }
         result
     }
@@ -344,8 +397,8 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        let mut conn = self.acquire(self.reader()).await?;
-        f(&mut conn).await
+        let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
+        f(&mut tx).await
     }
 
     /// The pool reads use: the SQLite file's read-only readers, else the one pool.
@@ -359,6 +412,15 @@ impl Store {
             r.close().await;
         }
         self.pool.close().await;
+    }
+}
+
+/// Sends a transaction-control statement (`BEGIN`, `COMMIT`, `ROLLBACK`): prepared on
+/// SQLite and PostgreSQL as before, as text on MySQL ([`text`]).
+async fn control(conn: &mut AnyConnection, backend: Backend, sql: &str) -> Result<(), sqlx::Error> {
+    match backend {
+        Backend::MySql => text(conn, &[sql]).await,
+        Backend::Sqlite | Backend::Postgres => sqlx::query(sql).execute(conn).await.map(|_| ()),
     }
 }
 

@@ -2,7 +2,16 @@
 //!
 //! Each backend has its own SQL files (types differ); both share version numbers.
 //! Applying takes a lock first (`pg_advisory_xact_lock` on PostgreSQL, `BEGIN
-//! IMMEDIATE` on SQLite) so several servers starting together apply each version once.
+//! IMMEDIATE` on SQLite, `GET_LOCK` on MariaDB/MySQL) so several servers starting
+//! together apply each version once.
+//!
+//! MariaDB/MySQL commit each DDL statement on their own, so there the migration
+//! transaction does not make a version atomic; the named lock (held by the session,
+//! across those implicit commits, and released when the session ends) is what keeps
+//! replicas from applying a version twice. Every table is created `utf8mb4` with a
+//! binary NO PAD collation ([`mysql_collation`]): names, uuids and traits then compare
+//! byte for byte, as on the other backends, where MySQL's default collations would
+//! fold case and ignore trailing spaces.
 //!
 //! Why not `sqlx::migrate!`: its migrator runs on one concrete driver, while the store
 //! talks through `sqlx::Any` and picks each version's SQL by backend at run time; its
@@ -18,6 +27,7 @@ struct Migration {
     version: i64,
     sqlite: &'static str,
     postgres: &'static str,
+    mysql: &'static str,
 }
 
 const MIGRATIONS: &[Migration] = &[
@@ -25,67 +35,88 @@ const MIGRATIONS: &[Migration] = &[
         version: 1,
         sqlite: include_str!("../migrations/sqlite/0001_placement.sql"),
         postgres: include_str!("../migrations/postgres/0001_placement.sql"),
+        mysql: include_str!("../migrations/mysql/0001_placement.sql"),
     },
     Migration {
         version: 2,
         sqlite: include_str!("../migrations/sqlite/0002_accelerator.sql"),
         postgres: include_str!("../migrations/postgres/0002_accelerator.sql"),
+        mysql: include_str!("../migrations/mysql/0002_accelerator.sql"),
     },
     Migration {
         version: 3,
         sqlite: include_str!("../migrations/sqlite/0003_placement_changes.sql"),
         postgres: include_str!("../migrations/postgres/0003_placement_changes.sql"),
+        mysql: include_str!("../migrations/mysql/0003_placement_changes.sql"),
     },
     Migration {
         version: 4,
         sqlite: include_str!("../migrations/sqlite/0004_bind_worker.sql"),
         postgres: include_str!("../migrations/postgres/0004_bind_worker.sql"),
+        mysql: include_str!("../migrations/mysql/0004_bind_worker.sql"),
     },
     Migration {
         version: 5,
         sqlite: include_str!("../migrations/sqlite/0005_usage_indexes.sql"),
         postgres: include_str!("../migrations/postgres/0005_usage_indexes.sql"),
+        mysql: include_str!("../migrations/mysql/0005_usage_indexes.sql"),
     },
     Migration {
         version: 6,
         sqlite: include_str!("../migrations/sqlite/0006_agent.sql"),
         postgres: include_str!("../migrations/postgres/0006_agent.sql"),
+        mysql: include_str!("../migrations/mysql/0006_agent.sql"),
     },
     Migration {
         version: 7,
         sqlite: include_str!("../migrations/sqlite/0007_arq_instance_project_idx.sql"),
         postgres: include_str!("../migrations/postgres/0007_arq_instance_project_idx.sql"),
+        mysql: include_str!("../migrations/mysql/0007_arq_instance_project_idx.sql"),
     },
     Migration {
         version: 8,
         sqlite: include_str!("../migrations/sqlite/0008_kubernetes.sql"),
         postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
+        mysql: include_str!("../migrations/mysql/0008_kubernetes.sql"),
     },
     Migration {
         version: 9,
         sqlite: include_str!("../migrations/sqlite/0009_program_requests.sql"),
         postgres: include_str!("../migrations/postgres/0009_program_requests.sql"),
+        mysql: include_str!("../migrations/mysql/0009_program_requests.sql"),
     },
     Migration {
         version: 10,
         sqlite: include_str!("../migrations/sqlite/0010_placement_pushes.sql"),
         postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
+        mysql: include_str!("../migrations/mysql/0010_placement_pushes.sql"),
     },
     Migration {
         version: 11,
         sqlite: include_str!("../migrations/sqlite/0011_server_heartbeats.sql"),
         postgres: include_str!("../migrations/postgres/0011_server_heartbeats.sql"),
+        mysql: include_str!("../migrations/mysql/0011_server_heartbeats.sql"),
     },
 ];
 
 /// Arbitrary constant naming accel's migration lock.
 const PG_LOCK_KEY: i64 = 0x000a_cce1_0001;
 
+/// The name of accel's migration lock on MariaDB/MySQL (one per server, so it names
+/// the database too).
+const MYSQL_LOCK: &str = "CONCAT('accel_migrations.', DATABASE())";
+
+/// How long a replica waits for another's migrations, in seconds.
+const MYSQL_LOCK_WAIT: i64 = 300;
+
 pub(crate) async fn run(store: &Store) -> Result<(), StoreError> {
     let mut conn = store.pool.acquire().await?;
+    if store.backend == Backend::MySql {
+        return run_mysql(&mut conn).await;
+    }
     match store.backend {
         Backend::Sqlite => sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?,
-        Backend::Postgres => sqlx::query("BEGIN").execute(&mut *conn).await?,
+        Backend::Postgres | Backend::MySql => sqlx::query("BEGIN").execute(&mut *conn).await?,
     };
     let result = apply(store.backend, &mut conn).await;
     match result {
@@ -121,6 +152,7 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
         let sql = match backend {
             Backend::Sqlite => m.sqlite,
             Backend::Postgres => m.postgres,
+            Backend::MySql => m.mysql,
         };
         // Comment lines go first: a `;` inside a comment must not split a statement.
         let sql: String = sql
@@ -145,4 +177,90 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
 /// The schema version this binary expects once [`run`] has applied everything.
 pub(crate) fn latest() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// MariaDB/MySQL: the migrations under `GET_LOCK`, released however they end.
+async fn run_mysql(conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
+    let got: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT CAST(GET_LOCK({MYSQL_LOCK}, {MYSQL_LOCK_WAIT}) AS SIGNED)"
+    ))
+    .fetch_one(&mut *conn)
+    .await?;
+    if got != Some(1) {
+        tracing::error!(
+            wait_s = MYSQL_LOCK_WAIT,
+            "another server held the migration lock too long"
+        );
+        return Err(StoreError::Config(format!(
+            "could not take the migration lock within {MYSQL_LOCK_WAIT}s: another accel \
+             server is migrating this database, or died holding its session"
+        )));
+    }
+    let result = apply_mysql(&mut *conn).await;
+    let released = sqlx::query(&format!("DO RELEASE_LOCK({MYSQL_LOCK})"))
+        .execute(&mut *conn)
+        .await;
+    if let Err(e) = &released {
+        tracing::warn!(error = %e, "releasing the migration lock failed; closing the session frees it");
+    }
+    result?;
+    released?;
+    Ok(())
+}
+
+/// The binary, NO PAD utf8mb4 collation of this server: MariaDB (10.6+) and MySQL
+/// (8.0+) name it differently; `utf8mb4_bin` pads with spaces on both.
+async fn mysql_collation(conn: &mut sqlx::AnyConnection) -> Result<&'static str, StoreError> {
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(if version.to_ascii_lowercase().contains("mariadb") {
+        "utf8mb4_nopad_bin"
+    } else {
+        "utf8mb4_0900_bin"
+    })
+}
+
+async fn apply_mysql(conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
+    use sqlx::Executor;
+    let collation = mysql_collation(&mut *conn).await?;
+    let options = format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
+    conn.execute(
+        format!(
+            "CREATE TABLE IF NOT EXISTS accel_schema_migrations \
+             (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL){options}"
+        )
+        .as_str(),
+    )
+    .await?;
+    let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM accel_schema_migrations")
+        .fetch_all(&mut *conn)
+        .await?;
+    for m in MIGRATIONS {
+        if done.contains(&m.version) {
+            continue;
+        }
+        let sql: String = m
+            .mysql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            // Every table gets the engine, character set and collation.
+            let stmt = if stmt.starts_with("CREATE TABLE") {
+                format!("{stmt}{options}")
+            } else {
+                stmt.to_owned()
+            };
+            conn.execute(stmt.as_str()).await?;
+        }
+        sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES (?, ?)")
+            .bind(m.version)
+            .bind(crate::now())
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(version = m.version, "applied migration");
+    }
+    Ok(())
 }

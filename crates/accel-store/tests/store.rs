@@ -1,6 +1,8 @@
-//! The store suite, run against SQLite and PostgreSQL alike.
+//! The store suite, run against SQLite and PostgreSQL alike (and MariaDB/MySQL when
+//! `ACCEL_TEST_MYSQL` is set).
 
 use accel_store::placement::providers::{self, Filter, ParentChange};
+use accel_store::placement::traits;
 use accel_store::testing::{self, each_backend};
 use accel_store::{Conflict, Store, StoreError};
 
@@ -66,6 +68,105 @@ async fn postgres_migrations_are_idempotent_across_servers() {
         seen.is_some(),
         "the second server sees the first one's writes"
     );
+}
+
+#[tokio::test]
+async fn mysql_migrations_are_idempotent_across_servers() {
+    let Some(url) = testing::fresh_mysql_url().await.unwrap() else {
+        eprintln!("ACCEL_TEST_MYSQL is unset: skipping the MariaDB/MySQL case");
+        return;
+    };
+    // Three servers starting at once (one through the mariadb:// spelling) must all
+    // succeed: GET_LOCK lets one apply the migrations, the others find them applied.
+    let maria = url.replacen("mysql://", "mariadb://", 1);
+    let (a, b, c) = tokio::join!(
+        Store::connect(&url),
+        Store::connect(&maria),
+        Store::connect(&url)
+    );
+    let (a, b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    assert_eq!(b.backend(), accel_store::Backend::MySql);
+    create(&a, A, "a", None).await.unwrap();
+    let seen = b
+        .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
+        .await
+        .unwrap();
+    assert!(
+        seen.is_some(),
+        "the second server sees the first one's writes"
+    );
+    let versions: i64 = a
+        .read(|tx| {
+            Box::pin(async move {
+                Ok(
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM accel_schema_migrations")
+                        .fetch_one(&mut *tx)
+                        .await?,
+                )
+            })
+        })
+        .await
+        .unwrap();
+    let distinct: i64 = a
+        .read(|tx| {
+            Box::pin(async move {
+                Ok(sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(DISTINCT version) FROM accel_schema_migrations",
+                )
+                .fetch_one(&mut *tx)
+                .await?)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(versions, distinct, "each migration applied once");
+}
+
+#[tokio::test]
+async fn names_and_traits_compare_byte_for_byte() {
+    // MySQL's default collations fold case and ignore trailing spaces; accel's answers
+    // must not depend on the backend.
+    each_backend(|store| async move {
+        create(&store, A, "node", None).await.unwrap();
+        create(&store, B, "Node", None).await.unwrap();
+        create(&store, C, "node ", None).await.unwrap();
+        for name in ["node", "Node", "node "] {
+            let f = Filter {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            };
+            let found = store
+                .read(move |tx| Box::pin(async move { providers::list(tx, &f).await }))
+                .await
+                .unwrap();
+            assert_eq!(found.len(), 1, "{name:?}: {found:?}");
+            assert_eq!(found[0].name, name);
+        }
+        let missing = store
+            .read(|tx| Box::pin(async move { providers::get(tx, &A.to_uppercase()).await }))
+            .await
+            .unwrap();
+        assert!(missing.is_none(), "uuids compare exactly");
+        let (t, created) = store
+            .write(|tx| Box::pin(async move { traits::ensure(tx, "CUSTOM_EXACT").await }))
+            .await
+            .unwrap();
+        assert!(created);
+        for other in ["custom_exact", "CUSTOM_EXACT "] {
+            let got = store
+                .read(move |tx| Box::pin(async move { traits::get(tx, other).await }))
+                .await
+                .unwrap();
+            assert!(got.is_none(), "{other:?} is not {:?}", t.name);
+            let (u, created) = store
+                .write(move |tx| Box::pin(async move { traits::ensure(tx, other).await }))
+                .await
+                .unwrap();
+            assert!(created, "{other:?} is a trait of its own");
+            assert_eq!(u.name, other);
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -170,7 +271,18 @@ async fn generation_compare_and_swap() {
 
 #[tokio::test]
 async fn concurrent_cas_has_exactly_one_winner_on_postgres() {
-    let store = testing::postgres().await;
+    concurrent_cas_has_exactly_one_winner(testing::postgres().await).await;
+}
+
+#[tokio::test]
+async fn concurrent_cas_has_exactly_one_winner_on_mysql() {
+    match testing::mysql().await {
+        Some(store) => concurrent_cas_has_exactly_one_winner(store).await,
+        None => eprintln!("ACCEL_TEST_MYSQL is unset: skipping the MariaDB/MySQL case"),
+    }
+}
+
+async fn concurrent_cas_has_exactly_one_winner(store: Store) {
     let rp = create(&store, A, "race", None).await.unwrap();
     let id = rp.id;
     let mut set = tokio::task::JoinSet::new();

@@ -28,15 +28,75 @@ pub enum Backend {
     Sqlite,
     /// A fresh database on the PostgreSQL server of `ACCEL_TEST_PG`.
     Postgres,
+    /// A fresh database on the MariaDB/MySQL server of `ACCEL_TEST_MYSQL`; only in
+    /// [`BACKENDS`] when that variable is set.
+    MySql,
 }
 
-pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+/// The backends every server test runs on: SQLite, PostgreSQL, and MariaDB/MySQL when
+/// `ACCEL_TEST_MYSQL` is set (`for backend in BACKENDS`; `BACKENDS[0]` is SQLite).
+pub const BACKENDS: Backends = Backends;
+
+/// The list behind [`BACKENDS`]: which backends are on is read from the environment
+/// when the list is iterated.
+#[derive(Clone, Copy, Debug)]
+pub struct Backends;
+
+const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Postgres, Backend::MySql];
+
+impl Backends {
+    /// The backends on in this environment.
+    pub fn enabled(self) -> Vec<Backend> {
+        let mysql = accel_store::testing::mysql_admin_url().is_some();
+        ALL.into_iter()
+            .filter(|b| *b != Backend::MySql || mysql)
+            .collect()
+    }
+}
+
+impl IntoIterator for Backends {
+    type Item = Backend;
+    type IntoIter = std::vec::IntoIter<Backend>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.enabled().into_iter()
+    }
+}
+
+impl std::ops::Index<usize> for Backends {
+    type Output = Backend;
+    fn index(&self, i: usize) -> &Backend {
+        &ALL[i]
+    }
+}
+
+/// A fresh, empty database of `backend` that several stores (replicas, a restarted
+/// server) can open: its URL.
+pub async fn fresh_url(backend: Backend) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            "sqlite://{}",
+            std::env::temp_dir()
+                .join(format!("accel-test-{}.db", uuid::Uuid::new_v4().simple()))
+                .display()
+        ),
+        Backend::Postgres => accel_store::testing::fresh_postgres_url()
+            .await
+            .expect("create PostgreSQL test database"),
+        Backend::MySql => accel_store::testing::fresh_mysql_url()
+            .await
+            .expect("create MariaDB/MySQL test database")
+            .expect("ACCEL_TEST_MYSQL names the MariaDB/MySQL server"),
+    }
+}
 
 /// A migrated store on a fresh database of `backend`.
 pub async fn store(backend: Backend) -> Store {
     match backend {
         Backend::Sqlite => accel_store::testing::sqlite().await,
         Backend::Postgres => accel_store::testing::postgres().await,
+        Backend::MySql => accel_store::testing::mysql()
+            .await
+            .expect("ACCEL_TEST_MYSQL names the MariaDB/MySQL server"),
     }
 }
 

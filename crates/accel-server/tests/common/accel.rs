@@ -99,6 +99,10 @@ impl TempDb {
                 url: accel_store::testing::fresh_postgres_url().await.unwrap(),
                 file: None,
             },
+            Backend::MySql => TempDb {
+                url: accel_testkit::server::fresh_url(backend).await,
+                file: None,
+            },
         }
     }
 }

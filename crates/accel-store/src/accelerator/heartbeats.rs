@@ -25,11 +25,15 @@ pub async fn beat(store: &Store, owner: &str, now: i64, ttl_secs: i64) -> Result
     store
         .write(move |tx| {
             Box::pin(async move {
-                sqlx::query(
+                let upsert = if tx.backend() == crate::Backend::MySql {
+                    "ON DUPLICATE KEY UPDATE alive_until = $2, updated_at = $3"
+                } else {
+                    "ON CONFLICT (owner) DO UPDATE SET alive_until = $2, updated_at = $3"
+                };
+                sqlx::query(&format!(
                     "INSERT INTO server_heartbeats (owner, alive_until, started_at, updated_at) \
-                     VALUES ($1, $2, $3, $3) ON CONFLICT (owner) DO UPDATE \
-                     SET alive_until = $2, updated_at = $3",
-                )
+                     VALUES ($1, $2, $3, $3) {upsert}"
+                ))
                 .bind(owner)
                 .bind(now + ttl_secs)
                 .bind(now)

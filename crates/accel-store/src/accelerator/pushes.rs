@@ -45,12 +45,16 @@ impl Push {
 /// Records that `host`'s tree changed: a push is due at `now`. Call it in the
 /// transaction that made the change.
 pub async fn mark(tx: &mut Tx, host: &str, now: i64) -> Result<(), StoreError> {
-    sqlx::query(
+    let upsert = if tx.backend() == crate::Backend::MySql {
+        "ON DUPLICATE KEY UPDATE version = version + 1, next_attempt = $2, updated_at = $2"
+    } else {
+        "ON CONFLICT (hostname) DO UPDATE SET version = placement_pushes.version + 1, \
+         next_attempt = $2, updated_at = $2"
+    };
+    sqlx::query(&format!(
         "INSERT INTO placement_pushes (hostname, version, pushed_version, attempts, \
-         next_attempt, updated_at) VALUES ($1, 1, 0, 0, $2, $2) \
-         ON CONFLICT (hostname) DO UPDATE SET version = placement_pushes.version + 1, \
-         next_attempt = $2, updated_at = $2",
-    )
+         next_attempt, updated_at) VALUES ($1, 1, 0, 0, $2, $2) {upsert}"
+    ))
     .bind(host)
     .bind(now)
     .execute(&mut *tx)

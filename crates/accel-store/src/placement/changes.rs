@@ -93,12 +93,26 @@ pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreE
         return Ok(());
     };
     let shard = first.rem_euclid(SHARDS as i64);
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE placement_change_shards SET seq = seq + 1 WHERE shard = $1 RETURNING seq",
-    )
-    .bind(shard as i32)
-    .fetch_one(&mut *tx)
-    .await?;
+    let seq: i64 = if tx.backend() == crate::Backend::MySql {
+        // MySQL has no UPDATE .. RETURNING; LAST_INSERT_ID(expr) hands the new value
+        // back on this session.
+        sqlx::query(
+            "UPDATE placement_change_shards SET seq = LAST_INSERT_ID(seq + 1) WHERE shard = $1",
+        )
+        .bind(shard as i32)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+            .fetch_one(&mut *tx)
+            .await?
+    } else {
+        sqlx::query_scalar(
+            "UPDATE placement_change_shards SET seq = seq + 1 WHERE shard = $1 RETURNING seq",
+        )
+        .bind(shard as i32)
+        .fetch_one(&mut *tx)
+        .await?
+    };
     let ids: Vec<i64> = ids.iter().copied().collect();
     for chunk in ids.chunks(300) {
         let values: Vec<String> = (0..chunk.len())

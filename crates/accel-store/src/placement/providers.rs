@@ -614,12 +614,17 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
 fn packed(tx: &Tx, sql: &str) -> String {
     const COLS: &str = "q.id, q.uuid, q.name, q.generation, q.parent_provider_id, \
          q.root_provider_id, q.parent_uuid, q.root_uuid, q.modified";
-    if tx.backend_name() == "PostgreSQL" {
-        format!(
+    match tx.backend() {
+        crate::Backend::Postgres => format!(
             "SELECT COALESCE(json_agg(json_build_array({COLS}) ORDER BY q.id), '[]')::text FROM ({sql}) q"
-        )
-    } else {
-        format!("SELECT COALESCE(json_group_array(json_array({COLS})), '[]') FROM ({sql}) q")
+        ),
+        crate::Backend::Sqlite => {
+            format!("SELECT COALESCE(json_group_array(json_array({COLS})), '[]') FROM ({sql}) q")
+        }
+        // `unpack` sorts by id; the cast makes MySQL 8's JSON type come back as text.
+        crate::Backend::MySql => format!(
+            "SELECT CAST(COALESCE(JSON_ARRAYAGG(JSON_ARRAY({COLS})), '[]') AS CHAR) FROM ({sql}) q"
+        ),
     }
 }
 

@@ -1,0 +1,311 @@
+//! The open transaction store modules write through ([`Tx`]), and the one place SQL
+//! written for PostgreSQL and SQLite is turned into MariaDB/MySQL's dialect.
+//!
+//! Store queries are written once, with `$N` placeholders, `CAST(.. AS BIGINT)` and
+//! `INSERT .. ON CONFLICT DO NOTHING`, which SQLite and PostgreSQL both accept. MySQL's
+//! protocol knows only positional `?` placeholders, casts to `SIGNED`, spells the
+//! insert `INSERT IGNORE`, and reserves some of our column names (`key`, `usage`,
+//! `groups`). Rather than keep a second copy of ~180 statements, [`Tx`] is the
+//! executor every store function runs its queries on: on MySQL it rewrites each
+//! statement as it is sent ([`to_mysql`]) and reorders the bound values to match (a
+//! `$N` may appear twice, or out of order). On SQLite and PostgreSQL it hands the
+//! query to the connection untouched.
+//!
+//! Statements whose meaning, not only spelling, differs by dialect (an upsert, an
+//! `UPDATE .. RETURNING`) branch on [`Tx::backend`] where they are written.
+//!
+//! Rows coming back from MySQL are mapped too: `sqlx::Any` hands `TEXT` columns over
+//! as blobs (MySQL reports them as BLOB types with a character set), so a blob that is
+//! valid UTF-8 is given back as text. The schema has no binary columns.
+
+use crate::Backend;
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use sqlx::any::{AnyArguments, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, Describe, Either, Execute, Executor};
+
+/// An open transaction on one of the store's connections. Store functions take
+/// `&mut Tx` and run their queries on `&mut *tx`.
+#[derive(Debug)]
+pub struct Tx {
+    conn: PoolConnection<Any>,
+    backend: Backend,
+}
+
+impl Tx {
+    pub(crate) fn new(conn: PoolConnection<Any>, backend: Backend) -> Self {
+        Tx { conn, backend }
+    }
+
+    /// The database engine this transaction runs on, for the few statements whose
+    /// meaning differs by dialect.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The connection itself, for transaction control (`BEGIN`, `COMMIT`): sent
+    /// as written, never rewritten.
+    pub(crate) fn raw(&mut self) -> &mut AnyConnection {
+        &mut self.conn
+    }
+
+    pub(crate) fn into_inner(self) -> PoolConnection<Any> {
+        self.conn
+    }
+}
+
+impl<'c> Executor<'c> for &'c mut Tx {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        match self.backend {
+            Backend::MySql => mysql_fetch_many(&mut self.conn, query),
+            Backend::Sqlite | Backend::Postgres => (&mut *self.conn).fetch_many(query),
+        }
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<AnyRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        match self.backend {
+            Backend::MySql => mysql_fetch_optional(&mut self.conn, query),
+            Backend::Sqlite | Backend::Postgres => (&mut *self.conn).fetch_optional(query),
+        }
+    }
+
+    /// Prepares `sql` as written: the store never prepares statements by hand, so no
+    /// rewrite is needed here.
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [AnyTypeInfo],
+    ) -> BoxFuture<'e, Result<AnyStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        (&mut *self.conn).prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        (&mut *self.conn).describe(sql)
+    }
+}
+
+/// Rewrites `query` for MySQL and collects its results (store queries read whole
+/// results anyway; collecting lets the rewritten text live inside the future).
+fn mysql_fetch_many<'e, 'q: 'e, E>(
+    conn: &'e mut AnyConnection,
+    mut query: E,
+) -> BoxStream<'e, Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>
+where
+    E: 'q + Execute<'q, Any>,
+{
+    let args = query.take_arguments();
+    let sql = query.sql();
+    let run = async move {
+        let args = args.map_err(sqlx::Error::Encode)?;
+        let (sql, args) = rewrite(sql, args);
+        let items: Vec<_> = match args {
+            Some(args) => {
+                conn.fetch_many((sql.as_str(), Some(args)))
+                    .map_ok(text_item)
+                    .try_collect()
+                    .await?
+            }
+            None => {
+                conn.fetch_many(sql.as_str())
+                    .map_ok(text_item)
+                    .try_collect()
+                    .await?
+            }
+        };
+        Ok::<_, sqlx::Error>(items)
+    };
+    stream::once(run)
+        .flat_map(|r| {
+            stream::iter(match r {
+                Ok(items) => items.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        })
+        .boxed()
+}
+
+fn mysql_fetch_optional<'e, 'q: 'e, E>(
+    conn: &'e mut AnyConnection,
+    mut query: E,
+) -> BoxFuture<'e, Result<Option<AnyRow>, sqlx::Error>>
+where
+    E: 'q + Execute<'q, Any>,
+{
+    let args = query.take_arguments();
+    let sql = query.sql();
+    Box::pin(async move {
+        let args = args.map_err(sqlx::Error::Encode)?;
+        let (sql, args) = rewrite(sql, args);
+        let row = match args {
+            Some(args) => conn.fetch_optional((sql.as_str(), Some(args))).await?,
+            None => conn.fetch_optional(sql.as_str()).await?,
+        };
+        Ok(row.map(text_row))
+    })
+}
+
+/// The MySQL text of `sql` and its arguments in `?` order. A statement without
+/// arguments comes back with `None`, so it is sent as text rather than prepared
+/// (MySQL refuses to prepare some statements, and nothing is gained by it).
+fn rewrite<'q>(sql: &str, args: Option<AnyArguments<'q>>) -> (String, Option<AnyArguments<'q>>) {
+    let (text, order) = to_mysql(sql);
+    let args = match args {
+        Some(a) if !a.values.0.is_empty() => a,
+        _ => return (text, None),
+    };
+    let mut out = AnyArguments::default();
+    out.values.0 = order
+        .iter()
+        .filter_map(|&i| args.values.0.get(i).cloned())
+        .collect();
+    (text, Some(out))
+}
+
+/// Column names of ours that MySQL reserves: quoted wherever they appear.
+const RESERVED: &[&str] = &["key", "usage", "groups"];
+
+/// `sql` in MySQL's dialect, and for each `?` the index of the argument it takes.
+///
+/// Outside quoted strings: `$N` becomes `?`; a reserved column name is quoted with
+/// backticks; `AS BIGINT` (in a `CAST`) becomes `AS SIGNED`; and `INSERT INTO ..
+/// ON CONFLICT DO NOTHING` becomes `INSERT IGNORE INTO ..`.
+pub(crate) fn to_mysql(sql: &str) -> (String, Vec<usize>) {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut order = Vec::new();
+    let mut prev_word = String::new();
+    let mut chars = sql.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\'' => {
+                out.push(c);
+                for (_, d) in chars.by_ref() {
+                    out.push(d);
+                    if d == '\'' {
+                        break;
+                    }
+                }
+            }
+            '$' if chars.peek().is_some_and(|(_, d)| d.is_ascii_digit()) => {
+                let mut n = 0usize;
+                while let Some(&(_, d)) = chars.peek() {
+                    match d.to_digit(10) {
+                        Some(v) => {
+                            n = n * 10 + v as usize;
+                            chars.next();
+                        }
+                        None => break,
+                    }
+                }
+                out.push('?');
+                order.push(n.saturating_sub(1));
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let mut end = i + c.len_utf8();
+                while let Some(&(j, d)) = chars.peek() {
+                    if d.is_ascii_alphanumeric() || d == '_' {
+                        end = j + d.len_utf8();
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                let word = &sql[i..end];
+                if RESERVED.contains(&word) {
+                    out.push('`');
+                    out.push_str(word);
+                    out.push('`');
+                } else if word.eq_ignore_ascii_case("BIGINT")
+                    && prev_word.eq_ignore_ascii_case("AS")
+                {
+                    out.push_str("SIGNED");
+                } else {
+                    out.push_str(word);
+                }
+                prev_word.clear();
+                prev_word.push_str(word);
+            }
+            _ => out.push(c),
+        }
+    }
+    const DO_NOTHING: &str = "ON CONFLICT DO NOTHING";
+    let trimmed = out.trim_end();
+    if trimmed.ends_with(DO_NOTHING) && trimmed.starts_with("INSERT INTO") {
+        let body = &trimmed["INSERT INTO".len()..trimmed.len() - DO_NOTHING.len()];
+        out = format!("INSERT IGNORE INTO{}", body.trim_end());
+    }
+    (out, order)
+}
+
+fn text_item(item: Either<AnyQueryResult, AnyRow>) -> Either<AnyQueryResult, AnyRow> {
+    item.map_right(text_row)
+}
+
+/// `row` with each UTF-8 blob value turned into text (see the module doc).
+fn text_row(mut row: AnyRow) -> AnyRow {
+    use sqlx::any::AnyTypeInfoKind;
+    use sqlx_core::any::AnyValueKind;
+    for (i, value) in row.values.iter_mut().enumerate() {
+        let text = match &value.kind {
+            AnyValueKind::Blob(b) => match std::str::from_utf8(b) {
+                Ok(s) => s.to_owned(),
+                Err(_) => continue,
+            },
+            _ => continue,
+        };
+        value.kind = AnyValueKind::Text(text.into());
+        if let Some(col) = row.columns.get_mut(i) {
+            col.type_info = AnyTypeInfo {
+                kind: AnyTypeInfoKind::Text,
+            };
+        }
+    }
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_mysql;
+
+    #[test]
+    fn placeholders_become_positional_with_their_argument_order() {
+        let (sql, order) = to_mysql("UPDATE t SET a = $2, b = $1, c = $2 WHERE d = '$3'");
+        assert_eq!(sql, "UPDATE t SET a = ?, b = ?, c = ? WHERE d = '$3'");
+        assert_eq!(order, vec![1, 0, 1]);
+    }
+
+    #[test]
+    fn reserved_names_casts_and_insert_ignore() {
+        let (sql, _) = to_mysql(
+            "INSERT INTO attributes (key, value) SELECT a.key, CAST(SUM(x) AS BIGINT) FROM q ON CONFLICT DO NOTHING",
+        );
+        assert_eq!(
+            sql,
+            "INSERT IGNORE INTO attributes (`key`, value) SELECT a.`key`, CAST(SUM(x) AS SIGNED) FROM q"
+        );
+        let (sql, _) = to_mysql("SELECT 'key', keys, usage_x FROM kubernetes_slots");
+        assert_eq!(sql, "SELECT 'key', keys, usage_x FROM kubernetes_slots");
+    }
+}
