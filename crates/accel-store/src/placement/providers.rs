@@ -461,6 +461,28 @@ pub struct Filter {
     pub resources: Vec<(i64, i64)>,
 }
 
+/// `rows` of two SQL expressions as a derived table with the columns `column1` and
+/// `column2`, the names SQLite and PostgreSQL give a VALUES list's columns. MariaDB
+/// names a VALUES list's columns after its first row (`?` twice: a duplicate column),
+/// so there the rows are SELECTs that name them, joined by UNION ALL (MySQL has no
+/// limit on their number; SQLite's is 500, which is why it keeps VALUES).
+fn pairs(backend: crate::Backend, rows: &[(String, String)]) -> String {
+    if backend == crate::Backend::MySql {
+        let selects: Vec<String> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (a, b))| match i {
+                0 => format!("SELECT {a} AS column1, {b} AS column2"),
+                _ => format!("SELECT {a}, {b}"),
+            })
+            .collect();
+        format!("({})", selects.join(" UNION ALL "))
+    } else {
+        let values: Vec<String> = rows.iter().map(|(a, b)| format!("({a}, {b})")).collect();
+        format!("(VALUES {})", values.join(", "))
+    }
+}
+
 /// Lists providers matching `f`, ordered by id (creation order).
 pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> {
     enum Arg {
@@ -503,21 +525,20 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
     // One `IN (subquery)` per group made PostgreSQL's planner take minutes at a few
     // hundred groups.
     if !required.is_empty() {
-        let rows: Vec<String> = required
+        let rows: Vec<(String, String)> = required
             .iter()
             .enumerate()
             .flat_map(|(g, any)| any.iter().map(move |t| (g, *t)))
             .map(|(g, t)| {
                 let g = next(&mut args, Arg::I(g as i64));
-                let t = next(&mut args, Arg::I(t));
-                format!("({g}, {t})")
+                (g, next(&mut args, Arg::I(t)))
             })
             .collect();
         wh.push(format!(
             "rp.id IN (SELECT rpt.resource_provider_id FROM resource_provider_traits rpt \
-             JOIN (VALUES {}) AS g ON g.column2 = rpt.trait_id \
+             JOIN {} AS g ON g.column2 = rpt.trait_id \
              GROUP BY rpt.resource_provider_id HAVING COUNT(DISTINCT g.column1) = {})",
-            rows.join(", "),
+            pairs(tx.backend(), &rows),
             required.len()
         ));
     }
@@ -546,22 +567,21 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
     member_of.dedup();
     // As for traits: one condition for all groups.
     if !member_of.is_empty() {
-        let rows: Vec<String> = member_of
+        let rows: Vec<(String, String)> = member_of
             .iter()
             .enumerate()
             .flat_map(|(g, any)| any.iter().map(move |a| (g, a.clone())))
             .map(|(g, a)| {
                 let g = next(&mut args, Arg::I(g as i64));
-                let a = next(&mut args, Arg::S(a));
-                format!("({g}, {a})")
+                (g, next(&mut args, Arg::S(a)))
             })
             .collect();
         wh.push(format!(
             "rp.id IN (SELECT rpa.resource_provider_id FROM resource_provider_aggregates rpa \
              JOIN placement_aggregates pa ON pa.id = rpa.aggregate_id \
-             JOIN (VALUES {}) AS g ON g.column2 = pa.uuid \
+             JOIN {} AS g ON g.column2 = pa.uuid \
              GROUP BY rpa.resource_provider_id HAVING COUNT(DISTINCT g.column1) = {})",
-            rows.join(", "),
+            pairs(tx.backend(), &rows),
             member_of.len()
         ));
     }
