@@ -461,6 +461,23 @@ pub struct Filter {
     pub resources: Vec<(i64, i64)>,
 }
 
+/// An AND of any-of groups with each group's members and the groups themselves sorted
+/// and deduplicated: a repeated group or member says nothing new.
+fn distinct_groups<T: Ord + Clone>(groups: &[Vec<T>]) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = groups
+        .iter()
+        .map(|any| {
+            let mut g = any.clone();
+            g.sort_unstable();
+            g.dedup();
+            g
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `rows` of two SQL expressions as a derived table with the columns `column1` and
 /// `column2`, the names SQLite and PostgreSQL give a VALUES list's columns. MariaDB
 /// names a VALUES list's columns after its first row (`?` twice: a duplicate column),
@@ -508,18 +525,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
         ));
     }
     // Repeated groups say nothing new; one condition each for the distinct ones.
-    let mut required: Vec<Vec<i64>> = f
-        .required
-        .iter()
-        .map(|any| {
-            let mut g = any.clone();
-            g.sort_unstable();
-            g.dedup();
-            g
-        })
-        .collect();
-    required.sort();
-    required.dedup();
+    let required = distinct_groups(&f.required);
     // Every group as one condition: the (group, trait) pairs are a VALUES list joined
     // to the provider's traits, and a provider qualifies when it matches every group.
     // One `IN (subquery)` per group made PostgreSQL's planner take minutes at a few
@@ -553,18 +559,7 @@ pub async fn list(tx: &mut Tx, f: &Filter) -> Result<Vec<Provider>, StoreError> 
             ids.join(", ")
         ));
     }
-    let mut member_of: Vec<Vec<String>> = f
-        .member_of
-        .iter()
-        .map(|any| {
-            let mut g = any.clone();
-            g.sort_unstable();
-            g.dedup();
-            g
-        })
-        .collect();
-    member_of.sort();
-    member_of.dedup();
+    let member_of = distinct_groups(&f.member_of);
     // As for traits: one condition for all groups.
     if !member_of.is_empty() {
         let rows: Vec<(String, String)> = member_of
