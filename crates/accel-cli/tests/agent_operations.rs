@@ -4,6 +4,8 @@
 //! it before anything reaches Placement. The built binary against the real server
 //! (SQLite and PostgreSQL) and the fake kubelet.
 
+mod common;
+
 use accel_agent::testing::FakeSysfs;
 use accel_k8s::proto::deviceplugin as dp;
 use accel_k8s::testing::FakeKubelet;
@@ -118,15 +120,7 @@ async fn compute_node(server: &TestServer, name: &str) {
 
 /// Names of the Placement providers, sorted.
 async fn providers(server: &TestServer) -> Vec<String> {
-    let v: serde_json::Value = reqwest::Client::new()
-        .get(format!("{}/resource_providers", server.placement))
-        .header("x-auth-token", "admin")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::placement_get(&server.placement, "/resource_providers").await;
     let mut names: Vec<String> = v["resource_providers"]
         .as_array()
         .unwrap()

@@ -2,6 +2,8 @@
 //! real server (both APIs on port 0, a fresh database per test, the fake device
 //! reported), on SQLite and PostgreSQL.
 
+mod common;
+
 use accel_testkit::server::{Backend, TestServer, BACKENDS};
 use serde_json::Value;
 
@@ -65,18 +67,11 @@ impl Server {
     }
 
     async fn fake_device_rp(&self) -> String {
-        let v: Value = reqwest::Client::new()
-            .get(format!(
-                "{}/resource_providers?name=compute1_FakeDevice",
-                self.placement
-            ))
-            .header("x-auth-token", "admin")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = common::placement_get(
+            &self.placement,
+            "/resource_providers?name=compute1_FakeDevice",
+        )
+        .await;
         v["resource_providers"][0]["uuid"]
             .as_str()
             .unwrap()

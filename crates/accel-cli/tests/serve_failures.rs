@@ -6,6 +6,8 @@
 //! Each test runs the built binary with `--log-format json` and reads its addresses
 //! from the "accel serve ready" line, so nothing here picks a port for the server.
 
+mod common;
+
 use accel_store::accelerator::{binds, heartbeats};
 use accel_store::Store;
 use serde_json::Value;
@@ -228,15 +230,7 @@ async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_on
 }
 
 async fn placement_uuid(s: &Serve, name: &str) -> String {
-    let v: Value = reqwest::Client::new()
-        .get(format!("{}/resource_providers?name={name}", s.placement))
-        .header("x-auth-token", "admin")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::placement_get(&s.placement, &format!("/resource_providers?name={name}")).await;
     v["resource_providers"][0]["uuid"]
         .as_str()
         .unwrap()
