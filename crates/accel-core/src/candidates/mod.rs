@@ -47,6 +47,7 @@
 //! require enumerating the full set.
 
 mod anchor;
+pub mod explain;
 mod forced;
 mod plan;
 mod request;
