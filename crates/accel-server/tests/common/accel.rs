@@ -231,6 +231,8 @@ pub struct Server {
     pub placement: String,
     /// The metrics port (`/metrics`, `/livez`, `/readyz`).
     pub metrics: String,
+    /// The operator's console.
+    pub console: String,
     pub store: Store,
     client: reqwest::Client,
     server: TestServer,
@@ -260,6 +262,7 @@ impl Server {
             accel: server.accel.clone(),
             placement: server.placement.clone(),
             metrics: server.metrics.clone(),
+            console: server.console.clone(),
             store: server.store.clone(),
             client: reqwest::Client::new(),
             server,
