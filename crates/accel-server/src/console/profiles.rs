@@ -34,6 +34,8 @@ const HOSTS_SHOWN: usize = 12;
 const PROFILE_CAP: usize = 1000;
 /// Candidates shown by the explainer.
 const CANDIDATES_SHOWN: usize = 50;
+/// Candidates the explainer searches for at most (its count then reads "N+").
+const EXPLAIN_CAP: usize = 1000;
 
 /// Provider names by index position, for one index version.
 pub struct NameCache(
@@ -59,13 +61,10 @@ impl Console {
                 return Ok((index, names.clone()));
             }
         }
-        let ids: Vec<i64> = index.world.providers.iter().map(|p| p.id).collect();
         let by_id = self
             .app
             .store
-            .read_one(move |tx| {
-                Box::pin(async move { accel_store::estate::hosts::names(tx, &ids).await })
-            })
+            .read_one(|tx| Box::pin(accel_store::estate::hosts::all_names(tx)))
             .await?;
         let names: Arc<Vec<String>> = Arc::new(
             index
@@ -478,9 +477,10 @@ pub(crate) async fn explain(
             }
         }
     };
+    // Counting past EXPLAIN_CAP candidates only costs time: the page says "N+".
     let cap = match console.app.config.max_allocation_candidates {
-        0 => usize::MAX,
-        n => n,
+        0 => EXPLAIN_CAP,
+        n => n.min(EXPLAIN_CAP),
     };
     let outcome = engine::search(&index.snapshot, &request, cap);
     let names = IndexNames {
@@ -496,7 +496,13 @@ pub(crate) async fn explain(
             ..Default::default()
         },
     );
-    candidates_html(&mut h, &index, &names, &outcome);
+    candidates_html(
+        &mut h,
+        &index,
+        &names,
+        &outcome,
+        outcome.candidates.len() >= cap,
+    );
     roots_html(&mut h, &q, &names, &index, &explanation);
     done(&who, &h)
 }
@@ -513,12 +519,14 @@ fn candidates_html(
     index: &Prepared,
     names: &IndexNames,
     outcome: &engine::Outcome,
+    capped: bool,
 ) {
     let n = outcome.candidates.len();
     let _ = write!(
         h,
-        "<h2>Candidates in Placement's order</h2><div data-test=\"candidates\" data-count=\"{n}\">\
-         <p>{n} candidate{}{}</p><ol>",
+        "<h2>Candidates in Placement's order</h2><div data-test=\"candidates\" data-count=\"{n}\" \
+         data-capped=\"{capped}\"><p>{n}{} candidate{}{}</p><ol>",
+        if capped { "+" } else { "" },
         if n == 1 { "" } else { "s" },
         if n > CANDIDATES_SHOWN {
             format!(", the first {CANDIDATES_SHOWN} shown")

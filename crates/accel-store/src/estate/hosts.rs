@@ -319,21 +319,15 @@ async fn last_reports(tx: &mut Tx, hosts: &[String]) -> Result<HashMap<String, i
     Ok(out)
 }
 
-/// Provider names by id for `ids` (the explainer names the roots it shows).
-pub async fn names(tx: &mut Tx, ids: &[i64]) -> Result<HashMap<i64, String>, StoreError> {
+/// Every provider's name by id: one scan (the candidate pages name providers of the
+/// whole index, and keep this per index version).
+pub async fn all_names(tx: &mut Tx) -> Result<HashMap<i64, String>, StoreError> {
     let mut out = HashMap::new();
-    for chunk in ids.chunks(500) {
-        let sql = format!(
-            "SELECT id, name FROM resource_providers WHERE id IN ({})",
-            placeholders(1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for r in q.fetch_all(&mut *tx).await? {
-            out.insert(r.try_get(0)?, r.try_get(1)?);
-        }
+    for r in sqlx::query("SELECT id, name FROM resource_providers")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        out.insert(r.try_get(0)?, r.try_get(1)?);
     }
     Ok(out)
 }
