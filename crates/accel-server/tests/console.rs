@@ -429,9 +429,15 @@ impl KsApp {
     async fn login(
         &self,
         c: &reqwest::Client,
-        form: &[(&str, &str)],
+        (user, password, project): (&str, &str, &str),
         origin: Option<&str>,
     ) -> reqwest::Response {
+        let form = [
+            ("user", user),
+            ("password", password),
+            ("project", project),
+            ("domain", "Default"),
+        ];
         let mut r = c
             .post(format!("{}/login", self.server.console))
             .header("content-type", "application/x-www-form-urlencoded")
@@ -504,16 +510,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
 
     // A wrong password and a cross-origin POST are refused, and counted.
     let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "wrong"),
-                ("project", "p1-name"),
-                ("domain", "Default"),
-            ],
-            Some(&origin),
-        )
+        .login(&c, ("alice", "wrong", "p1-name"), Some(&origin))
         .await;
     assert_eq!(r.status(), 401);
     assert!(r.headers().get("set-cookie").is_none());
@@ -521,27 +518,13 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     let r = app
         .login(
             &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-            ],
+            ("alice", "alice-pw", "p1-name"),
             Some("http://evil.example"),
         )
         .await;
     assert_eq!(r.status(), 403);
     assert!(r.headers().get("set-cookie").is_none());
-    let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-            ],
-            None,
-        )
-        .await;
+    let r = app.login(&c, ("alice", "alice-pw", "p1-name"), None).await;
     assert_eq!(r.status(), 403);
     let metrics = reqwest::get(format!("{}/metrics", app.server.metrics))
         .await
@@ -556,16 +539,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
 
     // A member: its own project's ARQs only; hardware pages need what the API needs.
     let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-                ("domain", "Default"),
-            ],
-            Some(&origin),
-        )
+        .login(&c, ("alice", "alice-pw", "p1-name"), Some(&origin))
         .await;
     assert_eq!(r.status(), 303);
     let alice = session_cookie(&r);
@@ -596,11 +570,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     let r = app
         .login(
             &c,
-            &[
-                ("user", "root"),
-                ("password", "admin-pw"),
-                ("project", "admin-project-name"),
-            ],
+            ("root", "admin-pw", "admin-project-name"),
             Some(&origin),
         )
         .await;

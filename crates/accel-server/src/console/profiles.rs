@@ -14,7 +14,7 @@
 //! without a query per reason.
 
 use super::html::{esc, pager, qv};
-use super::{forbidden, html, render, stamp, store_failed, Console, ListQuery, Shared, Who};
+use super::{html, render, store_failed, Answer, Console, ListQuery, Rule, Shared, Who};
 use crate::placement::index::Prepared;
 use crate::placement::{resolve_query, Resolved};
 use accel_api::placement::mv;
@@ -143,24 +143,16 @@ pub(crate) async fn profiles(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
+) -> Answer {
     let console = &state.0;
-    let who = match console.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !console.cyborg_allows(&who, cyborg::DEVICE_PROFILE_GET_ALL) {
-        return forbidden(cyborg::DEVICE_PROFILE_GET_ALL);
-    }
-    let all = match console
-        .app
-        .store
-        .read(|tx| Box::pin(async move { profiles::list(tx, None).await }))
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return store_failed("the device profiles", e),
-    };
+    let who = console
+        .admit(&headers, Rule::Cyborg(cyborg::DEVICE_PROFILE_GET_ALL))
+        .await?;
+    let all = console
+        .read("the device profiles", |tx| {
+            Box::pin(profiles::list(tx, None))
+        })
+        .await?;
     // Profiles are few (tens): filtered and paged here, after one read.
     let needle = q.search().map(str::to_lowercase);
     let matching: Vec<&profiles::Profile> = all
@@ -180,21 +172,23 @@ pub(crate) async fn profiles(
         .collect();
     let hosts_allowed = console.placement_allows(&who, rules::ALLOCATION_CANDIDATES_LIST);
     let picture = if hosts_allowed {
-        match console.index_and_names().await {
-            Ok(p) => Some(p),
-            Err(e) => return store_failed("the candidate index", e),
-        }
+        Some(
+            console
+                .index_and_names()
+                .await
+                .map_err(|e| store_failed("the candidate index", e))?,
+        )
     } else {
         None
     };
-    let mut h = html::search("/profiles", &q.q, "profile name or uuid");
-    h.push_str(&pager(
-        &html::list_base("/profiles", &q.q),
-        window.offset,
-        window.limit,
+    let mut h = html::list_head(
+        "/profiles",
+        &q.q,
+        "profile name or uuid",
+        window,
         page.len(),
         matching.len() as i64,
-    ));
+    );
     h.push_str(
         "<table class=\"profiles\"><thead><tr><th>Profile</th><th>Groups</th>\
          <th>Hosts that could serve it now</th></tr></thead><tbody>",
@@ -232,13 +226,7 @@ pub(crate) async fn profiles(
         );
     }
     h.push_str("</tbody></table>");
-    render(
-        &who,
-        "Device profiles",
-        "/profiles",
-        stamp(&console.app).await.as_deref(),
-        &h,
-    )
+    Ok(console.page(&who, "Device profiles", "/profiles", &h).await)
 }
 
 /// `(count, html)` of the hosts that could serve profile `p` now.
@@ -362,29 +350,21 @@ pub(crate) async fn explain(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ExplainQuery>,
-) -> Response {
+) -> Answer {
     let console = &state.0;
-    let who = match console.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !console.placement_allows(&who, rules::ALLOCATION_CANDIDATES_LIST) {
-        return forbidden(rules::ALLOCATION_CANDIDATES_LIST);
-    }
-    let all = match console
-        .app
-        .store
-        .read(|tx| Box::pin(async move { profiles::list(tx, None).await }))
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return store_failed("the device profiles", e),
-    };
+    let who = console
+        .admit(&headers, Rule::Placement(rules::ALLOCATION_CANDIDATES_LIST))
+        .await?;
+    let all = console
+        .read("the device profiles", |tx| {
+            Box::pin(profiles::list(tx, None))
+        })
+        .await?;
     let names: Vec<String> = all.iter().map(|p| p.name.clone()).collect();
     let mut h = explain_form(&q, &names);
     if q.query.trim().is_empty() && q.profile.is_empty() {
         h.push_str("<p class=\"muted\">Give a query string as nova-scheduler logs it, or a device profile with the flavor's resources.</p>");
-        return done(&who, &h);
+        return Ok(done(&who, &h));
     }
     let query = if !q.query.trim().is_empty() {
         let t = q.query.trim();
@@ -398,13 +378,13 @@ pub(crate) async fn explain(
                 "No device profile named {}.",
                 q.profile
             )));
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         };
         let resources = match accel_api::workflow::parse_resources(&q.resources.replace('=', ":")) {
             Ok(r) => r,
             Err(e) => {
                 h.push_str(&explain_error(&e.to_string()));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         };
         let policy = if q.group_policy.is_empty() {
@@ -416,7 +396,7 @@ pub(crate) async fn explain(
             Ok(s) => s,
             Err(e) => {
                 h.push_str(&explain_error(&e));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
@@ -430,14 +410,14 @@ pub(crate) async fn explain(
                     "Microversion {:?} is not one of 1.0 to 1.39.",
                     q.microversion
                 )));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
-    let (index, provider_names) = match console.index_and_names().await {
-        Ok(p) => p,
-        Err(e) => return store_failed("the candidate index", e),
-    };
+    let (index, provider_names) = console
+        .index_and_names()
+        .await
+        .map_err(|e| store_failed("the candidate index", e))?;
     let _ = write!(
         h,
         "<p>Request: <code data-test=\"explain-query\">{}</code> at {}</p>",
@@ -449,7 +429,7 @@ pub(crate) async fn explain(
         Ok(Resolved::Empty) => {
             h.push_str("<p data-test=\"candidates\" data-count=\"0\">Placement answers an empty list before any search: \
                 an <code>in_tree</code> provider does not exist, or a name is unknown after a group that has no candidates.</p>");
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         }
         Err(e) => {
             h.push_str(&explain_error(&format!(
@@ -457,7 +437,7 @@ pub(crate) async fn explain(
                 e.status.as_u16(),
                 e.message
             )));
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         }
     };
     let only_root = if q.root.trim().is_empty() {
@@ -473,7 +453,7 @@ pub(crate) async fn explain(
             Some(i) => Some(index.snapshot.provider(ProviderId(i)).root),
             None => {
                 h.push_str(&explain_error(&format!("No provider named {r}.")));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
@@ -504,7 +484,7 @@ pub(crate) async fn explain(
         outcome.candidates.len() >= cap,
     );
     roots_html(&mut h, &q, &names, &index, &explanation);
-    done(&who, &h)
+    Ok(done(&who, &h))
 }
 
 fn done(who: &Who, body: &str) -> Response {

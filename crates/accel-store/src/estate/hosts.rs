@@ -7,7 +7,7 @@
 //! providers ([`crate::placement::world::load_providers`], the same reads the candidate
 //! search uses), and the devices and reports of those hosts.
 
-use super::{bind_all, like, Page, Window};
+use super::{bind_all, count, like, Page, Window};
 use crate::placement::world;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -126,11 +126,7 @@ pub async fn page(
 ) -> Result<Page<HostView>, StoreError> {
     let (clause, args) = roots_where(search);
     let count_sql = format!("SELECT COUNT(*) FROM resource_providers r WHERE {clause}");
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
         "SELECT r.id FROM resource_providers r WHERE {clause} ORDER BY r.name{}",
         window.sql()
@@ -347,11 +343,7 @@ pub async fn kubernetes_hosts(
     };
     let count_sql =
         format!("SELECT COUNT(*) FROM (SELECT DISTINCT hostname FROM kubernetes_slots{clause}) h");
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
         "SELECT DISTINCT hostname FROM kubernetes_slots{clause} ORDER BY hostname{}",
         window.sql()
