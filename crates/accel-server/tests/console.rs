@@ -611,3 +611,76 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     assert_eq!(s, 303);
     app.server.stop().await;
 }
+
+#[tokio::test]
+async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
+    let srv = TestServer::start(
+        accel_testkit::server::builder(accel_testkit::server::store(BACKENDS[0]).await)
+            .fake_devices(Some("compute-1".to_owned())),
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/v2/agent/hosts/compute-1/kubernetes", srv.accel);
+    let r = c
+        .put(&url)
+        .header("x-auth-token", "admin")
+        .json(&json!({
+            "usage": {"fake-0": "compute-1", "fake-1": "C:0:compute-1", "fake-2": ""},
+            "claims": [{"slot": "fake-0", "device": "FakeDevice", "pod": "default/train"},
+                       {"slot": "fake-1", "device": "FakeDevice", "pod": null}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let saved: Value = r.json().await.unwrap();
+    let pod_consumers: Vec<&String> = saved["consumers"].as_object().unwrap().keys().collect();
+    let shown: Value = c
+        .get(&url)
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let held = shown["usage"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|u| u.as_str() != Some(""))
+        .count();
+
+    let (s, _, html) = page(&c, &srv.console, "/kubernetes").await;
+    assert_eq!(s, 200);
+    let nodes = hooks(&html, "k8s-node");
+    assert_eq!(nodes.len(), 1, "{html}");
+    assert_eq!(attr(nodes[0], "data-host"), Some("compute-1"));
+    assert_eq!(
+        attr(nodes[0], "data-slots"),
+        Some(held.to_string().as_str())
+    );
+    assert_eq!(attr(nodes[0], "data-instance-level"), Some("1"));
+    assert_eq!(attr(nodes[0], "data-configuration-level"), Some("1"));
+    let slots = hooks(&html, "slot");
+    assert_eq!(
+        attr(with(&slots, "data-slot", "fake-0")[0], "data-pod"),
+        Some("default/train")
+    );
+    assert_eq!(
+        attr(with(&slots, "data-slot", "fake-1")[0], "data-kind"),
+        Some("configuration")
+    );
+    let (_, _, html) = page(&c, &srv.console, "/kubernetes?q=default/train").await;
+    assert_eq!(hooks(&html, "k8s-node").len(), 1);
+    let (_, _, html) = page(&c, &srv.console, "/kubernetes?q=elsewhere").await;
+    assert_eq!(hooks(&html, "k8s-node").len(), 0);
+
+    // The pods' Placement consumers are listed as pods.
+    let (_, _, html) = page(&c, &srv.console, "/consumers").await;
+    let pods = with(&hooks(&html, "consumer-row"), "data-kind", "pod");
+    assert_eq!(pods.len(), pod_consumers.len(), "{html}");
+    for p in pod_consumers {
+        assert_eq!(with(&pods, "data-consumer", p).len(), 1);
+    }
+    srv.stop().await;
+}
