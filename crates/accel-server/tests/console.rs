@@ -675,6 +675,22 @@ async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
     let (_, _, html) = page(&c, &srv.console, "/kubernetes?q=elsewhere").await;
     assert_eq!(hooks(&html, "k8s-node").len(), 0);
 
+    // A name with markup is shown, never run.
+    let r = c
+        .post(format!("{}/resource_providers", srv.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "placement 1.39")
+        .json(&json!({"name": "evil<script>alert(1)</script>\"'"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, _, html) = page(&c, &srv.console, "/hosts?q=evil").await;
+    assert_eq!(hooks(&html, "host-row").len(), 1);
+    assert!(!html.contains("<script>alert"), "{html}");
+    assert!(html.contains("evil&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;"));
+    assert_no_inline(&html, "hostile name");
+
     // The pods' Placement consumers are listed as pods.
     let (_, _, html) = page(&c, &srv.console, "/consumers").await;
     let pods = with(&hooks(&html, "consumer-row"), "data-kind", "pod");
