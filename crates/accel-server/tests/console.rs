@@ -310,6 +310,24 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         let err = hooks(&html, "explain-error");
         assert_eq!(err.len(), 1, "{html}");
         assert!(html.contains("No such resource class NOPE"), "{html}");
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1&microversion=1.9",
+        )
+        .await;
+        assert_eq!(hooks(&html, "explain-error").len(), 1, "{html}");
+        // Before 1.12 the answer is a list; the engine's answer is the same candidates.
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1&microversion=1.10",
+        )
+        .await;
+        assert_eq!(
+            attr(hooks(&html, "candidates")[0], "data-count"),
+            Some(n.to_string().as_str())
+        );
         let (_, _, html) = page(&c, base, "/explain?profile=fpga&resources=").await;
         assert!(hooks(&html, "candidates").len() == 1, "{html}");
 

@@ -404,10 +404,11 @@ pub(crate) async fn explain(
         mv::Version::MAX
     } else {
         match mv::parse(q.microversion.trim()) {
-            Ok(v) if v >= mv::Version::MIN && v <= mv::Version::MAX => v,
+            // GET /allocation_candidates exists from 1.10.
+            Ok(v) if v >= mv::ALLOCATION_CANDIDATES && v <= mv::Version::MAX => v,
             _ => {
                 h.push_str(&explain_error(&format!(
-                    "Microversion {:?} is not one of 1.0 to 1.39.",
+                    "Microversion {:?} is not one of 1.10 to 1.39 (allocation candidates exist from 1.10).",
                     q.microversion
                 )));
                 return Ok(done(&who, &h));
