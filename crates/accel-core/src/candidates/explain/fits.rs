@@ -1,0 +1,115 @@
+//! Which roots fit: existence questions answered with the search's own machinery.
+//!
+//! A root fits when some candidate of the unlimited answer allocates from, or maps a
+//! group to, a provider of its tree. Such a candidate is anchored either at the root
+//! itself and uses one of its own providers, or at another root and uses a sharing
+//! provider of this tree. Both are existence questions that stop at the first
+//! candidate, never an enumeration:
+//!
+//! 1. per anchor, the first candidate ([`forced`] when every decision has one option,
+//!    otherwise the backtracking solver); every root it touches fits. When it uses only
+//!    sharing providers of other trees, the anchor asks once per decision for a
+//!    candidate whose provider for that decision is one of its own (a candidate touches
+//!    the anchor's tree exactly when one of its decisions does);
+//! 2. per sharing provider of a tree that does not fit yet, per other anchor it serves,
+//!    once per decision: a candidate with that provider for that decision.
+//!
+//! Every candidate found on the way marks all the trees it touches, so most questions
+//! of step 2 are never asked. With `only` (explain one root) step 1 runs for that
+//! root alone and step 2 for the sharing providers of its tree only.
+
+use super::super::anchor;
+use super::super::forced::{self, Forced};
+use super::super::plan::Plan;
+use super::super::request::Candidate;
+use super::super::snapshot::ProviderId;
+use super::super::solver::AnchorSearch;
+
+/// The first candidate of `anchor` whose options pass `keep(decision, provider)`.
+pub(super) fn first_filtered(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    keep: impl Fn(usize, ProviderId) -> bool,
+) -> Option<Candidate> {
+    let pb = anchor::build_filtered(plan, anchor, None, keep)?;
+    AnchorSearch::new(plan, pb)
+        .next_found()
+        .map(|found| found.candidate)
+}
+
+/// The first candidate of `anchor`, as the search would produce it.
+pub(super) fn first(plan: &Plan<'_>, anchor: ProviderId) -> Option<Candidate> {
+    match forced::solve(plan, anchor) {
+        Forced::One { found, .. } => Some(found.candidate),
+        Forced::Nothing => None,
+        Forced::Choice => first_filtered(plan, anchor, |_, _| true),
+    }
+}
+
+/// How many decisions the search makes per anchor: one per granular group, one per
+/// class of the unsuffixed group (the numbering of [`anchor::build_filtered`]).
+pub(super) fn decision_count(plan: &Plan<'_>) -> usize {
+    plan.groups
+        .iter()
+        .map(|g| if g.granular { 1 } else { g.resources.len() })
+        .sum()
+}
+
+/// Per provider index: whether the tree rooted there fits (meaningful for roots).
+pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
+    let snap = plan.snap;
+    let mut fits = vec![false; snap.providers().len()];
+    let mark = |fits: &mut Vec<bool>, c: &Candidate| {
+        let providers = c
+            .allocations
+            .iter()
+            .map(|a| a.0)
+            .chain(c.mappings.iter().flat_map(|m| m.1.iter().copied()));
+        for p in providers {
+            fits[snap.provider(p).root.index()] = true;
+        }
+    };
+    let anchors = plan.candidate_anchors();
+    let decisions = decision_count(plan);
+
+    for &a in &anchors {
+        if only.is_some_and(|r| r != a) || fits[a.index()] {
+            continue;
+        }
+        let Some(c) = first(plan, a) else { continue };
+        mark(&mut fits, &c);
+        if fits[a.index()] {
+            continue;
+        }
+        let own = |p: ProviderId| snap.provider(p).root == a;
+        for i in 0..decisions {
+            if let Some(c) = first_filtered(plan, a, |j, p| j != i || own(p)) {
+                mark(&mut fits, &c);
+                break;
+            }
+        }
+    }
+
+    let sharing = (0..snap.providers().len() as u32)
+        .map(ProviderId)
+        .filter(|&s| snap.is_sharing(s))
+        .filter(|&s| only.is_none_or(|r| snap.provider(s).root == r));
+    for s in sharing {
+        let root = snap.provider(s).root;
+        'anchors: for &a in snap.sharing_anchors(s) {
+            if fits[root.index()] {
+                break;
+            }
+            if a == root || anchors.binary_search(&a).is_err() {
+                continue;
+            }
+            for i in 0..decisions {
+                if let Some(c) = first_filtered(plan, a, |j, p| j != i || p == s) {
+                    mark(&mut fits, &c);
+                    break 'anchors;
+                }
+            }
+        }
+    }
+    fits
+}
