@@ -120,10 +120,8 @@ async fn query_pairs(args: &ExplainArgs) -> anyhow::Result<Vec<(String, String)>
     let groups = match &args.device_profile {
         None => Vec::new(),
         Some(name) => {
-            let client = accelerator::Client::new(Http::with_token(
-                &args.accelerator_url,
-                &args.token,
-            )?);
+            let client =
+                accelerator::Client::new(Http::with_token(&args.accelerator_url, &args.token)?);
             let profiles = client.profiles(Some(name)).await.map_err(failed)?;
             let [profile] = profiles.as_slice() else {
                 bail!(
@@ -248,7 +246,12 @@ fn table(e: &Explained, pairs: &[(String, String)]) -> String {
         e.candidates,
         query.join("&")
     )];
-    let name_w = e.roots.iter().map(|r| r.name.chars().count()).max().unwrap_or(0);
+    let name_w = e
+        .roots
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0);
     for r in &e.roots {
         lines.push(format!(
             "{:<name_w$}  {}  {}",
@@ -256,14 +259,24 @@ fn table(e: &Explained, pairs: &[(String, String)]) -> String {
             r.uuid,
             if r.fits { "fits" } else { "does not fit" }
         ));
+        let group = |g: Option<&str>| match g {
+            None => "-".to_owned(),
+            Some("") => "(unsuffixed)".to_owned(),
+            Some(s) => s.to_owned(),
+        };
         let code_w = r.reasons.iter().map(|x| x.code.len()).max().unwrap_or(0);
+        let group_w = r
+            .reasons
+            .iter()
+            .map(|x| group(x.group.as_deref()).chars().count())
+            .max()
+            .unwrap_or(0);
         for x in &r.reasons {
-            let group = match x.group.as_deref() {
-                None => "-".to_owned(),
-                Some("") => "(unsuffixed)".to_owned(),
-                Some(s) => s.to_owned(),
-            };
-            lines.push(format!("    {:<code_w$}  {group}  {}", x.code, x.detail));
+            let g = group(x.group.as_deref());
+            lines.push(format!(
+                "    {:<code_w$}  {g:<group_w$}  {}",
+                x.code, x.detail
+            ));
         }
     }
     lines.join("\n")

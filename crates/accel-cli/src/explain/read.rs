@@ -153,7 +153,10 @@ pub async fn read(client: &Client, root: Option<&str>) -> anyhow::Result<Estate>
     let root_of: HashMap<String, String> = all
         .iter()
         .map(|p| {
-            let root = p.root_provider_uuid.clone().unwrap_or_else(|| p.uuid.clone());
+            let root = p
+                .root_provider_uuid
+                .clone()
+                .unwrap_or_else(|| p.uuid.clone());
             (p.uuid.clone(), root)
         })
         .collect();
