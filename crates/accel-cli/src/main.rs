@@ -128,7 +128,7 @@ fn init_tracing(format: &str) {
 }
 
 /// ANSI colours only on a terminal, and never with `NO_COLOR` set (no-color.org).
-#[cfg(any(feature = "server", feature = "agent"))]
+#[cfg(feature = "server")]
 fn colour() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
