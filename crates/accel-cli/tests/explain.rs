@@ -12,7 +12,10 @@
 //! shared_disk  DISK_GB 100, MISC_SHARES_VIA_AGGREGATE, aggregate A
 //! ```
 
+mod common;
+
 use accel_testkit::server::{TestServer, BACKENDS};
+use common::Run;
 use serde_json::{json, Value};
 
 const CLOUD: &str = include_str!("data/explain_cloud.json");
@@ -45,21 +48,6 @@ struct Cloud {
     server: TestServer,
 }
 
-/// What one run of the binary printed.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        assert_eq!(self.code, Some(0), "command failed: {}", self.stderr);
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-}
-
 impl Cloud {
     async fn load(server: TestServer) -> Cloud {
         let http = reqwest::Client::new();
@@ -82,19 +70,13 @@ impl Cloud {
     }
 
     async fn accel(&self, args: &[&str]) -> Run {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_accel"))
-            .args(args)
-            .env("ACCEL_PLACEMENT_URL", &self.server.placement)
-            .env("ACCEL_URL", format!("{}/accelerator", self.server.accel))
-            .env("ACCEL_TOKEN", "admin")
-            .output()
-            .await
-            .unwrap();
-        Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        let accelerator = format!("{}/accelerator", self.server.accel);
+        let env = [
+            ("ACCEL_PLACEMENT_URL", self.server.placement.as_str()),
+            ("ACCEL_URL", accelerator.as_str()),
+            ("ACCEL_TOKEN", "admin"),
+        ];
+        common::accel(args, &env).await
     }
 
     async fn explain(&self, args: &[&str]) -> Value {

@@ -47,19 +47,9 @@ pub struct ExplainArgs {
     /// `?` or the whole URL is fine); instead of --device-profile/--resources.
     #[arg(conflicts_with_all = ["device_profile", "resources", "group_policy"])]
     pub query: Option<String>,
-    /// Placement API endpoint.
-    #[arg(
-        long,
-        env = "ACCEL_PLACEMENT_URL",
-        default_value = "http://127.0.0.1:8778"
-    )]
-    pub placement_url: String,
-    /// Accelerator API endpoint, for --device-profile (with or without `/accelerator`).
-    #[arg(long, env = "ACCEL_URL", default_value = "http://127.0.0.1:6666")]
-    pub accelerator_url: String,
-    /// Token sent as X-Auth-Token (noauth: `user[:project]`, `admin` is an admin).
-    #[arg(long, env = "ACCEL_TOKEN", default_value = "admin")]
-    pub token: String,
+    /// Placement (and, for --device-profile, the accelerator API) as `boot` has them.
+    #[command(flatten)]
+    pub urls: crate::boot::Urls,
     /// Placement microversion of the query (below 1.29 a candidate lives in one
     /// provider of a tree).
     #[arg(long, default_value = "1.39")]
@@ -120,8 +110,10 @@ async fn query_pairs(args: &ExplainArgs) -> anyhow::Result<Vec<(String, String)>
     let groups = match &args.device_profile {
         None => Vec::new(),
         Some(name) => {
-            let client =
-                accelerator::Client::new(Http::with_token(&args.accelerator_url, &args.token)?);
+            let client = accelerator::Client::new(Http::with_token(
+                &args.urls.accelerator_url,
+                &args.urls.token,
+            )?);
             let profiles = client.profiles(Some(name)).await.map_err(failed)?;
             let [profile] = profiles.as_slice() else {
                 bail!(
@@ -222,8 +214,11 @@ async fn explained(args: &ExplainArgs) -> anyhow::Result<(String, Vec<String>)> 
     let pairs = query_pairs(args).await?;
     let query = candidate_query::parse(&pairs).map_err(anyhow::Error::msg)?;
     let client = placement::Client::new(
-        Http::with_token(args.placement_url.trim_end_matches('/'), &args.token)
-            .context("--placement-url")?,
+        Http::with_token(
+            args.urls.placement_url.trim_end_matches('/'),
+            &args.urls.token,
+        )
+        .context("--placement-url")?,
     );
     let root = args.root.as_deref();
     let (mut out, mut disputed) = attempt(&client, version, &pairs, &query, root).await?;
