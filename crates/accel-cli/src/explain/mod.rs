@@ -25,7 +25,7 @@
 mod read;
 mod request;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use accel_api::accelerator;
 use accel_api::http::{self as wire, Http};
@@ -63,7 +63,9 @@ pub struct ExplainArgs {
     /// The flavor's `group_policy` (none or isolate); Nova sends none when unset.
     #[arg(long)]
     pub group_policy: Option<String>,
-    /// Explain only this root provider (a name or uuid of any provider of its tree).
+    /// Explain only this root provider (a name or uuid of any provider of its tree);
+    /// only its tree and the sharing providers are read. `candidates` still counts
+    /// Placement's whole answer.
     #[arg(long)]
     pub root: Option<String>,
     /// Output format.
@@ -193,17 +195,26 @@ async fn attempt(
     };
     let explanation = explain(&estate.snapshot, &request, &estate.catalog, &options);
     let out = Explained::from_core(count, &explanation, &estate.snapshot, &estate.catalog);
+    let disputed = disputed(&out, &providers, &estate.root_of);
+    Ok((out, disputed))
+}
+
+/// The roots (`name (uuid)`) whose `fits` is not "Placement's answer uses a provider
+/// of this tree", given the providers the answer uses and every provider's root.
+fn disputed(
+    out: &Explained,
+    providers: &BTreeSet<String>,
+    root_of: &HashMap<String, String>,
+) -> Vec<String> {
     let fitting: BTreeSet<&str> = providers
         .iter()
-        .map(|p| estate.root_of.get(p).map_or(p.as_str(), String::as_str))
+        .map(|p| root_of.get(p).map_or(p.as_str(), String::as_str))
         .collect();
-    let disputed = out
-        .roots
+    out.roots
         .iter()
         .filter(|r| r.fits != fitting.contains(r.uuid.as_str()))
         .map(|r| format!("{} ({})", r.name, r.uuid))
-        .collect();
-    Ok((out, disputed))
+        .collect()
 }
 
 async fn explained(args: &ExplainArgs) -> anyhow::Result<(String, Vec<String>)> {
@@ -281,6 +292,42 @@ fn table(e: &Explained, pairs: &[(String, String)]) -> String {
 mod tests {
     use super::*;
     use accel_api::placement::explain::{ExplainedReason, ExplainedRoot};
+
+    fn root(uuid: &str, fits: bool) -> ExplainedRoot {
+        ExplainedRoot {
+            uuid: uuid.into(),
+            name: format!("n{uuid}"),
+            fits,
+            reasons: vec![],
+        }
+    }
+
+    #[test]
+    fn a_fits_that_placements_answer_contradicts_is_disputed() {
+        let root_of: HashMap<String, String> = [("r1", "r1"), ("c1", "r1"), ("r2", "r2")]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        let used: BTreeSet<String> = ["c1".to_owned()].into();
+        let agree = Explained {
+            candidates: 1,
+            roots: vec![root("r1", true), root("r2", false)],
+        };
+        assert!(disputed(&agree, &used, &root_of).is_empty());
+        let wrong = Explained {
+            candidates: 1,
+            roots: vec![root("r1", false), root("r2", true)],
+        };
+        assert_eq!(disputed(&wrong, &used, &root_of), ["nr1 (r1)", "nr2 (r2)"]);
+        // A provider Placement knows but the read did not (created in between) counts
+        // as a root of its own.
+        let new: BTreeSet<String> = ["r3".to_owned()].into();
+        let three = Explained {
+            candidates: 1,
+            roots: vec![root("r3", true)],
+        };
+        assert!(disputed(&three, &new, &root_of).is_empty());
+    }
 
     #[test]
     fn the_table_has_a_line_per_root_and_an_indented_line_per_reason() {
