@@ -52,6 +52,7 @@ QUERIES=(
   "root-required|1.39|resources=VCPU:1&root_required=CUSTOM_FPGA_INTEL"
   "single-tree-1.28|1.28|resources=VCPU:1,CUSTOM_ACCELERATOR_FPGA:1"
   "too-much-vcpu|1.39|resources=VCPU:9"
+  "list-form-1.10|1.10|resources=VCPU:1,MEMORY_MB:64&limit=1"
   "same-subtree|1.39|resources_FPGA=CUSTOM_ACCELERATOR_FPGA:1&resources_GPU=PGPU:1&same_subtree=_FPGA,_GPU&group_policy=none"
   "member-of|1.39|resources=VCPU:1&member_of=aaaaaaaa-0000-4000-8000-000000000001"
   "forbidden-aggregate|1.39|resources=VCPU:1&member_of=!aaaaaaaa-0000-4000-8000-000000000001"

@@ -141,7 +141,7 @@ async fn placement_answer(
     pairs: &[(String, String)],
 ) -> Result<(usize, BTreeSet<String>), wire::Error> {
     let mut req = wire::Request::get("/allocation_candidates").microversion(version.header());
-    for (k, v) in pairs.iter().filter(|(k, _)| k != "limit") {
+    for (k, v) in pairs {
         req = req.query(k, v.clone());
     }
     let answer: Value = client.http().call(&req).await?;
@@ -222,7 +222,9 @@ async fn explained(args: &ExplainArgs) -> anyhow::Result<(String, Vec<String>)> 
         let (mv::VersionError::Malformed(why) | mv::VersionError::Unacceptable(why)) = e;
         anyhow::anyhow!("--microversion {}: {why}", args.microversion)
     })?;
-    let pairs = query_pairs(args).await?;
+    let mut pairs = query_pairs(args).await?;
+    // Every root is explained, so Placement is asked for every candidate.
+    pairs.retain(|(k, _)| k != "limit");
     let query = candidate_query::parse(&pairs).map_err(anyhow::Error::msg)?;
     let client = placement::Client::new(
         Http::with_token(
