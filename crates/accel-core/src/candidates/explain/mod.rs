@@ -197,7 +197,11 @@ pub fn explain(
             RootExplanation {
                 root,
                 fits,
-                reasons: if fits { Vec::new() } else { ctx.root(root) },
+                reasons: if fits {
+                    Vec::new()
+                } else {
+                    ctx.bounded(ctx.root(root))
+                },
             }
         })
         .collect();
@@ -243,6 +247,32 @@ impl Ctx<'_> {
             }
         }
         out
+    }
+}
+
+impl Ctx<'_> {
+    /// At most `per_group` reasons per group, the first ones kept.
+    fn bounded(&self, reasons: Vec<Reason>) -> Vec<Reason> {
+        let mut seen: Vec<(Option<String>, usize)> = Vec::new();
+        reasons
+            .into_iter()
+            .filter(|r| {
+                if r.group.is_none() {
+                    return true;
+                }
+                match seen.iter_mut().find(|(g, _)| *g == r.group) {
+                    Some((_, n)) if *n >= self.per_group => false,
+                    Some((_, n)) => {
+                        *n += 1;
+                        true
+                    }
+                    None => {
+                        seen.push((r.group.clone(), 1));
+                        true
+                    }
+                }
+            })
+            .collect()
     }
 }
 

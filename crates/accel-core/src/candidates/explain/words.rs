@@ -49,9 +49,18 @@ pub(super) fn providers(names: &dyn Names, ids: &[ProviderId]) -> String {
     out.join(", ")
 }
 
-/// "A, B".
+/// "A, B", each trait once.
 pub(super) fn traits(names: &dyn Names, ids: &[TraitId]) -> String {
-    let all: Vec<String> = ids.iter().map(|&t| names.trait_name(t)).collect();
+    let mut seen: Vec<TraitId> = Vec::new();
+    let all: Vec<String> = ids
+        .iter()
+        .filter(|&&t| {
+            let first = !seen.contains(&t);
+            seen.push(t);
+            first
+        })
+        .map(|&t| names.trait_name(t))
+        .collect();
     all.join(", ")
 }
 
