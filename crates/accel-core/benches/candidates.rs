@@ -14,6 +14,10 @@
 //! one and not an early exit.
 //!
 //! The forests are built with the named-provider helper shared with the tests.
+//!
+//! The `x:` rows time `explain` (issue 16's `accel explain`): every root of a big
+//! forest judged and the non-fitting ones given their reasons, run them alone with
+//! `-- explain`.
 
 #[path = "../tests/candidates_world.rs"]
 mod world;
@@ -21,7 +25,10 @@ mod world;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use accel_core::candidates::{search_counted, Request, SearchOptions, SearchWork, Snapshot};
+use accel_core::candidates::explain::{explain, ExplainOptions, Names};
+use accel_core::candidates::{
+    search_counted, ProviderId, RcId, Request, SearchOptions, SearchWork, Snapshot, TraitId,
+};
 use world::{World, SHARES};
 
 /// Timed iterations stop at whichever comes first.
@@ -102,6 +109,75 @@ fn bench_search(name: &str, snap: &Snapshot, req: &Request) -> Row {
         candidates: out.candidates.len().to_string(),
         work: format!("{} / {}", work.anchors_searched, work.option_checks),
     }
+}
+
+/// Provider names by id (the world's own lookup is a linear scan).
+struct Indexed<'w> {
+    providers: Vec<String>,
+    world: &'w World,
+}
+
+impl Names for Indexed<'_> {
+    fn provider(&self, id: ProviderId) -> String {
+        self.providers[id.index()].clone()
+    }
+    fn resource_class(&self, rc: RcId) -> String {
+        self.world.rc_name(rc)
+    }
+    fn trait_name(&self, t: TraitId) -> String {
+        self.world.trait_name(t)
+    }
+}
+
+/// Time one explanation; verdict counts come from a separate untimed run.
+fn bench_explain(
+    name: &str,
+    snap: &Snapshot,
+    req: &Request,
+    names: &Indexed<'_>,
+    options: &ExplainOptions,
+) -> Row {
+    let ex = explain(snap, req, names, options);
+    let fits = ex.roots.iter().filter(|r| r.fits).count();
+    let reasons: usize = ex.roots.iter().map(|r| r.reasons.len()).sum();
+    let stats = measure(|| {
+        let start = Instant::now();
+        let result = explain(black_box(snap), black_box(req), names, options);
+        let took = start.elapsed();
+        black_box(result);
+        took
+    });
+    Row {
+        name: name.to_owned(),
+        stats,
+        candidates: format!("{fits} of {} roots fit", ex.roots.len()),
+        work: format!("{reasons} reasons"),
+    }
+}
+
+/// (x) `roots` computes (VCPU 32, MEMORY_MB 65536), each with 4 Intel FPGA devices of
+/// one unit; all devices of `full` roots in 1000 are in use.
+fn fpga_estate(roots: usize, full: usize) -> (World, Vec<String>) {
+    let mut w = World::new();
+    let mut names = Vec::new();
+    for i in 0..roots {
+        let cn = format!("cn{i}");
+        w.rp(&cn, None, &[]);
+        w.inv(&cn, "VCPU", 32);
+        w.inv(&cn, "MEMORY_MB", 65536);
+        names.push(cn.clone());
+        for j in 0..4 {
+            let dev = format!("{cn}_fpga{j}");
+            w.rp(&dev, Some(&cn), &[]);
+            w.inv(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
+            w.traits(&dev, &["CUSTOM_FPGA_INTEL"]);
+            if i % 1000 < full {
+                w.use_(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
+            }
+            names.push(dev);
+        }
+    }
+    (w, names)
 }
 
 /// (d) one compute with `n` single-unit children and `n` single-unit granular groups.
@@ -324,6 +400,36 @@ fn main() {
             true,
         );
         print_row(&bench_search(name, &snap, &req));
+    }
+
+    let x_names = [
+        "x: explain 10,000 roots x 4 FPGAs (50,000 providers), 90% full, Nova FPGA request",
+        "x: explain 10,000 roots x 4 FPGAs, all full (every root explained)",
+        "x: explain one root (--root) of 10,000 x 4 FPGAs, full",
+    ];
+    let qs = "resources=VCPU:1,MEMORY_MB:512&resources1=CUSTOM_ACCELERATOR_FPGA:1\
+              &required1=CUSTOM_FPGA_INTEL&group_policy=isolate";
+    for (k, full) in [(0, 900), (1, 1000)] {
+        if wanted(x_names[k]) || (k == 1 && wanted(x_names[2])) {
+            let (mut w, providers) = fpga_estate(10_000, full);
+            let req = w.query(qs, true);
+            let snap = w.snapshot();
+            let names = Indexed {
+                providers,
+                world: &w,
+            };
+            if wanted(x_names[k]) {
+                let options = ExplainOptions::default();
+                print_row(&bench_explain(x_names[k], &snap, &req, &names, &options));
+            }
+            if k == 1 && wanted(x_names[2]) {
+                let options = ExplainOptions {
+                    only_root: Some(w.id("cn5000")),
+                    ..ExplainOptions::default()
+                };
+                print_row(&bench_explain(x_names[2], &snap, &req, &names, &options));
+            }
+        }
     }
 
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());

@@ -5,6 +5,8 @@
 //! it) and give the numbers the rule compared; group-level and request-wide ones name
 //! what they talk about.
 
+use std::fmt::Display;
+
 use uuid::Uuid;
 
 use super::super::snapshot::{Inventory, ProviderId, TraitId};
@@ -71,7 +73,7 @@ fn aggregates(ids: &[Uuid]) -> String {
 
 /// "needs 2 CUSTOM_ACCELERATOR_FPGA, 1 free: total 4, reserved 0, used 3, allocation
 /// ratio 1.0", with `lead` in place of "needs 2".
-pub(super) fn capacity(lead: &str, rc: &str, inv: &Inventory) -> String {
+pub(super) fn capacity(lead: impl Display, rc: &str, inv: &Inventory) -> String {
     let l = &inv.limits;
     format!(
         "{lead} {rc}, {} free: total {}, reserved {}, used {}, allocation ratio {:?}",
@@ -88,7 +90,7 @@ pub(super) fn free(inv: &Inventory) -> i64 {
     inv.capacity().saturating_sub(inv.used).max(0)
 }
 
-pub(super) fn max_unit(lead: &str, rc: &str, max: i64) -> String {
+pub(super) fn max_unit(lead: impl Display, rc: &str, max: i64) -> String {
     format!("{lead} {rc}, max_unit is {max}")
 }
 
