@@ -67,6 +67,17 @@ fn measure(mut f: impl FnMut() -> Duration) -> Stats {
     }
 }
 
+/// [`measure`] the whole of `f`, its result dropped outside the timed part.
+fn timed<T>(mut f: impl FnMut() -> T) -> Stats {
+    measure(|| {
+        let start = Instant::now();
+        let result = f();
+        let took = start.elapsed();
+        black_box(result);
+        took
+    })
+}
+
 struct Row {
     name: String,
     stats: Stats,
@@ -96,13 +107,7 @@ fn print_row(row: &Row) {
 fn bench_search(name: &str, snap: &Snapshot, req: &Request) -> Row {
     let options = SearchOptions::default();
     let (out, work): (_, SearchWork) = search_counted(snap, req, &options);
-    let stats = measure(|| {
-        let start = Instant::now();
-        let result = search_counted(black_box(snap), black_box(req), &options);
-        let took = start.elapsed();
-        black_box(result);
-        took
-    });
+    let stats = timed(|| search_counted(black_box(snap), black_box(req), &options));
     Row {
         name: name.to_owned(),
         stats,
@@ -140,13 +145,7 @@ fn bench_explain(
     let ex = explain(snap, req, names, options);
     let fits = ex.roots.iter().filter(|r| r.fits).count();
     let reasons: usize = ex.roots.iter().map(|r| r.reasons.len()).sum();
-    let stats = measure(|| {
-        let start = Instant::now();
-        let result = explain(black_box(snap), black_box(req), names, options);
-        let took = start.elapsed();
-        black_box(result);
-        took
-    });
+    let stats = timed(|| explain(black_box(snap), black_box(req), names, options));
     Row {
         name: name.to_owned(),
         stats,

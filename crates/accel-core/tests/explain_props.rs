@@ -35,14 +35,7 @@ fn touched_roots(snap: &Snapshot, req: &Request) -> BTreeSet<ProviderId> {
     let out = search(snap, req, usize::MAX);
     let mut roots = BTreeSet::new();
     for c in &out.candidates {
-        let providers = c
-            .allocations
-            .iter()
-            .map(|a| a.0)
-            .chain(c.mappings.iter().flat_map(|m| m.1.iter().copied()));
-        for p in providers {
-            roots.insert(snap.provider(p).root);
-        }
+        roots.extend(c.providers().map(|p| snap.provider(p).root));
     }
     roots
 }

@@ -60,12 +60,7 @@ pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
     let snap = plan.snap;
     let mut fits = vec![false; snap.providers().len()];
     let mark = |fits: &mut Vec<bool>, c: &Candidate| {
-        let providers = c
-            .allocations
-            .iter()
-            .map(|a| a.0)
-            .chain(c.mappings.iter().flat_map(|m| m.1.iter().copied()));
-        for p in providers {
+        for p in c.providers() {
             fits[snap.provider(p).root.index()] = true;
         }
     };
