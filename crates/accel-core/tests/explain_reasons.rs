@@ -543,7 +543,7 @@ fn a_root_whose_candidates_only_use_other_trees_does_not_fit() {
         None,
         Some(w.rc("DISK_GB")),
         None,
-        "no provider of tree cn has DISK_GB inventory; its candidates take DISK_GB from sharing providers of other trees",
+        "no provider of tree cn has DISK_GB inventory, only sharing providers of other trees",
     );
     assert_eq!(r, expected);
     // With VCPU asked too, the candidate anchored at cn touches both trees.

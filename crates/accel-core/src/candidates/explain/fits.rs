@@ -10,7 +10,7 @@
 //!    otherwise the backtracking solver); every root it touches fits. When it uses only
 //!    sharing providers of other trees, the anchor asks once per decision for a
 //!    candidate whose provider for that decision is one of its own (a candidate touches
-//!    the anchor's tree exactly when one of its decisions does);
+//!    the anchor's tree exactly when one of its decisions does): [`own_candidate`];
 //! 2. per sharing provider of a tree that does not fit yet, per other anchor it serves,
 //!    once per decision: a candidate with that provider for that decision.
 //!
@@ -55,6 +55,34 @@ pub(super) fn decision_count(plan: &Plan<'_>) -> usize {
         .sum()
 }
 
+/// Whether `anchor` has a candidate (options passing `keep`) that uses a provider of
+/// its own tree, given its first candidate `first`. Every candidate looked at goes to
+/// `seen`. When `first` uses only sharing providers of other trees, each decision in
+/// turn is narrowed to the own tree: a candidate touches the tree exactly when one of
+/// its decisions does.
+pub(super) fn own_candidate(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    keep: impl Fn(usize, ProviderId) -> bool + Copy,
+    first: Option<Candidate>,
+    mut seen: impl FnMut(&Candidate),
+) -> bool {
+    let snap = plan.snap;
+    let own = |p: ProviderId| snap.provider(p).root == anchor;
+    let Some(c) = first else { return false };
+    seen(&c);
+    if c.providers().any(own) {
+        return true;
+    }
+    for i in 0..decision_count(plan) {
+        if let Some(c) = first_filtered(plan, anchor, |j, p| keep(j, p) && (j != i || own(p))) {
+            seen(&c);
+            return true;
+        }
+    }
+    false
+}
+
 /// Per provider index: whether the tree rooted there fits (meaningful for roots).
 pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
     let snap = plan.snap;
@@ -71,18 +99,7 @@ pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
         if only.is_some_and(|r| r != a) || fits[a.index()] {
             continue;
         }
-        let Some(c) = first(plan, a) else { continue };
-        mark(&mut fits, &c);
-        if fits[a.index()] {
-            continue;
-        }
-        let own = |p: ProviderId| snap.provider(p).root == a;
-        for i in 0..decisions {
-            if let Some(c) = first_filtered(plan, a, |j, p| j != i || own(p)) {
-                mark(&mut fits, &c);
-                break;
-            }
-        }
+        own_candidate(plan, a, |_, _| true, first(plan, a), |c| mark(&mut fits, c));
     }
 
     let sharing = (0..snap.providers().len() as u32)

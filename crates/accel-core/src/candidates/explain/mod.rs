@@ -34,9 +34,10 @@
 //!    whose removal helps are the reasons, and summed capacity when none does:
 //!    [`combine`].
 //!
-//! A root whose anchor has candidates that all use sharing providers of other trees
-//! does not fit either (its own tree holds nothing); its reasons are those of layers 2
-//! and 3 with each decision narrowed to its own tree. The sentences live in [`words`].
+//! A root whose anchor may use sharing providers of other trees can have candidates
+//! that all come from them and still not fit (its own tree holds nothing); its reasons
+//! are those of layers 2 and 3 with each decision in turn narrowed to its own tree.
+//! The sentences live in [`words`].
 
 mod combine;
 mod fits;
@@ -229,13 +230,14 @@ impl Ctx<'_> {
         if !empty.is_empty() {
             return self.unservable(root, &all, &empty, false);
         }
-        if fits::first(plan, root).is_none() {
-            return self.combination(root, |_, _| true);
-        }
-        // Candidates exist, but they take everything from sharing providers of other
-        // trees: narrow each decision to the root's own tree in turn.
         let snap = plan.snap;
         let own = |p: ProviderId| snap.provider(p).root == root;
+        if all.iter().all(|(_, opts)| opts.iter().all(|&p| own(p))) {
+            return self.combination(root, |_, _| true);
+        }
+        // Sharing providers of other trees are among the options, and a candidate
+        // made of them only would not touch this tree: narrow each decision to the
+        // root's own providers in turn.
         let own_lists = anchor::decisions(plan, root, |_, p| own(p), false);
         let empty = without_options(&own_lists);
         let mut out = self.unservable(root, &own_lists, &empty, true);

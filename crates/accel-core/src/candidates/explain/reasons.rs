@@ -217,7 +217,7 @@ impl Ctx<'_> {
                 let tree = self.names.provider(anchor);
                 let name = self.names.resource_class(rc);
                 let detail = if own_only {
-                    format!("no provider of tree {tree} has {name} inventory; its candidates take {name} from sharing providers of other trees")
+                    format!("no provider of tree {tree} has {name} inventory, only sharing providers of other trees")
                 } else if foreign.is_empty() {
                     format!("no provider of tree {tree} has {name} inventory")
                 } else {
