@@ -1,12 +1,15 @@
 //! Property tests of `explain` on the random forests and requests of the candidate
 //! search's own property tests: its verdicts agree with the unlimited search root by
-//! root, every root that does not fit gets at least one reason, the per-group bound
-//! holds, and explaining one root (`only_root`) gives that root's verdict of the full
+//! root, every root that does not fit gets at least one reason, what a provider-level
+//! reason claims (a missing trait, a full inventory, ...) holds in the snapshot, the
+//! per-group bound holds, and explaining one root (`only_root`) gives that root's verdict of the full
 //! run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_core::candidates::explain::{explain, ExplainOptions, Explanation, Names};
+use accel_core::candidates::explain::{
+    explain, ExplainOptions, Explanation, Names, Reason, ReasonCode,
+};
 use accel_core::candidates::{search, ProviderId, RcId, Request, Snapshot, TraitId};
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -40,7 +43,56 @@ fn touched_roots(snap: &Snapshot, req: &Request) -> BTreeSet<ProviderId> {
     roots
 }
 
-fn check_shape(snap: &Snapshot, ex: &Explanation, per_group: usize) -> Result<(), TestCaseError> {
+/// The amount group `suffix` asks of `rc` (the last one written wins).
+fn amount(req: &Request, suffix: &str, rc: RcId) -> Option<i64> {
+    let g = req.groups.iter().find(|g| g.suffix == suffix)?;
+    g.resources.iter().rev().find(|r| r.0 == rc).map(|r| r.1)
+}
+
+/// What a provider-level reason claims holds in the snapshot.
+fn check_claim(snap: &Snapshot, req: &Request, r: &Reason) -> Result<(), TestCaseError> {
+    let Some(p) = r.provider else { return Ok(()) };
+    let prov = snap.provider(p);
+    let has = |t: Option<TraitId>| t.is_some_and(|t| prov.traits.contains(&t));
+    match r.code {
+        ReasonCode::RequiredTrait | ReasonCode::RootRequired => {
+            prop_assert!(!has(r.trait_id) && r.trait_id.is_some(), "{:?}", r)
+        }
+        ReasonCode::ForbiddenTrait | ReasonCode::RootForbidden => {
+            prop_assert!(has(r.trait_id), "{:?}", r)
+        }
+        ReasonCode::NoInventory => prop_assert!(
+            snap.inventory(p, r.resource_class.unwrap()).is_none(),
+            "{:?}",
+            r
+        ),
+        ReasonCode::Capacity | ReasonCode::MaxUnit | ReasonCode::MinUnit | ReasonCode::StepSize => {
+            let Some(group) = &r.group else { return Ok(()) }; // several groups together
+            let rc = r.resource_class.unwrap();
+            let inv = snap.inventory(p, rc);
+            prop_assert!(inv.is_some(), "{:?}", r);
+            let inv = inv.unwrap();
+            let n = amount(req, group, rc).unwrap();
+            let l = &inv.limits;
+            let holds = match r.code {
+                ReasonCode::Capacity => inv.used + n > inv.capacity(),
+                ReasonCode::MaxUnit => n > l.max_unit,
+                ReasonCode::MinUnit => n < l.min_unit,
+                _ => l.step_size <= 0 || n % l.step_size != 0,
+            };
+            prop_assert!(holds, "{:?} against {:?}", r, inv);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_shape(
+    snap: &Snapshot,
+    req: &Request,
+    ex: &Explanation,
+    per_group: usize,
+) -> Result<(), TestCaseError> {
     let n = snap.providers().len() as u32;
     for r in &ex.roots {
         if r.fits {
@@ -56,6 +108,7 @@ fn check_shape(snap: &Snapshot, ex: &Explanation, per_group: usize) -> Result<()
         for reason in &r.reasons {
             prop_assert!(!reason.detail.is_empty());
             prop_assert!(reason.provider.is_none_or(|p| p.0 < n));
+            check_claim(snap, req, reason)?;
             if let Some(g) = &reason.group {
                 *per.entry(g.as_str()).or_default() += 1;
             }
@@ -83,7 +136,7 @@ proptest! {
         for r in &ex.roots {
             prop_assert_eq!(r.fits, expected.contains(&r.root), "root {}: {:?}", r.root.0, r);
         }
-        check_shape(&snap, &ex, per_group)?;
+        check_shape(&snap, &req, &ex, per_group)?;
     }
 
     #[test]
