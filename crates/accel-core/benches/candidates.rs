@@ -155,8 +155,8 @@ fn bench_explain(
 }
 
 /// (x) `roots` computes (VCPU 32, MEMORY_MB 65536), each with 4 Intel FPGA devices of
-/// one unit; all devices of `full` roots in 1000 are in use.
-fn fpga_estate(roots: usize, full: usize) -> (World, Vec<String>) {
+/// one unit; on `busy` roots in 1000, `used` of them are in use.
+fn fpga_estate(roots: usize, busy: usize, used: usize) -> (World, Vec<String>) {
     let mut w = World::new();
     let mut names = Vec::new();
     for i in 0..roots {
@@ -170,7 +170,7 @@ fn fpga_estate(roots: usize, full: usize) -> (World, Vec<String>) {
             w.rp(&dev, Some(&cn), &[]);
             w.inv(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
             w.traits(&dev, &["CUSTOM_FPGA_INTEL"]);
-            if i % 1000 < full {
+            if i % 1000 < busy && j < used {
                 w.use_(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
             }
             names.push(dev);
@@ -401,33 +401,36 @@ fn main() {
         print_row(&bench_search(name, &snap, &req));
     }
 
-    let x_names = [
-        "x: explain 10,000 roots x 4 FPGAs (50,000 providers), 90% full, Nova FPGA request",
-        "x: explain 10,000 roots x 4 FPGAs, all full (every root explained)",
-        "x: explain one root (--root) of 10,000 x 4 FPGAs, full",
+    let nova = "resources=VCPU:1,MEMORY_MB:512&resources1=CUSTOM_ACCELERATOR_FPGA:1\
+                &required1=CUSTOM_FPGA_INTEL&group_policy=isolate";
+    let two = "resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL\
+               &resources2=CUSTOM_ACCELERATOR_FPGA:1&required2=CUSTOM_FPGA_INTEL&group_policy=isolate";
+    // (name, roots in 1000 that are busy, devices in use on a busy root, query, --root)
+    let x_rows = [
+        ("x: explain 10,000 roots x 4 FPGAs (50,000 providers), 90% full, Nova FPGA request", 900, 4, nova, None),
+        ("x: explain 10,000 roots x 4 FPGAs, all full (every root explained)", 1000, 4, nova, None),
+        ("x: explain one root (--root) of 10,000 x 4 FPGAs, all full", 1000, 4, nova, Some("cn5000")),
+        ("x: explain 10,000 roots x 4 FPGAs, 3 in use each, two isolated FPGA groups (every root blamed on isolate)", 1000, 3, two, None),
     ];
-    let qs = "resources=VCPU:1,MEMORY_MB:512&resources1=CUSTOM_ACCELERATOR_FPGA:1\
-              &required1=CUSTOM_FPGA_INTEL&group_policy=isolate";
-    for (k, full) in [(0, 900), (1, 1000)] {
-        if wanted(x_names[k]) || (k == 1 && wanted(x_names[2])) {
-            let (mut w, providers) = fpga_estate(10_000, full);
-            let req = w.query(qs, true);
-            let snap = w.snapshot();
-            let names = Indexed {
-                providers,
-                world: &w,
-            };
-            if wanted(x_names[k]) {
-                let options = ExplainOptions::default();
-                print_row(&bench_explain(x_names[k], &snap, &req, &names, &options));
-            }
-            if k == 1 && wanted(x_names[2]) {
-                let options = ExplainOptions {
-                    only_root: Some(w.id("cn5000")),
-                    ..ExplainOptions::default()
-                };
-                print_row(&bench_explain(x_names[2], &snap, &req, &names, &options));
-            }
+    for (name, busy, used, qs, root) in x_rows {
+        if !wanted(name) {
+            continue;
+        }
+        let (mut w, providers) = fpga_estate(10_000, busy, used);
+        let req = w.query(qs, true);
+        let snap = w.snapshot();
+        let options = ExplainOptions {
+            only_root: root.map(|r| w.id(r)),
+            ..ExplainOptions::default()
+        };
+        let names = Indexed {
+            providers,
+            world: &w,
+        };
+        print_row(&bench_explain(name, &snap, &req, &names, &options));
+        if busy == 900 {
+            let name = "x: (for comparison) search, unlimited, same forest and request";
+            print_row(&bench_search(name, &snap, &req));
         }
     }
 

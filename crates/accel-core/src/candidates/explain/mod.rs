@@ -138,7 +138,8 @@ pub trait Names {
 /// Bounds on the work of one explanation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExplainOptions {
-    /// Stop collecting a root's reasons for one group after this many.
+    /// Stop collecting a root's reasons for one group after this many (0 counts as
+    /// 1: a root that does not fit always gets a reason).
     pub reasons_per_group: usize,
     /// Explain only this root (`accel explain --root`).
     pub only_root: Option<ProviderId>,
