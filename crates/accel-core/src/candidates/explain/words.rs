@@ -1,9 +1,11 @@
-//! The sentences of [`super::Reason::detail`], in one place: `accel explain` and the
-//! console show them verbatim, and the unit tests pin them word for word.
+//! The provider-level sentences of [`super::Reason::detail`] and the pieces the others
+//! share (lists of groups, providers, traits; the capacity numbers). `accel explain`
+//! and the console show them verbatim, the unit tests pin them word for word, and the
+//! parent module's doc lists every form.
 //!
 //! Provider-level sentences leave the provider out (the reason's `provider` names
-//! it) and give the numbers the rule compared; group-level and request-wide ones name
-//! what they talk about.
+//! it) and give the numbers the rule compared; group-level and request-wide ones, built
+//! where their facts are gathered, name what they talk about.
 
 use std::fmt::Display;
 
