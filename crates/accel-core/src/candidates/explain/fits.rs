@@ -83,6 +83,28 @@ pub(super) fn own_candidate(
     false
 }
 
+/// Whether the sharing provider `s` of another tree is an option of decision `i` of
+/// `anchor`: the check [`anchor::build_filtered`] would make, without building the
+/// rest of the problem (most sharing providers serve one class of one group).
+fn may_take(plan: &Plan<'_>, i: usize, s: ProviderId, anchor: ProviderId) -> bool {
+    let snap = plan.snap;
+    let mut next = 0;
+    for g in &plan.groups {
+        if g.granular {
+            if next == i {
+                return g.granular_ok(snap, s);
+            }
+            next += 1;
+        } else {
+            if let Some(&(_, rc, amount)) = i.checked_sub(next).and_then(|k| g.resources.get(k)) {
+                return g.unsuffixed_ok(snap, s, rc, amount, anchor, false);
+            }
+            next += g.resources.len();
+        }
+    }
+    false
+}
+
 /// Per provider index: whether the tree rooted there fits (meaningful for roots).
 pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
     let snap = plan.snap;
@@ -115,7 +137,7 @@ pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
             if a == root || anchors.binary_search(&a).is_err() {
                 continue;
             }
-            for i in 0..decisions {
+            for i in (0..decisions).filter(|&i| may_take(plan, i, s, a)) {
                 if let Some(c) = first_filtered(plan, a, |j, p| j != i || p == s) {
                     mark(&mut fits, &c);
                     break 'anchors;
