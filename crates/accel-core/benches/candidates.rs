@@ -434,5 +434,35 @@ fn main() {
         }
     }
 
+    let name = "x: explain 10,000 roots sharing one DISK_GB pool (full), VCPU+DISK_GB";
+    if wanted(name) {
+        let mut w = World::new();
+        let mut providers = Vec::new();
+        w.rp("pool", None, &["agg"]);
+        w.traits("pool", &[SHARES]);
+        w.inv("pool", "DISK_GB", 100_000);
+        w.use_("pool", "DISK_GB", 99_995);
+        providers.push("pool".to_owned());
+        for i in 0..10_000 {
+            let cn = format!("cn{i}");
+            w.rp(&cn, None, &["agg"]);
+            w.inv(&cn, "VCPU", 32);
+            providers.push(cn);
+        }
+        let req = w.query("resources=VCPU:1,DISK_GB:10", true);
+        let snap = w.snapshot();
+        let names = Indexed {
+            providers,
+            world: &w,
+        };
+        print_row(&bench_explain(
+            name,
+            &snap,
+            &req,
+            &names,
+            &ExplainOptions::default(),
+        ));
+    }
+
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
