@@ -5,8 +5,9 @@
 //! one-provider-per-tree rule, the unsuffixed group's required traits (carried by its
 //! providers together) and the summed capacity of decisions that land on one
 //! provider. Each of the first four can be dropped from a [`Plan`] and the anchor asked
-//! again (an existence question, stopping at the first candidate), so the blame is
-//! found by experiment rather than by a second copy of the solver's reasoning:
+//! again whether it has a candidate touching its own tree (an existence question,
+//! stopping at the first candidate), so the blame is found by experiment rather than
+//! by a second copy of the solver's reasoning:
 //!
 //! 1. every rule whose removal alone yields a candidate is a reason;
 //! 2. otherwise, when removing all of them yields one, a minimal set of them (drop
@@ -19,7 +20,7 @@
 use super::super::anchor::{self, Var};
 use super::super::plan::{has_any, Plan};
 use super::super::snapshot::{ProviderId, RcId, TraitId};
-use super::fits::first_filtered;
+use super::fits::{first_filtered, own_candidate};
 use super::reasons::single;
 use super::{words, Ctx, Reason, ReasonCode};
 
@@ -70,7 +71,10 @@ impl Ctx<'_> {
         let plan = self.plan;
         let lists = anchor::decisions(plan, anchor, keep, false);
         let rules = self.active_rules(&lists);
-        let works = |set: &[Rule]| first_filtered(&relaxed(plan, set), anchor, keep).is_some();
+        let works = |set: &[Rule]| {
+            let p = relaxed(plan, set);
+            own_candidate(&p, anchor, keep, first_filtered(&p, anchor, keep), |_| {})
+        };
 
         let mut blame: Vec<Rule> = rules.iter().copied().filter(|&r| works(&[r])).collect();
         if blame.is_empty() && rules.len() > 1 && works(&rules) {

@@ -10,7 +10,7 @@
 //!    otherwise the backtracking solver); every root it touches fits. When it uses only
 //!    sharing providers of other trees, the anchor asks once per decision for a
 //!    candidate whose provider for that decision is one of its own (a candidate touches
-//!    the anchor's tree exactly when one of its decisions does);
+//!    the anchor's tree exactly when one of its decisions does): [`own_candidate`];
 //! 2. per sharing provider of a tree that does not fit yet, per other anchor it serves,
 //!    once per decision: a candidate with that provider for that decision.
 //!
@@ -55,17 +55,62 @@ pub(super) fn decision_count(plan: &Plan<'_>) -> usize {
         .sum()
 }
 
+/// Whether `anchor` has a candidate (options passing `keep`) that uses a provider of
+/// its own tree, given its first candidate `first`. Every candidate looked at goes to
+/// `seen`. When `first` uses only sharing providers of other trees, each decision in
+/// turn is narrowed to the own tree: a candidate touches the tree exactly when one of
+/// its decisions does.
+pub(super) fn own_candidate(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    keep: impl Fn(usize, ProviderId) -> bool + Copy,
+    first: Option<Candidate>,
+    mut seen: impl FnMut(&Candidate),
+) -> bool {
+    let snap = plan.snap;
+    let own = |p: ProviderId| snap.provider(p).root == anchor;
+    let Some(c) = first else { return false };
+    seen(&c);
+    if c.providers().any(own) {
+        return true;
+    }
+    for i in 0..decision_count(plan) {
+        if let Some(c) = first_filtered(plan, anchor, |j, p| keep(j, p) && (j != i || own(p))) {
+            seen(&c);
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the sharing provider `s` of another tree is an option of decision `i` of
+/// `anchor`: the check [`anchor::build_filtered`] would make, without building the
+/// rest of the problem (most sharing providers serve one class of one group).
+fn may_take(plan: &Plan<'_>, i: usize, s: ProviderId, anchor: ProviderId) -> bool {
+    let snap = plan.snap;
+    let mut next = 0;
+    for g in &plan.groups {
+        if g.granular {
+            if next == i {
+                return g.granular_ok(snap, s);
+            }
+            next += 1;
+        } else {
+            if let Some(&(_, rc, amount)) = i.checked_sub(next).and_then(|k| g.resources.get(k)) {
+                return g.unsuffixed_ok(snap, s, rc, amount, anchor, false);
+            }
+            next += g.resources.len();
+        }
+    }
+    false
+}
+
 /// Per provider index: whether the tree rooted there fits (meaningful for roots).
 pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
     let snap = plan.snap;
     let mut fits = vec![false; snap.providers().len()];
     let mark = |fits: &mut Vec<bool>, c: &Candidate| {
-        let providers = c
-            .allocations
-            .iter()
-            .map(|a| a.0)
-            .chain(c.mappings.iter().flat_map(|m| m.1.iter().copied()));
-        for p in providers {
+        for p in c.providers() {
             fits[snap.provider(p).root.index()] = true;
         }
     };
@@ -76,18 +121,7 @@ pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
         if only.is_some_and(|r| r != a) || fits[a.index()] {
             continue;
         }
-        let Some(c) = first(plan, a) else { continue };
-        mark(&mut fits, &c);
-        if fits[a.index()] {
-            continue;
-        }
-        let own = |p: ProviderId| snap.provider(p).root == a;
-        for i in 0..decisions {
-            if let Some(c) = first_filtered(plan, a, |j, p| j != i || own(p)) {
-                mark(&mut fits, &c);
-                break;
-            }
-        }
+        own_candidate(plan, a, |_, _| true, first(plan, a), |c| mark(&mut fits, c));
     }
 
     let sharing = (0..snap.providers().len() as u32)
@@ -103,7 +137,7 @@ pub(super) fn fitting(plan: &Plan<'_>, only: Option<ProviderId>) -> Vec<bool> {
             if a == root || anchors.binary_search(&a).is_err() {
                 continue;
             }
-            for i in 0..decisions {
+            for i in (0..decisions).filter(|&i| may_take(plan, i, s, a)) {
                 if let Some(c) = first_filtered(plan, a, |j, p| j != i || p == s) {
                     mark(&mut fits, &c);
                     break 'anchors;

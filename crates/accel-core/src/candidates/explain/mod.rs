@@ -14,7 +14,7 @@
 //! # Why it is shaped this way
 //!
 //! The verdict must agree with the search, so it is computed by the search's own
-//! machinery rather than by a second model of Placement's rules: [`fits`] asks the
+//! machinery rather than by a second model of Placement's rules: `fits` asks the
 //! forced path and the backtracking solver existence questions ("is there a candidate
 //! of this anchor, with this decision narrowed to these providers?") that stop at the
 //! first candidate. Enumerating candidates would be combinatorial on big clouds; one
@@ -25,18 +25,75 @@
 //! are found in three layers, each only reached when the one before found nothing,
 //! so every non-fitting root gets at least one:
 //!
-//! 1. the root cannot anchor (`root_required`, `in_tree`): [`reasons`];
+//! 1. the root cannot anchor (`root_required`, `in_tree`): `reasons`;
 //! 2. some decision (a granular group, or one class of the unsuffixed group) has no
 //!    provider: each provider it may look at is re-checked rule by rule, closest
-//!    providers (fewest failed rules) first, at most `reasons_per_group`: [`reasons`];
+//!    providers (fewest failed rules) first, at most `reasons_per_group`: `reasons`;
 //! 3. every decision has providers but no candidate exists: rules binding decisions
 //!    together are switched off one at a time and the anchor asked again; the rules
 //!    whose removal helps are the reasons, and summed capacity when none does:
-//!    [`combine`].
+//!    `combine`.
 //!
-//! A root whose anchor has candidates that all use sharing providers of other trees
-//! does not fit either (its own tree holds nothing); its reasons are those of layers 2
-//! and 3 with each decision narrowed to its own tree. The sentences live in [`words`].
+//! A root whose anchor may use sharing providers of other trees can have candidates
+//! that all come from them and still not fit (its own tree holds nothing); its reasons
+//! are those of layers 2 and 3 with each decision in turn narrowed to its own tree.
+//!
+//! # Detail sentences
+//!
+//! `accel explain` and the console show [`Reason::detail`] verbatim; `explain_reasons`
+//! pins each form. `{…}` are names and numbers; lists name at most three providers,
+//! then "and N more"; groups are named by suffix, the unsuffixed one "(unsuffixed)".
+//!
+//! Provider-level (the reason's `provider` is the provider the sentence is about):
+//!
+//! * no_inventory: `has no {RC} inventory`
+//! * capacity: `needs {n} {RC}, {free} free: total {t}, reserved {r}, used {u},
+//!   allocation ratio {ratio}`
+//! * max_unit / min_unit: `needs {n} {RC}, max_unit is {m}`, `needs {n} {RC}, min_unit
+//!   is {m}`; step_size: `needs {n} {RC}, not a multiple of step_size {s}`
+//! * required_trait: `lacks required trait {T}`; any_trait: `has none of {T1}, {T2}`;
+//!   forbidden_trait: `has forbidden trait {T}`
+//! * member_of: `is not in aggregate {uuid}`, `is in none of aggregates {u1}, {u2}`
+//!   (for the unsuffixed group, whose root may stand in for it: followed by `, and root
+//!   {root} does not meet member_of either`), `is in forbidden aggregate {uuid}`, `root
+//!   {root} is in forbidden aggregate {uuid}`
+//! * in_tree: `is outside the tree of {root} (in_tree)`
+//!
+//! Group-level (`provider` null, `group` set):
+//!
+//! * no_inventory: `no provider of tree {root} has {RC} inventory`, `no provider of
+//!   tree {root} or of the {k} sharing providers it may use has {RC} inventory`, `no
+//!   provider of tree {root} has {RC} inventory, only sharing providers of other trees`
+//! * in_tree (`provider` is the named one): `in_tree{s}={name}: only the tree of {name}
+//!   may serve group {s}`
+//! * required_trait / any_trait, the unsuffixed group's traits carried together: `none
+//!   of the providers that can serve the unsuffixed group ({providers}) has {T}`, `… has
+//!   any of {T1}, {T2}`, `no choice of providers for the unsuffixed group ({providers})
+//!   carries all of {T1}; {T2} together`
+//! * required_trait, a resourceless group Placement matches nothing for: `group {s}
+//!   asks for no resources, no required trait and no member_of: Placement matches no
+//!   provider for it`
+//!
+//! Request-wide (`group` null):
+//!
+//! * root_required: `root lacks required trait {T} (root_required)`, `root has none of
+//!   {T1}, {T2} (root_required)`; root_forbidden: `root has forbidden trait {T}
+//!   (root_required=!{T})` (`provider` is the root)
+//! * isolate: `group_policy=isolate needs a separate provider for each of groups 1, 2:
+//!   group 1 can use {providers}; group 2 can use {providers}`
+//! * same_subtree: `same_subtree=1,2: no choice puts these groups under one of their
+//!   own providers: group 1 can use {providers}; group 2 can use {providers}`
+//! * single_tree: `before microversion 1.29 a candidate takes resources from one
+//!   provider per tree: {RC} (unsuffixed) can use {providers}; group 1 can use
+//!   {providers}`
+//! * capacity, groups together on one provider (`provider` set): `groups 1, 2 together
+//!   need {n} {RC}, {free} free: total …` as above, or `groups 1, 2 together need {n}
+//!   {RC}, max_unit is {m}`; on several: `groups 1, 2 together need {a} + {b} {RC},
+//!   more than {p} ({f} free), {q} ({f} free, max_unit {m}) can hold`
+//! * a request that matches nothing anywhere: min_unit `asks for {n} {RC}: amounts
+//!   below 1 are never allowed` (group set), in_tree `in_tree names a provider that does
+//!   not exist`, no_inventory `the request asks for no resources`, `the unsuffixed group
+//!   asks for no resources: Placement finds no tree for it`
 
 mod combine;
 mod fits;
@@ -137,7 +194,8 @@ pub trait Names {
 /// Bounds on the work of one explanation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExplainOptions {
-    /// Stop collecting a root's reasons for one group after this many.
+    /// Stop collecting a root's reasons for one group after this many (0 counts as
+    /// 1: a root that does not fit always gets a reason).
     pub reasons_per_group: usize,
     /// Explain only this root (`accel explain --root`).
     pub only_root: Option<ProviderId>,
@@ -197,7 +255,11 @@ pub fn explain(
             RootExplanation {
                 root,
                 fits,
-                reasons: if fits { Vec::new() } else { ctx.root(root) },
+                reasons: if fits {
+                    Vec::new()
+                } else {
+                    ctx.bounded(ctx.root(root))
+                },
             }
         })
         .collect();
@@ -225,13 +287,14 @@ impl Ctx<'_> {
         if !empty.is_empty() {
             return self.unservable(root, &all, &empty, false);
         }
-        if fits::first(plan, root).is_none() {
-            return self.combination(root, |_, _| true);
-        }
-        // Candidates exist, but they take everything from sharing providers of other
-        // trees: narrow each decision to the root's own tree in turn.
         let snap = plan.snap;
         let own = |p: ProviderId| snap.provider(p).root == root;
+        if all.iter().all(|(_, opts)| opts.iter().all(|&p| own(p))) {
+            return self.combination(root, |_, _| true);
+        }
+        // Sharing providers of other trees are among the options, and a candidate
+        // made of them only would not touch this tree: narrow each decision to the
+        // root's own providers in turn.
         let own_lists = anchor::decisions(plan, root, |_, p| own(p), false);
         let empty = without_options(&own_lists);
         let mut out = self.unservable(root, &own_lists, &empty, true);
@@ -243,6 +306,32 @@ impl Ctx<'_> {
             }
         }
         out
+    }
+}
+
+impl Ctx<'_> {
+    /// At most `per_group` reasons per group, the first ones kept.
+    fn bounded(&self, reasons: Vec<Reason>) -> Vec<Reason> {
+        let mut seen: Vec<(Option<String>, usize)> = Vec::new();
+        reasons
+            .into_iter()
+            .filter(|r| {
+                if r.group.is_none() {
+                    return true;
+                }
+                match seen.iter_mut().find(|(g, _)| *g == r.group) {
+                    Some((_, n)) if *n >= self.per_group => false,
+                    Some((_, n)) => {
+                        *n += 1;
+                        true
+                    }
+                    None => {
+                        seen.push((r.group.clone(), 1));
+                        true
+                    }
+                }
+            })
+            .collect()
     }
 }
 

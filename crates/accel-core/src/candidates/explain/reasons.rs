@@ -152,21 +152,20 @@ impl Ctx<'_> {
                 continue;
             }
             done.push(gi);
-            let per: Vec<Vec<Reason>> = empty
+            let mut per: Vec<std::vec::IntoIter<Reason>> = empty
                 .iter()
                 .filter(|&&j| lists[j].0.group == gi)
-                .map(|&j| self.decision(root, &lists[j].0, own_only))
+                .map(|&j| self.decision(root, &lists[j].0, own_only).into_iter())
                 .collect();
-            let longest = per.iter().map(Vec::len).max().unwrap_or(0);
             let mut taken = 0;
-            'turns: for turn in 0..longest {
-                for reasons in &per {
-                    if let Some(r) = reasons.get(turn) {
-                        if taken == self.per_group {
-                            break 'turns;
-                        }
-                        out.push(r.clone());
+            let mut more = true;
+            while more && taken < self.per_group {
+                more = false;
+                for r in per.iter_mut().filter_map(Iterator::next) {
+                    if taken < self.per_group {
+                        out.push(r);
                         taken += 1;
+                        more = true;
                     }
                 }
             }
@@ -218,7 +217,7 @@ impl Ctx<'_> {
                 let tree = self.names.provider(anchor);
                 let name = self.names.resource_class(rc);
                 let detail = if own_only {
-                    format!("no provider of tree {tree} has {name} inventory; its candidates take {name} from sharing providers of other trees")
+                    format!("no provider of tree {tree} has {name} inventory, only sharing providers of other trees")
                 } else if foreign.is_empty() {
                     format!("no provider of tree {tree} has {name} inventory")
                 } else {
@@ -382,7 +381,7 @@ impl Ctx<'_> {
             ),
             Fail::Capacity { rc, amount } => {
                 let detail = match snap.inventory(p, rc) {
-                    Some(inv) => words::capacity(&format!("needs {amount}"), &rc_name(rc), inv),
+                    Some(inv) => words::capacity(format_args!("needs {amount}"), &rc_name(rc), inv),
                     None => format!("has no {} inventory", rc_name(rc)),
                 };
                 (ReasonCode::Capacity, Some(rc), None, detail)
@@ -391,7 +390,7 @@ impl Ctx<'_> {
                 ReasonCode::MaxUnit,
                 Some(rc),
                 None,
-                words::max_unit(&format!("needs {amount}"), &rc_name(rc), max),
+                words::max_unit(format_args!("needs {amount}"), &rc_name(rc), max),
             ),
             Fail::MinUnit { rc, amount, min } => (
                 ReasonCode::MinUnit,

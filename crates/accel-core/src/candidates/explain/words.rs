@@ -1,9 +1,13 @@
-//! The sentences of [`super::Reason::detail`], in one place: `accel explain` and the
-//! console show them verbatim, and the unit tests pin them word for word.
+//! The provider-level sentences of [`super::Reason::detail`] and the pieces the others
+//! share (lists of groups, providers, traits; the capacity numbers). `accel explain`
+//! and the console show them verbatim, the unit tests pin them word for word, and the
+//! parent module's doc lists every form.
 //!
 //! Provider-level sentences leave the provider out (the reason's `provider` names
-//! it) and give the numbers the rule compared; group-level and request-wide ones name
-//! what they talk about.
+//! it) and give the numbers the rule compared; group-level and request-wide ones, built
+//! where their facts are gathered, name what they talk about.
+
+use std::fmt::Display;
 
 use uuid::Uuid;
 
@@ -49,9 +53,18 @@ pub(super) fn providers(names: &dyn Names, ids: &[ProviderId]) -> String {
     out.join(", ")
 }
 
-/// "A, B".
+/// "A, B", each trait once.
 pub(super) fn traits(names: &dyn Names, ids: &[TraitId]) -> String {
-    let all: Vec<String> = ids.iter().map(|&t| names.trait_name(t)).collect();
+    let mut seen: Vec<TraitId> = Vec::new();
+    let all: Vec<String> = ids
+        .iter()
+        .filter(|&&t| {
+            let first = !seen.contains(&t);
+            seen.push(t);
+            first
+        })
+        .map(|&t| names.trait_name(t))
+        .collect();
     all.join(", ")
 }
 
@@ -62,7 +75,7 @@ fn aggregates(ids: &[Uuid]) -> String {
 
 /// "needs 2 CUSTOM_ACCELERATOR_FPGA, 1 free: total 4, reserved 0, used 3, allocation
 /// ratio 1.0", with `lead` in place of "needs 2".
-pub(super) fn capacity(lead: &str, rc: &str, inv: &Inventory) -> String {
+pub(super) fn capacity(lead: impl Display, rc: &str, inv: &Inventory) -> String {
     let l = &inv.limits;
     format!(
         "{lead} {rc}, {} free: total {}, reserved {}, used {}, allocation ratio {:?}",
@@ -79,7 +92,7 @@ pub(super) fn free(inv: &Inventory) -> i64 {
     inv.capacity().saturating_sub(inv.used).max(0)
 }
 
-pub(super) fn max_unit(lead: &str, rc: &str, max: i64) -> String {
+pub(super) fn max_unit(lead: impl Display, rc: &str, max: i64) -> String {
     format!("{lead} {rc}, max_unit is {max}")
 }
 
