@@ -3,6 +3,9 @@
   explain-upstream.py load URL FIXTURE        replay FIXTURE's [method, path, body] calls on the
                                               Placement at URL (noauth admin, microversion 1.39);
                                               any answer >= 400 is an error
+  explain-upstream.py hosts URL N             add N compute nodes (VCPU 8) each with one FPGA child
+                                              (CUSTOM_ACCELERATOR_FPGA 1, CUSTOM_FPGA_INTEL), for
+                                              timing `accel explain` on a bigger estate
   explain-upstream.py compare NAME A.json B.json
                                               compare two `accel explain -f json` answers: the
                                               candidate count, every root's fits by name, and the
@@ -17,7 +20,10 @@ import urllib.request
 
 def load(url, fixture):
     with open(fixture) as f:
-        calls = json.load(f)
+        replay(url, json.load(f))
+
+
+def replay(url, calls):
     for method, path, body in calls:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url + path, data=data, method=method)
@@ -29,6 +35,26 @@ def load(url, fixture):
             urllib.request.urlopen(req).read()
         except urllib.error.HTTPError as e:
             sys.exit("%s %s%s: HTTP %s: %s" % (method, url, path, e.code, e.read().decode()[:500]))
+
+
+def hosts(url, n):
+    calls = [["PUT", "/resource_classes/CUSTOM_ACCELERATOR_FPGA", None],
+             ["PUT", "/traits/CUSTOM_FPGA_INTEL", None]]
+    for i in range(n):
+        host, fpga = "10000000-0000-4000-8000-%012d" % i, "20000000-0000-4000-8000-%012d" % i
+        calls += [
+            ["POST", "/resource_providers", {"name": "bench-host%05d" % i, "uuid": host}],
+            ["PUT", "/resource_providers/%s/inventories" % host,
+             {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}}],
+            ["POST", "/resource_providers",
+             {"name": "bench-host%05d_fpga0" % i, "uuid": fpga, "parent_provider_uuid": host}],
+            ["PUT", "/resource_providers/%s/inventories" % fpga,
+             {"resource_provider_generation": 0,
+              "inventories": {"CUSTOM_ACCELERATOR_FPGA": {"total": 1}}}],
+            ["PUT", "/resource_providers/%s/traits" % fpga,
+             {"resource_provider_generation": 1, "traits": ["CUSTOM_FPGA_INTEL"]}],
+        ]
+    replay(url, calls)
 
 
 def verdicts(doc):
@@ -65,6 +91,8 @@ def compare(name, a_path, b_path):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["load"] and len(sys.argv) == 4:
         load(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["hosts"] and len(sys.argv) == 4:
+        hosts(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 5:
         compare(*sys.argv[2:])
     else:
