@@ -72,7 +72,7 @@ enum Command {
     /// Why a root provider does or does not yield allocation candidates ("no valid
     /// host"): Placement's answer root by root, with every reason.
     #[command(
-        after_help = "Examples:\n  accel explain 'resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL&group_policy=isolate'\n  accel explain --device-profile dp1 --resources VCPU=1 -f json"
+        after_help = "Examples:\n  accel explain 'resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL&group_policy=isolate'\n  accel explain --device-profile dp1 --resources VCPU=1 -f json\n\nExit status: 0 explained; 1 an error (Placement's 400 included); 2 Placement's answer and the providers read disagreed twice (data changing)"
     )]
     Explain(explain::ExplainArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:

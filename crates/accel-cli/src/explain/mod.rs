@@ -60,7 +60,8 @@ pub struct ExplainArgs {
     /// The flavor's own resources, `RC=N,...` (e.g. `VCPU=2,MEMORY_MB=2048`).
     #[arg(long)]
     pub resources: Option<String>,
-    /// The flavor's `group_policy` (none or isolate); Nova sends none when unset.
+    /// The flavor's `group_policy` (none or isolate); unset, the query has none, as
+    /// Nova's.
     #[arg(long)]
     pub group_policy: Option<String>,
     /// Explain only this root provider (a name or uuid of any provider of its tree);
