@@ -314,6 +314,18 @@ async fn explain_one_root_other_queries_and_placement_errors() {
             .await;
         assert_eq!(nested["candidates"], 3, "host1, host2 and host5");
 
+        // A request-wide rule has no group.
+        let rr = cloud
+            .explain(&["resources=VCPU:1&root_required=CUSTOM_FPGA_INTEL"])
+            .await;
+        check_shape(&rr);
+        assert_eq!(rr["candidates"], 0);
+        let host1 = reasons(&rr, "host1", "root_required");
+        assert_eq!(host1.len(), 1, "{rr}");
+        assert_eq!(host1[0]["group"], Value::Null);
+        assert_eq!(host1[0]["trait"], "CUSTOM_FPGA_INTEL");
+        assert_eq!(host1[0]["provider"], rp(1));
+
         // Placement's 400 is the command's error, and nothing is printed.
         let bad = cloud
             .accel(&[
