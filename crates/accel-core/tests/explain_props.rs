@@ -1,16 +1,17 @@
 //! Property tests of `explain` on the random forests and requests of the candidate
 //! search's own property tests: its verdicts agree with the unlimited search root by
 //! root, every root that does not fit gets at least one reason, what a provider-level
-//! reason claims (a missing trait, a full inventory, ...) holds in the snapshot, the
+//! reason claims (a missing trait, a full inventory, ...) holds in the snapshot, a
+//! root blamed only on rules binding groups together fits once they are dropped, the
 //! per-group bound holds, and explaining one root (`only_root`) gives that root's verdict of the full
 //! run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_core::candidates::explain::{
-    explain, ExplainOptions, Explanation, Names, Reason, ReasonCode,
+    explain, ExplainOptions, Explanation, Names, Reason, ReasonCode, RootExplanation,
 };
-use accel_core::candidates::{search, ProviderId, RcId, Request, Snapshot, TraitId};
+use accel_core::candidates::{search, GroupPolicy, ProviderId, RcId, Request, Snapshot, TraitId};
 use proptest::prelude::*;
 use uuid::Uuid;
 
@@ -87,6 +88,62 @@ fn check_claim(snap: &Snapshot, req: &Request, r: &Reason) -> Result<(), TestCas
     Ok(())
 }
 
+/// When every reason of a root blames a rule that binds groups together (isolate,
+/// same_subtree, one provider per tree, the unsuffixed group's traits), the same request
+/// without those rules has a candidate in the root's tree.
+fn check_blame(snap: &Snapshot, req: &Request, r: &RootExplanation) -> Result<(), TestCaseError> {
+    let collective = |x: &Reason| {
+        matches!(x.code, ReasonCode::RequiredTrait | ReasonCode::AnyTrait)
+            && x.provider.is_none()
+            && x.group.as_deref() == Some("")
+    };
+    let binding = |x: &Reason| {
+        matches!(
+            x.code,
+            ReasonCode::Isolate | ReasonCode::SameSubtree | ReasonCode::SingleTree
+        ) || collective(x)
+    };
+    if r.fits || !r.reasons.iter().all(binding) {
+        return Ok(());
+    }
+    let mut relaxed = req.clone();
+    for x in &r.reasons {
+        match x.code {
+            ReasonCode::Isolate => relaxed.group_policy = GroupPolicy::None,
+            ReasonCode::SingleTree => relaxed.nested = true,
+            ReasonCode::SameSubtree => {
+                let named = x
+                    .detail
+                    .strip_prefix("same_subtree=")
+                    .and_then(|d| d.split_once(':'));
+                prop_assert!(named.is_some(), "{:?}", x);
+                let named: BTreeSet<&str> = named.unwrap().0.split(',').collect();
+                let known = |s: &String| req.groups.iter().any(|g| &g.suffix == s);
+                relaxed.same_subtree.retain(|entry| {
+                    let entry: BTreeSet<&str> = entry
+                        .iter()
+                        .filter(|s| known(s))
+                        .map(String::as_str)
+                        .collect();
+                    entry != named
+                });
+            }
+            _ => {
+                for g in relaxed.groups.iter_mut().filter(|g| g.suffix.is_empty()) {
+                    g.required.clear();
+                }
+            }
+        }
+    }
+    prop_assert!(
+        touched_roots(snap, &relaxed).contains(&r.root),
+        "root {} still does not fit without the blamed rules {:?}",
+        r.root.0,
+        r.reasons
+    );
+    Ok(())
+}
+
 fn check_shape(
     snap: &Snapshot,
     req: &Request,
@@ -109,6 +166,7 @@ fn check_shape(
             prop_assert!(!reason.detail.is_empty());
             prop_assert!(reason.provider.is_none_or(|p| p.0 < n));
             check_claim(snap, req, reason)?;
+            check_blame(snap, req, r)?;
             if let Some(g) = &reason.group {
                 *per.entry(g.as_str()).or_default() += 1;
             }

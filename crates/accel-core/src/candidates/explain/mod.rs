@@ -212,7 +212,7 @@ impl Default for ExplainOptions {
 
 /// Explain `request` against `snapshot`, root by root. `request.limit` and
 /// `request.randomize` are ignored. `options.only_root` may name any provider of a
-/// tree; the verdict is its root's.
+/// tree; the verdict is its root's (no verdict when it names no provider).
 pub fn explain(
     snapshot: &Snapshot,
     request: &Request,
