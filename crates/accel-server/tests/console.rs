@@ -299,6 +299,17 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         .await;
         assert_eq!(attr(hooks(&html, "candidates")[0], "data-count"), Some("0"));
         assert_eq!(hooks(&html, "root-row").len(), 4);
+        // Every root that does not fit says why; one without the class has no inventory.
+        for (i, _) in html.match_indices("data-test=\"root-row\"") {
+            let row = &html[i..i + html[i..].find("</tr>").unwrap()];
+            assert!(row.contains("data-test=\"reason\""), "{row}");
+        }
+        let edge = html.find("data-name=\"edge-9\"").unwrap();
+        let edge_row = &html[edge..edge + html[edge..].find("</tr>").unwrap()];
+        assert!(
+            edge_row.contains("data-code=\"no_inventory\""),
+            "{edge_row}"
+        );
         let (_, _, html) = page(
             &c,
             base,

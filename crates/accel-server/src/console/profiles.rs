@@ -101,10 +101,11 @@ impl Names for IndexNames<'_> {
 }
 
 /// The allocation-candidates query Nova composes for a flavor's `resources` and a
-/// profile's groups, without `limit` (the console wants every host).
+/// profile's groups (`accel_api::workflow::nova_query`, as `accel explain
+/// --device-profile` composes it), as a query string.
 fn profile_query(
     resources: &[(String, u64)],
-    group_policy: &str,
+    group_policy: Option<&str>,
     groups: &[accel_core::accelerator::Group],
 ) -> Result<String, String> {
     let groups: Vec<accel_api::accelerator::Group> = groups
@@ -116,10 +117,10 @@ fn profile_query(
                 .collect()
         })
         .collect();
-    let q = accel_api::workflow::candidate_query(resources, group_policy, &groups)
+    let q = accel_api::workflow::nova_query(resources, group_policy, &groups)
         .map_err(|e| e.to_string())?;
     Ok(form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(q.iter().filter(|(k, _)| k != "limit"))
+        .extend_pairs(q)
         .finish())
 }
 
@@ -236,7 +237,7 @@ fn serving_hosts(
     names: &[String],
     p: &profiles::Profile,
 ) -> (String, String) {
-    let query = match profile_query(&[], "none", &p.groups) {
+    let query = match profile_query(&[], Some("none"), &p.groups) {
         Ok(q) => q,
         Err(e) => {
             return (
@@ -388,9 +389,9 @@ pub(crate) async fn explain(
             }
         };
         let policy = if q.group_policy.is_empty() {
-            "none"
+            None
         } else {
-            q.group_policy.as_str()
+            Some(q.group_policy.as_str())
         };
         match profile_query(&resources, policy, &p.groups) {
             Ok(s) => s,
