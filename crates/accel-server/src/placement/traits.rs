@@ -4,7 +4,7 @@
 //! database's row order.
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::{require, uncaught};
+use super::resource_providers::{not_found_as, read_with, require, uncaught};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{ProviderTraits, Traits};
@@ -144,21 +144,13 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, ts) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await.map_err(|e| match e {
-                    StoreError::NotFound(m) => StoreError::NotFound(format!(
-                        "No resource provider with uuid {uuid} found: {m}"
-                    )),
-                    e => e,
-                })?;
-                let ts = traits::for_provider(tx, rp.id).await?;
-                Ok((rp, ts))
+    let (rp, ts) = read_with(&app, &uuid, |tx, id| Box::pin(traits::for_provider(tx, id)))
+        .await
+        .map_err(|e| {
+            not_found_as(e, |m| {
+                ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
             })
-        })
-        .await?;
+        })?;
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,
