@@ -9,8 +9,10 @@
 //! - [`eventually`]: the one way a test waits for something another task does; tests
 //!   never sleep a fixed time.
 //! - [`serve_fake`]: a fake service's router on a free local port.
+//! - [`postgres`]: a PostgreSQL server of the test's own, which the test may stop.
 
 pub mod keystone;
+pub mod postgres;
 #[cfg(feature = "server")]
 pub mod server;
 
