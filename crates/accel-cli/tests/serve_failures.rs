@@ -546,15 +546,7 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
     );
     assert!(l.slowest < Duration::from_secs(10), "{:?}", l.slowest);
     // Every acknowledged write is there.
-    let v: Value = client
-        .get(format!("{}/resource_providers", s.placement))
-        .header("x-auth-token", "admin")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::placement_get(&s.placement, "/resource_providers").await;
     let present: BTreeSet<&str> = v["resource_providers"]
         .as_array()
         .unwrap()

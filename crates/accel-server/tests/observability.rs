@@ -11,10 +11,11 @@ use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_testkit::postgres::PrivatePostgres;
+use accel_testkit::Logs;
 use common::accel::{placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 /// The sum of every sample of `name` whose labels include all of `labels`
@@ -84,33 +85,13 @@ fn promtool_check(text: &str) {
     );
 }
 
-/// A tracing writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn uuid_like(s: &str) -> bool {
     s.len() == 36 && s.chars().filter(|c| *c == '-').count() == 4
 }
 
 #[tokio::test]
 async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     for backend in BACKENDS {
         let nova = FakeNova::start(true).await;
         let db = TempDb::fresh(backend).await;
@@ -428,7 +409,7 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         srv.stop().await;
     }
 
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("accel::access") && l.contains("req-global-obs-1"))
