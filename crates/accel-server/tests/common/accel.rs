@@ -40,6 +40,23 @@ pub async fn placement(
     )
 }
 
+/// Nova's allocation of one GPU of provider `rp` to instance `consumer` (a new
+/// consumer, type INSTANCE), which must succeed.
+pub async fn allocate_gpu(server: &Server, consumer: &str, rp: &str) {
+    let (s, v) = placement(
+        server,
+        reqwest::Method::PUT,
+        &format!("/allocations/{consumer}"),
+        Some(serde_json::json!({
+            "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": null,
+            "consumer_type": "INSTANCE",
+        })),
+    )
+    .await;
+    assert_eq!(s, 204, "{v}");
+}
+
 /// Creates the compute node provider `name`, as nova-compute does before any agent
 /// reports under it, and returns the provider.
 pub async fn compute_node(srv: &Server, name: &str) -> Value {
@@ -263,6 +280,16 @@ impl Server {
             store: server.store.clone(),
             client: reqwest::Client::new(),
             server,
+        }
+    }
+
+    /// Nova's view of both APIs for the workflow: the noauth admin, no service token.
+    pub fn endpoints(&self) -> accel_api::workflow::Endpoints {
+        accel_api::workflow::Endpoints {
+            placement_url: self.placement.clone(),
+            accelerator_url: self.accel.clone(),
+            token: "admin".into(),
+            service_token: None,
         }
     }
 
