@@ -142,6 +142,16 @@ pub(crate) fn not_found_as(e: StoreError, word: impl FnOnce(String) -> ApiError)
     }
 }
 
+/// Upstream's 404 for the provider of a sub-resource read (usages, traits): its words,
+/// then the lookup's.
+pub(crate) fn missing_provider(uuid: &str) -> impl FnOnce(StoreError) -> ApiError + '_ {
+    move |e| {
+        not_found_as(e, |m| {
+            ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
+        })
+    }
+}
+
 /// A provider and what `then` reads of it (given the provider's id), in one read
 /// snapshot: the shape of every `/resource_providers/{uuid}/...` GET. A missing
 /// provider is [`require`]'s `NotFound`, which each handler words as upstream's does.

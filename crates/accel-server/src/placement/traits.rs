@@ -4,7 +4,7 @@
 //! database's row order.
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::{not_found_as, read_with, require, uncaught};
+use super::resource_providers::{missing_provider, read_with, require, uncaught};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{ProviderTraits, Traits};
@@ -146,11 +146,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let uuid = req.param(0).to_owned();
     let (rp, ts) = read_with(&app, &uuid, |tx, id| Box::pin(traits::for_provider(tx, id)))
         .await
-        .map_err(|e| {
-            not_found_as(e, |m| {
-                ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
-            })
-        })?;
+        .map_err(missing_provider(&uuid))?;
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,

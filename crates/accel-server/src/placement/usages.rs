@@ -2,8 +2,8 @@
 //!
 //! Usage is always `SUM(allocations.used)`; both views are "modified now".
 
-use super::error::{ApiError, ApiResult};
-use super::resource_providers::{not_found_as, read_with};
+use super::error::ApiResult;
+use super::resource_providers::{missing_provider, read_with};
 use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
@@ -20,11 +20,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         Box::pin(store::provider_usages(tx, id))
     })
     .await
-    .map_err(|e| {
-        not_found_as(e, |m| {
-            ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
-        })
-    })?;
+    .map_err(missing_provider(&uuid))?;
     let body = ProviderUsages {
         resource_provider_generation: rp.generation,
         usages: usages.into_iter().collect(),
