@@ -9,6 +9,7 @@ use super::resource_providers::{exists, not_found_as, provider_url, read_with};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
+use accel_core::capacity::Limits;
 use accel_core::policy::placement as rules;
 use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
 use accel_store::{Conflict, StoreError};
@@ -59,25 +60,20 @@ pub(crate) fn from_record(rc_name: &str, rc_id: i64, v: &InventoryRecord) -> Inv
     Inventory {
         rc_id,
         rc_name: rc_name.to_owned(),
-        total: v.total,
-        reserved: v.reserved.unwrap_or(0),
-        min_unit: v.min_unit.unwrap_or(1),
-        max_unit: v.max_unit.unwrap_or(MAX_INT),
-        step_size: v.step_size.unwrap_or(1),
-        allocation_ratio: v.allocation_ratio.unwrap_or(1.0),
+        limits: Limits {
+            total: v.total,
+            reserved: v.reserved.unwrap_or(0),
+            min_unit: v.min_unit.unwrap_or(1),
+            max_unit: v.max_unit.unwrap_or(MAX_INT),
+            step_size: v.step_size.unwrap_or(1),
+            allocation_ratio: v.allocation_ratio.unwrap_or(1.0),
+        },
         modified: accel_store::now(),
     }
 }
 
 fn render(inv: &Inventory) -> api::Inventory {
-    api::Inventory {
-        total: inv.total,
-        reserved: inv.reserved,
-        min_unit: inv.min_unit,
-        max_unit: inv.max_unit,
-        step_size: inv.step_size,
-        allocation_ratio: inv.allocation_ratio,
-    }
+    api::Inventory::from(inv.limits)
 }
 
 fn render_one(inv: &Inventory, generation: i64) -> api::ProviderInventory {
