@@ -10,6 +10,7 @@ use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_server::external::{ExternalPlacement, PlacementConfig, Pusher};
 use accel_store::accelerator::pushes::{self, Push};
+use accel_store::keyed;
 use common::accel::{
     allocate_gpu, compute_node, delete_allocations, get, placement, tree, Server, TempDb,
 };
@@ -42,9 +43,8 @@ async fn remote_compute_node(remote: &Server, name: &str) -> String {
 }
 
 async fn push_row(srv: &Server, host: &str) -> Push {
-    let h = host.to_owned();
     srv.store
-        .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
+        .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
         .await
         .unwrap()
         .expect("the host was marked")
@@ -313,10 +313,9 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
 async fn wait_pushed(srv: &Server, host: &str) {
     let what = format!("{host} to be pushed");
     common::eventually(std::time::Duration::from_secs(20), &what, || async {
-        let h = host.to_owned();
         let row = srv
             .store
-            .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
+            .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
             .await
             .unwrap();
         match &row {

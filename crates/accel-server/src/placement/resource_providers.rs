@@ -5,6 +5,7 @@ use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_core::policy::placement as rules;
+use accel_store::keyed;
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
 use accel_store::{BoxFut, Conflict, StoreError, Tx};
@@ -231,10 +232,9 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_SHOW)?;
-    let uuid = req.param(0).to_owned();
     let rp = app
         .store
-        .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
+        .read(keyed(req.param(0), |tx, k| Box::pin(require(tx, k))))
         .await
         .map_err(uncaught)?;
     Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))

@@ -5,6 +5,7 @@ use super::Backend;
 use accel_server::accelerator::binder::{self, WorkerConfig};
 use accel_server::external::ExternalPlacement;
 use accel_store::accelerator::events;
+use accel_store::keyed;
 use accel_store::Store;
 use accel_testkit::server::TestServer;
 use serde_json::{json, Value};
@@ -404,9 +405,10 @@ impl Server {
     }
 
     pub async fn events_of(&self, instance: &str) -> Vec<events::NovaEvent> {
-        let i = instance.to_owned();
         self.store
-            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .read(keyed(instance, |tx, k| {
+                Box::pin(events::for_instance(tx, k))
+            }))
             .await
             .unwrap()
     }
