@@ -662,3 +662,131 @@ async fn events_go_to_nova_through_a_keystone_session() {
         store.close().await;
     }
 }
+
+/// The handles the ARQs were bound to, all distinct, and the jobs' outcome counts.
+fn distinct_handles(states: &[(ArqState, Option<String>)]) -> usize {
+    let mut handles: Vec<&String> = states.iter().filter_map(|(_, h)| h.as_ref()).collect();
+    let n = handles.len();
+    handles.sort();
+    handles.dedup();
+    assert_eq!(handles.len(), n, "a handle was given twice: {states:?}");
+    n
+}
+
+#[tokio::test]
+async fn many_instances_bound_at_once_by_two_servers_never_share_a_handle() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let (a, b) = (
+            Store::connect(&db.url).await.unwrap(),
+            Store::connect(&db.url).await.unwrap(),
+        );
+        // Host cn7: 8 instances x 2 ARQs for its 16 handles. Host cn8: 9 x 2 for its
+        // 16, so two ARQs must fail: concurrent binds race for the same free handles.
+        let fits: Vec<String> = (0..8).map(|_| instance()).collect();
+        let over: Vec<String> = (0..9).map(|_| instance()).collect();
+        let mut arqs = seed_jobs(
+            &a,
+            "cn7",
+            profile("fits", &[("resources:FPGA", "2")]),
+            &fits,
+        )
+        .await;
+        let arqs8 = seed_jobs(
+            &a,
+            "cn8",
+            profile("over", &[("resources:FPGA", "2")]),
+            &over,
+        )
+        .await;
+        arqs.extend(arqs8.iter().cloned());
+        let (mut wa, mut wb) = (
+            Binder::new(a.clone(), "server-a", 30),
+            Binder::new(b.clone(), "server-b", 30),
+        );
+        (wa.concurrency, wb.concurrency) = (8, 8);
+        let now = accel_store::now();
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        assert_eq!(ra.bound + rb.bound, 32, "{backend:?}: {ra:?} {rb:?}");
+        assert_eq!(ra.failed + rb.failed, 2, "{backend:?}: {ra:?} {rb:?}");
+        assert_eq!(ra.events + rb.events, 17, "one event per instance");
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        assert_eq!((ra.unwrap().due, rb.unwrap().due), (0, 0));
+
+        let states = arq_states(&a, &arqs).await;
+        assert_eq!(distinct_handles(&states), 32, "{backend:?}");
+        let failed = states.iter().filter(|(s, _)| *s == ArqState::BindFailed);
+        assert_eq!(failed.count(), 2);
+        assert_eq!(handles_in_use(&a, "cn7").await, 16);
+        assert_eq!(handles_in_use(&a, "cn8").await, 16);
+        for inst in fits.iter().chain(&over) {
+            let i = inst.clone();
+            let evs = a
+                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+                .await
+                .unwrap();
+            assert_eq!(evs.len(), 1, "{backend:?}: {evs:?}");
+            assert_eq!(evs[0].arqs.len(), 2, "both ARQs resolved together");
+        }
+        a.close().await;
+        b.close().await;
+    }
+}
+
+#[tokio::test]
+async fn due_jobs_go_round_robin_across_hosts_so_a_busy_host_starves_none() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let store = Store::connect(&db.url).await.unwrap();
+        // The busy host's 6 instances were accepted first; the quiet host's one last.
+        let busy: Vec<String> = (0..6).map(|_| instance()).collect();
+        let quiet = vec![instance()];
+        seed_jobs(
+            &store,
+            "busy",
+            profile("b", &[("resources:FPGA", "2")]),
+            &busy,
+        )
+        .await;
+        let quiet_arqs = seed_jobs(
+            &store,
+            "quiet",
+            profile("q", &[("resources:FPGA", "2")]),
+            &quiet,
+        )
+        .await;
+        let now = accel_store::now();
+        // One instance per host per turn, oldest first within a turn, an instance's
+        // jobs together (oldest-first alone would give 6 of busy's jobs).
+        let due = binds::due_now(&store, now, 6).await.unwrap();
+        let hosts: Vec<&str> = due.iter().map(|j| j.hostname.as_deref().unwrap()).collect();
+        assert_eq!(
+            hosts,
+            ["busy", "busy", "quiet", "quiet", "busy", "busy"],
+            "{backend:?}"
+        );
+        let insts: Vec<&str> = due
+            .iter()
+            .map(|j| j.instance_uuid.as_deref().unwrap())
+            .collect();
+        assert_eq!(insts[..4], [&*busy[0], &*busy[0], &*quiet[0], &*quiet[0]]);
+        assert_eq!(insts[4..], [&*busy[1], &*busy[1]]);
+
+        // A worker taking 6 jobs per step binds the quiet host's instance in its first.
+        let mut w = Binder::new(store.clone(), "w", 30);
+        (w.batch, w.concurrency) = (6, 2);
+        let r = w.step(now).await.unwrap();
+        assert_eq!((r.due, r.bound, r.events), (6, 6, 3), "{backend:?}: {r:?}");
+        for (s, _) in arq_states(&store, &quiet_arqs).await {
+            assert_eq!(s, ArqState::Bound, "{backend:?}");
+        }
+        let left = binds::due_now(&store, now, 64).await.unwrap();
+        assert_eq!(
+            left.len(),
+            8,
+            "busy's other 4 instances wait for the next steps"
+        );
+        store.close().await;
+    }
+}

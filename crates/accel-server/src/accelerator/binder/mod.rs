@@ -595,3 +595,48 @@ impl Workers {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every run waits for the others to get going (it yields a few times), so without
+    /// a limit all ten would be in flight at once.
+    async fn peak_with(limit: usize) -> (usize, Vec<usize>, Option<String>) {
+        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (mut done, error) = bounded(0..10usize, limit, "test run", |i| {
+            let (now, peak) = (&now, &peak);
+            async move {
+                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                now.fetch_sub(1, Ordering::SeqCst);
+                if i == 7 {
+                    return Err(accel_store::StoreError::Invalid("seven".into()));
+                }
+                Ok(i)
+            }
+        })
+        .await;
+        done.sort();
+        (
+            peak.load(Ordering::SeqCst),
+            done,
+            error.map(|e| e.to_string()),
+        )
+    }
+
+    #[tokio::test]
+    async fn at_most_the_limit_runs_at_once_and_a_failure_stops_no_other() {
+        for limit in [1, 3, 8] {
+            let (peak, done, error) = peak_with(limit).await;
+            assert_eq!(peak, limit, "limit {limit}");
+            assert_eq!(done, [0, 1, 2, 3, 4, 5, 6, 8, 9]);
+            assert!(error.unwrap().contains("seven"));
+        }
+        // 0 is taken as 1: the worker never stalls.
+        assert_eq!(peak_with(0).await.0, 1);
+    }
+}
