@@ -330,15 +330,7 @@ async fn two_servers_on_one_database_perform_each_job_once() {
         handles.dedup();
         assert_eq!(handles.len(), 12, "every ARQ got its own handle");
         assert_eq!(handles_in_use(&a, "cn4").await, 12);
-        for inst in &instances {
-            let i = inst.clone();
-            let evs = a
-                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
-                .await
-                .unwrap();
-            assert_eq!(evs.len(), 1, "{backend:?}: {evs:?}");
-            assert_eq!(evs[0].arqs.len(), 2);
-        }
+        one_event_of_two_arqs_each(&a, &instances).await;
         a.close().await;
         b.close().await;
     }
@@ -663,6 +655,28 @@ async fn events_go_to_nova_through_a_keystone_session() {
     }
 }
 
+/// [`seed_jobs`] of `n` new instances with two ARQs each (a profile named after the
+/// host): the instances and their ARQs.
+async fn seed_pairs(store: &Store, host: &str, n: usize) -> (Vec<String>, Vec<String>) {
+    let instances: Vec<String> = (0..n).map(|_| instance()).collect();
+    let p = profile(&format!("pair-{host}"), &[("resources:FPGA", "2")]);
+    let arqs = seed_jobs(store, host, p, &instances).await;
+    (instances, arqs)
+}
+
+/// Each instance has one Nova event, for both its ARQs (resolved together).
+async fn one_event_of_two_arqs_each(store: &Store, instances: &[String]) {
+    for inst in instances {
+        let i = inst.clone();
+        let evs = store
+            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .await
+            .unwrap();
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert_eq!(evs[0].arqs.len(), 2, "{evs:?}");
+    }
+}
+
 /// The handles the ARQs were bound to, all distinct, and the jobs' outcome counts.
 fn distinct_handles(states: &[(ArqState, Option<String>)]) -> usize {
     let mut handles: Vec<&String> = states.iter().filter_map(|(_, h)| h.as_ref()).collect();
@@ -683,23 +697,9 @@ async fn many_instances_bound_at_once_by_two_servers_never_share_a_handle() {
         );
         // Host cn7: 8 instances x 2 ARQs for its 16 handles. Host cn8: 9 x 2 for its
         // 16, so two ARQs must fail: concurrent binds race for the same free handles.
-        let fits: Vec<String> = (0..8).map(|_| instance()).collect();
-        let over: Vec<String> = (0..9).map(|_| instance()).collect();
-        let mut arqs = seed_jobs(
-            &a,
-            "cn7",
-            profile("fits", &[("resources:FPGA", "2")]),
-            &fits,
-        )
-        .await;
-        let arqs8 = seed_jobs(
-            &a,
-            "cn8",
-            profile("over", &[("resources:FPGA", "2")]),
-            &over,
-        )
-        .await;
-        arqs.extend(arqs8.iter().cloned());
+        let (fits, mut arqs) = seed_pairs(&a, "cn7", 8).await;
+        let (over, arqs8) = seed_pairs(&a, "cn8", 9).await;
+        arqs.extend(arqs8);
         let (mut wa, mut wb) = (
             Binder::new(a.clone(), "server-a", 30),
             Binder::new(b.clone(), "server-b", 30),
@@ -720,15 +720,8 @@ async fn many_instances_bound_at_once_by_two_servers_never_share_a_handle() {
         assert_eq!(failed.count(), 2);
         assert_eq!(handles_in_use(&a, "cn7").await, 16);
         assert_eq!(handles_in_use(&a, "cn8").await, 16);
-        for inst in fits.iter().chain(&over) {
-            let i = inst.clone();
-            let evs = a
-                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
-                .await
-                .unwrap();
-            assert_eq!(evs.len(), 1, "{backend:?}: {evs:?}");
-            assert_eq!(evs[0].arqs.len(), 2, "both ARQs resolved together");
-        }
+        let all: Vec<String> = fits.iter().chain(&over).cloned().collect();
+        one_event_of_two_arqs_each(&a, &all).await;
         a.close().await;
         b.close().await;
     }
@@ -740,22 +733,8 @@ async fn due_jobs_go_round_robin_across_hosts_so_a_busy_host_starves_none() {
         let db = TempDb::fresh(backend).await;
         let store = Store::connect(&db.url).await.unwrap();
         // The busy host's 6 instances were accepted first; the quiet host's one last.
-        let busy: Vec<String> = (0..6).map(|_| instance()).collect();
-        let quiet = vec![instance()];
-        seed_jobs(
-            &store,
-            "busy",
-            profile("b", &[("resources:FPGA", "2")]),
-            &busy,
-        )
-        .await;
-        let quiet_arqs = seed_jobs(
-            &store,
-            "quiet",
-            profile("q", &[("resources:FPGA", "2")]),
-            &quiet,
-        )
-        .await;
+        let (busy, _) = seed_pairs(&store, "busy", 6).await;
+        let (quiet, quiet_arqs) = seed_pairs(&store, "quiet", 1).await;
         let now = accel_store::now();
         // One instance per host per turn, oldest first within a turn, an instance's
         // jobs together (oldest-first alone would give 6 of busy's jobs).
