@@ -22,7 +22,7 @@
 //! access_log = true                 # one accel::access line per request
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
-//! bind_concurrency = 8              # instances bound, Nova events sent, at once
+//! bind_concurrency = 4              # instances bound, Nova events sent, at once
 //! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
 //! nova_token = "..."                # a fixed X-Auth-Token for Nova (without [nova])
 //!

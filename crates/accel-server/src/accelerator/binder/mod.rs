@@ -134,8 +134,9 @@ pub(crate) const BATCH: i64 = 64;
 
 /// Instances a server binds at once, and Nova events it delivers at once, unless
 /// configured (`bind_concurrency`). Chosen from the ARQ cycle benchmark
-/// (`docs/benchmarks.md`, "Binding in parallel").
-pub const DEFAULT_CONCURRENCY: usize = 8;
+/// (`docs/benchmarks.md`, "Binding in parallel"): 4 binds and 4 deliveries hold at
+/// most half of a server database's 16 pooled connections, so requests keep the rest.
+pub const DEFAULT_CONCURRENCY: usize = 4;
 
 /// Runs of one bind transaction: a deadlock or serialization failure (more likely with
 /// instances performed at once) reruns the whole transaction, as Placement's writers do.
