@@ -139,6 +139,17 @@ pub fn eight_gpus(fs: &FakeSysfs) -> Vec<String> {
         (0xca, 1),
         (0xe3, 1),
     ];
+    a100s(fs, &buses)
+}
+
+/// The first two of [`eight_gpus`] (`0000:17:00.0`, `0000:31:00.0`; IOMMU groups 40
+/// and 41): the pool of the Kubernetes tests.
+pub fn two_gpus(fs: &FakeSysfs) -> Vec<String> {
+    a100s(fs, &[(0x17, 0), (0x31, 0)])
+}
+
+/// A100s bound to vfio-pci at `(bus, NUMA node)`, in IOMMU groups from 40.
+fn a100s(fs: &FakeSysfs, buses: &[(u8, i32)]) -> Vec<String> {
     buses
         .iter()
         .enumerate()
