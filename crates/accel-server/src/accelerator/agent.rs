@@ -206,8 +206,10 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
     let s = st
         .app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
+        .write_rerunning(|| {
+            let (placeholder, h) = (placeholder.clone(), h.clone());
+            let (devices, digest) = (devices.clone(), digest.clone());
+            move |tx| Box::pin(async move {
                 if let Some((uuid, name)) = &placeholder {
                     report::compute_node_placeholder(tx, uuid, name).await?;
                 }

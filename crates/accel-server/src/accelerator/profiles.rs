@@ -206,8 +206,9 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
     };
     st.app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
+        .write_rerunning(|| {
+            let value = value.clone();
+            move |tx| Box::pin(async move {
                 let targets: Vec<Profile> = if is_uuid_like(&value) {
                     vec![profiles::by_uuid(tx, &value).await?.ok_or_else(|| {
                         StoreError::NotFound(format!("Device Profile not found with uuid={value}"))
