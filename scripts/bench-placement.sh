@@ -55,8 +55,21 @@ case "$TARGET" in
     elif [[ "$BACKEND" == mysql ]]; then
       PY="$(WITH_UPSTREAM=1 "$KIT/setup.sh")"
       "$PY" -c 'import pymysql' 2>/dev/null || "$(dirname "$PY")/pip" install -q PyMySQL >&2
-      # upstream-placement.sh's FRESH=1 drops and recreates this database (utf8mb4).
-      export PLACEMENT_DB_URL="mysql+pymysql://${MYSQL#*://}/accel_bench_upstream_$PORT"
+      # A fresh database made here: the kit's FRESH=1 reset connects to the database it
+      # is about to create (SQLAlchemy 2.1's URL.set(database=None) keeps the name).
+      db="accel_bench_upstream_$PORT"
+      "$PY" - "mysql+pymysql://${MYSQL#*://}" "$db" <<'PY'
+import sys
+import pymysql
+import sqlalchemy as sa
+url = sa.engine.make_url(sys.argv[1])
+c = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username,
+                    password=url.password or "", autocommit=True)
+c.cursor().execute("DROP DATABASE IF EXISTS `%s`" % sys.argv[2])
+c.cursor().execute("CREATE DATABASE `%s` CHARACTER SET utf8mb4" % sys.argv[2])
+PY
+      export FRESH=0
+      export PLACEMENT_DB_URL="mysql+pymysql://${MYSQL#*://}/$db"
       export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-2}"
     else
       export PLACEMENT_WORKERS="${UPSTREAM_WORKERS:-1}"
