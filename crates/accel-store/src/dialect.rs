@@ -362,7 +362,10 @@ mod tests {
     #[test]
     fn single_row_insert_returning_id_is_recognised() {
         let sql = "INSERT INTO devices (uuid, name) VALUES (?, ?) RETURNING id";
-        assert_eq!(strip_returning_id(sql), Some(sql.len() - " RETURNING id".len()));
+        assert_eq!(
+            strip_returning_id(sql),
+            Some(sql.len() - " RETURNING id".len())
+        );
         // Several rows, other columns, or not an insert: left for the caller.
         for sql in [
             "INSERT INTO t (a) VALUES (?), (?) RETURNING id",

@@ -360,8 +360,10 @@ impl Store {
         T: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
     {
-        self.rerun(DEADLOCK_ATTEMPTS, StoreError::is_deadlock, attempt, |_| true)
-            .await
+        self.rerun(DEADLOCK_ATTEMPTS, StoreError::is_deadlock, attempt, |_| {
+            true
+        })
+        .await
     }
 
     /// The loop of [`Store::write_retrying`] and [`Store::write_rerunning`]: runs each

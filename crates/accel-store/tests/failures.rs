@@ -269,7 +269,10 @@ async fn a_deadlock_victim_is_rerun_on_mariadb() {
         if n == 1 {
             break;
         }
-        assert!(waiting.elapsed() < Duration::from_secs(20), "the store's write never waited for row 2");
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "the store's write never waited for row 2"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Closing the cycle: the store's transaction is the victim, this one goes on.

@@ -209,16 +209,18 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
         .write_rerunning(|| {
             let (placeholder, h) = (placeholder.clone(), h.clone());
             let (devices, digest) = (devices.clone(), digest.clone());
-            move |tx| Box::pin(async move {
-                if let Some((uuid, name)) = &placeholder {
-                    report::compute_node_placeholder(tx, uuid, name).await?;
-                }
-                let s = report::apply(tx, &h, &devices, &digest, force).await?;
-                if external && !s.unchanged {
-                    pushes::mark(tx, &h, accel_store::now()).await?;
-                }
-                Ok(s)
-            })
+            move |tx| {
+                Box::pin(async move {
+                    if let Some((uuid, name)) = &placeholder {
+                        report::compute_node_placeholder(tx, uuid, name).await?;
+                    }
+                    let s = report::apply(tx, &h, &devices, &digest, force).await?;
+                    if external && !s.unchanged {
+                        pushes::mark(tx, &h, accel_store::now()).await?;
+                    }
+                    Ok(s)
+                })
+            }
         })
         .await?;
     if let (Some(ext), false) = (&st.external, s.unchanged) {

@@ -459,19 +459,21 @@ pub async fn create_from_profile(
     store
         .write_rerunning(|| {
             let (name, project_id) = (name.clone(), project_id.clone());
-            move |tx| Box::pin(async move {
-                let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
-                    StoreError::NotFound(format!("Device Profile not found with name={name}"))
-                })?;
-                if let Some(g) = only_group {
-                    if g >= profile.groups.len() {
-                        return Err(StoreError::Invalid(format!(
-                            "Device profile {name} has no group {g}."
-                        )));
+            move |tx| {
+                Box::pin(async move {
+                    let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
+                        StoreError::NotFound(format!("Device Profile not found with name={name}"))
+                    })?;
+                    if let Some(g) = only_group {
+                        if g >= profile.groups.len() {
+                            return Err(StoreError::Invalid(format!(
+                                "Device profile {name} has no group {g}."
+                            )));
+                        }
                     }
-                }
-                create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
-            })
+                    create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
+                })
+            }
         })
         .await
 }

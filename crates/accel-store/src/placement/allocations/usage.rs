@@ -98,7 +98,9 @@ pub async fn totals(
          LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id"
     );
     let from = if mysql {
-        format!("{project_first} JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}")
+        format!(
+            "{project_first} JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
+        )
     } else {
         format!(
             "FROM allocations a \
@@ -109,7 +111,10 @@ pub async fn totals(
         )
     };
     let (count, consumers_from) = if mysql {
-        ("COUNT(DISTINCT c.id)", format!("{project_first}{filter_sql}"))
+        (
+            "COUNT(DISTINCT c.id)",
+            format!("{project_first}{filter_sql}"),
+        )
     } else {
         (
             "COUNT(*)",
@@ -121,7 +126,11 @@ pub async fn totals(
             ),
         )
     };
-    let select = if mysql { "SELECT STRAIGHT_JOIN" } else { "SELECT" };
+    let select = if mysql {
+        "SELECT STRAIGHT_JOIN"
+    } else {
+        "SELECT"
+    };
     // One statement (a snapshot of its own, and one round trip): the class sums
     // (kind 0) and, when grouped, the consumer counts (kind 1).
     let grouped_by_type = matches!(filter, TypeFilter::ByType(_));
