@@ -4,7 +4,7 @@
 # target/release/arq-load; prints its tables.
 #
 #   scripts/bench-accelerator.sh accel sqlite|postgres|mysql cycle [arq-load args]
-#   scripts/bench-accelerator.sh accel sqlite|postgres list N [arq-load args]
+#   scripts/bench-accelerator.sh accel sqlite|postgres|mysql list N [arq-load args]
 #   scripts/bench-accelerator.sh upstream mysql cycle|list N [arq-load args]
 #
 # cycle: Nova's create ARQs -> PATCH bind -> wait for the Nova events -> GET
@@ -21,9 +21,9 @@
 #      it mid-run), ARQ_LOAD (target/release/arq-load), BENCH_PORT (19540: Placement;
 #      +1 accelerator API or upstream's API, +2 fake Nova, +4 upstream's Placement
 #      stub), CYBORG_VENV and CYBORG_DIR (upstream-cyborg.sh), BENCH_PG_ADMIN
-#      (postgres://postgres@127.0.0.1:5432/postgres), BENCH_DIR ($TMPDIR/accel-arq-bench),
-#      BENCH_MYSQL_ADMIN (mysql://root@127.0.0.1:3306: accel's MariaDB/MySQL server; the
-#      `mysql` client creates the database there), BENCH_PG_ANALYZE (1: ANALYZE the table after seeding, as autovacuum soon would;
+#      (postgres://postgres@127.0.0.1:5432/postgres), BENCH_MYSQL (the MariaDB/MySQL
+#      server for accel, mysql://root@127.0.0.1:3306, no database), BENCH_DIR ($TMPDIR/accel-arq-bench),
+#      BENCH_PG_ANALYZE (1: ANALYZE the table after seeding, as autovacuum soon would;
 #      0: measure with the planner's pre-statistics guesses).
 # Build first: cargo build --release -p accel-cli -p accel-bench
 set -euo pipefail
@@ -39,6 +39,12 @@ APORT=$((PORT + 1)); NPORT=$((PORT + 2))
 PG_ADMIN="${BENCH_PG_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}"
 DIR="${BENCH_DIR:-${TMPDIR:-/tmp}/accel-arq-bench}"
 DB_NAME="accel_arq_bench_$PORT"
+MYSQL="${BENCH_MYSQL:-mysql://root@127.0.0.1:3306}"; MYSQL="${MYSQL%/}"
+# mysql://USER[:PASSWORD]@HOST:PORT -> the mariadb client's flags (MYSQL_PWD carries a password).
+my_rest="${MYSQL#*://}"; my_creds="${my_rest%@*}"; my_hostport="${my_rest##*@}"
+my_user="${my_creds%%:*}"; my_pass=""; [[ "$my_creds" == *:* ]] && my_pass="${my_creds#*:}"
+my_host="${my_hostport%%:*}"; my_port=3306; [[ "$my_hostport" == *:* ]] && my_port="${my_hostport##*:}"
+my() { MYSQL_PWD="$my_pass" mariadb -h "$my_host" -P "$my_port" -u "$my_user" "$@"; }
 mkdir -p "$DIR"
 
 if [[ "$TARGET" == upstream ]]; then
@@ -87,23 +93,13 @@ for p in "$PORT" "$APORT"; do
   fi
 done
 
-MY_ADMIN="${BENCH_MYSQL_ADMIN:-mysql://root@127.0.0.1:3306}"
-my() { # the mysql client on MY_ADMIN's server: mysql://USER[:PASSWORD]@HOST[:PORT]
-  local rest="${MY_ADMIN#*://}"; rest="${rest%%/*}"
-  local cred="${rest%@*}" hp="${rest##*@}"
-  local host="${hp%:*}" port=3306
-  [[ "$hp" == *:* ]] && port="${hp##*:}"
-  MYSQL_PWD="$([[ "$cred" == *:* ]] && echo "${cred#*:}")" \
-    mysql --protocol=tcp -h "$host" -P "$port" -u "${cred%%:*}" "$@"
-}
 if [[ "$BACKEND" == postgres ]]; then
   psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null
   psql "$PG_ADMIN" -qAtc "CREATE DATABASE $DB_NAME" >/dev/null
   URL="${PG_ADMIN%/*}/$DB_NAME"
 elif [[ "$BACKEND" == mysql ]]; then
-  [[ "$WHAT" == cycle ]] || { echo "accel on mysql: only cycle is scripted" >&2; exit 2; }
-  my -e "DROP DATABASE IF EXISTS $DB_NAME; CREATE DATABASE $DB_NAME CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-  URL="${MY_ADMIN%/}/$DB_NAME"
+  my -e "DROP DATABASE IF EXISTS $DB_NAME; CREATE DATABASE $DB_NAME CHARACTER SET utf8mb4"
+  URL="$MYSQL/$DB_NAME"
 else
   rm -f "$DIR"/accel.db*
   URL="sqlite://$DIR/accel.db"
@@ -142,6 +138,26 @@ SQL
     echo "# seeded $SEED ARQs in $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s (PostgreSQL$([[ "${BENCH_PG_ANALYZE:-1}" == 1 ]] && echo ", then ANALYZE"))"
     echo '```text'
     psql "$URL" -qAt -c "EXPLAIN $LIST_SQL"
+    echo '```'
+  elif [[ "$BACKEND" == mysql ]]; then
+    my "$DB_NAME" >/dev/null <<SQL
+SET SESSION max_recursive_iterations = 100000000;
+INSERT INTO device_profiles (uuid, name, description, \`groups\`, created_at)
+VALUES ('5eed2000-0000-4000-8000-000000000000', 'arq-seed', NULL, '[{"resources:FPGA":"4"}]', UNIX_TIMESTAMP());
+INSERT INTO extended_accelerator_requests
+  (uuid, project_id, state, device_profile_id, device_profile_group_id, hostname, device_rp_uuid, instance_uuid, created_at)
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < $SEED)
+SELECT CONCAT('5eed1000-0000-4000-8000-', LPAD(i, 12, '0')), '5eed900000004000800000000000000a', 'BindFailed',
+       (SELECT id FROM device_profiles WHERE name = 'arq-seed'), 0, 'seed-host',
+       '5eed3000-0000-4000-8000-000000000000', CONCAT('5eed0000-0000-4000-8000-', LPAD(i DIV 4, 12, '0')),
+       UNIX_TIMESTAMP()
+FROM n;
+ANALYZE TABLE extended_accelerator_requests;
+SQL
+    t1=$(date +%s.%N)
+    echo "# seeded $SEED ARQs in $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s (MariaDB/MySQL, then ANALYZE TABLE)"
+    echo '```text'
+    my -t "$DB_NAME" -e "EXPLAIN $LIST_SQL"
     echo '```'
   else
     sqlite3 "$DIR/accel.db" <<SQL

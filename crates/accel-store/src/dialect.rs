@@ -12,7 +12,14 @@
 //! query to the connection untouched.
 //!
 //! Statements whose meaning, not only spelling, differs by dialect (an upsert, an
-//! `UPDATE .. RETURNING`) branch on [`Tx::backend`] where they are written.
+//! `UPDATE .. RETURNING`, a multi-row `INSERT .. RETURNING`) branch on [`Tx::backend`]
+//! where they are written.
+//!
+//! One such statement is common enough to be rewritten here: a single-row `INSERT ..
+//! RETURNING id`. MariaDB (10.5+) accepts `RETURNING`, MySQL 8 does not, so on both the
+//! insert is sent without it and the new id is read back with `LAST_INSERT_ID()` on the
+//! same connection, inside the same transaction ([`InsertId`]); the MariaDB tests
+//! therefore run the SQL MySQL 8 accepts.
 //!
 //! Rows coming back from MySQL are mapped too: `sqlx::Any` hands `TEXT` columns over
 //! as blobs (MySQL reports them as BLOB types with a character set), so a blob that is
@@ -120,7 +127,11 @@ where
     let sql = query.sql();
     let run = async move {
         let args = args.map_err(sqlx::Error::Encode)?;
-        let (sql, args) = rewrite(sql, args);
+        let (sql, args, returning) = rewrite(sql, args);
+        if returning == InsertId::Read {
+            let row = insert_then_id(conn, &sql, args).await?;
+            return Ok(vec![Either::Right(row)]);
+        }
         let items: Vec<_> = match args {
             Some(args) => {
                 conn.fetch_many((sql.as_str(), Some(args)))
@@ -158,7 +169,10 @@ where
     let sql = query.sql();
     Box::pin(async move {
         let args = args.map_err(sqlx::Error::Encode)?;
-        let (sql, args) = rewrite(sql, args);
+        let (sql, args, returning) = rewrite(sql, args);
+        if returning == InsertId::Read {
+            return insert_then_id(conn, &sql, args).await.map(Some);
+        }
         let row = match args {
             Some(args) => conn.fetch_optional((sql.as_str(), Some(args))).await?,
             None => conn.fetch_optional(sql.as_str()).await?,
@@ -167,21 +181,77 @@ where
     })
 }
 
+/// Whether a rewritten statement's answer is the id its insert generated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InsertId {
+    /// The statement answers for itself.
+    Not,
+    /// It was `INSERT .. RETURNING id`: run it, then read `LAST_INSERT_ID()`.
+    Read,
+}
+
+/// Runs the insert `sql` (its `RETURNING id` already removed), then answers the row
+/// `RETURNING id` would have: one column `id`, the AUTO_INCREMENT value the insert
+/// generated on this connection.
+async fn insert_then_id(
+    conn: &mut AnyConnection,
+    sql: &str,
+    args: Option<AnyArguments<'_>>,
+) -> Result<AnyRow, sqlx::Error> {
+    match args {
+        Some(args) => (&mut *conn).execute((sql, Some(args))).await?,
+        None => (&mut *conn).execute(sql).await?,
+    };
+    conn.fetch_one("SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS id")
+        .await
+        .map(text_row)
+}
+
 /// The MySQL text of `sql` and its arguments in `?` order. A statement without
 /// arguments comes back with `None`, so it is sent as text rather than prepared
 /// (MySQL refuses to prepare some statements, and nothing is gained by it).
-fn rewrite<'q>(sql: &str, args: Option<AnyArguments<'q>>) -> (String, Option<AnyArguments<'q>>) {
-    let (text, order) = to_mysql(sql);
+fn rewrite<'q>(
+    sql: &str,
+    args: Option<AnyArguments<'q>>,
+) -> (String, Option<AnyArguments<'q>>, InsertId) {
+    let (mut text, order) = to_mysql(sql);
+    let returning = match strip_returning_id(&text) {
+        Some(len) => {
+            text.truncate(len);
+            InsertId::Read
+        }
+        None => InsertId::Not,
+    };
     let args = match args {
         Some(a) if !a.values.0.is_empty() => a,
-        _ => return (text, None),
+        _ => return (text, None, returning),
     };
     let mut out = AnyArguments::default();
     out.values.0 = order
         .iter()
         .filter_map(|&i| args.values.0.get(i).cloned())
         .collect();
-    (text, Some(out))
+    (text, Some(out), returning)
+}
+
+/// For a single-row `INSERT .. VALUES (..) RETURNING id`, the length of the statement
+/// without its `RETURNING id`. A multi-row insert (`VALUES (..), (..)`) is not
+/// matched: `LAST_INSERT_ID()` names only its first row, so such a statement must
+/// branch on the backend where it is written.
+fn strip_returning_id(sql: &str) -> Option<usize> {
+    const TAIL: &str = " RETURNING id";
+    let trimmed = sql.trim_end();
+    let body = trimmed.strip_suffix(TAIL)?;
+    if !body.trim_start().starts_with("INSERT INTO") {
+        return None;
+    }
+    let values = body.find(" VALUES ")?;
+    let rows = &body[values..];
+    // Quoted literals could hide a "),(": a store insert binds its values instead.
+    if rows.contains('\'') || rows.matches('(').count() != 1 {
+        return None;
+    }
+    Some(body.trim_end().len())
 }
 
 /// Column names of ours that MySQL reserves: quoted wherever they appear.
@@ -287,7 +357,25 @@ fn text_row(mut row: AnyRow) -> AnyRow {
 
 #[cfg(test)]
 mod tests {
-    use super::to_mysql;
+    use super::{strip_returning_id, to_mysql};
+
+    #[test]
+    fn single_row_insert_returning_id_is_recognised() {
+        let sql = "INSERT INTO devices (uuid, name) VALUES (?, ?) RETURNING id";
+        assert_eq!(
+            strip_returning_id(sql),
+            Some(sql.len() - " RETURNING id".len())
+        );
+        // Several rows, other columns, or not an insert: left for the caller.
+        for sql in [
+            "INSERT INTO t (a) VALUES (?), (?) RETURNING id",
+            "INSERT INTO t (a) VALUES (?) RETURNING id, uuid",
+            "UPDATE t SET a = ? WHERE b = ? RETURNING id",
+            "INSERT INTO t (a) VALUES (?)",
+        ] {
+            assert_eq!(strip_returning_id(sql), None, "{sql}");
+        }
+    }
 
     #[test]
     fn placeholders_become_positional_with_their_argument_order() {

@@ -62,8 +62,19 @@ impl StoreError {
     /// timeout (1205), and a Galera certification failure, which a Galera node reports
     /// as 1213 ("WSREP detected deadlock/conflict").
     pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Conflict(Conflict::ProviderRace, _)) || self.is_deadlock()
+    }
+
+    /// True when the database rolled the transaction back to break a lock conflict
+    /// (`oslo.db`'s `DBDeadlock`): a deadlock (PostgreSQL 40P01; MySQL 1213, SQLSTATE
+    /// 40001, which a Galera node also answers for a certification failure, "WSREP
+    /// detected deadlock/conflict"), a serialization failure (40001), or a lock wait
+    /// timeout (1205). Nothing of the transaction was written; [`Store::write_rerunning`]
+    /// runs it again.
+    ///
+    /// [`Store::write_rerunning`]: crate::Store::write_rerunning
+    pub fn is_deadlock(&self) -> bool {
         match self {
-            StoreError::Conflict(Conflict::ProviderRace, _) => true,
             StoreError::Db(sqlx::Error::Database(d)) => {
                 matches!(d.code().as_deref(), Some("40P01") | Some("40001"))
                     || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()

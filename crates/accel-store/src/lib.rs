@@ -75,6 +75,10 @@ pub struct Store {
 /// holding the client.
 pub const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Runs of a write [`Store::write_rerunning`] reruns after a deadlock: the first and
+/// five more, as `oslo.db`'s `wrap_db_retry(max_retries=5, retry_on_deadlock=True)`.
+pub const DEADLOCK_ATTEMPTS: u32 = 6;
+
 /// Reader connections on a SQLite file (the writer is separate).
 const SQLITE_READERS: u32 = 4;
 
@@ -341,24 +345,66 @@ impl Store {
     pub async fn write_retrying<T, R, F>(
         &self,
         attempts: u32,
-        mut attempt: impl FnMut() -> F + Send,
+        attempt: impl FnMut() -> F + Send,
     ) -> Refusable<T, R>
     where
         T: Send,
         R: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
     {
+        self.rerun(attempts, StoreError::is_retryable, attempt, Result::is_ok)
+            .await
+    }
+
+    /// [`Store::write`] rerun from scratch while the database rolls it back to break
+    /// a lock conflict ([`StoreError::is_deadlock`]: deadlock, lock wait timeout,
+    /// Galera certification failure), at most [`DEADLOCK_ATTEMPTS`] runs in all.
+    ///
+    /// Upstream wraps the writers that can meet another writer's locks in `oslo.db`'s
+    /// `wrap_db_retry(retry_on_deadlock=True)` (Placement: the allocation write, the
+    /// standard class and trait sync; Cyborg: every ARQ, device profile, device,
+    /// deployable and attach-handle update or delete); accel reruns the same writes
+    /// (the allocation write through [`Store::write_retrying`]). A write whose
+    /// closure refuses (`NotFound`, a conflict) is not rerun: the data said no.
+    pub async fn write_rerunning<T, F>(
+        &self,
+        attempt: impl FnMut() -> F + Send,
+    ) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+    {
+        self.rerun(DEADLOCK_ATTEMPTS, StoreError::is_deadlock, attempt, |_| {
+            true
+        })
+        .await
+    }
+
+    /// The loop of [`Store::write_retrying`] and [`Store::write_rerunning`]: runs each
+    /// closure `attempt` builds in its own transaction until it ends other than with an
+    /// error `again` accepts, at most `attempts` runs.
+    async fn rerun<V, F>(
+        &self,
+        attempts: u32,
+        again: fn(&StoreError) -> bool,
+        mut attempt: impl FnMut() -> F + Send,
+        commits: fn(&V) -> bool,
+    ) -> Result<V, StoreError>
+    where
+        V: Send,
+        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, V> + Send,
+    {
         let mut left = attempts.max(1);
         loop {
             left -= 1;
-            match self.write_or_refuse(attempt()).await {
-                Err(e) if e.is_retryable() && left > 0 => {
+            match self.transaction(attempt(), commits).await {
+                Err(e) if again(&e) && left > 0 => {
                     self.counters
                         .write_retries
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(error = %e, "rerunning a write transaction after a race");
                 }
-                Err(e) if e.is_retryable() => {
+                Err(e) if again(&e) => {
                     tracing::warn!(error = %e, attempts, "exceeded retry limit on a write");
                     return Err(e);
                 }

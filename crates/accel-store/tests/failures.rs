@@ -1,6 +1,7 @@
 //! Failure behaviour of the store, on SQLite and PostgreSQL: leases of a dead server
 //! taken over once its heartbeat expires (and not before), and the database faults
-//! the server turns into 503s or start-up retries.
+//! the server turns into 503s or start-up retries; on MariaDB (`ACCEL_TEST_MYSQL`), a
+//! write the server chose as a deadlock's victim rerun from scratch.
 
 use accel_core::accelerator::DeviceProfile;
 use accel_store::accelerator::binds::{self, Outcome};
@@ -195,4 +196,104 @@ async fn start_up_retries_for_the_time_given_and_names_the_cause() {
     Store::connect_retrying(&url, Duration::from_secs(5))
         .await
         .unwrap();
+}
+
+/// Two transactions lock two rows in opposite orders on MariaDB: InnoDB rolls back the
+/// lighter one (the store's, which changed one row) with 1213, and
+/// `Store::write_rerunning` runs it again once the other has committed.
+#[tokio::test]
+async fn a_deadlock_victim_is_rerun_on_mariadb() {
+    use sqlx::{Connection, Executor};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let Some(url) = accel_store::testing::fresh_mysql_url().await.unwrap() else {
+        eprintln!("ACCEL_TEST_MYSQL unset: the MariaDB deadlock test did not run");
+        return;
+    };
+    let store = Store::connect(&url).await.unwrap();
+    let mut other = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let mut watch = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    other
+        .execute("CREATE TABLE deadlock_probe (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+        .await
+        .unwrap();
+    other
+        .execute(
+            "INSERT INTO deadlock_probe (id, v) WITH RECURSIVE n(i) AS \
+             (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) SELECT i, 0 FROM n",
+        )
+        .await
+        .unwrap();
+    let retries_before = store.counters().write_retries;
+
+    // The other transaction holds rows 2..200 (heavy: InnoDB will not choose it).
+    other.execute("BEGIN").await.unwrap();
+    other
+        .execute("UPDATE deadlock_probe SET v = v + 10 WHERE id >= 2")
+        .await
+        .unwrap();
+    // The store's write takes row 1, then waits for row 2.
+    let runs = Arc::new(AtomicU32::new(0));
+    let write = tokio::spawn({
+        let (store, runs) = (store.clone(), runs.clone());
+        async move {
+            store
+                .write_rerunning(|| {
+                    let runs = runs.clone();
+                    move |tx| {
+                        Box::pin(async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            sqlx::query("UPDATE deadlock_probe SET v = v + 1 WHERE id = $1")
+                                .bind(1i32)
+                                .execute(&mut *tx)
+                                .await?;
+                            sqlx::query("UPDATE deadlock_probe SET v = v + 1 WHERE id = $1")
+                                .bind(2i32)
+                                .execute(&mut *tx)
+                                .await?;
+                            Ok(())
+                        })
+                    }
+                })
+                .await
+        }
+    });
+    let waiting = Instant::now();
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        if n == 1 {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "the store's write never waited for row 2"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Closing the cycle: the store's transaction is the victim, this one goes on.
+    other
+        .execute("UPDATE deadlock_probe SET v = v + 100 WHERE id = 1")
+        .await
+        .unwrap();
+    other.execute("COMMIT").await.unwrap();
+
+    tokio::time::timeout(Duration::from_secs(20), write)
+        .await
+        .expect("the rerun finished")
+        .unwrap()
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "one deadlock, one rerun");
+    assert_eq!(store.counters().write_retries, retries_before + 1);
+    let rows: Vec<(i32, i32)> =
+        sqlx::query_as("SELECT id, v FROM deadlock_probe WHERE id <= 3 ORDER BY id")
+            .fetch_all(&mut watch)
+            .await
+            .unwrap();
+    // Both transactions' changes, the store's once: nothing of the victim's run stayed.
+    assert_eq!(rows, [(1, 101), (2, 11), (3, 10)]);
 }

@@ -207,17 +207,21 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
     let s = st
         .app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                if let Some((uuid, name)) = &placeholder {
-                    report::compute_node_placeholder(tx, uuid, name).await?;
-                }
-                let s = report::apply(tx, &h, &devices, &digest, force).await?;
-                if external && !s.unchanged {
-                    pushes::mark(tx, &h, accel_store::now()).await?;
-                }
-                Ok(s)
-            })
+        .write_rerunning(|| {
+            let (placeholder, h) = (placeholder.clone(), h.clone());
+            let (devices, digest) = (devices.clone(), digest.clone());
+            move |tx| {
+                Box::pin(async move {
+                    if let Some((uuid, name)) = &placeholder {
+                        report::compute_node_placeholder(tx, uuid, name).await?;
+                    }
+                    let s = report::apply(tx, &h, &devices, &digest, force).await?;
+                    if external && !s.unchanged {
+                        pushes::mark(tx, &h, accel_store::now()).await?;
+                    }
+                    Ok(s)
+                })
+            }
         })
         .await?;
     if let (Some(ext), false) = (&st.external, s.unchanged) {

@@ -161,7 +161,10 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
             }
             st.app
                 .store
-                .write(move |tx| Box::pin(async move { arqs::delete_by_uuids(tx, &scope, &uuids).await }))
+                .write_rerunning(|| {
+                    let (scope, uuids) = (scope.clone(), uuids.clone());
+                    move |tx| Box::pin(async move { arqs::delete_by_uuids(tx, &scope, &uuids).await })
+                })
                 .await?;
         }
         (None, Some(instance)) => {
@@ -172,7 +175,10 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
             let i = instance.to_owned();
             st.app
                 .store
-                .write(move |tx| Box::pin(async move { arqs::delete_by_instance(tx, &scope, &i).await }))
+                .write_rerunning(|| {
+                    let (scope, i) = (scope.clone(), i.clone());
+                    move |tx| Box::pin(async move { arqs::delete_by_instance(tx, &scope, &i).await })
+                })
                 .await?;
         }
         // Upstream: ObjectActionError, a 500.

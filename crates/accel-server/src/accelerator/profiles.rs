@@ -206,28 +206,33 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
     };
     st.app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let targets: Vec<Profile> = if is_uuid_like(&value) {
-                    vec![profiles::by_uuid(tx, &value).await?.ok_or_else(|| {
-                        StoreError::NotFound(format!("Device Profile not found with uuid={value}"))
-                    })?]
-                } else {
-                    let mut out = Vec::new();
-                    for name in value.split(',') {
-                        out.push(profiles::by_name(tx, name).await?.ok_or_else(|| {
+        .write_rerunning(|| {
+            let value = value.clone();
+            move |tx| {
+                Box::pin(async move {
+                    let targets: Vec<Profile> = if is_uuid_like(&value) {
+                        vec![profiles::by_uuid(tx, &value).await?.ok_or_else(|| {
                             StoreError::NotFound(format!(
-                                "Device Profile not found with name={name}"
+                                "Device Profile not found with uuid={value}"
                             ))
-                        })?);
+                        })?]
+                    } else {
+                        let mut out = Vec::new();
+                        for name in value.split(',') {
+                            out.push(profiles::by_name(tx, name).await?.ok_or_else(|| {
+                                StoreError::NotFound(format!(
+                                    "Device Profile not found with name={name}"
+                                ))
+                            })?);
+                        }
+                        out
+                    };
+                    for p in &targets {
+                        profiles::delete(tx, p).await?;
                     }
-                    out
-                };
-                for p in &targets {
-                    profiles::delete(tx, p).await?;
-                }
-                Ok(())
-            })
+                    Ok(())
+                })
+            }
         })
         .await?;
     Ok(empty_reply(StatusCode::NO_CONTENT))

@@ -457,20 +457,23 @@ pub async fn create_from_profile(
 ) -> Result<Vec<Arq>, StoreError> {
     let (name, project_id) = (name.to_owned(), project_id.map(str::to_owned));
     store
-        .write(move |tx| {
-            Box::pin(async move {
-                let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
-                    StoreError::NotFound(format!("Device Profile not found with name={name}"))
-                })?;
-                if let Some(g) = only_group {
-                    if g >= profile.groups.len() {
-                        return Err(StoreError::Invalid(format!(
-                            "Device profile {name} has no group {g}."
-                        )));
+        .write_rerunning(|| {
+            let (name, project_id) = (name.clone(), project_id.clone());
+            move |tx| {
+                Box::pin(async move {
+                    let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
+                        StoreError::NotFound(format!("Device Profile not found with name={name}"))
+                    })?;
+                    if let Some(g) = only_group {
+                        if g >= profile.groups.len() {
+                            return Err(StoreError::Invalid(format!(
+                                "Device profile {name} has no group {g}."
+                            )));
+                        }
                     }
-                }
-                create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
-            })
+                    create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
+                })
+            }
         })
         .await
 }
@@ -492,10 +495,10 @@ pub async fn patch(
     plan: Vec<(String, Patch)>,
     deadline: i64,
 ) -> Result<(), StoreError> {
-    let scope = scope.clone();
     store
-        .write(move |tx| {
-            Box::pin(async move {
+        .write_rerunning(|| {
+            let (scope, plan) = (scope.clone(), plan.clone());
+            move |tx| Box::pin(async move {
                 if let Some((_, Patch::Bind(b))) = plan.first() {
                     if instance_has_arqs(tx, &scope, &b.instance_uuid).await? {
                         return Err(StoreError::Invalid(format!(

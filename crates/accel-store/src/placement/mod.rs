@@ -51,11 +51,13 @@ pub(crate) async fn bump(
 }
 
 /// Inserts the standard resource classes (ids = upstream index) and the os-traits
-/// catalogue when missing. Idempotent and safe to run from several servers at once.
+/// catalogue when missing. Idempotent and safe to run from several servers at once:
+/// replicas starting together insert the same rows and can deadlock, so it is rerun
+/// as upstream's `_resource_classes_sync` and `_trait_sync` are.
 pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
     store
-        .write(|tx| {
-            Box::pin(async move {
+        .write_rerunning(|| {
+            |tx| Box::pin(async move {
                 let now = crate::now();
                 for (i, name) in standard::RESOURCE_CLASSES.iter().enumerate() {
                     sqlx::query(

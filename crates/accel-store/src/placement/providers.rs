@@ -216,10 +216,14 @@ pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provid
             };
             return Err(StoreError::conflict(Conflict::Duplicate, what));
         }
+        // MySQL 8 has no INSERT .. RETURNING (MariaDB has): the new rows are read back
+        // by their unique uuids, inside the same transaction.
+        let mysql = tx.backend() == crate::Backend::MySql;
         let sql = format!(
             "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, \
-             root_provider_id, created_at) VALUES {} RETURNING id, uuid",
-            crate::value_rows(chunk.len(), 6)
+             root_provider_id, created_at) VALUES {}{}",
+            crate::value_rows(chunk.len(), 6),
+            if mysql { "" } else { " RETURNING id, uuid" }
         );
         let mut q = sqlx::query(&sql);
         for c in chunk {
@@ -231,7 +235,21 @@ pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provid
                 .bind(c.parent.root_id)
                 .bind(now);
         }
-        for r in q.fetch_all(&mut *tx).await? {
+        let rows = if mysql {
+            q.execute(&mut *tx).await?;
+            let sql = format!(
+                "SELECT id, uuid FROM resource_providers WHERE uuid IN ({})",
+                crate::placeholders(1, chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for c in chunk {
+                q = q.bind(c.uuid);
+            }
+            q.fetch_all(&mut *tx).await?
+        } else {
+            q.fetch_all(&mut *tx).await?
+        };
+        for r in rows {
             let (id, u): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
             if let Some(c) = chunk.iter().find(|c| c.uuid == u) {
                 ids.insert(c.uuid, id);

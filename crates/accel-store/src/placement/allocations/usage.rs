@@ -2,6 +2,15 @@
 //! consumer type for `GET /usages`. Sums are computed in SQL (`CAST(SUM(..) AS
 //! BIGINT)`, which PostgreSQL would otherwise return as NUMERIC), never by loading
 //! allocation rows.
+//!
+//! MariaDB's optimizer, on a freshly loaded table, drives the sums from the whole
+//! `allocations` table and materializes the consumer-count `EXISTS` over all of it,
+//! so a project's usage cost grew with everyone's allocations (about four times
+//! slower at 4,000 allocations). On MySQL the same statement is therefore written in
+//! the order it should run, pinned with `STRAIGHT_JOIN` (the project, its consumers
+//! through the covering index, their allocations), and consumers are counted over
+//! that join with `COUNT(DISTINCT ..)`; PostgreSQL and SQLite plan the portable
+//! statement well and keep it.
 
 use crate::{StoreError, Tx};
 use sqlx::Row;
@@ -81,31 +90,59 @@ pub async fn totals(
         TypeFilter::Unknown => filter_sql.push_str(" AND c.consumer_type_id IS NULL"),
         _ => {}
     }
-    let from = format!(
-        "FROM allocations a \
-         JOIN consumers c ON c.uuid = a.consumer_id \
-         JOIN projects p ON p.id = c.project_id{users_join} \
-         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
-         JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
+    let mysql = tx.backend() == crate::Backend::MySql;
+    let project_first = format!(
+        "FROM projects p \
+         JOIN consumers c ON c.project_id = p.id{users_join} \
+         JOIN allocations a ON a.consumer_id = c.uuid \
+         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id"
     );
-    let consumers_from = format!(
-        "FROM consumers c \
-         JOIN projects p ON p.id = c.project_id{users_join} \
-         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
-         AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
-    );
+    let from = if mysql {
+        format!(
+            "{project_first} JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
+        )
+    } else {
+        format!(
+            "FROM allocations a \
+             JOIN consumers c ON c.uuid = a.consumer_id \
+             JOIN projects p ON p.id = c.project_id{users_join} \
+             LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
+             JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
+        )
+    };
+    let (count, consumers_from) = if mysql {
+        (
+            "COUNT(DISTINCT c.id)",
+            format!("{project_first}{filter_sql}"),
+        )
+    } else {
+        (
+            "COUNT(*)",
+            format!(
+                "FROM consumers c \
+                 JOIN projects p ON p.id = c.project_id{users_join} \
+                 LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
+                 AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
+            ),
+        )
+    };
+    let select = if mysql {
+        "SELECT STRAIGHT_JOIN"
+    } else {
+        "SELECT"
+    };
     // One statement (a snapshot of its own, and one round trip): the class sums
     // (kind 0) and, when grouped, the consumer counts (kind 1).
     let grouped_by_type = matches!(filter, TypeFilter::ByType(_));
     let type_col = if grouped_by_type { "ct.name" } else { "NULL" };
     let mut sql = format!(
-        "SELECT CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
+        "{select} CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
          CAST(SUM(a.used) AS BIGINT) AS n {from} GROUP BY {}a.resource_class_id, rc.name",
         if grouped_by_type { "ct.name, " } else { "" }
     );
     if filter != &TypeFilter::Ungrouped {
         sql.push_str(&format!(
-            " UNION ALL SELECT CAST(1 AS BIGINT), {type_col}, NULL, NULL, COUNT(*) {consumers_from}{}",
+            " UNION ALL {select} CAST(1 AS BIGINT), {type_col}, NULL, NULL, {count} {consumers_from}{}",
             if grouped_by_type { " GROUP BY ct.name" } else { "" }
         ));
     }
