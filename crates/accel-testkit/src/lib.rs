@@ -4,12 +4,16 @@
 //! - [`server`] (feature `server`): the real accel server, both APIs on port 0, over a
 //!   fresh database per test on each backend ([`server::Backend`]), built by the same
 //!   [`accel_server::app::App`] builder as `accel serve`.
+//! - [`browser`] (feature `browser`): headless Chromium over WebDriver, for the
+//!   console's browser tests.
 //! - [`keystone`]: a fake Keystone v3 (password tokens, validation, a catalog), used by
 //!   the Keystone-mode tests and by the `accel-fake-keystone` binary (accel-bench).
 //! - [`eventually`]: the one way a test waits for something another task does; tests
 //!   never sleep a fixed time.
 //! - [`serve_fake`]: a fake service's router on a free local port.
 
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod keystone;
 #[cfg(feature = "server")]
 pub mod server;
