@@ -23,7 +23,7 @@
 //! non-zero when any request failed or (with `--limit-ms`) a page's p95 is over it.
 //!
 //! ```sh
-//! accel serve --no-console=false ... &   # see docs/benchmarks.md for the full run
+//! accel serve --database sqlite:///tmp/estate.db --console-listen 127.0.0.1:8790 &
 //! cargo run --release -p accel-bench --bin console-load -- --hosts 10000 --devices 4
 //! ```
 
@@ -91,8 +91,9 @@ struct Args {
 
 /// The console's pages timed by default.
 const PAGES: &[(&str, &str)] = &[
-    ("hosts, first page", "/"),
-    ("hosts, search by host", "/?q=cn-04321"),
+    ("hosts, first page", "/hosts"),
+    ("hosts, search by host", "/hosts?q={host}"),
+    ("hosts, page 100", "/hosts?offset=4950"),
     ("host detail (provider tree)", "/hosts/{rp}"),
     ("consumers", "/consumers"),
     ("ARQs", "/arqs"),
@@ -100,7 +101,7 @@ const PAGES: &[(&str, &str)] = &[
     ("Kubernetes", "/kubernetes"),
     (
         "explainer",
-        "/explain?query=resources%3DVCPU%3A1%26resources1%3DFPGA%3A1%26required1%3DCUSTOM_FAKE_DEVICE",
+        "/explain?query=resources%3DVCPU%3A1%26resources1%3DFPGA%3A1%26required1%3DCUSTOM_FAKE_DEVICE%26group_policy%3Disolate",
     ),
 ];
 
@@ -400,8 +401,7 @@ async fn main() -> anyhow::Result<()> {
     for (name, path) in &pages {
         let path = path
             .replace("{host}", &probe)
-            .replace("{rp}", &probe_rp)
-            .replace("cn-04321", &probe);
+            .replace("{rp}", &probe_rp);
         let url = format!("{base}{path}");
         // One untimed request first: the first answer after the fill pays for caches
         // catching up with it, which is not the page's steady cost.
