@@ -19,6 +19,8 @@
 //! max_allocation_candidates = 100000
 //! log_format = "text"               # or "json"
 //! metrics_listen = "127.0.0.1:9778" # /metrics, /livez, /readyz
+//! console_listen = "127.0.0.1:8790" # the operator's console (read-only web view)
+//! console = true                    # false: no console (--no-console)
 //! access_log = true                 # one accel::access line per request
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
@@ -114,6 +116,14 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:9778].
     #[arg(long, env = "ACCEL_METRICS_LISTEN", value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// Address of the operator's console, a read-only web view of hosts, consumers,
+    /// ARQs, device profiles, Kubernetes slots and the candidate explainer
+    /// [default: 127.0.0.1:8790].
+    #[arg(long, env = "ACCEL_CONSOLE_LISTEN", value_name = "HOST:PORT")]
+    pub console_listen: Option<String>,
+    /// Serve no console (config: console = false).
+    #[arg(long)]
+    pub no_console: bool,
     /// Write no `accel::access` line per HTTP request (config: access_log = false).
     #[arg(long)]
     pub no_access_log: bool,
@@ -181,6 +191,8 @@ struct FileConfig {
     max_allocation_candidates: Option<usize>,
     log_format: Option<String>,
     metrics_listen: Option<String>,
+    console_listen: Option<String>,
+    console: Option<bool>,
     access_log: Option<bool>,
     fake_devices: Option<String>,
     keystone_authtoken: Option<KeystoneConfig>,
@@ -210,6 +222,9 @@ pub struct ServeConfig {
     pub log_format: String,
     /// Address of the metrics port (`/metrics`, `/livez`, `/readyz`).
     pub metrics_listen: String,
+    /// Address of the operator's console; `None` serves none (`--no-console`,
+    /// `console = false`).
+    pub console_listen: Option<String>,
     /// One `accel::access` line per request.
     pub access_log: bool,
     /// Host whose fake device is reported at start-up, if any.
@@ -282,6 +297,15 @@ impl ServeConfig {
                 .metrics_listen
                 .or(file.metrics_listen)
                 .unwrap_or_else(|| "127.0.0.1:9778".into()),
+            console_listen: if args.no_console || file.console == Some(false) {
+                None
+            } else {
+                Some(
+                    args.console_listen
+                        .or(file.console_listen)
+                        .unwrap_or_else(|| "127.0.0.1:8790".into()),
+                )
+            },
             access_log: !args.no_access_log && file.access_log.unwrap_or(true),
             fake_devices: args
                 .fake_devices
@@ -310,10 +334,15 @@ impl ServeConfig {
             insecure_noauth: args.insecure_noauth || file.insecure_noauth.unwrap_or(false),
         };
         if cfg.auth_strategy == AuthStrategy::Noauth && !cfg.insecure_noauth {
+            // The console in noauth mode acts as admin: the same rule holds for it.
+            let console = cfg.console_listen.iter().map(|a| ("console_listen", a));
             for (key, addr) in [
                 ("placement_listen", &cfg.placement_listen),
                 ("accelerator_listen", &cfg.accelerator_listen),
-            ] {
+            ]
+            .into_iter()
+            .chain(console)
+            {
                 if !is_loopback(addr) {
                     bail!(
                         "{key} {addr:?} is not a loopback address and auth_strategy is noauth, \
@@ -587,6 +616,55 @@ mod observability_config_tests {
         let _ = std::fs::remove_file(&path);
         assert_eq!(cfg.metrics_listen, "127.0.0.1:1");
         assert!(!cfg.access_log);
+    }
+}
+
+#[cfg(test)]
+mod console_config_tests {
+    use super::*;
+
+    #[test]
+    fn console_defaults_on_follows_flag_env_file_and_turns_off() {
+        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
+        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:8790"));
+        let path =
+            std::env::temp_dir().join(format!("accel-console-config-{}.toml", std::process::id()));
+        std::fs::write(&path, "console_listen = \"127.0.0.1:9999\"\n").unwrap();
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:9999"));
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            console_listen: Some("127.0.0.1:0".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:0"));
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            no_console: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.console_listen, None);
+        std::fs::write(&path, "console = false\n").unwrap();
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.console_listen, None);
+        // noauth acts as admin on the console too: not on a public address.
+        let err = ServeConfig::load(ServeArgs {
+            console_listen: Some("0.0.0.0:8790".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert!(err.to_string().contains("console_listen"), "{err}");
     }
 }
 

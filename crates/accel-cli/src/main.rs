@@ -159,6 +159,16 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the metrics port to {}", cfg.metrics_listen))?;
     let metrics_addr = metrics_listener.local_addr()?;
+    let console_listener = match &cfg.console_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("binding the console to {addr} (--console-listen, or --no-console)")
+        })?),
+        None => None,
+    };
+    let console_addr = match &console_listener {
+        Some(l) => l.local_addr()?.to_string(),
+        None => "off".to_owned(),
+    };
     let external = match &cfg.placement {
         Some(p) => Some(
             accel_server::external::ExternalPlacement::new(p.clone())
@@ -189,6 +199,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
         .metrics_listener(Some(metrics_listener))
+        .console_listener(console_listener)
         .build()
         .await?;
     if let Some(n) = &cfg.nova {
@@ -206,6 +217,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,
         metrics = %metrics_addr,
+        console = %console_addr,
         database = %cfg.redacted_database(),
         auth_strategy = match cfg.auth_strategy {
             accel_server::auth::AuthStrategy::Noauth => "noauth",

@@ -10,8 +10,8 @@
 //! App::builder(store) ─ .policy .config .nova .external .fake_devices .workers ─▶ build
 //!   build: fake devices reported ─▶ AppState + AccelState
 //! App::serve(placement, accelerator, shutdown):
-//!   workers (bind, Nova events, pusher) ─▶ both routers (and the metrics port when
-//!   given) until shutdown ─▶ workers stopped ─▶ store closed
+//!   workers (bind, Nova events, pusher) ─▶ both routers (and the metrics port and
+//!   the console when given) until shutdown ─▶ workers stopped ─▶ store closed
 //! ```
 
 use crate::accelerator::binder::{self, NovaEndpoint, WorkerConfig};
@@ -32,6 +32,7 @@ pub struct App {
     accel: Arc<AccelState>,
     workers: Option<(WorkerConfig, Backoff)>,
     metrics_listener: Option<TcpListener>,
+    console_listener: Option<TcpListener>,
 }
 
 /// Builds an [`App`]; see [`App::builder`] for the defaults.
@@ -47,6 +48,7 @@ pub struct AppBuilder {
     backoff: Backoff,
     metrics: Arc<crate::metrics::Metrics>,
     metrics_listener: Option<TcpListener>,
+    console_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -67,6 +69,7 @@ impl App {
             backoff: Backoff::default(),
             metrics: Default::default(),
             metrics_listener: None,
+            console_listener: None,
         }
     }
 
@@ -107,7 +110,7 @@ impl App {
         if let Some(w) = &workers {
             self.state.health.watch_workers(w.running());
         }
-        let served = crate::serve_with_metrics(
+        let served = crate::serve_all(
             self.state.clone(),
             placement,
             accelerator.map(|listener| AcceleratorApi {
@@ -115,6 +118,7 @@ impl App {
                 state: self.accel.clone(),
             }),
             self.metrics_listener,
+            self.console_listener.map(|l| (l, self.accel.clone())),
             shutdown,
         )
         .await;
@@ -200,6 +204,13 @@ impl AppBuilder {
         self
     }
 
+    /// Serve the operator's console on this listener too (`--console-listen`;
+    /// `None`, the default, serves none: `--no-console`).
+    pub fn console_listener(mut self, listener: Option<TcpListener>) -> Self {
+        self.console_listener = listener;
+        self
+    }
+
     /// The supervisor's wait before restarting a failed worker.
     pub fn restart_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
@@ -238,6 +249,7 @@ impl AppBuilder {
             accel,
             workers: self.workers.map(|cfg| (cfg, self.backoff)),
             metrics_listener: self.metrics_listener,
+            console_listener: self.console_listener,
         })
     }
 }

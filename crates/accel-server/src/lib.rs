@@ -14,6 +14,7 @@
 pub mod accelerator;
 pub mod app;
 pub mod auth;
+pub mod console;
 mod cors;
 pub mod external;
 pub mod health;
@@ -107,6 +108,19 @@ pub async fn serve_with_metrics(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_all(state, placement, accelerator, metrics, None, shutdown).await
+}
+
+/// [`serve_with_metrics`], and the operator's console ([`console::router`]) on
+/// `console` when given; it uses the accelerator API's state for Cyborg's policy.
+pub async fn serve_all(
+    state: Arc<AppState>,
+    placement: TcpListener,
+    accelerator: Option<AcceleratorApi>,
+    metrics: Option<TcpListener>,
+    console: Option<(TcpListener, Arc<accelerator::AccelState>)>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use futures::FutureExt;
     let draining = state.clone();
     let shutdown: listen::Shutdown = async move {
@@ -166,6 +180,31 @@ pub async fn serve_with_metrics(
             }
         }
     };
-    let (a, b, c) = tokio::join!(placement_server, accel_server, metrics_server);
-    a.and(b).and(c)
+    let console_server = async {
+        match console {
+            None => Ok(()),
+            Some((listener, accel)) => {
+                let router = observe::layer(
+                    console::router(state.clone(), accel),
+                    state.clone(),
+                    observe::Api::Console,
+                );
+                listen::serve(
+                    "console",
+                    listener,
+                    router,
+                    limits.clone(),
+                    shutdown.clone(),
+                )
+                .await
+            }
+        }
+    };
+    let (a, b, c, d) = tokio::join!(
+        placement_server,
+        accel_server,
+        metrics_server,
+        console_server
+    );
+    a.and(b).and(c).and(d)
 }

@@ -130,6 +130,9 @@ pub struct Metrics {
     pub external_push_failures: Counter,
     pub external_pushes: Family<OutcomeLabel, Counter>,
     pub outgoing: Family<OutgoingLabels, Counter>,
+    /// Console logins by outcome: ok, refused (Keystone said no), unavailable
+    /// (Keystone could not be asked), bad_origin (a cross-site POST).
+    pub console_logins: Family<OutcomeLabel, Counter>,
     // Set at scrape time (`refresh`).
     placement_providers: Gauge,
     arqs: Family<StateLabel, Gauge>,
@@ -179,6 +182,7 @@ impl Metrics {
             external_push_failures: Counter::default(),
             external_pushes: Family::default(),
             outgoing: Family::default(),
+            console_logins: Family::default(),
             placement_providers: Gauge::default(),
             arqs: Family::default(),
             nova_events_pending: Gauge::default(),
@@ -197,6 +201,11 @@ impl Metrics {
             "accel_http_requests",
             "HTTP requests answered, by API, method, route template and status",
             m.http_requests.clone(),
+        );
+        r.register(
+            "accel_console_logins",
+            "Console logins by outcome: ok, refused (Keystone refused the password), unavailable (Keystone could not be asked), bad_origin (a POST from another origin)",
+            m.console_logins.clone(),
         );
         r.register(
             "accel_http_request_duration_seconds",

@@ -44,6 +44,8 @@ use std::time::Instant;
 pub enum Api {
     Placement,
     Accelerator,
+    /// The operator's console ([`crate::console`]).
+    Console,
 }
 
 impl Api {
@@ -51,6 +53,7 @@ impl Api {
         match self {
             Api::Placement => "placement",
             Api::Accelerator => "accelerator",
+            Api::Console => "console",
         }
     }
 }
@@ -272,6 +275,22 @@ const ACCEL_ROUTES: &[&str] = &[
     "/v2/agent/hosts/{hostname}/kubernetes",
 ];
 
+/// The console's pages ([`crate::console`]).
+const CONSOLE_ROUTES: &[&str] = &[
+    "/hosts",
+    "/hosts/{uuid}",
+    "/consumers",
+    "/arqs",
+    "/profiles",
+    "/kubernetes",
+    "/explain",
+    "/login",
+    "/logout",
+    "/changes",
+    "/static/console.css",
+    "/static/console.js",
+];
+
 /// Whether `segs` (a path's segments) fit `template` ("{..}" matches any non-empty
 /// segment). No allocation: both sides are iterated.
 fn fits<'a>(template: &str, mut segs: impl Iterator<Item = &'a str>) -> bool {
@@ -292,6 +311,17 @@ fn fits<'a>(template: &str, mut segs: impl Iterator<Item = &'a str>) -> bool {
 /// The route template `path` answers under on `api`'s listener.
 pub fn route_of(api: Api, path: &str) -> &'static str {
     match api {
+        Api::Console => {
+            if path == "/" || path.is_empty() {
+                return "/";
+            }
+            let rest = path.strip_prefix('/').unwrap_or(path);
+            CONSOLE_ROUTES
+                .iter()
+                .find(|t| fits(t, rest.split('/')))
+                .copied()
+                .unwrap_or(UNMATCHED)
+        }
         Api::Placement => {
             if path == "/" || path.is_empty() {
                 return "/";
@@ -441,5 +471,12 @@ mod tests {
             UNMATCHED
         );
         assert_eq!(route_of(Api::Accelerator, "/healthcheck"), HEALTHCHECK);
+        assert_eq!(route_of(Api::Console, "/hosts/abc"), "/hosts/{uuid}");
+        assert_eq!(
+            route_of(Api::Console, "/static/console.js"),
+            "/static/console.js"
+        );
+        assert_eq!(route_of(Api::Console, "/"), "/");
+        assert_eq!(route_of(Api::Console, "/nope"), UNMATCHED);
     }
 }

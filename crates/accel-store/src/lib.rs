@@ -29,6 +29,7 @@
 pub mod accelerator;
 mod dialect;
 mod error;
+pub mod estate;
 mod migrate;
 pub mod placement;
 pub mod stats;

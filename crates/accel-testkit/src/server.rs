@@ -6,7 +6,7 @@
 //! use accel_testkit::server::{Backend, TestServer, BACKENDS};
 //! for backend in BACKENDS {
 //!     let srv = TestServer::spawn(backend).await;
-//!     // srv.placement, srv.accel: base URLs
+//!     // srv.placement, srv.accel, srv.metrics, srv.console: base URLs
 //!     srv.stop().await;
 //! }
 //! # }
@@ -125,6 +125,8 @@ pub struct TestServer {
     pub accel: String,
     /// Base URL of the metrics port (`/metrics`, `/livez`, `/readyz`).
     pub metrics: String,
+    /// Base URL of the operator's console.
+    pub console: String,
     pub state: Arc<AppState>,
     pub accel_state: Arc<AccelState>,
     pub store: Store,
@@ -144,8 +146,13 @@ impl TestServer {
             .await
             .expect("binding the metrics port to port 0");
         let m = metrics.local_addr().expect("metrics address");
+        let console = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the console to port 0");
+        let c = console.local_addr().expect("console address");
         let app = app
             .metrics_listener(Some(metrics))
+            .console_listener(Some(console))
             .build()
             .await
             .expect("building the app");
@@ -168,6 +175,7 @@ impl TestServer {
             placement: format!("http://{p}"),
             accel: format!("http://{a}"),
             metrics: format!("http://{m}"),
+            console: format!("http://{c}"),
             store: state.store.clone(),
             state,
             accel_state,

@@ -1,0 +1,530 @@
+//! The estate's list pages: hosts, one host's provider tree, consumers, ARQs,
+//! Kubernetes nodes, and the change token the script polls. Each handler is the same
+//! four steps: who is looking, may they (the APIs' rule), one `accel_store::estate`
+//! read of one page, render.
+
+use super::html::{bar, esc, pager, search, when};
+use super::{forbidden, now, render, stamp, store_failed, ListQuery, Shared, Who};
+use accel_core::policy::{cyborg, placement as rules};
+use accel_store::accelerator::Scope;
+use accel_store::estate::{activity, hosts as estate_hosts, Page};
+use axum::extract::{Path, Query};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use std::fmt::Write;
+
+/// Traits worth a chip on the hosts page: the vendor, family, region and function
+/// ones the agent sets (`CUSTOM_*`), and accelerator traits from os-traits.
+fn shown_trait(t: &str) -> bool {
+    t.starts_with("CUSTOM_") || t.starts_with("HW_GPU") || t.starts_with("COMPUTE_ACCELERATOR")
+}
+
+fn trait_chips(traits: &[String], all: bool) -> String {
+    let mut h = String::new();
+    for t in traits.iter().filter(|t| all || shown_trait(t)) {
+        let _ = write!(
+            h,
+            "<span class=\"chip\" data-test=\"trait\" data-trait=\"{0}\">{0}</span>",
+            esc(t)
+        );
+    }
+    h
+}
+
+/// One provider's row: name, device and health, bars, traits.
+fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, all_traits: bool) {
+    let health = p.device.as_ref().map_or("", |d| d.health.as_str());
+    let _ = write!(
+        h,
+        "<tr class=\"provider depth{d}\" data-test=\"provider-row\" data-provider=\"{name}\" \
+         data-uuid=\"{uuid}\" data-depth=\"{depth}\" data-health=\"{hl}\"><td class=\"name\">{name}</td><td>",
+        d = depth.min(4),
+        name = esc(&p.name),
+        uuid = esc(&p.uuid),
+        hl = esc(health),
+    );
+    if let Some(d) = &p.device {
+        let cls = if d.health == "ok" { "ok" } else { "bad" };
+        let _ = write!(
+            h,
+            "{} {} {} <span class=\"health {cls}\">{}</span>{}",
+            esc(&d.kind),
+            esc(&d.vendor),
+            esc(&d.model),
+            esc(&d.health),
+            if d.status == "enabled" {
+                String::new()
+            } else {
+                format!(" <span class=\"health bad\">{}</span>", esc(&d.status))
+            }
+        );
+    }
+    h.push_str("</td><td>");
+    for inv in &p.inventories {
+        h.push_str(&bar(
+            &p.uuid,
+            &inv.resource_class,
+            inv.used,
+            inv.capacity,
+            inv.total,
+            inv.reserved,
+        ));
+    }
+    let _ = write!(
+        h,
+        "</td><td>{}</td></tr>",
+        trait_chips(&p.traits, all_traits)
+    );
+}
+
+async fn hardware_viewer(state: &Shared, headers: &HeaderMap) -> Result<Who, Response> {
+    let who = state.0.who(headers).await?;
+    if !state
+        .0
+        .placement_allows(&who, rules::RESOURCE_PROVIDERS_LIST)
+    {
+        return Err(forbidden(rules::RESOURCE_PROVIDERS_LIST));
+    }
+    Ok(who)
+}
+
+pub(crate) async fn hosts(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let who = match hardware_viewer(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let page = state
+        .0
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move { estate_hosts::page(tx, search_text.as_deref(), window).await })
+        })
+        .await;
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return store_failed("the hosts", e),
+    };
+    let now = now();
+    let mut h = search("/hosts", &q.q, "host, provider name or uuid, instance uuid");
+    h.push_str(&pager(
+        "/hosts",
+        &q.q,
+        window.offset,
+        window.limit,
+        page.items.len(),
+        page.total,
+    ));
+    h.push_str(
+        "<table class=\"hosts\"><thead><tr><th>Host / provider</th><th>Device</th>\
+         <th>Inventory: used / capacity</th><th>Traits</th></tr></thead>",
+    );
+    for host in &page.items {
+        let root = host.root();
+        let _ = write!(
+            h,
+            "<tbody class=\"host\" data-test=\"host-row\" data-host=\"{name}\" data-uuid=\"{uuid}\" \
+             data-providers=\"{n}\"><tr class=\"hosthead\"><th colspan=\"4\">\
+             <a href=\"/hosts/{uuid}\">{name}</a> <span class=\"muted\">{n} providers · ",
+            name = esc(&root.name),
+            uuid = esc(&root.uuid),
+            n = host.providers.len(),
+        );
+        match host.last_report {
+            Some(t) => {
+                let _ = write!(
+                    h,
+                    "last agent report <span data-test=\"last-report\" data-epoch=\"{t}\">{}</span>",
+                    when(t, now)
+                );
+            }
+            None => h.push_str("no agent report"),
+        }
+        h.push_str("</span></th></tr>");
+        for (depth, p) in host.with_depth() {
+            provider_row(&mut h, depth, p, false);
+        }
+        h.push_str("</tbody>");
+    }
+    h.push_str("</table>");
+    if page.items.is_empty() {
+        h.push_str("<p class=\"muted\" data-test=\"empty\">No host matches.</p>");
+    }
+    render(
+        &who,
+        "Hosts",
+        "/hosts",
+        stamp(&state.0.app).await.as_deref(),
+        &h,
+    )
+}
+
+pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Response {
+    let who = match hardware_viewer(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let found = state
+        .0
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { estate_hosts::tree(tx, &uuid).await }))
+        .await;
+    let host = match found {
+        Ok(Some(h)) => h,
+        Ok(None) => return super::error(StatusCode::NOT_FOUND, "No such resource provider."),
+        Err(e) => return store_failed("the provider tree", e),
+    };
+    let root = host.root();
+    let mut h = format!(
+        "<p><a href=\"/hosts\">← hosts</a> · root <code>{}</code></p>\
+         <table class=\"tree\" data-test=\"tree\"><thead><tr><th>Provider</th><th>Device</th>\
+         <th>Inventory: used / capacity</th><th>Traits</th></tr></thead><tbody>",
+        esc(&root.uuid)
+    );
+    for (depth, p) in host.with_depth() {
+        provider_row(&mut h, depth, p, true);
+    }
+    h.push_str("</tbody></table><h2>Inventories in detail</h2><table class=\"inv\"><thead><tr>\
+        <th>Provider</th><th>Class</th><th>Total</th><th>Reserved</th><th>Used</th><th>Capacity</th>\
+        <th>Min</th><th>Max</th><th>Step</th><th>Ratio</th></tr></thead><tbody>");
+    for p in &host.providers {
+        for i in &p.inventories {
+            let _ = write!(
+                h,
+                "<tr data-test=\"inventory\" data-provider=\"{}\" data-rc=\"{}\"><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&p.uuid),
+                esc(&i.resource_class),
+                esc(&p.name),
+                esc(&i.resource_class),
+                i.total,
+                i.reserved,
+                i.used,
+                i.capacity,
+                i.min_unit,
+                i.max_unit,
+                i.step_size,
+                i.allocation_ratio
+            );
+        }
+    }
+    h.push_str("</tbody></table>");
+    let title = format!("Provider tree of {}", root.name);
+    render(
+        &who,
+        &title,
+        "/hosts",
+        stamp(&state.0.app).await.as_deref(),
+        &h,
+    )
+}
+
+/// An ARQ's short line: state, profile, host, attach handle.
+fn arq_cell(a: &activity::ArqView) -> String {
+    format!(
+        "<span class=\"arq\" data-test=\"arq\" data-arq=\"{}\" data-state=\"{}\">{} <b>{}</b> {}{}</span>",
+        esc(&a.uuid),
+        esc(&a.state),
+        esc(&a.profile),
+        esc(&a.state),
+        esc(a.hostname.as_deref().unwrap_or("")),
+        a.attach_handle
+            .as_ref()
+            .map_or(String::new(), |(u, t)| format!(" · {} {}", esc(t), esc(u)))
+    )
+}
+
+pub(crate) async fn consumers(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let who = match state.0.who(&headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if !state.0.placement_allows(&who, rules::ALLOCATIONS_LIST) {
+        return forbidden(rules::ALLOCATIONS_LIST);
+    }
+    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let page = state
+        .0
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move { activity::consumers(tx, search_text.as_deref(), window).await })
+        })
+        .await;
+    let page: Page<activity::ConsumerView> = match page {
+        Ok(p) => p,
+        Err(e) => return store_failed("the consumers", e),
+    };
+    let mut h = search("/consumers", &q.q, "instance or pod uuid, host or provider");
+    h.push_str(&pager(
+        "/consumers",
+        &q.q,
+        window.offset,
+        window.limit,
+        page.items.len(),
+        page.total,
+    ));
+    h.push_str(
+        "<table class=\"consumers\"><thead><tr><th>Consumer</th><th>Kind</th><th>Project / user</th>\
+         <th>Allocations</th><th>ARQs and attach handles</th></tr></thead><tbody>",
+    );
+    for c in &page.items {
+        let kind = if c.pod_host.is_some() { "pod" } else { "vm" };
+        let _ = write!(
+            h,
+            "<tr data-test=\"consumer-row\" data-consumer=\"{u}\" data-kind=\"{kind}\"><td><code>{u}</code></td>\
+             <td>{}</td><td>{} / {}</td><td>",
+            match &c.pod_host {
+                Some(host) => format!("pod on {}", esc(host)),
+                None => "instance".to_owned(),
+            },
+            esc(&c.project),
+            esc(&c.user),
+            u = esc(&c.uuid),
+        );
+        for a in &c.allocations {
+            let _ = write!(
+                h,
+                "<div data-test=\"allocation\" data-provider=\"{}\" data-rc=\"{}\" data-used=\"{}\">\
+                 <a href=\"/hosts/{}\">{}</a> {} × {}</div>",
+                esc(&a.provider_uuid),
+                esc(&a.resource_class),
+                a.used,
+                esc(&a.provider_uuid),
+                esc(&a.provider_name),
+                a.used,
+                esc(&a.resource_class)
+            );
+        }
+        h.push_str("</td><td>");
+        for a in &c.arqs {
+            h.push_str(&arq_cell(a));
+        }
+        h.push_str("</td></tr>");
+    }
+    h.push_str("</tbody></table>");
+    render(
+        &who,
+        "Consumers",
+        "/consumers",
+        stamp(&state.0.app).await.as_deref(),
+        &h,
+    )
+}
+
+pub(crate) async fn arqs(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let who = match state.0.who(&headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if !state.0.cyborg_allows(&who, cyborg::ARQ_GET_ALL) {
+        return forbidden(cyborg::ARQ_GET_ALL);
+    }
+    // As the API: an admin sees every project's ARQs, anyone else their project's.
+    let scope = if who.is_admin {
+        Scope::All
+    } else {
+        Scope::Project(who.creds.project_id().unwrap_or_default().to_owned())
+    };
+    let now = now();
+    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let page = state
+        .0
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                activity::arqs(tx, &scope, search_text.as_deref(), now, window).await
+            })
+        })
+        .await;
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return store_failed("the ARQs", e),
+    };
+    let mut h = search(
+        "/arqs",
+        &q.q,
+        "instance, ARQ or device provider uuid, host, profile",
+    );
+    h.push_str(&pager(
+        "/arqs",
+        &q.q,
+        window.offset,
+        window.limit,
+        page.items.len(),
+        page.total,
+    ));
+    h.push_str(
+        "<table class=\"arqs\"><thead><tr><th>ARQ</th><th>State</th><th>Instance</th><th>Project</th>\
+         <th>Profile</th><th>Host / device</th><th>Bind</th><th>Nova event</th><th>Failure</th>\
+         </tr></thead><tbody>",
+    );
+    for a in &page.items {
+        let stuck = a.is_stuck_or_failed(now);
+        let secs = a.bind_seconds(now);
+        let event = a.event.as_ref().map_or("", |(s, _)| s.as_str());
+        let failure = a
+            .job
+            .as_ref()
+            .and_then(|j| j.error.clone())
+            .or_else(|| a.event.as_ref().and_then(|(_, e)| e.clone()))
+            .unwrap_or_default();
+        let _ = write!(
+            h,
+            "<tr class=\"{cls}\" data-test=\"arq-row\" data-arq=\"{u}\" data-state=\"{st}\" data-stuck=\"{stuck}\" \
+             data-project=\"{pr}\" data-instance=\"{inst}\" data-bind-seconds=\"{bs}\" data-event=\"{ev}\">\
+             <td><code>{u}</code></td><td>{st}</td><td><code>{inst}</code></td><td>{pr}</td><td>{prof}</td>\
+             <td>{host}{dev}</td><td>{bind}</td><td>{ev}</td><td>{fail}</td></tr>",
+            cls = if stuck { "stuck" } else { "" },
+            u = esc(&a.uuid),
+            st = esc(&a.state),
+            pr = esc(a.project_id.as_deref().unwrap_or("")),
+            inst = esc(a.instance_uuid.as_deref().unwrap_or("")),
+            bs = secs.map_or(String::new(), |s| s.to_string()),
+            ev = esc(event),
+            prof = esc(&a.profile),
+            host = esc(a.hostname.as_deref().unwrap_or("")),
+            dev = a.device_rp_uuid.as_deref().map_or(String::new(), |d| format!(
+                " <a href=\"/hosts/{0}\"><code>{0}</code></a>",
+                esc(d)
+            )),
+            bind = match (secs, &a.job) {
+                (Some(s), Some(j)) => format!("{} · {s} s", esc(&j.state)),
+                _ => String::new(),
+            },
+            fail = esc(&failure),
+        );
+    }
+    h.push_str("</tbody></table>");
+    render(
+        &who,
+        "Accelerator requests",
+        "/arqs",
+        stamp(&state.0.app).await.as_deref(),
+        &h,
+    )
+}
+
+pub(crate) async fn kubernetes(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let who = match hardware_viewer(&state, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let read = state
+        .0
+        .app
+        .store
+        .read(move |tx| {
+            Box::pin(async move {
+                let page =
+                    estate_hosts::kubernetes_hosts(tx, search_text.as_deref(), window).await?;
+                let slots = estate_hosts::kubernetes_slots(tx, &page.items).await?;
+                Ok((page, slots))
+            })
+        })
+        .await;
+    let (page, slots) = match read {
+        Ok(r) => r,
+        Err(e) => return store_failed("the Kubernetes slots", e),
+    };
+    let mut h = search(
+        "/kubernetes",
+        &q.q,
+        "node, pod (namespace/name) or device address",
+    );
+    h.push_str(&pager(
+        "/kubernetes",
+        &q.q,
+        window.offset,
+        window.limit,
+        page.items.len(),
+        page.total,
+    ));
+    for host in &page.items {
+        let mine: Vec<&estate_hosts::SlotView> =
+            slots.iter().filter(|s| &s.hostname == host).collect();
+        let pooled = mine.iter().filter(|s| s.usage.starts_with("C:")).count();
+        let _ = write!(
+            h,
+            "<section class=\"k8s\" data-test=\"k8s-node\" data-host=\"{n}\" data-slots=\"{}\" \
+             data-instance-level=\"{}\" data-configuration-level=\"{pooled}\"><h2>{n}</h2>\
+             <p>{} slots held: {} instance-level (a whole device), {pooled} configuration-level (pooled)</p>\
+             <table><thead><tr><th>Slot</th><th>Kind</th><th>Device</th><th>Pod</th></tr></thead><tbody>",
+            mine.len(),
+            mine.len() - pooled,
+            mine.len(),
+            mine.len() - pooled,
+            n = esc(host),
+        );
+        for s in mine {
+            let kind = if s.usage.starts_with("C:") {
+                "configuration"
+            } else {
+                "instance"
+            };
+            let pod = s.pod.as_deref().unwrap_or("");
+            let _ = write!(
+                h,
+                "<tr data-test=\"slot\" data-slot=\"{sl}\" data-kind=\"{kind}\" data-pod=\"{p}\"><td>{sl}</td>\
+                 <td>{kind}</td><td>{}</td><td>{}</td></tr>",
+                esc(s.device.as_deref().unwrap_or("")),
+                if pod.is_empty() { "(not listed by kubelet yet)".to_owned() } else { esc(pod) },
+                sl = esc(&s.slot),
+                p = esc(pod),
+            );
+        }
+        h.push_str("</tbody></table></section>");
+    }
+    if page.items.is_empty() {
+        h.push_str("<p class=\"muted\" data-test=\"empty\">No Kubernetes node holds a slot.</p>");
+    }
+    render(
+        &who,
+        "Kubernetes",
+        "/kubernetes",
+        stamp(&state.0.app).await.as_deref(),
+        &h,
+    )
+}
+
+/// `GET /changes`: the change token, as text (the script compares it with the
+/// page's `data-stamp`).
+pub(crate) async fn changes(state: Shared, headers: HeaderMap) -> Response {
+    if let Err(r) = state.0.who(&headers).await {
+        return r;
+    }
+    match stamp(&state.0.app).await {
+        Some(s) => {
+            let mut r = super::html(StatusCode::OK, s);
+            r.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r
+        }
+        None => super::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The change token cannot be read.",
+        ),
+    }
+}
