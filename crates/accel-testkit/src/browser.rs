@@ -310,6 +310,43 @@ impl Browser {
         self.cmd(reqwest::Method::POST, &path, None).await;
     }
 
+    /// Clicks an element that leaves the page (a link, a submit button) and waits
+    /// until the browser has replaced the page: the clicked element goes stale. A
+    /// plain [`Browser::click`] returns before the navigation it starts, so the next
+    /// command could still see the old page, or be overtaken by the new one.
+    pub async fn click_and_wait(&self, e: &Element) {
+        self.click(e).await;
+        self.wait_replaced(e).await;
+    }
+
+    /// Waits until `e`, an element of the page before a navigation, is gone (the
+    /// new page replaced it) and the new page has loaded.
+    pub async fn wait_replaced(&self, e: &Element) {
+        let path = format!("{}/element/{}/name", self.session, e.id);
+        crate::eventually(WAIT, "the page to be replaced after a click", || async {
+            match self.call(reqwest::Method::GET, &path, None).await {
+                Err(err) if err.to_string().contains("stale element reference") => Ok(()),
+                Err(err) => panic!("WebDriver: {err:#}"),
+                Ok(_) => Err("the clicked element is still on the page".to_owned()),
+            }
+        })
+        .await;
+        // The new page has loaded when its readyState says so.
+        crate::eventually(WAIT, "the new page to load", || async {
+            let v = self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/execute/sync",
+                    Some(json!({"script": "return document.readyState", "args": []})),
+                )
+                .await;
+            (v == "complete")
+                .then_some(())
+                .ok_or(format!("readyState {v}"))
+        })
+        .await;
+    }
+
     /// Empties a text field.
     pub async fn clear(&self, e: &Element) {
         let path = format!("/element/{}/clear", e.id);
@@ -331,9 +368,10 @@ impl Browser {
     }
 
     /// Submits the form the field `e` belongs to, as a person pressing Enter in it
-    /// does.
+    /// does, and waits for the answer's page (as [`Browser::click_and_wait`]).
     pub async fn submit(&self, e: &Element) {
         self.send_keys(e, ENTER).await;
+        self.wait_replaced(e).await;
     }
 
     /// A cookie of the page's site, as the browser stores it (name, value,

@@ -399,9 +399,7 @@ async fn main() -> anyhow::Result<()> {
     println!("|---|---|---:|---:|---:|---:|---:|");
     let mut over = Vec::new();
     for (name, path) in &pages {
-        let path = path
-            .replace("{host}", &probe)
-            .replace("{rp}", &probe_rp);
+        let path = path.replace("{host}", &probe).replace("{rp}", &probe_rp);
         let url = format!("{base}{path}");
         // One untimed request first: the first answer after the fill pays for caches
         // catching up with it, which is not the page's steady cost.

@@ -231,8 +231,8 @@ pub struct Server {
     pub placement: String,
     /// The metrics port (`/metrics`, `/livez`, `/readyz`).
     pub metrics: String,
-    /// The console's base URL, when [`Server::start_console`] started one.
-    pub console: Option<String>,
+    /// The operator's console.
+    pub console: String,
     pub store: Store,
     client: reqwest::Client,
     server: TestServer,
@@ -250,46 +250,19 @@ impl Server {
         cfg: Option<WorkerConfig>,
         external: Option<Arc<ExternalPlacement>>,
     ) -> Server {
-        Self::start_full(url, fake_host, cfg, external, false).await
-    }
-
-    /// [`Server::start`] with the operator's console on port 0 too (`Server::console`).
-    pub async fn start_console(
-        url: &str,
-        fake_host: Option<&str>,
-        cfg: Option<WorkerConfig>,
-    ) -> Server {
-        Self::start_full(url, fake_host, cfg, None, true).await
-    }
-
-    async fn start_full(
-        url: &str,
-        fake_host: Option<&str>,
-        cfg: Option<WorkerConfig>,
-        external: Option<Arc<ExternalPlacement>>,
-        console: bool,
-    ) -> Server {
         let store = Store::connect(url).await.unwrap();
-        let listener = match console {
-            true => Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()),
-            false => None,
-        };
-        let console = listener
-            .as_ref()
-            .map(|l| format!("http://{}", l.local_addr().unwrap()));
         let server = TestServer::start(
             accel_testkit::server::builder(store)
                 .fake_devices(fake_host.map(str::to_owned))
                 .workers(cfg)
-                .external(external)
-                .console_listener(listener),
+                .external(external),
         )
         .await;
         Server {
             accel: server.accel.clone(),
             placement: server.placement.clone(),
             metrics: server.metrics.clone(),
-            console,
+            console: server.console.clone(),
             store: server.store.clone(),
             client: reqwest::Client::new(),
             server,
