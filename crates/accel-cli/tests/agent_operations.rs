@@ -134,12 +134,7 @@ async fn providers(server: &TestServer) -> Vec<String> {
 /// Two GPUs bound to vfio-pci, which the pool `accel.dev/gpu` offers.
 fn two_gpus(dir: &Path) -> FakeSysfs {
     let fs = FakeSysfs::new(dir.join("sys"));
-    for (i, a) in GPUS.iter().enumerate() {
-        fs.function(a, 0x10de, 0x20b0, 0x030200)
-            .numa(0)
-            .driver("vfio-pci")
-            .iommu_group(40 + i as u32);
-    }
+    accel_agent::testing::vfio_gpus(&fs, &GPUS);
     fs
 }
 

@@ -28,7 +28,7 @@ use accel_server::auth::AuthStrategy;
 use accel_server::ServerConfig;
 use accel_testkit::browser::{Browser, Element};
 use accel_testkit::server::TestServer;
-use common::accel::{compute_node, get, placement, workers, FakeNova, Server, TempDb};
+use common::accel::{arq_uuids, compute_node, get, placement, workers, FakeNova, Server, TempDb};
 use common::keystone::{FakeKeystone, Subject};
 use common::BACKENDS;
 use serde_json::{json, Value};
@@ -109,12 +109,7 @@ async fn fill(srv: &Server, nova: &FakeNova, dir: &Path) -> Estate {
 
     // edge-1: two GPUs for pods, an Intel PAC with two regions (VFs).
     let fs = FakeSysfs::new(dir.join("sys"));
-    for (i, a) in GPUS.iter().enumerate() {
-        fs.function(a, 0x10de, 0x20b0, 0x030200)
-            .numa(0)
-            .driver("vfio-pci")
-            .iommu_group(40 + i as u32);
-    }
+    sysfs::vfio_gpus(&fs, &GPUS);
     sysfs::pac_opae(&fs, 0x5e, 2);
     compute_node(srv, EDGE).await;
     let settings = Settings::new(&srv.accel, EDGE, &fs.root);
@@ -588,8 +583,8 @@ async fn every_page_shows_what_the_apis_answer() {
         tree_page(&b, &srv, &console, shots).await;
         consumers_page(&b, &srv, &console, &estate).await;
         arqs_page(&b, &srv, &console, &estate).await;
-        profiles_page(&b, &srv, &console).await;
         kubernetes_page(&b, &srv, &console).await;
+        profiles_page(&b, &srv, &console).await;
         explainer(&b, &srv, &console, shots).await;
         srv.stop().await;
     }
@@ -660,12 +655,7 @@ async fn arqs_seen(server: &TestServer, token: &str) -> BTreeSet<String> {
     )
     .await;
     assert_eq!(s, 200, "{v}");
-    v["arqs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["uuid"].as_str().unwrap().to_owned())
-        .collect()
+    arq_uuids(&v).into_iter().collect()
 }
 
 /// Logs in through the console's form.

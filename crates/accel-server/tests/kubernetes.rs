@@ -37,12 +37,7 @@ fn instance(address: &str) -> String {
 /// Two GPUs bound to vfio-pci (IOMMU groups 40 and 41) and the agent's settings.
 fn host(dir: &Path, srv: &Server) -> Settings {
     let fs = FakeSysfs::new(dir.join("sys"));
-    for (i, a) in GPUS.iter().enumerate() {
-        fs.function(a, 0x10de, 0x20b0, 0x030200)
-            .numa(0)
-            .driver("vfio-pci")
-            .iommu_group(40 + i as u32);
-    }
+    accel_agent::testing::vfio_gpus(&fs, &GPUS);
     let mut kubernetes = KubernetesConfig::from_toml(
         "[kubernetes]\nreclaim_grace_seconds = 2\n\
          [[kubernetes.configurations]]\nname = \"gpu\"\ncapacity = 2\n\
