@@ -44,7 +44,7 @@ if curl -fsS -o /dev/null "http://127.0.0.1:$PORT/" 2>/dev/null; then
   exit 1
 fi
 
-args=(serve --placement-listen "127.0.0.1:$PORT" --accelerator-listen "127.0.0.1:0" --metrics-listen "127.0.0.1:0")
+args=(serve --placement-listen "127.0.0.1:$PORT" --accelerator-listen "127.0.0.1:0" --metrics-listen "127.0.0.1:0" --console-listen "127.0.0.1:0")
 case "${GABBI_FIXTURE:-}" in
   SecureRBACPolicyFixture) args+=(--enforce-new-defaults) ;;
   OpenPolicyFixture) args+=(--policy-file "$ROOT/../shared/conformance/placement/open-policy.yaml") ;;

@@ -97,7 +97,7 @@ fi
 : > "$DIR/accel.log"
 ACCEL_LOG="${ACCEL_LOG:-warn}" setsid "$BIN" serve --database "$URL" \
   --placement-listen "127.0.0.1:$PORT" --accelerator-listen "127.0.0.1:$APORT" \
-  --metrics-listen "127.0.0.1:0" --nova-url "http://127.0.0.1:$NPORT/v2.1" >>"$DIR/accel.log" 2>&1 </dev/null &
+  --metrics-listen "127.0.0.1:0" --console-listen "127.0.0.1:0" --nova-url "http://127.0.0.1:$NPORT/v2.1" >>"$DIR/accel.log" 2>&1 </dev/null &
 PID=$!
 for _ in $(seq 1 200); do
   curl -fsS -o /dev/null "http://127.0.0.1:$APORT/" 2>/dev/null && break

@@ -40,6 +40,9 @@ check_configs() {
   if "$bin" serve --help | grep -q -- '--metrics-listen'; then
     extra+=(--metrics-listen 127.0.0.1:0)
   fi
+  if "$bin" serve --help | grep -q -- '--console-listen'; then
+    extra+=(--console-listen 127.0.0.1:0)
+  fi
   # Created before the server starts: the poll below reads it at once.
   : >"$tmp/serve.log"
   "$bin" serve --config "$etc/serve.toml" --database "sqlite://$tmp/serve.db" \

@@ -36,7 +36,7 @@ EOF
 )
 "$ACCEL_BIN" serve --database "sqlite://$WORK/accel.db" \
   --placement-listen "127.0.0.1:$P_PORT" --accelerator-listen "127.0.0.1:$A_PORT" \
-  --metrics-listen "127.0.0.1:0" --fake-devices compute-1 >"$WORK/server.log" 2>&1 &
+  --metrics-listen "127.0.0.1:0" --console-listen "127.0.0.1:0" --fake-devices compute-1 >"$WORK/server.log" 2>&1 &
 SERVER=$!
 cleanup() {
   kill "$SERVER" 2>/dev/null || true

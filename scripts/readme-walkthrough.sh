@@ -44,7 +44,7 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # 1. The server, on a fresh database.
 "$ACCEL" serve --database "sqlite://$WORK/accel.db" --placement-listen "127.0.0.1:$PP" \
-  --accelerator-listen "127.0.0.1:$AP" --metrics-listen "127.0.0.1:0" >"$WORK/serve.log" 2>&1 &
+  --accelerator-listen "127.0.0.1:$AP" --metrics-listen "127.0.0.1:0" --console-listen "127.0.0.1:0" >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 1 100); do curl -sf "$PLACEMENT/" >/dev/null && break; sleep 0.1; done
 run "serve answers" '"max_version": ?"1.39"' curl -s "$PLACEMENT/"

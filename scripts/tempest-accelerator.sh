@@ -123,6 +123,7 @@ database = "$DB_URL"
 placement_listen = "127.0.0.1:$PPORT"
 accelerator_listen = "127.0.0.1:$APORT"
 metrics_listen = "127.0.0.1:0"
+console_listen = "127.0.0.1:0"
 fake_devices = "$HOST"
 auth_strategy = "keystone"
 enforce_new_defaults = $([[ "$NEW_DEFAULTS" == 1 ]] && echo true || echo false)

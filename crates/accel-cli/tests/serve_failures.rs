@@ -32,8 +32,10 @@ fn accel() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_accel"));
     c.env_remove("ACCEL_CONFIG")
         .env("ACCEL_LOG", "info")
-        // Servers of parallel tests must not race for the default metrics port.
+        // Servers of parallel tests must not race for the default metrics and console
+        // ports.
         .env("ACCEL_METRICS_LISTEN", "127.0.0.1:0")
+        .env("ACCEL_CONSOLE_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -32,7 +32,7 @@ pub fn group_suffix(n: usize) -> String {
 const WEIGHED_CANDIDATES: usize = 100;
 
 /// The `GET /allocation_candidates` query for the flavor resources and profile groups.
-pub(super) fn candidate_query(
+pub fn candidate_query(
     resources: &[(String, u64)],
     group_policy: &str,
     groups: &[Group],

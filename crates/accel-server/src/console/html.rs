@@ -161,8 +161,18 @@ pub fn search(action: &str, value: &str, placeholder: &str) -> String {
     )
 }
 
-/// "rows a–b of n" and previous/next links keeping the search.
-pub fn pager(path: &str, q: &str, offset: u64, limit: u64, shown: usize, total: i64) -> String {
+/// The start of a list page's links: `path?q=..&` (or `path?` without a search).
+pub fn list_base(path: &str, q: &str) -> String {
+    if q.is_empty() {
+        format!("{path}?")
+    } else {
+        format!("{path}?q={}&", qv(q))
+    }
+}
+
+/// "rows a–b of n" and previous/next links; `base` is the URL up to the paging
+/// parameters ([`list_base`]).
+pub fn pager(base: &str, offset: u64, limit: u64, shown: usize, total: i64) -> String {
     let total = total.max(0) as u64;
     let mut h = format!(
         "<nav class=\"pager\" data-test=\"pager\" data-total=\"{total}\" data-offset=\"{offset}\">"
@@ -174,11 +184,7 @@ pub fn pager(path: &str, q: &str, offset: u64, limit: u64, shown: usize, total: 
         offset + shown as u64
     );
     let link = |o: u64, label: &str, test: &str| {
-        let mut url = format!("{path}?offset={o}&limit={limit}");
-        if !q.is_empty() {
-            url.push_str("&q=");
-            url.push_str(&qv(q));
-        }
+        let url = format!("{base}offset={o}&limit={limit}");
         format!(
             " <a href=\"{}\" data-test=\"{test}\">{label}</a>",
             esc(&url)
@@ -229,11 +235,11 @@ mod tests {
 
     #[test]
     fn pager_links_keep_the_search_and_stop_at_the_ends() {
-        let first = pager("/hosts", "a b", 0, 50, 50, 120);
+        let first = pager(&list_base("/hosts", "a b"), 0, 50, 50, 120);
         assert!(first.contains("1–50 of 120"));
-        assert!(first.contains("href=\"/hosts?offset=50&amp;limit=50&amp;q=a+b\""));
+        assert!(first.contains("href=\"/hosts?q=a+b&amp;offset=50&amp;limit=50\""));
         assert!(!first.contains("data-test=\"prev\""));
-        let last = pager("/hosts", "", 100, 50, 20, 120);
+        let last = pager(&list_base("/hosts", ""), 100, 50, 20, 120);
         assert!(last.contains("101–120 of 120"));
         assert!(last.contains("offset=50"));
         assert!(!last.contains("data-test=\"next\""));

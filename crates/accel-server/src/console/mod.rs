@@ -74,6 +74,8 @@ pub struct Console {
     pub app: Arc<AppState>,
     pub accel: Arc<AccelState>,
     pub sessions: session::Sessions,
+    /// Provider names for the candidate pages, per index version.
+    names: profiles::NameCache,
 }
 
 /// The console's router, wrapped in its security headers. Mount it (inside
@@ -83,6 +85,7 @@ pub fn router(app: Arc<AppState>, accel: Arc<AccelState>) -> axum::Router {
         app,
         accel,
         sessions: Default::default(),
+        names: Default::default(),
     });
     axum::Router::new()
         .route("/", get(|| async { redirect("/hosts") }))

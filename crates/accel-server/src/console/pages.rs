@@ -3,7 +3,7 @@
 //! four steps: who is looking, may they (the APIs' rule), one `accel_store::estate`
 //! read of one page, render.
 
-use super::html::{bar, esc, pager, search, when};
+use super::html::{bar, esc, list_base, pager, search, when};
 use super::{forbidden, now, render, stamp, store_failed, ListQuery, Shared, Who};
 use accel_core::policy::{cyborg, placement as rules};
 use accel_store::accelerator::Scope;
@@ -113,8 +113,7 @@ pub(crate) async fn hosts(
     let now = now();
     let mut h = search("/hosts", &q.q, "host, provider name or uuid, instance uuid");
     h.push_str(&pager(
-        "/hosts",
-        &q.q,
+        &list_base("/hosts", &q.q),
         window.offset,
         window.limit,
         page.items.len(),
@@ -267,8 +266,7 @@ pub(crate) async fn consumers(
     };
     let mut h = search("/consumers", &q.q, "instance or pod uuid, host or provider");
     h.push_str(&pager(
-        "/consumers",
-        &q.q,
+        &list_base("/consumers", &q.q),
         window.offset,
         window.limit,
         page.items.len(),
@@ -362,8 +360,7 @@ pub(crate) async fn arqs(
         "instance, ARQ or device provider uuid, host, profile",
     );
     h.push_str(&pager(
-        "/arqs",
-        &q.q,
+        &list_base("/arqs", &q.q),
         window.offset,
         window.limit,
         page.items.len(),
@@ -453,8 +450,7 @@ pub(crate) async fn kubernetes(
         "node, pod (namespace/name) or device address",
     );
     h.push_str(&pager(
-        "/kubernetes",
-        &q.q,
+        &list_base("/kubernetes", &q.q),
         window.offset,
         window.limit,
         page.items.len(),

@@ -304,7 +304,85 @@ fn empty() -> Reply {
     reply
 }
 
+/// A candidates request resolved against one picture: the engine's request, or an
+/// answer known to be empty before any search (an `in_tree` provider that does not
+/// exist, an unknown name after a group that has no candidates).
+pub enum Resolved {
+    Search(engine::Request),
+    Empty,
+}
+
+/// Parses `query` exactly as `GET /allocation_candidates` at `version` parses its
+/// query string (schema, groups, orphans, conflicts: the same errors), and resolves
+/// it against `index`. The console's explainer and device-profile pages ask the
+/// engine through here, so they read a request as Placement reads it.
+pub fn resolve_query(
+    app: &AppState,
+    query: &str,
+    version: super::microversion::Version,
+    index: &Prepared,
+) -> ApiResult<Resolved> {
+    if let Some(m) = crate::query_too_long(Some(query)) {
+        return Err(ApiError::bad_request(m));
+    }
+    let req = Req::new(
+        axum::http::Method::GET,
+        query,
+        axum::http::HeaderMap::new(),
+        axum::body::Bytes::new(),
+        version,
+        crate::auth::Credentials::anonymous(),
+        Vec::new(),
+        String::new(),
+    );
+    req.validate_query(&schema(&req))?;
+    let parsed = parse(&req)?;
+    resolve(app, &req, &parsed, index)
+}
+
 fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
+    let request = match resolve(app, req, p, index)? {
+        Resolved::Search(r) => r,
+        Resolved::Empty => return Ok(empty()),
+    };
+    let snapshot = &index.snapshot;
+    let cap = if app.config.max_allocation_candidates == 0 {
+        usize::MAX
+    } else {
+        app.config.max_allocation_candidates
+    };
+    let (outcome, work) = engine::search_counted(
+        snapshot,
+        &request,
+        &engine::SearchOptions {
+            cap,
+            ..Default::default()
+        },
+    );
+    let m = &app.metrics;
+    m.candidates_returned
+        .observe(outcome.candidates.len() as f64);
+    m.candidates_anchors.inc_by(work.anchors_searched as u64);
+    m.candidates_option_checks.inc_by(work.option_checks);
+    let requested = p
+        .groups
+        .iter()
+        .flat_map(|(_, g)| g.resources.iter().map(|(rc, _)| rc.as_str()))
+        .collect();
+    let answer = Answer {
+        req,
+        index,
+        outcome: &outcome,
+        requested,
+    };
+    let body = answer.write(index.answer_size.load(Ordering::Relaxed));
+    index.answer_size.store(body.len(), Ordering::Relaxed);
+    let mut reply = Reply::status(StatusCode::OK);
+    reply.raw = Some(body);
+    Ok(reply)
+}
+
+fn resolve(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Resolved> {
     let rc_ids = &index.rc_ids;
     let trait_ids = &index.trait_ids;
     let no_such_traits = |names: &mut dyn Iterator<Item = &String>| -> Option<ApiError> {
@@ -365,14 +443,14 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
                 engine::search(snapshot, &alone, 1).candidates.is_empty()
             };
             if groups.iter().any(alone_is_empty) {
-                return Ok(empty());
+                return Ok(Resolved::Empty);
             }
             return Err(e);
         }
         let in_tree = match &g.in_tree {
             Some(u) => match by_uuid.get(u.as_str()) {
                 Some(&i) => Some(ProviderId(i)),
-                None => return Ok(empty()),
+                None => return Ok(Resolved::Empty),
             },
             None => None,
         };
@@ -425,40 +503,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
             .randomize_allocation_candidates
             .then(rand::random::<u64>),
     };
-    let cap = if app.config.max_allocation_candidates == 0 {
-        usize::MAX
-    } else {
-        app.config.max_allocation_candidates
-    };
-    let (outcome, work) = engine::search_counted(
-        snapshot,
-        &request,
-        &engine::SearchOptions {
-            cap,
-            ..Default::default()
-        },
-    );
-    let m = &app.metrics;
-    m.candidates_returned
-        .observe(outcome.candidates.len() as f64);
-    m.candidates_anchors.inc_by(work.anchors_searched as u64);
-    m.candidates_option_checks.inc_by(work.option_checks);
-    let requested = p
-        .groups
-        .iter()
-        .flat_map(|(_, g)| g.resources.iter().map(|(rc, _)| rc.as_str()))
-        .collect();
-    let answer = Answer {
-        req,
-        index,
-        outcome: &outcome,
-        requested,
-    };
-    let body = answer.write(index.answer_size.load(Ordering::Relaxed));
-    index.answer_size.store(body.len(), Ordering::Relaxed);
-    let mut reply = Reply::status(StatusCode::OK);
-    reply.raw = Some(body);
-    Ok(reply)
+    Ok(Resolved::Search(request))
 }
 
 /// The answer, written straight to bytes by [`Answer::write`]: at hundreds of

@@ -18,6 +18,7 @@ mod routes;
 
 mod aggregates;
 mod allocation_candidates;
+pub use allocation_candidates::{resolve_query, Resolved};
 mod allocations;
 mod inventories;
 mod reshaper;

@@ -1,0 +1,643 @@
+//! The operator's console over HTTP: a real server on port 0 with Cyborg's fake
+//! device, a bound ARQ and its allocation, on each backend; every page's numbers
+//! checked against the APIs' answers (through the `data-` hooks the console module
+//! documents); paging and search; the security headers; noauth's banner; and, in
+//! keystone mode against the test kit's fake Keystone, login, a refused password, a
+//! cross-origin POST, the cookie's attributes, policy per page and a member who sees
+//! only its own project's ARQs.
+
+mod common;
+
+use accel_server::auth::keystone::{Keystone, KeystoneConfig};
+use accel_server::auth::AuthStrategy;
+use accel_server::ServerConfig;
+use accel_testkit::server::TestServer;
+use common::accel::{compute_node, get, placement, workers, Server, TempDb};
+use common::keystone::{FakeKeystone, Subject};
+use common::BACKENDS;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const INSTANCE: &str = "6a0c2c7e-1f7b-4c53-8d11-5e2f1a9b3c40";
+
+/// GET `path` on the console: status, headers, body.
+async fn page(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let r = client.get(format!("{base}{path}")).send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap())
+}
+
+/// The opening tags carrying `data-test="<hook>"`.
+fn hooks<'a>(html: &'a str, hook: &str) -> Vec<&'a str> {
+    let needle = format!("data-test=\"{hook}\"");
+    html.match_indices(&needle)
+        .map(|(i, _)| {
+            let start = html[..i].rfind('<').unwrap();
+            let end = i + html[i..].find('>').unwrap();
+            &html[start..=end]
+        })
+        .collect()
+}
+
+/// The value of attribute `name` in an opening tag.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let needle = format!(" {name}=\"");
+    let i = tag.find(&needle)? + needle.len();
+    Some(&tag[i..i + tag[i..].find('"')?])
+}
+
+fn with<'a>(tags: &[&'a str], name: &str, value: &str) -> Vec<&'a str> {
+    tags.iter()
+        .copied()
+        .filter(|t| attr(t, name) == Some(value))
+        .collect()
+}
+
+fn assert_security_headers(h: &reqwest::header::HeaderMap, what: &str) {
+    let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let csp = get("content-security-policy");
+    for part in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(part), "{what}: CSP {csp:?} lacks {part}");
+    }
+    assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
+    assert_eq!(get("x-frame-options"), "DENY", "{what}");
+    assert_eq!(get("x-content-type-options"), "nosniff", "{what}");
+    assert_eq!(get("referrer-policy"), "same-origin", "{what}");
+}
+
+/// No inline script or style anywhere in a page: the CSP would block them.
+fn assert_no_inline(html: &str, what: &str) {
+    for (i, _) in html.match_indices("<script") {
+        let tag = &html[i..i + html[i..].find('>').unwrap()];
+        assert!(tag.contains(" src=\""), "{what}: inline script {tag}");
+    }
+    assert!(
+        !html.contains(" style=\""),
+        "{what}: inline style attribute"
+    );
+    assert!(!html.contains("<style"), "{what}: inline style element");
+}
+
+#[tokio::test]
+async fn every_page_shows_the_estate_as_the_apis_do() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, Some("compute-1"), Some(workers(None))).await;
+        for name in ["compute-2", "compute-3", "edge-9"] {
+            compute_node(&srv, name).await;
+        }
+        srv.create_profile(
+            "fpga",
+            json!([{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]),
+        )
+        .await;
+        let rps = get(&srv, "/resource_providers?resources=FPGA:1").await;
+        let rp = rps["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (s, v) = placement(
+            &srv,
+            Method::PUT,
+            &format!("/allocations/{INSTANCE}"),
+            Some(json!({"allocations": {&rp: {"resources": {"FPGA": 1}}},
+                "project_id": "p1", "user_id": "u1", "consumer_generation": null, "consumer_type": "INSTANCE"})),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+        let arqs = srv.create_arqs("fpga").await;
+        srv.bind(&arqs, "compute-1", &rp, INSTANCE).await;
+        srv.wait_resolved(INSTANCE).await;
+        let c = reqwest::Client::new();
+        let base = &srv.console;
+
+        // Hosts: every root, by name; the device provider's bar says what the API says.
+        let (s, h, html) = page(&c, base, "/hosts").await;
+        assert_eq!(s, 200, "{backend:?}");
+        assert_security_headers(&h, "/hosts");
+        assert_eq!(h.get("cache-control").unwrap(), "no-store");
+        assert_no_inline(&html, "/hosts");
+        assert_eq!(hooks(&html, "noauth-banner").len(), 1);
+        let hosts: Vec<&str> = hooks(&html, "host-row")
+            .iter()
+            .map(|t| attr(t, "data-host").unwrap())
+            .collect();
+        assert_eq!(hosts, ["compute-1", "compute-2", "compute-3", "edge-9"]);
+        let inv = get(&srv, &format!("/resource_providers/{rp}/inventories")).await;
+        let usage = get(&srv, &format!("/resource_providers/{rp}/usages")).await;
+        let bars = with(&hooks(&html, "usage-bar"), "data-provider", &rp);
+        let fpga = with(&bars, "data-rc", "FPGA");
+        assert_eq!(fpga.len(), 1, "{bars:?}");
+        let num = |t: &str, n: &str| attr(t, n).unwrap().parse::<i64>().unwrap();
+        assert_eq!(
+            num(fpga[0], "data-used"),
+            usage["usages"]["FPGA"].as_i64().unwrap()
+        );
+        assert_eq!(num(fpga[0], "data-used"), 1);
+        assert_eq!(
+            num(fpga[0], "data-total"),
+            inv["inventories"]["FPGA"]["total"].as_i64().unwrap()
+        );
+        assert_eq!(
+            num(fpga[0], "data-reserved"),
+            inv["inventories"]["FPGA"]["reserved"].as_i64().unwrap()
+        );
+        let rows = with(&hooks(&html, "provider-row"), "data-uuid", &rp);
+        assert_eq!(attr(rows[0], "data-health"), Some("ok"));
+        assert_eq!(attr(rows[0], "data-depth"), Some("1"));
+        assert!(with(&hooks(&html, "trait"), "data-trait", "CUSTOM_FAKE_DEVICE").len() >= 1);
+
+        // Paging and search.
+        let (_, _, html) = page(&c, base, "/hosts?limit=2").await;
+        assert_eq!(hooks(&html, "host-row").len(), 2);
+        let pager = hooks(&html, "pager")[0];
+        assert_eq!(attr(pager, "data-total"), Some("4"));
+        assert_eq!(hooks(&html, "next").len(), 1);
+        let (_, _, html) = page(&c, base, "/hosts?limit=2&offset=2").await;
+        let hosts: Vec<&str> = hooks(&html, "host-row")
+            .iter()
+            .map(|t| attr(t, "data-host").unwrap())
+            .collect();
+        assert_eq!(hosts, ["compute-3", "edge-9"]);
+        assert_eq!(hooks(&html, "next").len(), 0);
+        for (q, want) in [
+            ("edge", vec!["edge-9"]),
+            ("FakeDevice", vec!["compute-1"]),
+            (rp.as_str(), vec!["compute-1"]),
+            (INSTANCE, vec!["compute-1"]),
+            ("nothing-like-this", vec![]),
+        ] {
+            let (_, _, html) = page(&c, base, &format!("/hosts?q={q}")).await;
+            let hosts: Vec<&str> = hooks(&html, "host-row")
+                .iter()
+                .map(|t| attr(t, "data-host").unwrap())
+                .collect();
+            assert_eq!(hosts, want, "search {q}");
+        }
+
+        // A provider's tree, found from any of its providers.
+        let (s, h, html) = page(&c, base, &format!("/hosts/{rp}")).await;
+        assert_eq!(s, 200);
+        assert_security_headers(&h, "tree");
+        let names: Vec<&str> = hooks(&html, "provider-row")
+            .iter()
+            .map(|t| attr(t, "data-provider").unwrap())
+            .collect();
+        assert_eq!(names[0], "compute-1");
+        assert!(names.len() >= 2, "{names:?}");
+        let (s, _, _) = page(&c, base, &format!("/hosts/{}", uuid::Uuid::new_v4())).await;
+        assert_eq!(s, 404);
+
+        // Consumers: the instance with its allocation and its bound ARQ.
+        let (s, _, html) = page(&c, base, "/consumers").await;
+        assert_eq!(s, 200);
+        let row = with(&hooks(&html, "consumer-row"), "data-consumer", INSTANCE);
+        assert_eq!(row.len(), 1, "{html}");
+        assert_eq!(attr(row[0], "data-kind"), Some("vm"));
+        let allocs = with(&hooks(&html, "allocation"), "data-provider", &rp);
+        assert_eq!(attr(allocs[0], "data-used"), Some("1"));
+        let arq_tags = hooks(&html, "arq");
+        assert_eq!(arq_tags.len(), arqs.len());
+        assert!(arq_tags
+            .iter()
+            .all(|t| attr(t, "data-state") == Some("Bound")));
+        let (_, _, html) = page(&c, base, "/consumers?q=compute-2").await;
+        assert_eq!(hooks(&html, "consumer-row").len(), 0);
+
+        // ARQs: state, instance, project, event state as the API and the outbox say.
+        let (s, _, html) = page(&c, base, "/arqs").await;
+        assert_eq!(s, 200);
+        let (_, api) = srv.admin_get("/v2/accelerator_requests").await;
+        let rows = hooks(&html, "arq-row");
+        assert_eq!(rows.len(), api["arqs"].as_array().unwrap().len());
+        for a in api["arqs"].as_array().unwrap() {
+            let row = with(&rows, "data-arq", a["uuid"].as_str().unwrap());
+            assert_eq!(attr(row[0], "data-state"), a["state"].as_str());
+            assert_eq!(attr(row[0], "data-instance"), a["instance_uuid"].as_str());
+            assert_eq!(attr(row[0], "data-stuck"), Some("false"));
+            assert!(attr(row[0], "data-bind-seconds")
+                .unwrap()
+                .parse::<i64>()
+                .is_ok());
+        }
+        let events = srv.events_of(INSTANCE).await;
+        let event_state = events
+            .last()
+            .map(|e| e.delivery.as_str().to_owned())
+            .unwrap();
+        assert_eq!(attr(rows[0], "data-event"), Some(event_state.as_str()));
+        let (_, _, html) = page(&c, base, &format!("/arqs?q={INSTANCE}")).await;
+        assert_eq!(hooks(&html, "arq-row").len(), arqs.len());
+        let (_, _, html) = page(&c, base, "/arqs?q=compute-3").await;
+        assert_eq!(hooks(&html, "arq-row").len(), 0);
+
+        // Profiles: the hosts that could serve one are the roots of Placement's answer.
+        let (s, _, html) = page(&c, base, "/profiles").await;
+        assert_eq!(s, 200);
+        let row = with(&hooks(&html, "profile-row"), "data-profile", "fpga");
+        let answer = get(
+            &srv,
+            "/allocation_candidates?resources_device_profile_0=FPGA:1&required_device_profile_0=CUSTOM_FAKE_DEVICE&group_policy=none",
+        )
+        .await;
+        let roots: std::collections::BTreeSet<&str> = answer["provider_summaries"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|s| s["root_provider_uuid"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            attr(row[0], "data-hosts"),
+            Some(roots.len().to_string().as_str())
+        );
+        assert_eq!(hooks(&html, "profile-host").len(), roots.len(), "{html}");
+
+        // The explainer: Placement's count, each root's verdict, Placement's errors.
+        let q = "resources=FPGA:1";
+        let (s, h, html) = page(
+            &c,
+            base,
+            &format!("/explain?query={}&show=all", urlencode(q)),
+        )
+        .await;
+        assert_eq!(s, 200, "{html}");
+        assert_security_headers(&h, "explain");
+        let answer = get(&srv, &format!("/allocation_candidates?{q}")).await;
+        let n = answer["allocation_requests"].as_array().unwrap().len();
+        assert!(n >= 1);
+        assert_eq!(
+            attr(hooks(&html, "candidates")[0], "data-count"),
+            Some(n.to_string().as_str())
+        );
+        assert_eq!(hooks(&html, "candidate").len(), n.min(50));
+        let roots = hooks(&html, "root-row");
+        assert_eq!(roots.len(), 4);
+        assert_eq!(
+            attr(with(&roots, "data-name", "compute-1")[0], "data-fits"),
+            Some("true")
+        );
+        assert_eq!(
+            attr(with(&roots, "data-name", "edge-9")[0], "data-fits"),
+            Some("false")
+        );
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1000&show=nofit",
+        )
+        .await;
+        assert_eq!(attr(hooks(&html, "candidates")[0], "data-count"), Some("0"));
+        assert_eq!(hooks(&html, "root-row").len(), 4);
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1000&root=compute-1&show=all",
+        )
+        .await;
+        assert_eq!(hooks(&html, "root-row").len(), 1);
+        let (_, _, html) = page(&c, base, "/explain?query=resources%3DNOPE%3A1").await;
+        let err = hooks(&html, "explain-error");
+        assert_eq!(err.len(), 1, "{html}");
+        assert!(html.contains("No such resource class NOPE"), "{html}");
+        let (_, _, html) = page(&c, base, "/explain?profile=fpga&resources=").await;
+        assert!(hooks(&html, "candidates").len() == 1, "{html}");
+
+        // Kubernetes: no slot is held here.
+        let (s, _, html) = page(&c, base, "/kubernetes").await;
+        assert_eq!(s, 200);
+        assert_eq!(hooks(&html, "k8s-node").len(), 0);
+        assert_eq!(hooks(&html, "empty").len(), 1);
+
+        // The change token moves with the data; assets are embedded.
+        let (s, _, before) = page(&c, base, "/changes").await;
+        assert_eq!(s, 200);
+        compute_node(&srv, "compute-4").await;
+        let (_, _, after) = page(&c, base, "/changes").await;
+        assert_ne!(before, after);
+        let (s, h, js) = page(&c, base, "/static/console.js").await;
+        assert_eq!(s, 200);
+        assert!(h
+            .get("content-type")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript"));
+        assert!(js.contains("/changes"));
+        let (s, h, _) = page(&c, base, "/nope").await;
+        assert_eq!(s, 404);
+        assert_security_headers(&h, "404");
+
+        // Console requests are counted under the HTTP families with api="console".
+        let metrics = c
+            .get(format!("{}/metrics", srv.metrics))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("accel_http_requests_total{")
+                    && l.contains("api=\"console\"")
+                    && l.contains("route=\"/hosts\"")),
+            "{metrics}"
+        );
+        srv.stop().await;
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Keystone mode: a server whose console logs in against the fake Keystone.
+struct KsApp {
+    ks: FakeKeystone,
+    server: TestServer,
+}
+
+async fn keystone_app() -> KsApp {
+    let ks = FakeKeystone::start().await;
+    ks.add_user("secret", Subject::project("accel", "service", &["service"]));
+    ks.add_user(
+        "admin-pw",
+        Subject::project("root", "admin-project", &["admin", "member", "reader"]),
+    );
+    ks.add_user(
+        "alice-pw",
+        Subject::project("alice", "p1", &["member", "reader"]),
+    );
+    let cfg: KeystoneConfig = serde_json::from_value(json!({
+        "auth_url": format!("{}/v3", ks.url),
+        "username": "accel",
+        "password": "secret",
+        "project_name": "service",
+        // Every request asks Keystone, so a revoked token ends a session at once.
+        "token_cache_time": 0,
+    }))
+    .unwrap();
+    let store = accel_testkit::server::store(BACKENDS[0]).await;
+    let server = TestServer::start(
+        accel_testkit::server::builder(store)
+            .fake_devices(Some("compute-1".to_owned()))
+            .config(ServerConfig {
+                auth_strategy: AuthStrategy::Keystone,
+                keystone: Some(Arc::new(Keystone::new(cfg).unwrap())),
+                allocation_conflict_retry_count: 10,
+                max_allocation_candidates: 1000,
+                ..Default::default()
+            }),
+    )
+    .await;
+    KsApp { ks, server }
+}
+
+impl KsApp {
+    /// An ARQ created through the API by a member of `project`.
+    async fn arq_of(&self, project: &str) -> String {
+        let token = self.ks.issue(Subject::project(
+            &format!("maker-{project}"),
+            project,
+            &["member", "reader"],
+        ));
+        let r = reqwest::Client::new()
+            .post(format!("{}/v2/accelerator_requests", self.server.accel))
+            .header("x-auth-token", token)
+            .json(&json!({"device_profile_name": "fpga"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let v: Value = r.json().await.unwrap();
+        v["arqs"][0]["uuid"].as_str().unwrap().to_owned()
+    }
+
+    /// POSTs the login form; the answer is not followed.
+    async fn login(
+        &self,
+        c: &reqwest::Client,
+        form: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> reqwest::Response {
+        let mut r = c
+            .post(format!("{}/login", self.server.console))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(
+                form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(form)
+                    .finish(),
+            );
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        r.send().await.unwrap()
+    }
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The session cookie of a login answer (`name=value`), after checking its attributes.
+fn session_cookie(r: &reqwest::Response) -> String {
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .expect("a session cookie")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(set.starts_with("accel_console="), "{set}");
+    assert!(set.contains("; HttpOnly"), "{set}");
+    assert!(set.contains("; SameSite=Strict"), "{set}");
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
+    set.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn keystone_login_policy_and_project_scoped_arqs() {
+    let app = keystone_app().await;
+    let admin = app.ks.issue(Subject::project(
+        "root",
+        "admin-project",
+        &["admin", "member", "reader"],
+    ));
+    let r = reqwest::Client::new()
+        .post(format!("{}/v2/device_profiles", app.server.accel))
+        .header("x-auth-token", &admin)
+        .json(&json!([{"name": "fpga", "groups": [{"resources:FPGA": "1"}]}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let mine = app.arq_of("p1").await;
+    let theirs = app.arq_of("p2").await;
+    let base = app.server.console.clone();
+    let origin = base.clone();
+    let c = no_redirects();
+
+    // Not logged in: every page sends to the login form, which has no banner.
+    let (s, h, _) = page(&c, &base, "/arqs").await;
+    assert_eq!(s, 303);
+    assert_eq!(h.get("location").unwrap(), "/login");
+    let (s, h, html) = page(&c, &base, "/login").await;
+    assert_eq!(s, 200);
+    assert_security_headers(&h, "/login");
+    assert_eq!(hooks(&html, "login-form").len(), 1);
+    assert_eq!(hooks(&html, "noauth-banner").len(), 0);
+
+    // A wrong password and a cross-origin POST are refused, and counted.
+    let r = app
+        .login(
+            &c,
+            &[
+                ("user", "alice"),
+                ("password", "wrong"),
+                ("project", "p1-name"),
+                ("domain", "Default"),
+            ],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+    assert_eq!(hooks(&r.text().await.unwrap(), "login-error").len(), 1);
+    let r = app
+        .login(
+            &c,
+            &[
+                ("user", "alice"),
+                ("password", "alice-pw"),
+                ("project", "p1-name"),
+            ],
+            Some("http://evil.example"),
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = app
+        .login(
+            &c,
+            &[
+                ("user", "alice"),
+                ("password", "alice-pw"),
+                ("project", "p1-name"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 403);
+    let metrics = reqwest::get(format!("{}/metrics", app.server.metrics))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (outcome, n) in [("refused", 1), ("bad_origin", 2)] {
+        let line = format!("accel_console_logins_total{{outcome=\"{outcome}\"}} {n}");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+
+    // A member: its own project's ARQs only; hardware pages need what the API needs.
+    let r = app
+        .login(
+            &c,
+            &[
+                ("user", "alice"),
+                ("password", "alice-pw"),
+                ("project", "p1-name"),
+                ("domain", "Default"),
+            ],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let alice = session_cookie(&r);
+    let get_as = |cookie: String, path: &str| {
+        let c = c.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let r = c.get(url).header("cookie", cookie).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (s, html) = get_as(alice.clone(), "/arqs").await;
+    assert_eq!(s, 200, "{html}");
+    let rows: Vec<&str> = hooks(&html, "arq-row")
+        .iter()
+        .map(|t| attr(t, "data-arq").unwrap())
+        .collect();
+    assert_eq!(rows, [mine.as_str()]);
+    assert!(!html.contains(&theirs));
+    assert_eq!(hooks(&html, "noauth-banner").len(), 0);
+    assert!(hooks(&html, "viewer")[0].contains("viewer"));
+    assert!(html.contains("alice-id · p1"), "{html}");
+    let (s, html) = get_as(alice.clone(), "/hosts").await;
+    assert_eq!(s, 403, "{html}");
+    assert!(html.contains("placement:resource_providers:list"));
+
+    // The admin sees every project's ARQs and the hosts.
+    let r = app
+        .login(
+            &c,
+            &[
+                ("user", "root"),
+                ("password", "admin-pw"),
+                ("project", "admin-project-name"),
+            ],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let root = session_cookie(&r);
+    let (s, html) = get_as(root.clone(), "/arqs").await;
+    assert_eq!(s, 200);
+    let mut rows: Vec<&str> = hooks(&html, "arq-row")
+        .iter()
+        .map(|t| attr(t, "data-arq").unwrap())
+        .collect();
+    rows.sort();
+    let mut want = vec![mine.as_str(), theirs.as_str()];
+    want.sort();
+    assert_eq!(rows, want);
+    let (s, html) = get_as(root.clone(), "/hosts").await;
+    assert_eq!(s, 200);
+    assert_eq!(hooks(&html, "host-row").len(), 1);
+    assert_eq!(hooks(&html, "logout").len(), 1);
+
+    // Logout (a same-origin POST) ends the session; the other one lives on.
+    let r = c
+        .post(format!("{base}/logout"))
+        .header("cookie", &alice)
+        .header("origin", &origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let (s, _) = get_as(alice.clone(), "/arqs").await;
+    assert_eq!(s, 303);
+    let (s, _) = get_as(root.clone(), "/arqs").await;
+    assert_eq!(s, 200);
+    // A revoked token ends the session at the next request (no validation cache
+    // here; with one, at the cache entry's end, as for the APIs).
+    app.ks.revoke_user("root");
+    let (s, _) = get_as(root, "/arqs").await;
+    assert_eq!(s, 303);
+    app.server.stop().await;
+}
