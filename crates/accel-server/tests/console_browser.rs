@@ -239,19 +239,15 @@ async fn tree_uuids(srv: &Server, root: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Roots with at least one candidate for the allocation-candidates `query`, and the
-/// number of candidates, as Placement answers them.
-async fn candidates(srv: &Server, query: &str) -> (usize, BTreeSet<String>) {
-    let v = get(srv, &format!("/allocation_candidates?{query}")).await;
-    let n = v["allocation_requests"].as_array().unwrap().len();
-    let roots = v["provider_summaries"]
+/// The roots of the providers an allocation-candidates answer summarises: the roots
+/// with at least one candidate (an empty answer summarises none).
+fn roots_of(answer: &Value) -> BTreeSet<String> {
+    answer["provider_summaries"]
         .as_object()
         .unwrap()
         .values()
         .map(|s| s["root_provider_uuid"].as_str().unwrap().to_owned())
-        .collect::<BTreeSet<_>>();
-    // Summaries list every provider of a tree that has a candidate.
-    (n, if n == 0 { BTreeSet::new() } else { roots })
+        .collect()
 }
 
 async fn hosts_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
@@ -429,11 +425,13 @@ async fn profiles_page(b: &Browser, srv: &Server, console: &str) {
         ))
         .await;
     // Nova's request for the profile's one group.
-    let (_, roots) = candidates(
-        srv,
-        "resources1=FPGA:1&required1=CUSTOM_FAKE_DEVICE&group_policy=isolate",
-    )
-    .await;
+    let roots = roots_of(
+        &get(
+            srv,
+            "/allocation_candidates?resources1=FPGA:1&required1=CUSTOM_FAKE_DEVICE",
+        )
+        .await,
+    );
     assert_eq!(num(b, &row, "data-hosts").await as usize, roots.len());
     let mut hosts = BTreeSet::new();
     for h in b.find_all_in(&row, "[data-test=profile-host]").await {
@@ -481,34 +479,13 @@ async fn kubernetes_page(b: &Browser, srv: &Server, console: &str) {
     );
 }
 
-/// Submits the explainer's form with `query` and checks the answer against
-/// Placement's; answers the roots shown and whether each fits.
-async fn explain(b: &Browser, srv: &Server, console: &str, query: &str) -> BTreeMap<String, bool> {
-    open(b, console, "/explain", true).await;
-    let form = b.find("[data-test=explain-form]").await;
-    let field = b
-        .find_in(&form, "input[name=query], textarea[name=query]")
-        .await;
-    b.clear(&field).await;
-    b.send_keys(&field, query).await;
-    let submit = b.find_in(&form, "[type=submit]").await;
-    b.click_and_wait(&submit).await;
-    let (n, fit_roots) = candidates(srv, query).await;
-    let shown = b.find("[data-test=candidates]").await;
-    assert_eq!(num(b, &shown, "data-count").await as usize, n, "{query}");
-    assert_eq!(
-        b.find_all_now("[data-test=candidate]").await.len(),
-        n.min(50)
-    );
+/// The uuids of the explainer's root rows on the page now, each checked: a fitting
+/// root has no reason, another at least one, each with a code and words.
+async fn root_rows(b: &Browser) -> BTreeMap<String, bool> {
     let mut roots = BTreeMap::new();
-    for row in b.find_all("[data-test=root-row]").await {
+    for row in b.find_all_now("[data-test=root-row]").await {
         let uuid = attr(b, &row, "data-root").await;
         let fits = attr(b, &row, "data-fits").await == "true";
-        assert_eq!(
-            fits,
-            fit_roots.contains(&uuid),
-            "fits of {uuid} for {query}"
-        );
         let reasons = b.find_all_in(&row, "[data-test=reason]").await;
         if fits {
             assert!(reasons.is_empty(), "a fitting root {uuid} with reasons");
@@ -527,7 +504,11 @@ async fn explain(b: &Browser, srv: &Server, console: &str, query: &str) -> BTree
     roots
 }
 
-async fn explainer(b: &Browser, srv: &Server, console: &str, shots: bool) {
+/// Submits the explainer's form with `query` and checks the answer against
+/// Placement's: the candidates in its order, the roots that fit (the page lists
+/// those that do not first, the others one link away); answers the reason codes
+/// shown for the roots that do not fit.
+async fn explain(b: &Browser, srv: &Server, console: &str, query: &str) -> BTreeSet<String> {
     let all_roots: BTreeSet<String> = get(srv, "/resource_providers").await["resource_providers"]
         .as_array()
         .unwrap()
@@ -535,26 +516,87 @@ async fn explainer(b: &Browser, srv: &Server, console: &str, shots: bool) {
         .filter(|p| p["parent_provider_uuid"].is_null())
         .map(|p| p["uuid"].as_str().unwrap().to_owned())
         .collect();
-    let fits = explain(
+    open(b, console, "/explain", true).await;
+    let form = b.find("[data-test=explain-form]").await;
+    let field = b.find_in(&form, "textarea[name=query]").await;
+    b.clear(&field).await;
+    b.send_keys(&field, query).await;
+    let submit = b.find_in(&form, "[type=submit]").await;
+    b.click_and_wait(&submit).await;
+
+    let answer = get(srv, &format!("/allocation_candidates?{query}")).await;
+    let requests = answer["allocation_requests"].as_array().unwrap();
+    let shown = b.find("[data-test=candidates]").await;
+    assert_eq!(
+        num(b, &shown, "data-count").await as usize,
+        requests.len(),
+        "{query}"
+    );
+    let items = b.find_all_now("[data-test=candidate]").await;
+    assert_eq!(items.len(), requests.len().min(50));
+    // Candidate i names the providers of Placement's allocation request i.
+    for (i, item) in items.iter().enumerate() {
+        let mut providers = BTreeSet::new();
+        for a in b.find_all_in(item, "a").await {
+            let href = attr(b, &a, "href").await;
+            providers.insert(href.rsplit('/').next().unwrap().to_owned());
+        }
+        let want: BTreeSet<String> = requests[i]["allocations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(providers, want, "candidate {i} of {query}");
+    }
+    let fit_roots = roots_of(&answer);
+    let summary = b.find("[data-test=roots-summary]").await;
+    assert_eq!(
+        num(b, &summary, "data-roots").await as usize,
+        all_roots.len()
+    );
+    assert_eq!(
+        num(b, &summary, "data-fits").await as usize,
+        fit_roots.len()
+    );
+
+    let unfit = root_rows(b).await;
+    assert!(unfit.values().all(|f| !f), "{unfit:?}");
+    let want: BTreeSet<String> = all_roots.difference(&fit_roots).cloned().collect();
+    assert_eq!(
+        unfit.keys().cloned().collect::<BTreeSet<_>>(),
+        want,
+        "{query}"
+    );
+    let mut codes = BTreeSet::new();
+    for r in b.find_all_now("[data-test=reason]").await {
+        codes.insert(attr(b, &r, "data-code").await);
+    }
+    let explained = b.url().await;
+    b.goto(&format!("{explained}&show=fits")).await;
+    let fits = root_rows(b).await;
+    assert!(fits.values().all(|f| *f), "{fits:?}");
+    assert_eq!(
+        fits.keys().cloned().collect::<BTreeSet<_>>(),
+        fit_roots,
+        "{query}"
+    );
+    b.goto(&explained).await;
+    codes
+}
+
+async fn explainer(b: &Browser, srv: &Server, console: &str, shots: bool) {
+    explain(
         b,
         srv,
         console,
         "resources=VCPU:1&resources1=FPGA:1&required1=CUSTOM_FAKE_DEVICE&group_policy=isolate",
     )
     .await;
-    assert_eq!(fits.keys().cloned().collect::<BTreeSet<_>>(), all_roots);
-    assert_eq!(fits.values().filter(|f| **f).count(), 1, "{fits:?}");
-
-    // An empty answer, explained: 20 FPGA units on one device exceed cn1's 16.
-    let fits = explain(b, srv, console, "resources=VCPU:1&resources1=FPGA:20").await;
-    assert!(fits.values().all(|f| !f), "{fits:?}");
-    let codes: BTreeSet<String> = {
-        let mut s = BTreeSet::new();
-        for r in b.find_all_now("[data-test=reason]").await {
-            s.insert(attr(b, &r, "data-code").await);
-        }
-        s
-    };
+    // An empty answer, explained: 20 FPGA units on one device exceed cn1's 16, and
+    // edge-1 has no VCPU.
+    let codes = explain(b, srv, console, "resources=VCPU:1&resources1=FPGA:20").await;
+    assert!(codes.contains("no_inventory"), "{codes:?}");
     assert!(
         codes.contains("capacity") || codes.contains("max_unit"),
         "{codes:?}"

@@ -325,7 +325,15 @@ impl Browser {
         let path = format!("{}/element/{}/name", self.session, e.id);
         crate::eventually(WAIT, "the page to be replaced after a click", || async {
             match self.call(reqwest::Method::GET, &path, None).await {
-                Err(err) if err.to_string().contains("stale element reference") => Ok(()),
+                // Chromium says "stale element reference", or, while the old page is
+                // being torn down, that the node no longer belongs to the document.
+                Err(err)
+                    if ["stale element reference", "does not belong to the document"]
+                        .iter()
+                        .any(|m| err.to_string().contains(m)) =>
+                {
+                    Ok(())
+                }
                 Err(err) => panic!("WebDriver: {err:#}"),
                 Ok(_) => Err("the clicked element is still on the page".to_owned()),
             }
