@@ -602,6 +602,9 @@ async fn explainer(b: &Browser, srv: &Server, console: &str, shots: bool) {
         "{codes:?}"
     );
     if shots {
+        // The answer, not the form: from the request line down.
+        let request = b.find("[data-test=explain-query]").await;
+        b.scroll_to(&request).await;
         b.save_screenshot(&images().join("console-explain.png"))
             .await;
     }

@@ -341,18 +341,32 @@ impl Browser {
         .await;
         // The new page has loaded when its readyState says so.
         crate::eventually(WAIT, "the new page to load", || async {
-            let v = self
-                .cmd(
-                    reqwest::Method::POST,
-                    "/execute/sync",
-                    Some(json!({"script": "return document.readyState", "args": []})),
-                )
-                .await;
+            let v = self.execute("return document.readyState", &[]).await;
             (v == "complete")
                 .then_some(())
                 .ok_or(format!("readyState {v}"))
         })
         .await;
+    }
+
+    /// Runs `script` in the page (WebDriver's execute, which the page's
+    /// Content-Security-Policy does not govern) with `elements` as `arguments`;
+    /// answers what it returns.
+    pub async fn execute(&self, script: &str, elements: &[&Element]) -> Value {
+        let args: Vec<Value> = elements
+            .iter()
+            .map(|e| json!({ ELEMENT_KEY: e.id }))
+            .collect();
+        let body = json!({"script": script, "args": args});
+        self.cmd(reqwest::Method::POST, "/execute/sync", Some(body))
+            .await
+    }
+
+    /// Scrolls the page so that `e` is at the top of the viewport (for a screenshot
+    /// of what lies below the fold).
+    pub async fn scroll_to(&self, e: &Element) {
+        self.execute("arguments[0].scrollIntoView({block: 'start'})", &[e])
+            .await;
     }
 
     /// Empties a text field.

@@ -71,6 +71,14 @@ async fn drives_headless_chromium() {
     browser.delete_cookies().await;
     assert!(browser.cookie("sid").await.is_none());
 
+    let field = browser.find("[data-test=q]").await;
+    assert_eq!(
+        browser
+            .execute("return arguments[0].value + document.title", &[&field])
+            .await,
+        "cn 7search"
+    );
+    browser.scroll_to(&field).await;
     let png = browser.screenshot().await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     // The IHDR chunk: the viewport's width is the window's (1400 px).
