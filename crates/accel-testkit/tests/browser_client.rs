@@ -76,7 +76,7 @@ async fn drives_headless_chromium() {
         browser
             .execute("return arguments[0].value + document.title", &[&field])
             .await,
-        "cn 7search"
+        "oldsearch"
     );
     browser.scroll_to(&field).await;
     let png = browser.screenshot().await;
