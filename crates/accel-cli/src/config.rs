@@ -583,90 +583,10 @@ mod noauth_tests {
 }
 
 #[cfg(test)]
-mod observability_config_tests {
-    use super::*;
-
-    #[test]
-    fn metrics_port_and_access_log_default_on_and_follow_flag_then_file() {
-        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
-        assert_eq!(cfg.metrics_listen, "127.0.0.1:9778");
-        assert!(cfg.access_log);
-        assert!(!cfg.server_config().unwrap().disable_access_log);
-        let path =
-            std::env::temp_dir().join(format!("accel-obs-config-{}.toml", std::process::id()));
-        std::fs::write(
-            &path,
-            "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n",
-        )
-        .unwrap();
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(cfg.metrics_listen, "0.0.0.0:9100");
-        assert!(cfg.server_config().unwrap().disable_access_log);
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            metrics_listen: Some("127.0.0.1:1".into()),
-            no_access_log: true,
-            ..Default::default()
-        })
-        .unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(cfg.metrics_listen, "127.0.0.1:1");
-        assert!(!cfg.access_log);
-    }
-}
+mod observability_tests;
 
 #[cfg(test)]
-mod console_config_tests {
-    use super::*;
-
-    #[test]
-    fn console_defaults_on_follows_flag_env_file_and_turns_off() {
-        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
-        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:8790"));
-        let path =
-            std::env::temp_dir().join(format!("accel-console-config-{}.toml", std::process::id()));
-        std::fs::write(&path, "console_listen = \"127.0.0.1:9999\"\n").unwrap();
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:9999"));
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            console_listen: Some("127.0.0.1:0".into()),
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(cfg.console_listen.as_deref(), Some("127.0.0.1:0"));
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            no_console: true,
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(cfg.console_listen, None);
-        std::fs::write(&path, "console = false\n").unwrap();
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        })
-        .unwrap();
-        assert_eq!(cfg.console_listen, None);
-        // noauth acts as admin on the console too: not on a public address.
-        let err = ServeConfig::load(ServeArgs {
-            console_listen: Some("0.0.0.0:8790".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
-        let _ = std::fs::remove_file(&path);
-        assert!(err.to_string().contains("console_listen"), "{err}");
-    }
-}
+mod console_tests;
 
 #[cfg(test)]
 mod placement_config_tests {

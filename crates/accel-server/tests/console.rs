@@ -156,7 +156,7 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         let rows = with(&hooks(&html, "provider-row"), "data-uuid", &rp);
         assert_eq!(attr(rows[0], "data-health"), Some("ok"));
         assert_eq!(attr(rows[0], "data-depth"), Some("1"));
-        assert!(with(&hooks(&html, "trait"), "data-trait", "CUSTOM_FAKE_DEVICE").len() >= 1);
+        assert!(!with(&hooks(&html, "trait"), "data-trait", "CUSTOM_FAKE_DEVICE").is_empty());
 
         // Paging and search.
         let (_, _, html) = page(&c, base, "/hosts?limit=2").await;
@@ -310,6 +310,24 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         let err = hooks(&html, "explain-error");
         assert_eq!(err.len(), 1, "{html}");
         assert!(html.contains("No such resource class NOPE"), "{html}");
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1&microversion=1.9",
+        )
+        .await;
+        assert_eq!(hooks(&html, "explain-error").len(), 1, "{html}");
+        // Before 1.12 the answer is a list; the engine's answer is the same candidates.
+        let (_, _, html) = page(
+            &c,
+            base,
+            "/explain?query=resources%3DFPGA%3A1&microversion=1.10",
+        )
+        .await;
+        assert_eq!(
+            attr(hooks(&html, "candidates")[0], "data-count"),
+            Some(n.to_string().as_str())
+        );
         let (_, _, html) = page(&c, base, "/explain?profile=fpga&resources=").await;
         assert!(hooks(&html, "candidates").len() == 1, "{html}");
 
@@ -429,9 +447,15 @@ impl KsApp {
     async fn login(
         &self,
         c: &reqwest::Client,
-        form: &[(&str, &str)],
+        (user, password, project): (&str, &str, &str),
         origin: Option<&str>,
     ) -> reqwest::Response {
+        let form = [
+            ("user", user),
+            ("password", password),
+            ("project", project),
+            ("domain", "Default"),
+        ];
         let mut r = c
             .post(format!("{}/login", self.server.console))
             .header("content-type", "application/x-www-form-urlencoded")
@@ -504,16 +528,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
 
     // A wrong password and a cross-origin POST are refused, and counted.
     let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "wrong"),
-                ("project", "p1-name"),
-                ("domain", "Default"),
-            ],
-            Some(&origin),
-        )
+        .login(&c, ("alice", "wrong", "p1-name"), Some(&origin))
         .await;
     assert_eq!(r.status(), 401);
     assert!(r.headers().get("set-cookie").is_none());
@@ -521,27 +536,13 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     let r = app
         .login(
             &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-            ],
+            ("alice", "alice-pw", "p1-name"),
             Some("http://evil.example"),
         )
         .await;
     assert_eq!(r.status(), 403);
     assert!(r.headers().get("set-cookie").is_none());
-    let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-            ],
-            None,
-        )
-        .await;
+    let r = app.login(&c, ("alice", "alice-pw", "p1-name"), None).await;
     assert_eq!(r.status(), 403);
     let metrics = reqwest::get(format!("{}/metrics", app.server.metrics))
         .await
@@ -556,16 +557,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
 
     // A member: its own project's ARQs only; hardware pages need what the API needs.
     let r = app
-        .login(
-            &c,
-            &[
-                ("user", "alice"),
-                ("password", "alice-pw"),
-                ("project", "p1-name"),
-                ("domain", "Default"),
-            ],
-            Some(&origin),
-        )
+        .login(&c, ("alice", "alice-pw", "p1-name"), Some(&origin))
         .await;
     assert_eq!(r.status(), 303);
     let alice = session_cookie(&r);
@@ -596,11 +588,7 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     let r = app
         .login(
             &c,
-            &[
-                ("user", "root"),
-                ("password", "admin-pw"),
-                ("project", "admin-project-name"),
-            ],
+            ("root", "admin-pw", "admin-project-name"),
             Some(&origin),
         )
         .await;
@@ -640,4 +628,93 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
     let (s, _) = get_as(root, "/arqs").await;
     assert_eq!(s, 303);
     app.server.stop().await;
+}
+
+#[tokio::test]
+async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
+    let srv = TestServer::start(
+        accel_testkit::server::builder(accel_testkit::server::store(BACKENDS[0]).await)
+            .fake_devices(Some("compute-1".to_owned())),
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/v2/agent/hosts/compute-1/kubernetes", srv.accel);
+    let r = c
+        .put(&url)
+        .header("x-auth-token", "admin")
+        .json(&json!({
+            "usage": {"fake-0": "compute-1", "fake-1": "C:0:compute-1", "fake-2": ""},
+            "claims": [{"slot": "fake-0", "device": "FakeDevice", "pod": "default/train"},
+                       {"slot": "fake-1", "device": "FakeDevice", "pod": null}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let saved: Value = r.json().await.unwrap();
+    let pod_consumers: Vec<&String> = saved["consumers"].as_object().unwrap().keys().collect();
+    let shown: Value = c
+        .get(&url)
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let held = shown["usage"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|u| u.as_str() != Some(""))
+        .count();
+
+    let (s, _, html) = page(&c, &srv.console, "/kubernetes").await;
+    assert_eq!(s, 200);
+    let nodes = hooks(&html, "k8s-node");
+    assert_eq!(nodes.len(), 1, "{html}");
+    assert_eq!(attr(nodes[0], "data-host"), Some("compute-1"));
+    assert_eq!(
+        attr(nodes[0], "data-slots"),
+        Some(held.to_string().as_str())
+    );
+    assert_eq!(attr(nodes[0], "data-instance-level"), Some("1"));
+    assert_eq!(attr(nodes[0], "data-configuration-level"), Some("1"));
+    let slots = hooks(&html, "slot");
+    assert_eq!(
+        attr(with(&slots, "data-slot", "fake-0")[0], "data-pod"),
+        Some("default/train")
+    );
+    assert_eq!(
+        attr(with(&slots, "data-slot", "fake-1")[0], "data-kind"),
+        Some("configuration")
+    );
+    let (_, _, html) = page(&c, &srv.console, "/kubernetes?q=default/train").await;
+    assert_eq!(hooks(&html, "k8s-node").len(), 1);
+    let (_, _, html) = page(&c, &srv.console, "/kubernetes?q=elsewhere").await;
+    assert_eq!(hooks(&html, "k8s-node").len(), 0);
+
+    // A name with markup is shown, never run.
+    let r = c
+        .post(format!("{}/resource_providers", srv.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "placement 1.39")
+        .json(&json!({"name": "evil<script>alert(1)</script>\"'"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, _, html) = page(&c, &srv.console, "/hosts?q=evil").await;
+    assert_eq!(hooks(&html, "host-row").len(), 1);
+    assert!(!html.contains("<script>alert"), "{html}");
+    assert!(html.contains("evil&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;"));
+    assert_no_inline(&html, "hostile name");
+
+    // The pods' Placement consumers are listed as pods.
+    let (_, _, html) = page(&c, &srv.console, "/consumers").await;
+    let pods = with(&hooks(&html, "consumer-row"), "data-kind", "pod");
+    assert_eq!(pods.len(), pod_consumers.len(), "{html}");
+    for p in pod_consumers {
+        assert_eq!(with(&pods, "data-consumer", p).len(), 1);
+    }
+    srv.stop().await;
 }

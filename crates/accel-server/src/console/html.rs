@@ -170,6 +170,26 @@ pub fn list_base(path: &str, q: &str) -> String {
     }
 }
 
+/// The head of a list page: the search box and the pager.
+pub fn list_head(
+    path: &str,
+    q: &str,
+    placeholder: &str,
+    window: accel_store::estate::Window,
+    shown: usize,
+    total: i64,
+) -> String {
+    let mut h = search(path, q, placeholder);
+    h.push_str(&pager(
+        &list_base(path, q),
+        window.offset,
+        window.limit,
+        shown,
+        total,
+    ));
+    h
+}
+
 /// "rows a–b of n" and previous/next links; `base` is the URL up to the paging
 /// parameters ([`list_base`]).
 pub fn pager(base: &str, offset: u64, limit: u64, shown: usize, total: i64) -> String {

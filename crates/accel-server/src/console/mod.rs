@@ -231,6 +231,55 @@ impl Console {
     }
 }
 
+/// The API rule that guards a page, in its policy engine.
+#[derive(Clone, Copy)]
+pub(crate) enum Rule {
+    Placement(&'static str),
+    Cyborg(&'static str),
+}
+
+/// A handler's answer: `Err` is an early page (login redirect, 403, 503).
+pub(crate) type Answer = Result<Response, Response>;
+
+impl Console {
+    /// The viewer, when policy lets them see what `rule` guards; else the answer
+    /// to send (the login form, a 403 naming the rule).
+    pub(crate) async fn admit(
+        &self,
+        headers: &axum::http::HeaderMap,
+        rule: Rule,
+    ) -> Result<Who, Response> {
+        let who = self.who(headers).await?;
+        let (allowed, name) = match rule {
+            Rule::Placement(r) => (self.placement_allows(&who, r), r),
+            Rule::Cyborg(r) => (self.cyborg_allows(&who, r), r),
+        };
+        if allowed {
+            Ok(who)
+        } else {
+            Err(forbidden(name))
+        }
+    }
+
+    /// A list page for `who`, with the change token it refreshes against.
+    pub(crate) async fn page(&self, who: &Who, title: &str, active: &str, body: &str) -> Response {
+        render(who, title, active, stamp(&self.app).await.as_deref(), body)
+    }
+
+    /// One read transaction; a failure is logged and becomes a 503 page.
+    pub(crate) async fn read<T, F>(&self, what: &str, f: F) -> Result<T, Response>
+    where
+        T: Send,
+        F: for<'c> FnOnce(&'c mut accel_store::Tx) -> accel_store::BoxFut<'c, T> + Send,
+    {
+        self.app
+            .store
+            .read(f)
+            .await
+            .map_err(|e| store_failed(what, e))
+    }
+}
+
 /// The refusal when policy says no: what the API would answer, as a page.
 pub(crate) fn forbidden(rule: &str) -> Response {
     error(

@@ -3,14 +3,17 @@
 //! four steps: who is looking, may they (the APIs' rule), one `accel_store::estate`
 //! read of one page, render.
 
-use super::html::{bar, esc, list_base, pager, search, when};
-use super::{forbidden, now, render, stamp, store_failed, ListQuery, Shared, Who};
+use super::html::{bar, esc, list_head, when};
+use super::{now, stamp, Answer, ListQuery, Rule, Shared};
 use accel_core::policy::{cyborg, placement as rules};
 use accel_store::accelerator::Scope;
 use accel_store::estate::{activity, hosts as estate_hosts, Page};
 use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+
+/// What the hardware pages need: what listing providers needs in the API.
+const HARDWARE: Rule = Rule::Placement(rules::RESOURCE_PROVIDERS_LIST);
 use std::fmt::Write;
 
 /// Traits worth a chip on the hosts page: the vendor, family, region and function
@@ -77,48 +80,24 @@ fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, al
     );
 }
 
-async fn hardware_viewer(state: &Shared, headers: &HeaderMap) -> Result<Who, Response> {
-    let who = state.0.who(headers).await?;
-    if !state
-        .0
-        .placement_allows(&who, rules::RESOURCE_PROVIDERS_LIST)
-    {
-        return Err(forbidden(rules::RESOURCE_PROVIDERS_LIST));
-    }
-    Ok(who)
-}
-
-pub(crate) async fn hosts(
-    state: Shared,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    let who = match hardware_viewer(&state, &headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<ListQuery>) -> Answer {
+    let who = state.0.admit(&headers, HARDWARE).await?;
     let (search_text, window) = (q.search().map(str::to_owned), q.window());
     let page = state
         .0
-        .app
-        .store
-        .read(move |tx| {
+        .read("the hosts", move |tx| {
             Box::pin(async move { estate_hosts::page(tx, search_text.as_deref(), window).await })
         })
-        .await;
-    let page = match page {
-        Ok(p) => p,
-        Err(e) => return store_failed("the hosts", e),
-    };
+        .await?;
     let now = now();
-    let mut h = search("/hosts", &q.q, "host, provider name or uuid, instance uuid");
-    h.push_str(&pager(
-        &list_base("/hosts", &q.q),
-        window.offset,
-        window.limit,
+    let mut h = list_head(
+        "/hosts",
+        &q.q,
+        "host, provider name or uuid, instance uuid",
+        window,
         page.items.len(),
         page.total,
-    ));
+    );
     h.push_str(
         "<table class=\"hosts\"><thead><tr><th>Host / provider</th><th>Device</th>\
          <th>Inventory: used / capacity</th><th>Traits</th></tr></thead>",
@@ -154,30 +133,22 @@ pub(crate) async fn hosts(
     if page.items.is_empty() {
         h.push_str("<p class=\"muted\" data-test=\"empty\">No host matches.</p>");
     }
-    render(
-        &who,
-        "Hosts",
-        "/hosts",
-        stamp(&state.0.app).await.as_deref(),
-        &h,
-    )
+    Ok(state.0.page(&who, "Hosts", "/hosts", &h).await)
 }
 
-pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Response {
-    let who = match hardware_viewer(&state, &headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let found = state
+pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
+    let who = state.0.admit(&headers, HARDWARE).await?;
+    let Some(host) = state
         .0
-        .app
-        .store
-        .read(move |tx| Box::pin(async move { estate_hosts::tree(tx, &uuid).await }))
-        .await;
-    let host = match found {
-        Ok(Some(h)) => h,
-        Ok(None) => return super::error(StatusCode::NOT_FOUND, "No such resource provider."),
-        Err(e) => return store_failed("the provider tree", e),
+        .read("the provider tree", move |tx| {
+            Box::pin(async move { estate_hosts::tree(tx, &uuid).await })
+        })
+        .await?
+    else {
+        return Ok(super::error(
+            StatusCode::NOT_FOUND,
+            "No such resource provider.",
+        ));
     };
     let root = host.root();
     let mut h = format!(
@@ -215,13 +186,7 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
     }
     h.push_str("</tbody></table>");
     let title = format!("Provider tree of {}", root.name);
-    render(
-        &who,
-        &title,
-        "/hosts",
-        stamp(&state.0.app).await.as_deref(),
-        &h,
-    )
+    Ok(state.0.page(&who, &title, "/hosts", &h).await)
 }
 
 /// An ARQ's short line: state, profile, host, attach handle.
@@ -243,35 +208,26 @@ pub(crate) async fn consumers(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
-    let who = match state.0.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !state.0.placement_allows(&who, rules::ALLOCATIONS_LIST) {
-        return forbidden(rules::ALLOCATIONS_LIST);
-    }
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
-    let page = state
+) -> Answer {
+    let who = state
         .0
-        .app
-        .store
-        .read(move |tx| {
+        .admit(&headers, Rule::Placement(rules::ALLOCATIONS_LIST))
+        .await?;
+    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let page: Page<activity::ConsumerView> = state
+        .0
+        .read("the consumers", move |tx| {
             Box::pin(async move { activity::consumers(tx, search_text.as_deref(), window).await })
         })
-        .await;
-    let page: Page<activity::ConsumerView> = match page {
-        Ok(p) => p,
-        Err(e) => return store_failed("the consumers", e),
-    };
-    let mut h = search("/consumers", &q.q, "instance or pod uuid, host or provider");
-    h.push_str(&pager(
-        &list_base("/consumers", &q.q),
-        window.offset,
-        window.limit,
+        .await?;
+    let mut h = list_head(
+        "/consumers",
+        &q.q,
+        "instance or pod uuid, host or provider",
+        window,
         page.items.len(),
         page.total,
-    ));
+    );
     h.push_str(
         "<table class=\"consumers\"><thead><tr><th>Consumer</th><th>Kind</th><th>Project / user</th>\
          <th>Allocations</th><th>ARQs and attach handles</th></tr></thead><tbody>",
@@ -311,27 +267,14 @@ pub(crate) async fn consumers(
         h.push_str("</td></tr>");
     }
     h.push_str("</tbody></table>");
-    render(
-        &who,
-        "Consumers",
-        "/consumers",
-        stamp(&state.0.app).await.as_deref(),
-        &h,
-    )
+    Ok(state.0.page(&who, "Consumers", "/consumers", &h).await)
 }
 
-pub(crate) async fn arqs(
-    state: Shared,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    let who = match state.0.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !state.0.cyborg_allows(&who, cyborg::ARQ_GET_ALL) {
-        return forbidden(cyborg::ARQ_GET_ALL);
-    }
+pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<ListQuery>) -> Answer {
+    let who = state
+        .0
+        .admit(&headers, Rule::Cyborg(cyborg::ARQ_GET_ALL))
+        .await?;
     // As the API: an admin sees every project's ARQs, anyone else their project's.
     let scope = if who.is_admin {
         Scope::All
@@ -342,30 +285,20 @@ pub(crate) async fn arqs(
     let (search_text, window) = (q.search().map(str::to_owned), q.window());
     let page = state
         .0
-        .app
-        .store
-        .read(move |tx| {
+        .read("the ARQs", move |tx| {
             Box::pin(async move {
                 activity::arqs(tx, &scope, search_text.as_deref(), now, window).await
             })
         })
-        .await;
-    let page = match page {
-        Ok(p) => p,
-        Err(e) => return store_failed("the ARQs", e),
-    };
-    let mut h = search(
+        .await?;
+    let mut h = list_head(
         "/arqs",
         &q.q,
         "instance, ARQ or device provider uuid, host, profile",
-    );
-    h.push_str(&pager(
-        &list_base("/arqs", &q.q),
-        window.offset,
-        window.limit,
+        window,
         page.items.len(),
         page.total,
-    ));
+    );
     h.push_str(
         "<table class=\"arqs\"><thead><tr><th>ARQ</th><th>State</th><th>Instance</th><th>Project</th>\
          <th>Profile</th><th>Host / device</th><th>Bind</th><th>Nova event</th><th>Failure</th>\
@@ -408,30 +341,22 @@ pub(crate) async fn arqs(
         );
     }
     h.push_str("</tbody></table>");
-    render(
-        &who,
-        "Accelerator requests",
-        "/arqs",
-        stamp(&state.0.app).await.as_deref(),
-        &h,
-    )
+    Ok(state
+        .0
+        .page(&who, "Accelerator requests", "/arqs", &h)
+        .await)
 }
 
 pub(crate) async fn kubernetes(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
-    let who = match hardware_viewer(&state, &headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let who = state.0.admit(&headers, HARDWARE).await?;
     let (search_text, window) = (q.search().map(str::to_owned), q.window());
-    let read = state
+    let (page, slots) = state
         .0
-        .app
-        .store
-        .read(move |tx| {
+        .read("the Kubernetes slots", move |tx| {
             Box::pin(async move {
                 let page =
                     estate_hosts::kubernetes_hosts(tx, search_text.as_deref(), window).await?;
@@ -439,23 +364,15 @@ pub(crate) async fn kubernetes(
                 Ok((page, slots))
             })
         })
-        .await;
-    let (page, slots) = match read {
-        Ok(r) => r,
-        Err(e) => return store_failed("the Kubernetes slots", e),
-    };
-    let mut h = search(
+        .await?;
+    let mut h = list_head(
         "/kubernetes",
         &q.q,
         "node, pod (namespace/name) or device address",
-    );
-    h.push_str(&pager(
-        &list_base("/kubernetes", &q.q),
-        window.offset,
-        window.limit,
+        window,
         page.items.len(),
         page.total,
-    ));
+    );
     for host in &page.items {
         let mine: Vec<&estate_hosts::SlotView> =
             slots.iter().filter(|s| &s.hostname == host).collect();
@@ -494,13 +411,7 @@ pub(crate) async fn kubernetes(
     if page.items.is_empty() {
         h.push_str("<p class=\"muted\" data-test=\"empty\">No Kubernetes node holds a slot.</p>");
     }
-    render(
-        &who,
-        "Kubernetes",
-        "/kubernetes",
-        stamp(&state.0.app).await.as_deref(),
-        &h,
-    )
+    Ok(state.0.page(&who, "Kubernetes", "/kubernetes", &h).await)
 }
 
 /// `GET /changes`: the change token, as text (the script compares it with the

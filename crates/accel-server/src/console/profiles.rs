@@ -14,7 +14,7 @@
 //! without a query per reason.
 
 use super::html::{esc, pager, qv};
-use super::{forbidden, html, render, stamp, store_failed, Console, ListQuery, Shared, Who};
+use super::{html, render, store_failed, Answer, Console, ListQuery, Rule, Shared, Who};
 use crate::placement::index::Prepared;
 use crate::placement::{resolve_query, Resolved};
 use accel_api::placement::mv;
@@ -34,6 +34,8 @@ const HOSTS_SHOWN: usize = 12;
 const PROFILE_CAP: usize = 1000;
 /// Candidates shown by the explainer.
 const CANDIDATES_SHOWN: usize = 50;
+/// Candidates the explainer searches for at most (its count then reads "N+").
+const EXPLAIN_CAP: usize = 1000;
 
 /// Provider names by index position, for one index version.
 pub struct NameCache(
@@ -59,13 +61,10 @@ impl Console {
                 return Ok((index, names.clone()));
             }
         }
-        let ids: Vec<i64> = index.world.providers.iter().map(|p| p.id).collect();
         let by_id = self
             .app
             .store
-            .read_one(move |tx| {
-                Box::pin(async move { accel_store::estate::hosts::names(tx, &ids).await })
-            })
+            .read_one(|tx| Box::pin(accel_store::estate::hosts::all_names(tx)))
             .await?;
         let names: Arc<Vec<String>> = Arc::new(
             index
@@ -144,24 +143,16 @@ pub(crate) async fn profiles(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
-) -> Response {
+) -> Answer {
     let console = &state.0;
-    let who = match console.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !console.cyborg_allows(&who, cyborg::DEVICE_PROFILE_GET_ALL) {
-        return forbidden(cyborg::DEVICE_PROFILE_GET_ALL);
-    }
-    let all = match console
-        .app
-        .store
-        .read(|tx| Box::pin(async move { profiles::list(tx, None).await }))
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return store_failed("the device profiles", e),
-    };
+    let who = console
+        .admit(&headers, Rule::Cyborg(cyborg::DEVICE_PROFILE_GET_ALL))
+        .await?;
+    let all = console
+        .read("the device profiles", |tx| {
+            Box::pin(profiles::list(tx, None))
+        })
+        .await?;
     // Profiles are few (tens): filtered and paged here, after one read.
     let needle = q.search().map(str::to_lowercase);
     let matching: Vec<&profiles::Profile> = all
@@ -181,21 +172,23 @@ pub(crate) async fn profiles(
         .collect();
     let hosts_allowed = console.placement_allows(&who, rules::ALLOCATION_CANDIDATES_LIST);
     let picture = if hosts_allowed {
-        match console.index_and_names().await {
-            Ok(p) => Some(p),
-            Err(e) => return store_failed("the candidate index", e),
-        }
+        Some(
+            console
+                .index_and_names()
+                .await
+                .map_err(|e| store_failed("the candidate index", e))?,
+        )
     } else {
         None
     };
-    let mut h = html::search("/profiles", &q.q, "profile name or uuid");
-    h.push_str(&pager(
-        &html::list_base("/profiles", &q.q),
-        window.offset,
-        window.limit,
+    let mut h = html::list_head(
+        "/profiles",
+        &q.q,
+        "profile name or uuid",
+        window,
         page.len(),
         matching.len() as i64,
-    ));
+    );
     h.push_str(
         "<table class=\"profiles\"><thead><tr><th>Profile</th><th>Groups</th>\
          <th>Hosts that could serve it now</th></tr></thead><tbody>",
@@ -233,13 +226,7 @@ pub(crate) async fn profiles(
         );
     }
     h.push_str("</tbody></table>");
-    render(
-        &who,
-        "Device profiles",
-        "/profiles",
-        stamp(&console.app).await.as_deref(),
-        &h,
-    )
+    Ok(console.page(&who, "Device profiles", "/profiles", &h).await)
 }
 
 /// `(count, html)` of the hosts that could serve profile `p` now.
@@ -363,29 +350,21 @@ pub(crate) async fn explain(
     state: Shared,
     headers: HeaderMap,
     Query(q): Query<ExplainQuery>,
-) -> Response {
+) -> Answer {
     let console = &state.0;
-    let who = match console.who(&headers).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if !console.placement_allows(&who, rules::ALLOCATION_CANDIDATES_LIST) {
-        return forbidden(rules::ALLOCATION_CANDIDATES_LIST);
-    }
-    let all = match console
-        .app
-        .store
-        .read(|tx| Box::pin(async move { profiles::list(tx, None).await }))
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return store_failed("the device profiles", e),
-    };
+    let who = console
+        .admit(&headers, Rule::Placement(rules::ALLOCATION_CANDIDATES_LIST))
+        .await?;
+    let all = console
+        .read("the device profiles", |tx| {
+            Box::pin(profiles::list(tx, None))
+        })
+        .await?;
     let names: Vec<String> = all.iter().map(|p| p.name.clone()).collect();
     let mut h = explain_form(&q, &names);
     if q.query.trim().is_empty() && q.profile.is_empty() {
         h.push_str("<p class=\"muted\">Give a query string as nova-scheduler logs it, or a device profile with the flavor's resources.</p>");
-        return done(&who, &h);
+        return Ok(done(&who, &h));
     }
     let query = if !q.query.trim().is_empty() {
         let t = q.query.trim();
@@ -399,13 +378,13 @@ pub(crate) async fn explain(
                 "No device profile named {}.",
                 q.profile
             )));
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         };
         let resources = match accel_api::workflow::parse_resources(&q.resources.replace('=', ":")) {
             Ok(r) => r,
             Err(e) => {
                 h.push_str(&explain_error(&e.to_string()));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         };
         let policy = if q.group_policy.is_empty() {
@@ -417,7 +396,7 @@ pub(crate) async fn explain(
             Ok(s) => s,
             Err(e) => {
                 h.push_str(&explain_error(&e));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
@@ -425,20 +404,21 @@ pub(crate) async fn explain(
         mv::Version::MAX
     } else {
         match mv::parse(q.microversion.trim()) {
-            Ok(v) if v >= mv::Version::MIN && v <= mv::Version::MAX => v,
+            // GET /allocation_candidates exists from 1.10.
+            Ok(v) if v >= mv::ALLOCATION_CANDIDATES && v <= mv::Version::MAX => v,
             _ => {
                 h.push_str(&explain_error(&format!(
-                    "Microversion {:?} is not one of 1.0 to 1.39.",
+                    "Microversion {:?} is not one of 1.10 to 1.39 (allocation candidates exist from 1.10).",
                     q.microversion
                 )));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
-    let (index, provider_names) = match console.index_and_names().await {
-        Ok(p) => p,
-        Err(e) => return store_failed("the candidate index", e),
-    };
+    let (index, provider_names) = console
+        .index_and_names()
+        .await
+        .map_err(|e| store_failed("the candidate index", e))?;
     let _ = write!(
         h,
         "<p>Request: <code data-test=\"explain-query\">{}</code> at {}</p>",
@@ -450,7 +430,7 @@ pub(crate) async fn explain(
         Ok(Resolved::Empty) => {
             h.push_str("<p data-test=\"candidates\" data-count=\"0\">Placement answers an empty list before any search: \
                 an <code>in_tree</code> provider does not exist, or a name is unknown after a group that has no candidates.</p>");
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         }
         Err(e) => {
             h.push_str(&explain_error(&format!(
@@ -458,7 +438,7 @@ pub(crate) async fn explain(
                 e.status.as_u16(),
                 e.message
             )));
-            return done(&who, &h);
+            return Ok(done(&who, &h));
         }
     };
     let only_root = if q.root.trim().is_empty() {
@@ -474,13 +454,14 @@ pub(crate) async fn explain(
             Some(i) => Some(index.snapshot.provider(ProviderId(i)).root),
             None => {
                 h.push_str(&explain_error(&format!("No provider named {r}.")));
-                return done(&who, &h);
+                return Ok(done(&who, &h));
             }
         }
     };
+    // Counting past EXPLAIN_CAP candidates only costs time: the page says "N+".
     let cap = match console.app.config.max_allocation_candidates {
-        0 => usize::MAX,
-        n => n,
+        0 => EXPLAIN_CAP,
+        n => n.min(EXPLAIN_CAP),
     };
     let outcome = engine::search(&index.snapshot, &request, cap);
     let names = IndexNames {
@@ -496,9 +477,15 @@ pub(crate) async fn explain(
             ..Default::default()
         },
     );
-    candidates_html(&mut h, &index, &names, &outcome);
+    candidates_html(
+        &mut h,
+        &index,
+        &names,
+        &outcome,
+        outcome.candidates.len() >= cap,
+    );
     roots_html(&mut h, &q, &names, &index, &explanation);
-    done(&who, &h)
+    Ok(done(&who, &h))
 }
 
 fn done(who: &Who, body: &str) -> Response {
@@ -513,12 +500,14 @@ fn candidates_html(
     index: &Prepared,
     names: &IndexNames,
     outcome: &engine::Outcome,
+    capped: bool,
 ) {
     let n = outcome.candidates.len();
     let _ = write!(
         h,
-        "<h2>Candidates in Placement's order</h2><div data-test=\"candidates\" data-count=\"{n}\">\
-         <p>{n} candidate{}{}</p><ol>",
+        "<h2>Candidates in Placement's order</h2><div data-test=\"candidates\" data-count=\"{n}\" \
+         data-capped=\"{capped}\"><p>{n}{} candidate{}{}</p><ol>",
+        if capped { "+" } else { "" },
         if n == 1 { "" } else { "s" },
         if n > CANDIDATES_SHOWN {
             format!(", the first {CANDIDATES_SHOWN} shown")

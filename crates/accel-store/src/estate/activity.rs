@@ -4,7 +4,7 @@
 //! ARQs are project-scoped here as in the API ([`Scope`]): a project member's page
 //! is filtered in SQL, so another project's ARQ is never read.
 
-use super::{bind_all, like, Page, Window};
+use super::{bind_all, count, like, Page, Window};
 use crate::accelerator::Scope;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -164,11 +164,7 @@ pub async fn arqs(
         "SELECT COUNT(*) FROM extended_accelerator_requests a \
          JOIN device_profiles p ON p.id = a.device_profile_id{filter}"
     );
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     // `now` is our own integer: written into the statement like the window.
     let sql = format!(
         "{ARQ_SELECT}{filter} ORDER BY CASE WHEN a.state = 'BindFailed' THEN 0 \
@@ -223,11 +219,7 @@ pub async fn consumers(
         ),
     };
     let count_sql = format!("SELECT COUNT(*) FROM consumers c{filter}");
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
         "SELECT c.uuid, pr.external_id, us.external_id, k.hostname FROM consumers c \
          JOIN projects pr ON pr.id = c.project_id JOIN users us ON us.id = c.user_id \

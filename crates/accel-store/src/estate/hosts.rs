@@ -7,7 +7,7 @@
 //! providers ([`crate::placement::world::load_providers`], the same reads the candidate
 //! search uses), and the devices and reports of those hosts.
 
-use super::{bind_all, like, Page, Window};
+use super::{bind_all, count, like, Page, Window};
 use crate::placement::world;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -126,11 +126,7 @@ pub async fn page(
 ) -> Result<Page<HostView>, StoreError> {
     let (clause, args) = roots_where(search);
     let count_sql = format!("SELECT COUNT(*) FROM resource_providers r WHERE {clause}");
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
         "SELECT r.id FROM resource_providers r WHERE {clause} ORDER BY r.name{}",
         window.sql()
@@ -319,21 +315,15 @@ async fn last_reports(tx: &mut Tx, hosts: &[String]) -> Result<HashMap<String, i
     Ok(out)
 }
 
-/// Provider names by id for `ids` (the explainer names the roots it shows).
-pub async fn names(tx: &mut Tx, ids: &[i64]) -> Result<HashMap<i64, String>, StoreError> {
+/// Every provider's name by id: one scan (the candidate pages name providers of the
+/// whole index, and keep this per index version).
+pub async fn all_names(tx: &mut Tx) -> Result<HashMap<i64, String>, StoreError> {
     let mut out = HashMap::new();
-    for chunk in ids.chunks(500) {
-        let sql = format!(
-            "SELECT id, name FROM resource_providers WHERE id IN ({})",
-            placeholders(1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for r in q.fetch_all(&mut *tx).await? {
-            out.insert(r.try_get(0)?, r.try_get(1)?);
-        }
+    for r in sqlx::query("SELECT id, name FROM resource_providers")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        out.insert(r.try_get(0)?, r.try_get(1)?);
     }
     Ok(out)
 }
@@ -353,11 +343,7 @@ pub async fn kubernetes_hosts(
     };
     let count_sql =
         format!("SELECT COUNT(*) FROM (SELECT DISTINCT hostname FROM kubernetes_slots{clause}) h");
-    let mut count = sqlx::query_scalar::<_, i64>(&count_sql);
-    for a in &args {
-        count = count.bind(a.as_str());
-    }
-    let total = count.fetch_one(&mut *tx).await?;
+    let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
         "SELECT DISTINCT hostname FROM kubernetes_slots{clause} ORDER BY hostname{}",
         window.sql()

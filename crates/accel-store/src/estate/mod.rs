@@ -45,6 +45,15 @@ fn like(search: Option<&str>) -> Option<(String, String)> {
     Some((format!("%{s}%"), s.to_owned()))
 }
 
+/// `SELECT COUNT(*) ...` with `args` bound.
+async fn count(tx: &mut Tx, sql: &str, args: &[String]) -> Result<i64, StoreError> {
+    let mut q = sqlx::query_scalar::<_, i64>(sql);
+    for a in args {
+        q = q.bind(a.as_str());
+    }
+    Ok(q.fetch_one(&mut *tx).await?)
+}
+
 /// Binds `args` (all text) in order to a query built over `$1..$n`.
 fn bind_all<'q>(
     mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
