@@ -16,6 +16,10 @@
 //! 4. Kubernetes slot usage (two slots of the last card, one held by a pod) on every
 //!    `--k8s-every`th host.
 //!
+//! With `--fill-only` it stops there, and `--no-fill` times a server filled before
+//! (scripts/bench-console.sh has PostgreSQL analyze the tables in between, as its
+//! autovacuum would soon after such a load).
+//!
 //! Timed: each page of `--page NAME=PATH` (repeatable; the defaults are the console's
 //! pages: first page, a search, a host detail, the explainer, ...) fetched
 //! `--requests` times one after another, as one operator's browser would; every answer
@@ -74,6 +78,9 @@ struct Args {
     /// The server is filled already (by an earlier run with the same sizes).
     #[arg(long)]
     no_fill: bool,
+    /// Fill, then exit without timing (a script analyzes the database in between).
+    #[arg(long, conflicts_with = "no_fill")]
+    fill_only: bool,
     /// Requests per page.
     #[arg(long, default_value_t = 50)]
     requests: usize,
@@ -374,6 +381,9 @@ async fn main() -> anyhow::Result<()> {
         if let Err(e) = accel_bench::check_failures(&setup) {
             bail!(e);
         }
+    }
+    if args.fill_only {
+        return Ok(());
     }
 
     let probe = host_name(PROBE.min(args.hosts.saturating_sub(1)));
