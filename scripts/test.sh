@@ -32,6 +32,11 @@ ACCEL_BIN=target/debug/accel scripts/cyborg-clients.sh
 # Upstream's cyborg-tempest-plugin API tests (42) in Keystone mode against a fake
 # Keystone; the script fails on any failure not listed, with its reason, in
 # scripts/tempest-accelerator-deviations.txt (tests that assert upstream's 500s).
+# accel explain against upstream Placement 16.0.0 (the conformance kit, WITH_UPSTREAM=1) and
+# against accel on the same cloud: the same candidates, fits and reasons.
+echo "== accel explain against upstream Placement"
+ACCEL_BIN=target/debug/accel scripts/explain-upstream.sh 2>&1 | tail -5
+
 echo "== cyborg-tempest-plugin API tests"
 cargo build -q -p accel-bench
 scripts/tempest-accelerator.sh 2>&1 | tail -15

@@ -8,9 +8,9 @@ use anyhow::Context;
 use serde_json::json;
 use std::time::Duration;
 
-/// The two APIs and the credentials.
+/// Where the two APIs are and the token for both (`boot`, `unboot`, `explain`).
 #[derive(clap::Args, Debug, Clone)]
-pub struct Apis {
+pub struct Urls {
     /// Placement API endpoint.
     #[arg(
         long,
@@ -24,6 +24,13 @@ pub struct Apis {
     /// Token sent as X-Auth-Token to both APIs (noauth: `user[:project]`).
     #[arg(long, env = "ACCEL_TOKEN", default_value = "admin")]
     pub token: String,
+}
+
+/// The two APIs and the credentials.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Apis {
+    #[command(flatten)]
+    pub urls: Urls,
     /// Service token for bind, unbind and delete (Nova's); the token when absent.
     #[arg(long, env = "ACCEL_SERVICE_TOKEN", hide_env_values = true)]
     pub service_token: Option<String>,
@@ -41,9 +48,9 @@ pub enum Output {
 impl Apis {
     fn endpoints(&self) -> Endpoints {
         Endpoints {
-            placement_url: self.placement_url.clone(),
-            accelerator_url: self.accelerator_url.clone(),
-            token: self.token.clone(),
+            placement_url: self.urls.placement_url.clone(),
+            accelerator_url: self.urls.accelerator_url.clone(),
+            token: self.urls.token.clone(),
             service_token: self.service_token.clone(),
         }
     }

@@ -1,6 +1,6 @@
 //! The `accel` command: the composition root that wires configuration, the store and
 //! the servers together. `accel serve` runs both APIs, `accel agent` the node agent;
-//! the client commands and `boot`/`unboot` speak HTTP to a server.
+//! the client commands, `boot`/`unboot` and `explain` speak HTTP to a server.
 
 #[cfg(feature = "agent")]
 mod agent;
@@ -8,6 +8,7 @@ mod boot;
 mod client;
 #[cfg(feature = "server")]
 mod config;
+mod explain;
 
 #[cfg(feature = "server")]
 use anyhow::Context;
@@ -68,6 +69,12 @@ enum Command {
         after_help = "Example:\n  accel unboot --instance 7c9e6679-7425-40de-944b-e07fc1f90ae7"
     )]
     Unboot(boot::UnbootArgs),
+    /// Why a root provider does or does not yield allocation candidates ("no valid
+    /// host"): Placement's answer root by root, with every reason.
+    #[command(
+        after_help = "Examples:\n  accel explain 'resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL&group_policy=isolate'\n  accel explain --device-profile dp1 --resources VCPU=1 -f json\n\nExit status: 0 explained; 1 an error (Placement's 400 included); 2 Placement's answer and the providers read disagreed twice (data changing)"
+    )]
+    Explain(explain::ExplainArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
@@ -91,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         Command::Arq(a) => client::run(client::arqs::run(&a.conn, a.command)),
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
+        Command::Explain(a) => explain::run(a),
         #[cfg(feature = "agent")]
         Command::Agent(a) => agent::run(a),
     }
@@ -120,7 +128,7 @@ fn init_tracing(format: &str) {
 }
 
 /// ANSI colours only on a terminal, and never with `NO_COLOR` set (no-color.org).
-#[cfg(any(feature = "server", feature = "agent"))]
+#[cfg(feature = "server")]
 fn colour() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -4,24 +4,12 @@
 use accel_agent::testing::{self, FakeSysfs};
 use accel_testkit::server::{TestServer, BACKENDS};
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
+mod common;
+
+use common::Run;
 
 async fn accel(args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_accel"))
-        .args(args)
-        .env("ACCEL_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::accel(args, &[("ACCEL_LOG", "warn")]).await
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Run;
+
 use accel_testkit::server::{Backend, TestServer, BACKENDS};
 use serde_json::Value;
 
@@ -29,37 +31,11 @@ async fn spawn(backend: Backend) -> Server {
     }
 }
 
-/// What one run of the binary printed.
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        assert!(self.ok, "command failed: {}", self.stderr);
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-}
-
 impl Server {
     /// `accel ARGS` with ACCEL_URL pointing here and the given token.
     async fn accel_as(&self, token: &str, args: &[&str]) -> Run {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_accel"))
-            .args(args)
-            .env("ACCEL_URL", format!("{}/accelerator", self.accel))
-            .env("ACCEL_TOKEN", token)
-            .env_remove("ACCEL_SERVICE_TOKEN")
-            .output()
-            .await
-            .unwrap();
-        Run {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        let accelerator = format!("{}/accelerator", self.accel);
+        common::accel(args, &[("ACCEL_URL", &accelerator), ("ACCEL_TOKEN", token)]).await
     }
 
     async fn accel(&self, args: &[&str]) -> Run {
@@ -96,7 +72,7 @@ async fn device_profile_create_list_show_delete() {
                 "two groups",
             ])
             .await;
-        assert!(created.ok, "{}", created.stderr);
+        assert!(created.ok(), "{}", created.stderr);
         // The default output is a Field/Value table.
         let lines: Vec<&str> = created.stdout.lines().collect();
         assert!(lines[1].starts_with("| Field "), "{}", created.stdout);
@@ -122,7 +98,7 @@ async fn device_profile_create_list_show_delete() {
         );
         let uuid = list[0]["uuid"].as_str().unwrap().to_owned();
         let table = s.accel(&["device-profile", "list"]).await;
-        assert!(table.ok);
+        assert!(table.ok());
         assert!(table.stdout.lines().nth(1).unwrap().starts_with("| uuid "));
         assert!(table.stdout.contains(&uuid));
 
@@ -149,7 +125,7 @@ async fn device_profile_create_list_show_delete() {
                 ],
             )
             .await;
-        assert!(!denied.ok);
+        assert!(!denied.ok());
         assert!(
             denied.stderr.contains("HTTP 403: Access was denied"),
             "{}",
@@ -158,11 +134,11 @@ async fn device_profile_create_list_show_delete() {
         let bad = s
             .accel(&["device-profile", "create", "y", "--group", "resources:FPGA"])
             .await;
-        assert!(!bad.ok);
+        assert!(!bad.ok());
         assert!(bad.stderr.contains("is not KEY=VALUE"), "{}", bad.stderr);
 
         let deleted = s.accel(&["device-profile", "delete", "dp1"]).await;
-        assert!(deleted.ok, "{}", deleted.stderr);
+        assert!(deleted.ok(), "{}", deleted.stderr);
         assert_eq!(deleted.stdout, "");
         let list = s
             .accel(&["device-profile", "list", "-f", "json"])
@@ -170,7 +146,7 @@ async fn device_profile_create_list_show_delete() {
             .json();
         assert_eq!(list, serde_json::json!([]));
         let missing = s.accel(&["device-profile", "show", &uuid]).await;
-        assert!(!missing.ok);
+        assert!(!missing.ok());
         assert!(missing.stderr.contains("HTTP 404"), "{}", missing.stderr);
     }
 }
@@ -188,7 +164,7 @@ async fn arq_create_list_show_bind_unbind_delete() {
                 r#"[{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]"#,
             ])
             .await;
-        assert!(created.ok, "{}", created.stderr);
+        assert!(created.ok(), "{}", created.stderr);
 
         // Project p1's member creates an ARQ; project p2 does not see it.
         let arqs = s
@@ -258,12 +234,12 @@ async fn arq_create_list_show_bind_unbind_delete() {
         assert_eq!(shown["project_id"], "p1");
 
         let deleted = s.accel_as("alice:p1", &["arq", "delete", &arq]).await;
-        assert!(deleted.ok, "{}", deleted.stderr);
+        assert!(deleted.ok(), "{}", deleted.stderr);
         let gone = s.accel_as("alice:p1", &["arq", "show", &arq]).await;
-        assert!(!gone.ok);
+        assert!(!gone.ok());
         assert!(gone.stderr.contains("HTTP 404"), "{}", gone.stderr);
         let bad = s.accel(&["arq", "show", "../v2"]).await;
-        assert!(!bad.ok);
+        assert!(!bad.ok());
         assert!(bad.stderr.contains("is not a uuid"), "{}", bad.stderr);
     }
 }

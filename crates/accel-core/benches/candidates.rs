@@ -14,6 +14,10 @@
 //! one and not an early exit.
 //!
 //! The forests are built with the named-provider helper shared with the tests.
+//!
+//! The `x:` rows time `explain` (issue 16's `accel explain`): every root of a big
+//! forest judged and the non-fitting ones given their reasons, run them alone with
+//! `-- explain`.
 
 #[path = "../tests/candidates_world.rs"]
 mod world;
@@ -21,7 +25,10 @@ mod world;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use accel_core::candidates::{search_counted, Request, SearchOptions, SearchWork, Snapshot};
+use accel_core::candidates::explain::{explain, ExplainOptions, Names};
+use accel_core::candidates::{
+    search_counted, ProviderId, RcId, Request, SearchOptions, SearchWork, Snapshot, TraitId,
+};
 use world::{World, SHARES};
 
 /// Timed iterations stop at whichever comes first.
@@ -60,6 +67,17 @@ fn measure(mut f: impl FnMut() -> Duration) -> Stats {
     }
 }
 
+/// [`measure`] the whole of `f`, its result dropped outside the timed part.
+fn timed<T>(mut f: impl FnMut() -> T) -> Stats {
+    measure(|| {
+        let start = Instant::now();
+        let result = f();
+        let took = start.elapsed();
+        black_box(result);
+        took
+    })
+}
+
 struct Row {
     name: String,
     stats: Stats,
@@ -89,19 +107,76 @@ fn print_row(row: &Row) {
 fn bench_search(name: &str, snap: &Snapshot, req: &Request) -> Row {
     let options = SearchOptions::default();
     let (out, work): (_, SearchWork) = search_counted(snap, req, &options);
-    let stats = measure(|| {
-        let start = Instant::now();
-        let result = search_counted(black_box(snap), black_box(req), &options);
-        let took = start.elapsed();
-        black_box(result);
-        took
-    });
+    let stats = timed(|| search_counted(black_box(snap), black_box(req), &options));
     Row {
         name: name.to_owned(),
         stats,
         candidates: out.candidates.len().to_string(),
         work: format!("{} / {}", work.anchors_searched, work.option_checks),
     }
+}
+
+/// Provider names by id (the world's own lookup is a linear scan).
+struct Indexed<'w> {
+    providers: Vec<String>,
+    world: &'w World,
+}
+
+impl Names for Indexed<'_> {
+    fn provider(&self, id: ProviderId) -> String {
+        self.providers[id.index()].clone()
+    }
+    fn resource_class(&self, rc: RcId) -> String {
+        self.world.rc_name(rc)
+    }
+    fn trait_name(&self, t: TraitId) -> String {
+        self.world.trait_name(t)
+    }
+}
+
+/// Time one explanation; verdict counts come from a separate untimed run.
+fn bench_explain(
+    name: &str,
+    snap: &Snapshot,
+    req: &Request,
+    names: &Indexed<'_>,
+    options: &ExplainOptions,
+) -> Row {
+    let ex = explain(snap, req, names, options);
+    let fits = ex.roots.iter().filter(|r| r.fits).count();
+    let reasons: usize = ex.roots.iter().map(|r| r.reasons.len()).sum();
+    let stats = timed(|| explain(black_box(snap), black_box(req), names, options));
+    Row {
+        name: name.to_owned(),
+        stats,
+        candidates: format!("{fits} of {} roots fit", ex.roots.len()),
+        work: format!("{reasons} reasons"),
+    }
+}
+
+/// (x) `roots` computes (VCPU 32, MEMORY_MB 65536), each with 4 Intel FPGA devices of
+/// one unit; on `busy` roots in 1000, `used` of them are in use.
+fn fpga_estate(roots: usize, busy: usize, used: usize) -> (World, Vec<String>) {
+    let mut w = World::new();
+    let mut names = Vec::new();
+    for i in 0..roots {
+        let cn = format!("cn{i}");
+        w.rp(&cn, None, &[]);
+        w.inv(&cn, "VCPU", 32);
+        w.inv(&cn, "MEMORY_MB", 65536);
+        names.push(cn.clone());
+        for j in 0..4 {
+            let dev = format!("{cn}_fpga{j}");
+            w.rp(&dev, Some(&cn), &[]);
+            w.inv(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
+            w.traits(&dev, &["CUSTOM_FPGA_INTEL"]);
+            if i % 1000 < busy && j < used {
+                w.use_(&dev, "CUSTOM_ACCELERATOR_FPGA", 1);
+            }
+            names.push(dev);
+        }
+    }
+    (w, names)
 }
 
 /// (d) one compute with `n` single-unit children and `n` single-unit granular groups.
@@ -324,6 +399,69 @@ fn main() {
             true,
         );
         print_row(&bench_search(name, &snap, &req));
+    }
+
+    let nova = "resources=VCPU:1,MEMORY_MB:512&resources1=CUSTOM_ACCELERATOR_FPGA:1\
+                &required1=CUSTOM_FPGA_INTEL&group_policy=isolate";
+    let two = "resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL\
+               &resources2=CUSTOM_ACCELERATOR_FPGA:1&required2=CUSTOM_FPGA_INTEL&group_policy=isolate";
+    // (name, roots in 1000 that are busy, devices in use on a busy root, query, --root)
+    let x_rows = [
+        ("x: explain 10,000 roots x 4 FPGAs (50,000 providers), 90% full, Nova FPGA request", 900, 4, nova, None),
+        ("x: explain 10,000 roots x 4 FPGAs, all full (every root explained)", 1000, 4, nova, None),
+        ("x: explain one root (--root) of 10,000 x 4 FPGAs, all full", 1000, 4, nova, Some("cn5000")),
+        ("x: explain 10,000 roots x 4 FPGAs, 3 in use each, two isolated FPGA groups (every root blamed on isolate)", 1000, 3, two, None),
+    ];
+    for (name, busy, used, qs, root) in x_rows {
+        if !wanted(name) {
+            continue;
+        }
+        let (mut w, providers) = fpga_estate(10_000, busy, used);
+        let req = w.query(qs, true);
+        let snap = w.snapshot();
+        let options = ExplainOptions {
+            only_root: root.map(|r| w.id(r)),
+            ..ExplainOptions::default()
+        };
+        let names = Indexed {
+            providers,
+            world: &w,
+        };
+        print_row(&bench_explain(name, &snap, &req, &names, &options));
+        if busy == 900 {
+            let name = "x: (for comparison) search, unlimited, same forest and request";
+            print_row(&bench_search(name, &snap, &req));
+        }
+    }
+
+    let name = "x: explain 10,000 roots sharing one DISK_GB pool (full), VCPU+DISK_GB";
+    if wanted(name) {
+        let mut w = World::new();
+        let mut providers = Vec::new();
+        w.rp("pool", None, &["agg"]);
+        w.traits("pool", &[SHARES]);
+        w.inv("pool", "DISK_GB", 100_000);
+        w.use_("pool", "DISK_GB", 99_995);
+        providers.push("pool".to_owned());
+        for i in 0..10_000 {
+            let cn = format!("cn{i}");
+            w.rp(&cn, None, &["agg"]);
+            w.inv(&cn, "VCPU", 32);
+            providers.push(cn);
+        }
+        let req = w.query("resources=VCPU:1,DISK_GB:10", true);
+        let snap = w.snapshot();
+        let names = Indexed {
+            providers,
+            world: &w,
+        };
+        print_row(&bench_explain(
+            name,
+            &snap,
+            &req,
+            &names,
+            &ExplainOptions::default(),
+        ));
     }
 
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());

@@ -66,6 +66,22 @@ impl World {
             .unwrap_or_else(|| format!("#{}", id.0))
     }
 
+    /// The name a resource class was interned under.
+    pub fn rc_name(&self, rc: RcId) -> String {
+        self.rcs
+            .iter()
+            .find(|(_, &v)| v == rc)
+            .map_or_else(|| format!("rc#{rc}"), |(k, _)| k.clone())
+    }
+
+    /// The name a trait was interned under.
+    pub fn trait_name(&self, t: TraitId) -> String {
+        self.traits
+            .iter()
+            .find(|(_, &v)| v == t)
+            .map_or_else(|| format!("trait#{t}"), |(k, _)| k.clone())
+    }
+
     pub fn rp(&mut self, name: &str, parent: Option<&str>, aggs: &[&str]) -> ProviderId {
         let id = ProviderId(self.providers.len() as u32);
         let (parent, root) = match parent {

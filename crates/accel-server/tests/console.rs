@@ -299,6 +299,17 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         .await;
         assert_eq!(attr(hooks(&html, "candidates")[0], "data-count"), Some("0"));
         assert_eq!(hooks(&html, "root-row").len(), 4);
+        // Every root that does not fit says why; one without the class has no inventory.
+        for (i, _) in html.match_indices("data-test=\"root-row\"") {
+            let row = &html[i..i + html[i..].find("</tr>").unwrap()];
+            assert!(row.contains("data-test=\"reason\""), "{row}");
+        }
+        let edge = html.find("data-name=\"edge-9\"").unwrap();
+        let edge_row = &html[edge..edge + html[edge..].find("</tr>").unwrap()];
+        assert!(
+            edge_row.contains("data-code=\"no_inventory\""),
+            "{edge_row}"
+        );
         let (_, _, html) = page(
             &c,
             base,
@@ -632,11 +643,8 @@ async fn keystone_login_policy_and_project_scoped_arqs() {
 
 #[tokio::test]
 async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
-    let srv = TestServer::start(
-        accel_testkit::server::builder(accel_testkit::server::store(BACKENDS[0]).await)
-            .fake_devices(Some("compute-1".to_owned())),
-    )
-    .await;
+    let db = TempDb::fresh(BACKENDS[0]).await;
+    let srv = Server::start(&db.url, Some("compute-1"), None).await;
     let c = reqwest::Client::new();
     let url = format!("{}/v2/agent/hosts/compute-1/kubernetes", srv.accel);
     let r = c
@@ -652,15 +660,8 @@ async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
     assert_eq!(r.status(), 200);
     let saved: Value = r.json().await.unwrap();
     let pod_consumers: Vec<&String> = saved["consumers"].as_object().unwrap().keys().collect();
-    let shown: Value = c
-        .get(&url)
-        .header("x-auth-token", "admin")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (s, shown) = srv.admin_get("/v2/agent/hosts/compute-1/kubernetes").await;
+    assert_eq!(s, 200, "{shown}");
     let held = shown["usage"]
         .as_object()
         .unwrap()

@@ -26,7 +26,7 @@
 
 mod plan;
 
-pub use plan::{candidate_query, group_suffix, parse_resources, wanted_functions, weigh};
+pub use plan::{group_suffix, nova_query, parse_resources, wanted_functions, weigh};
 
 use crate::accelerator::{
     self, bind_ops, patch_entry, state, unbind_ops, Arq, ArqFilter, ArqPatch, ArqSelector, NewArqs,

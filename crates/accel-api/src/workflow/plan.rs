@@ -31,25 +31,55 @@ pub fn group_suffix(n: usize) -> String {
 /// How many candidates the weigher looks at.
 const WEIGHED_CANDIDATES: usize = 100;
 
-/// The `GET /allocation_candidates` query for the flavor resources and profile groups.
-pub fn candidate_query(
+/// The `GET /allocation_candidates` query for the flavor resources and profile groups,
+/// with `limit` for the workflow's pick.
+pub(super) fn candidate_query(
     resources: &[(String, u64)],
     group_policy: &str,
     groups: &[Group],
 ) -> Result<Vec<(String, String)>> {
+    let mut q = nova_query(resources, Some(group_policy), groups)?;
+    // The first candidate is taken, unless the weigher has something to choose among.
+    let limit = if wanted_functions(groups).is_empty() {
+        1
+    } else {
+        WEIGHED_CANDIDATES
+    };
+    q.push(("limit".into(), limit.to_string()));
+    Ok(q)
+}
+
+/// The allocation-candidates query Nova composes from a flavor's own resources (the
+/// unsuffixed group), its `group_policy` and a device profile's groups, without
+/// `limit` (nova/accelerator/cyborg.py `get_device_request_groups`, then
+/// nova/scheduler/utils.py `ResourceRequest.to_querystring`): profile group N is the
+/// granular group with suffix `_device_profile_N`; its `resources:RC` keys are
+/// amounts, its `trait:T` keys `required` or `forbidden` (`!T`); other keys
+/// (`accel:*`) are Cyborg's. As Nova writes it: classes and traits sorted within a
+/// value (forbidden after required), zero amounts dropped, the pairs sorted. The
+/// scheduler's own pre-filters (e.g. `!COMPUTE_STATUS_DISABLED`) are not added.
+pub fn nova_query(
+    resources: &[(String, u64)],
+    group_policy: Option<&str>,
+    groups: &[Group],
+) -> Result<Vec<(String, String)>> {
     let mut q: Vec<(String, String)> = Vec::new();
     let list = |v: &[(String, u64)]| {
-        v.iter()
+        let mut items: Vec<String> = v
+            .iter()
+            .filter(|(_, n)| *n > 0)
             .map(|(rc, n)| format!("{rc}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+            .collect();
+        items.sort();
+        items.join(",")
     };
-    if !resources.is_empty() {
+    if resources.iter().any(|(_, n)| *n > 0) {
         q.push(("resources".into(), list(resources)));
     }
     for (n, g) in groups.iter().enumerate() {
         let mut resources = Vec::new();
-        let mut traits = Vec::new();
+        let mut required = Vec::new();
+        let mut forbidden = Vec::new();
         for (k, v) in g {
             let v = v
                 .as_str()
@@ -62,27 +92,26 @@ pub fn candidate_query(
                 resources.push((rc.to_owned(), amount));
             } else if let Some(t) = k.strip_prefix("trait:") {
                 match v.as_str() {
-                    "required" => traits.push(t.to_owned()),
-                    "forbidden" => traits.push(format!("!{t}")),
+                    "required" => required.push(t.to_owned()),
+                    "forbidden" => forbidden.push(format!("!{t}")),
                     _ => {}
                 }
             }
             // accel:* keys are Cyborg's, not Placement's (Nova ignores them too).
         }
+        required.sort();
+        forbidden.sort();
+        required.extend(forbidden);
         let suffix = group_suffix(n);
         q.push((format!("resources{suffix}"), list(&resources)));
-        if !traits.is_empty() {
-            q.push((format!("required{suffix}"), traits.join(",")));
+        if !required.is_empty() {
+            q.push((format!("required{suffix}"), required.join(",")));
         }
     }
-    q.push(("group_policy".into(), group_policy.to_owned()));
-    // The first candidate is taken, unless the weigher has something to choose among.
-    let limit = if wanted_functions(groups).is_empty() {
-        1
-    } else {
-        WEIGHED_CANDIDATES
-    };
-    q.push(("limit".into(), limit.to_string()));
+    if let Some(p) = group_policy {
+        q.push(("group_policy".into(), p.to_owned()));
+    }
+    q.sort();
     Ok(q)
 }
 
@@ -198,12 +227,27 @@ mod tests {
         assert_eq!(
             q,
             [
+                ("group_policy", "none"),
+                ("required_device_profile_0", "CUSTOM_A,!CUSTOM_B"),
                 ("resources", "VCPU:1"),
                 ("resources_device_profile_0", "FPGA:2"),
-                ("required_device_profile_0", "CUSTOM_A,!CUSTOM_B"),
                 ("resources_device_profile_1", "PGPU:1"),
-                ("group_policy", "none"),
                 ("limit", "1"),
+            ]
+        );
+        // Nova's order within a value too, and no group_policy unless the flavor has one.
+        let groups = vec![group(
+            json!({"trait:CUSTOM_Z": "required", "trait:CUSTOM_B": "forbidden",
+                   "trait:CUSTOM_A": "required", "resources:PGPU": "1", "resources:FPGA": "1"}),
+        )];
+        let q = nova_query(&[("VCPU".into(), 2), ("DISK_GB".into(), 0)], None, &groups).unwrap();
+        let q: Vec<(&str, &str)> = q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            q,
+            [
+                ("required_device_profile_0", "CUSTOM_A,CUSTOM_Z,!CUSTOM_B"),
+                ("resources", "VCPU:2"),
+                ("resources_device_profile_0", "FPGA:1,PGPU:1"),
             ]
         );
     }

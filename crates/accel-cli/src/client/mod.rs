@@ -6,7 +6,7 @@
 //! Cyborg's `error_message` envelope.
 
 pub mod arqs;
-mod http;
+pub(crate) mod http;
 mod output;
 pub mod profiles;
 

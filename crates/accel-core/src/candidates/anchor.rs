@@ -90,8 +90,24 @@ pub(crate) struct Pending {
 
 /// Build the problem for `anchor`, or `None` when it cannot yield a candidate.
 pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) -> Option<Problem> {
+    build_filtered(plan, anchor, rng, |_, _| true)
+}
+
+/// [`build`] with the options of each decision narrowed by `keep(decision, provider)`,
+/// decisions numbered in group order (one per granular group, one per class of the
+/// unsuffixed group). The explainer asks this way whether some candidate uses a given
+/// provider, or the anchor's own tree, for one decision.
+pub(crate) fn build_filtered(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    rng: Option<&mut Rng>,
+    keep: impl Fn(usize, ProviderId) -> bool,
+) -> Option<Problem> {
     let snap = plan.snap;
-    let raw = decisions(plan, anchor)?;
+    let raw = decisions(plan, anchor, keep, true);
+    if raw.last().is_none_or(|(_, opts)| opts.is_empty()) {
+        return None;
+    }
 
     let mut locals: Vec<ProviderId> = raw.iter().flat_map(|(_, o)| o.iter().copied()).collect();
     locals.sort_unstable();
@@ -181,9 +197,15 @@ pub(crate) fn build(plan: &Plan<'_>, anchor: ProviderId, rng: Option<&mut Rng>) 
     })
 }
 
-/// Every decision with its allowed providers (global ids, ascending), in group order;
-/// `None` as soon as one decision has no option.
-fn decisions(plan: &Plan<'_>, anchor: ProviderId) -> Option<Vec<(Var, Vec<ProviderId>)>> {
+/// Every decision with its allowed providers (global ids, ascending) that `keep` keeps,
+/// in group order. With `stop_at_empty` the list ends at the first decision without
+/// an option (the search needs no more); the explainer asks for all of them.
+pub(crate) fn decisions(
+    plan: &Plan<'_>,
+    anchor: ProviderId,
+    keep: impl Fn(usize, ProviderId) -> bool,
+    stop_at_empty: bool,
+) -> Vec<(Var, Vec<ProviderId>)> {
     let snap = plan.snap;
     let own = snap.tree(anchor);
     let foreign: Vec<ProviderId> = snap
@@ -199,7 +221,7 @@ fn decisions(plan: &Plan<'_>, anchor: ProviderId) -> Option<Vec<(Var, Vec<Provid
                 .iter()
                 .chain(&foreign)
                 .copied()
-                .filter(|&p| g.granular_ok(snap, p))
+                .filter(|&p| keep(raw.len(), p) && g.granular_ok(snap, p))
                 .collect();
             let amounts = g.resources.iter().map(|&(slot, _, n)| (slot, n)).collect();
             raw.push((
@@ -217,7 +239,9 @@ fn decisions(plan: &Plan<'_>, anchor: ProviderId) -> Option<Vec<(Var, Vec<Provid
                     .iter()
                     .map(|&p| (p, true))
                     .chain(foreign.iter().map(|&p| (p, false)))
-                    .filter(|&(p, own_tree)| g.unsuffixed_ok(snap, p, rc, amount, anchor, own_tree))
+                    .filter(|&(p, own_tree)| {
+                        keep(raw.len(), p) && g.unsuffixed_ok(snap, p, rc, amount, anchor, own_tree)
+                    })
                     .map(|(p, _)| p)
                     .collect();
                 let amounts = vec![(slot, amount)];
@@ -232,11 +256,11 @@ fn decisions(plan: &Plan<'_>, anchor: ProviderId) -> Option<Vec<(Var, Vec<Provid
                 ));
             }
         }
-        if raw.last().is_some_and(|(_, opts)| opts.is_empty()) {
-            return None;
+        if stop_at_empty && raw.last().is_some_and(|(_, opts)| opts.is_empty()) {
+            return raw;
         }
     }
-    Some(raw)
+    raw
 }
 
 /// `capacity - used` and `max_unit` per (local, class slot); `i64::MIN` where the

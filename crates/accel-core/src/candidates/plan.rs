@@ -42,7 +42,7 @@ pub(crate) fn has_any<T: Ord>(sorted: &[T], items: &[T]) -> bool {
 }
 
 /// One request group after normalisation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Group<'r> {
     pub suffix: &'r str,
     pub granular: bool,
@@ -140,7 +140,7 @@ impl Group<'_> {
 }
 
 /// The whole request, normalised.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Plan<'r> {
     pub snap: &'r Snapshot,
     pub groups: Vec<Group<'r>>,

@@ -106,6 +106,15 @@ impl Candidate {
         ids.dedup();
         ids
     }
+
+    /// Every provider the candidate allocates from or maps a group to (resourceless
+    /// groups included), with repeats: what makes a tree "in" the answer.
+    pub fn providers(&self) -> impl Iterator<Item = ProviderId> + '_ {
+        self.allocations
+            .iter()
+            .map(|a| a.0)
+            .chain(self.mappings.iter().flat_map(|m| m.1.iter().copied()))
+    }
 }
 
 /// The answer to a [`Request`].

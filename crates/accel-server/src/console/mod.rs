@@ -36,22 +36,28 @@
 //! from text):
 //! - every page: `viewer` (user · project), `noauth-banner` (noauth only), `logout`
 //!   (keystone only), `search` (the search box), `pager` (`data-total`,
-//!   `data-offset`) with `prev`/`next` links;
+//!   `data-offset`) with `prev`/`next` links, `empty` (a list with no row), `error`
+//!   (an error page); `<body data-stamp>` is the change token the page shows (the
+//!   script sets `data-refreshed` when it swapped the content);
+//! - login: `login-form`, `login-error`;
 //! - hosts: `host-row` (`data-host`, `data-uuid`, `data-providers`), `provider-row`
 //!   (`data-provider`, `data-uuid`, `data-depth`, `data-health`), `usage-bar`
 //!   (`data-provider`, `data-rc`, `data-used`, `data-total`, `data-reserved`,
-//!   `data-capacity`), `trait` (`data-trait`), `last-report` (`data-epoch`);
+//!   `data-capacity`), `trait` (`data-trait`), `last-report` (`data-epoch`); a
+//!   tree page adds `tree` and `inventory` rows (`data-provider` uuid, `data-rc`);
 //! - consumers: `consumer-row` (`data-consumer`, `data-kind` vm|pod),
 //!   `allocation` (`data-provider`, `data-rc`, `data-used`), `arq` (`data-arq`);
 //! - ARQs: `arq-row` (`data-arq`, `data-state`, `data-stuck`, `data-project`,
 //!   `data-instance`, `data-bind-seconds`, `data-event`);
 //! - profiles: `profile-row` (`data-profile`, `data-hosts`), `profile-host`
-//!   (`data-host`);
+//!   (`data-host`), `profile-error`;
 //! - Kubernetes: `k8s-node` (`data-host`, `data-slots`, `data-instance-level`,
 //!   `data-configuration-level`), `slot` (`data-slot`, `data-kind`, `data-pod`);
-//! - explainer: `explain-form`, `explain-error`, `candidates` (`data-count`),
-//!   `candidate` (`data-index`), `root-row` (`data-root`, `data-name`, `data-fits`),
-//!   `reason` (`data-code`, `data-group`, `data-provider`).
+//! - explainer: `explain-form` with `explain-submit`, `explain-query` (the query
+//!   asked), `explain-error`, `candidates` (`data-count`, `data-capped`),
+//!   `candidate` (`data-index`), `roots-summary` (`data-fits`, `data-roots`),
+//!   `root-row` (`data-root`, `data-name`, `data-fits`), `reason` (`data-code`,
+//!   `data-group`, `data-provider` name).
 
 pub mod html;
 mod pages;

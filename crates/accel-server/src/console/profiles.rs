@@ -101,10 +101,11 @@ impl Names for IndexNames<'_> {
 }
 
 /// The allocation-candidates query Nova composes for a flavor's `resources` and a
-/// profile's groups, without `limit` (the console wants every host).
+/// profile's groups (`accel_api::workflow::nova_query`, as `accel explain
+/// --device-profile` composes it), as a query string.
 fn profile_query(
     resources: &[(String, u64)],
-    group_policy: &str,
+    group_policy: Option<&str>,
     groups: &[accel_core::accelerator::Group],
 ) -> Result<String, String> {
     let groups: Vec<accel_api::accelerator::Group> = groups
@@ -116,10 +117,10 @@ fn profile_query(
                 .collect()
         })
         .collect();
-    let q = accel_api::workflow::candidate_query(resources, group_policy, &groups)
+    let q = accel_api::workflow::nova_query(resources, group_policy, &groups)
         .map_err(|e| e.to_string())?;
     Ok(form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(q.iter().filter(|(k, _)| k != "limit"))
+        .extend_pairs(q)
         .finish())
 }
 
@@ -236,7 +237,7 @@ fn serving_hosts(
     names: &[String],
     p: &profiles::Profile,
 ) -> (String, String) {
-    let query = match profile_query(&[], "none", &p.groups) {
+    let query = match profile_query(&[], Some("none"), &p.groups) {
         Ok(q) => q,
         Err(e) => {
             return (
@@ -324,8 +325,8 @@ fn explain_form(q: &ExplainQuery, profiles: &[String]) -> String {
          <label for=\"e-query\">Query string</label>\
          <textarea id=\"e-query\" name=\"query\" placeholder=\"resources=VCPU:1&amp;resources1=CUSTOM_ACCELERATOR_FPGA:1&amp;required1=CUSTOM_FPGA_INTEL&amp;group_policy=isolate\">{query}</textarea>\
          <label for=\"e-profile\">or device profile</label><select id=\"e-profile\" name=\"profile\">{options}</select>\
-         <label for=\"e-res\">flavor resources</label><input id=\"e-res\" name=\"resources\" value=\"{res}\" placeholder=\"VCPU=2,MEMORY_MB=2048\">\
-         <label for=\"e-gp\">group policy</label><select id=\"e-gp\" name=\"group_policy\">\
+         <label for=\"e-res\">flavor resources (with a profile)</label><input id=\"e-res\" name=\"resources\" value=\"{res}\" placeholder=\"VCPU=2,MEMORY_MB=2048\">\
+         <label for=\"e-gp\">group policy (with a profile)</label><select id=\"e-gp\" name=\"group_policy\">\
          <option value=\"none\"{n}>none</option><option value=\"isolate\"{i}>isolate</option></select>\
          <label for=\"e-root\">only root (name or uuid)</label><input id=\"e-root\" name=\"root\" value=\"{root}\">\
          <label for=\"e-mv\">microversion</label><input id=\"e-mv\" name=\"microversion\" value=\"{mv}\" placeholder=\"1.39\">\
@@ -388,9 +389,9 @@ pub(crate) async fn explain(
             }
         };
         let policy = if q.group_policy.is_empty() {
-            "none"
+            None
         } else {
-            q.group_policy.as_str()
+            Some(q.group_policy.as_str())
         };
         match profile_query(&resources, policy, &p.groups) {
             Ok(s) => s,
@@ -630,10 +631,13 @@ fn roots_html(
             let _ = write!(
                 h,
                 "<li data-test=\"reason\" data-code=\"{c}\" data-group=\"{g}\" data-provider=\"{p}\">\
-                 <code>{c}</code>{gl} {d}</li>",
+                 <code>{c}</code>{gl}{on}: {d}</li>",
                 c = reason.code.as_str(),
                 g = esc(group.unwrap_or("")),
                 p = esc(provider.as_deref().unwrap_or("")),
+                on = provider
+                    .as_deref()
+                    .map_or(String::new(), |p| format!(" on <b>{}</b>", esc(p))),
                 gl = match group {
                     Some("") => " (unsuffixed group)".to_owned(),
                     Some(g) => format!(" (group {})", esc(g)),
