@@ -110,6 +110,12 @@ const PAGES: &[(&str, &str)] = &[
         "explainer",
         "/explain?query=resources%3DVCPU%3A1%26resources1%3DFPGA%3A1%26required1%3DCUSTOM_FAKE_DEVICE%26group_policy%3Disolate",
     ),
+    (
+        "explainer, empty answer (every root explained)",
+        "/explain?query=resources%3DVCPU%3A1%26resources1%3DFPGA%3A20",
+    ),
+    ("ARQs, search by host", "/arqs?q={host}"),
+    ("consumers, search by host", "/consumers?q={host}"),
 ];
 
 /// The host the detail page and the search ask for.
