@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Accelerator API benchmarks over HTTP: `accel serve` on a fresh SQLite or PostgreSQL
-# database, or upstream Cyborg on MariaDB (scripts/upstream-cyborg.sh), driven by
+# Accelerator API benchmarks over HTTP: `accel serve` on a fresh SQLite, PostgreSQL or
+# MariaDB/MySQL database, or upstream Cyborg on MariaDB (scripts/upstream-cyborg.sh), driven by
 # target/release/arq-load; prints its tables.
 #
-#   scripts/bench-accelerator.sh accel sqlite|postgres cycle [arq-load args]
+#   scripts/bench-accelerator.sh accel sqlite|postgres|mysql cycle [arq-load args]
 #   scripts/bench-accelerator.sh accel sqlite|postgres list N [arq-load args]
 #   scripts/bench-accelerator.sh upstream mysql cycle|list N [arq-load args]
 #
@@ -22,7 +22,8 @@
 #      +1 accelerator API or upstream's API, +2 fake Nova, +4 upstream's Placement
 #      stub), CYBORG_VENV and CYBORG_DIR (upstream-cyborg.sh), BENCH_PG_ADMIN
 #      (postgres://postgres@127.0.0.1:5432/postgres), BENCH_DIR ($TMPDIR/accel-arq-bench),
-#      BENCH_PG_ANALYZE (1: ANALYZE the table after seeding, as autovacuum soon would;
+#      BENCH_MYSQL_ADMIN (mysql://root@127.0.0.1:3306: accel's MariaDB/MySQL server; the
+#      `mysql` client creates the database there), BENCH_PG_ANALYZE (1: ANALYZE the table after seeding, as autovacuum soon would;
 #      0: measure with the planner's pre-statistics guesses).
 # Build first: cargo build --release -p accel-cli -p accel-bench
 set -euo pipefail
@@ -86,10 +87,23 @@ for p in "$PORT" "$APORT"; do
   fi
 done
 
+MY_ADMIN="${BENCH_MYSQL_ADMIN:-mysql://root@127.0.0.1:3306}"
+my() { # the mysql client on MY_ADMIN's server: mysql://USER[:PASSWORD]@HOST[:PORT]
+  local rest="${MY_ADMIN#*://}"; rest="${rest%%/*}"
+  local cred="${rest%@*}" hp="${rest##*@}"
+  local host="${hp%:*}" port=3306
+  [[ "$hp" == *:* ]] && port="${hp##*:}"
+  MYSQL_PWD="$([[ "$cred" == *:* ]] && echo "${cred#*:}")" \
+    mysql --protocol=tcp -h "$host" -P "$port" -u "${cred%%:*}" "$@"
+}
 if [[ "$BACKEND" == postgres ]]; then
   psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null
   psql "$PG_ADMIN" -qAtc "CREATE DATABASE $DB_NAME" >/dev/null
   URL="${PG_ADMIN%/*}/$DB_NAME"
+elif [[ "$BACKEND" == mysql ]]; then
+  [[ "$WHAT" == cycle ]] || { echo "accel on mysql: only cycle is scripted" >&2; exit 2; }
+  my -e "DROP DATABASE IF EXISTS $DB_NAME; CREATE DATABASE $DB_NAME CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+  URL="${MY_ADMIN%/}/$DB_NAME"
 else
   rm -f "$DIR"/accel.db*
   URL="sqlite://$DIR/accel.db"
@@ -169,4 +183,7 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); accel resident memory: $(a
 if [[ "$BACKEND" == postgres ]]; then
   stop; PID=""
   psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null
+elif [[ "$BACKEND" == mysql ]]; then
+  stop; PID=""
+  my -e "DROP DATABASE IF EXISTS $DB_NAME"
 fi

@@ -127,17 +127,6 @@ pub fn vf_addresses(bus: u8, n: usize, device: u16) -> Vec<(String, u16)> {
 pub const PAC_INTERFACE_ID: &str = "9926ab6d-6c92-5a68-aabc-a7d84c545738";
 pub const PAC_AFU_ID: &str = "d8424dc4a4a3c413f89e433683f9040b";
 
-/// NVIDIA A100s at `addresses` on NUMA node 0, bound to vfio-pci in IOMMU groups 40,
-/// 41, ...: GPUs given whole to a Kubernetes pod or a VM.
-pub fn vfio_gpus(fs: &FakeSysfs, addresses: &[&str]) {
-    for (i, a) in addresses.iter().enumerate() {
-        fs.function(a, 0x10de, 0x20b0, 0x030200)
-            .numa(0)
-            .driver("vfio-pci")
-            .iommu_group(40 + i as u32);
-    }
-}
-
 /// 8 NVIDIA A100s: 4 on NUMA node 0 (buses 17, 31, 4b, 65), 4 on node 1 (ca, e3, b1, 98).
 pub fn eight_gpus(fs: &FakeSysfs) -> Vec<String> {
     let buses: [(u8, i32); 8] = [
@@ -150,6 +139,17 @@ pub fn eight_gpus(fs: &FakeSysfs) -> Vec<String> {
         (0xca, 1),
         (0xe3, 1),
     ];
+    a100s(fs, &buses)
+}
+
+/// The first two of [`eight_gpus`] (`0000:17:00.0`, `0000:31:00.0`; IOMMU groups 40
+/// and 41): the pool of the Kubernetes tests.
+pub fn two_gpus(fs: &FakeSysfs) -> Vec<String> {
+    a100s(fs, &[(0x17, 0), (0x31, 0)])
+}
+
+/// A100s bound to vfio-pci at `(bus, NUMA node)`, in IOMMU groups from 40.
+fn a100s(fs: &FakeSysfs, buses: &[(u8, i32)]) -> Vec<String> {
     buses
         .iter()
         .enumerate()

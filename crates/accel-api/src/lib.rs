@@ -15,4 +15,5 @@ pub mod accelerator;
 pub mod agent;
 pub mod http;
 pub mod placement;
+pub mod python;
 pub mod workflow;

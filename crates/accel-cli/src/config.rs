@@ -24,6 +24,7 @@
 //! access_log = true                 # one accel::access line per request
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
+//! bind_concurrency = 4              # instances bound, Nova events sent, at once
 //! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
 //! nova_token = "..."                # a fixed X-Auth-Token for Nova (without [nova])
 //!
@@ -140,6 +141,15 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub bind_timeout_seconds: Option<i64>,
+    /// Instances the bind worker binds at once, and Nova events it sends at once
+    /// (1 to 64; each in its own transactions, taken round-robin across hosts)
+    /// [default: 8].
+    #[arg(
+        long = "bind-concurrency",
+        env = "ACCEL_BIND_CONCURRENCY",
+        value_name = "N"
+    )]
+    pub bind_concurrency: Option<usize>,
     /// Nova's compute API root (e.g. http://nova:8774/v2.1) for the
     /// accelerator-request-bound events. Without it events are recorded, not sent.
     #[arg(long, env = "ACCEL_NOVA_URL", value_name = "URL")]
@@ -197,6 +207,7 @@ struct FileConfig {
     fake_devices: Option<String>,
     keystone_authtoken: Option<KeystoneConfig>,
     bind_timeout_seconds: Option<i64>,
+    bind_concurrency: Option<usize>,
     nova_url: Option<String>,
     nova_token: Option<String>,
     nova: Option<SessionConfig>,
@@ -233,6 +244,8 @@ pub struct ServeConfig {
     pub keystone: Option<KeystoneConfig>,
     /// Seconds an accepted bind may take before it ends BindFailed.
     pub bind_timeout_seconds: i64,
+    /// Instances bound, and Nova events sent, at once.
+    pub bind_concurrency: usize,
     /// Nova's compute API root for external events; `None` records them unsent.
     pub nova_url: Option<String>,
     pub nova_token: Option<String>,
@@ -316,6 +329,10 @@ impl ServeConfig {
                 .bind_timeout_seconds
                 .or(file.bind_timeout_seconds)
                 .unwrap_or(60),
+            bind_concurrency: args
+                .bind_concurrency
+                .or(file.bind_concurrency)
+                .unwrap_or(accel_server::accelerator::binder::DEFAULT_CONCURRENCY),
             nova_url: args.nova_url.or(file.nova_url).filter(|u| !u.is_empty()),
             nova_token: args
                 .nova_token
@@ -360,6 +377,13 @@ impl ServeConfig {
             bail!(
                 "bind_timeout_seconds must be between 1 and 86400, not {}",
                 cfg.bind_timeout_seconds
+            );
+        }
+        if !(1..=64).contains(&cfg.bind_concurrency) {
+            bail!(
+                "bind_concurrency must be between 1 and 64, not {} (a server database's pool \
+                 has 16 connections: more instances at once only queue for them)",
+                cfg.bind_concurrency
             );
         }
         if let Some(u) = &cfg.nova_url {
@@ -583,202 +607,7 @@ mod noauth_tests {
 }
 
 #[cfg(test)]
-mod observability_tests;
+mod tests;
 
 #[cfg(test)]
 mod console_tests;
-
-#[cfg(test)]
-mod placement_config_tests {
-    use super::*;
-
-    fn load(text: &str) -> anyhow::Result<ServeConfig> {
-        let path = std::env::temp_dir().join(format!(
-            "accel-placement-config-{}-{}.toml",
-            std::process::id(),
-            uuid_like(text)
-        ));
-        std::fs::write(&path, text).unwrap();
-        let result = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        });
-        let _ = std::fs::remove_file(&path);
-        result
-    }
-
-    fn uuid_like(text: &str) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut h);
-        h.finish()
-    }
-
-    #[test]
-    fn no_table_no_external_placement() {
-        assert!(load("").unwrap().placement.is_none());
-    }
-
-    #[test]
-    fn keystoneauth_names_are_read() {
-        let cfg = load(
-            "[placement]\n\
-             auth_type = \"password\"\n\
-             auth_url = \"http://ks:5000/v3\"\n\
-             username = \"cyborg\"\n\
-             password = \"pw\"\n\
-             project_name = \"service\"\n\
-             region_name = \"RegionOne\"\n\
-             interface = \"internal\"\n",
-        )
-        .unwrap();
-        let p = cfg.placement.unwrap();
-        assert_eq!(p.region_name.as_deref(), Some("RegionOne"));
-        assert!(!format!("{p:?}").contains("pw"), "password not logged");
-    }
-
-    #[test]
-    fn typos_and_bad_values_stop_the_server_naming_them() {
-        let err = format!(
-            "{:#}",
-            load("[placement]\nendpoint = \"http://p\"\ntoken = \"t\"\n").unwrap_err()
-        );
-        assert!(err.contains("unknown field `endpoint`"), "{err}");
-        let err = load("[placement]\ntoken = \"t\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("endpoint_override"), "{err}");
-        let err = load("[placement]\nauth_url = \"http://ks\"\nusername = \"u\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("missing: password, project_name"), "{err}");
-    }
-}
-
-#[cfg(test)]
-mod keystone_config_tests {
-    use super::*;
-
-    /// Loads `text` as the config file, with only `--auth-strategy keystone` given.
-    fn load(text: &str) -> anyhow::Result<ServeConfig> {
-        let path = std::env::temp_dir().join(format!("accel-config-test-{}.toml", unique_suffix()));
-        std::fs::write(&path, text).unwrap();
-        let result = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            auth_strategy: Some(AuthStrategy::Keystone),
-            ..Default::default()
-        });
-        let _ = std::fs::remove_file(&path);
-        result
-    }
-
-    fn unique_suffix() -> String {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        format!(
-            "{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        )
-    }
-
-    const KS: &str = "[keystone_authtoken]\nauth_url = \"http://ks/v3\"\nusername = \"u\"\n\
-                      password = \"p\"\nproject_name = \"s\"\n";
-
-    #[test]
-    fn nova_table_is_a_keystone_session_with_keystoneauth_names() {
-        let cfg = load(&format!(
-            "{KS}[nova]\nauth_url = \"https://ks:5000\"\nusername = \"cyborg\"\n\
-             password = \"pw\"\nproject_name = \"service\"\nregion_name = \"R1\"\n\
-             interface = \"internal\"\n"
-        ))
-        .unwrap();
-        let n = cfg.nova.unwrap();
-        assert_eq!(
-            (
-                n.username.as_str(),
-                n.interface.as_str(),
-                n.region_name.as_deref()
-            ),
-            ("cyborg", "internal", Some("R1"))
-        );
-        assert_eq!(n.user_domain_name, "Default");
-        for (bad, why) in [
-            ("interface = \"private\"\n", "[nova] interface"),
-            (
-                "endpoint_override = \"nova:8774\"\n",
-                "[nova] endpoint_override",
-            ),
-            ("region = \"R1\"\n", "region"),
-        ] {
-            let err = format!(
-                "{:#}",
-                load(&format!(
-                    "{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
-                     password = \"p\"\nproject_name = \"s\"\n{bad}"
-                ))
-                .unwrap_err()
-            );
-            assert!(err.contains(why), "{bad}: {err}");
-        }
-        let err = load(&format!(
-            "nova_token = \"t\"\n{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
-             password = \"p\"\nproject_name = \"s\"\n"
-        ))
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("keep one"), "{err}");
-    }
-
-    #[test]
-    fn keystone_needs_its_table() {
-        let err = load("").unwrap_err().to_string();
-        assert!(err.contains("[keystone_authtoken]"), "{err}");
-    }
-
-    #[test]
-    fn keystone_table_with_keystonemiddleware_names() {
-        let cfg = load(
-            "[keystone_authtoken]\n\
-             auth_url = \"http://127.0.0.1:5000/v3\"\n\
-             username = \"cyborg\"\n\
-             password = \"pw\"\n\
-             project_name = \"service\"\n\
-             service_token_roles = [\"service\", \"nova\"]\n\
-             service_token_roles_required = false\n\
-             token_cache_time = 60\n",
-        )
-        .unwrap();
-        let k = cfg.keystone.as_ref().unwrap();
-        assert_eq!(k.service_token_roles, ["service", "nova"]);
-        assert!(!k.service_token_roles_required);
-        assert_eq!(k.token_cache_time, 60);
-        let server = cfg.server_config().unwrap();
-        assert_eq!(server.auth_strategy, AuthStrategy::Keystone);
-        assert!(server.keystone.is_some());
-    }
-
-    #[test]
-    fn keystone_table_typos_fail_at_start() {
-        let err = format!(
-            "{:#}",
-            load(
-                "[keystone_authtoken]\n\
-                 auth_url = \"http://ks/v3\"\n\
-                 username = \"u\"\n\
-                 password = \"p\"\n\
-                 project_name = \"s\"\n\
-                 service_token_role = [\"service\"]\n",
-            )
-            .unwrap_err()
-        );
-        assert!(err.contains("unknown field `service_token_role`"), "{err}");
-        let err = load(
-            "[keystone_authtoken]\nauth_url = \"ldap://ks/v3\"\nusername = \"u\"\n\
-             password = \"p\"\nproject_name = \"s\"\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("http:// or https://"), "{err}");
-    }
-}

@@ -203,7 +203,10 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .accelerator_policy(accelerator_policy)
         .config(config)
         .bind_timeout_secs(cfg.bind_timeout_seconds)
-        .workers(Some(WorkerConfig::new(nova)))
+        .workers(Some(WorkerConfig {
+            concurrency: cfg.bind_concurrency,
+            ..WorkerConfig::new(nova)
+        }))
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
         .metrics_listener(Some(metrics_listener))

@@ -6,8 +6,7 @@
 
 mod common;
 
-use accel_agent::testing::FakeSysfs;
-use accel_k8s::proto::deviceplugin as dp;
+use accel_agent::testing::{self, FakeSysfs};
 use accel_k8s::testing::FakeKubelet;
 use accel_testkit::eventually;
 use accel_testkit::server::{TestServer, BACKENDS};
@@ -134,7 +133,7 @@ async fn providers(server: &TestServer) -> Vec<String> {
 /// Two GPUs bound to vfio-pci, which the pool `accel.dev/gpu` offers.
 fn two_gpus(dir: &Path) -> FakeSysfs {
     let fs = FakeSysfs::new(dir.join("sys"));
-    accel_agent::testing::vfio_gpus(&fs, &GPUS);
+    assert_eq!(testing::two_gpus(&fs), GPUS);
     fs
 }
 
@@ -219,26 +218,10 @@ async fn metrics_move_with_reports_and_kubelet_allocations_and_readyz_turns_read
 
         // A container gets one GPU slot through the pool.
         let pool = kubelet.plugin("accel.dev/gpu").await;
-        let granted = pool
-            .client
-            .clone()
-            .allocate(dp::AllocateRequest {
-                container_requests: vec![dp::ContainerAllocateRequest {
-                    devices_ids: vec!["0".into()],
-                }],
-            })
-            .await;
+        let granted = pool.allocate(&["0"]).await;
         assert!(granted.is_ok(), "{granted:?}");
         // An id the pool does not have is refused, and counted so.
-        let refused = pool
-            .client
-            .clone()
-            .allocate(dp::AllocateRequest {
-                container_requests: vec![dp::ContainerAllocateRequest {
-                    devices_ids: vec!["no-such-id".into()],
-                }],
-            })
-            .await;
+        let refused = pool.allocate(&["no-such-id"]).await;
         assert!(refused.is_err());
 
         let pool_series = "{resource=\"accel.dev/gpu\",outcome=\"granted\"}";

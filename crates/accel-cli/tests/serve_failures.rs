@@ -10,9 +10,10 @@ mod common;
 
 use accel_store::accelerator::{binds, heartbeats};
 use accel_store::Store;
+use accel_testkit::postgres::PrivatePostgres;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -422,130 +423,6 @@ async fn kill_9_during_a_bind_postgres_resolves_within_5_s_of_the_restart() {
     store.close().await;
 }
 
-/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), which
-/// the test can stop and start. Run as the `postgres` user when the test runs as root
-/// (initdb refuses root).
-struct OwnPostgres {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-    as_postgres: bool,
-}
-
-impl OwnPostgres {
-    async fn init() -> OwnPostgres {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("PostgreSQL server binaries under /usr/lib/postgresql")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin"))
-            .filter(|p| p.join("initdb").exists())
-            .max()
-            .expect("an initdb under /usr/lib/postgresql/*/bin");
-        let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-        let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
-        let dir = tempfile::tempdir().unwrap();
-        if as_postgres {
-            let ok = std::process::Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "chown to postgres");
-        }
-        let pg = OwnPostgres {
-            dir,
-            bin,
-            port: free_port(),
-            as_postgres,
-        };
-        let data = pg.data();
-        pg.run(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ],
-        )
-        .await;
-        pg
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
-    }
-
-    async fn run(&self, tool: &str, args: &[&str]) {
-        let exe = self.bin.join(tool);
-        let mut c = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(exe);
-            c
-        } else {
-            Command::new(exe)
-        };
-        let out = c.args(args).output().await.unwrap();
-        assert!(
-            out.status.success(),
-            "{tool} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    async fn start(&self) {
-        let (data, log) = (
-            self.data(),
-            self.dir.path().join("log").display().to_string(),
-        );
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
-            self.port,
-            self.dir.path().display()
-        );
-        self.run(
-            "pg_ctl",
-            &["-D", &data, "-l", &log, "-o", &opts, "-w", "start"],
-        )
-        .await;
-    }
-
-    async fn stop(&self, mode: &str) {
-        let data = self.data();
-        self.run("pg_ctl", &["-D", &data, "-m", mode, "-w", "stop"])
-            .await;
-    }
-}
-
-impl Drop for OwnPostgres {
-    fn drop(&mut self) {
-        let exe = self.bin.join("pg_ctl");
-        let data = self.data();
-        let mut c = if self.as_postgres {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(exe);
-            c
-        } else {
-            std::process::Command::new(exe)
-        };
-        let _ = c
-            .args(["-D", &data, "-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 /// What the load saw: names acknowledged, statuses, slowest answer.
 #[derive(Default)]
 struct Load {
@@ -560,7 +437,9 @@ struct Load {
 
 #[tokio::test]
 async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothing() {
-    let pg = OwnPostgres::init().await;
+    let pg = PrivatePostgres::init()
+        .await
+        .expect("PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql");
     pg.start().await;
     {
         use sqlx::Connection;
@@ -669,15 +548,7 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
     );
     assert!(l.slowest < Duration::from_secs(10), "{:?}", l.slowest);
     // Every acknowledged write is there.
-    let v: Value = client
-        .get(format!("{}/resource_providers", s.placement))
-        .header("x-auth-token", "admin")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::placement_get(&s.placement, "/resource_providers").await;
     let present: BTreeSet<&str> = v["resource_providers"]
         .as_array()
         .unwrap()

@@ -125,6 +125,9 @@ pub struct Metrics {
     pub claims: Family<OutcomeLabel, Counter>,
     pub bind_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub nova_events: Family<OutcomeLabel, Counter>,
+    /// Bind jobs claimed by this server's worker and not yet performed.
+    pub bind_jobs_in_flight: Gauge,
+    pub bind_transaction_failures: Family<OutcomeLabel, Counter>,
     pub fpga_programs: Family<OutcomeLabel, Counter>,
     pub fpga_program_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub external_push_failures: Counter,
@@ -177,6 +180,8 @@ impl Metrics {
             claims: Family::default(),
             bind_duration: Family::new_with_constructor(slow as Hist),
             nova_events: Family::default(),
+            bind_jobs_in_flight: Gauge::default(),
+            bind_transaction_failures: Family::default(),
             fpga_programs: Family::default(),
             fpga_program_duration: Family::new_with_constructor(slow as Hist),
             external_push_failures: Counter::default(),
@@ -261,6 +266,16 @@ impl Metrics {
             "accel_nova_events",
             "accelerator-request-bound events to Nova by outcome: delivered, retried, rejected, expired, no_endpoint",
             m.nova_events.clone(),
+        );
+        r.register(
+            "accel_bind_jobs_in_flight",
+            "Bind jobs this server has claimed and is performing (at most bind_concurrency instances at once)",
+            m.bind_jobs_in_flight.clone(),
+        );
+        r.register(
+            "accel_bind_transaction_failures",
+            "Bind transactions that failed, by outcome: retried (a deadlock or serialization failure, run again), failed (left to the lease's end)",
+            m.bind_transaction_failures.clone(),
         );
         r.register(
             "accel_nova_events_pending",

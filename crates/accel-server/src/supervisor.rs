@@ -215,41 +215,15 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accel_testkit::Logs;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
-
-    /// A tracing writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Logs {
-        fn text(&self) -> String {
-            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-        }
-    }
 
     /// A worker that panics on its first run and fails on its second is logged at
     /// `error` with each cause, restarted after the backoff, and its third run stops
     /// cleanly at shutdown.
     #[tokio::test]
     async fn a_failing_worker_is_logged_and_restarted_with_backoff() {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (logs, _guard) = Logs::capture();
 
         let runs = Arc::new(AtomicUsize::new(0));
         let third = Arc::new(tokio::sync::Notify::new());

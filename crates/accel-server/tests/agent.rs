@@ -8,7 +8,7 @@ mod common;
 use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, AgentError};
-use common::accel::{compute_node, delete_allocations, get, placement, tree, Server, TempDb};
+use common::accel::{allocate_gpu, compute_node, delete_allocations, get, tree, Server, TempDb};
 use common::BACKENDS;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -178,18 +178,7 @@ async fn removed_devices_go_when_free_and_wait_while_allocated() {
 
         let busy = uuid3(&format!("cn2_{}", gpus[0]));
         let consumer = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
-        let (s, v) = placement(
-            &srv,
-            reqwest::Method::PUT,
-            &format!("/allocations/{consumer}"),
-            Some(json!({
-                "allocations": {busy.clone(): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
-                "project_id": "p", "user_id": "u", "consumer_generation": null,
-                "consumer_type": "INSTANCE",
-            })),
-        )
-        .await;
-        assert_eq!(s, 204, "{v}");
+        allocate_gpu(&srv, consumer, &busy).await;
 
         fs.remove(&gpus[0]);
         fs.remove(&gpus[1]);

@@ -330,15 +330,7 @@ async fn two_servers_on_one_database_perform_each_job_once() {
         handles.dedup();
         assert_eq!(handles.len(), 12, "every ARQ got its own handle");
         assert_eq!(handles_in_use(&a, "cn4").await, 12);
-        for inst in &instances {
-            let i = inst.clone();
-            let evs = a
-                .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
-                .await
-                .unwrap();
-            assert_eq!(evs.len(), 1, "{backend:?}: {evs:?}");
-            assert_eq!(evs[0].arqs.len(), 2);
-        }
+        one_event_of_two_arqs_each(&a, &instances).await;
         a.close().await;
         b.close().await;
     }
@@ -659,6 +651,121 @@ async fn events_go_to_nova_through_a_keystone_session() {
             assert_eq!(ev[0].delivery, Delivery::Pending);
         }
         assert_eq!(nova.tokens.lock().unwrap().len(), 4, "nothing reached Nova");
+        store.close().await;
+    }
+}
+
+/// [`seed_jobs`] of `n` new instances with two ARQs each (a profile named after the
+/// host): the instances and their ARQs.
+async fn seed_pairs(store: &Store, host: &str, n: usize) -> (Vec<String>, Vec<String>) {
+    let instances: Vec<String> = (0..n).map(|_| instance()).collect();
+    let p = profile(&format!("pair-{host}"), &[("resources:FPGA", "2")]);
+    let arqs = seed_jobs(store, host, p, &instances).await;
+    (instances, arqs)
+}
+
+/// Each instance has one Nova event, for both its ARQs (resolved together).
+async fn one_event_of_two_arqs_each(store: &Store, instances: &[String]) {
+    for inst in instances {
+        let i = inst.clone();
+        let evs = store
+            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .await
+            .unwrap();
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert_eq!(evs[0].arqs.len(), 2, "{evs:?}");
+    }
+}
+
+/// The handles the ARQs were bound to, all distinct, and the jobs' outcome counts.
+fn distinct_handles(states: &[(ArqState, Option<String>)]) -> usize {
+    let mut handles: Vec<&String> = states.iter().filter_map(|(_, h)| h.as_ref()).collect();
+    let n = handles.len();
+    handles.sort();
+    handles.dedup();
+    assert_eq!(handles.len(), n, "a handle was given twice: {states:?}");
+    n
+}
+
+#[tokio::test]
+async fn many_instances_bound_at_once_by_two_servers_never_share_a_handle() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let (a, b) = (
+            Store::connect(&db.url).await.unwrap(),
+            Store::connect(&db.url).await.unwrap(),
+        );
+        // Host cn7: 8 instances x 2 ARQs for its 16 handles. Host cn8: 9 x 2 for its
+        // 16, so two ARQs must fail: concurrent binds race for the same free handles.
+        let (fits, mut arqs) = seed_pairs(&a, "cn7", 8).await;
+        let (over, arqs8) = seed_pairs(&a, "cn8", 9).await;
+        arqs.extend(arqs8);
+        let (mut wa, mut wb) = (
+            Binder::new(a.clone(), "server-a", 30),
+            Binder::new(b.clone(), "server-b", 30),
+        );
+        (wa.concurrency, wb.concurrency) = (8, 8);
+        let now = accel_store::now();
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        assert_eq!(ra.bound + rb.bound, 32, "{backend:?}: {ra:?} {rb:?}");
+        assert_eq!(ra.failed + rb.failed, 2, "{backend:?}: {ra:?} {rb:?}");
+        assert_eq!(ra.events + rb.events, 17, "one event per instance");
+        let (ra, rb) = tokio::join!(wa.step(now), wb.step(now));
+        assert_eq!((ra.unwrap().due, rb.unwrap().due), (0, 0));
+
+        let states = arq_states(&a, &arqs).await;
+        assert_eq!(distinct_handles(&states), 32, "{backend:?}");
+        let failed = states.iter().filter(|(s, _)| *s == ArqState::BindFailed);
+        assert_eq!(failed.count(), 2);
+        assert_eq!(handles_in_use(&a, "cn7").await, 16);
+        assert_eq!(handles_in_use(&a, "cn8").await, 16);
+        let all: Vec<String> = fits.iter().chain(&over).cloned().collect();
+        one_event_of_two_arqs_each(&a, &all).await;
+        a.close().await;
+        b.close().await;
+    }
+}
+
+#[tokio::test]
+async fn due_jobs_go_round_robin_across_hosts_so_a_busy_host_starves_none() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let store = Store::connect(&db.url).await.unwrap();
+        // The busy host's 6 instances were accepted first; the quiet host's one last.
+        let (busy, _) = seed_pairs(&store, "busy", 6).await;
+        let (quiet, quiet_arqs) = seed_pairs(&store, "quiet", 1).await;
+        let now = accel_store::now();
+        // One instance per host per turn, oldest first within a turn, an instance's
+        // jobs together (oldest-first alone would give 6 of busy's jobs).
+        let due = binds::due_now(&store, now, 6).await.unwrap();
+        let hosts: Vec<&str> = due.iter().map(|j| j.hostname.as_deref().unwrap()).collect();
+        assert_eq!(
+            hosts,
+            ["busy", "busy", "quiet", "quiet", "busy", "busy"],
+            "{backend:?}"
+        );
+        let insts: Vec<&str> = due
+            .iter()
+            .map(|j| j.instance_uuid.as_deref().unwrap())
+            .collect();
+        assert_eq!(insts[..4], [&*busy[0], &*busy[0], &*quiet[0], &*quiet[0]]);
+        assert_eq!(insts[4..], [&*busy[1], &*busy[1]]);
+
+        // A worker taking 6 jobs per step binds the quiet host's instance in its first.
+        let mut w = Binder::new(store.clone(), "w", 30);
+        (w.batch, w.concurrency) = (6, 2);
+        let r = w.step(now).await.unwrap();
+        assert_eq!((r.due, r.bound, r.events), (6, 6, 3), "{backend:?}: {r:?}");
+        for (s, _) in arq_states(&store, &quiet_arqs).await {
+            assert_eq!(s, ArqState::Bound, "{backend:?}");
+        }
+        let left = binds::due_now(&store, now, 64).await.unwrap();
+        assert_eq!(
+            left.len(),
+            8,
+            "busy's other 4 instances wait for the next steps"
+        );
         store.close().await;
     }
 }

@@ -109,7 +109,7 @@ async fn fill(srv: &Server, nova: &FakeNova, dir: &Path) -> Estate {
 
     // edge-1: two GPUs for pods, an Intel PAC with two regions (VFs).
     let fs = FakeSysfs::new(dir.join("sys"));
-    sysfs::vfio_gpus(&fs, &GPUS);
+    assert_eq!(sysfs::two_gpus(&fs), GPUS);
     sysfs::pac_opae(&fs, 0x5e, 2);
     compute_node(srv, EDGE).await;
     let settings = Settings::new(&srv.accel, EDGE, &fs.root);

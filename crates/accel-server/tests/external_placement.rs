@@ -10,7 +10,10 @@ use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_server::external::{ExternalPlacement, PlacementConfig, Pusher};
 use accel_store::accelerator::pushes::{self, Push};
-use common::accel::{compute_node, delete_allocations, get, placement, tree, Server, TempDb};
+use accel_store::keyed;
+use common::accel::{
+    allocate_gpu, compute_node, delete_allocations, get, placement, tree, Server, TempDb,
+};
 use common::BACKENDS;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -40,9 +43,8 @@ async fn remote_compute_node(remote: &Server, name: &str) -> String {
 }
 
 async fn push_row(srv: &Server, host: &str) -> Push {
-    let h = host.to_owned();
     srv.store
-        .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
+        .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
         .await
         .unwrap()
         .expect("the host was marked")
@@ -212,18 +214,7 @@ async fn a_device_allocated_remotely_stays_reserved_until_free() {
         // Nova allocates in its Placement; accel's own has no allocation.
         let busy = format!("cn2_{}", gpus[0]);
         let consumer = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
-        let (s, v) = placement(
-            &remote,
-            reqwest::Method::PUT,
-            &format!("/allocations/{consumer}"),
-            Some(json!({
-                "allocations": {uuid3(&busy): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
-                "project_id": "p", "user_id": "u", "consumer_generation": null,
-                "consumer_type": "INSTANCE",
-            })),
-        )
-        .await;
-        assert_eq!(s, 204, "{v}");
+        allocate_gpu(&remote, consumer, &uuid3(&busy)).await;
 
         fs.remove(&gpus[0]);
         assert_eq!(a.step().await.unwrap().removed, 1);
@@ -322,10 +313,9 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
 async fn wait_pushed(srv: &Server, host: &str) {
     let what = format!("{host} to be pushed");
     common::eventually(std::time::Duration::from_secs(20), &what, || async {
-        let h = host.to_owned();
         let row = srv
             .store
-            .read(move |tx| Box::pin(async move { pushes::get(tx, &h).await }))
+            .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
             .await
             .unwrap();
         match &row {

@@ -7,6 +7,7 @@ mod common;
 use accel_server::auth::keystone::{Keystone, KeystoneConfig};
 use accel_server::auth::AuthStrategy;
 use accel_server::ServerConfig;
+use accel_testkit::placement_request;
 use accel_testkit::server::TestServer;
 use common::keystone::{FakeKeystone, Subject};
 use common::reply::Reply;
@@ -768,11 +769,8 @@ async fn external_placement_push_with_a_password_token_and_the_catalog() {
                 {"interface": "public", "region_id": "RegionOne", "url": app.placement}]},
         ]));
         let admin = app.ks.issue(Subject::project("admin", "admin", &["admin"]));
-        let http = reqwest::Client::new();
-        let r = http
-            .post(format!("{}/resource_providers", app.placement))
-            .header("x-auth-token", &admin)
-            .header("openstack-api-version", "placement 1.39")
+        let url = format!("{}/resource_providers", app.placement);
+        let r = placement_request(Method::POST, &url, &admin, "1.39")
             .json(&json!({"name": "cn1"}))
             .send()
             .await
@@ -809,13 +807,8 @@ async fn external_placement_push_with_a_password_token_and_the_catalog() {
         let p = push(&client, "cn1", &tree).await.unwrap();
         assert_eq!((p.created, p.deleted), (1, 0));
         assert_eq!(client.endpoint().await, app.placement);
-        let r = http
-            .get(format!(
-                "{}/resource_providers/{uuid}/traits",
-                app.placement
-            ))
-            .header("x-auth-token", &admin)
-            .header("openstack-api-version", "placement 1.39")
+        let url = format!("{}/resource_providers/{uuid}/traits", app.placement);
+        let r = placement_request(Method::GET, &url, &admin, "1.39")
             .send()
             .await
             .unwrap();

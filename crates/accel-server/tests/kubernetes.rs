@@ -7,12 +7,12 @@ mod common;
 
 use accel_agent::config::Settings;
 use accel_agent::kubernetes::{AgentDevices, ServerUsage};
-use accel_agent::testing::FakeSysfs;
+use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
-use common::accel::{compute_node, delete_allocations, get, placement, workers, Server, TempDb};
+use common::accel::{allocate_gpu, compute_node, delete_allocations, get, workers, Server, TempDb};
 use common::BACKENDS;
 use kubelet::{healthy, ids, wait_list, FakeKubelet};
 use serde_json::{json, Value};
@@ -37,7 +37,7 @@ fn instance(address: &str) -> String {
 /// Two GPUs bound to vfio-pci (IOMMU groups 40 and 41) and the agent's settings.
 fn host(dir: &Path, srv: &Server) -> Settings {
     let fs = FakeSysfs::new(dir.join("sys"));
-    accel_agent::testing::vfio_gpus(&fs, &GPUS);
+    assert_eq!(testing::two_gpus(&fs), GPUS);
     let mut kubernetes = KubernetesConfig::from_toml(
         "[kubernetes]\nreclaim_grace_seconds = 2\n\
          [[kubernetes.configurations]]\nname = \"gpu\"\ncapacity = 2\n\
@@ -283,18 +283,7 @@ async fn devices_vms_hold_are_not_advertised() {
 
         // A VM's allocation on the second GPU (Nova scheduled it).
         let vm = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
-        let (s, v) = placement(
-            &srv,
-            reqwest::Method::PUT,
-            &format!("/allocations/{vm}"),
-            Some(json!({
-                "allocations": {provider(GPUS[1]): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
-                "project_id": "p", "user_id": "u", "consumer_generation": null,
-                "consumer_type": "INSTANCE",
-            })),
-        )
-        .await;
-        assert_eq!(s, 204, "{v}");
+        allocate_gpu(&srv, vm, &provider(GPUS[1])).await;
 
         let kdir = dir.path().join("kubelet");
         std::fs::create_dir(&kdir).unwrap();

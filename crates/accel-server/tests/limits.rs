@@ -250,11 +250,8 @@ async fn a_database_gone_is_503_in_each_apis_format_not_500() {
         let s = server(backend, limits()).await;
         // What a database that went away looks like to a request: no connection.
         s.store.close().await;
-        let client = reqwest::Client::new();
-        let r = client
-            .get(format!("{}/resource_providers", s.placement))
-            .header("x-auth-token", "admin")
-            .header("openstack-api-version", "placement 1.39")
+        let url = format!("{}/resource_providers", s.placement);
+        let r = accel_testkit::placement_request(reqwest::Method::GET, &url, "admin", "1.39")
             .send()
             .await
             .unwrap();
@@ -266,7 +263,7 @@ async fn a_database_gone_is_503_in_each_apis_format_not_500() {
             !detail.to_lowercase().contains("pool"),
             "driver words leak: {v}"
         );
-        let r = client
+        let r = reqwest::Client::new()
             .get(format!("{}/v2/device_profiles", s.accel))
             .header("x-auth-token", "admin")
             .header("x-roles", "admin")

@@ -4,7 +4,7 @@
 
 mod common;
 
-use accel_api::workflow::{self, BootRequest, Endpoints, Unbooted, WorkflowError};
+use accel_api::workflow::{self, BootRequest, Unbooted, WorkflowError};
 use accel_store::accelerator::report;
 use common::accel::{get, handles_in_use, placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
@@ -59,12 +59,7 @@ async fn boot_and_unboot_an_instance_with_two_accelerators() {
                        {"resources:FPGA": "1"}]),
             )
             .await;
-        let ep = Endpoints {
-            placement_url: server.placement.clone(),
-            accelerator_url: server.accel.clone(),
-            token: "admin".into(),
-            service_token: None,
-        };
+        let ep = server.endpoints();
         let instance = uuid::Uuid::new_v4().to_string();
         let booted = workflow::boot(&ep, &request("two-accels", &instance))
             .await

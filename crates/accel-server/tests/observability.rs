@@ -10,10 +10,12 @@ mod common;
 use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
+use accel_testkit::postgres::PrivatePostgres;
+use accel_testkit::Logs;
 use common::accel::{placement, workers, FakeNova, Server, TempDb};
 use common::BACKENDS;
 use serde_json::{json, Value};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 /// The sum of every sample of `name` whose labels include all of `labels`
@@ -83,33 +85,13 @@ fn promtool_check(text: &str) {
     );
 }
 
-/// A tracing writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn uuid_like(s: &str) -> bool {
     s.len() == 36 && s.chars().filter(|c| *c == '-').count() == 4
 }
 
 #[tokio::test]
 async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     for backend in BACKENDS {
         let nova = FakeNova::start(true).await;
         let db = TempDb::fresh(backend).await;
@@ -427,7 +409,7 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         srv.stop().await;
     }
 
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("accel::access") && l.contains("req-global-obs-1"))
@@ -453,121 +435,6 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
     );
 }
 
-/// A private PostgreSQL cluster in a temporary directory, run as the `postgres` user
-/// when this test runs as root (initdb refuses root).
-struct PrivatePg {
-    bin: std::path::PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl PrivatePg {
-    fn find_bin() -> Option<std::path::PathBuf> {
-        let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-            .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
-            .collect();
-        found.sort();
-        found.pop()
-    }
-
-    fn run(&self, tool: &str, args: &[&str]) {
-        let exe = self.bin.join(tool);
-        let root = std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
-        let mut cmd = if root {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&exe);
-            c
-        } else {
-            std::process::Command::new(&exe)
-        };
-        let out = cmd.args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{tool} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn start_new() -> Option<PrivatePg> {
-        let bin = Self::find_bin()?;
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        // The postgres user must own the directory when the test runs as root.
-        let _ = std::process::Command::new("chown")
-            .args(["-R", "postgres"])
-            .arg(dir.path())
-            .status();
-        let pg = PrivatePg { bin, dir, port };
-        let data = pg.data();
-        pg.run(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
-        pg.start();
-        Some(pg)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    fn start(&self) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("pg.log").display().to_string();
-        self.run(
-            "pg_ctl",
-            &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "start"],
-        );
-    }
-
-    fn stop(&self) {
-        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PrivatePg {
-    fn drop(&mut self) {
-        let data = self.data();
-        let exe = self.bin.join("pg_ctl");
-        let _ = std::process::Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(&exe)
-            .args(["-D", &data, "-m", "immediate", "stop"])
-            .output();
-        let _ = std::process::Command::new(&exe)
-            .args(["-D", &data, "-m", "immediate", "stop"])
-            .output();
-    }
-}
-
 async fn status_and_body(url: &str) -> (u16, String) {
     match reqwest::get(url).await {
         Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
@@ -577,19 +444,20 @@ async fn status_and_body(url: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn losing_the_database_turns_health_503_and_back_without_a_restart() {
-    let Some(pg) = PrivatePg::start_new() else {
+    let Some(pg) = PrivatePostgres::init().await else {
         println!(
             "SKIPPED: no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql"
         );
         return;
     };
-    let srv = Server::start(&pg.url(), None, Some(workers(None))).await;
+    pg.start().await;
+    let srv = Server::start(&pg.url("postgres"), None, Some(workers(None))).await;
     let health = format!("{}/healthcheck", srv.placement);
     let ready = format!("{}/readyz", srv.metrics);
     assert_eq!(status_and_body(&health).await, (200, "OK".to_owned()));
     assert_eq!(status_and_body(&ready).await.0, 200);
 
-    pg.stop();
+    pg.stop("fast").await;
     let body = common::eventually(
         Duration::from_secs(30),
         "healthcheck to turn 503",
@@ -614,7 +482,7 @@ async fn losing_the_database_turns_health_503_and_back_without_a_restart() {
         "no driver message: {body}"
     );
 
-    pg.start();
+    pg.start().await;
     common::eventually(
         Duration::from_secs(30),
         "healthcheck back to 200",

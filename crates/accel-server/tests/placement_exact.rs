@@ -151,11 +151,8 @@ async fn vary_only_where_upstream_sends_it() {
         assert_eq!(vary(&resp), ["openstack-api-version"], "{m} {path}");
     }
     // A policy refusal (a user, not the admin): no Vary either.
-    let resp = app
-        .client
-        .put(format!("{}/resource_classes/CUSTOM_Y", app.base))
-        .header("x-auth-token", "user")
-        .header("openstack-api-version", "placement 1.7")
+    let url = format!("{}/resource_classes/CUSTOM_Y", app.base);
+    let resp = accel_testkit::placement_request(Method::PUT, &url, "user", "1.7")
         .send()
         .await
         .unwrap();

@@ -389,7 +389,7 @@ async fn patch_program_waits_for_the_agent_and_answers_the_deployable() {
 
 #[tokio::test]
 async fn the_workflow_picks_the_region_that_already_carries_the_function() {
-    use accel_api::workflow::{self, BootRequest, Endpoints};
+    use accel_api::workflow::{self, BootRequest};
     for backend in BACKENDS {
         let db = TempDb::fresh(backend).await;
         let srv = Server::start(&db.url, None, Some(workers(None))).await;
@@ -422,12 +422,7 @@ async fn the_workflow_picks_the_region_that_already_carries_the_function() {
             json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]),
         )
         .await;
-        let ep = Endpoints {
-            placement_url: srv.placement.clone(),
-            accelerator_url: srv.accel.clone(),
-            token: "admin".into(),
-            service_token: None,
-        };
+        let ep = srv.endpoints();
         let boot = |profile: &str| BootRequest {
             device_profile: profile.into(),
             resources: Vec::new(),

@@ -124,6 +124,19 @@ async fn pragmas(conn: &mut AnyConnection, list: &[&str]) -> Result<(), sqlx::Er
 /// The future a transaction closure returns (boxed: it borrows the transaction).
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// The transaction closure of one store function keyed by a borrowed name or uuid, the
+/// shape of most handlers' reads and writes:
+/// `store.read(keyed(uuid, |tx, k| Box::pin(f(tx, k))))`. The key is copied into the
+/// transaction's future, which must own what it borrows.
+pub fn keyed<T, F>(key: &str, f: F) -> impl for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut Tx, &'c str) -> BoxFut<'c, T> + Send + 'static,
+{
+    let key = key.to_owned();
+    move |tx| Box::pin(async move { f(tx, &key).await })
+}
+
 impl Store {
     /// Connects to `url` (`sqlite://PATH` or `postgres://...`), creating a SQLite file
     /// when absent, and applies migrations. Safe to call from several processes at once.

@@ -131,20 +131,36 @@ pub(crate) async fn run(store: &Store) -> Result<(), StoreError> {
     }
 }
 
+/// Applies what is missing, in order, on one connection under the caller's lock. The
+/// backends differ only in table options (MariaDB/MySQL: engine, character set and
+/// binary collation on every table), placeholders and how a statement is sent.
 async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
+    let options = match backend {
+        Backend::MySql => {
+            let collation = mysql_collation(&mut *conn).await?;
+            format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}")
+        }
+        Backend::Sqlite | Backend::Postgres => String::new(),
+    };
     if backend == Backend::Postgres {
         sqlx::query(&format!("SELECT pg_advisory_xact_lock({PG_LOCK_KEY})"))
             .execute(&mut *conn)
             .await?;
     }
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS accel_schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-    )
-    .execute(&mut *conn)
-    .await?;
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS accel_schema_migrations \
+         (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL){options}"
+    );
+    execute(backend, conn, &create).await?;
     let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM accel_schema_migrations")
         .fetch_all(&mut *conn)
         .await?;
+    let insert = match backend {
+        Backend::MySql => "INSERT INTO accel_schema_migrations (version, applied_at) VALUES (?, ?)",
+        Backend::Sqlite | Backend::Postgres => {
+            "INSERT INTO accel_schema_migrations (version, applied_at) VALUES ($1, $2)"
+        }
+    };
     for m in MIGRATIONS {
         if done.contains(&m.version) {
             continue;
@@ -161,16 +177,38 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
             .collect::<Vec<_>>()
             .join("\n");
         for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            sqlx::query(stmt).execute(&mut *conn).await?;
+            let stmt = if stmt.starts_with("CREATE TABLE") {
+                format!("{stmt}{options}")
+            } else {
+                stmt.to_owned()
+            };
+            execute(backend, conn, &stmt).await?;
         }
-        sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES ($1, $2)")
+        sqlx::query(insert)
             .bind(m.version)
             .bind(crate::now())
             .execute(&mut *conn)
             .await?;
         tracing::info!(version = m.version, "applied migration");
     }
-    let _ = conn.ping().await;
+    if backend != Backend::MySql {
+        let _ = conn.ping().await;
+    }
+    Ok(())
+}
+
+/// One migration statement: MariaDB/MySQL takes DDL unprepared (text protocol); the
+/// others run it as a prepared statement.
+async fn execute(
+    backend: Backend,
+    conn: &mut sqlx::AnyConnection,
+    stmt: &str,
+) -> Result<(), StoreError> {
+    use sqlx::Executor;
+    match backend {
+        Backend::MySql => conn.execute(stmt).await?,
+        Backend::Sqlite | Backend::Postgres => sqlx::query(stmt).execute(&mut *conn).await?,
+    };
     Ok(())
 }
 
@@ -196,7 +234,7 @@ async fn run_mysql(conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
              server is migrating this database, or died holding its session"
         )));
     }
-    let result = apply_mysql(&mut *conn).await;
+    let result = apply(Backend::MySql, &mut *conn).await;
     let released = sqlx::query(&format!("DO RELEASE_LOCK({MYSQL_LOCK})"))
         .execute(&mut *conn)
         .await;
@@ -219,48 +257,4 @@ async fn mysql_collation(conn: &mut sqlx::AnyConnection) -> Result<&'static str,
     } else {
         "utf8mb4_0900_bin"
     })
-}
-
-async fn apply_mysql(conn: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
-    use sqlx::Executor;
-    let collation = mysql_collation(&mut *conn).await?;
-    let options = format!(" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
-    conn.execute(
-        format!(
-            "CREATE TABLE IF NOT EXISTS accel_schema_migrations \
-             (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL){options}"
-        )
-        .as_str(),
-    )
-    .await?;
-    let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM accel_schema_migrations")
-        .fetch_all(&mut *conn)
-        .await?;
-    for m in MIGRATIONS {
-        if done.contains(&m.version) {
-            continue;
-        }
-        let sql: String = m
-            .mysql
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            // Every table gets the engine, character set and collation.
-            let stmt = if stmt.starts_with("CREATE TABLE") {
-                format!("{stmt}{options}")
-            } else {
-                stmt.to_owned()
-            };
-            conn.execute(stmt.as_str()).await?;
-        }
-        sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES (?, ?)")
-            .bind(m.version)
-            .bind(crate::now())
-            .execute(&mut *conn)
-            .await?;
-        tracing::info!(version = m.version, "applied migration");
-    }
-    Ok(())
 }

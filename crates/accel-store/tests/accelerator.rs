@@ -342,9 +342,9 @@ async fn fake_report_fills_records_and_placement() {
         assert_eq!(
             (
                 inv[0].rc_name.as_str(),
-                inv[0].total,
-                inv[0].max_unit,
-                inv[0].reserved
+                inv[0].limits.total,
+                inv[0].limits.max_unit,
+                inv[0].limits.reserved
             ),
             ("FPGA", 16, 16, 0)
         );
@@ -375,7 +375,7 @@ async fn fake_report_fills_records_and_placement() {
             .read(move |tx| Box::pin(async move { inventories::list(tx, id).await }))
             .await
             .unwrap();
-        assert_eq!(inv[0].reserved, 16);
+        assert_eq!(inv[0].limits.reserved, 16);
 
         // An empty report removes the host's records and device providers.
         let s = store

@@ -23,7 +23,11 @@ async fn apply(
     let out = inventories::change(store, RP, change, invalid.map(str::to_owned))
         .await
         .unwrap();
-    out.map(|(_, invs)| invs.into_iter().map(|i| (i.rc_name, i.total)).collect())
+    out.map(|(_, invs)| {
+        invs.into_iter()
+            .map(|i| (i.rc_name, i.limits.total))
+            .collect()
+    })
 }
 
 async fn generation(store: &Store) -> i64 {

@@ -18,6 +18,29 @@ async fn create(
         .await
 }
 
+/// One integer `sql` reads (a `COUNT(*)`) in a read transaction.
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    store
+        .read(move |tx| {
+            Box::pin(async move { Ok(sqlx::query_scalar(sql).fetch_one(&mut *tx).await?) })
+        })
+        .await
+        .unwrap()
+}
+
+/// A provider `writer` creates is there for `reader` (another server on the database).
+async fn sees_writes_of(reader: &Store, writer: &Store) {
+    create(writer, A, "a", None).await.unwrap();
+    let seen = reader
+        .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
+        .await
+        .unwrap();
+    assert!(
+        seen.is_some(),
+        "the second server sees the first one's writes"
+    );
+}
+
 const A: &str = "7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c";
 const B: &str = "0b8d5e0c-2a7f-4c41-8a0b-6f5e2d1c3b4a";
 const C: &str = "c3b4a0b8-d5e0-4c2a-7f41-8a0b6f5e2d1c";
@@ -25,29 +48,9 @@ const C: &str = "c3b4a0b8-d5e0-4c2a-7f41-8a0b6f5e2d1c";
 #[tokio::test]
 async fn standards_are_synced_once() {
     each_backend(|store| async move {
-        let n: i64 = store
-            .read(|tx| {
-                Box::pin(async move {
-                    Ok(
-                        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM resource_classes")
-                            .fetch_one(&mut *tx)
-                            .await?,
-                    )
-                })
-            })
-            .await
-            .unwrap();
+        let n: i64 = count(&store, "SELECT COUNT(*) FROM resource_classes").await;
         assert_eq!(n, 21);
-        let traits: i64 = store
-            .read(|tx| {
-                Box::pin(async move {
-                    Ok(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM traits")
-                        .fetch_one(&mut *tx)
-                        .await?)
-                })
-            })
-            .await
-            .unwrap();
+        let traits: i64 = count(&store, "SELECT COUNT(*) FROM traits").await;
         assert_eq!(traits as usize, accel_core::standard::traits().count());
     })
     .await;
@@ -59,15 +62,7 @@ async fn postgres_migrations_are_idempotent_across_servers() {
     // Two servers starting at once on one database must both succeed.
     let (a, b) = tokio::join!(Store::connect(&url), Store::connect(&url));
     let (a, b) = (a.unwrap(), b.unwrap());
-    create(&a, A, "a", None).await.unwrap();
-    let seen = b
-        .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
-        .await
-        .unwrap();
-    assert!(
-        seen.is_some(),
-        "the second server sees the first one's writes"
-    );
+    sees_writes_of(&b, &a).await;
 }
 
 #[tokio::test]
@@ -86,39 +81,13 @@ async fn mysql_migrations_are_idempotent_across_servers() {
     );
     let (a, b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
     assert_eq!(b.backend(), accel_store::Backend::MySql);
-    create(&a, A, "a", None).await.unwrap();
-    let seen = b
-        .read(|tx| Box::pin(async move { providers::get(tx, A).await }))
-        .await
-        .unwrap();
-    assert!(
-        seen.is_some(),
-        "the second server sees the first one's writes"
-    );
-    let versions: i64 = a
-        .read(|tx| {
-            Box::pin(async move {
-                Ok(
-                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM accel_schema_migrations")
-                        .fetch_one(&mut *tx)
-                        .await?,
-                )
-            })
-        })
-        .await
-        .unwrap();
-    let distinct: i64 = a
-        .read(|tx| {
-            Box::pin(async move {
-                Ok(sqlx::query_scalar::<_, i64>(
-                    "SELECT COUNT(DISTINCT version) FROM accel_schema_migrations",
-                )
-                .fetch_one(&mut *tx)
-                .await?)
-            })
-        })
-        .await
-        .unwrap();
+    sees_writes_of(&b, &a).await;
+    let versions: i64 = count(&a, "SELECT COUNT(*) FROM accel_schema_migrations").await;
+    let distinct: i64 = count(
+        &a,
+        "SELECT COUNT(DISTINCT version) FROM accel_schema_migrations",
+    )
+    .await;
     assert_eq!(versions, distinct, "each migration applied once");
 }
 

@@ -11,14 +11,20 @@
 //! - [`eventually`]: the one way a test waits for something another task does; tests
 //!   never sleep a fixed time.
 //! - [`serve_fake`]: a fake service's router on a free local port.
+//! - [`postgres`]: a PostgreSQL server of the test's own, which the test may stop.
+//! - [`Logs`]: the log lines a test's code wrote, for tests that check a log line.
+//! - [`placement_request`]: a raw Placement request, for tests that look at what the
+//!   typed client hides (headers, a 503 body, a token of their own).
 
 #[cfg(feature = "browser")]
 pub mod browser;
 pub mod keystone;
+pub mod postgres;
 #[cfg(feature = "server")]
 pub mod server;
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -88,4 +94,51 @@ pub async fn serve_fake(app: axum::Router) -> (std::net::SocketAddr, oneshot::Se
             .await
     });
     (addr, stop)
+}
+
+/// `method url` to Placement with `token` (`admin` or `user` under noauth, an issued
+/// token under Keystone) at microversion `mv`.
+pub fn placement_request(
+    method: reqwest::Method,
+    url: &str,
+    token: &str,
+    mv: &str,
+) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, url)
+        .header("x-auth-token", token)
+        .header("openstack-api-version", format!("placement {mv}"))
+}
+
+/// The log lines written while a [`Logs::capture`] guard lives (on this thread, and
+/// on a current-thread runtime's tasks), as plain text without colours.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Starts capturing; dropping the guard stops it.
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
 }

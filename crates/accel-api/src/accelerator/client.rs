@@ -68,6 +68,13 @@ impl Client {
         }
     }
 
+    /// `GET path` of a collection with upstream's query filters.
+    fn list(&self, path: &str, filters: &[(&str, &str)]) -> Request {
+        filters
+            .iter()
+            .fold(self.req(Method::GET, path), |r, (k, v)| r.query(k, *v))
+    }
+
     /// Adds Nova's service-token headers.
     fn as_service(req: Request, service_token: Option<&str>) -> Request {
         match service_token {
@@ -173,10 +180,7 @@ impl Client {
 
     /// `GET /v2/deployables`, with upstream's filters (`name`, `rp_uuid`, ...).
     pub async fn deployables(&self, filters: &[(&str, &str)]) -> Result<Vec<Deployable>, Error> {
-        let mut r = self.req(Method::GET, "/deployables");
-        for (k, v) in filters {
-            r = r.query(k, *v);
-        }
+        let r = self.list("/deployables", filters);
         Ok(self.http.call::<Deployables>(&r).await?.deployables)
     }
 
@@ -188,10 +192,7 @@ impl Client {
 
     /// `GET /v2/devices`, with upstream's filters (`type`, `vendor`, `hostname`, ...).
     pub async fn devices(&self, filters: &[(&str, &str)]) -> Result<Vec<Device>, Error> {
-        let mut r = self.req(Method::GET, "/devices");
-        for (k, v) in filters {
-            r = r.query(k, *v);
-        }
+        let r = self.list("/devices", filters);
         Ok(self.http.call::<Devices>(&r).await?.devices)
     }
 

@@ -6,6 +6,7 @@
 //! `placement/rest_api_version_history.rst`; the server gates on them
 //! (`req.mv(mv::NESTED_CANDIDATES)`) and clients pick the version they need by name.
 
+use crate::python::{py_int, py_repr};
 use std::fmt;
 
 /// A Placement API microversion.
@@ -181,60 +182,6 @@ pub fn parse(v: &str) -> Result<Version, VersionError> {
         return Err(VersionError::Unacceptable(v.to_owned()));
     }
     Ok(version)
-}
-
-/// Python's `int(s)` for base 10; `None` where Python raises `ValueError`. Values past
-/// `i128` saturate (any of them is an unacceptable version anyway).
-fn py_int(s: &str) -> Option<i128> {
-    let t = s.trim();
-    let (neg, digits) = match t.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    if digits.is_empty()
-        || digits.starts_with('_')
-        || digits.ends_with('_')
-        || digits.contains("__")
-        || !digits.chars().all(|c| c.is_ascii_digit() || c == '_')
-    {
-        return None;
-    }
-    let mut n: i128 = 0;
-    for c in digits.chars().filter(char::is_ascii_digit) {
-        n = n
-            .saturating_mul(10)
-            .saturating_add(i128::from(c as u8 - b'0'));
-    }
-    Some(if neg { -n } else { n })
-}
-
-/// Python's `repr()` of a string, as its error messages quote it.
-fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::new();
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 #[cfg(test)]

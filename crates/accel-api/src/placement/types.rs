@@ -131,6 +131,19 @@ pub struct Inventory {
     pub allocation_ratio: f64,
 }
 
+impl From<accel_core::capacity::Limits> for Inventory {
+    fn from(l: accel_core::capacity::Limits) -> Inventory {
+        Inventory {
+            total: l.total,
+            reserved: l.reserved,
+            min_unit: l.min_unit,
+            max_unit: l.max_unit,
+            step_size: l.step_size,
+            allocation_ratio: l.allocation_ratio,
+        }
+    }
+}
+
 /// `GET|PUT|POST /resource_providers/{uuid}/inventories/{class}` answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProviderInventory {

@@ -44,6 +44,7 @@ use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds;
 use accel_store::accelerator::pushes;
 use accel_store::accelerator::report::{self, Summary};
+use accel_store::keyed;
 use accel_store::{Store, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
@@ -243,11 +244,10 @@ pub(crate) async fn show_host(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let h = host.to_owned();
     let found = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { report::host(tx, &h).await }))
+        .read(keyed(host, |tx, k| Box::pin(report::host(tx, k))))
         .await?;
     let remote = match (&found, &st.external) {
         (None, Some(ext)) => remote_compute_node(st, ext, host).await?,
@@ -299,11 +299,12 @@ pub(crate) async fn pending_programs(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let h = host.to_owned();
     let list = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { binds::pending_programs(tx, &h).await }))
+        .read(keyed(host, |tx, k| {
+            Box::pin(binds::pending_programs(tx, k))
+        }))
         .await?;
     let programs = list.iter().map(render_program).collect();
     Ok(json_reply(StatusCode::OK, &Programs { programs }))
@@ -383,11 +384,12 @@ async fn remote_compute_node(
     ext: &ExternalPlacement,
     host: &str,
 ) -> AccelResult<Option<(String, String)>> {
-    let h = host.to_owned();
     let local = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { report::has_compute_node(tx, &h).await }))
+        .read(keyed(host, |tx, k| {
+            Box::pin(report::has_compute_node(tx, k))
+        }))
         .await?;
     if local {
         return Ok(None);

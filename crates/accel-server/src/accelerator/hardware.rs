@@ -10,6 +10,7 @@ use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds::ProgramState;
 use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
 use accel_store::accelerator::{binds, pushes, report};
+use accel_store::keyed;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::Value;
@@ -104,11 +105,12 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
 pub async fn show_device(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::DEVICE_GET_ONE)?;
     ctx.only_params(&[])?;
-    let u = uuid.to_owned();
     let d = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { hardware::device_by_uuid(tx, &u).await }))
+        .read(keyed(uuid, |tx, k| {
+            Box::pin(hardware::device_by_uuid(tx, k))
+        }))
         .await?;
     Ok(json_reply(StatusCode::OK, &render::device(ctx, &d)))
 }
@@ -271,11 +273,12 @@ pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResu
     ctx.authorize(st, rules::ATTRIBUTE_GET_ONE)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let u = uuid.to_owned();
     let a = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { hardware::attribute_by_uuid(tx, &u).await }))
+        .read(keyed(uuid, |tx, k| {
+            Box::pin(hardware::attribute_by_uuid(tx, k))
+        }))
         .await?;
     Ok(json_reply(StatusCode::OK, &render::attribute(ctx, &a)))
 }
@@ -332,10 +335,11 @@ pub async fn delete_attribute(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::ATTRIBUTE_DELETE)?;
     ctx.only_params(&[])?;
-    let u = uuid.to_owned();
     st.app
         .store
-        .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
+        .write(keyed(uuid, |tx, k| {
+            Box::pin(hardware::delete_attribute(tx, k))
+        }))
         .await?;
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }

@@ -23,6 +23,7 @@ use super::{json_reply, AccelState, Ctx};
 use accel_api::agent::{KubernetesSaved, KubernetesShown, KubernetesUsage};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::kubernetes::{self as store, SlotClaim};
+use accel_store::keyed;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::Value;
@@ -143,11 +144,10 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
 pub(crate) async fn show(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let h = host.to_owned();
     let saved = st
         .app
         .store
-        .read(move |tx| Box::pin(async move { store::load(tx, &h).await }))
+        .read(keyed(host, |tx, k| Box::pin(store::load(tx, k))))
         .await?;
     Ok(json_reply(
         StatusCode::OK,

@@ -110,16 +110,6 @@ impl std::fmt::Debug for PlacementConfig {
     }
 }
 
-fn http_url(key: &str, url: &str) -> Result<(), String> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        Ok(())
-    } else {
-        Err(format!(
-            "[placement] {key} must be an http:// or https:// URL, not {url:?}"
-        ))
-    }
-}
-
 impl PlacementConfig {
     /// Checks the table as a whole, with messages naming the keys to fix.
     pub fn validate(&self) -> Result<(), String> {
@@ -131,7 +121,7 @@ impl PlacementConfig {
             }
         }
         if let Some(u) = &self.endpoint_override {
-            http_url("endpoint_override", u)?;
+            accel_keystone::check_url("[placement] endpoint_override", u)?;
         }
         let password_keys = [
             ("auth_url", &self.auth_url),
@@ -175,7 +165,7 @@ impl PlacementConfig {
             }
         }
         if let Some(u) = &self.auth_url {
-            http_url("auth_url", u)?;
+            accel_keystone::check_url("[placement] auth_url", u)?;
         }
         if let Some(i) = &self.interface {
             if !["public", "internal", "admin"].contains(&i.as_str()) {

@@ -1,7 +1,7 @@
 //! `/resource_providers/{uuid}/aggregates` (1.1 on; generations from 1.19).
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::{require, uncaught};
+use super::resource_providers::{exists, read_with, require, uncaught};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{mv, Aggregates, AggregatesPut};
@@ -51,28 +51,18 @@ fn render(req: &Req, uuids: Vec<String>, generation: i64) -> ApiResult<Reply> {
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_AGGREGATES_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (uuids, generation) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await?;
-                Ok((aggregates::for_provider(tx, rp.id).await?, rp.generation))
-            })
-        })
-        .await
-        .map_err(uncaught)?;
-    render(&req, uuids, generation)
+    let (rp, uuids) = read_with(&app, &uuid, |tx, id| {
+        Box::pin(aggregates::for_provider(tx, id))
+    })
+    .await
+    .map_err(uncaught)?;
+    render(&req, uuids, rp.generation)
 }
 
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_AGGREGATES_UPDATE)?;
     let uuid = req.param(0).to_owned();
-    // Upstream loads the provider (404) before it reads the body.
-    let u = uuid.clone();
-    app.store
-        .read(move |tx| Box::pin(async move { require(tx, &u).await }))
-        .await
-        .map_err(uncaught)?;
+    exists(&app, &uuid).await?;
     let data: AggregatesPut = req.body(&put_schema(&req))?;
     let with_generation = req.mv(mv::AGGREGATES_GENERATION);
     let (given, expected) = match data {

@@ -7,7 +7,7 @@
 //! `allocation_conflict_retry_count` times, as upstream retries, before answering 409.
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::require;
+use super::resource_providers::{not_found_as, read_with};
 use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{
@@ -15,6 +15,7 @@ use accel_api::placement::{
     ListAllocations, ProviderAllocationView, ProviderAllocations, Resources,
 };
 use accel_core::policy::placement as rules;
+use accel_store::keyed;
 use accel_store::placement::allocations::{
     self as store, AllocationRow, ConsumerWrite, Refusable, Refusal,
 };
@@ -330,10 +331,11 @@ fn last_modified(rows: &[AllocationRow]) -> i64 {
 
 pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATIONS_LIST)?;
-    let uuid = req.param(0).to_owned();
     let rows = app
         .store
-        .read(move |tx| Box::pin(async move { store::for_consumer(tx, &uuid).await }))
+        .read(keyed(req.param(0), |tx, k| {
+            Box::pin(store::for_consumer(tx, k))
+        }))
         .await?;
     let mut out = ConsumerAllocationsView::default();
     for r in &rows {
@@ -368,22 +370,12 @@ pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_ALLOCATIONS_LIST)?;
     let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
-    let (rp, rows) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let rows = store::for_provider(tx, rp.id).await?;
-                Ok((rp, rows))
-            })
-        })
+    let (rp, rows) = read_with(&app, &uuid, |tx, id| Box::pin(store::for_provider(tx, id)))
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound(m) => {
+        .map_err(|e| {
+            not_found_as(e, |m| {
                 ApiError::not_found(format!("Resource provider '{uuid}' not found: {m}"))
-            }
-            e => e.into(),
+            })
         })?;
     let mut body = ProviderAllocations {
         allocations: api::Map::new(),
@@ -405,10 +397,11 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn delete_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATIONS_DELETE)?;
     let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
     let deleted = app
         .store
-        .write(move |tx| Box::pin(async move { store::delete_for_consumer(tx, &u).await }))
+        .write(keyed(&uuid, |tx, k| {
+            Box::pin(store::delete_for_consumer(tx, k))
+        }))
         .await?;
     if !deleted {
         return Err(ApiError::not_found(format!(

@@ -5,10 +5,11 @@
 //! `DELETE` of one class, the generation just read).
 
 use super::error::{ApiError, ApiResult, Code};
-use super::resource_providers::{provider_url, require};
+use super::resource_providers::{exists, not_found_as, provider_url, read_with};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
+use accel_core::capacity::Limits;
 use accel_core::policy::placement as rules;
 use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
 use accel_store::{Conflict, StoreError};
@@ -59,25 +60,20 @@ pub(crate) fn from_record(rc_name: &str, rc_id: i64, v: &InventoryRecord) -> Inv
     Inventory {
         rc_id,
         rc_name: rc_name.to_owned(),
-        total: v.total,
-        reserved: v.reserved.unwrap_or(0),
-        min_unit: v.min_unit.unwrap_or(1),
-        max_unit: v.max_unit.unwrap_or(MAX_INT),
-        step_size: v.step_size.unwrap_or(1),
-        allocation_ratio: v.allocation_ratio.unwrap_or(1.0),
+        limits: Limits {
+            total: v.total,
+            reserved: v.reserved.unwrap_or(0),
+            min_unit: v.min_unit.unwrap_or(1),
+            max_unit: v.max_unit.unwrap_or(MAX_INT),
+            step_size: v.step_size.unwrap_or(1),
+            allocation_ratio: v.allocation_ratio.unwrap_or(1.0),
+        },
         modified: accel_store::now(),
     }
 }
 
 fn render(inv: &Inventory) -> api::Inventory {
-    api::Inventory {
-        total: inv.total,
-        reserved: inv.reserved,
-        min_unit: inv.min_unit,
-        max_unit: inv.max_unit,
-        step_size: inv.step_size,
-        allocation_ratio: inv.allocation_ratio,
-    }
+    api::Inventory::from(inv.limits)
 }
 
 fn render_one(inv: &Inventory, generation: i64) -> api::ProviderInventory {
@@ -132,21 +128,9 @@ fn rp_not_found(uuid: &str) -> ApiError {
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_LIST)?;
     let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
-    let (rp, invs) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let invs = inventories::list(tx, rp.id).await?;
-                Ok((rp, invs))
-            })
-        })
+    let (rp, invs) = read_with(&app, &uuid, |tx, id| Box::pin(inventories::list(tx, id)))
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => rp_not_found(&uuid),
-            e => e.into(),
-        })?;
+        .map_err(|e| not_found_as(e, |_| rp_not_found(&uuid)))?;
     let (body, modified) = render_all(&invs, rp.generation);
     Ok(Reply::typed(&body)?.modified_if(modified))
 }
@@ -155,26 +139,13 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_SHOW)?;
     let uuid = req.param(0).to_owned();
     let rc = req.param(1).to_owned();
-    let (u, c) = (uuid.clone(), rc.clone());
-    let (rp, inv) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let inv = inventories::list(tx, rp.id)
-                    .await?
-                    .into_iter()
-                    .find(|i| i.rc_name == c);
-                Ok((rp, inv))
-            })
-        })
+    let (rp, invs) = read_with(&app, &uuid, |tx, id| Box::pin(inventories::list(tx, id)))
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => rp_not_found(&uuid),
-            e => e.into(),
-        })?;
-    let inv =
-        inv.ok_or_else(|| ApiError::not_found(format!("No inventory of class {rc} for {uuid}")))?;
+        .map_err(|e| not_found_as(e, |_| rp_not_found(&uuid)))?;
+    let inv = invs
+        .into_iter()
+        .find(|i| i.rc_name == rc)
+        .ok_or_else(|| ApiError::not_found(format!("No inventory of class {rc} for {uuid}")))?;
     Ok(Reply::typed(&render_one(&inv, rp.generation))?.modified(inv.modified))
 }
 
@@ -396,20 +367,4 @@ pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         Ok(Err(r)) => Err(unexpected(r)),
         Err(e) => Err(other(&uuid, e)),
     }
-}
-
-/// Upstream loads the provider (404) before looking at the body, outside any `try`:
-/// its `NotFound` reaches the dispatcher, which answers without `Vary`.
-async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
-    let u = uuid.to_owned();
-    app.store
-        .read(move |tx| Box::pin(async move { require(tx, &u).await.map(|_| ()) }))
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => {
-                ApiError::not_found(format!("No resource provider with uuid {uuid} found"))
-                    .without_vary()
-            }
-            e => e.into(),
-        })
 }

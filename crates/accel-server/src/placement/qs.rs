@@ -5,6 +5,7 @@
 use super::error::{ApiError, ApiResult};
 use super::Req;
 use accel_api::placement::mv;
+use accel_api::python::py_int;
 
 /// `RC:N,RC:N` in request order; amounts must be integers >= 1.
 pub fn resources(qs: &str) -> ApiResult<Vec<(String, i64)>> {
@@ -22,11 +23,15 @@ pub fn resources(qs: &str) -> ApiResult<Vec<(String, i64)>> {
             )));
         }
         let (rc, amount) = (parts[0], parts[1]);
-        let amount: i64 = py_int(amount).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "Requested resource {rc} expected positive integer amount. Got: {amount}."
-            ))
-        })?;
+        // Python's int, as far as an i64 holds it whatever the sign.
+        let amount: i64 = py_int(amount)
+            .and_then(|v| i64::try_from(v).ok())
+            .filter(|v| *v != i64::MIN)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Requested resource {rc} expected positive integer amount. Got: {amount}."
+                ))
+            })?;
         if amount < 1 {
             return Err(ApiError::bad_request(format!(
                 "Requested resource {rc} requires amount >= 1. Got: {amount}."
@@ -38,28 +43,6 @@ pub fn resources(qs: &str) -> ApiResult<Vec<(String, i64)>> {
         }
     }
     Ok(out)
-}
-
-/// Python's `int(str)`: surrounding whitespace, a sign and underscores between digits.
-fn py_int(s: &str) -> Option<i64> {
-    let t = s.trim();
-    let (neg, digits) = match t.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    if digits.is_empty()
-        || digits.starts_with('_')
-        || digits.ends_with('_')
-        || digits.contains("__")
-    {
-        return None;
-    }
-    let clean: String = digits.chars().filter(|c| *c != '_').collect();
-    if !clean.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let v: i64 = clean.parse().ok()?;
-    Some(if neg { -v } else { v })
 }
 
 /// Parsed `required` values: AND of any-of lists, and a forbidden set.

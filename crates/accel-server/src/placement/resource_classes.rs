@@ -11,6 +11,7 @@ use crate::{jsonschema, AppState};
 use accel_api::placement::mv;
 use accel_api::placement::{self as api, ResourceClassName};
 use accel_core::policy::placement as rules;
+use accel_store::keyed;
 use accel_store::placement::classes::{self, ResourceClass};
 use accel_store::{Conflict, StoreError};
 use axum::http::StatusCode;
@@ -81,10 +82,9 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_CREATE)?;
     let ResourceClassName { name } = req.body(&schema())?;
-    let n = name.clone();
     let rc = app
         .store
-        .write(move |tx| Box::pin(async move { classes::create(tx, &n).await }))
+        .write(keyed(&name, |tx, k| Box::pin(classes::create(tx, k))))
         .await
         .map_err(|e| match e {
             StoreError::Conflict(Conflict::Duplicate, _) => {
@@ -98,10 +98,11 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_SHOW)?;
-    let name = req.param(0).to_owned();
     let rc = app
         .store
-        .read(move |tx| Box::pin(async move { classes::require(tx, &name).await }))
+        .read(keyed(req.param(0), |tx, k| {
+            Box::pin(classes::require(tx, k))
+        }))
         .await
         .map_err(uncaught)?;
     Ok(Reply::typed(&render(&rc))?.modified(modified(&rc)))
@@ -186,9 +187,10 @@ async fn create_or_verify(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_DELETE)?;
-    let name = req.param(0).to_owned();
     app.store
-        .write(move |tx| Box::pin(async move { classes::delete(tx, &name).await }))
+        .write(keyed(req.param(0), |tx, k| {
+            Box::pin(classes::delete(tx, k))
+        }))
         .await
         .map_err(|e| match e {
             StoreError::Invalid(m) => {

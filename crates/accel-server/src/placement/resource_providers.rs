@@ -5,9 +5,10 @@ use super::{authorize, qs, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_core::policy::placement as rules;
+use accel_store::keyed;
 use accel_store::placement::lookup;
 use accel_store::placement::providers::{self, ParentChange, Provider};
-use accel_store::{Conflict, StoreError};
+use accel_store::{BoxFut, Conflict, StoreError, Tx};
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -118,7 +119,7 @@ fn object_action(action: &str, reason: &str) -> String {
 }
 
 /// Looks a provider up inside a transaction, with upstream's 404 wording.
-pub(crate) async fn require(tx: &mut accel_store::Tx, uuid: &str) -> Result<Provider, StoreError> {
+pub(crate) async fn require(tx: &mut Tx, uuid: &str) -> Result<Provider, StoreError> {
     providers::get(tx, uuid)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("No resource provider with uuid {uuid} found")))
@@ -131,6 +132,58 @@ pub(crate) fn uncaught(e: StoreError) -> ApiError {
         StoreError::NotFound(m) => ApiError::not_found(m).without_vary(),
         e => e.into(),
     }
+}
+
+/// A store error whose `NotFound` a handler words itself (`word` gets the store's
+/// message); every other error maps as usual.
+pub(crate) fn not_found_as(e: StoreError, word: impl FnOnce(String) -> ApiError) -> ApiError {
+    match e {
+        StoreError::NotFound(m) => word(m),
+        e => e.into(),
+    }
+}
+
+/// Upstream's 404 for the provider of a sub-resource read (usages, traits): its words,
+/// then the lookup's.
+pub(crate) fn missing_provider(uuid: &str) -> impl FnOnce(StoreError) -> ApiError + '_ {
+    move |e| {
+        not_found_as(e, |m| {
+            ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
+        })
+    }
+}
+
+/// A provider and what `then` reads of it (given the provider's id), in one read
+/// snapshot: the shape of every `/resource_providers/{uuid}/...` GET. A missing
+/// provider is [`require`]'s `NotFound`, which each handler words as upstream's does.
+pub(crate) async fn read_with<T, F>(
+    app: &AppState,
+    uuid: &str,
+    then: F,
+) -> Result<(Provider, T), StoreError>
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut Tx, i64) -> BoxFut<'c, T> + Send + 'static,
+{
+    let u = uuid.to_owned();
+    app.store
+        .read(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &u).await?;
+                let v = then(tx, rp.id).await?;
+                Ok((rp, v))
+            })
+        })
+        .await
+}
+
+/// Upstream loads the provider (404) before it reads a body, outside any `try`: its
+/// `NotFound` reaches the dispatcher, which answers without `Vary`.
+pub(crate) async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
+    read_with(app, uuid, |_, _| Box::pin(async { Ok(()) }))
+        .await
+        .map(drop)
+        .map_err(uncaught)
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -179,10 +232,9 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_SHOW)?;
-    let uuid = req.param(0).to_owned();
     let rp = app
         .store
-        .read(move |tx| Box::pin(async move { require(tx, &uuid).await }))
+        .read(keyed(req.param(0), |tx, k| Box::pin(require(tx, k))))
         .await
         .map_err(uncaught)?;
     Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
@@ -219,12 +271,7 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_UPDATE)?;
     let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
-    // Upstream loads the provider (404) before validating the body.
-    app.store
-        .read(move |tx| Box::pin(async move { require(tx, &u).await }))
-        .await
-        .map_err(uncaught)?;
+    exists(&app, &uuid).await?;
     let data: ProviderUpdate = req.body(&post_schema(&req, false))?;
     let name = data.name;
     let parent = match data.parent_provider_uuid {

@@ -4,11 +4,12 @@
 //! database's row order.
 
 use super::error::{ApiError, ApiResult};
-use super::resource_providers::{require, uncaught};
+use super::resource_providers::{missing_provider, read_with, require, uncaught};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{ProviderTraits, Traits};
 use accel_core::policy::placement as rules;
+use accel_store::keyed;
 use accel_store::placement::lookup;
 use accel_store::placement::traits::{self, Filter, Trait};
 use accel_store::{Conflict, StoreError};
@@ -96,10 +97,9 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::TRAITS_SHOW)?;
     let name = req.param(0).to_owned();
-    let n = name.clone();
     let t = app
         .store
-        .read(move |tx| Box::pin(async move { traits::get(tx, &n).await }))
+        .read(keyed(&name, |tx, k| Box::pin(traits::get(tx, k))))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("No such trait(s): {name}.")))?;
     Ok(Reply::no_content().modified(t.modified))
@@ -113,10 +113,9 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             "The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix \"CUSTOM_\" and use following characters: \"A\"-\"Z\", \"0\"-\"9\" and \"_\"",
         ));
     }
-    let n = name.clone();
     let (t, created) = app
         .store
-        .write(move |tx| Box::pin(async move { traits::ensure(tx, &n).await }))
+        .write(keyed(&name, |tx, k| Box::pin(traits::ensure(tx, k))))
         .await?;
     let status = if created {
         StatusCode::CREATED
@@ -130,9 +129,8 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::TRAITS_DELETE)?;
-    let name = req.param(0).to_owned();
     app.store
-        .write(move |tx| Box::pin(async move { traits::delete(tx, &name).await }))
+        .write(keyed(req.param(0), |tx, k| Box::pin(traits::delete(tx, k))))
         .await
         .map_err(|e| match e {
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
@@ -144,21 +142,9 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, ts) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await.map_err(|e| match e {
-                    StoreError::NotFound(m) => StoreError::NotFound(format!(
-                        "No resource provider with uuid {uuid} found: {m}"
-                    )),
-                    e => e,
-                })?;
-                let ts = traits::for_provider(tx, rp.id).await?;
-                Ok((rp, ts))
-            })
-        })
-        .await?;
+    let (rp, ts) = read_with(&app, &uuid, |tx, id| Box::pin(traits::for_provider(tx, id)))
+        .await
+        .map_err(missing_provider(&uuid))?;
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,

@@ -2,38 +2,25 @@
 //!
 //! Usage is always `SUM(allocations.used)`; both views are "modified now".
 
-use super::error::{ApiError, ApiResult};
-use super::resource_providers::require;
+use super::error::ApiResult;
+use super::resource_providers::{missing_provider, read_with};
 use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
 use accel_core::policy::placement as rules;
 use accel_core::policy::Target;
 use accel_store::placement::allocations::{self as store, TypeFilter};
-use accel_store::StoreError;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_USAGES)?;
     let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
-    let (rp, usages) = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let usages = store::provider_usages(tx, rp.id).await?;
-                Ok((rp, usages))
-            })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(m) => {
-                ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
-            }
-            e => e.into(),
-        })?;
+    let (rp, usages) = read_with(&app, &uuid, |tx, id| {
+        Box::pin(store::provider_usages(tx, id))
+    })
+    .await
+    .map_err(missing_provider(&uuid))?;
     let body = ProviderUsages {
         resource_provider_generation: rp.generation,
         usages: usages.into_iter().collect(),

@@ -3,6 +3,7 @@
 //! error envelope read back.
 
 pub use crate::reply::Reply;
+use accel_testkit::placement_request;
 use accel_testkit::server::{Backend, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -115,11 +116,8 @@ impl AccelApp {
     }
 
     pub async fn placement_get(&self, path: &str) -> Value {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.placement))
-            .header("x-auth-token", "admin")
-            .header("openstack-api-version", "placement 1.39")
+        let url = format!("{}{path}", self.placement);
+        let r = placement_request(Method::GET, &url, "admin", "1.39")
             .send()
             .await
             .unwrap();

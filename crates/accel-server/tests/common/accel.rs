@@ -5,6 +5,7 @@ use super::Backend;
 use accel_server::accelerator::binder::{self, WorkerConfig};
 use accel_server::external::ExternalPlacement;
 use accel_store::accelerator::events;
+use accel_store::keyed;
 use accel_store::Store;
 use accel_testkit::server::TestServer;
 use serde_json::{json, Value};
@@ -38,6 +39,23 @@ pub async fn placement(
         r.status,
         serde_json::from_str(&r.text).unwrap_or(Value::Null),
     )
+}
+
+/// Nova's allocation of one GPU of provider `rp` to instance `consumer` (a new
+/// consumer, type INSTANCE), which must succeed.
+pub async fn allocate_gpu(server: &Server, consumer: &str, rp: &str) {
+    let (s, v) = placement(
+        server,
+        reqwest::Method::PUT,
+        &format!("/allocations/{consumer}"),
+        Some(serde_json::json!({
+            "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": null,
+            "consumer_type": "INSTANCE",
+        })),
+    )
+    .await;
+    assert_eq!(s, 204, "{v}");
 }
 
 /// Creates the compute node provider `name`, as nova-compute does before any agent
@@ -269,6 +287,16 @@ impl Server {
         }
     }
 
+    /// Nova's view of both APIs for the workflow: the noauth admin, no service token.
+    pub fn endpoints(&self) -> accel_api::workflow::Endpoints {
+        accel_api::workflow::Endpoints {
+            placement_url: self.placement.clone(),
+            accelerator_url: self.accel.clone(),
+            token: "admin".into(),
+            service_token: None,
+        }
+    }
+
     /// Stops the listeners and the workers and closes the database, as a server that
     /// exits.
     pub async fn stop(self) {
@@ -375,9 +403,10 @@ impl Server {
     }
 
     pub async fn events_of(&self, instance: &str) -> Vec<events::NovaEvent> {
-        let i = instance.to_owned();
         self.store
-            .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+            .read(keyed(instance, |tx, k| {
+                Box::pin(events::for_instance(tx, k))
+            }))
             .await
             .unwrap()
     }

@@ -55,20 +55,36 @@ pub struct DueJob {
     pub id: i64,
     pub arq_uuid: String,
     pub instance_uuid: Option<String>,
+    /// The compute node the ARQ is bound to (the unit of fairness in [`due`]).
+    pub hostname: Option<String>,
 }
 
-/// Jobs a worker should take at `now`, oldest first: free ([`lease::free`]: unowned,
-/// lease expired, or holder's heartbeat expired) and
-/// either pending, or programming with the agent's answer in or the deadline passed.
+/// Jobs a worker should take at `now`: free ([`lease::free`]: unowned, lease expired,
+/// or holder's heartbeat expired) and either pending, or programming with the agent's
+/// answer in or the deadline passed.
+///
+/// The order is round-robin across hostnames, one instance per host per turn: every
+/// host's oldest instance, then every host's second oldest, and so on; within a turn
+/// oldest first, and an instance's jobs together. So a host with many instances
+/// waiting cannot push another host's instance out of a worker's batch (`limit`), as
+/// plain oldest-first would. Window functions: SQLite 3.25, PostgreSQL, MariaDB 10.2
+/// and MySQL 8 all have them.
 pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<DueJob>, StoreError> {
     let rows = sqlx::query(&format!(
-        "SELECT j.id, j.arq_uuid, a.instance_uuid FROM bind_jobs j \
-         JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
-         LEFT JOIN program_requests pr ON pr.arq_uuid = j.arq_uuid \
-         WHERE {free} \
-         AND (j.state = 'pending' OR (j.state = 'programming' \
-              AND (j.deadline < $1 OR pr.state IS NULL OR pr.state <> 'pending'))) \
-         ORDER BY j.id LIMIT $2",
+        "SELECT id, arq_uuid, instance_uuid, hostname FROM ( \
+           SELECT f.id, f.arq_uuid, f.instance_uuid, f.hostname, f.first_id, \
+                  DENSE_RANK() OVER (PARTITION BY f.hostname ORDER BY f.first_id) AS turn \
+           FROM ( \
+             SELECT j.id, j.arq_uuid, a.instance_uuid, a.hostname, \
+                    MIN(j.id) OVER (PARTITION BY a.instance_uuid) AS first_id \
+             FROM bind_jobs j \
+             JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
+             LEFT JOIN program_requests pr ON pr.arq_uuid = j.arq_uuid \
+             WHERE {free} \
+             AND (j.state = 'pending' OR (j.state = 'programming' \
+                  AND (j.deadline < $1 OR pr.state IS NULL OR pr.state <> 'pending'))) \
+           ) f \
+         ) t ORDER BY turn, first_id, id LIMIT $2",
         free = lease::free("j.", "$1"),
     ))
     .bind(now)
@@ -81,6 +97,7 @@ pub async fn due(tx: &mut Tx, now: i64, limit: i64) -> Result<Vec<DueJob>, Store
                 id: r.try_get(0)?,
                 arq_uuid: r.try_get(1)?,
                 instance_uuid: r.try_get(2)?,
+                hostname: r.try_get(3)?,
             })
         })
         .collect()

@@ -331,7 +331,7 @@ pub async fn save(
             let amounts: Vec<(String, i64)> = inventories::list(tx, rp.id)
                 .await?
                 .iter()
-                .map(|i| (i.rc_name.clone(), i.capacity().min(i.max_unit)))
+                .map(|i| (i.rc_name.clone(), i.capacity().min(i.limits.max_unit)))
                 .filter(|(_, n)| *n > 0)
                 .collect();
             if !amounts.is_empty() {

@@ -250,7 +250,7 @@ pub async fn local_tree(tx: &mut Tx, host: &str) -> Result<LocalTree, StoreError
             .await?
             .into_iter()
             .map(|i| LocalInventory {
-                limits: i.limits(),
+                limits: i.limits,
                 class: i.rc_name,
             })
             .collect();

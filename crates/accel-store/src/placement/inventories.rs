@@ -7,64 +7,41 @@
 
 use super::providers::{self, Provider};
 use crate::{Conflict, StoreError, Tx};
+use accel_core::capacity::Limits;
 use sqlx::Row;
 use std::collections::HashMap;
 
-/// One inventory record.
+/// One inventory record: its class and the limits that the capacity arithmetic of
+/// `accel_core::capacity` (claims, the candidate search) works on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inventory {
     pub rc_id: i64,
     pub rc_name: String,
-    pub total: i64,
-    pub reserved: i64,
-    pub min_unit: i64,
-    pub max_unit: i64,
-    pub step_size: i64,
-    pub allocation_ratio: f64,
+    pub limits: Limits,
     /// `updated_at` or `created_at` (epoch seconds).
     pub modified: i64,
 }
 
 impl Inventory {
     /// A record of class `rc_id` (`rc_name`) with `limits`, not yet stored.
-    pub fn new(rc_id: i64, rc_name: String, limits: accel_core::capacity::Limits) -> Inventory {
+    pub fn new(rc_id: i64, rc_name: String, limits: Limits) -> Inventory {
         Inventory {
             rc_id,
             rc_name,
-            total: limits.total,
-            reserved: limits.reserved,
-            min_unit: limits.min_unit,
-            max_unit: limits.max_unit,
-            step_size: limits.step_size,
-            allocation_ratio: limits.allocation_ratio,
+            limits,
             modified: 0,
         }
     }
 
-    /// The capacity arithmetic shared with claims and the candidate search.
-    pub fn limits(&self) -> accel_core::capacity::Limits {
-        accel_core::capacity::Limits {
-            total: self.total,
-            reserved: self.reserved,
-            min_unit: self.min_unit,
-            max_unit: self.max_unit,
-            step_size: self.step_size,
-            allocation_ratio: self.allocation_ratio,
-        }
-    }
-
     pub fn capacity(&self) -> i64 {
-        self.limits().capacity()
+        self.limits.capacity()
     }
 }
 
 /// The limits stored in columns `first..first + 6` of `r`, selected in the table's
 /// order: total, reserved, min_unit, max_unit, step_size, allocation_ratio.
-pub(crate) fn limits_at(
-    r: &sqlx::any::AnyRow,
-    first: usize,
-) -> Result<accel_core::capacity::Limits, sqlx::Error> {
-    Ok(accel_core::capacity::Limits {
+pub(crate) fn limits_at(r: &sqlx::any::AnyRow, first: usize) -> Result<Limits, sqlx::Error> {
+    Ok(Limits {
         total: r.try_get(first)?,
         reserved: r.try_get(first + 1)?,
         min_unit: r.try_get(first + 2)?,
@@ -79,12 +56,13 @@ type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 /// Binds the limits of `n` to the next six parameters of `q`, in the order of
 /// [`limits_at`].
 fn bind_limits<'q>(q: Query<'q>, n: &Inventory) -> Query<'q> {
-    q.bind(n.total)
-        .bind(n.reserved)
-        .bind(n.min_unit)
-        .bind(n.max_unit)
-        .bind(n.step_size)
-        .bind(n.allocation_ratio)
+    let l = &n.limits;
+    q.bind(l.total)
+        .bind(l.reserved)
+        .bind(l.min_unit)
+        .bind(l.max_unit)
+        .bind(l.step_size)
+        .bind(l.allocation_ratio)
 }
 
 /// A provider's inventories, ordered by resource class id.
@@ -160,7 +138,7 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
     let mut added = Vec::new();
     for n in new {
         match old.iter().find(|o| o.rc_id == n.rc_id) {
-            Some(o) if same_limits(o, n) => {}
+            Some(o) if o.limits == n.limits => {}
             Some(_) => {
                 let q = sqlx::query(
                     "UPDATE inventories SET total = $1, reserved = $2, min_unit = $3, max_unit = $4, \
@@ -199,15 +177,6 @@ pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Resu
         q.execute(&mut *tx).await?;
     }
     Ok(())
-}
-
-fn same_limits(a: &Inventory, b: &Inventory) -> bool {
-    a.total == b.total
-        && a.reserved == b.reserved
-        && a.min_unit == b.min_unit
-        && a.max_unit == b.max_unit
-        && a.step_size == b.step_size
-        && a.allocation_ratio == b.allocation_ratio
 }
 
 /// One change a client asks of a provider's inventories. Records carry their class by

@@ -240,14 +240,15 @@ async fn sync_provider(
         let have = inventories::list(tx, rp.id).await?;
         have.len() == want.len()
             && have.iter().zip(want).all(|(h, w)| {
+                let (h, w, rc) = (&h.limits, &w.limits, (h.rc_id, w.rc_id));
                 (
-                    h.rc_id,
+                    rc.0,
                     h.total,
                     h.reserved,
                     h.max_unit,
                     h.min_unit,
                     h.step_size,
-                ) == (w.rc_id, w.total, w.reserved, w.max_unit, 1, 1)
+                ) == (rc.1, w.total, w.reserved, w.max_unit, 1, 1)
                     && h.allocation_ratio == 1.0
             })
     };

@@ -3,7 +3,8 @@
 //! ```text
 //!  PATCH (bind) ──tx──▶ ARQ BindStarted + bind_jobs row ──▶ 202, wake ─┐
 //!                                                                     ▼
-//!  Binder::step: due jobs ─▶ claim (lease CAS) ─▶ perform, one tx per instance:
+//!  Binder::step: due jobs (round-robin across hosts), up to `concurrency` instances
+//!                 at once, each: claim (lease CAS) ─▶ perform, one tx per instance:
 //!                 attach handle (in_use CAS), ARQ Bound | BindFailed,
 //!                 instance resolved? ─▶ nova_events row (same tx) ─▶ wake ─┐
 //!                                                                          ▼
@@ -16,6 +17,18 @@
 //! Both loops are thin shells around a testable `step(now)`; they wake on a
 //! [`Notify`] (this process's new work) and poll (other replicas' work, retries,
 //! deadlines).
+//!
+//! **Why instances run in parallel.** A bind is a handful of statements per ARQ, and on
+//! a server database every statement is a network round trip: performed one instance
+//! after another, the worker's ceiling was the round-trip time (about 13 ms of worker
+//! time per instance on PostgreSQL, a quarter of SQLite's rate). Instances share
+//! nothing but attach handles (taken with a compare-and-swap) and the guarantees below
+//! are per transaction, so a step runs up to `concurrency` instances at once, each in
+//! its own transactions, and the event sender delivers as many events at once. SQLite's
+//! single writer connection serialises the transactions anyway; the reads between them
+//! still overlap. The due list is taken round-robin across hostnames
+//! (`accel_store::accelerator::binds::due`), so a host with many instances waiting
+//! cannot fill every step while another host's boot waits.
 //!
 //! Invariants:
 //!
@@ -58,64 +71,17 @@
 //!   report (new CUSTOM_FPGA_FUNCTION_*) ─▶ PUT programs/{id} done | failed + reason
 //! ```
 
+mod nova;
+
+pub use nova::{render_events, EventSender, NovaEndpoint, SendStep};
+
 use super::AccelState;
 use crate::supervisor::{Backoff, Stop, Supervisor};
-use accel_core::accelerator::ArqState;
-use accel_keystone::Session;
 use accel_store::accelerator::binds::{self, Outcome};
-use accel_store::accelerator::events::{self, Delivery, NovaEvent};
 use accel_store::{Store, StoreError};
-use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-
-/// Nova's API endpoint for external events.
-#[derive(Debug, Clone)]
-pub struct NovaEndpoint {
-    /// The compute API root, e.g. `http://nova:8774/v2.1`; events go to
-    /// `<url>/os-server-external-events`. Empty with a session: the catalog's.
-    pub url: String,
-    /// Sent as `X-Auth-Token` when set and there is no session.
-    pub token: Option<String>,
-    /// A Keystone session (`[nova]`): its token, renewed before expiry and after a
-    /// 401, and its catalog's `compute` endpoint when `url` is empty.
-    pub session: Option<Arc<Session>>,
-}
-
-impl NovaEndpoint {
-    /// A fixed URL and optional static token.
-    pub fn fixed(url: impl Into<String>, token: Option<String>) -> NovaEndpoint {
-        NovaEndpoint {
-            url: url.into(),
-            token,
-            session: None,
-        }
-    }
-
-    /// Through a Keystone session; `url` overrides the catalog when given.
-    pub fn keystone(session: Arc<Session>, url: Option<String>) -> NovaEndpoint {
-        NovaEndpoint {
-            url: url.unwrap_or_default(),
-            token: None,
-            session: Some(session),
-        }
-    }
-
-    /// Where to post and with which token, right now.
-    async fn resolve(&self) -> Result<(String, Option<String>), String> {
-        let Some(s) = &self.session else {
-            return Ok((self.url.clone(), self.token.clone()));
-        };
-        let url = if self.url.is_empty() {
-            s.endpoint("compute").await?
-        } else {
-            self.url.clone()
-        };
-        Ok((url, Some(s.token().await?)))
-    }
-}
 
 /// How the background workers run.
 #[derive(Debug, Clone)]
@@ -140,6 +106,9 @@ pub struct WorkerConfig {
     /// How long after its last beat this process counts as dead and its leases as
     /// free to others (seconds; a few beats, so one slow beat is not a death).
     pub heartbeat_ttl_secs: i64,
+    /// Instances the bind worker performs at once, and Nova events the sender
+    /// delivers at once (`bind_concurrency`); 1 is one at a time.
+    pub concurrency: usize,
 }
 
 impl WorkerConfig {
@@ -155,12 +124,23 @@ impl WorkerConfig {
             nova_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_ttl_secs: 2,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
 
 /// Jobs or events taken per step.
-const BATCH: i64 = 64;
+pub(crate) const BATCH: i64 = 64;
+
+/// Instances a server binds at once, and Nova events it delivers at once, unless
+/// configured (`bind_concurrency`). Chosen from the ARQ cycle benchmark
+/// (`docs/benchmarks.md`, "Binding in parallel"): 4 binds and 4 deliveries hold at
+/// most half of a server database's 16 pooled connections, so requests keep the rest.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// Runs of one bind transaction: a deadlock or serialization failure (more likely with
+/// instances performed at once) reruns the whole transaction, as Placement's writers do.
+const PERFORM_ATTEMPTS: u32 = 5;
 
 /// Performs bind jobs.
 pub struct Binder {
@@ -171,6 +151,11 @@ pub struct Binder {
     events_wake: Arc<Notify>,
     /// Where bind durations are recorded (the server's, once spawned).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Instances performed at once within a step, each in its own transactions;
+    /// 1 performs them one after another.
+    pub concurrency: usize,
+    /// Jobs taken per step.
+    pub batch: i64,
 }
 
 /// What one [`Binder::step`] did.
@@ -188,6 +173,63 @@ pub struct BindStep {
     pub events: usize,
 }
 
+impl BindStep {
+    fn add(&mut self, o: BindStep) {
+        self.due += o.due;
+        self.bound += o.bound;
+        self.failed += o.failed;
+        self.programming += o.programming;
+        self.skipped += o.skipped;
+        self.events += o.events;
+    }
+}
+
+/// Runs `work` on every item, at most `limit` at once, and returns what each run
+/// gave (in completion order) and the first error; later errors are logged with
+/// `what`, so none goes unseen.
+pub(crate) async fn bounded<I, T, F, Fut>(
+    items: I,
+    limit: usize,
+    what: &'static str,
+    work: F,
+) -> (Vec<T>, Option<StoreError>)
+where
+    I: IntoIterator,
+    F: FnMut(I::Item) -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    use futures::StreamExt;
+    let mut runs = futures::stream::iter(items)
+        .map(work)
+        .buffer_unordered(limit.max(1));
+    let (mut done, mut first) = (Vec::new(), None);
+    while let Some(r) = runs.next().await {
+        match r {
+            Ok(v) => done.push(v),
+            Err(e) if first.is_none() => first = Some(e),
+            Err(e) => tracing::warn!(error = %e, "{what} failed"),
+        }
+    }
+    (done, first)
+}
+
+/// Decrements the in-flight gauge when a run ends, however it ends.
+struct InFlight<'a>(&'a prometheus_client::metrics::gauge::Gauge, i64);
+
+impl<'a> InFlight<'a> {
+    fn new(gauge: &'a prometheus_client::metrics::gauge::Gauge, n: usize) -> InFlight<'a> {
+        let n = n as i64;
+        gauge.inc_by(n);
+        InFlight(gauge, n)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec_by(self.1);
+    }
+}
+
 impl Binder {
     pub fn new(store: Store, owner: impl Into<String>, lease_secs: i64) -> Binder {
         Binder {
@@ -196,71 +238,139 @@ impl Binder {
             lease_secs,
             events_wake: Arc::new(Notify::new()),
             metrics: Default::default(),
+            concurrency: DEFAULT_CONCURRENCY,
+            batch: BATCH,
         }
     }
 
-    /// One pass at time `now` (epoch seconds): takes the due jobs and performs them,
-    /// the jobs of one instance in one transaction.
+    /// One pass at time `now` (epoch seconds): takes the due jobs (round-robin across
+    /// hosts, [`binds::due`]) and performs them, the jobs of one instance in one
+    /// transaction, up to [`Binder::concurrency`] instances at once. Instances are
+    /// independent: each is claimed and performed in its own transactions, and the
+    /// guarantees (lease compare-and-swap, `owner = me` under the row locks, handle
+    /// `in_use` compare-and-swap, event with the resolution) hold per transaction, so
+    /// running several at once changes none of them. A failed instance leaves its jobs
+    /// leased (taken again when the lease ends) and does not stop the others; the
+    /// step then returns the first error.
     pub async fn step(&self, now: i64) -> Result<BindStep, StoreError> {
-        let due = binds::due_now(&self.store, now, BATCH).await?;
+        let due = binds::due_now(&self.store, now, self.batch).await?;
+        let n = due.len();
+        // One instance's jobs are adjacent in `due`; keep the fair order.
+        let mut instances: Vec<(Option<String>, Vec<i64>)> = Vec::new();
+        for j in due {
+            match instances.iter_mut().find(|(i, _)| *i == j.instance_uuid) {
+                Some((_, ids)) => ids.push(j.id),
+                None => instances.push((j.instance_uuid, vec![j.id])),
+            }
+        }
+        if instances.len() > 1 {
+            tracing::debug!(
+                jobs = n,
+                instances = instances.len(),
+                concurrency = self.concurrency,
+                "bind step"
+            );
+        }
+        let (parts, error) = bounded(
+            instances,
+            self.concurrency,
+            "bind of an instance",
+            |(_, ids)| self.bind_instance(ids, now),
+        )
+        .await;
         let mut report = BindStep {
-            due: due.len(),
+            due: n,
             ..Default::default()
         };
-        let mut by_instance: BTreeMap<Option<String>, Vec<i64>> = BTreeMap::new();
-        for j in due {
-            by_instance.entry(j.instance_uuid).or_default().push(j.id);
-        }
-        for (_, ids) in by_instance {
-            let wanted = ids.len();
-            let claimed =
-                binds::claim_all(&self.store, ids, &self.owner, now, now + self.lease_secs).await?;
-            report.skipped += wanted - claimed.len();
-            if claimed.is_empty() {
-                continue;
-            }
-            // When each bind was accepted: the duration histogram runs from there.
-            let accepted = match accel_store::stats::bind_jobs_accepted(&self.store, &claimed).await
-            {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::debug!(error = %e, "bind durations: reading acceptance times failed");
-                    Vec::new()
-                }
-            };
-            let took = |arq: &str| {
-                accepted.iter().find(|(a, _)| a == arq).map(|(_, at)| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64());
-                    (now - *at as f64).max(0.0)
-                })
-            };
-            let done = binds::perform_all(&self.store, &self.owner, claimed, now).await?;
-            for p in done {
-                match &p.outcome {
-                    Outcome::Bound(handle) => {
-                        report.bound += 1;
-                        self.observe_bind("bound", took(&p.arq_uuid));
-                        tracing::info!(arq = %p.arq_uuid, attach_handle = %handle, "ARQ bound");
-                    }
-                    Outcome::Failed(reason) => {
-                        report.failed += 1;
-                        self.observe_bind("failed", took(&p.arq_uuid));
-                        tracing::warn!(arq = %p.arq_uuid, %reason, "ARQ bind failed");
-                    }
-                    Outcome::Programming => report.programming += 1,
-                    Outcome::Skipped => report.skipped += 1,
-                }
-                if p.event_recorded {
-                    report.events += 1;
-                }
-            }
+        for p in parts {
+            report.add(p);
         }
         if report.events > 0 {
             self.events_wake.notify_one();
         }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Claims and performs one instance's due jobs `ids`.
+    async fn bind_instance(&self, ids: Vec<i64>, now: i64) -> Result<BindStep, StoreError> {
+        let wanted = ids.len();
+        let claimed =
+            binds::claim_all(&self.store, ids, &self.owner, now, now + self.lease_secs).await?;
+        let mut report = BindStep {
+            skipped: wanted - claimed.len(),
+            ..Default::default()
+        };
+        if claimed.is_empty() {
+            return Ok(report);
+        }
+        let _in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, claimed.len());
+        // When each bind was accepted: the duration histogram runs from there.
+        let accepted = match accel_store::stats::bind_jobs_accepted(&self.store, &claimed).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "bind durations: reading acceptance times failed");
+                Vec::new()
+            }
+        };
+        let took = |arq: &str| {
+            accepted.iter().find(|(a, _)| a == arq).map(|(_, at)| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                (now - *at as f64).max(0.0)
+            })
+        };
+        for p in self.perform(claimed, now).await? {
+            match &p.outcome {
+                Outcome::Bound(handle) => {
+                    report.bound += 1;
+                    self.observe_bind("bound", took(&p.arq_uuid));
+                    tracing::info!(arq = %p.arq_uuid, attach_handle = %handle, "ARQ bound");
+                }
+                Outcome::Failed(reason) => {
+                    report.failed += 1;
+                    self.observe_bind("failed", took(&p.arq_uuid));
+                    tracing::warn!(arq = %p.arq_uuid, %reason, "ARQ bind failed");
+                }
+                Outcome::Programming => report.programming += 1,
+                Outcome::Skipped => report.skipped += 1,
+            }
+            if p.event_recorded {
+                report.events += 1;
+            }
+        }
         Ok(report)
+    }
+
+    /// [`binds::perform_all`], rerun after a deadlock or serialization failure (the
+    /// transaction rolled back, so the jobs are as claimed); other failures, and the
+    /// last retryable one, are counted and returned.
+    async fn perform(&self, ids: Vec<i64>, now: i64) -> Result<Vec<binds::Performed>, StoreError> {
+        let count = |outcome: &'static str| {
+            self.metrics
+                .bind_transaction_failures
+                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                .inc();
+        };
+        let mut attempt = 1;
+        loop {
+            match binds::perform_all(&self.store, &self.owner, ids.clone(), now).await {
+                Err(e) if e.is_retryable() && attempt < PERFORM_ATTEMPTS => {
+                    count("retried");
+                    tracing::info!(error = %e, attempt, jobs = ?ids, "bind transaction lost a race; running it again");
+                    attempt += 1;
+                }
+                Err(e) => {
+                    count("failed");
+                    tracing::warn!(error = %e, attempt, jobs = ?ids, lease_s = self.lease_secs, "bind transaction failed; the jobs are taken again when their lease ends");
+                    return Err(e);
+                }
+                done => return done,
+            }
+        }
     }
 
     fn observe_bind(&self, outcome: &'static str, took: Option<f64>) {
@@ -271,221 +381,6 @@ impl Binder {
                 .observe(secs);
         }
     }
-}
-
-/// Delivers recorded Nova events.
-pub struct EventSender {
-    store: Store,
-    owner: String,
-    lease_secs: i64,
-    nova: Option<NovaEndpoint>,
-    client: reqwest::Client,
-    max_backoff_secs: i64,
-    expiry_secs: i64,
-    /// Where delivery outcomes are counted (the server's, once spawned).
-    pub metrics: Arc<crate::metrics::Metrics>,
-}
-
-/// What one [`EventSender::step`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct SendStep {
-    pub delivered: usize,
-    pub retrying: usize,
-    /// Rejected by Nova, expired, or recorded as `no_endpoint`.
-    pub given_up: usize,
-}
-
-/// The result of one POST.
-enum Attempt {
-    Delivered,
-    Rejected(String),
-    Retry(String),
-}
-
-impl EventSender {
-    pub fn new(store: Store, cfg: &WorkerConfig) -> EventSender {
-        EventSender {
-            store,
-            owner: cfg.owner.clone(),
-            lease_secs: cfg.lease_secs,
-            nova: cfg.nova.clone(),
-            client: reqwest::Client::builder()
-                .timeout(cfg.nova_timeout)
-                .user_agent(accel_api::http::USER_AGENT)
-                .build()
-                .unwrap_or_default(),
-            max_backoff_secs: cfg.max_backoff_secs,
-            expiry_secs: cfg.event_expiry_secs,
-            metrics: Default::default(),
-        }
-    }
-
-    /// Seconds to wait after the `attempts`-th failed attempt: 1, 2, 4, ... capped.
-    fn backoff(&self, attempts: i64) -> i64 {
-        let exp = attempts.clamp(1, 31) - 1;
-        (1_i64 << exp).min(self.max_backoff_secs.max(1))
-    }
-
-    /// One pass at time `now`: claims the due events and tries each once.
-    pub async fn step(&self, now: i64) -> Result<SendStep, StoreError> {
-        let ids = events::due_now(&self.store, now, BATCH).await?;
-        let mut report = SendStep::default();
-        for id in ids {
-            let claimed = events::claim_for_delivery(
-                &self.store,
-                id,
-                &self.owner,
-                now,
-                now + self.lease_secs,
-            )
-            .await?;
-            let Some(ev) = claimed else { continue };
-            let (delivery, next, error) = match &self.nova {
-                None => {
-                    tracing::warn!(
-                        instance = %ev.instance_uuid,
-                        "no Nova endpoint configured: accelerator-request-bound event recorded, not sent"
-                    );
-                    (
-                        Delivery::NoEndpoint,
-                        now,
-                        Some("no Nova endpoint configured".to_owned()),
-                    )
-                }
-                Some(nova) => match self.post(nova, &ev).await {
-                    Attempt::Delivered => (Delivery::Delivered, now, None),
-                    Attempt::Rejected(e) => {
-                        tracing::error!(instance = %ev.instance_uuid, error = %e, "Nova rejected the event");
-                        (Delivery::Rejected, now, Some(e))
-                    }
-                    Attempt::Retry(e) if now - ev.created_at >= self.expiry_secs => {
-                        tracing::error!(instance = %ev.instance_uuid, error = %e, "giving up on the event");
-                        (Delivery::Expired, now, Some(e))
-                    }
-                    Attempt::Retry(e) => {
-                        let wait = self.backoff(ev.attempts);
-                        tracing::warn!(instance = %ev.instance_uuid, error = %e, retry_in_s = wait, "event not delivered");
-                        (Delivery::Pending, now + wait, Some(e))
-                    }
-                },
-            };
-            let outcome = match delivery {
-                Delivery::Delivered => "delivered",
-                Delivery::Pending => "retried",
-                Delivery::Rejected => "rejected",
-                Delivery::Expired => "expired",
-                _ => "no_endpoint",
-            };
-            self.metrics
-                .nova_events
-                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
-                .inc();
-            match delivery {
-                Delivery::Delivered => report.delivered += 1,
-                Delivery::Pending => report.retrying += 1,
-                _ => report.given_up += 1,
-            }
-            events::record_attempt(
-                &self.store,
-                id,
-                &self.owner,
-                delivery,
-                next,
-                error,
-                accel_store::now().max(now),
-            )
-            .await?;
-        }
-        Ok(report)
-    }
-
-    /// `POST /os-server-external-events` at compute microversion 2.82, one event per
-    /// ARQ. 200 and 207 count as delivered: a 207 whose events are all 422 means the
-    /// instance is not on a host yet, which upstream ignores too (nova bug 1855752).
-    /// With a Keystone session, a 401 drops the token and the event is posted once
-    /// more with a new one; a session that cannot get a token or find Nova is a
-    /// retryable failure whose reason is recorded.
-    async fn post(&self, nova: &NovaEndpoint, ev: &NovaEvent) -> Attempt {
-        let mut fresh_token_tried = false;
-        loop {
-            let (base, token) = match nova.resolve().await {
-                Ok(r) => r,
-                Err(e) => return Attempt::Retry(format!("Keystone: {e}")),
-            };
-            let url = format!("{}/os-server-external-events", base.trim_end_matches('/'));
-            let request_id = format!("req-{}", uuid::Uuid::new_v4());
-            let started = std::time::Instant::now();
-            let mut req = self
-                .client
-                .post(&url)
-                .header("X-OpenStack-Request-ID", &request_id)
-                .header("X-OpenStack-Nova-API-Version", "2.82")
-                .header("OpenStack-API-Version", "compute 2.82")
-                .json(&render_events(ev));
-            if let Some(t) = &token {
-                req = req.header("X-Auth-Token", t);
-            }
-            let resp = match req.send().await {
-                Err(e) => {
-                    self.metrics.outgoing("nova", "unreachable");
-                    tracing::warn!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, request_id = %request_id, instance = %ev.instance_uuid, error = %e, "outgoing call failed");
-                    return Attempt::Retry(format!("POST {url}: {e}"));
-                }
-                Ok(resp) => resp,
-            };
-            let status = resp.status();
-            let body = resp.text().await.unwrap_or_default();
-            let ok = status.is_success();
-            self.metrics
-                .outgoing("nova", if ok { "success" } else { "http_error" });
-            tracing::info!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, status = status.as_u16(), request_id = %request_id, instance = %ev.instance_uuid, duration_ms = started.elapsed().as_millis() as u64, "outgoing call");
-            let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
-            if status.as_u16() == 401 && !fresh_token_tried {
-                if let (Some(s), Some(t)) = (&nova.session, &token) {
-                    tracing::info!(instance = %ev.instance_uuid, "Nova refused the token; authenticating again");
-                    s.invalidate(t).await;
-                    fresh_token_tried = true;
-                    continue;
-                }
-            }
-            return if status.is_success() {
-                if status.as_u16() == 207 {
-                    tracing::info!(instance = %ev.instance_uuid, body = %clip(&body), "Nova answered 207");
-                }
-                Attempt::Delivered
-            } else if status.is_client_error() && !matches!(status.as_u16(), 401 | 408 | 429) {
-                Attempt::Rejected(what)
-            } else {
-                Attempt::Retry(what)
-            };
-        }
-    }
-}
-
-fn clip(s: &str) -> &str {
-    match s.char_indices().nth(300) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
-/// Nova's event body: `accelerator-request-bound`, `tag` = the ARQ uuid, status
-/// `completed` for `Bound`, `failed` otherwise (upstream's
-/// `ARQ_BIND_STATES_STATUS_MAP`).
-pub fn render_events(ev: &NovaEvent) -> serde_json::Value {
-    let events: Vec<serde_json::Value> = ev
-        .arqs
-        .iter()
-        .map(|(arq, state)| {
-            json!({
-                "name": "accelerator-request-bound",
-                "tag": arq,
-                "server_uuid": ev.instance_uuid,
-                "status": if *state == ArqState::Bound { "completed" } else { "failed" },
-            })
-        })
-        .collect();
-    json!({ "events": events })
 }
 
 /// The running workers of one server, under one [`Supervisor`] (a worker that fails
@@ -530,6 +425,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
             let binder = Binder {
                 events_wake: events_wake.clone(),
                 metrics: metrics.clone(),
+                concurrency: cfg.concurrency,
                 ..Binder::new(store.clone(), cfg.owner.clone(), cfg.lease_secs)
             };
             bind_loop(binder, bind_wake.clone(), cfg.poll_interval, stop)
@@ -711,5 +607,50 @@ impl Workers {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.supervisor.shutdown().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every run waits for the others to get going (it yields a few times), so without
+    /// a limit all ten would be in flight at once.
+    async fn peak_with(limit: usize) -> (usize, Vec<usize>, Option<String>) {
+        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (mut done, error) = bounded(0..10usize, limit, "test run", |i| {
+            let (now, peak) = (&now, &peak);
+            async move {
+                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                now.fetch_sub(1, Ordering::SeqCst);
+                if i == 7 {
+                    return Err(accel_store::StoreError::Invalid("seven".into()));
+                }
+                Ok(i)
+            }
+        })
+        .await;
+        done.sort();
+        (
+            peak.load(Ordering::SeqCst),
+            done,
+            error.map(|e| e.to_string()),
+        )
+    }
+
+    #[tokio::test]
+    async fn at_most_the_limit_runs_at_once_and_a_failure_stops_no_other() {
+        for limit in [1, 3, 8] {
+            let (peak, done, error) = peak_with(limit).await;
+            assert_eq!(peak, limit, "limit {limit}");
+            assert_eq!(done, [0, 1, 2, 3, 4, 5, 6, 8, 9]);
+            assert!(error.unwrap().contains("seven"));
+        }
+        // 0 is taken as 1: the worker never stalls.
+        assert_eq!(peak_with(0).await.0, 1);
     }
 }

@@ -1,0 +1,271 @@
+//! The configuration's tests by topic: the metrics port, the external Placement,
+//! Keystone, and the bind worker (the noauth ones stay beside `is_loopback`).
+
+mod observability_config_tests {
+    use crate::config::*;
+
+    #[test]
+    fn metrics_port_and_access_log_default_on_and_follow_flag_then_file() {
+        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
+        assert_eq!(cfg.metrics_listen, "127.0.0.1:9778");
+        assert!(cfg.access_log);
+        assert!(!cfg.server_config().unwrap().disable_access_log);
+        let path =
+            std::env::temp_dir().join(format!("accel-obs-config-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n",
+        )
+        .unwrap();
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.metrics_listen, "0.0.0.0:9100");
+        assert!(cfg.server_config().unwrap().disable_access_log);
+        let cfg = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            metrics_listen: Some("127.0.0.1:1".into()),
+            no_access_log: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(cfg.metrics_listen, "127.0.0.1:1");
+        assert!(!cfg.access_log);
+    }
+}
+
+mod placement_config_tests {
+    use crate::config::*;
+
+    fn load(text: &str) -> anyhow::Result<ServeConfig> {
+        let path = std::env::temp_dir().join(format!(
+            "accel-placement-config-{}-{}.toml",
+            std::process::id(),
+            uuid_like(text)
+        ));
+        std::fs::write(&path, text).unwrap();
+        let result = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    fn uuid_like(text: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn no_table_no_external_placement() {
+        assert!(load("").unwrap().placement.is_none());
+    }
+
+    #[test]
+    fn keystoneauth_names_are_read() {
+        let cfg = load(
+            "[placement]\n\
+             auth_type = \"password\"\n\
+             auth_url = \"http://ks:5000/v3\"\n\
+             username = \"cyborg\"\n\
+             password = \"pw\"\n\
+             project_name = \"service\"\n\
+             region_name = \"RegionOne\"\n\
+             interface = \"internal\"\n",
+        )
+        .unwrap();
+        let p = cfg.placement.unwrap();
+        assert_eq!(p.region_name.as_deref(), Some("RegionOne"));
+        assert!(!format!("{p:?}").contains("pw"), "password not logged");
+    }
+
+    #[test]
+    fn typos_and_bad_values_stop_the_server_naming_them() {
+        let err = format!(
+            "{:#}",
+            load("[placement]\nendpoint = \"http://p\"\ntoken = \"t\"\n").unwrap_err()
+        );
+        assert!(err.contains("unknown field `endpoint`"), "{err}");
+        let err = load("[placement]\ntoken = \"t\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("endpoint_override"), "{err}");
+        let err = load("[placement]\nauth_url = \"http://ks\"\nusername = \"u\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing: password, project_name"), "{err}");
+    }
+}
+
+mod keystone_config_tests {
+    use crate::config::*;
+
+    /// Loads `text` as the config file, with only `--auth-strategy keystone` given.
+    fn load(text: &str) -> anyhow::Result<ServeConfig> {
+        let path = std::env::temp_dir().join(format!("accel-config-test-{}.toml", unique_suffix()));
+        std::fs::write(&path, text).unwrap();
+        let result = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            auth_strategy: Some(AuthStrategy::Keystone),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    fn unique_suffix() -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        )
+    }
+
+    const KS: &str = "[keystone_authtoken]\nauth_url = \"http://ks/v3\"\nusername = \"u\"\n\
+                      password = \"p\"\nproject_name = \"s\"\n";
+
+    #[test]
+    fn nova_table_is_a_keystone_session_with_keystoneauth_names() {
+        let cfg = load(&format!(
+            "{KS}[nova]\nauth_url = \"https://ks:5000\"\nusername = \"cyborg\"\n\
+             password = \"pw\"\nproject_name = \"service\"\nregion_name = \"R1\"\n\
+             interface = \"internal\"\n"
+        ))
+        .unwrap();
+        let n = cfg.nova.unwrap();
+        assert_eq!(
+            (
+                n.username.as_str(),
+                n.interface.as_str(),
+                n.region_name.as_deref()
+            ),
+            ("cyborg", "internal", Some("R1"))
+        );
+        assert_eq!(n.user_domain_name, "Default");
+        for (bad, why) in [
+            ("interface = \"private\"\n", "[nova] interface"),
+            (
+                "endpoint_override = \"nova:8774\"\n",
+                "[nova] endpoint_override",
+            ),
+            ("region = \"R1\"\n", "region"),
+        ] {
+            let err = format!(
+                "{:#}",
+                load(&format!(
+                    "{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
+                     password = \"p\"\nproject_name = \"s\"\n{bad}"
+                ))
+                .unwrap_err()
+            );
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = load(&format!(
+            "nova_token = \"t\"\n{KS}[nova]\nauth_url = \"http://ks\"\nusername = \"c\"\n\
+             password = \"p\"\nproject_name = \"s\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("keep one"), "{err}");
+    }
+
+    #[test]
+    fn keystone_needs_its_table() {
+        let err = load("").unwrap_err().to_string();
+        assert!(err.contains("[keystone_authtoken]"), "{err}");
+    }
+
+    #[test]
+    fn keystone_table_with_keystonemiddleware_names() {
+        let cfg = load(
+            "[keystone_authtoken]\n\
+             auth_url = \"http://127.0.0.1:5000/v3\"\n\
+             username = \"cyborg\"\n\
+             password = \"pw\"\n\
+             project_name = \"service\"\n\
+             service_token_roles = [\"service\", \"nova\"]\n\
+             service_token_roles_required = false\n\
+             token_cache_time = 60\n",
+        )
+        .unwrap();
+        let k = cfg.keystone.as_ref().unwrap();
+        assert_eq!(k.service_token_roles, ["service", "nova"]);
+        assert!(!k.service_token_roles_required);
+        assert_eq!(k.token_cache_time, 60);
+        let server = cfg.server_config().unwrap();
+        assert_eq!(server.auth_strategy, AuthStrategy::Keystone);
+        assert!(server.keystone.is_some());
+    }
+
+    #[test]
+    fn keystone_table_typos_fail_at_start() {
+        let err = format!(
+            "{:#}",
+            load(
+                "[keystone_authtoken]\n\
+                 auth_url = \"http://ks/v3\"\n\
+                 username = \"u\"\n\
+                 password = \"p\"\n\
+                 project_name = \"s\"\n\
+                 service_token_role = [\"service\"]\n",
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("unknown field `service_token_role`"), "{err}");
+        let err = load(
+            "[keystone_authtoken]\nauth_url = \"ldap://ks/v3\"\nusername = \"u\"\n\
+             password = \"p\"\nproject_name = \"s\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("http:// or https://"), "{err}");
+    }
+}
+
+mod bind_config_tests {
+    use crate::config::*;
+
+    #[test]
+    fn bind_concurrency_defaults_follows_flag_then_file_and_is_bounded() {
+        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
+        assert_eq!(
+            cfg.bind_concurrency,
+            accel_server::accelerator::binder::DEFAULT_CONCURRENCY
+        );
+        let path =
+            std::env::temp_dir().join(format!("accel-bind-config-{}.toml", std::process::id()));
+        std::fs::write(&path, "bind_concurrency = 3\n").unwrap();
+        let from_file = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        });
+        let from_flag = ServeConfig::load(ServeArgs {
+            config: Some(path.clone()),
+            bind_concurrency: Some(12),
+            ..Default::default()
+        });
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(from_file.unwrap().bind_concurrency, 3);
+        assert_eq!(from_flag.unwrap().bind_concurrency, 12);
+        for bad in [0, 65] {
+            let err = ServeConfig::load(ServeArgs {
+                bind_concurrency: Some(bad),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("bind_concurrency must be between 1 and 64"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Delivering the Nova events the bind worker recorded: `POST
+//! /os-server-external-events` with `accelerator-request-bound`, one attempt per
+//! claimed event, retried with backoff until Nova answers or the event expires.
+//!
+//! Apart from the bind worker ([`super::Binder`]) because it talks HTTP, not SQL: the
+//! store side is `accel_store::accelerator::events` (the outbox and its leases). Events
+//! are independent of each other (one per instance), so a step delivers up to
+//! `concurrency` of them at once; each is still claimed by a lease compare-and-swap
+//! first and settled only while this owner holds it.
+
+use super::{bounded, WorkerConfig, BATCH};
+use accel_core::accelerator::ArqState;
+use accel_keystone::Session;
+use accel_store::accelerator::events::{self, Delivery, NovaEvent};
+use accel_store::{Store, StoreError};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Nova's API endpoint for external events.
+#[derive(Debug, Clone)]
+pub struct NovaEndpoint {
+    /// The compute API root, e.g. `http://nova:8774/v2.1`; events go to
+    /// `<url>/os-server-external-events`. Empty with a session: the catalog's.
+    pub url: String,
+    /// Sent as `X-Auth-Token` when set and there is no session.
+    pub token: Option<String>,
+    /// A Keystone session (`[nova]`): its token, renewed before expiry and after a
+    /// 401, and its catalog's `compute` endpoint when `url` is empty.
+    pub session: Option<Arc<Session>>,
+}
+
+impl NovaEndpoint {
+    /// A fixed URL and optional static token.
+    pub fn fixed(url: impl Into<String>, token: Option<String>) -> NovaEndpoint {
+        NovaEndpoint {
+            url: url.into(),
+            token,
+            session: None,
+        }
+    }
+
+    /// Through a Keystone session; `url` overrides the catalog when given.
+    pub fn keystone(session: Arc<Session>, url: Option<String>) -> NovaEndpoint {
+        NovaEndpoint {
+            url: url.unwrap_or_default(),
+            token: None,
+            session: Some(session),
+        }
+    }
+
+    /// Where to post and with which token, right now.
+    async fn resolve(&self) -> Result<(String, Option<String>), String> {
+        let Some(s) = &self.session else {
+            return Ok((self.url.clone(), self.token.clone()));
+        };
+        let url = if self.url.is_empty() {
+            s.endpoint("compute").await?
+        } else {
+            self.url.clone()
+        };
+        Ok((url, Some(s.token().await?)))
+    }
+}
+
+/// Delivers recorded Nova events.
+pub struct EventSender {
+    pub(super) store: Store,
+    pub(super) owner: String,
+    pub(super) lease_secs: i64,
+    pub(super) nova: Option<NovaEndpoint>,
+    pub(super) client: reqwest::Client,
+    pub(super) max_backoff_secs: i64,
+    pub(super) expiry_secs: i64,
+    /// Events delivered at once within a step.
+    pub concurrency: usize,
+    /// Where delivery outcomes are counted (the server's, once spawned).
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// What one [`EventSender::step`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SendStep {
+    pub delivered: usize,
+    pub retrying: usize,
+    /// Rejected by Nova, expired, or recorded as `no_endpoint`.
+    pub given_up: usize,
+}
+
+/// The result of one POST.
+enum Attempt {
+    Delivered,
+    Rejected(String),
+    Retry(String),
+}
+
+impl EventSender {
+    pub fn new(store: Store, cfg: &WorkerConfig) -> EventSender {
+        EventSender {
+            store,
+            owner: cfg.owner.clone(),
+            lease_secs: cfg.lease_secs,
+            nova: cfg.nova.clone(),
+            client: reqwest::Client::builder()
+                .timeout(cfg.nova_timeout)
+                .user_agent(accel_api::http::USER_AGENT)
+                .build()
+                .unwrap_or_default(),
+            max_backoff_secs: cfg.max_backoff_secs,
+            expiry_secs: cfg.event_expiry_secs,
+            concurrency: cfg.concurrency,
+            metrics: Default::default(),
+        }
+    }
+
+    /// Seconds to wait after the `attempts`-th failed attempt: 1, 2, 4, ... capped.
+    fn backoff(&self, attempts: i64) -> i64 {
+        let exp = attempts.clamp(1, 31) - 1;
+        (1_i64 << exp).min(self.max_backoff_secs.max(1))
+    }
+
+    /// One pass at time `now`: claims the due events and tries each once.
+    pub async fn step(&self, now: i64) -> Result<SendStep, StoreError> {
+        let ids = events::due_now(&self.store, now, BATCH).await?;
+        let (tried, error) = bounded(ids, self.concurrency, "delivery of a Nova event", |id| {
+            self.deliver(id, now)
+        })
+        .await;
+        let mut report = SendStep::default();
+        for delivery in tried.into_iter().flatten() {
+            match delivery {
+                Delivery::Delivered => report.delivered += 1,
+                Delivery::Pending => report.retrying += 1,
+                _ => report.given_up += 1,
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Claims event `id` and tries it once: how it was left, or `None` when another
+    /// sender had it.
+    async fn deliver(&self, id: i64, now: i64) -> Result<Option<Delivery>, StoreError> {
+        let claimed =
+            events::claim_for_delivery(&self.store, id, &self.owner, now, now + self.lease_secs)
+                .await?;
+        let Some(ev) = claimed else { return Ok(None) };
+        let (delivery, next, error) = match &self.nova {
+            None => {
+                tracing::warn!(
+                    instance = %ev.instance_uuid,
+                    "no Nova endpoint configured: accelerator-request-bound event recorded, not sent"
+                );
+                (
+                    Delivery::NoEndpoint,
+                    now,
+                    Some("no Nova endpoint configured".to_owned()),
+                )
+            }
+            Some(nova) => match self.post(nova, &ev).await {
+                Attempt::Delivered => (Delivery::Delivered, now, None),
+                Attempt::Rejected(e) => {
+                    tracing::error!(instance = %ev.instance_uuid, error = %e, "Nova rejected the event");
+                    (Delivery::Rejected, now, Some(e))
+                }
+                Attempt::Retry(e) if now - ev.created_at >= self.expiry_secs => {
+                    tracing::error!(instance = %ev.instance_uuid, error = %e, "giving up on the event");
+                    (Delivery::Expired, now, Some(e))
+                }
+                Attempt::Retry(e) => {
+                    let wait = self.backoff(ev.attempts);
+                    tracing::warn!(instance = %ev.instance_uuid, error = %e, retry_in_s = wait, "event not delivered");
+                    (Delivery::Pending, now + wait, Some(e))
+                }
+            },
+        };
+        let outcome = match delivery {
+            Delivery::Delivered => "delivered",
+            Delivery::Pending => "retried",
+            Delivery::Rejected => "rejected",
+            Delivery::Expired => "expired",
+            _ => "no_endpoint",
+        };
+        self.metrics
+            .nova_events
+            .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+            .inc();
+        events::record_attempt(
+            &self.store,
+            id,
+            &self.owner,
+            delivery,
+            next,
+            error,
+            accel_store::now().max(now),
+        )
+        .await?;
+        Ok(Some(delivery))
+    }
+
+    /// `POST /os-server-external-events` at compute microversion 2.82, one event per
+    /// ARQ. 200 and 207 count as delivered: a 207 whose events are all 422 means the
+    /// instance is not on a host yet, which upstream ignores too (nova bug 1855752).
+    /// With a Keystone session, a 401 drops the token and the event is posted once
+    /// more with a new one; a session that cannot get a token or find Nova is a
+    /// retryable failure whose reason is recorded.
+    async fn post(&self, nova: &NovaEndpoint, ev: &NovaEvent) -> Attempt {
+        let mut fresh_token_tried = false;
+        loop {
+            let (base, token) = match nova.resolve().await {
+                Ok(r) => r,
+                Err(e) => return Attempt::Retry(format!("Keystone: {e}")),
+            };
+            let url = format!("{}/os-server-external-events", base.trim_end_matches('/'));
+            let request_id = format!("req-{}", uuid::Uuid::new_v4());
+            let started = std::time::Instant::now();
+            let mut req = self
+                .client
+                .post(&url)
+                .header("X-OpenStack-Request-ID", &request_id)
+                .header("X-OpenStack-Nova-API-Version", "2.82")
+                .header("OpenStack-API-Version", "compute 2.82")
+                .json(&render_events(ev));
+            if let Some(t) = &token {
+                req = req.header("X-Auth-Token", t);
+            }
+            let resp = match req.send().await {
+                Err(e) => {
+                    self.metrics.outgoing("nova", "unreachable");
+                    tracing::warn!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, request_id = %request_id, instance = %ev.instance_uuid, error = %e, "outgoing call failed");
+                    return Attempt::Retry(format!("POST {url}: {e}"));
+                }
+                Ok(resp) => resp,
+            };
+            let status = resp.status();
+            let body = resp.text().await.unwrap_or_default();
+            let ok = status.is_success();
+            self.metrics
+                .outgoing("nova", if ok { "success" } else { "http_error" });
+            tracing::info!(target: "accel::outgoing", service = "nova", method = "POST", url = %url, status = status.as_u16(), request_id = %request_id, instance = %ev.instance_uuid, duration_ms = started.elapsed().as_millis() as u64, "outgoing call");
+            let what = format!("POST {url}: HTTP {}: {}", status.as_u16(), clip(&body));
+            if status.as_u16() == 401 && !fresh_token_tried {
+                if let (Some(s), Some(t)) = (&nova.session, &token) {
+                    tracing::info!(instance = %ev.instance_uuid, "Nova refused the token; authenticating again");
+                    s.invalidate(t).await;
+                    fresh_token_tried = true;
+                    continue;
+                }
+            }
+            return if status.is_success() {
+                if status.as_u16() == 207 {
+                    tracing::info!(instance = %ev.instance_uuid, body = %clip(&body), "Nova answered 207");
+                }
+                Attempt::Delivered
+            } else if status.is_client_error() && !matches!(status.as_u16(), 401 | 408 | 429) {
+                Attempt::Rejected(what)
+            } else {
+                Attempt::Retry(what)
+            };
+        }
+    }
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(300) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Nova's event body: `accelerator-request-bound`, `tag` = the ARQ uuid, status
+/// `completed` for `Bound`, `failed` otherwise (upstream's
+/// `ARQ_BIND_STATES_STATUS_MAP`).
+pub fn render_events(ev: &NovaEvent) -> serde_json::Value {
+    let events: Vec<serde_json::Value> = ev
+        .arqs
+        .iter()
+        .map(|(arq, state)| {
+            json!({
+                "name": "accelerator-request-bound",
+                "tag": arq,
+                "server_uuid": ev.instance_uuid,
+                "status": if *state == ArqState::Bound { "completed" } else { "failed" },
+            })
+        })
+        .collect();
+    json!({ "events": events })
+}
