@@ -10,6 +10,7 @@
 //! A phase that sees any failed request reports the failure count and the binary exits
 //! non-zero: numbers from a run that did not do the work are not numbers.
 
+use accel_api::agent::{AttachHandle, ControlPathId, Deployable, Device, DeviceReport, KeyValue};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,58 @@ pub fn check_failures(results: &[PhaseStats]) -> Result<(), &'static str> {
         Ok(())
     } else {
         Err("some requests failed; these numbers are not valid")
+    }
+}
+
+/// A host's agent report of `devices` fake FPGA cards as the built-in fake source
+/// reports one (`accel_core::accelerator::fake_device`: class FPGA, trait
+/// `CUSTOM_FAKE_DEVICE`), each with `handles` TEST_PCI attach handles, in the agent
+/// report's wire shape. The first card's deployable is `HOST_FakeDevice`, the others
+/// `HOST_FakeDevice<i>` on bus `0c + i`.
+pub fn fake_report(host: &str, devices: usize, handles: usize) -> DeviceReport {
+    let kv = |key: &str, value: &str| KeyValue {
+        key: key.into(),
+        value: value.into(),
+    };
+    let device = |i: usize| {
+        let bus = format!("{:02x}", 0x0c + i);
+        let attach_handles = (1..=handles)
+            .map(|n| AttachHandle {
+                attach_type: "TEST_PCI".into(),
+                attach_info: format!(
+                    "{{\"domain\": \"0000\", \"bus\": \"{bus}\", \"device\": \"{}\", \"function\": \"{}\"}}",
+                    n / 8,
+                    n % 8
+                ),
+                in_use: false,
+            })
+            .collect();
+        let suffix = if i == 0 { String::new() } else { i.to_string() };
+        Device {
+            device_type: "FPGA".into(),
+            vendor: "0xABCD".into(),
+            model: "miss model info".into(),
+            std_board_info: Some("{\"device_id\": \"0xabcd\", \"class\": \"Fake class\"}".into()),
+            vendor_board_info: Some("fake_vendor_info".into()),
+            health: None,
+            controlpath_id: ControlPathId {
+                cpid_type: "PCI".into(),
+                cpid_info: format!(
+                    "{{\"domain\":\"0000\",\"bus\":\"{bus}\",\"device\":\"00\",\"function\":\"0\"}}"
+                ),
+            },
+            deployables: vec![Deployable {
+                name: format!("{host}_FakeDevice{suffix}"),
+                parent: None,
+                num_accelerators: handles as i64,
+                driver_name: Some("fake".into()),
+                attributes: vec![kv("traits1", "CUSTOM_FAKE_DEVICE"), kv("rc", "FPGA")],
+                attach_handles,
+            }],
+        }
+    };
+    DeviceReport {
+        devices: (0..devices).map(device).collect(),
     }
 }
 
@@ -161,6 +214,41 @@ mod tests {
         assert_eq!(s.percentile(100.0), Duration::from_millis(100));
         assert_eq!(s.percentile(0.0), Duration::from_millis(1));
         assert_eq!(stats(&[]).percentile(50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn fake_reports_name_each_card_and_handle_once() {
+        let one = fake_report("h", 1, 2);
+        assert_eq!(one.devices[0].deployables[0].name, "h_FakeDevice");
+        assert_eq!(
+            one.devices[0].controlpath_id.cpid_info,
+            r#"{"domain":"0000","bus":"0c","device":"00","function":"0"}"#
+        );
+        let four = fake_report("h", 4, 3);
+        let names: std::collections::BTreeSet<_> = four
+            .devices
+            .iter()
+            .map(|d| d.deployables[0].name.clone())
+            .collect();
+        let cpids: std::collections::BTreeSet<_> = four
+            .devices
+            .iter()
+            .map(|d| d.controlpath_id.cpid_info.clone())
+            .collect();
+        let handles: std::collections::BTreeSet<_> = four
+            .devices
+            .iter()
+            .flat_map(|d| d.deployables[0].attach_handles.iter())
+            .map(|h| h.attach_info.clone())
+            .collect();
+        assert_eq!(names.len(), 4);
+        assert!(names.contains("h_FakeDevice3"));
+        assert_eq!(cpids.len(), 4);
+        assert_eq!(handles.len(), 12);
+        assert!(four
+            .devices
+            .iter()
+            .all(|d| d.deployables[0].num_accelerators == 3));
     }
 
     #[tokio::test]

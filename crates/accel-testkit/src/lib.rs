@@ -4,6 +4,8 @@
 //! - [`server`] (feature `server`): the real accel server, both APIs on port 0, over a
 //!   fresh database per test on each backend ([`server::Backend`]), built by the same
 //!   [`accel_server::app::App`] builder as `accel serve`.
+//! - [`browser`] (feature `browser`): headless Chromium over WebDriver, for the
+//!   console's browser tests.
 //! - [`keystone`]: a fake Keystone v3 (password tokens, validation, a catalog), used by
 //!   the Keystone-mode tests and by the `accel-fake-keystone` binary (accel-bench).
 //! - [`eventually`]: the one way a test waits for something another task does; tests
@@ -14,6 +16,8 @@
 //! - [`placement_request`]: a raw Placement request, for tests that look at what the
 //!   typed client hides (headers, a 503 body, a token of their own).
 
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod keystone;
 pub mod postgres;
 #[cfg(feature = "server")]

@@ -46,7 +46,7 @@ use accel_api::accelerator::{
 };
 use accel_api::agent;
 use accel_api::http::{Auth, Endpoint, Http, Method, Options, Request};
-use accel_bench::{run_phase, PhaseStats, TABLE_HEADER};
+use accel_bench::{fake_report, run_phase, PhaseStats, TABLE_HEADER};
 use anyhow::{bail, Context};
 use clap::Parser;
 use serde_json::{json, Value};
@@ -167,50 +167,6 @@ impl Api {
     }
 }
 
-/// The device the built-in fake source reports (`accel_core::accelerator::fake_device`),
-/// with `handles` attach handles, in the agent report's wire shape.
-fn fake_report(host: &str, handles: usize) -> agent::DeviceReport {
-    let attach_handles = (1..=handles)
-        .map(|n| agent::AttachHandle {
-            attach_type: "TEST_PCI".into(),
-            attach_info: format!(
-                "{{\"domain\": \"0000\", \"bus\": \"0c\", \"device\": \"{}\", \"function\": \"{}\"}}",
-                n / 8,
-                n % 8
-            ),
-            in_use: false,
-        })
-        .collect();
-    let kv = |key: &str, value: &str| agent::KeyValue {
-        key: key.into(),
-        value: value.into(),
-    };
-    agent::DeviceReport {
-        devices: vec![agent::Device {
-            device_type: "FPGA".into(),
-            vendor: "0xABCD".into(),
-            model: "miss model info".into(),
-            std_board_info: Some("{\"device_id\": \"0xabcd\", \"class\": \"Fake class\"}".into()),
-            vendor_board_info: Some("fake_vendor_info".into()),
-            health: None,
-            controlpath_id: agent::ControlPathId {
-                cpid_type: "PCI".into(),
-                cpid_info:
-                    "{\"domain\":\"0000\",\"bus\":\"0c\",\"device\":\"00\",\"function\":\"0\"}"
-                        .into(),
-            },
-            deployables: vec![agent::Deployable {
-                name: format!("{host}_FakeDevice"),
-                parent: None,
-                num_accelerators: handles as i64,
-                driver_name: Some("fake".into()),
-                attributes: vec![kv("traits1", "CUSTOM_FAKE_DEVICE"), kv("rc", "FPGA")],
-                attach_handles,
-            }],
-        }],
-    }
-}
-
 /// Reports the fake hosts and returns `(host, device_rp_uuid)` per host.
 async fn setup_hosts(
     api: &Api,
@@ -234,7 +190,7 @@ async fn setup_hosts(
                 .context("creating the compute node provider")?;
         }
         api.agent
-            .report(&host, &fake_report(&host, handles), false)
+            .report(&host, &fake_report(&host, 1, handles), false)
             .await
             .context("reporting the fake device")?;
         out.push(host);

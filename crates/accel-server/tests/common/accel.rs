@@ -359,12 +359,7 @@ impl Server {
             )
             .await;
         assert_eq!(s, 201, "{v}");
-        v["arqs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a["uuid"].as_str().unwrap().to_owned())
-            .collect()
+        arq_uuids(&v)
     }
 
     /// Nova's bind PATCH of every ARQ to `rp` on `host` for `instance`.
@@ -415,6 +410,16 @@ impl Server {
             .await
             .unwrap()
     }
+}
+
+/// The uuids of the ARQs in an `{"arqs": [...]}` answer, in its order.
+pub fn arq_uuids(v: &Value) -> Vec<String> {
+    v["arqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["uuid"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// A Placement GET as the admin that must answer 200.
