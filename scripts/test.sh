@@ -10,6 +10,9 @@ export ACCEL_TEST_PG="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgr
 # MariaDB on 127.0.0.1:3306 (root, no password): the store, server and CLI tests run on it
 # too, a fresh database per test. An empty value leaves MariaDB out.
 export ACCEL_TEST_MYSQL="${ACCEL_TEST_MYSQL-mysql://root@127.0.0.1:3306}"
+# The console's browser tests drive Debian's chromium through chromedriver; here a missing
+# browser fails the run instead of skipping.
+export ACCEL_REQUIRE_BROWSER="${ACCEL_REQUIRE_BROWSER-1}"
 PY="${CONFORMANCE_PY:-$(../shared/conformance/placement/setup.sh)}"
 export CONFORMANCE_PY="$PY"
 
@@ -19,6 +22,8 @@ echo "== os-traits data file"; "$PY" scripts/os-traits.py check
 echo "== cargo test (SQLite, PostgreSQL and MariaDB)"; cargo test --workspace -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
+echo "== the test kit's WebDriver client against headless Chromium"
+cargo test -q -p accel-testkit --features browser --test browser_client 2>&1 | grep -E "^(test result|error|---- )"
 cargo build -q -p accel-cli
 echo "== deploy/ and packaging (promtool, systemd-analyze, manifests)"; scripts/check-deploy.sh target/debug/accel
 # The README's walk-through, its commands in order on a fresh database.

@@ -8,7 +8,8 @@
 //!   Placement and accelerator APIs answer for the same data; the explainer form,
 //!   submitted, shows Placement's candidate count and a reason for every root that
 //!   does not fit; the SQLite run saves the README's screenshots
-//!   (`docs/images/console-{hosts,tree,explain}.png`);
+//!   (`console-{hosts,tree,explain}.png`, in `docs/images` with
+//!   `ACCEL_SCREENSHOTS=docs/images`, see `images()`);
 //! - keystone, against the fake Keystone: the login form, the session cookie's
 //!   flags, a refused password, and a member of project A who sees A's ARQs and none
 //!   of project B's.
@@ -43,8 +44,21 @@ const EDGE: &str = "edge-1";
 const GPUS: [&str; 2] = ["0000:17:00.0", "0000:31:00.0"];
 const PROFILE: &str = "fpga-1";
 
+/// Where the screenshots go: `ACCEL_SCREENSHOTS` when set (`ACCEL_SCREENSHOTS=docs/images`
+/// retakes the README's pictures), else the test target's scratch folder, so an ordinary
+/// run leaves the checkout as it was.
 fn images() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/images")
+    match std::env::var_os("ACCEL_SCREENSHOTS") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(dir)
+            }
+        }
+        None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
+    }
 }
 
 fn fake_rp() -> String {
