@@ -54,7 +54,9 @@ fn images() -> PathBuf {
             if dir.is_absolute() {
                 dir
             } else {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(dir)
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../..")
+                    .join(dir)
             }
         }
         None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
