@@ -258,20 +258,22 @@ async fn a_deadlock_victim_is_rerun_on_mariadb() {
                 .await
         }
     });
+    // Row 1 locked by someone else means the store's write has taken it (and then asks
+    // for row 2, held above). MariaDB 10.11 reports that wait neither in INNODB_TRX's
+    // trx_state nor in INNODB_LOCK_WAITS, so probe the row itself with NOWAIT.
     let waiting = Instant::now();
     loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-        )
-        .fetch_one(&mut watch)
-        .await
-        .unwrap();
-        if n == 1 {
+        watch.execute("BEGIN").await.unwrap();
+        let probe = watch
+            .execute("SELECT v FROM deadlock_probe WHERE id = 1 FOR UPDATE NOWAIT")
+            .await;
+        watch.execute("ROLLBACK").await.unwrap();
+        if probe.is_err() {
             break;
         }
         assert!(
             waiting.elapsed() < Duration::from_secs(20),
-            "the store's write never waited for row 2"
+            "the store's write never took row 1"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
