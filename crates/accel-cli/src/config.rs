@@ -24,7 +24,7 @@
 //! access_log = true                 # one accel::access line per request
 //! fake_devices = "compute1"         # report Cyborg's fake device for this host
 //! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
-//! bind_concurrency = 4              # instances bound, Nova events sent, at once
+//! bind_concurrency = 4              # instances bound, Nova events sent, at once (default: 1 on SQLite, 4 on a server database)
 //! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
 //! nova_token = "..."                # a fixed X-Auth-Token for Nova (without [nova])
 //!
@@ -280,8 +280,12 @@ impl ServeConfig {
         if log_format != "text" && log_format != "json" {
             bail!("log_format must be text or json, not {log_format:?}");
         }
+        let database = args.database.or(file.database);
+        let bind_concurrency = args.bind_concurrency.or(file.bind_concurrency).unwrap_or(
+            accel_server::accelerator::binder::default_concurrency(database.as_deref()),
+        );
         let cfg = ServeConfig {
-            database: args.database.or(file.database),
+            database,
             placement_listen: args
                 .placement_listen
                 .or(file.placement_listen)
@@ -329,10 +333,7 @@ impl ServeConfig {
                 .bind_timeout_seconds
                 .or(file.bind_timeout_seconds)
                 .unwrap_or(60),
-            bind_concurrency: args
-                .bind_concurrency
-                .or(file.bind_concurrency)
-                .unwrap_or(accel_server::accelerator::binder::DEFAULT_CONCURRENCY),
+            bind_concurrency,
             nova_url: args.nova_url.or(file.nova_url).filter(|u| !u.is_empty()),
             nova_token: args
                 .nova_token

@@ -235,11 +235,25 @@ mod bind_config_tests {
 
     #[test]
     fn bind_concurrency_defaults_follows_flag_then_file_and_is_bounded() {
+        // SQLite (the embedded default or a sqlite:// URL): one at a time; a server
+        // database: DEFAULT_CONCURRENCY.
         let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
-        assert_eq!(
-            cfg.bind_concurrency,
-            accel_server::accelerator::binder::DEFAULT_CONCURRENCY
-        );
+        assert_eq!(cfg.bind_concurrency, 1);
+        for (url, want) in [
+            ("sqlite:///var/lib/accel/accel.db", 1),
+            ("postgres://accel@db:5432/accel", 4),
+            ("postgresql://accel@db/accel", 4),
+            ("mysql://accel@db:3306/accel", 4),
+            ("mariadb://accel@db:3306/accel", 4),
+        ] {
+            let cfg = ServeConfig::load(ServeArgs {
+                database: Some(url.into()),
+                ..Default::default()
+            })
+            .unwrap();
+            assert_eq!(cfg.bind_concurrency, want, "{url}");
+        }
+        assert_eq!(accel_server::accelerator::binder::DEFAULT_CONCURRENCY, 4);
         let path =
             std::env::temp_dir().join(format!("accel-bind-config-{}.toml", std::process::id()));
         std::fs::write(&path, "bind_concurrency = 3\n").unwrap();
