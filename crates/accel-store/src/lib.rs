@@ -57,6 +57,22 @@ pub enum Backend {
     MySql,
 }
 
+impl Backend {
+    /// The engine a database URL names (`sqlite:`, `postgres://`/`postgresql://`,
+    /// `mysql://`/`mariadb://`); `None` for any other scheme.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Some(Backend::MySql)
+        } else {
+            None
+        }
+    }
+}
+
 /// Handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -146,26 +162,28 @@ impl Store {
     /// when absent, and applies migrations. Safe to call from several processes at once.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
-        let (backend, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
-            let path = rest.trim_start_matches("//");
-            let url = if path == ":memory:" || path.is_empty() {
-                "sqlite::memory:".to_owned()
-            } else {
-                format!("sqlite://{path}?mode=rwc")
-            };
-            (Backend::Sqlite, url)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Backend::Postgres, url.to_owned())
-        } else if let Some(rest) = url.strip_prefix("mariadb://") {
+        let (backend, url) = match Backend::of_url(url) {
+            Some(Backend::Sqlite) => {
+                let path = url["sqlite:".len()..].trim_start_matches("//");
+                let url = if path == ":memory:" || path.is_empty() {
+                    "sqlite::memory:".to_owned()
+                } else {
+                    format!("sqlite://{path}?mode=rwc")
+                };
+                (Backend::Sqlite, url)
+            }
+            Some(Backend::Postgres) => (Backend::Postgres, url.to_owned()),
             // sqlx's MySQL driver speaks to MariaDB; it only knows the mysql scheme.
-            (Backend::MySql, format!("mysql://{rest}"))
-        } else if url.starts_with("mysql://") {
-            (Backend::MySql, url.to_owned())
-        } else {
-            return Err(StoreError::Config(format!(
-                "unsupported database URL {url:?}: use sqlite://PATH, postgres://USER@HOST:PORT/DB \
-                 or mysql://USER[:PASSWORD]@HOST:PORT/DB (also mariadb://)"
-            )));
+            Some(Backend::MySql) => match url.strip_prefix("mariadb://") {
+                Some(rest) => (Backend::MySql, format!("mysql://{rest}")),
+                None => (Backend::MySql, url.to_owned()),
+            },
+            None => {
+                return Err(StoreError::Config(format!(
+                    "unsupported database URL {url:?}: use sqlite://PATH, postgres://USER@HOST:PORT/DB \
+                     or mysql://USER[:PASSWORD]@HOST:PORT/DB (also mariadb://)"
+                )));
+            }
         };
         let opts = AnyConnectOptions::from_str(&url).map_err(StoreError::Db)?;
         if backend == Backend::Postgres {

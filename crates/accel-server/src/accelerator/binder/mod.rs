@@ -143,15 +143,9 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// writes (one at a time measured 281-296 ARQ cycles/s against 192-202 at 4 on a
 /// quiet machine); PostgreSQL and MariaDB/MySQL get [`DEFAULT_CONCURRENCY`].
 pub fn default_concurrency(database: Option<&str>) -> usize {
-    let server = database.is_some_and(|url| {
-        ["postgres:", "postgresql:", "mysql:", "mariadb:"]
-            .iter()
-            .any(|scheme| url.starts_with(scheme))
-    });
-    if server {
-        DEFAULT_CONCURRENCY
-    } else {
-        1
+    match database.and_then(accel_store::Backend::of_url) {
+        Some(accel_store::Backend::Postgres | accel_store::Backend::MySql) => DEFAULT_CONCURRENCY,
+        _ => 1,
     }
 }
 
