@@ -769,3 +769,89 @@ async fn due_jobs_go_round_robin_across_hosts_so_a_busy_host_starves_none() {
         store.close().await;
     }
 }
+
+#[tokio::test]
+async fn a_handed_over_event_is_posted_once_and_a_lost_one_after_its_lease() {
+    for backend in BACKENDS {
+        let nova = FakeNova::start(true).await;
+        let db = TempDb::fresh(backend).await;
+        let store = Store::connect(&db.url).await.unwrap();
+        let (kept, lost) = (instance(), instance());
+        seed_jobs(
+            &store,
+            "ho1",
+            profile("ho", &[("resources:FPGA", "2")]),
+            std::slice::from_ref(&kept),
+        )
+        .await;
+        let now = accel_store::now();
+        let cfg = WorkerConfig {
+            owner: "w".into(),
+            ..WorkerConfig::new(Some(binder::NovaEndpoint::fixed(nova.url.clone(), None)))
+        };
+        let (handoff, handed) = binder::handoff();
+        let mut w = Binder::new(store.clone(), "w", 30);
+        w.handoff = Some(handoff);
+        let r = w.step(now).await.unwrap();
+        assert_eq!((r.bound, r.events), (2, 1), "{backend:?}: {r:?}");
+        // Recorded taken by the binder's server, first attempt counted: no other
+        // sender's due pass takes it while the lease holds.
+        let ev = events_of(&store, &kept).await;
+        assert_eq!((ev.delivery, ev.attempts), (Delivery::Pending, 1), "{ev:?}");
+        let other = EventSender::new(store.clone(), &cfg_owned_by(&cfg, "other"));
+        assert_eq!(other.step(now).await.unwrap(), Default::default());
+
+        // The binder's own sender posts it without claiming it again.
+        let mut sender = EventSender::new(store.clone(), &cfg);
+        sender.handed = Some(handed.clone());
+        let s = sender.step(now).await.unwrap();
+        assert_eq!(s.delivered, 1, "{backend:?}: {s:?}");
+        let ev = events_of(&store, &kept).await;
+        assert_eq!((ev.delivery, ev.attempts), (Delivery::Delivered, 1));
+        assert_eq!(
+            nova.events().len(),
+            2,
+            "one POST of the instance's two ARQs"
+        );
+
+        // A hand-over that never reaches a sender (it stopped): the event waits for
+        // the lease, then any sender's due pass posts it.
+        seed_jobs(
+            &store,
+            "ho2",
+            profile("ho2", &[("resources:FPGA", "1")]),
+            std::slice::from_ref(&lost),
+        )
+        .await;
+        let (handoff, dropped) = binder::handoff();
+        drop(dropped);
+        let mut w = Binder::new(store.clone(), "w", 30);
+        w.handoff = Some(handoff);
+        assert_eq!(w.step(now).await.unwrap().events, 1);
+        assert_eq!(other.step(now + 29).await.unwrap(), Default::default());
+        let s = other.step(now + 31).await.unwrap();
+        assert_eq!(s.delivered, 1, "{backend:?}: {s:?}");
+        let ev = events_of(&store, &lost).await;
+        assert_eq!((ev.delivery, ev.attempts), (Delivery::Delivered, 2));
+        assert_eq!(nova.events().len(), 3);
+        store.close().await;
+    }
+}
+
+fn cfg_owned_by(cfg: &WorkerConfig, owner: &str) -> WorkerConfig {
+    WorkerConfig {
+        owner: owner.into(),
+        ..cfg.clone()
+    }
+}
+
+/// The one event recorded for `instance`.
+async fn events_of(store: &Store, instance: &str) -> events::NovaEvent {
+    let i = instance.to_owned();
+    let mut evs = store
+        .read(move |tx| Box::pin(async move { events::for_instance(tx, &i).await }))
+        .await
+        .unwrap();
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    evs.pop().unwrap()
+}

@@ -160,37 +160,6 @@ async fn gauges(tx: &mut Tx) -> Result<Gauges, StoreError> {
     })
 }
 
-/// When each of the bind jobs `ids` was accepted (`(arq_uuid, created_at)`), for the
-/// bind-duration histogram.
-pub async fn bind_jobs_accepted(
-    store: &Store,
-    ids: &[i64],
-) -> Result<Vec<(String, i64)>, StoreError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids = ids.to_vec();
-    store
-        .read(move |tx| {
-            Box::pin(async move {
-                let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
-                let sql = format!(
-                    "SELECT arq_uuid, created_at FROM bind_jobs WHERE id IN ({})",
-                    marks.join(", ")
-                );
-                let mut q = sqlx::query(&sql);
-                for id in &ids {
-                    q = q.bind(*id);
-                }
-                let rows = q.fetch_all(&mut *tx).await?;
-                rows.iter()
-                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                    .collect()
-            })
-        })
-        .await
-}
-
 /// When programming request `id` was recorded, in the caller's transaction.
 pub async fn program_created_at(tx: &mut Tx, id: i64) -> Result<Option<i64>, StoreError> {
     Ok(

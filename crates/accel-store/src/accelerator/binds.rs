@@ -143,13 +143,36 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Performed {
     pub arq_uuid: String,
+    pub instance_uuid: Option<String>,
+    /// When the bind was accepted (epoch seconds; 0 when the job was gone).
+    pub accepted_at: i64,
     pub outcome: Outcome,
     pub event_recorded: bool,
 }
 
+impl Performed {
+    fn skipped(arq_uuid: String) -> Performed {
+        Performed {
+            arq_uuid,
+            instance_uuid: None,
+            accepted_at: 0,
+            outcome: Outcome::Skipped,
+            event_recorded: false,
+        }
+    }
+
+    /// The ARQ is resolved by this call (`Bound` or `BindFailed`).
+    fn resolved(&self) -> bool {
+        matches!(self.outcome, Outcome::Bound(_) | Outcome::Failed(_))
+    }
+}
+
 struct JobRow {
+    id: i64,
     state: JobState,
     deadline: i64,
+    /// When the bind was accepted (epoch seconds), for the bind-duration histogram.
+    accepted_at: i64,
     arq_id: i64,
     arq_uuid: String,
     arq_state: String,
@@ -160,31 +183,47 @@ struct JobRow {
     group: i64,
 }
 
-async fn job_row(tx: &mut Tx, id: i64) -> Result<Option<JobRow>, StoreError> {
-    let row = sqlx::query(
-        "SELECT j.state, j.deadline, a.id, a.uuid, a.state, a.device_rp_uuid, \
-         a.instance_uuid, a.hostname, a.device_profile_id, a.device_profile_group_id \
+/// The jobs `ids` that still exist, with their ARQs, in the order of `ids`.
+async fn job_rows(tx: &mut Tx, ids: &[i64]) -> Result<Vec<JobRow>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT j.id, j.state, j.deadline, j.created_at, a.id, a.uuid, a.state, \
+         a.device_rp_uuid, a.instance_uuid, a.hostname, a.device_profile_id, \
+         a.device_profile_group_id \
          FROM bind_jobs j JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
-         WHERE j.id = $1",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    row.map(|r| {
-        Ok(JobRow {
-            state: super::parse_column(&r, 0)?,
-            deadline: r.try_get(1)?,
-            arq_id: r.try_get(2)?,
-            arq_uuid: r.try_get(3)?,
-            arq_state: r.try_get(4)?,
-            device_rp_uuid: r.try_get(5)?,
-            instance_uuid: r.try_get(6)?,
-            hostname: r.try_get(7)?,
-            profile_id: r.try_get(8)?,
-            group: r.try_get(9)?,
+         WHERE j.id IN ({})",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    let mut rows = q
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(JobRow {
+                id: r.try_get(0)?,
+                state: super::parse_column(r, 1)?,
+                deadline: r.try_get(2)?,
+                accepted_at: r.try_get(3)?,
+                arq_id: r.try_get(4)?,
+                arq_uuid: r.try_get(5)?,
+                arq_state: r.try_get(6)?,
+                device_rp_uuid: r.try_get(7)?,
+                instance_uuid: r.try_get(8)?,
+                hostname: r.try_get(9)?,
+                profile_id: r.try_get(10)?,
+                group: r.try_get(11)?,
+            })
         })
-    })
-    .transpose()
+        .collect::<Result<Vec<JobRow>, StoreError>>()?;
+    rows.sort_by_key(|r| ids.iter().position(|id| *id == r.id));
+    Ok(rows)
 }
 
 /// Row locks on every ARQ of `instance`, held to the end of the transaction.
@@ -199,28 +238,34 @@ async fn lock_instance(tx: &mut Tx, instance: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Locks the instances of jobs `ids` (each once, in the order first seen), before any
+/// job row: the order the API's unbind and delete take them in.
+async fn lock_instances_of(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
+    let mut locked: Vec<String> = Vec::new();
+    for row in job_rows(tx, ids).await? {
+        // The instance of a BindStarted ARQ changes only with an unbind, which also
+        // drops the job; reading it before the lock is safe.
+        if let Some(i) = row.instance_uuid {
+            if !locked.contains(&i) {
+                lock_instance(tx, &i).await?;
+                locked.push(i);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Performs job `id`, which `owner` claimed, at `now`, in the caller's transaction:
 /// checks the deadline, finds the deployable under the ARQ's `device_rp_uuid`,
 /// records a programming request when the profile group names a bitstream the
 /// deployable does not hold or a function its traits do not show (the server's
 /// built-in fake source, on a host no agent reports, programs at once; otherwise the
-/// host's agent is asked and the job waits for its answer), takes a free attach handle and moves the ARQ to `Bound`, or to `BindFailed`
-/// when any of that is impossible. When the ARQ was its instance's last unresolved one,
-/// the instance's Nova event is recorded in the same transaction.
+/// host's agent is asked and the job waits for its answer), takes a free attach handle
+/// and moves the ARQ to `Bound`, or to `BindFailed` when any of that is impossible.
+/// When the ARQ was its instance's last unresolved one, the instance's Nova event is
+/// recorded in the same transaction.
 pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Performed, StoreError> {
-    let skipped = |arq_uuid: String| Performed {
-        arq_uuid,
-        outcome: Outcome::Skipped,
-        event_recorded: false,
-    };
-    // The instance of a BindStarted ARQ changes only with an unbind, which also drops
-    // the job; reading it before the lock is safe.
-    let Some(first) = job_row(tx, id).await? else {
-        return Ok(skipped(String::new()));
-    };
-    if let Some(i) = &first.instance_uuid {
-        lock_instance(tx, i).await?;
-    }
+    lock_instances_of(tx, &[id]).await?;
     // Ours still? This also locks the job row until commit.
     let mine = sqlx::query(&format!(
         "UPDATE bind_jobs SET updated_at = $1 WHERE id = $2 AND owner = $3 AND state IN {ACTIVE}"
@@ -231,27 +276,168 @@ pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Perf
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    let Some(job) = job_row(tx, id).await? else {
-        return Ok(skipped(first.arq_uuid));
+    let Some(job) = job_rows(tx, &[id]).await?.pop() else {
+        return Ok(Performed::skipped(String::new()));
     };
     if mine != 1 {
-        return Ok(skipped(job.arq_uuid));
+        return Ok(Performed::skipped(job.arq_uuid));
     }
+    let mut done = perform_locked(tx, job, now, &mut Seen::default()).await?;
+    if let (true, Some(instance)) = (done.resolved(), &done.instance_uuid) {
+        done.event_recorded = record_if_resolved(tx, instance, now, None).await?.is_some();
+    }
+    Ok(done)
+}
+
+/// What one transaction looked up, for the next ARQ of the same instance: the
+/// deployable of a provider, the profile, and free handles not yet tried.
+#[derive(Default)]
+struct Seen {
+    /// Jobs in the transaction: free handles are read this many at a time.
+    want: usize,
+    deployables: Vec<(String, Option<Deployable>)>,
+    profiles: Vec<(i64, Option<profiles::Profile>)>,
+    free_handles: Vec<(i64, Vec<(i64, String)>)>,
+}
+
+#[derive(Clone)]
+struct Deployable {
+    id: i64,
+    driver: Option<String>,
+    bitstream: Option<String>,
+}
+
+impl Seen {
+    async fn deployable(
+        &mut self,
+        tx: &mut Tx,
+        rp: &str,
+    ) -> Result<Option<Deployable>, StoreError> {
+        if let Some((_, d)) = self.deployables.iter().find(|(r, _)| r == rp) {
+            return Ok(d.clone());
+        }
+        let row = sqlx::query(
+            "SELECT id, driver_name, bitstream_id FROM deployables WHERE rp_uuid = $1 \
+             ORDER BY id LIMIT 1",
+        )
+        .bind(rp)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let d = match row {
+            Some(r) => Some(Deployable {
+                id: r.try_get(0)?,
+                driver: r.try_get(1)?,
+                bitstream: r.try_get(2)?,
+            }),
+            None => None,
+        };
+        self.deployables.push((rp.to_owned(), d.clone()));
+        Ok(d)
+    }
+
+    async fn profile(
+        &mut self,
+        tx: &mut Tx,
+        id: i64,
+    ) -> Result<Option<&profiles::Profile>, StoreError> {
+        let at = match self.profiles.iter().position(|(p, _)| *p == id) {
+            Some(at) => at,
+            None => {
+                let p = profiles::by_id(tx, id).await?;
+                self.profiles.push((id, p));
+                self.profiles.len() - 1
+            }
+        };
+        Ok(self.profiles[at].1.as_ref())
+    }
+
+    /// Takes a free handle of the deployable: `(id, uuid)`, or `None` when all are in
+    /// use. Free handles are read up to `want` at a time; each is taken with the
+    /// `in_use = 0 → 1` compare-and-swap, and one a concurrent taker got first is
+    /// passed over.
+    async fn take_handle(
+        &mut self,
+        tx: &mut Tx,
+        dep_id: i64,
+        want: usize,
+        now: i64,
+    ) -> Result<Option<(i64, String)>, StoreError> {
+        loop {
+            let at = match self.free_handles.iter().position(|(d, _)| *d == dep_id) {
+                Some(at) => at,
+                None => {
+                    self.free_handles.push((dep_id, Vec::new()));
+                    self.free_handles.len() - 1
+                }
+            };
+            if self.free_handles[at].1.is_empty() {
+                let rows = sqlx::query(
+                    "SELECT id, uuid FROM attach_handles WHERE deployable_id = $1 \
+                     AND in_use = 0 ORDER BY id LIMIT $2",
+                )
+                .bind(dep_id)
+                .bind(want.max(1) as i64)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut free = rows
+                    .iter()
+                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                    .collect::<Result<Vec<(i64, String)>, StoreError>>()?;
+                if free.is_empty() {
+                    return Ok(None);
+                }
+                free.reverse();
+                self.free_handles[at].1 = free;
+            }
+            let Some((hid, huuid)) = self.free_handles[at].1.pop() else {
+                continue;
+            };
+            let n = sqlx::query(
+                "UPDATE attach_handles SET in_use = 1, updated_at = $1 WHERE id = $2 AND in_use = 0",
+            )
+            .bind(now)
+            .bind(hid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 1 {
+                return Ok(Some((hid, huuid)));
+            }
+        }
+    }
+}
+
+/// Performs `job`, whose instance is locked and which is this transaction's to perform
+/// (claimed by it or before it), without the instance's event: [`perform`] and
+/// [`take_and_perform`] record that once the instance's jobs are done.
+async fn perform_locked(
+    tx: &mut Tx,
+    job: JobRow,
+    now: i64,
+    seen: &mut Seen,
+) -> Result<Performed, StoreError> {
+    let done = |job: JobRow, outcome| Performed {
+        arq_uuid: job.arq_uuid,
+        instance_uuid: job.instance_uuid,
+        accepted_at: job.accepted_at,
+        outcome,
+        event_recorded: false,
+    };
     if job.arq_state != ArqState::BindStarted.as_str() {
         finish_job(
             tx,
-            id,
+            job.id,
             JobState::Failed,
             Some("the ARQ left BindStarted"),
             now,
         )
         .await?;
-        return Ok(skipped(job.arq_uuid));
+        return Ok(done(job, Outcome::Skipped));
     }
-    let outcome = match attempt(tx, &job, id, now).await? {
+    let outcome = match attempt(tx, &job, now, seen).await? {
         Step::Bound(handle) => Outcome::Bound(handle),
         Step::Fail(reason) => {
-            fail(tx, &job, id, &reason, now).await?;
+            fail(tx, &job, &reason, now).await?;
             Outcome::Failed(reason)
         }
         Step::Wait => {
@@ -260,23 +446,13 @@ pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Perf
                  updated_at = $1 WHERE id = $2",
             )
             .bind(now)
-            .bind(id)
+            .bind(job.id)
             .execute(&mut *tx)
             .await?;
             Outcome::Programming
         }
     };
-    let event_recorded = match (&outcome, &job.instance_uuid) {
-        (Outcome::Bound(_) | Outcome::Failed(_), Some(instance)) => {
-            record_if_resolved(tx, instance, now).await?
-        }
-        _ => false,
-    };
-    Ok(Performed {
-        arq_uuid: job.arq_uuid,
-        outcome,
-        event_recorded,
-    })
+    Ok(done(job, outcome))
 }
 
 enum Step {
@@ -285,7 +461,7 @@ enum Step {
     Wait,
 }
 
-async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, StoreError> {
+async fn attempt(tx: &mut Tx, job: &JobRow, now: i64, seen: &mut Seen) -> Result<Step, StoreError> {
     if now > job.deadline {
         return Ok(Step::Fail(format!(
             "bind did not finish before its deadline ({} s after the epoch)",
@@ -295,44 +471,28 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
     let Some(rp) = &job.device_rp_uuid else {
         return Ok(Step::Fail("the ARQ has no device_rp_uuid".into()));
     };
-    let dep = sqlx::query(
-        "SELECT id, driver_name, bitstream_id FROM deployables WHERE rp_uuid = $1 \
-         ORDER BY id LIMIT 1",
-    )
-    .bind(rp)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(dep) = dep else {
+    let Some(dep) = seen.deployable(tx, rp).await? else {
         return Ok(Step::Fail(format!(
             "no deployable with resource provider {rp}"
         )));
     };
-    let dep_id: i64 = dep.try_get(0)?;
-    let driver: Option<String> = dep.try_get(1)?;
-    let current_bitstream: Option<String> = dep.try_get(2)?;
-
-    let profile = profiles::by_id(tx, job.profile_id).await?;
-    let group = profile
-        .as_ref()
-        .and_then(|p| p.groups.get(job.group as usize));
-    let bitstream = group.and_then(|g| g.get("accel:bitstream_id"));
-    let function = group.and_then(|g| g.get("accel:function_id"));
-    if bitstream.is_some() && function.is_some() {
-        // Upstream refuses a group that names both.
-        return Ok(Step::Fail(
-            "the profile group sets both accel:bitstream_id and accel:function_id".into(),
-        ));
-    }
+    let group = seen
+        .profile(tx, job.profile_id)
+        .await?
+        .and_then(|p| p.groups.get(job.group as usize))
+        .cloned();
+    let bitstream = group.as_ref().and_then(|g| g.get("accel:bitstream_id"));
+    let function = group.as_ref().and_then(|g| g.get("accel:function_id"));
     let wants_program = match (bitstream, function) {
-        (Some(b), _) => current_bitstream.as_deref() != Some(b),
-        (None, Some(f)) => !deployable_carries(tx, dep_id, f).await?,
+        (Some(b), _) => dep.bitstream.as_deref() != Some(b),
+        (None, Some(f)) => !deployable_carries(tx, dep.id, f).await?,
         (None, None) => false,
     };
     if job.state == JobState::Pending && wants_program {
         // Cyborg's fake driver "programs" at once; the server's built-in fake source
         // plays that role for hosts no agent reports (an agent's `fake` driver is
         // asked like any other).
-        let instant = driver.as_deref() == Some("fake")
+        let instant = dep.driver.as_deref() == Some("fake")
             && !agent_reports(tx, job.hostname.as_deref().unwrap_or_default()).await?;
         sqlx::query("DELETE FROM program_requests WHERE arq_uuid = $1")
             .bind(&job.arq_uuid)
@@ -342,7 +502,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             tx,
             &NewProgram {
                 arq_uuid: Some(&job.arq_uuid),
-                deployable_id: dep_id,
+                deployable_id: dep.id,
                 hostname: job.hostname.as_deref().unwrap_or_default(),
                 bitstream_id: bitstream,
                 function_id: function,
@@ -359,7 +519,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             return Ok(Step::Wait);
         }
         if let Some(b) = bitstream {
-            set_bitstream(tx, dep_id, b, now).await?;
+            set_bitstream(tx, dep.id, b, now).await?;
         }
     } else if job.state == JobState::Programming {
         let pr = sqlx::query("SELECT state, error FROM program_requests WHERE arq_uuid = $1")
@@ -385,7 +545,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
         }
     }
 
-    let Some(handle) = take_handle(tx, dep_id, now).await? else {
+    let Some(handle) = seen.take_handle(tx, dep.id, seen.want, now).await? else {
         return Ok(Step::Fail(format!(
             "no free attach handle on the deployable of provider {rp}"
         )));
@@ -396,7 +556,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
     )
     .bind(ArqState::Bound.as_str())
     .bind(handle.0)
-    .bind(dep_id)
+    .bind(dep.id)
     .bind(now)
     .bind(job.arq_id)
     .bind(ArqState::BindStarted.as_str())
@@ -410,7 +570,7 @@ async fn attempt(tx: &mut Tx, job: &JobRow, id: i64, now: i64) -> Result<Step, S
             job.arq_uuid
         )));
     }
-    finish_job(tx, id, JobState::Done, None, now).await?;
+    finish_job(tx, job.id, JobState::Done, None, now).await?;
     Ok(Step::Bound(handle.1))
 }
 
@@ -442,37 +602,6 @@ async fn agent_reports(tx: &mut Tx, host: &str) -> Result<bool, StoreError> {
     Ok(n > 0)
 }
 
-/// Takes the first free handle of the deployable: `(id, uuid)`, or `None` when all are
-/// in use. A concurrent taker makes the conditional update miss; the next one is tried.
-async fn take_handle(
-    tx: &mut Tx,
-    dep_id: i64,
-    now: i64,
-) -> Result<Option<(i64, String)>, StoreError> {
-    loop {
-        let free = sqlx::query(
-            "SELECT id, uuid FROM attach_handles WHERE deployable_id = $1 AND in_use = 0 \
-             ORDER BY id LIMIT 1",
-        )
-        .bind(dep_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = free else { return Ok(None) };
-        let (hid, huuid): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
-        let n = sqlx::query(
-            "UPDATE attach_handles SET in_use = 1, updated_at = $1 WHERE id = $2 AND in_use = 0",
-        )
-        .bind(now)
-        .bind(hid)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n == 1 {
-            return Ok(Some((hid, huuid)));
-        }
-    }
-}
-
 async fn finish_job(
     tx: &mut Tx,
     id: i64,
@@ -493,13 +622,7 @@ async fn finish_job(
     Ok(())
 }
 
-async fn fail(
-    tx: &mut Tx,
-    job: &JobRow,
-    id: i64,
-    reason: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn fail(tx: &mut Tx, job: &JobRow, reason: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2 \
          WHERE id = $3 AND state = $4",
@@ -519,11 +642,18 @@ async fn fail(
     .bind(&job.arq_uuid)
     .execute(&mut *tx)
     .await?;
-    finish_job(tx, id, JobState::Failed, Some(reason), now).await
+    finish_job(tx, job.id, JobState::Failed, Some(reason), now).await
 }
 
 /// Records the instance's Nova event when none of its ARQs is unresolved any more.
-async fn record_if_resolved(tx: &mut Tx, instance: &str, now: i64) -> Result<bool, StoreError> {
+/// With `lease`, the event is recorded as taken by that owner until then, for the
+/// caller to deliver itself (see [`events::record`]).
+async fn record_if_resolved(
+    tx: &mut Tx,
+    instance: &str,
+    now: i64,
+    lease: Option<(&str, i64)>,
+) -> Result<Option<events::NovaEvent>, StoreError> {
     let rows = sqlx::query(
         "SELECT uuid, state FROM extended_accelerator_requests WHERE instance_uuid = $1 \
          ORDER BY id",
@@ -538,15 +668,14 @@ async fn record_if_resolved(tx: &mut Tx, instance: &str, now: i64) -> Result<boo
         let state = ArqState::parse(&state)
             .ok_or_else(|| StoreError::Invalid(format!("stored ARQ state {state:?} is unknown")))?;
         if !state.is_resolved() {
-            return Ok(false);
+            return Ok(None);
         }
         arqs.push((uuid, state));
     }
     if arqs.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
-    events::record(tx, instance, &arqs, now).await?;
-    Ok(true)
+    Ok(Some(events::record(tx, instance, arqs, now, lease).await?))
 }
 
 /// A bind job as stored, for diagnostics and tests.
@@ -637,5 +766,86 @@ pub async fn perform_all(
 pub async fn due_now(store: &Store, now: i64, limit: i64) -> Result<Vec<DueJob>, StoreError> {
     store
         .read(move |tx| Box::pin(async move { due(tx, now, limit).await }))
+        .await
+}
+
+/// What [`take_and_perform`] did with one instance's jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceBind {
+    /// The jobs this call took, each performed.
+    pub performed: Vec<Performed>,
+    /// Jobs another worker held or had finished first.
+    pub not_taken: usize,
+    /// The instance's Nova event, when this call resolved its last ARQ (one per
+    /// instance; jobs without an instance have none); taken for delivery by the
+    /// caller when it asked for that.
+    pub events: Vec<events::NovaEvent>,
+}
+
+/// Takes `owner`'s due jobs `ids` (one instance's) and performs them in one
+/// transaction: the claim ([`claim`]'s compare-and-swap) and the perform commit
+/// together, so a bind costs one commit and no other worker can see the job between
+/// the two. The instance's ARQ rows are locked first, as [`perform`] does; a job another
+/// worker holds or finished is left alone (`not_taken`). When the instance's last ARQ
+/// resolves, its event is recorded in the same transaction, and with `deliver_until` it
+/// is recorded as taken by `owner` until then (the caller posts it without claiming it
+/// again; should it not, the lease runs out and any sender takes it).
+pub async fn take_and_perform(
+    store: &Store,
+    owner: &str,
+    ids: Vec<i64>,
+    now: i64,
+    lease_until: i64,
+    deliver_until: Option<i64>,
+) -> Result<InstanceBind, StoreError> {
+    let owner = owner.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                lock_instances_of(tx, &ids).await?;
+                let mut taken = Vec::with_capacity(ids.len());
+                for &id in &ids {
+                    if claim(tx, id, &owner, now, lease_until).await? {
+                        taken.push(id);
+                    }
+                }
+                let mut seen = Seen {
+                    want: taken.len(),
+                    ..Seen::default()
+                };
+                let mut out = InstanceBind {
+                    performed: Vec::with_capacity(taken.len()),
+                    not_taken: ids.len() - taken.len(),
+                    events: Vec::new(),
+                };
+                for job in job_rows(tx, &taken).await? {
+                    out.performed
+                        .push(perform_locked(tx, job, now, &mut seen).await?);
+                }
+                let mut instances: Vec<String> = Vec::new();
+                for p in out.performed.iter().filter(|p| p.resolved()) {
+                    if let Some(i) = &p.instance_uuid {
+                        if !instances.contains(i) {
+                            instances.push(i.clone());
+                        }
+                    }
+                }
+                let lease = deliver_until.map(|until| (owner.as_str(), until));
+                for instance in instances {
+                    if let Some(ev) = record_if_resolved(tx, &instance, now, lease).await? {
+                        if let Some(p) = out
+                            .performed
+                            .iter_mut()
+                            .rev()
+                            .find(|p| p.instance_uuid.as_ref() == Some(&instance))
+                        {
+                            p.event_recorded = true;
+                        }
+                        out.events.push(ev);
+                    }
+                }
+                Ok(out)
+            })
+        })
         .await
 }

@@ -115,23 +115,46 @@ fn from_row(r: &sqlx::any::AnyRow) -> Result<NovaEvent, StoreError> {
     })
 }
 
-/// Records a pending event for `instance`, due at once.
+/// Records a pending event for `instance`, due at once. With `lease` (owner, until)
+/// it is recorded as taken by that owner, its first attempt counted, as [`claim`]
+/// would leave it: the bind worker that resolved the instance hands it to its own
+/// sender instead of a second transaction claiming it.
 pub(crate) async fn record(
     tx: &mut Tx,
     instance: &str,
-    arqs: &[(String, ArqState)],
+    arqs: Vec<(String, ArqState)>,
     now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
+    lease: Option<(&str, i64)>,
+) -> Result<NovaEvent, StoreError> {
+    let (owner, lease_until) = match lease {
+        Some((o, until)) => (Some(o.to_owned()), Some(until)),
+        None => (None, None),
+    };
+    let attempts = i64::from(lease.is_some());
+    let id: i64 = sqlx::query_scalar(
         "INSERT INTO nova_events (instance_uuid, events, state, attempts, next_attempt, \
-         created_at) VALUES ($1, $2, 'pending', 0, $3, $3)",
+         owner, lease_until, created_at) VALUES ($1, $2, $7, $3, $4, $5, $6, $4) \
+         RETURNING id",
     )
     .bind(instance)
-    .bind(encode(arqs))
+    .bind(encode(&arqs))
+    .bind(attempts)
     .bind(now)
-    .execute(&mut *tx)
+    .bind(owner)
+    .bind(lease_until)
+    .bind(Delivery::Pending.as_str())
+    .fetch_one(&mut *tx)
     .await?;
-    Ok(())
+    Ok(NovaEvent {
+        id,
+        instance_uuid: instance.to_owned(),
+        arqs,
+        delivery: Delivery::Pending,
+        attempts,
+        next_attempt: now,
+        last_error: None,
+        created_at: now,
+    })
 }
 
 /// Ids of pending events due at `now` and free to claim, oldest first.

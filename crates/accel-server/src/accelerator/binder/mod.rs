@@ -73,7 +73,9 @@
 
 mod nova;
 
-pub use nova::{render_events, EventSender, NovaEndpoint, SendStep};
+pub use nova::{
+    handoff, render_events, EventSender, Handed, HandedEvent, Handoff, NovaEndpoint, SendStep,
+};
 
 use super::AccelState;
 use crate::supervisor::{Backoff, Stop, Supervisor};
@@ -167,12 +169,17 @@ pub struct Binder {
     pub concurrency: usize,
     /// Jobs taken per step.
     pub batch: i64,
+    /// Where the Nova events this worker records go: with a channel, each is recorded
+    /// leased to this server and handed to its sender; without, it is recorded
+    /// pending and any sender's due pass takes it.
+    pub handoff: Option<Handoff>,
 }
 
 /// What one [`Binder::step`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BindStep {
-    /// Jobs looked at (due when the step began).
+    /// Jobs looked at (due when the step began, or when it looked again as
+    /// instances finished).
     pub due: usize,
     pub bound: usize,
     pub failed: usize,
@@ -251,52 +258,60 @@ impl Binder {
             metrics: Default::default(),
             concurrency: DEFAULT_CONCURRENCY,
             batch: BATCH,
+            handoff: None,
         }
     }
 
     /// One pass at time `now` (epoch seconds): takes the due jobs (round-robin across
     /// hosts, [`binds::due`]) and performs them, the jobs of one instance in one
-    /// transaction, up to [`Binder::concurrency`] instances at once. Instances are
-    /// independent: each is claimed and performed in its own transactions, and the
-    /// guarantees (lease compare-and-swap, `owner = me` under the row locks, handle
-    /// `in_use` compare-and-swap, event with the resolution) hold per transaction, so
-    /// running several at once changes none of them. A failed instance leaves its jobs
-    /// leased (taken again when the lease ends) and does not stop the others; the
-    /// step then returns the first error.
+    /// transaction, up to [`Binder::concurrency`] instances at once. As an instance
+    /// finishes and none is queued, it looks for due jobs again (instances this pass
+    /// has not taken yet), so a slot is refilled at once rather than when the slowest
+    /// instance of the pass ends; a pass takes at most [`Binder::batch`] jobs.
+    /// Instances are independent: each is taken and performed in its own transaction,
+    /// and the guarantees (lease compare-and-swap, `owner = me` under the row locks,
+    /// handle `in_use` compare-and-swap, event with the resolution) hold per
+    /// transaction, so running several at once changes none of them. A failed instance
+    /// does not stop the others; its jobs are leased for a lease's length so that it
+    /// is not retried in a tight loop, and the step then returns the first error.
     pub async fn step(&self, now: i64) -> Result<BindStep, StoreError> {
-        let due = binds::due_now(&self.store, now, self.batch).await?;
-        let n = due.len();
-        // One instance's jobs are adjacent in `due`; keep the fair order.
-        let mut instances: Vec<(Option<String>, Vec<i64>)> = Vec::new();
-        for j in due {
-            match instances.iter_mut().find(|(i, _)| *i == j.instance_uuid) {
-                Some((_, ids)) => ids.push(j.id),
-                None => instances.push((j.instance_uuid, vec![j.id])),
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let mut pass = Pass::default();
+        let mut report = BindStep::default();
+        report.due += self.look(now, &mut pass).await?;
+        let mut running = FuturesUnordered::new();
+        let mut error = None;
+        loop {
+            while running.len() < self.concurrency.max(1) {
+                let Some(ids) = pass.queue.pop_front() else {
+                    break;
+                };
+                running.push(self.bind_instance(ids, now));
+            }
+            let Some(done) = running.next().await else {
+                break;
+            };
+            match done {
+                Ok(p) => report.add(p),
+                Err(e) if error.is_none() => error = Some(e),
+                Err(e) => tracing::warn!(error = %e, "bind of an instance failed"),
+            }
+            if pass.queue.is_empty() && (pass.jobs as i64) < self.batch {
+                match self.look(now, &mut pass).await {
+                    Ok(n) => report.due += n,
+                    Err(e) => tracing::warn!(error = %e, "looking for more due bind jobs failed"),
+                }
             }
         }
-        if instances.len() > 1 {
+        if pass.instances > 1 {
             tracing::debug!(
-                jobs = n,
-                instances = instances.len(),
+                jobs = report.due,
+                instances = pass.instances,
                 concurrency = self.concurrency,
                 "bind step"
             );
         }
-        let (parts, error) = bounded(
-            instances,
-            self.concurrency,
-            "bind of an instance",
-            |(_, ids)| self.bind_instance(ids, now),
-        )
-        .await;
-        let mut report = BindStep {
-            due: n,
-            ..Default::default()
-        };
-        for p in parts {
-            report.add(p);
-        }
-        if report.events > 0 {
+        if report.events > 0 && self.handoff.is_none() {
             self.events_wake.notify_one();
         }
         match error {
@@ -305,70 +320,116 @@ impl Binder {
         }
     }
 
-    /// Claims and performs one instance's due jobs `ids`.
+    /// Queues the due jobs of instances `pass` has not taken yet, at most what is left
+    /// of the batch; the number of jobs queued.
+    async fn look(&self, now: i64, pass: &mut Pass) -> Result<usize, StoreError> {
+        let room = self.batch - pass.jobs as i64;
+        if room <= 0 {
+            return Ok(0);
+        }
+        let due = binds::due_now(&self.store, now, room).await?;
+        let mut queued = 0;
+        // One instance's jobs are adjacent in `due`; keep the fair order.
+        let mut last: Option<Option<String>> = None;
+        for j in due {
+            if last.as_ref() != Some(&j.instance_uuid) {
+                if pass.seen.contains(&j.instance_uuid) {
+                    last = None;
+                    continue;
+                }
+                pass.seen.push(j.instance_uuid.clone());
+                pass.queue.push_back(Vec::new());
+                pass.instances += 1;
+                last = Some(j.instance_uuid);
+            }
+            if let Some(ids) = pass.queue.back_mut() {
+                ids.push(j.id);
+                queued += 1;
+            }
+        }
+        pass.jobs += queued;
+        Ok(queued)
+    }
+
+    /// Takes and performs one instance's due jobs `ids` in one transaction, and hands
+    /// the instance's event to the sender when it resolved.
     async fn bind_instance(&self, ids: Vec<i64>, now: i64) -> Result<BindStep, StoreError> {
-        let wanted = ids.len();
-        let claimed =
-            binds::claim_all(&self.store, ids, &self.owner, now, now + self.lease_secs).await?;
+        let _in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, ids.len());
+        let done = self.perform(ids, now).await?;
         let mut report = BindStep {
-            skipped: wanted - claimed.len(),
+            skipped: done.not_taken,
             ..Default::default()
         };
-        if claimed.is_empty() {
-            return Ok(report);
-        }
-        let _in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, claimed.len());
-        // When each bind was accepted: the duration histogram runs from there.
-        let accepted = match accel_store::stats::bind_jobs_accepted(&self.store, &claimed).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::debug!(error = %e, "bind durations: reading acceptance times failed");
-                Vec::new()
-            }
+        let now_f = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
         };
-        let took = |arq: &str| {
-            accepted.iter().find(|(a, _)| a == arq).map(|(_, at)| {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                (now - *at as f64).max(0.0)
-            })
-        };
-        for p in self.perform(claimed, now).await? {
+        for p in &done.performed {
+            // The duration histogram runs from when the bind was accepted.
+            let took = (now_f() - p.accepted_at as f64).max(0.0);
             match &p.outcome {
                 Outcome::Bound(handle) => {
                     report.bound += 1;
-                    self.observe_bind("bound", took(&p.arq_uuid));
+                    self.observe_bind("bound", took);
                     tracing::info!(arq = %p.arq_uuid, attach_handle = %handle, "ARQ bound");
                 }
                 Outcome::Failed(reason) => {
                     report.failed += 1;
-                    self.observe_bind("failed", took(&p.arq_uuid));
+                    self.observe_bind("failed", took);
                     tracing::warn!(arq = %p.arq_uuid, %reason, "ARQ bind failed");
                 }
                 Outcome::Programming => report.programming += 1,
                 Outcome::Skipped => report.skipped += 1,
             }
-            if p.event_recorded {
-                report.events += 1;
+        }
+        report.events = done.events.len();
+        if let Some(handoff) = &self.handoff {
+            for event in done.events {
+                let handed = HandedEvent {
+                    event,
+                    lease_until: now + self.lease_secs,
+                };
+                if handoff.send(handed).is_err() {
+                    // The sender is gone (shutting down): the lease runs out and any
+                    // sender, this server's after a restart included, takes it.
+                    tracing::info!(
+                        "event sender stopped; the Nova event waits for its lease to end"
+                    );
+                }
+            }
+            if report.events > 0 {
+                self.events_wake.notify_one();
             }
         }
         Ok(report)
     }
 
-    /// [`binds::perform_all`], rerun after a deadlock or serialization failure (the
-    /// transaction rolled back, so the jobs are as claimed); other failures, and the
-    /// last retryable one, are counted and returned.
-    async fn perform(&self, ids: Vec<i64>, now: i64) -> Result<Vec<binds::Performed>, StoreError> {
+    /// [`binds::take_and_perform`], rerun after a deadlock or serialization failure
+    /// (the transaction rolled back, so the jobs are as they were); other failures,
+    /// and the last retryable one, are counted and returned, and the jobs are leased
+    /// to this server for a lease's length so that they are tried again then rather
+    /// than at once.
+    async fn perform(&self, ids: Vec<i64>, now: i64) -> Result<binds::InstanceBind, StoreError> {
         let count = |outcome: &'static str| {
             self.metrics
                 .bind_transaction_failures
                 .get_or_create(&crate::metrics::OutcomeLabel { outcome })
                 .inc();
         };
+        let lease_until = now + self.lease_secs;
+        let deliver_until = self.handoff.as_ref().map(|_| lease_until);
         let mut attempt = 1;
         loop {
-            match binds::perform_all(&self.store, &self.owner, ids.clone(), now).await {
+            let run = binds::take_and_perform(
+                &self.store,
+                &self.owner,
+                ids.clone(),
+                now,
+                lease_until,
+                deliver_until,
+            );
+            match run.await {
                 Err(e) if e.is_retryable() && attempt < PERFORM_ATTEMPTS => {
                     count("retried");
                     tracing::info!(error = %e, attempt, jobs = ?ids, "bind transaction lost a race; running it again");
@@ -377,6 +438,12 @@ impl Binder {
                 Err(e) => {
                     count("failed");
                     tracing::warn!(error = %e, attempt, jobs = ?ids, lease_s = self.lease_secs, "bind transaction failed; the jobs are taken again when their lease ends");
+                    if let Err(e) =
+                        binds::claim_all(&self.store, ids.clone(), &self.owner, now, lease_until)
+                            .await
+                    {
+                        tracing::debug!(error = %e, "leasing the failed jobs failed too; they are due at once");
+                    }
                     return Err(e);
                 }
                 done => return done,
@@ -384,14 +451,23 @@ impl Binder {
         }
     }
 
-    fn observe_bind(&self, outcome: &'static str, took: Option<f64>) {
-        if let Some(secs) = took {
-            self.metrics
-                .bind_duration
-                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
-                .observe(secs);
-        }
+    fn observe_bind(&self, outcome: &'static str, secs: f64) {
+        self.metrics
+            .bind_duration
+            .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+            .observe(secs);
     }
+}
+
+/// What one [`Binder::step`] has taken so far.
+#[derive(Default)]
+struct Pass {
+    /// Instances taken (their jobs queued or performed), so none is taken twice.
+    seen: Vec<Option<String>>,
+    /// Instances' job ids waiting for a free slot, in the fair order.
+    queue: std::collections::VecDeque<Vec<i64>>,
+    jobs: usize,
+    instances: usize,
 }
 
 /// The running workers of one server, under one [`Supervisor`] (a worker that fails
@@ -428,6 +504,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
     // The binder wakes the sender when a step records Nova events; one Notify for
     // every run of both, so a restarted sender still hears a running binder.
     let events_wake = Arc::new(Notify::new());
+    let (handoff, handed) = nova::handoff();
     {
         let (store, cfg, events_wake) = (store.clone(), cfg.clone(), events_wake.clone());
         let bind_wake = state.bind_wakeup.clone();
@@ -437,6 +514,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
                 events_wake: events_wake.clone(),
                 metrics: metrics.clone(),
                 concurrency: cfg.concurrency,
+                handoff: Some(handoff.clone()),
                 ..Binder::new(store.clone(), cfg.owner.clone(), cfg.lease_secs)
             };
             bind_loop(binder, bind_wake.clone(), cfg.poll_interval, stop)
@@ -453,6 +531,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
     supervisor.spawn("nova event sender", move |stop| {
         let sender = EventSender {
             metrics: metrics.clone(),
+            handed: Some(handed.clone()),
             ..EventSender::new(store.clone(), &cfg)
         };
         send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
@@ -588,14 +667,24 @@ async fn bind_loop(
     }
 }
 
+/// The sender's loop: on each wake the events the binder handed over; the due pass
+/// (other replicas' events, retries, expired leases) at least every `poll`, and
+/// whenever a wake brought nothing handed over.
 async fn send_loop(
     sender: EventSender,
     events_wake: Arc<Notify>,
     poll: Duration,
     mut stop: Stop,
 ) -> anyhow::Result<()> {
+    let mut looked = tokio::time::Instant::now();
+    let mut first = true;
     loop {
-        if let Err(e) = sender.step(accel_store::now()).await {
+        let look_for_due = first || looked.elapsed() >= poll;
+        if look_for_due {
+            looked = tokio::time::Instant::now();
+        }
+        first = false;
+        if let Err(e) = sender.run(accel_store::now(), look_for_due).await {
             tracing::warn!(error = %e, "event sender step failed; retrying");
         }
         tokio::select! {

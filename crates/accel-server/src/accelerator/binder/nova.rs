@@ -7,6 +7,15 @@
 //! are independent of each other (one per instance), so a step delivers up to
 //! `concurrency` of them at once; each is still claimed by a lease compare-and-swap
 //! first and settled only while this owner holds it.
+//!
+//! **Handed-over events.** The bind transaction that resolves an instance records its
+//! event already leased to this server (`binds::take_and_perform`), and the binder
+//! hands it over through a channel ([`Handoff`]): the sender posts it and settles it,
+//! one commit, with no due query and no claim transaction. Should the event not be
+//! posted (the process dies, the sender restarts mid-delivery), its lease runs out (or
+//! this server's heartbeat does) and it is due again for any sender, so the outbox's
+//! at-least-once delivery is unchanged. An event whose lease is about to run out is
+//! left to that path rather than posted late.
 
 use super::{bounded, WorkerConfig, BATCH};
 use accel_core::accelerator::ArqState;
@@ -62,6 +71,24 @@ impl NovaEndpoint {
     }
 }
 
+/// An event the bind worker recorded as taken by this server until `lease_until`.
+#[derive(Debug, Clone)]
+pub struct HandedEvent {
+    pub event: NovaEvent,
+    pub lease_until: i64,
+}
+
+/// The binder's end of the hand-over channel, and the sender's (kept across restarts
+/// of the sender's loop, so nothing queued is dropped with a failed run).
+pub type Handoff = tokio::sync::mpsc::UnboundedSender<HandedEvent>;
+pub type Handed = Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<HandedEvent>>>;
+
+/// A connected pair: what [`super::Binder::handoff`] and [`EventSender::handed`] take.
+pub fn handoff() -> (Handoff, Handed) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (tx, Arc::new(tokio::sync::Mutex::new(rx)))
+}
+
 /// Delivers recorded Nova events.
 pub struct EventSender {
     pub(super) store: Store,
@@ -75,6 +102,8 @@ pub struct EventSender {
     pub concurrency: usize,
     /// Where delivery outcomes are counted (the server's, once spawned).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Events the bind worker handed over, already leased to this server.
+    pub handed: Option<Handed>,
 }
 
 /// What one [`EventSender::step`] did.
@@ -84,6 +113,12 @@ pub struct SendStep {
     pub retrying: usize,
     /// Rejected by Nova, expired, or recorded as `no_endpoint`.
     pub given_up: usize,
+}
+
+/// An event to try: handed over (already leased to this server) or due (to claim).
+enum Work {
+    Handed(NovaEvent),
+    Due(i64),
 }
 
 /// The result of one POST.
@@ -109,6 +144,7 @@ impl EventSender {
             expiry_secs: cfg.event_expiry_secs,
             concurrency: cfg.concurrency,
             metrics: Default::default(),
+            handed: None,
         }
     }
 
@@ -118,11 +154,27 @@ impl EventSender {
         (1_i64 << exp).min(self.max_backoff_secs.max(1))
     }
 
-    /// One pass at time `now`: claims the due events and tries each once.
+    /// One pass at time `now`: the handed-over events and the due ones, each tried
+    /// once.
     pub async fn step(&self, now: i64) -> Result<SendStep, StoreError> {
-        let ids = events::due_now(&self.store, now, BATCH).await?;
-        let (tried, error) = bounded(ids, self.concurrency, "delivery of a Nova event", |id| {
-            self.deliver(id, now)
+        self.run(now, true).await
+    }
+
+    /// One pass: every handed-over event, and with `look_for_due` (or when none was
+    /// handed over) the due events too, each claimed first.
+    pub(super) async fn run(&self, now: i64, look_for_due: bool) -> Result<SendStep, StoreError> {
+        let handed = self.take_handed(now).await;
+        let ids = if look_for_due || handed.is_empty() {
+            events::due_now(&self.store, now, BATCH).await?
+        } else {
+            Vec::new()
+        };
+        let work = handed
+            .into_iter()
+            .map(Work::Handed)
+            .chain(ids.into_iter().map(Work::Due));
+        let (tried, error) = bounded(work, self.concurrency, "delivery of a Nova event", |w| {
+            self.deliver(w, now)
         })
         .await;
         let mut report = SendStep::default();
@@ -139,13 +191,47 @@ impl EventSender {
         }
     }
 
-    /// Claims event `id` and tries it once: how it was left, or `None` when another
-    /// sender had it.
-    async fn deliver(&self, id: i64, now: i64) -> Result<Option<Delivery>, StoreError> {
-        let claimed =
-            events::claim_for_delivery(&self.store, id, &self.owner, now, now + self.lease_secs)
+    /// The handed-over events queued now (at most a batch), less those whose lease
+    /// ends within a second: those are left for the due path.
+    async fn take_handed(&self, now: i64) -> Vec<NovaEvent> {
+        let Some(handed) = &self.handed else {
+            return Vec::new();
+        };
+        let mut rx = handed.lock().await;
+        let mut out = Vec::new();
+        while out.len() < BATCH as usize {
+            match rx.try_recv() {
+                Ok(h) if h.lease_until > now + 1 => out.push(h.event),
+                Ok(h) => {
+                    tracing::info!(instance = %h.event.instance_uuid, "handed-over Nova event's lease is ending; leaving it to the due path")
+                }
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// Tries one event once (a due one claimed first): how it was left, or `None`
+    /// when another sender had it.
+    async fn deliver(&self, work: Work, now: i64) -> Result<Option<Delivery>, StoreError> {
+        let ev = match work {
+            Work::Handed(ev) => ev,
+            Work::Due(id) => {
+                let claimed = events::claim_for_delivery(
+                    &self.store,
+                    id,
+                    &self.owner,
+                    now,
+                    now + self.lease_secs,
+                )
                 .await?;
-        let Some(ev) = claimed else { return Ok(None) };
+                match claimed {
+                    Some(ev) => ev,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let id = ev.id;
         let (delivery, next, error) = match &self.nova {
             None => {
                 tracing::warn!(
