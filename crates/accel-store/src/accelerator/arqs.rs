@@ -144,38 +144,57 @@ pub async fn create_for_profile(
     project_id: Option<&str>,
 ) -> Result<Vec<Arq>, StoreError> {
     let now = crate::now();
-    let mut uuids = Vec::new();
+    let mut rows: Vec<(String, i64)> = Vec::new();
     for (index, group) in profile.groups.iter().enumerate() {
         if only_group.is_some_and(|g| g != index) {
             continue;
         }
         for _ in 0..group.accelerator_count() {
-            let uuid = new_uuid();
-            sqlx::query(
-                "INSERT INTO extended_accelerator_requests \
-                 (uuid, project_id, state, device_profile_id, device_profile_group_id, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+            rows.push((new_uuid(), index as i64));
+        }
+    }
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One insert for all of them (the ids are read back by uuid below, so no
+    // `RETURNING` is needed, which MySQL would refuse on several rows).
+    let values: Vec<String> = (0..rows.len())
+        .map(|i| {
+            let b = 6 * i;
+            format!(
+                "(${}, ${}, ${}, ${}, ${}, ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6
             )
-            .bind(&uuid)
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO extended_accelerator_requests \
+         (uuid, project_id, state, device_profile_id, device_profile_group_id, created_at) \
+         VALUES {}",
+        values.join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for (uuid, index) in &rows {
+        q = q
+            .bind(uuid)
             .bind(project_id)
             .bind(ArqState::Initial.as_str())
             .bind(profile.id)
-            .bind(index as i64)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            uuids.push(uuid);
-        }
+            .bind(*index)
+            .bind(now);
     }
-    if uuids.is_empty() {
-        return Ok(Vec::new());
-    }
+    q.execute(&mut *tx).await?;
     let sql = format!(
         "{SELECT} WHERE a.uuid IN ({}) ORDER BY a.id",
-        placeholders(1, uuids.len())
+        placeholders(1, rows.len())
     );
     let mut q = sqlx::query(&sql);
-    for u in &uuids {
+    for (u, _) in &rows {
         q = q.bind(u);
     }
     q.fetch_all(&mut *tx).await?.iter().map(from_row).collect()
@@ -239,15 +258,50 @@ pub async fn require(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Stor
     get(tx, scope, uuid).await?.ok_or_else(|| not_found(uuid))
 }
 
-/// Releases what a bound ARQ holds (its attach handle and bind job) and removes it.
-async fn unbind_and_delete(tx: &mut Tx, arq: &Arq) -> Result<(), StoreError> {
-    lock(tx, arq.id).await?;
-    release(tx, arq.id).await?;
-    forget_jobs(tx, &arq.uuid).await?;
-    sqlx::query("DELETE FROM extended_accelerator_requests WHERE id = $1")
-        .bind(arq.id)
-        .execute(&mut *tx)
-        .await?;
+/// Releases what the ARQs hold (attach handles, bind jobs, programming requests) and
+/// removes them: a fixed handful of statements however many there are. The ARQ rows
+/// are locked first, in id order, the order the bind worker takes them in
+/// ([`super::binds`]), so a delete racing a bind waits instead of deadlocking.
+async fn unbind_and_delete(tx: &mut Tx, arqs: &[Arq]) -> Result<(), StoreError> {
+    if arqs.is_empty() {
+        return Ok(());
+    }
+    let mut ids: Vec<i64> = arqs.iter().map(|a| a.id).collect();
+    ids.sort_unstable();
+    let in_ids = format!("id IN ({})", placeholders(1, ids.len()));
+    by_ids(
+        tx,
+        &format!("UPDATE extended_accelerator_requests SET updated_at = updated_at WHERE {in_ids}"),
+        &ids,
+    )
+    .await?;
+    let now = crate::now();
+    by_ids(
+        tx,
+        &format!(
+            "UPDATE attach_handles SET in_use = 0, updated_at = {now} WHERE id IN \
+             (SELECT attach_handle_id FROM extended_accelerator_requests WHERE {in_ids})"
+        ),
+        &ids,
+    )
+    .await?;
+    let uuids: Vec<String> = arqs.iter().map(|a| a.uuid.clone()).collect();
+    forget_jobs(tx, &uuids).await?;
+    by_ids(
+        tx,
+        &format!("DELETE FROM extended_accelerator_requests WHERE {in_ids}"),
+        &ids,
+    )
+    .await
+}
+
+/// Runs `sql`, whose placeholders `$1..` are `ids`.
+async fn by_ids(tx: &mut Tx, sql: &str, ids: &[i64]) -> Result<(), StoreError> {
+    let mut q = sqlx::query(sql);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    q.execute(&mut *tx).await?;
     Ok(())
 }
 
@@ -261,14 +315,22 @@ async fn lock(tx: &mut Tx, arq_id: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Drops an ARQ's bind job and programming request: an unbind, a delete or a new
-/// bind supersedes them (a worker holding the old job then finds nothing to finish).
-async fn forget_jobs(tx: &mut Tx, uuid: &str) -> Result<(), StoreError> {
+/// Drops the ARQs' bind jobs and programming requests: an unbind, a delete or a new
+/// bind supersedes them (a worker holding an old job then finds nothing to finish).
+async fn forget_jobs(tx: &mut Tx, uuids: &[String]) -> Result<(), StoreError> {
+    if uuids.is_empty() {
+        return Ok(());
+    }
     for table in ["bind_jobs", "program_requests"] {
-        sqlx::query(&format!("DELETE FROM {table} WHERE arq_uuid = $1"))
-            .bind(uuid)
-            .execute(&mut *tx)
-            .await?;
+        let sql = format!(
+            "DELETE FROM {table} WHERE arq_uuid IN ({})",
+            placeholders(1, uuids.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for u in uuids {
+            q = q.bind(u);
+        }
+        q.execute(&mut *tx).await?;
     }
     Ok(())
 }
@@ -297,10 +359,7 @@ pub async fn delete_by_uuids(
     for uuid in uuids {
         found.push(require(tx, scope, uuid).await?);
     }
-    for arq in &found {
-        unbind_and_delete(tx, arq).await?;
-    }
-    Ok(())
+    unbind_and_delete(tx, &found).await
 }
 
 /// Deletes every ARQ of `instance` that `scope` sees; idempotent. Returns how many.
@@ -318,9 +377,7 @@ pub async fn delete_by_instance(
         },
     )
     .await?;
-    for arq in &arqs {
-        unbind_and_delete(tx, arq).await?;
-    }
+    unbind_and_delete(tx, &arqs).await?;
     Ok(arqs.len())
 }
 
@@ -337,7 +394,7 @@ pub struct Binding {
 /// and persists its bind job (state `pending`, `deadline` in epoch seconds) in the same
 /// transaction, so a bind accepted with 202 survives a restart. The state check is a
 /// conditional UPDATE: a concurrent bind of the same ARQ loses with
-/// [`StoreError::Invalid`] (upstream's `ARQBadState`).
+/// [`StoreError::Invalid`] (upstream's `ARQBadState`). Returns the ARQ as it is now.
 pub async fn start_bind(
     tx: &mut Tx,
     scope: &Scope,
@@ -345,6 +402,18 @@ pub async fn start_bind(
     b: &Binding,
     deadline: i64,
 ) -> Result<Arq, StoreError> {
+    begin_bind(tx, scope, uuid, b, deadline).await?;
+    require(tx, scope, uuid).await
+}
+
+/// [`start_bind`] without reading the ARQ back (a `PATCH` answers 202 with no body).
+async fn begin_bind(
+    tx: &mut Tx,
+    scope: &Scope,
+    uuid: &str,
+    b: &Binding,
+    deadline: i64,
+) -> Result<(), StoreError> {
     let arq = require(tx, scope, uuid).await?;
     let sources = ArqState::BindStarted.allowed_sources();
     let list: Vec<String> = sources
@@ -371,7 +440,11 @@ pub async fn start_bind(
     if n != 1 {
         return Err(bad_state(&arq, sources));
     }
-    forget_jobs(tx, uuid).await?;
+    // An ARQ still `Initial` was never bound, so it has no job or programming request
+    // to supersede (the `Initial` state has no way back).
+    if arq.state != ArqState::Initial {
+        forget_jobs(tx, &[uuid.to_owned()]).await?;
+    }
     sqlx::query(
         "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at) \
          VALUES ($1, 'pending', $2, 0, $3)",
@@ -381,7 +454,7 @@ pub async fn start_bind(
     .bind(now)
     .execute(&mut *tx)
     .await?;
-    require(tx, scope, uuid).await
+    Ok(())
 }
 
 fn bad_state(arq: &Arq, expected: &[ArqState]) -> StoreError {
@@ -403,7 +476,7 @@ pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Store
     }
     lock(tx, arq.id).await?;
     release(tx, arq.id).await?;
-    forget_jobs(tx, uuid).await?;
+    forget_jobs(tx, &[uuid.to_owned()]).await?;
     sqlx::query(
         "UPDATE extended_accelerator_requests SET state = $1, hostname = NULL, \
          device_rp_uuid = NULL, instance_uuid = NULL, attach_handle_id = NULL, \
@@ -507,8 +580,13 @@ pub async fn patch(
                         )));
                     }
                 }
+                // Providers already found to carry a deployable in this patch.
+                        let mut with_deployable: Vec<&str> = Vec::new();
                 for (uuid, op) in &plan {
                     match op {
+                        Patch::Bind(b) if with_deployable.contains(&b.device_rp_uuid.as_str()) => {
+                            begin_bind(tx, &scope, uuid, b, deadline).await?;
+                        }
                         Patch::Bind(b) => {
                             let deps = super::hardware::list_deployables(
                                 tx,
@@ -524,7 +602,8 @@ pub async fn patch(
                                     b.device_rp_uuid
                                 )));
                             }
-                            start_bind(tx, &scope, uuid, b, deadline).await?;
+                            with_deployable.push(&b.device_rp_uuid);
+                            begin_bind(tx, &scope, uuid, b, deadline).await?;
                         }
                         Patch::Unbind => {
                             unbind(tx, &scope, uuid).await?;

@@ -49,6 +49,13 @@ super::column_enum!(
 /// Job states a worker still has to act on.
 const ACTIVE: &str = "('pending', 'programming')";
 
+impl JobState {
+    /// One of [`ACTIVE`].
+    fn is_active(self) -> bool {
+        matches!(self, JobState::Pending | JobState::Programming)
+    }
+}
+
 /// A job that is due: free to claim and with something to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueJob {
@@ -170,6 +177,7 @@ impl Performed {
 struct JobRow {
     id: i64,
     state: JobState,
+    owner: Option<String>,
     deadline: i64,
     /// When the bind was accepted (epoch seconds), for the bind-duration histogram.
     accepted_at: i64,
@@ -192,7 +200,7 @@ async fn job_rows(tx: &mut Tx, ids: &[i64]) -> Result<Vec<JobRow>, StoreError> {
     let sql = format!(
         "SELECT j.id, j.state, j.deadline, j.created_at, a.id, a.uuid, a.state, \
          a.device_rp_uuid, a.instance_uuid, a.hostname, a.device_profile_id, \
-         a.device_profile_group_id \
+         a.device_profile_group_id, j.owner \
          FROM bind_jobs j JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
          WHERE j.id IN ({})",
         marks.join(", ")
@@ -219,6 +227,7 @@ async fn job_rows(tx: &mut Tx, ids: &[i64]) -> Result<Vec<JobRow>, StoreError> {
                 hostname: r.try_get(9)?,
                 profile_id: r.try_get(10)?,
                 group: r.try_get(11)?,
+                owner: r.try_get(12)?,
             })
         })
         .collect::<Result<Vec<JobRow>, StoreError>>()?;
@@ -803,12 +812,12 @@ pub async fn take_and_perform(
         .write(move |tx| {
             Box::pin(async move {
                 lock_instances_of(tx, &ids).await?;
-                let mut taken = Vec::with_capacity(ids.len());
-                for &id in &ids {
-                    if claim(tx, id, &owner, now, lease_until).await? {
-                        taken.push(id);
-                    }
-                }
+                lease::take_all(tx, &JOBS, &ids, &owner, now, lease_until).await?;
+                let taken: Vec<JobRow> = job_rows(tx, &ids)
+                    .await?
+                    .into_iter()
+                    .filter(|j| j.owner.as_deref() == Some(owner.as_str()) && j.state.is_active())
+                    .collect();
                 let mut seen = Seen {
                     want: taken.len(),
                     ..Seen::default()
@@ -818,7 +827,7 @@ pub async fn take_and_perform(
                     not_taken: ids.len() - taken.len(),
                     events: Vec::new(),
                 };
-                for job in job_rows(tx, &taken).await? {
+                for job in taken {
                     out.performed
                         .push(perform_locked(tx, job, now, &mut seen).await?);
                 }

@@ -68,6 +68,48 @@ where
     changed_one(tx, q).await
 }
 
+/// [`take`] for several rows of `queue` at once (keys `ids`), in one statement. Which
+/// rows are now `owner`'s is for the caller to read back (a row it already held is
+/// its own too).
+pub(super) async fn take_all(
+    tx: &mut Tx,
+    queue: &Queue,
+    ids: &[i64],
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+) -> Result<(), StoreError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let Queue {
+        table,
+        key: column,
+        counts_attempts,
+        ready,
+    } = queue;
+    let attempts = if *counts_attempts {
+        "attempts = attempts + 1, "
+    } else {
+        ""
+    };
+    let sql = format!(
+        "UPDATE {table} SET owner = $1, lease_until = $2, {attempts}updated_at = $3 \
+         WHERE {column} IN ({keys}) AND {ready} AND {free}",
+        keys = crate::placeholders(4, ids.len()),
+        free = free("", "$3"),
+    );
+    let mut q = sqlx::query(&sql)
+        .bind(owner.to_owned())
+        .bind(lease_until)
+        .bind(now);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    q.execute(&mut *tx).await?;
+    Ok(())
+}
+
 /// Runs a conditional `UPDATE` and says whether it changed its one row: false when the
 /// condition (an owner, a state) no longer held.
 pub(super) async fn changed_one<'q>(
