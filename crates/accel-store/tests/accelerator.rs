@@ -207,14 +207,6 @@ async fn bind_start_persists_a_job_and_instance_filters_work() {
         );
 
         let i = instance.clone();
-        let unresolved = store
-            .read(move |tx| {
-                Box::pin(async move { arqs::unresolved_for_instance(tx, &project("p1"), &i).await })
-            })
-            .await
-            .unwrap();
-        assert_eq!(unresolved, 1);
-        let i = instance.clone();
         let by_instance = store
             .read(move |tx| {
                 Box::pin(async move {
@@ -232,6 +224,10 @@ async fn bind_start_persists_a_job_and_instance_filters_work() {
             .await
             .unwrap();
         assert_eq!(by_instance.len(), 1);
+        assert!(
+            !by_instance[0].state.is_resolved(),
+            "BindStarted: not resolved"
+        );
 
         let u0 = a[0].uuid.clone();
         let unbound = store

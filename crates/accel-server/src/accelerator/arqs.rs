@@ -87,28 +87,23 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
         }
     };
     let scope = ctx.scope();
-    let found = st
+    // With an instance and `bind_state=resolved`, every ARQ of the instance is read
+    // and checked here: all resolved is the answer, any other is 423. One statement,
+    // so no transaction is needed for one snapshot.
+    let whole_instance = instance.is_some() && resolved;
+    let f = Filter {
+        instance,
+        resolved_only: resolved && !whole_instance,
+    };
+    let list = st
         .app
         .store
-        .read(move |tx| {
-            Box::pin(async move {
-                if let (Some(i), true) = (&instance, resolved) {
-                    if arqs::unresolved_for_instance(tx, &scope, i).await? > 0 {
-                        return Ok(None);
-                    }
-                }
-                let f = Filter {
-                    instance,
-                    resolved_only: resolved,
-                };
-                Ok(Some(arqs::list(tx, &scope, &f).await?))
-            })
-        })
+        .read_one(move |tx| Box::pin(async move { arqs::list(tx, &scope, &f).await }))
         .await?;
-    match found {
-        None => Err(AccelError::locked()),
-        Some(list) => Ok(reply_list(ctx, StatusCode::OK, &list)),
+    if whole_instance && list.iter().any(|a| !a.state.is_resolved()) {
+        return Err(AccelError::locked());
     }
+    Ok(reply_list(ctx, StatusCode::OK, &list))
 }
 
 pub async fn show(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {

@@ -220,18 +220,6 @@ pub async fn list(tx: &mut Tx, scope: &Scope, f: &Filter) -> Result<Vec<Arq>, St
     w.fetch(tx, SELECT, " ORDER BY a.id").await
 }
 
-/// How many of the instance's ARQs (that `scope` sees) are not resolved yet.
-pub async fn unresolved_for_instance(
-    tx: &mut Tx,
-    scope: &Scope,
-    instance: &str,
-) -> Result<i64, StoreError> {
-    let mut w = Where::new(scope);
-    w.eq("a.instance_uuid", instance.to_owned());
-    w.raw(&format!("a.state NOT IN {RESOLVED}"));
-    w.count(tx).await
-}
-
 /// Whether any ARQ `scope` sees is associated with `instance`.
 pub async fn instance_has_arqs(
     tx: &mut Tx,

@@ -771,10 +771,11 @@ pub async fn perform_all(
         .await
 }
 
-/// [`due`] in a snapshot of its own: the bind worker's pass starts here.
+/// [`due`] (one statement, so no transaction around it): the bind worker's pass
+/// starts here.
 pub async fn due_now(store: &Store, now: i64, limit: i64) -> Result<Vec<DueJob>, StoreError> {
     store
-        .read(move |tx| Box::pin(async move { due(tx, now, limit).await }))
+        .read_one(move |tx| Box::pin(async move { due(tx, now, limit).await }))
         .await
 }
 

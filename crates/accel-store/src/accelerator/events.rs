@@ -233,10 +233,11 @@ pub async fn for_instance(tx: &mut Tx, instance: &str) -> Result<Vec<NovaEvent>,
         .collect()
 }
 
-/// [`due`] in a snapshot of its own: the event sender's pass starts here.
+/// [`due`] (one statement, so no transaction around it): the event sender's pass
+/// starts here.
 pub async fn due_now(store: &Store, now: i64, limit: i64) -> Result<Vec<i64>, StoreError> {
     store
-        .read(move |tx| Box::pin(async move { due(tx, now, limit).await }))
+        .read_one(move |tx| Box::pin(async move { due(tx, now, limit).await }))
         .await
 }
 
