@@ -31,7 +31,7 @@ pub use super::programs::{
 };
 use super::programs::{insert_program_request, set_bitstream, NewProgram};
 use crate::{Store, StoreError, Tx};
-use accel_core::accelerator::{carries_function, ArqState};
+use accel_core::accelerator::{carries_function, ArqState, Group};
 use sqlx::Row;
 
 super::column_enum!(
@@ -189,6 +189,8 @@ struct JobRow {
     hostname: Option<String>,
     profile_id: i64,
     group: i64,
+    /// The profile's groups as stored (read with the job, so no query per profile).
+    groups: Option<String>,
 }
 
 /// The jobs `ids` that still exist, with their ARQs, in the order of `ids`.
@@ -200,8 +202,9 @@ async fn job_rows(tx: &mut Tx, ids: &[i64]) -> Result<Vec<JobRow>, StoreError> {
     let sql = format!(
         "SELECT j.id, j.state, j.deadline, j.created_at, a.id, a.uuid, a.state, \
          a.device_rp_uuid, a.instance_uuid, a.hostname, a.device_profile_id, \
-         a.device_profile_group_id, j.owner \
+         a.device_profile_group_id, j.owner, p.groups \
          FROM bind_jobs j JOIN extended_accelerator_requests a ON a.uuid = j.arq_uuid \
+         LEFT JOIN device_profiles p ON p.id = a.device_profile_id \
          WHERE j.id IN ({})",
         marks.join(", ")
     );
@@ -228,6 +231,7 @@ async fn job_rows(tx: &mut Tx, ids: &[i64]) -> Result<Vec<JobRow>, StoreError> {
                 profile_id: r.try_get(10)?,
                 group: r.try_get(11)?,
                 owner: r.try_get(12)?,
+                groups: r.try_get(13)?,
             })
         })
         .collect::<Result<Vec<JobRow>, StoreError>>()?;
@@ -291,7 +295,9 @@ pub async fn perform(tx: &mut Tx, owner: &str, id: i64, now: i64) -> Result<Perf
     if mine != 1 {
         return Ok(Performed::skipped(job.arq_uuid));
     }
-    let mut done = perform_locked(tx, job, now, &mut Seen::default()).await?;
+    let mut taken = Vec::new();
+    let mut done = perform_locked(tx, job, now, &mut Seen::default(), &mut taken).await?;
+    write_bound(tx, &taken, now).await?;
     if let (true, Some(instance)) = (done.resolved(), &done.instance_uuid) {
         done.event_recorded = record_if_resolved(tx, instance, now, None).await?.is_some();
     }
@@ -305,7 +311,7 @@ struct Seen {
     /// Jobs in the transaction: free handles are read this many at a time.
     want: usize,
     deployables: Vec<(String, Option<Deployable>)>,
-    profiles: Vec<(i64, Option<profiles::Profile>)>,
+    profiles: Vec<(i64, Option<Vec<Group>>)>,
     free_handles: Vec<(i64, Vec<(i64, String)>)>,
 }
 
@@ -344,20 +350,17 @@ impl Seen {
         Ok(d)
     }
 
-    async fn profile(
-        &mut self,
-        tx: &mut Tx,
-        id: i64,
-    ) -> Result<Option<&profiles::Profile>, StoreError> {
-        let at = match self.profiles.iter().position(|(p, _)| *p == id) {
+    /// The groups of the job's profile, decoded once per profile.
+    fn groups(&mut self, job: &JobRow) -> Result<Option<&[Group]>, StoreError> {
+        let at = match self.profiles.iter().position(|(p, _)| *p == job.profile_id) {
             Some(at) => at,
             None => {
-                let p = profiles::by_id(tx, id).await?;
-                self.profiles.push((id, p));
+                let groups = job.groups.as_deref().map(profiles::decode).transpose()?;
+                self.profiles.push((job.profile_id, groups));
                 self.profiles.len() - 1
             }
         };
-        Ok(self.profiles[at].1.as_ref())
+        Ok(self.profiles[at].1.as_deref())
     }
 
     /// Takes a free handle of the deployable: `(id, uuid)`, or `None` when all are in
@@ -424,6 +427,7 @@ async fn perform_locked(
     job: JobRow,
     now: i64,
     seen: &mut Seen,
+    taken: &mut Vec<Taken>,
 ) -> Result<Performed, StoreError> {
     let done = |job: JobRow, outcome| Performed {
         arq_uuid: job.arq_uuid,
@@ -444,7 +448,11 @@ async fn perform_locked(
         return Ok(done(job, Outcome::Skipped));
     }
     let outcome = match attempt(tx, &job, now, seen).await? {
-        Step::Bound(handle) => Outcome::Bound(handle),
+        Step::Bound(t) => {
+            let handle = t.handle_uuid.clone();
+            taken.push(t);
+            Outcome::Bound(handle)
+        }
         Step::Fail(reason) => {
             fail(tx, &job, &reason, now).await?;
             Outcome::Failed(reason)
@@ -465,7 +473,7 @@ async fn perform_locked(
 }
 
 enum Step {
-    Bound(String),
+    Bound(Taken),
     Fail(String),
     Wait,
 }
@@ -486,9 +494,8 @@ async fn attempt(tx: &mut Tx, job: &JobRow, now: i64, seen: &mut Seen) -> Result
         )));
     };
     let group = seen
-        .profile(tx, job.profile_id)
-        .await?
-        .and_then(|p| p.groups.get(job.group as usize))
+        .groups(job)?
+        .and_then(|g| g.get(job.group as usize))
         .cloned();
     let bitstream = group.as_ref().and_then(|g| g.get("accel:bitstream_id"));
     let function = group.as_ref().and_then(|g| g.get("accel:function_id"));
@@ -559,28 +566,77 @@ async fn attempt(tx: &mut Tx, job: &JobRow, now: i64, seen: &mut Seen) -> Result
             "no free attach handle on the deployable of provider {rp}"
         )));
     };
-    let n = sqlx::query(
-        "UPDATE extended_accelerator_requests SET state = $1, attach_handle_id = $2, \
-         deployable_id = $3, updated_at = $4 WHERE id = $5 AND state = $6",
-    )
-    .bind(ArqState::Bound.as_str())
-    .bind(handle.0)
-    .bind(dep.id)
-    .bind(now)
-    .bind(job.arq_id)
-    .bind(ArqState::BindStarted.as_str())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
-        // The lock and the state check above make this unreachable; refuse to guess.
+    Ok(Step::Bound(Taken {
+        job_id: job.id,
+        arq_id: job.arq_id,
+        arq_uuid: job.arq_uuid.clone(),
+        handle_id: handle.0,
+        handle_uuid: handle.1,
+        deployable_id: dep.id,
+    }))
+}
+
+/// An ARQ whose handle this transaction took: it becomes `Bound`, and its job `done`,
+/// in [`write_bound`] once every job of the transaction was looked at.
+struct Taken {
+    job_id: i64,
+    arq_id: i64,
+    arq_uuid: String,
+    handle_id: i64,
+    handle_uuid: String,
+    deployable_id: i64,
+}
+
+/// Moves the ARQs of `taken` to `Bound` with their handles and finishes their jobs:
+/// two statements however many there are (a `CASE` per column picks each ARQ's own
+/// handle and deployable).
+async fn write_bound(tx: &mut Tx, taken: &[Taken], now: i64) -> Result<(), StoreError> {
+    if taken.is_empty() {
+        return Ok(());
+    }
+    // $1 Bound, $2 now, $3 BindStarted; then per ARQ: id, handle, deployable.
+    let at = |i: usize, k: usize| 4 + 3 * i + k;
+    let case = |k: usize| {
+        let whens: Vec<String> = (0..taken.len())
+            .map(|i| format!("WHEN ${} THEN ${}", at(i, 0), at(i, k)))
+            .collect();
+        format!("CASE id {} END", whens.join(" "))
+    };
+    let ids: Vec<String> = (0..taken.len()).map(|i| format!("${}", at(i, 0))).collect();
+    let sql = format!(
+        "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2, \
+         attach_handle_id = {}, deployable_id = {} WHERE id IN ({}) AND state = $3",
+        case(1),
+        case(2),
+        ids.join(", ")
+    );
+    let mut q = sqlx::query(&sql)
+        .bind(ArqState::Bound.as_str())
+        .bind(now)
+        .bind(ArqState::BindStarted.as_str());
+    for t in taken {
+        q = q.bind(t.arq_id).bind(t.handle_id).bind(t.deployable_id);
+    }
+    let n = q.execute(&mut *tx).await?.rows_affected();
+    if n != taken.len() as u64 {
+        // The instance lock and the state check before make this unreachable; refuse
+        // to guess.
+        let arqs: Vec<&str> = taken.iter().map(|t| t.arq_uuid.as_str()).collect();
         return Err(StoreError::Invalid(format!(
-            "ARQ {} left BindStarted during its bind",
-            job.arq_uuid
+            "ARQs {arqs:?} left BindStarted during their bind"
         )));
     }
-    finish_job(tx, job.id, JobState::Done, None, now).await?;
-    Ok(Step::Bound(handle.1))
+    let sql = format!(
+        "UPDATE bind_jobs SET state = $1, error = NULL, owner = NULL, lease_until = NULL, \
+         updated_at = $2 WHERE id IN ({})",
+        crate::placeholders(3, taken.len())
+    );
+    let mut q = sqlx::query(&sql).bind(JobState::Done.as_str()).bind(now);
+    for t in taken {
+        q = q.bind(t.job_id);
+    }
+    q.execute(&mut *tx).await?;
+    Ok(())
 }
 
 /// Whether the deployable's reported traits say it carries `function_id` already.
@@ -792,8 +848,8 @@ pub struct InstanceBind {
     pub events: Vec<events::NovaEvent>,
 }
 
-/// Takes `owner`'s due jobs `ids` (one instance's) and performs them in one
-/// transaction: the claim ([`claim`]'s compare-and-swap) and the perform commit
+/// Takes `owner`'s due jobs `ids` (one instance's: `instance`, as [`due`] named it, or
+/// `None` to read it here) and performs them in one transaction: the claim ([`claim`]'s compare-and-swap) and the perform commit
 /// together, so a bind costs one commit and no other worker can see the job between
 /// the two. The instance's ARQ rows are locked first, as [`perform`] does; a job another
 /// worker holds or finished is left alone (`not_taken`). When the instance's last ARQ
@@ -803,6 +859,7 @@ pub struct InstanceBind {
 pub async fn take_and_perform(
     store: &Store,
     owner: &str,
+    instance: Option<String>,
     ids: Vec<i64>,
     now: i64,
     lease_until: i64,
@@ -812,26 +869,31 @@ pub async fn take_and_perform(
     store
         .write(move |tx| {
             Box::pin(async move {
-                lock_instances_of(tx, &ids).await?;
+                match &instance {
+                    Some(i) => lock_instance(tx, i).await?,
+                    None => lock_instances_of(tx, &ids).await?,
+                }
                 lease::take_all(tx, &JOBS, &ids, &owner, now, lease_until).await?;
-                let taken: Vec<JobRow> = job_rows(tx, &ids)
+                let mine: Vec<JobRow> = job_rows(tx, &ids)
                     .await?
                     .into_iter()
                     .filter(|j| j.owner.as_deref() == Some(owner.as_str()) && j.state.is_active())
                     .collect();
                 let mut seen = Seen {
-                    want: taken.len(),
+                    want: mine.len(),
                     ..Seen::default()
                 };
                 let mut out = InstanceBind {
-                    performed: Vec::with_capacity(taken.len()),
-                    not_taken: ids.len() - taken.len(),
+                    performed: Vec::with_capacity(mine.len()),
+                    not_taken: ids.len() - mine.len(),
                     events: Vec::new(),
                 };
-                for job in taken {
+                let mut taken = Vec::new();
+                for job in mine {
                     out.performed
-                        .push(perform_locked(tx, job, now, &mut seen).await?);
+                        .push(perform_locked(tx, job, now, &mut seen, &mut taken).await?);
                 }
+                write_bound(tx, &taken, now).await?;
                 let mut instances: Vec<String> = Vec::new();
                 for p in out.performed.iter().filter(|p| p.resolved()) {
                     if let Some(i) = &p.instance_uuid {

@@ -35,7 +35,8 @@ fn encode(groups: &[Group]) -> String {
     serde_json::Value::Array(list).to_string()
 }
 
-fn decode(text: &str) -> Result<Vec<Group>, StoreError> {
+/// A profile's `groups` column as stored.
+pub(crate) fn decode(text: &str) -> Result<Vec<Group>, StoreError> {
     let bad = || StoreError::Invalid(format!("stored device profile groups are corrupt: {text}"));
     let value: serde_json::Value = serde_json::from_str(text).map_err(|_| bad())?;
     let list = value.as_array().ok_or_else(bad)?;

@@ -169,6 +169,9 @@ pub struct Binder {
     pub concurrency: usize,
     /// Jobs taken per step.
     pub batch: i64,
+    /// Rung when a bind is accepted (the API's `bind_wakeup`): a running step looks
+    /// for due jobs at once when it has a free slot, instead of when an instance ends.
+    pub wake: Option<Arc<Notify>>,
     /// Where the Nova events this worker records go: with a channel, each is recorded
     /// leased to this server and handed to its sender; without, it is recorded
     /// pending and any sender's due pass takes it.
@@ -258,6 +261,7 @@ impl Binder {
             metrics: Default::default(),
             concurrency: DEFAULT_CONCURRENCY,
             batch: BATCH,
+            wake: None,
             handoff: None,
         }
     }
@@ -281,22 +285,33 @@ impl Binder {
         report.due += self.look(now, &mut pass).await?;
         let mut running = FuturesUnordered::new();
         let mut error = None;
+        let idle = Notify::new();
+        let wake = self.wake.as_deref().unwrap_or(&idle);
         loop {
             while running.len() < self.concurrency.max(1) {
-                let Some(ids) = pass.queue.pop_front() else {
+                let Some((instance, ids)) = pass.queue.pop_front() else {
                     break;
                 };
-                running.push(self.bind_instance(ids, now));
+                running.push(self.bind_instance(instance, ids, now));
             }
-            let Some(done) = running.next().await else {
+            if running.is_empty() {
                 break;
-            };
-            match done {
-                Ok(p) => report.add(p),
-                Err(e) if error.is_none() => error = Some(e),
-                Err(e) => tracing::warn!(error = %e, "bind of an instance failed"),
             }
-            if pass.queue.is_empty() && (pass.jobs as i64) < self.batch {
+            let room = running.len() < self.concurrency.max(1) && (pass.jobs as i64) < self.batch;
+            let look = tokio::select! {
+                done = running.next() => {
+                    match done {
+                        Some(Ok(p)) => report.add(p),
+                        Some(Err(e)) if error.is_none() => error = Some(e),
+                        Some(Err(e)) => tracing::warn!(error = %e, "bind of an instance failed"),
+                        None => {}
+                    }
+                    pass.queue.is_empty()
+                }
+                // A bind was accepted while a slot is free.
+                _ = wake.notified(), if room => true,
+            };
+            if look && (pass.jobs as i64) < self.batch {
                 match self.look(now, &mut pass).await {
                     Ok(n) => report.due += n,
                     Err(e) => tracing::warn!(error = %e, "looking for more due bind jobs failed"),
@@ -338,11 +353,11 @@ impl Binder {
                     continue;
                 }
                 pass.seen.push(j.instance_uuid.clone());
-                pass.queue.push_back(Vec::new());
+                pass.queue.push_back((j.instance_uuid.clone(), Vec::new()));
                 pass.instances += 1;
                 last = Some(j.instance_uuid);
             }
-            if let Some(ids) = pass.queue.back_mut() {
+            if let Some((_, ids)) = pass.queue.back_mut() {
                 ids.push(j.id);
                 queued += 1;
             }
@@ -353,9 +368,14 @@ impl Binder {
 
     /// Takes and performs one instance's due jobs `ids` in one transaction, and hands
     /// the instance's event to the sender when it resolved.
-    async fn bind_instance(&self, ids: Vec<i64>, now: i64) -> Result<BindStep, StoreError> {
+    async fn bind_instance(
+        &self,
+        instance: Option<String>,
+        ids: Vec<i64>,
+        now: i64,
+    ) -> Result<BindStep, StoreError> {
         let _in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, ids.len());
-        let done = self.perform(ids, now).await?;
+        let done = self.perform(instance, ids, now).await?;
         let mut report = BindStep {
             skipped: done.not_taken,
             ..Default::default()
@@ -410,7 +430,12 @@ impl Binder {
     /// and the last retryable one, are counted and returned, and the jobs are leased
     /// to this server for a lease's length so that they are tried again then rather
     /// than at once.
-    async fn perform(&self, ids: Vec<i64>, now: i64) -> Result<binds::InstanceBind, StoreError> {
+    async fn perform(
+        &self,
+        instance: Option<String>,
+        ids: Vec<i64>,
+        now: i64,
+    ) -> Result<binds::InstanceBind, StoreError> {
         let count = |outcome: &'static str| {
             self.metrics
                 .bind_transaction_failures
@@ -424,6 +449,7 @@ impl Binder {
             let run = binds::take_and_perform(
                 &self.store,
                 &self.owner,
+                instance.clone(),
                 ids.clone(),
                 now,
                 lease_until,
@@ -464,8 +490,8 @@ impl Binder {
 struct Pass {
     /// Instances taken (their jobs queued or performed), so none is taken twice.
     seen: Vec<Option<String>>,
-    /// Instances' job ids waiting for a free slot, in the fair order.
-    queue: std::collections::VecDeque<Vec<i64>>,
+    /// Instances and their job ids waiting for a free slot, in the fair order.
+    queue: std::collections::VecDeque<(Option<String>, Vec<i64>)>,
     jobs: usize,
     instances: usize,
 }
@@ -514,6 +540,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
                 events_wake: events_wake.clone(),
                 metrics: metrics.clone(),
                 concurrency: cfg.concurrency,
+                wake: Some(bind_wake.clone()),
                 handoff: Some(handoff.clone()),
                 ..Binder::new(store.clone(), cfg.owner.clone(), cfg.lease_secs)
             };
