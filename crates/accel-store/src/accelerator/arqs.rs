@@ -101,6 +101,15 @@ impl Where {
             .push(format!("{column} = ${}", self.args.len()));
     }
 
+    fn any_of(&mut self, column: &str, values: &[String]) {
+        let first = self.args.len() + 1;
+        self.args.extend(values.iter().cloned());
+        self.clauses.push(format!(
+            "{column} IN ({})",
+            placeholders(first, values.len())
+        ));
+    }
+
     fn raw(&mut self, clause: &str) {
         self.clauses.push(clause.to_owned());
     }
@@ -397,25 +406,27 @@ pub async fn start_bind(
     b: &Binding,
     deadline: i64,
 ) -> Result<Arq, StoreError> {
-    begin_bind(tx, scope, uuid, b, deadline).await?;
+    let arq = require(tx, scope, uuid).await?;
+    let mut jobs = Vec::new();
+    begin_bind(tx, &arq, b, &mut jobs).await?;
+    insert_jobs(tx, &jobs, deadline).await?;
     require(tx, scope, uuid).await
 }
 
-/// [`start_bind`] without reading the ARQ back (a `PATCH` answers 202 with no body).
+/// [`start_bind`] without reading the ARQ back (a `PATCH` answers 202 with no body),
+/// for `arq` as read in this transaction; the job's row is left in `jobs`, for
+/// [`insert_jobs`] to write.
 async fn begin_bind(
     tx: &mut Tx,
-    scope: &Scope,
-    uuid: &str,
+    arq: &Arq,
     b: &Binding,
-    deadline: i64,
+    jobs: &mut Vec<String>,
 ) -> Result<(), StoreError> {
-    let arq = require(tx, scope, uuid).await?;
     let sources = ArqState::BindStarted.allowed_sources();
     let list: Vec<String> = sources
         .iter()
         .map(|s| format!("'{}'", s.as_str()))
         .collect();
-    let now = crate::now();
     let n = sqlx::query(&format!(
         "UPDATE extended_accelerator_requests SET state = $1, hostname = $2, device_rp_uuid = $3, \
          instance_uuid = $4, project_id = COALESCE($5, project_id), updated_at = $6 \
@@ -427,28 +438,40 @@ async fn begin_bind(
     .bind(&b.device_rp_uuid)
     .bind(&b.instance_uuid)
     .bind(b.project_id.as_deref())
-    .bind(now)
+    .bind(crate::now())
     .bind(arq.id)
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if n != 1 {
-        return Err(bad_state(&arq, sources));
+        return Err(bad_state(arq, sources));
     }
     // An ARQ still `Initial` was never bound, so it has no job or programming request
     // to supersede (the `Initial` state has no way back).
     if arq.state != ArqState::Initial {
-        forget_jobs(tx, &[uuid.to_owned()]).await?;
+        forget_jobs(tx, std::slice::from_ref(&arq.uuid)).await?;
     }
-    sqlx::query(
-        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at) \
-         VALUES ($1, 'pending', $2, 0, $3)",
-    )
-    .bind(uuid)
-    .bind(deadline)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
+    jobs.push(arq.uuid.clone());
+    Ok(())
+}
+
+/// The bind jobs of ARQs `uuids`, pending until `deadline`, in one insert.
+async fn insert_jobs(tx: &mut Tx, uuids: &[String], deadline: i64) -> Result<(), StoreError> {
+    if uuids.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<String> = (0..uuids.len())
+        .map(|i| format!("(${}, 'pending', $1, 0, $2)", i + 3))
+        .collect();
+    let sql = format!(
+        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at) VALUES {}",
+        rows.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(deadline).bind(crate::now());
+    for u in uuids {
+        q = q.bind(u);
+    }
+    q.execute(&mut *tx).await?;
     Ok(())
 }
 
@@ -575,36 +598,63 @@ pub async fn patch(
                         )));
                     }
                 }
+                // The ARQs to bind, read at once when each appears once in the plan
+                // (otherwise an earlier operation could change what was read).
+                let binds: Vec<String> = plan
+                    .iter()
+                    .filter(|(_, op)| matches!(op, Patch::Bind(_)))
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                let once = plan.iter().enumerate().all(|(i, (u, _))| {
+                    plan.iter().skip(i + 1).all(|(v, _)| v != u)
+                });
+                let mut read = Vec::new();
+                if once && !binds.is_empty() {
+                    let mut w = Where::new(&scope);
+                    w.any_of("a.uuid", &binds);
+                    read = w.fetch(tx, SELECT, "").await?;
+                }
                 // Providers already found to carry a deployable in this patch.
-                        let mut with_deployable: Vec<&str> = Vec::new();
+                let mut with_deployable: Vec<&str> = Vec::new();
+                let mut jobs = Vec::new();
                 for (uuid, op) in &plan {
                     match op {
-                        Patch::Bind(b) if with_deployable.contains(&b.device_rp_uuid.as_str()) => {
-                            begin_bind(tx, &scope, uuid, b, deadline).await?;
-                        }
                         Patch::Bind(b) => {
-                            let deps = super::hardware::list_deployables(
-                                tx,
-                                &[(
-                                    super::hardware::DeployableColumn::RpUuid,
-                                    b.device_rp_uuid.clone(),
-                                )],
-                            )
-                            .await?;
-                            if deps.is_empty() {
-                                return Err(StoreError::NotFound(format!(
-                                    "Deployable not found with resource provider uuid={}",
-                                    b.device_rp_uuid
-                                )));
+                            if !with_deployable.contains(&b.device_rp_uuid.as_str()) {
+                                let deps = super::hardware::list_deployables(
+                                    tx,
+                                    &[(
+                                        super::hardware::DeployableColumn::RpUuid,
+                                        b.device_rp_uuid.clone(),
+                                    )],
+                                )
+                                .await?;
+                                if deps.is_empty() {
+                                    return Err(StoreError::NotFound(format!(
+                                        "Deployable not found with resource provider uuid={}",
+                                        b.device_rp_uuid
+                                    )));
+                                }
+                                with_deployable.push(&b.device_rp_uuid);
                             }
-                            with_deployable.push(&b.device_rp_uuid);
-                            begin_bind(tx, &scope, uuid, b, deadline).await?;
+                            let arq = match read.iter().find(|a| &a.uuid == uuid) {
+                                Some(a) => a.clone(),
+                                None if once => return Err(not_found(uuid)),
+                                None => require(tx, &scope, uuid).await?,
+                            };
+                            begin_bind(tx, &arq, b, &mut jobs).await?;
+                            if !once {
+                                // A later operation may unbind this ARQ again.
+                                insert_jobs(tx, &jobs, deadline).await?;
+                                jobs.clear();
+                            }
                         }
                         Patch::Unbind => {
                             unbind(tx, &scope, uuid).await?;
                         }
                     }
                 }
+                insert_jobs(tx, &jobs, deadline).await?;
                 Ok(())
             })
         })
