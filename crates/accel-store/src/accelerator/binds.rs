@@ -6,11 +6,13 @@
 //! `programming` while the agent programs the deployable. Guarantees, all kept in SQL so
 //! they hold across replicas on one PostgreSQL database:
 //!
-//! - **One performer.** A worker first [`claim`]s a job: a compare-and-swap on
+//! - **One performer.** The bind worker takes and performs an instance's jobs in one
+//!   transaction ([`take_and_perform`]): the take is a compare-and-swap on
 //!   `owner`/`lease_until` that only succeeds when the job is unowned or its lease ran
-//!   out (a crashed server's jobs are free again after the lease). [`perform`] then
-//!   finishes it with a conditional `UPDATE .. WHERE owner = me AND state IN (active)`;
-//!   a worker whose lease was taken over finds nothing to update and changes nothing.
+//!   out (a crashed server's jobs are free again after the lease), after the instance's
+//!   rows are locked. The older two-step path ([`claim`], then [`perform`], which
+//!   re-checks `owner = me` under the lock) keeps the same rule: a worker whose lease
+//!   was taken over finds nothing to update and changes nothing.
 //! - **A handle is given once.** The attach handle is taken with `UPDATE attach_handles
 //!   SET in_use = 1 WHERE id = .. AND in_use = 0`, in the transaction that moves the ARQ
 //!   to `Bound`.

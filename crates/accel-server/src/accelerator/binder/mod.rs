@@ -4,11 +4,14 @@
 //!  PATCH (bind) ──tx──▶ ARQ BindStarted + bind_jobs row ──▶ 202, wake ─┐
 //!                                                                     ▼
 //!  Binder::step: due jobs (round-robin across hosts), up to `concurrency` instances
-//!                 at once, each: claim (lease CAS) ─▶ perform, one tx per instance:
-//!                 attach handle (in_use CAS), ARQ Bound | BindFailed,
-//!                 instance resolved? ─▶ nova_events row (same tx) ─▶ wake ─┐
-//!                                                                          ▼
-//!  EventSender::step: due events ─▶ claim (lease CAS) ─▶ POST /os-server-external-events
+//!                 at once, a slot refilled as one frees or a bind is accepted; each
+//!                 instance in ONE transaction: lock its ARQ rows, take the jobs (lease
+//!                 CAS), attach handles (in_use CAS), ARQs Bound | BindFailed,
+//!                 instance resolved? ─▶ nova_events row (same tx, leased to this
+//!                 server) ─▶ handed to the sender ─┐
+//!                                                  ▼
+//!  EventSender: handed-over events, and due ones (other replicas', retries) claimed
+//!                 by a lease CAS ─▶ POST /os-server-external-events
 //!                 ─▶ delivered | rejected | retry with backoff | expired | no_endpoint
 //! ```
 //!
@@ -17,6 +20,12 @@
 //! Both loops are thin shells around a testable `step(now)`; they wake on a
 //! [`Notify`] (this process's new work) and poll (other replicas' work, retries,
 //! deadlines).
+//!
+//! **Why one transaction per instance.** Taking the jobs in their own commit and then
+//! performing them in another cost a commit and a dozen round trips more per instance;
+//! with the take inside the performing transaction, no other worker can see a taken job
+//! between the two, and a rolled-back transaction leaves the job free (a failed one is
+//! then leased for a lease's length so it is not retried in a tight loop).
 //!
 //! **Why instances run in parallel.** A bind is a handful of statements per ARQ, and on
 //! a server database every statement is a network round trip: performed one instance
@@ -40,10 +49,10 @@
 //!   practice: each process beats a heartbeat row (every 0.5 s, expiring after 2 s), and the
 //!   leases of a holder whose heartbeat expired are free at once, so a restarted server
 //!   resumes a killed one's binds within seconds (`heartbeat_loop`).
-//! - **At most one performer, at most one handle.** The claim is a compare-and-swap on
-//!   `owner`/`lease_until`; `perform` re-checks `owner = me` under a row lock and changes
-//!   nothing if the job moved on (lease taken over, ARQ unbound or deleted, which drops
-//!   the job). A handle is taken with `in_use = 0 → 1` in the transaction that binds the
+//! - **At most one performer, at most one handle.** The take is a compare-and-swap on
+//!   `owner`/`lease_until` inside the transaction that performs the job, after the
+//!   instance's rows are locked; a job another worker holds or finished is left alone
+//!   (an unbind or delete drops the job, so a later transaction finds nothing). A handle is taken with `in_use = 0 → 1` in the transaction that binds the
 //!   ARQ, so two workers can never hand out the same handle, and a rolled-back bind
 //!   holds none.
 //! - **The event commits with the resolution.** The transaction that resolves an
@@ -142,8 +151,10 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 
 /// The default for a database URL (`None`: the embedded SQLite file): SQLite has one
 /// writer connection, so binds in parallel only queue behind each other and the API's
-/// writes (one at a time measured 281-296 ARQ cycles/s against 192-202 at 4 on a
-/// quiet machine); PostgreSQL and MariaDB/MySQL get [`DEFAULT_CONCURRENCY`].
+/// writes. Since a bind is one transaction per instance, 1 and 4 measure the same on
+/// SQLite within the run-to-run spread (`docs/benchmarks.md`, "One transaction per
+/// instance"), so the one-writer reasoning decides; PostgreSQL and MariaDB/MySQL get
+/// [`DEFAULT_CONCURRENCY`].
 pub fn default_concurrency(database: Option<&str>) -> usize {
     match database.and_then(accel_store::Backend::of_url) {
         Some(accel_store::Backend::Postgres | accel_store::Backend::MySql) => DEFAULT_CONCURRENCY,
