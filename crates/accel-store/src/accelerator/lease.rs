@@ -44,22 +44,7 @@ pub(super) async fn take<K>(
 where
     K: 'static + Send + for<'a> sqlx::Encode<'a, Any> + sqlx::Type<Any>,
 {
-    let Queue {
-        table,
-        key: column,
-        counts_attempts,
-        ready,
-    } = queue;
-    let attempts = if *counts_attempts {
-        "attempts = attempts + 1, "
-    } else {
-        ""
-    };
-    let sql = format!(
-        "UPDATE {table} SET owner = $1, lease_until = $2, {attempts}updated_at = $3 \
-         WHERE {column} = $4 AND {ready} AND {free}",
-        free = free("", "$3"),
-    );
+    let sql = take_sql(queue, "= $4");
     let q = sqlx::query(&sql)
         .bind(owner.to_owned())
         .bind(lease_until)
@@ -82,6 +67,24 @@ pub(super) async fn take_all(
     if ids.is_empty() {
         return Ok(());
     }
+    let sql = take_sql(
+        queue,
+        &format!("IN ({})", crate::placeholders(4, ids.len())),
+    );
+    let mut q = sqlx::query(&sql)
+        .bind(owner.to_owned())
+        .bind(lease_until)
+        .bind(now);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    q.execute(&mut *tx).await?;
+    Ok(())
+}
+
+/// The take of [`take`] and [`take_all`]: `$1` owner, `$2` lease end, `$3` now, and the
+/// keys matched by `keys` (`= $4`, `IN ($4, ..)`).
+fn take_sql(queue: &Queue, keys: &str) -> String {
     let Queue {
         table,
         key: column,
@@ -93,21 +96,11 @@ pub(super) async fn take_all(
     } else {
         ""
     };
-    let sql = format!(
+    format!(
         "UPDATE {table} SET owner = $1, lease_until = $2, {attempts}updated_at = $3 \
-         WHERE {column} IN ({keys}) AND {ready} AND {free}",
-        keys = crate::placeholders(4, ids.len()),
+         WHERE {column} {keys} AND {ready} AND {free}",
         free = free("", "$3"),
-    );
-    let mut q = sqlx::query(&sql)
-        .bind(owner.to_owned())
-        .bind(lease_until)
-        .bind(now);
-    for id in ids {
-        q = q.bind(*id);
-    }
-    q.execute(&mut *tx).await?;
-    Ok(())
+    )
 }
 
 /// Runs a conditional `UPDATE` and says whether it changed its one row: false when the
