@@ -543,3 +543,93 @@ async fn push_outbox_keeps_a_host_pending_until_its_latest_change_is_pushed() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_patch_binds_all_its_arqs_or_none_and_an_unbind_later_in_it_drops_the_job() {
+    each_backend(|store| async move {
+        create_profile(&store, profile("dp", &[&[("resources:FPGA", "2")]]))
+            .await
+            .unwrap();
+        report_fake_host(&store, "host1").await;
+        let a = create_arqs(&store, "dp", "p1").await;
+        let bind = |instance: &str| {
+            arqs::Patch::Bind(Binding {
+                hostname: "host1".into(),
+                device_rp_uuid: report::provider_uuid("host1_FakeDevice"),
+                instance_uuid: instance.to_owned(),
+                project_id: None,
+            })
+        };
+        let inst = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
+        let missing = "00000000-0000-4000-8000-000000000001".to_owned();
+        // An unknown ARQ after a known one: 404 naming it, and the first is untouched.
+        let plan = vec![
+            (a[0].uuid.clone(), bind(inst)),
+            (missing.clone(), bind(inst)),
+        ];
+        let r = arqs::patch(&store, &project("p1"), plan, 1000).await;
+        assert!(
+            matches!(&r, Err(StoreError::NotFound(m)) if m.contains(&missing)),
+            "{r:?}"
+        );
+        assert_eq!(
+            state_and_job(&store, &a[0].uuid).await,
+            (ArqState::Initial, None)
+        );
+
+        // Both ARQs in one patch: both BindStarted, each with its pending job.
+        let plan = vec![
+            (a[0].uuid.clone(), bind(inst)),
+            (a[1].uuid.clone(), bind(inst)),
+        ];
+        arqs::patch(&store, &project("p1"), plan, 1000)
+            .await
+            .unwrap();
+        for arq in &a {
+            let (state, job) = state_and_job(&store, &arq.uuid).await;
+            assert_eq!(state, ArqState::BindStarted);
+            assert_eq!(job.as_deref(), Some("pending"));
+        }
+
+        // The same ARQ twice, bind then unbind (only a store caller can say so): the
+        // unbind drops the job the bind wrote.
+        let plan = vec![
+            (a[0].uuid.clone(), arqs::Patch::Unbind),
+            (a[0].uuid.clone(), bind(inst)),
+            (a[0].uuid.clone(), arqs::Patch::Unbind),
+        ];
+        arqs::patch(&store, &project("p1"), plan, 1000)
+            .await
+            .unwrap();
+        assert_eq!(
+            state_and_job(&store, &a[0].uuid).await,
+            (ArqState::Unbound, None)
+        );
+    })
+    .await;
+}
+
+async fn report_fake_host(store: &Store, host: &str) {
+    let (host, dev) = (host.to_owned(), fake_device(host));
+    store
+        .write(move |tx| {
+            Box::pin(async move { report::replace_host(tx, &host, &[dev], true).await })
+        })
+        .await
+        .unwrap();
+}
+
+/// The ARQ's state and its bind job's state, if it has one.
+async fn state_and_job(store: &Store, uuid: &str) -> (ArqState, Option<String>) {
+    let u = uuid.to_owned();
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                let arq = arqs::require(tx, &Scope::All, &u).await?;
+                let job = arqs::bind_job(tx, &u).await?;
+                Ok((arq.state, job.map(|j| j.state.as_str().to_owned())))
+            })
+        })
+        .await
+        .unwrap()
+}
