@@ -1,6 +1,7 @@
 //! Failure behaviour of the store, on SQLite and PostgreSQL: leases of a dead server
 //! taken over once its heartbeat expires (and not before), and the database faults
-//! the server turns into 503s or start-up retries; on MariaDB (`ACCEL_TEST_MYSQL`), a
+//! the server turns into 503s or start-up retries; pooled connections the database
+//! server dropped, replaced once they sat idle; on MariaDB (`ACCEL_TEST_MYSQL`), a
 //! write the server chose as a deadlock's victim rerun from scratch.
 
 use accel_core::accelerator::DeviceProfile;
@@ -298,4 +299,96 @@ async fn a_deadlock_victim_is_rerun_on_mariadb() {
             .unwrap();
     // Both transactions' changes, the store's once: nothing of the victim's run stayed.
     assert_eq!(rows, [(1, 101), (2, 11), (3, 10)]);
+}
+
+/// Every other connection of this store's database closed by the server, as a restart
+/// or a failover does; how many.
+async fn drop_other_connections(store: &Store) -> usize {
+    store
+        .write(|tx| {
+            Box::pin(async move {
+                if tx.backend() == accel_store::Backend::Postgres {
+                    let n: i64 = sqlx::query_scalar(
+                        "SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT pg_terminate_backend(pid) \
+                         FROM pg_stat_activity WHERE datname = current_database() \
+                         AND pid <> pg_backend_pid()) t",
+                    )
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    return Ok(n as usize);
+                }
+                let ids: Vec<i64> = sqlx::query_scalar(
+                    "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST \
+                     WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                for id in &ids {
+                    sqlx::query(&format!("KILL CONNECTION {id}"))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Ok(ids.len())
+            })
+        })
+        .await
+        .unwrap()
+}
+
+async fn count_profiles(store: &Store) -> Result<i64, StoreError> {
+    store
+        .read(|tx| {
+            Box::pin(async move {
+                Ok(sqlx::query_scalar::<_, i64>(
+                    "SELECT CAST(COUNT(*) AS BIGINT) FROM device_profiles",
+                )
+                .fetch_one(&mut *tx)
+                .await?)
+            })
+        })
+        .await
+}
+
+#[tokio::test]
+async fn connections_the_server_dropped_are_replaced_once_they_sat_idle() {
+    each_backend(|store| async move {
+        if store.backend() == accel_store::Backend::Sqlite {
+            return;
+        }
+        // Several pooled connections, idle now.
+        let reads: Vec<_> = (0..4).map(|_| count_profiles(&store)).collect();
+        for r in futures::future::join_all(reads).await {
+            r.unwrap();
+        }
+        assert!(drop_other_connections(&store).await >= 1);
+        // A connection idle for PING_WHEN_IDLE is pinged before use: the dead ones are
+        // discarded and the read succeeds at its first try.
+        tokio::time::sleep(accel_store::PING_WHEN_IDLE + Duration::from_millis(200)).await;
+        for _ in 0..4 {
+            count_profiles(&store).await.unwrap();
+        }
+
+        // Within the window a dead connection is handed out unpinged: its transaction
+        // fails as unavailable (a 503), the connection is closed, and the next one works.
+        let reads: Vec<_> = (0..4).map(|_| count_profiles(&store)).collect();
+        for r in futures::future::join_all(reads).await {
+            r.unwrap();
+        }
+        assert!(drop_other_connections(&store).await >= 1);
+        let mut failures = 0;
+        let ok = loop {
+            match count_profiles(&store).await {
+                Ok(_) => break true,
+                Err(e) => {
+                    assert!(e.is_unavailable(), "{e}");
+                    failures += 1;
+                    if failures > 16 {
+                        break false;
+                    }
+                }
+            }
+        };
+        assert!(ok, "every pooled connection failed: {failures}");
+    })
+    .await;
 }
