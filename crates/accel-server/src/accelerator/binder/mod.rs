@@ -279,8 +279,9 @@ impl Binder {
 
     /// One pass at time `now` (epoch seconds): takes the due jobs (round-robin across
     /// hosts, [`binds::due`]) and performs them, the jobs of one instance in one
-    /// transaction, up to [`Binder::concurrency`] instances at once. As an instance
-    /// finishes and none is queued, it looks for due jobs again (instances this pass
+    /// transaction, up to [`Binder::concurrency`] instances at once. When a bind is
+    /// accepted ([`Binder::wake`]) while a slot is free, or an instance finishes after
+    /// a look the batch cut short, it looks for due jobs again (instances this pass
     /// has not taken yet), so a slot is refilled at once rather than when the slowest
     /// instance of the pass ends; a pass takes at most [`Binder::batch`] jobs.
     /// Instances are independent: each is taken and performed in its own transaction,
@@ -317,7 +318,9 @@ impl Binder {
                         Some(Err(e)) => tracing::warn!(error = %e, "bind of an instance failed"),
                         None => {}
                     }
-                    pass.queue.is_empty()
+                    // Nothing new becomes due when an instance ends: look again only
+                    // when the last look was cut short by the batch.
+                    pass.queue.is_empty() && pass.cut
                 }
                 // A bind was accepted while a slot is free.
                 _ = wake.notified(), if room => true,
@@ -354,6 +357,7 @@ impl Binder {
             return Ok(0);
         }
         let due = binds::due_now(&self.store, now, room).await?;
+        let found = due.len();
         let mut queued = 0;
         // One instance's jobs are adjacent in `due`; keep the fair order.
         let mut last: Option<Option<String>> = None;
@@ -374,6 +378,7 @@ impl Binder {
             }
         }
         pass.jobs += queued;
+        pass.cut = found as i64 >= room;
         Ok(queued)
     }
 
@@ -499,6 +504,8 @@ impl Binder {
 /// What one [`Binder::step`] has taken so far.
 #[derive(Default)]
 struct Pass {
+    /// The last look found as many due jobs as it asked for: more may be due.
+    cut: bool,
     /// Instances taken (their jobs queued or performed), so none is taken twice.
     seen: Vec<Option<String>>,
     /// Instances and their job ids waiting for a free slot, in the fair order.
