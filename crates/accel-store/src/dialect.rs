@@ -17,9 +17,10 @@
 //!
 //! One such statement is common enough to be rewritten here: a single-row `INSERT ..
 //! RETURNING id`. MariaDB (10.5+) accepts `RETURNING`, MySQL 8 does not, so on both the
-//! insert is sent without it and the new id is read back with `LAST_INSERT_ID()` on the
-//! same connection, inside the same transaction ([`InsertId`]); the MariaDB tests
-//! therefore run the SQL MySQL 8 accepts.
+//! insert is sent without it and the new id is taken from the insert's OK packet (what
+//! `LAST_INSERT_ID()` would answer, without a second round trip; [`InsertId`]); the
+//! MariaDB tests therefore run the SQL MySQL 8 accepts. `ON CONFLICT DO NOTHING
+//! RETURNING id` answers no row when the insert was ignored, as on the other backends.
 //!
 //! Rows coming back from MySQL are mapped too: `sqlx::Any` hands `TEXT` columns over
 //! as blobs (MySQL reports them as BLOB types with a character set), so a blob that is
@@ -130,7 +131,7 @@ where
         let (sql, args, returning) = rewrite(sql, args);
         if returning == InsertId::Read {
             let row = insert_then_id(conn, &sql, args).await?;
-            return Ok(vec![Either::Right(row)]);
+            return Ok(row.into_iter().map(Either::Right).collect());
         }
         let items: Vec<_> = match args {
             Some(args) => {
@@ -171,7 +172,7 @@ where
         let args = args.map_err(sqlx::Error::Encode)?;
         let (sql, args, returning) = rewrite(sql, args);
         if returning == InsertId::Read {
-            return insert_then_id(conn, &sql, args).await.map(Some);
+            return insert_then_id(conn, &sql, args).await;
         }
         let row = match args {
             Some(args) => conn.fetch_optional((sql.as_str(), Some(args))).await?,
@@ -186,25 +187,55 @@ where
 enum InsertId {
     /// The statement answers for itself.
     Not,
-    /// It was `INSERT .. RETURNING id`: run it, then read `LAST_INSERT_ID()`.
+    /// It was `INSERT .. RETURNING id`: run it and answer the id it generated.
     Read,
 }
 
 /// Runs the insert `sql` (its `RETURNING id` already removed), then answers the row
 /// `RETURNING id` would have: one column `id`, the AUTO_INCREMENT value the insert
-/// generated on this connection.
+/// generated, or no row when it inserted none (`INSERT IGNORE`, from `ON CONFLICT DO
+/// NOTHING`). The server sends the id in the insert's own OK packet, so no `SELECT
+/// LAST_INSERT_ID()` round trip follows.
 async fn insert_then_id(
     conn: &mut AnyConnection,
     sql: &str,
     args: Option<AnyArguments<'_>>,
-) -> Result<AnyRow, sqlx::Error> {
-    match args {
+) -> Result<Option<AnyRow>, sqlx::Error> {
+    let done = match args {
         Some(args) => (&mut *conn).execute((sql, Some(args))).await?,
         None => (&mut *conn).execute(sql).await?,
     };
-    conn.fetch_one("SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS id")
-        .await
-        .map(text_row)
+    if done.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let id = done
+        .last_insert_id()
+        .ok_or_else(|| sqlx::Error::Protocol("the insert answered no generated id".into()))?;
+    Ok(Some(id_row(id)))
+}
+
+/// A one-column row `id` holding `id`, as `RETURNING id` answers it.
+fn id_row(id: i64) -> AnyRow {
+    use sqlx::any::{AnyTypeInfoKind, AnyValue};
+    use sqlx_core::any::{AnyColumn, AnyValueKind};
+    use sqlx_core::ext::ustr::UStr;
+    static NAMES: std::sync::LazyLock<std::sync::Arc<sqlx_core::HashMap<UStr, usize>>> =
+        std::sync::LazyLock::new(|| {
+            std::sync::Arc::new([(UStr::from("id"), 0)].into_iter().collect())
+        });
+    AnyRow {
+        column_names: NAMES.clone(),
+        columns: vec![AnyColumn {
+            ordinal: 0,
+            name: UStr::from("id"),
+            type_info: AnyTypeInfo {
+                kind: AnyTypeInfoKind::BigInt,
+            },
+        }],
+        values: vec![AnyValue {
+            kind: AnyValueKind::BigInt(id),
+        }],
+    }
 }
 
 /// The MySQL text of `sql` and its arguments in `?` order. A statement without
@@ -214,14 +245,13 @@ fn rewrite<'q>(
     sql: &str,
     args: Option<AnyArguments<'q>>,
 ) -> (String, Option<AnyArguments<'q>>, InsertId) {
-    let (mut text, order) = to_mysql(sql);
-    let returning = match strip_returning_id(&text) {
-        Some(len) => {
-            text.truncate(len);
-            InsertId::Read
-        }
-        None => InsertId::Not,
+    // `RETURNING id` comes off first, so that an `ON CONFLICT DO NOTHING` before it
+    // ends the statement `to_mysql` rewrites.
+    let (sql, returning) = match strip_returning_id(sql) {
+        Some(len) => (&sql[..len], InsertId::Read),
+        None => (sql, InsertId::Not),
     };
+    let (text, order) = to_mysql(sql);
     let args = match args {
         Some(a) if !a.values.0.is_empty() => a,
         _ => return (text, None, returning),
@@ -375,6 +405,16 @@ mod tests {
         ] {
             assert_eq!(strip_returning_id(sql), None, "{sql}");
         }
+    }
+
+    #[test]
+    fn an_ignorable_insert_returning_id_becomes_insert_ignore() {
+        let (sql, _, returning) = super::rewrite(
+            "INSERT INTO consumers (uuid, n) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id",
+            None,
+        );
+        assert_eq!(sql, "INSERT IGNORE INTO consumers (uuid, n) VALUES (?, ?)");
+        assert_eq!(returning, super::InsertId::Read);
     }
 
     #[test]

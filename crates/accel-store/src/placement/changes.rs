@@ -94,17 +94,17 @@ pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreE
     };
     let shard = first.rem_euclid(SHARDS as i64);
     let seq: i64 = if tx.backend() == crate::Backend::MySql {
-        // MySQL has no UPDATE .. RETURNING; LAST_INSERT_ID(expr) hands the new value
-        // back on this session.
+        // MySQL has no UPDATE .. RETURNING; LAST_INSERT_ID(expr) makes the server send
+        // the new value back in the statement's OK packet.
         sqlx::query(
             "UPDATE placement_change_shards SET seq = LAST_INSERT_ID(seq + 1) WHERE shard = $1",
         )
         .bind(shard as i32)
         .execute(&mut *tx)
-        .await?;
-        sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
-            .fetch_one(&mut *tx)
-            .await?
+        .await?
+        .last_insert_id()
+        .filter(|seq| *seq > 0)
+        .ok_or_else(|| StoreError::Config("the change-log sequence came back empty".into()))?
     } else {
         sqlx::query_scalar(
             "UPDATE placement_change_shards SET seq = seq + 1 WHERE shard = $1 RETURNING seq",
