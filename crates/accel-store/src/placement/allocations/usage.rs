@@ -3,14 +3,15 @@
 //! BIGINT)`, which PostgreSQL would otherwise return as NUMERIC), never by loading
 //! allocation rows.
 //!
-//! MariaDB's optimizer, on a freshly loaded table, drives the sums from the whole
-//! `allocations` table and materializes the consumer-count `EXISTS` over all of it,
-//! so a project's usage cost grew with everyone's allocations (about four times
-//! slower at 4,000 allocations). On MySQL the same statement is therefore written in
-//! the order it should run, pinned with `STRAIGHT_JOIN` (the project, its consumers
-//! through the covering index, their allocations), and consumers are counted over
-//! that join with `COUNT(DISTINCT ..)`; PostgreSQL and SQLite plan the portable
-//! statement well and keep it.
+//! MariaDB's optimizer, on a freshly loaded table, drives the portable statement from
+//! the whole `allocations` table and materializes the consumer-count `EXISTS` over all
+//! of it, so a project's usage cost grew with everyone's allocations. On MySQL the
+//! totals are therefore one pass in the order it should run, pinned with
+//! `STRAIGHT_JOIN` (the project, its consumers through the covering index, their
+//! allocations), grouped by consumer type id and class id `WITH ROLLUP`, so the same
+//! pass gives the sums, each type's consumer count and the project's (half the work
+//! of summing and counting in two joins; names are joined to the few result rows).
+//! PostgreSQL and SQLite plan the portable statement well and keep it.
 
 use crate::{StoreError, Tx};
 use sqlx::Row;
@@ -90,59 +91,34 @@ pub async fn totals(
         TypeFilter::Unknown => filter_sql.push_str(" AND c.consumer_type_id IS NULL"),
         _ => {}
     }
-    let mysql = tx.backend() == crate::Backend::MySql;
-    let project_first = format!(
-        "FROM projects p \
-         JOIN consumers c ON c.project_id = p.id{users_join} \
-         JOIN allocations a ON a.consumer_id = c.uuid \
-         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id"
+    if tx.backend() == crate::Backend::MySql {
+        return totals_rolled_up(tx, users_join, filter_sql, args, filter).await;
+    }
+    let from = format!(
+        "FROM allocations a \
+         JOIN consumers c ON c.uuid = a.consumer_id \
+         JOIN projects p ON p.id = c.project_id{users_join} \
+         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
+         JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
     );
-    let from = if mysql {
-        format!(
-            "{project_first} JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
-        )
-    } else {
-        format!(
-            "FROM allocations a \
-             JOIN consumers c ON c.uuid = a.consumer_id \
-             JOIN projects p ON p.id = c.project_id{users_join} \
-             LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id \
-             JOIN resource_classes rc ON rc.id = a.resource_class_id{filter_sql}"
-        )
-    };
-    let (count, consumers_from) = if mysql {
-        (
-            "COUNT(DISTINCT c.id)",
-            format!("{project_first}{filter_sql}"),
-        )
-    } else {
-        (
-            "COUNT(*)",
-            format!(
-                "FROM consumers c \
-                 JOIN projects p ON p.id = c.project_id{users_join} \
-                 LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
-                 AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
-            ),
-        )
-    };
-    let select = if mysql {
-        "SELECT STRAIGHT_JOIN"
-    } else {
-        "SELECT"
-    };
+    let consumers_from = format!(
+        "FROM consumers c \
+         JOIN projects p ON p.id = c.project_id{users_join} \
+         LEFT JOIN consumer_types ct ON ct.id = c.consumer_type_id{filter_sql} \
+         AND EXISTS (SELECT 1 FROM allocations a WHERE a.consumer_id = c.uuid)"
+    );
     // One statement (a snapshot of its own, and one round trip): the class sums
     // (kind 0) and, when grouped, the consumer counts (kind 1).
     let grouped_by_type = matches!(filter, TypeFilter::ByType(_));
     let type_col = if grouped_by_type { "ct.name" } else { "NULL" };
     let mut sql = format!(
-        "{select} CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
+        "SELECT CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
          CAST(SUM(a.used) AS BIGINT) AS n {from} GROUP BY {}a.resource_class_id, rc.name",
         if grouped_by_type { "ct.name, " } else { "" }
     );
     if filter != &TypeFilter::Ungrouped {
         sql.push_str(&format!(
-            " UNION ALL {select} CAST(1 AS BIGINT), {type_col}, NULL, NULL, {count} {consumers_from}{}",
+            " UNION ALL SELECT CAST(1 AS BIGINT), {type_col}, NULL, NULL, COUNT(*) {consumers_from}{}",
             if grouped_by_type { " GROUP BY ct.name" } else { "" }
         ));
     }
@@ -172,4 +148,79 @@ pub async fn totals(
             (key(t), rc, n, count)
         })
         .collect())
+}
+
+/// [`totals`] on MySQL: one rolled-up pass (see the module docs). `filter_sql` and
+/// `args` are the consumer filter [`totals`] built (its `ct.name` condition needs the
+/// type joined, which only a named type filter adds).
+async fn totals_rolled_up(
+    tx: &mut Tx,
+    users_join: &str,
+    filter_sql: String,
+    args: Vec<String>,
+    filter: &TypeFilter,
+) -> Result<Vec<TotalUsage>, StoreError> {
+    let types_join = match filter {
+        TypeFilter::ByType(Some(_)) => " JOIN consumer_types ct ON ct.id = c.consumer_type_id",
+        _ => "",
+    };
+    // A consumer without a type is grouped under 0 (ids start at 1), so a NULL type
+    // in the result is only ever the rollup's grand total.
+    let sql = format!(
+        "SELECT u.t, ct.name, u.rcid, rc.name, CAST(u.n AS BIGINT), u.k FROM (\
+         SELECT STRAIGHT_JOIN COALESCE(c.consumer_type_id, 0) AS t, a.resource_class_id AS rcid, \
+         SUM(a.used) AS n, COUNT(DISTINCT c.id) AS k \
+         FROM projects p JOIN consumers c ON c.project_id = p.id{users_join} \
+         JOIN allocations a ON a.consumer_id = c.uuid{types_join}{filter_sql} \
+         GROUP BY COALESCE(c.consumer_type_id, 0), a.resource_class_id WITH ROLLUP) u \
+         LEFT JOIN consumer_types ct ON ct.id = u.t \
+         LEFT JOIN resource_classes rc ON rc.id = u.rcid"
+    );
+    let rows = fetch(tx, sql, args).await?;
+    // The grand total's consumer count, each type's (by name, `None` untyped), and the
+    // (type, class id, class name, sum) lines.
+    let mut everyone = 0;
+    let mut counts: HashMap<Option<String>, i64> = HashMap::new();
+    let mut sums: Vec<(Option<String>, i64, String, i64)> = Vec::new();
+    for r in &rows {
+        let t: Option<i64> = r.try_get(0)?;
+        let rcid: Option<i64> = r.try_get(2)?;
+        let k: i64 = r.try_get(5)?;
+        let name: Option<String> = if t == Some(0) { None } else { r.try_get(1)? };
+        match (t, rcid) {
+            (None, _) => everyone = k,
+            (Some(_), None) => {
+                counts.insert(name, k);
+            }
+            (Some(_), Some(rcid)) => sums.push((name, rcid, r.try_get(3)?, r.try_get(4)?)),
+        }
+    }
+    match filter {
+        TypeFilter::Ungrouped | TypeFilter::All => {
+            // Ungrouped totals carry no consumer count (none is asked for).
+            let (key, count) = match filter {
+                TypeFilter::All => (Some("all".to_owned()), everyone),
+                _ => (None, 0),
+            };
+            let mut by_class: std::collections::BTreeMap<i64, (String, i64)> = Default::default();
+            for (_, rcid, rc, n) in sums {
+                by_class.entry(rcid).or_insert((rc, 0)).1 += n;
+            }
+            Ok(by_class
+                .into_values()
+                .map(|(rc, n)| (key.clone(), rc, n, count))
+                .collect())
+        }
+        TypeFilter::Unknown | TypeFilter::ByType(_) => {
+            // As the portable statement orders them: untyped first, then by type name.
+            sums.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+            Ok(sums
+                .into_iter()
+                .map(|(t, _, rc, n)| {
+                    let count = counts.get(&t).copied().unwrap_or(0);
+                    (Some(t.unwrap_or_else(|| "unknown".to_owned())), rc, n, count)
+                })
+                .collect())
+        }
+    }
 }
