@@ -145,6 +145,62 @@ async fn each_replica_sees_the_others_writes_on(backend: Backend) {
     assert!(stats.incremental.load(Ordering::Relaxed) >= 3);
 }
 
+/// `GET /resource_providers` without filters is answered from the candidate index;
+/// each provider must read as the SQL path (a `?uuid=` listing) reads it.
+async fn listing(app: &TestApp) -> Vec<Value> {
+    let (s, v) = app
+        .json(Method::GET, "/resource_providers", "1.39", None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let all = v["resource_providers"].as_array().unwrap().clone();
+    for rp in &all {
+        let uuid = rp["uuid"].as_str().unwrap();
+        let (_, one) = app
+            .json(Method::GET, &format!("/resource_providers?uuid={uuid}"), "1.39", None)
+            .await;
+        assert_eq!(one["resource_providers"], json!([rp]), "the index and SQL differ");
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_plain_listing_on_one_replica_shows_the_others_writes() {
+    for backend in shared_backends() {
+        let (a, b) = replicas(backend).await;
+        assert!(listing(&b).await.is_empty());
+        let root = compute(&a, "cn1", 8).await;
+        let child = a.create_provider("cn1-gpu", Some(&root)).await;
+        let child = child["uuid"].as_str().unwrap().to_owned();
+        let got = listing(&b).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0]["uuid"].as_str(), got[0]["generation"].as_i64()), (Some(root.as_str()), Some(1)));
+        assert_eq!(got[1]["parent_provider_uuid"], json!(root));
+        assert_eq!(got[1]["root_provider_uuid"], json!(root));
+        // Renamed and made a root through A: B's next listing says so.
+        let (s, v) = a
+            .json(
+                Method::PUT,
+                &format!("/resource_providers/{child}"),
+                "1.39",
+                Some(json!({"name": "gpu", "parent_provider_uuid": null})),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+        let got = listing(&b).await;
+        assert_eq!(got[1]["name"], json!("gpu"));
+        assert_eq!(got[1]["parent_provider_uuid"], Value::Null);
+        assert_eq!(got[1]["root_provider_uuid"], json!(child));
+        // Deleted through A: gone from B's listing.
+        let (s, _) = a
+            .json(Method::DELETE, &format!("/resource_providers/{root}"), "1.39", None)
+            .await;
+        assert_eq!(s, 204);
+        let got = listing(&b).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0]["uuid"], json!(child));
+    }
+}
+
 #[tokio::test]
 async fn two_replicas_and_32_clients_never_over_allocate() {
     for backend in shared_backends() {

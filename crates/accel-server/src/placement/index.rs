@@ -301,6 +301,9 @@ mod tests {
         WorldProvider {
             id,
             uuid: format!("{tag}-{id}"),
+            name: format!("{tag}-{id}"),
+            generation: 0,
+            modified: 0,
             parent_id: None,
             root_id: id,
             inventories: Vec::new(),

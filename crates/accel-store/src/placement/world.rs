@@ -14,6 +14,11 @@ use std::collections::HashMap;
 pub struct WorldProvider {
     pub id: i64,
     pub uuid: String,
+    /// Name, generation and `modified` (as in [`super::providers::Provider`]) let a
+    /// plain provider listing be answered from the same picture.
+    pub name: String,
+    pub generation: i64,
+    pub modified: i64,
     pub parent_id: Option<i64>,
     pub root_id: i64,
     /// As the search takes them (class ids are the `resource_classes` ids).
@@ -89,7 +94,8 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
     let rows = run(
         tx,
         format!(
-            "SELECT id, uuid, parent_provider_id, root_provider_id FROM resource_providers{} ORDER BY id",
+            "SELECT id, uuid, name, generation, parent_provider_id, root_provider_id, \
+             COALESCE(updated_at, created_at) AS modified FROM resource_providers{} ORDER BY id",
             only("id")
         ),
         ids,
@@ -101,6 +107,9 @@ async fn load_where(tx: &mut Tx, ids: Option<&[i64]>) -> Result<Vec<WorldProvide
         providers.push(WorldProvider {
             id,
             uuid: r.try_get("uuid")?,
+            name: r.try_get("name")?,
+            generation: r.try_get("generation")?,
+            modified: r.try_get("modified")?,
             parent_id: r.try_get("parent_provider_id")?,
             root_id: r.try_get("root_provider_id")?,
             inventories: Vec::new(),
