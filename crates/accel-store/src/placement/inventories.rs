@@ -105,11 +105,28 @@ pub async fn usage(tx: &mut Tx, rp_id: i64) -> Result<HashMap<i64, i64>, StoreEr
 /// with [`Conflict::InventoryInUse`] naming them; nothing is written then.
 pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i64, StoreError> {
     let old = list(tx, rp.id).await?;
-    let used = usage(tx, rp.id).await?;
+    Ok(replace_listed(tx, rp, &old, new).await?.0)
+}
+
+/// [`replace`] given the provider's inventories as [`list`] read them in this
+/// transaction; also answers the inventories as [`list`] would read them afterwards
+/// (what changed is modified now, the rest keeps its time), with no statement for it.
+pub async fn replace_listed(
+    tx: &mut Tx,
+    rp: &Provider,
+    old: &[Inventory],
+    new: &[Inventory],
+) -> Result<(i64, Vec<Inventory>), StoreError> {
     let dropped: Vec<&Inventory> = old
         .iter()
         .filter(|o| !new.iter().any(|n| n.rc_id == o.rc_id))
         .collect();
+    // Only a dropped class can be in use.
+    let used = if dropped.is_empty() {
+        HashMap::new()
+    } else {
+        usage(tx, rp.id).await?
+    };
     let in_use: Vec<&str> = dropped
         .iter()
         .filter(|o| used.get(&o.rc_id).copied().unwrap_or(0) > 0)
@@ -136,8 +153,17 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
         .await?;
     }
     let mut added = Vec::new();
+    let mut after = Vec::with_capacity(new.len());
     for n in new {
-        match old.iter().find(|o| o.rc_id == n.rc_id) {
+        let kept = old.iter().find(|o| o.rc_id == n.rc_id);
+        after.push(Inventory {
+            modified: match kept {
+                Some(o) if o.limits == n.limits => o.modified,
+                _ => now,
+            },
+            ..n.clone()
+        });
+        match kept {
             Some(o) if o.limits == n.limits => {}
             Some(_) => {
                 let q = sqlx::query(
@@ -155,15 +181,20 @@ pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i6
             None => added.push((rp.id, n)),
         }
     }
-    insert_many_on_new(tx, &added).await?;
-    providers::bump_generation(tx, rp.id, rp.generation).await
+    insert_rows(tx, &added, now).await?;
+    let generation = providers::bump_generation(tx, rp.id, rp.generation).await?;
+    after.sort_by_key(|i| i.rc_id);
+    Ok((generation, after))
 }
 
 /// The inventories of providers created in this same transaction (nothing to compare
 /// with, nothing allocated): `(provider id, inventory)` rows,
 /// a few hundred per statement.
 pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, &Inventory)]) -> Result<(), StoreError> {
-    let now = crate::now();
+    insert_rows(tx, rows, crate::now()).await
+}
+
+async fn insert_rows(tx: &mut Tx, rows: &[(i64, &Inventory)], now: i64) -> Result<(), StoreError> {
     for chunk in rows.chunks(crate::BATCH_ROWS) {
         let sql = format!(
             "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, \
@@ -253,8 +284,7 @@ async fn change_tx(
         Ok(new) => new,
         Err(r) => return Ok(Err(r)),
     };
-    let generation = replace(tx, &rp, &new).await?;
-    let after = list(tx, rp.id).await?;
+    let (generation, after) = replace_listed(tx, &rp, &current, &new).await?;
     Ok(Ok((generation, after)))
 }
 

@@ -7,15 +7,16 @@
 //! ([`accel_core::capacity::Limits::judge`]), insert, and bump the consumers'
 //! generations. [`replace`] runs both as one transaction and reruns it after a race.
 //!
-//! Claiming a provider locks its row (in id order) and moves its generation on by
-//! compare-and-swap before any usage is read, so concurrent writers of one provider
-//! (even on other servers sharing a PostgreSQL database) queue instead of both
-//! checking capacity against the same usage. A swap that still loses (the row changed
-//! between read and swap) is [`Conflict::ProviderRace`], and the transaction is rerun.
+//! Claiming a provider moves its generation on with an `UPDATE` (in id order) before
+//! any usage is read; the update holds the row lock until commit, so concurrent
+//! writers of one provider (even on other servers sharing the database) queue instead
+//! of both checking capacity against the same usage. A provider deleted meanwhile is
+//! [`crate::Conflict::ProviderRace`], and the transaction is rerun (and then refused as
+//! unknown). A deadlock between writers is rerun the same way.
 
 use super::{ConsumerWrite, Refusable, Refusal, CONSUMER_RACE, INCOMPLETE_ID};
 use crate::placement::lookup;
-use crate::{placeholders, Conflict, Store, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::capacity::{Claim, Limits, Verdict};
 use sqlx::Row;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -204,31 +205,43 @@ pub async fn prepare(tx: &mut Tx, writes: &[ConsumerWrite]) -> Refusable<Prepare
         let row = match existing {
             Some(c) => c,
             None => {
-                let created = sqlx::query(
+                // The new row is known but for its id; a concurrent request that
+                // created it first leaves no row inserted here.
+                let created: Option<i64> = sqlx::query_scalar(
                     "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type_id, created_at) \
-                     VALUES ($1, $2, $3, 0, $4, $5) ON CONFLICT DO NOTHING",
+                     VALUES ($1, $2, $3, 0, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
                 )
                 .bind(&w.uuid)
                 .bind(project_id)
                 .bind(user_id)
                 .bind(type_id)
                 .bind(crate::now())
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                let c = consumer(tx, &w.uuid)
-                    .await?
-                    .ok_or_else(|| StoreError::NotFound(format!("consumer {}", w.uuid)))?;
-                // A concurrent request created it first: the client's "expect a new
-                // consumer" no longer holds.
-                if created == 0 && w.check_generation {
-                    return Ok(Err(Refusal::ConsumerGeneration(format!(
-                        "consumer generation conflict - expected {} but got {}",
-                        c.generation,
-                        got(w.generation)
-                    ))));
+                .fetch_optional(&mut *tx)
+                .await?;
+                match created {
+                    Some(id) => ConsumerRow {
+                        id,
+                        uuid: w.uuid.clone(),
+                        project_id,
+                        user_id,
+                        generation: 0,
+                        consumer_type_id: type_id,
+                    },
+                    None => {
+                        let c = consumer(tx, &w.uuid)
+                            .await?
+                            .ok_or_else(|| StoreError::NotFound(format!("consumer {}", w.uuid)))?;
+                        // The client's "expect a new consumer" no longer holds.
+                        if w.check_generation {
+                            return Ok(Err(Refusal::ConsumerGeneration(format!(
+                                "consumer generation conflict - expected {} but got {}",
+                                c.generation,
+                                got(w.generation)
+                            ))));
+                        }
+                        c
+                    }
                 }
-                c
             }
         };
         out.consumers.push(Ensured {
@@ -357,57 +370,61 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     classes.sort_unstable();
     classes.dedup();
 
-    // Claim the providers before reading any usage: lock their rows in id order (a
-    // no-op write; a fixed order means no deadlock between writers), then move each
-    // generation on by compare-and-swap. Any other writer of these providers must do
-    // the same, so it waits for this transaction and then loses its swap (and
-    // retries) rather than both checking capacity against the same usage.
+    // Claim the providers before reading any usage: move each generation on in id
+    // order. The update locks the row until commit (a fixed order means no deadlock
+    // between writers), so any other writer of these providers waits for this
+    // transaction rather than both checking capacity against the same usage.
     let mut ordered = rp_ids.clone();
     ordered.sort_unstable();
+    let now = crate::now();
     for id in &ordered {
-        sqlx::query("UPDATE resource_providers SET generation = generation WHERE id = $1")
-            .bind(*id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let sql = format!(
-        "SELECT id, generation FROM resource_providers WHERE id IN ({})",
-        placeholders(1, rp_ids.len())
-    );
-    let mut q = sqlx::query(&sql);
-    for id in &rp_ids {
-        q = q.bind(*id);
-    }
-    let mut generations: BTreeMap<i64, i64> = BTreeMap::new();
-    for r in q.fetch_all(&mut *tx).await? {
-        generations.insert(r.try_get(0)?, r.try_get(1)?);
-    }
-    if generations.len() != rp_ids.len() {
-        // A provider vanished since `prepare`: rerunning reports it as unknown.
-        return Err(StoreError::provider_race());
-    }
-    for (id, g) in &generations {
-        if let Err(e) = crate::placement::providers::bump_generation(tx, *id, *g).await {
-            return Err(match e {
-                StoreError::Conflict(Conflict::ConcurrentUpdate, _) => StoreError::provider_race(),
-                e => e,
-            });
+        let n = sqlx::query(
+            "UPDATE resource_providers SET generation = generation + 1, updated_at = $1 WHERE id = $2",
+        )
+        .bind(now)
+        .bind(*id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            // A provider vanished since `prepare`: rerunning reports it as unknown.
+            return Err(StoreError::provider_race());
         }
     }
+    crate::placement::changes::touch(tx, &ordered).await?;
 
+    // Usage before, and after the consumers' own allocations are taken away: what they
+    // held is read as it is deleted from.
     let prev_usage = usage_of(tx, &rp_ids, &classes).await?;
+    let mut remaining = prev_usage.clone();
     let mut cleared = BTreeSet::new();
     for i in items {
         let uuid = &prepared.consumers[i.consumer].row.uuid;
         if cleared.insert(uuid.clone()) {
-            crate::placement::changes::touch_consumer_providers(tx, uuid).await?;
+            let held = sqlx::query(
+                "SELECT resource_provider_id, resource_class_id, used FROM allocations WHERE consumer_id = $1",
+            )
+            .bind(uuid)
+            .fetch_all(&mut *tx)
+            .await?;
+            if held.is_empty() {
+                continue;
+            }
+            let mut providers = Vec::with_capacity(held.len());
+            for r in &held {
+                let key: (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+                providers.push(key.0);
+                if let Some(u) = remaining.get_mut(&key) {
+                    *u -= r.try_get::<i64, _>(2)?;
+                }
+            }
+            crate::placement::changes::touch(tx, &providers).await?;
             sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
                 .bind(uuid)
                 .execute(&mut *tx)
                 .await?;
         }
     }
-    let remaining = usage_of(tx, &rp_ids, &classes).await?;
 
     // Inventory of the touched providers in the touched classes.
     let sql = format!(
@@ -483,7 +500,6 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         ))));
     }
 
-    let now = crate::now();
     for i in items.iter().filter(|i| i.used > 0) {
         sqlx::query(
             "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
