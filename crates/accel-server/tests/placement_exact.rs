@@ -127,6 +127,38 @@ async fn vary_only_where_upstream_sends_it() {
         );
         assert!(vary(&resp).is_empty(), "{m} {path}: {:?}", vary(&resp));
     }
+    // Accepted bodies reach the write without a lookup first; a missing provider is
+    // still the dispatcher's 404, worded as for a refused body.
+    let accepted = [
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}/inventories"),
+            json!({"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 1}}}),
+        ),
+        (
+            Method::POST,
+            format!("/resource_providers/{RP}/inventories"),
+            json!({"resource_class": "VCPU", "total": 1}),
+        ),
+        (
+            Method::PUT,
+            format!("/resource_providers/{RP}/inventories/VCPU"),
+            json!({"resource_provider_generation": 0, "total": 1}),
+        ),
+    ];
+    for (m, path, body) in accepted {
+        let mut details = Vec::new();
+        for body in [body, json!({})] {
+            let resp = send(&app, m.clone(), &path, "1.28", Some(body)).await;
+            assert_eq!(resp.status(), 404, "{m} {path}");
+            assert!(vary(&resp).is_empty(), "{m} {path}: {:?}", vary(&resp));
+            let v: Value = resp.json().await.unwrap();
+            details.push(v["errors"][0]["detail"].clone());
+        }
+        assert_eq!(details[0], details[1], "{m} {path}");
+        let detail = details[0].as_str().unwrap();
+        assert!(detail.contains(&format!("No resource provider with uuid {RP} found")), "{detail}");
+    }
     let with = [
         (
             Method::GET,

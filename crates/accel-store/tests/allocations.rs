@@ -192,38 +192,38 @@ async fn usage_totals_by_project_user_and_consumer_type() {
                 got
             }
         };
-        let line = |t: Option<&str>, rc: &str, n: i64, k: i64| (t.map(str::to_owned), rc.to_owned(), n, k);
-        let mut expected = vec![line(None, "VCPU", 10, 0), line(None, "MEMORY_MB", 512, 0)];
-        expected.sort();
-        assert_eq!(totals(None, Ungrouped).await, expected);
-        let mut expected = vec![line(Some("all"), "VCPU", 10, 4), line(Some("all"), "MEMORY_MB", 512, 4)];
-        expected.sort();
-        assert_eq!(totals(None, All).await, expected);
-        let mut expected = vec![
-            line(Some("INSTANCE"), "MEMORY_MB", 512, 2),
-            line(Some("INSTANCE"), "VCPU", 3, 2),
-            line(Some("MIGRATION"), "VCPU", 4, 1),
-            line(Some("unknown"), "VCPU", 3, 1),
+        // (type key, class, sum, consumers of the type) per line, as sorted.
+        let ungrouped = [(None, "VCPU", 10, 0), (None, "MEMORY_MB", 512, 0)];
+        let all = [(Some("all"), "VCPU", 10, 4), (Some("all"), "MEMORY_MB", 512, 4)];
+        let by_type = [
+            (Some("INSTANCE"), "MEMORY_MB", 512, 2),
+            (Some("INSTANCE"), "VCPU", 3, 2),
+            (Some("MIGRATION"), "VCPU", 4, 1),
+            (Some("unknown"), "VCPU", 3, 1),
         ];
-        expected.sort();
-        assert_eq!(totals(None, ByType(None)).await, expected);
-        assert_eq!(
-            totals(None, ByType(Some("INSTANCE".into()))).await,
-            vec![
-                line(Some("INSTANCE"), "MEMORY_MB", 512, 2),
-                line(Some("INSTANCE"), "VCPU", 3, 2)
-            ]
-        );
-        assert_eq!(totals(None, Unknown).await, vec![line(Some("unknown"), "VCPU", 3, 1)]);
-        let mut expected = vec![
-            line(Some("INSTANCE"), "MEMORY_MB", 512, 1),
-            line(Some("INSTANCE"), "VCPU", 2, 1),
-            line(Some("MIGRATION"), "VCPU", 4, 1),
-            line(Some("unknown"), "VCPU", 3, 1),
+        let of_u1 = [
+            (Some("INSTANCE"), "MEMORY_MB", 512, 1),
+            (Some("INSTANCE"), "VCPU", 2, 1),
+            (Some("MIGRATION"), "VCPU", 4, 1),
+            (Some("unknown"), "VCPU", 3, 1),
         ];
-        expected.sort();
-        assert_eq!(totals(Some("u1"), ByType(None)).await, expected);
-        assert_eq!(totals(Some("u3"), All).await, vec![]);
+        let cases: Vec<(Option<&'static str>, allocs::TypeFilter, &[(Option<&str>, &str, i64, i64)])> = vec![
+            (None, Ungrouped, &ungrouped),
+            (None, All, &all),
+            (None, ByType(None), &by_type),
+            (None, ByType(Some("INSTANCE".into())), &by_type[..2]),
+            (None, Unknown, &by_type[3..]),
+            (Some("u1"), ByType(None), &of_u1),
+            (Some("u3"), All, &[]),
+        ];
+        for (user, filter, lines) in cases {
+            let mut expected: Vec<allocs::TotalUsage> = lines
+                .iter()
+                .map(|(t, rc, n, k)| (t.map(str::to_owned), rc.to_string(), *n, *k))
+                .collect();
+            expected.sort();
+            assert_eq!(totals(user, filter.clone()).await, expected, "{user:?} {filter:?}");
+        }
         let nobody = store
             .read_one(|tx| Box::pin(async move { allocs::totals(tx, "r", None, &All).await }))
             .await

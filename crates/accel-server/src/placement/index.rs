@@ -1,4 +1,6 @@
-//! The in-memory placement index that allocation candidates are searched in.
+//! The in-memory placement index that allocation candidates are searched in, and
+//! that answers `GET /resource_providers` without filters (its providers carry name,
+//! generation and modification time for that).
 //!
 //! Loading every provider, inventory, usage, trait and aggregate per request costs
 //! five full-table queries and an engine snapshot build; at 100,000 providers that is

@@ -5,7 +5,9 @@
 //! `DELETE` of one class, the generation just read).
 
 use super::error::{ApiError, ApiResult, Code};
-use super::resource_providers::{exists, not_found_as, provider_url, read_with};
+use super::resource_providers::{
+    body_of_provider, exists, missing, not_found_as, provider_url, read_with,
+};
 use super::{authorize, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
@@ -232,8 +234,7 @@ fn other(uuid: &str, e: StoreError) -> ApiError {
 pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_UPDATE)?;
     let uuid = req.param(0).to_owned();
-    exists(&app, &uuid).await?;
-    let data: InventoriesPut = req.body(&put_all_schema())?;
+    let data: InventoriesPut = body_of_provider(&app, &req, &uuid, &put_all_schema()).await?;
     let generation = data.resource_provider_generation;
     let records: Vec<(String, InventoryRecord)> = data.inventories.into_iter().collect();
     match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
@@ -255,6 +256,8 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
         Ok(Err(r)) => Err(unexpected(r)),
+        // The body was accepted without looking the provider up first.
+        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
         Err(e) => Err(other(&uuid, e)),
     }
 }
@@ -262,8 +265,7 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_CREATE)?;
     let uuid = req.param(0).to_owned();
-    exists(&app, &uuid).await?;
-    let data: InventoryRecord = req.body(&record_schema(false, true))?;
+    let data: InventoryRecord = body_of_provider(&app, &req, &uuid, &record_schema(false, true)).await?;
     let class = data.resource_class.clone().unwrap_or_default();
     match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
         Ok(Ok((generation, invs))) => {
@@ -290,6 +292,8 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 "Update conflict: Another thread concurrently updated the data. Please retry your update",
             ))
         }
+        // The body was accepted without looking the provider up first.
+        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
         Err(e) => Err(other(&uuid, e)),
     }
 }
@@ -298,8 +302,7 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_UPDATE)?;
     let uuid = req.param(0).to_owned();
     let class = req.param(1).to_owned();
-    exists(&app, &uuid).await?;
-    let data: InventoryRecord = req.body(&record_schema(true, false))?;
+    let data: InventoryRecord = body_of_provider(&app, &req, &uuid, &record_schema(true, false)).await?;
     let generation = data.resource_provider_generation.unwrap_or(-1);
     match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
         Ok(Ok((generation, invs))) => {
@@ -324,6 +327,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
         Ok(Err(r)) => Err(unexpected(r)),
+        // The body was accepted without looking the provider up first.
+        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
         Err(e) => Err(other(&uuid, e)),
     }
 }

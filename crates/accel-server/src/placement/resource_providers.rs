@@ -206,6 +206,33 @@ where
 
 /// Upstream loads the provider (404) before it reads a body, outside any `try`: its
 /// `NotFound` reaches the dispatcher, which answers without `Vary`.
+/// A sub-resource write's body, read as upstream reads it after loading the provider
+/// (a missing provider's 404 outranks a bad body's 400), but with the provider looked
+/// up only when the body is refused: an accepted body goes to the write, whose
+/// transaction finds a missing provider as well, and that answers it with
+/// [`missing`]. One statement less on every accepted write.
+pub(crate) async fn body_of_provider<T: serde::de::DeserializeOwned>(
+    app: &AppState,
+    req: &Req,
+    uuid: &str,
+    schema: &Value,
+) -> ApiResult<T> {
+    match req.body(schema) {
+        Ok(body) => Ok(body),
+        Err(refused) => {
+            exists(app, uuid).await?;
+            Err(refused)
+        }
+    }
+}
+
+/// The 404 [`exists`] answers for a missing provider.
+pub(crate) fn missing(uuid: &str) -> ApiError {
+    uncaught(StoreError::NotFound(format!(
+        "No resource provider with uuid {uuid} found"
+    )))
+}
+
 /// One statement, outside any transaction.
 pub(crate) async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
     let u = uuid.to_owned();
