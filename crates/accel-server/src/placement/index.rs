@@ -17,8 +17,9 @@
 //! whichever server replica made the changes. Claims never trust the index: they
 //! re-check capacity inside their own write transaction.
 //!
-//! Refreshes are serialised by a mutex; readers hold an `Arc` to the picture they
-//! started with, so a refresh never waits for a search.
+//! Refreshes are serialised by a mutex; the version checks are not (the mutex is held
+//! only to copy the `Arc`). Readers hold an `Arc` to the picture they started with, so
+//! a refresh never waits for a search.
 
 use accel_core::candidates::{self as engine, ProviderId};
 use accel_store::placement::changes::{self, Delta, Version};
@@ -197,17 +198,22 @@ enum Step {
 impl Index {
     /// The picture of the database as of now (see the module docs).
     pub async fn current(&self, store: &Store) -> Result<Arc<Prepared>, StoreError> {
+        // Fast path: one statement, with the lock held only to copy the `Arc`, so
+        // concurrent requests check the version in parallel. Equal means the cached
+        // picture is the data as of that statement's snapshot.
+        let seen = self.current.lock().await.clone();
+        if let Some(p) = &seen {
+            if self.fresh(store, p).await? {
+                return Ok(p.clone());
+            }
+        }
         let mut guard = self.current.lock().await;
         let known = guard.as_ref().map(|p| p.version);
-        // Fast path: one statement. Equal means the cached picture is the data as of
-        // that statement's snapshot.
-        if let Some(known) = known {
-            let now = store
-                .read_one(|tx| Box::pin(async move { changes::version(tx).await }))
-                .await?;
-            if now == known {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(guard.clone().expect("a known version has a picture"));
+        // Another request refreshed while this one waited: that picture may do.
+        if let Some(p) = guard.as_ref() {
+            let same = seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, p));
+            if !same && self.fresh(store, p).await? {
+                return Ok(p.clone());
             }
         }
         let step = store
@@ -265,6 +271,20 @@ impl Index {
         let prepared = Arc::new(prepared);
         *guard = Some(prepared.clone());
         Ok(prepared)
+    }
+}
+
+impl Index {
+    /// Whether `p` is the data as of now (one statement); counts a hit when it is.
+    async fn fresh(&self, store: &Store, p: &Prepared) -> Result<bool, StoreError> {
+        let now = store
+            .read_one(|tx| Box::pin(async move { changes::version(tx).await }))
+            .await?;
+        let fresh = now == p.version;
+        if fresh {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(fresh)
     }
 }
 
