@@ -500,18 +500,23 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         ))));
     }
 
-    for i in items.iter().filter(|i| i.used > 0) {
-        sqlx::query(
+    let rows: Vec<&Item> = items.iter().filter(|i| i.used > 0).collect();
+    for chunk in rows.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
             "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(i.rp_id)
-        .bind(&prepared.consumers[i.consumer].row.uuid)
-        .bind(rc_ids[&i.rc_name])
-        .bind(i.used)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+             VALUES {}",
+            crate::value_rows(chunk.len(), 5)
+        );
+        let mut q = sqlx::query(&sql);
+        for i in chunk {
+            q = q
+                .bind(i.rp_id)
+                .bind(&prepared.consumers[i.consumer].row.uuid)
+                .bind(rc_ids[&i.rc_name])
+                .bind(i.used)
+                .bind(now);
+        }
+        q.execute(&mut *tx).await?;
     }
 
     let mut visited: BTreeMap<i64, &Ensured> = BTreeMap::new();
