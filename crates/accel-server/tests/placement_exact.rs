@@ -157,7 +157,10 @@ async fn vary_only_where_upstream_sends_it() {
         }
         assert_eq!(details[0], details[1], "{m} {path}");
         let detail = details[0].as_str().unwrap();
-        assert!(detail.contains(&format!("No resource provider with uuid {RP} found")), "{detail}");
+        assert!(
+            detail.contains(&format!("No resource provider with uuid {RP} found")),
+            "{detail}"
+        );
     }
     let with = [
         (

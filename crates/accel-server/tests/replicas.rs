@@ -156,9 +156,18 @@ async fn listing(app: &TestApp) -> Vec<Value> {
     for rp in &all {
         let uuid = rp["uuid"].as_str().unwrap();
         let (_, one) = app
-            .json(Method::GET, &format!("/resource_providers?uuid={uuid}"), "1.39", None)
+            .json(
+                Method::GET,
+                &format!("/resource_providers?uuid={uuid}"),
+                "1.39",
+                None,
+            )
             .await;
-        assert_eq!(one["resource_providers"], json!([rp]), "the index and SQL differ");
+        assert_eq!(
+            one["resource_providers"],
+            json!([rp]),
+            "the index and SQL differ"
+        );
     }
     all
 }
@@ -173,7 +182,10 @@ async fn a_plain_listing_on_one_replica_shows_the_others_writes() {
         let child = child["uuid"].as_str().unwrap().to_owned();
         let got = listing(&b).await;
         assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!((got[0]["uuid"].as_str(), got[0]["generation"].as_i64()), (Some(root.as_str()), Some(1)));
+        assert_eq!(
+            (got[0]["uuid"].as_str(), got[0]["generation"].as_i64()),
+            (Some(root.as_str()), Some(1))
+        );
         assert_eq!(got[1]["parent_provider_uuid"], json!(root));
         assert_eq!(got[1]["root_provider_uuid"], json!(root));
         // Renamed and made a root through A: B's next listing says so.
@@ -192,7 +204,12 @@ async fn a_plain_listing_on_one_replica_shows_the_others_writes() {
         assert_eq!(got[1]["root_provider_uuid"], json!(child));
         // Deleted through A: gone from B's listing.
         let (s, _) = a
-            .json(Method::DELETE, &format!("/resource_providers/{root}"), "1.39", None)
+            .json(
+                Method::DELETE,
+                &format!("/resource_providers/{root}"),
+                "1.39",
+                None,
+            )
             .await;
         assert_eq!(s, 204);
         let got = listing(&b).await;

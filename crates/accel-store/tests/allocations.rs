@@ -140,6 +140,9 @@ async fn concurrent_writers_never_over_allocate() {
     .await;
 }
 
+/// A line of usage totals as the test writes it: (type key, class, sum, consumers).
+type Line = (Option<&'static str>, &'static str, i64, i64);
+
 /// `GET /usages`' totals: MySQL answers them with its own rolled-up statement, the
 /// others with the portable one; both must say the same for every filter.
 #[tokio::test]
@@ -158,22 +161,29 @@ async fn usage_totals_by_project_user_and_consumer_type() {
             })
             .await
             .unwrap();
-        let consumer = |n: u8, project: &str, user: &str, kind: Option<&str>, res: &[(&str, i64)]| {
-            ConsumerWrite {
-                uuid: format!("c0c0c0c0-0000-4000-8000-00000000000{n}"),
-                project_id: Some(project.into()),
-                user_id: Some(user.into()),
-                check_generation: true,
-                generation: None,
-                consumer_type: kind.map(str::to_owned),
-                allocations: vec![(
-                    RP.into(),
-                    res.iter().map(|(rc, n)| (rc.to_string(), *n)).collect(),
-                )],
-            }
-        };
+        let consumer =
+            |n: u8, project: &str, user: &str, kind: Option<&str>, res: &[(&str, i64)]| {
+                ConsumerWrite {
+                    uuid: format!("c0c0c0c0-0000-4000-8000-00000000000{n}"),
+                    project_id: Some(project.into()),
+                    user_id: Some(user.into()),
+                    check_generation: true,
+                    generation: None,
+                    consumer_type: kind.map(str::to_owned),
+                    allocations: vec![(
+                        RP.into(),
+                        res.iter().map(|(rc, n)| (rc.to_string(), *n)).collect(),
+                    )],
+                }
+            };
         let writes = vec![
-            consumer(1, "p", "u1", Some("INSTANCE"), &[("VCPU", 2), ("MEMORY_MB", 512)]),
+            consumer(
+                1,
+                "p",
+                "u1",
+                Some("INSTANCE"),
+                &[("VCPU", 2), ("MEMORY_MB", 512)],
+            ),
             consumer(2, "p", "u2", Some("INSTANCE"), &[("VCPU", 1)]),
             consumer(3, "p", "u1", Some("MIGRATION"), &[("VCPU", 4)]),
             consumer(4, "p", "u1", None, &[("VCPU", 3)]),
@@ -184,7 +194,9 @@ async fn usage_totals_by_project_user_and_consumer_type() {
             let store = store.clone();
             async move {
                 let mut got = store
-                    .read_one(move |tx| Box::pin(async move { allocs::totals(tx, "p", user, &f).await }))
+                    .read_one(move |tx| {
+                        Box::pin(async move { allocs::totals(tx, "p", user, &f).await })
+                    })
                     .await
                     .unwrap();
                 // PostgreSQL sorts an untyped group last, the others first.
@@ -194,7 +206,10 @@ async fn usage_totals_by_project_user_and_consumer_type() {
         };
         // (type key, class, sum, consumers of the type) per line, as sorted.
         let ungrouped = [(None, "VCPU", 10, 0), (None, "MEMORY_MB", 512, 0)];
-        let all = [(Some("all"), "VCPU", 10, 4), (Some("all"), "MEMORY_MB", 512, 4)];
+        let all = [
+            (Some("all"), "VCPU", 10, 4),
+            (Some("all"), "MEMORY_MB", 512, 4),
+        ];
         let by_type = [
             (Some("INSTANCE"), "MEMORY_MB", 512, 2),
             (Some("INSTANCE"), "VCPU", 3, 2),
@@ -207,7 +222,7 @@ async fn usage_totals_by_project_user_and_consumer_type() {
             (Some("MIGRATION"), "VCPU", 4, 1),
             (Some("unknown"), "VCPU", 3, 1),
         ];
-        let cases: Vec<(Option<&'static str>, allocs::TypeFilter, &[(Option<&str>, &str, i64, i64)])> = vec![
+        let cases: Vec<(Option<&'static str>, allocs::TypeFilter, &[Line])> = vec![
             (None, Ungrouped, &ungrouped),
             (None, All, &all),
             (None, ByType(None), &by_type),
@@ -222,7 +237,11 @@ async fn usage_totals_by_project_user_and_consumer_type() {
                 .map(|(t, rc, n, k)| (t.map(str::to_owned), rc.to_string(), *n, *k))
                 .collect();
             expected.sort();
-            assert_eq!(totals(user, filter.clone()).await, expected, "{user:?} {filter:?}");
+            assert_eq!(
+                totals(user, filter.clone()).await,
+                expected,
+                "{user:?} {filter:?}"
+            );
         }
         let nobody = store
             .read_one(|tx| Box::pin(async move { allocs::totals(tx, "r", None, &All).await }))

@@ -154,6 +154,24 @@ async fn providers_trees_and_conflicts() {
             }
             other => panic!("expected duplicate, got {other:?}"),
         }
+        // Each alone, and a taken name outranks a bad parent (the insert runs first on
+        // MySQL and SQLite; the check, then).
+        let dup = |uuid: &'static str, name: &'static str, parent: Option<&'static str>| {
+            let store = store.clone();
+            async move {
+                match create(&store, uuid, name, parent).await {
+                    Err(StoreError::Conflict(Conflict::Duplicate, what)) => what,
+                    other => panic!("expected duplicate, got {other:?}"),
+                }
+            }
+        };
+        assert_eq!(dup(A, "other", None).await, format!("uuid: {A}"));
+        assert_eq!(dup(C, "root", None).await, "name: root");
+        assert_eq!(dup(C, "root", Some(C)).await, "name: root");
+        assert_eq!(
+            dup(C, "root", Some("00000000-0000-0000-0000-000000000000")).await,
+            "name: root"
+        );
         // Unknown parent and self-parent are refused and write nothing.
         assert!(matches!(
             create(&store, C, "x", Some(C)).await,

@@ -265,7 +265,8 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_CREATE)?;
     let uuid = req.param(0).to_owned();
-    let data: InventoryRecord = body_of_provider(&app, &req, &uuid, &record_schema(false, true)).await?;
+    let data: InventoryRecord =
+        body_of_provider(&app, &req, &uuid, &record_schema(false, true)).await?;
     let class = data.resource_class.clone().unwrap_or_default();
     match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
         Ok(Ok((generation, invs))) => {
@@ -302,7 +303,8 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_UPDATE)?;
     let uuid = req.param(0).to_owned();
     let class = req.param(1).to_owned();
-    let data: InventoryRecord = body_of_provider(&app, &req, &uuid, &record_schema(true, false)).await?;
+    let data: InventoryRecord =
+        body_of_provider(&app, &req, &uuid, &record_schema(true, false)).await?;
     let generation = data.resource_provider_generation.unwrap_or(-1);
     match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
         Ok(Ok((generation, invs))) => {

@@ -486,11 +486,21 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .await?;
     let modified = rps.iter().map(|r| r.modified).max().unwrap_or(modified_now);
     let shape = Shape::at(&req);
-    listing(rps.iter().map(|rp| ProviderView::of(shape, rp)).collect(), modified)
+    listing(
+        rps.iter().map(|rp| ProviderView::of(shape, rp)).collect(),
+        modified,
+    )
 }
 
 /// The query parameters that filter a listing.
-const LIST_FILTERS: [&str; 6] = ["name", "uuid", "in_tree", "member_of", "required", "resources"];
+const LIST_FILTERS: [&str; 6] = [
+    "name",
+    "uuid",
+    "in_tree",
+    "member_of",
+    "required",
+    "resources",
+];
 
 /// Every provider, from the candidate index: one version check instead of reading
 /// every provider row (the index is the database as of that check; see `index`).
@@ -613,8 +623,20 @@ mod tests {
     /// for names and uuids that need escaping.
     #[test]
     fn the_listing_writer_matches_serde() {
-        const RELS: [&str; 5] = ["inventories", "usages", "aggregates", "traits", "allocations"];
-        let names = ["cn1", "with \"quotes\" and \\ slash", "tab\there", "ünïcödé ☃", "\u{1}"];
+        const RELS: [&str; 5] = [
+            "inventories",
+            "usages",
+            "aggregates",
+            "traits",
+            "allocations",
+        ];
+        let names = [
+            "cn1",
+            "with \"quotes\" and \\ slash",
+            "tab\there",
+            "ünïcödé ☃",
+            "\u{1}",
+        ];
         let uuids = ["5c3d1a2b-0e4f-4a5b-8c6d-7e8f9a0b1c2d", "not a \"uuid\""];
         for n in 2..=5 {
             for nested in [false, true] {

@@ -85,16 +85,43 @@ pub async fn create(
     name: &str,
     parent_uuid: Option<&str>,
 ) -> Result<Provider, StoreError> {
-    check_free(tx, uuid, name).await?;
-    let parent =
-        match parent_uuid {
-            Some(p) if p == uuid => return Err(same_as_parent()),
-            Some(p) => Some(get(tx, p).await?.ok_or_else(|| {
-                StoreError::Invalid("parent provider UUID does not exist.".into())
-            })?),
-            None => None,
-        };
-    insert(tx, uuid, name, parent.as_ref()).await
+    // A taken uuid or name outranks a bad parent, as upstream checks them. PostgreSQL
+    // aborts the whole transaction on a failed insert, so there they are checked
+    // first; MySQL and SQLite undo only the failed statement, so the insert goes
+    // first and the check runs only when it (or the parent) fails: one round trip
+    // less on every create.
+    let checked = tx.backend() == crate::Backend::Postgres;
+    if checked {
+        check_free(tx, uuid, name).await?;
+    }
+    let parent = match parent_uuid {
+        None => None,
+        Some(p) => {
+            let found = if p == uuid {
+                Err(same_as_parent())
+            } else {
+                get(tx, p).await?.ok_or_else(|| {
+                    StoreError::Invalid("parent provider UUID does not exist.".into())
+                })
+            };
+            match found {
+                Ok(parent) => Some(parent),
+                Err(e) => {
+                    if !checked {
+                        check_free(tx, uuid, name).await?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
+    match insert(tx, uuid, name, parent.as_ref()).await {
+        Err(e) if !checked && e.is_unique_violation() => {
+            check_free(tx, uuid, name).await?;
+            Err(e)
+        }
+        inserted => inserted,
+    }
 }
 
 fn same_as_parent() -> StoreError {

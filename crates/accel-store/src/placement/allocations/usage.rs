@@ -218,7 +218,12 @@ async fn totals_rolled_up(
                 .into_iter()
                 .map(|(t, _, rc, n)| {
                     let count = counts.get(&t).copied().unwrap_or(0);
-                    (Some(t.unwrap_or_else(|| "unknown".to_owned())), rc, n, count)
+                    (
+                        Some(t.unwrap_or_else(|| "unknown".to_owned())),
+                        rc,
+                        n,
+                        count,
+                    )
                 })
                 .collect())
         }
