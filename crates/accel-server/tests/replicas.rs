@@ -148,21 +148,12 @@ async fn each_replica_sees_the_others_writes_on(backend: Backend) {
 /// `GET /resource_providers` without filters is answered from the candidate index;
 /// each provider must read as the SQL path (a `?uuid=` listing) reads it.
 async fn listing(app: &TestApp) -> Vec<Value> {
-    let (s, v) = app
-        .json(Method::GET, "/resource_providers", "1.39", None)
-        .await;
+    let (s, v) = at_139(app, Method::GET, "/resource_providers".into(), None).await;
     assert_eq!(s, 200, "{v}");
     let all = v["resource_providers"].as_array().unwrap().clone();
     for rp in &all {
-        let uuid = rp["uuid"].as_str().unwrap();
-        let (_, one) = app
-            .json(
-                Method::GET,
-                &format!("/resource_providers?uuid={uuid}"),
-                "1.39",
-                None,
-            )
-            .await;
+        let path = format!("/resource_providers?uuid={}", rp["uuid"].as_str().unwrap());
+        let (_, one) = at_139(app, Method::GET, path, None).await;
         assert_eq!(
             one["resource_providers"],
             json!([rp]),
@@ -170,6 +161,11 @@ async fn listing(app: &TestApp) -> Vec<Value> {
         );
     }
     all
+}
+
+/// A Placement request at 1.39: its status and body.
+async fn at_139(app: &TestApp, m: Method, path: String, body: Option<Value>) -> (u16, Value) {
+    app.json(m, &path, "1.39", body).await
 }
 
 #[tokio::test]
@@ -189,28 +185,17 @@ async fn a_plain_listing_on_one_replica_shows_the_others_writes() {
         assert_eq!(got[1]["parent_provider_uuid"], json!(root));
         assert_eq!(got[1]["root_provider_uuid"], json!(root));
         // Renamed and made a root through A: B's next listing says so.
-        let (s, v) = a
-            .json(
-                Method::PUT,
-                &format!("/resource_providers/{child}"),
-                "1.39",
-                Some(json!({"name": "gpu", "parent_provider_uuid": null})),
-            )
-            .await;
+        let body = json!({"name": "gpu", "parent_provider_uuid": null});
+        let path = format!("/resource_providers/{child}");
+        let (s, v) = at_139(&a, Method::PUT, path, Some(body)).await;
         assert_eq!(s, 200, "{v}");
         let got = listing(&b).await;
         assert_eq!(got[1]["name"], json!("gpu"));
         assert_eq!(got[1]["parent_provider_uuid"], Value::Null);
         assert_eq!(got[1]["root_provider_uuid"], json!(child));
         // Deleted through A: gone from B's listing.
-        let (s, _) = a
-            .json(
-                Method::DELETE,
-                &format!("/resource_providers/{root}"),
-                "1.39",
-                None,
-            )
-            .await;
+        let path = format!("/resource_providers/{root}");
+        let (s, _) = at_139(&a, Method::DELETE, path, None).await;
         assert_eq!(s, 204);
         let got = listing(&b).await;
         assert_eq!(got.len(), 1);

@@ -37,15 +37,18 @@ pub(crate) struct Shape {
     nested: bool,
 }
 
+/// A provider's link relations after `self`, in upstream's order; each microversion
+/// shows a prefix of them.
+const RELS: [&str; 5] = [
+    "inventories",
+    "usages",
+    "aggregates",
+    "traits",
+    "allocations",
+];
+
 impl Shape {
     pub(crate) fn at(req: &Req) -> Self {
-        const RELS: [&str; 5] = [
-            "inventories",
-            "usages",
-            "aggregates",
-            "traits",
-            "allocations",
-        ];
         let n = if req.mv(mv::PROVIDER_ALLOCATIONS_LINK) {
             5
         } else if req.mv(mv::TRAITS) {
@@ -623,13 +626,6 @@ mod tests {
     /// for names and uuids that need escaping.
     #[test]
     fn the_listing_writer_matches_serde() {
-        const RELS: [&str; 5] = [
-            "inventories",
-            "usages",
-            "aggregates",
-            "traits",
-            "allocations",
-        ];
         let names = [
             "cn1",
             "with \"quotes\" and \\ slash",
