@@ -143,8 +143,8 @@ async fn concurrent_writers_never_over_allocate() {
 /// A line of usage totals as the test writes it: (type key, class, sum, consumers).
 type Line = (Option<&'static str>, &'static str, i64, i64);
 
-/// `GET /usages`' totals: MySQL answers them with its own rolled-up statement, the
-/// others with the portable one; both must say the same for every filter.
+/// `GET /usages`' totals: PostgreSQL and MySQL answer them with a rolled-up
+/// statement, SQLite with the portable one; all must say the same for every filter.
 #[tokio::test]
 async fn usage_totals_by_project_user_and_consumer_type() {
     use allocs::TypeFilter::{All, ByType, Ungrouped, Unknown};
