@@ -234,6 +234,7 @@ impl AppBuilder {
             policy: self.policy,
             config: self.config,
             placement_index: Default::default(),
+            usage_cache: Default::default(),
             metrics: self.metrics,
             health: Default::default(),
         });

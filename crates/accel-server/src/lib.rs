@@ -73,6 +73,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// The in-memory picture allocation candidates are searched in.
     pub placement_index: placement::index::Index,
+    /// Remembered `GET /usages` answers, forgotten as the change log names their projects.
+    pub usage_cache: placement::usage_cache::UsageCache,
     /// The Prometheus metrics every handler and worker updates ([`metrics`]).
     pub metrics: Arc<metrics::Metrics>,
     /// Draining and the workers' state, for the health checks ([`health`]).

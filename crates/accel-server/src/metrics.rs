@@ -122,6 +122,7 @@ pub struct Metrics {
     pub candidates_anchors: Counter,
     pub candidates_option_checks: Counter,
     pub index_refreshes: Family<KindLabel, Counter>,
+    pub usage_answers: Family<KindLabel, Counter>,
     pub claims: Family<OutcomeLabel, Counter>,
     pub bind_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub nova_events: Family<OutcomeLabel, Counter>,
@@ -177,6 +178,7 @@ impl Metrics {
             candidates_anchors: Counter::default(),
             candidates_option_checks: Counter::default(),
             index_refreshes: Family::default(),
+            usage_answers: Family::default(),
             claims: Family::default(),
             bind_duration: Family::new_with_constructor(slow as Hist),
             nova_events: Family::default(),
@@ -241,6 +243,11 @@ impl Metrics {
             "accel_placement_index_refreshes",
             "Refreshes of the in-memory candidate index, by kind (full: everything re-read; incremental: the changed providers)",
             m.index_refreshes.clone(),
+        );
+        r.register(
+            "accel_placement_usage_answers",
+            "GET /usages answers, by kind (cached: remembered, no logged change to the project since; queried: summed by the database)",
+            m.usage_answers.clone(),
         );
         r.register(
             "accel_placement_providers",
@@ -371,6 +378,16 @@ impl Metrics {
         for (kind, v) in [("full", &stats.full), ("incremental", &stats.incremental)] {
             advance(
                 &self.index_refreshes.get_or_create(&KindLabel { kind }),
+                v.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// Moves `accel_placement_usage_answers` up to the usage cache's own counters.
+    pub fn sync_usage_cache(&self, cache: &crate::placement::usage_cache::UsageCache) {
+        for (kind, v) in [("cached", &cache.cached), ("queried", &cache.queried)] {
+            advance(
+                &self.usage_answers.get_or_create(&KindLabel { kind }),
                 v.load(Ordering::Relaxed),
             );
         }

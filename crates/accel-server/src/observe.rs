@@ -383,6 +383,7 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Respon
     let openmetrics =
         header_str(&headers, "accept").is_some_and(|a| a.contains("application/openmetrics-text"));
     app.metrics.sync_index(&app.placement_index.stats);
+    app.metrics.sync_usage_cache(&app.usage_cache);
     app.metrics.refresh(&app.store, health::DB_TIMEOUT).await;
     let body = app.metrics.encode(openmetrics);
     let content_type = if openmetrics {

@@ -1,6 +1,7 @@
 //! Two accel servers on one PostgreSQL database (and one MariaDB/MySQL database when
-//! `ACCEL_TEST_MYSQL` is set): each one's in-memory candidate index follows the other's
-//! writes, and concurrent claims through both never over-allocate.
+//! `ACCEL_TEST_MYSQL` is set): each one's in-memory candidate index and remembered
+//! usage totals follow the other's writes, and concurrent claims through both never
+//! over-allocate.
 
 mod common;
 
@@ -200,6 +201,88 @@ async fn a_plain_listing_on_one_replica_shows_the_others_writes() {
         let got = listing(&b).await;
         assert_eq!(got.len(), 1);
         assert_eq!(got[0]["uuid"], json!(child));
+    }
+}
+
+/// `GET /usages` of `project` at 1.39 (grouped by consumer type): INSTANCE's VCPU and
+/// consumer count, (0, 0) when it has none.
+async fn usages(app: &TestApp, project: &str) -> (i64, i64) {
+    let path = format!("/usages?project_id={project}");
+    let (s, v) = at_139(app, Method::GET, path, None).await;
+    assert_eq!(s, 200, "{v}");
+    let g = &v["usages"]["INSTANCE"];
+    (
+        g["VCPU"].as_i64().unwrap_or(0),
+        g["consumer_count"].as_i64().unwrap_or(0),
+    )
+}
+
+/// PUT /allocations for `consumer` (at `generation`, null for a new one) in `project`.
+async fn claim_in(
+    app: &TestApp,
+    consumer: &str,
+    generation: Value,
+    project: &str,
+    allocations: Value,
+) {
+    let (s, v) = at_139(
+        app,
+        Method::PUT,
+        format!("/allocations/{consumer}"),
+        Some(
+            json!({"allocations": allocations, "project_id": project, "user_id": "u",
+                    "consumer_generation": generation, "consumer_type": "INSTANCE"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, 204, "{v}");
+}
+
+#[tokio::test]
+async fn usages_on_one_replica_follow_the_others_claims() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for backend in shared_backends() {
+        let (a, b) = replicas(backend).await;
+        let cn = compute(&a, "cn1", 64).await;
+        let vcpu = |n: i64| json!({cn.clone(): {"resources": {"VCPU": n}}});
+        let c1 = uuid::Uuid::new_v4().to_string();
+        claim_in(&a, &c1, Value::Null, "p", vcpu(2)).await;
+        assert_eq!(usages(&b, "p").await, (2, 1));
+        // Asked again with nothing changed: B answers from memory.
+        let cache = &b.state.usage_cache;
+        let before = (cache.cached.load(Relaxed), cache.queried.load(Relaxed));
+        assert_eq!(usages(&b, "p").await, (2, 1));
+        let after = (cache.cached.load(Relaxed), cache.queried.load(Relaxed));
+        assert_eq!(after, (before.0 + 1, before.1), "{backend:?}");
+
+        // A claim through A in another project leaves p's answer standing ...
+        let c2 = uuid::Uuid::new_v4().to_string();
+        claim_in(&a, &c2, Value::Null, "q", vcpu(4)).await;
+        assert_eq!(usages(&b, "p").await, (2, 1));
+        assert_eq!(cache.cached.load(Relaxed), after.0 + 1);
+        assert_eq!(usages(&b, "q").await, (4, 1));
+        // ... and one in p is seen at once, as are a consumer moving from p to q and
+        // a deletion.
+        let c3 = uuid::Uuid::new_v4().to_string();
+        claim_in(&a, &c3, Value::Null, "p", vcpu(8)).await;
+        assert_eq!(usages(&b, "p").await, (10, 2));
+        claim_in(&a, &c1, json!(1), "q", vcpu(2)).await;
+        assert_eq!(usages(&b, "p").await, (8, 1));
+        assert_eq!(usages(&b, "q").await, (6, 2));
+        let (s, _) = at_139(&a, Method::DELETE, format!("/allocations/{c3}"), None).await;
+        assert_eq!(s, 204);
+        assert_eq!(usages(&b, "p").await, (0, 0));
+        // A project that had nothing yet: its first claim is seen too.
+        assert_eq!(usages(&b, "r").await, (0, 0));
+        claim_in(
+            &a,
+            &uuid::Uuid::new_v4().to_string(),
+            Value::Null,
+            "r",
+            vcpu(1),
+        )
+        .await;
+        assert_eq!(usages(&b, "r").await, (1, 1));
     }
 }
 

@@ -190,18 +190,38 @@ async fn usage_totals_by_project_user_and_consumer_type() {
             consumer(5, "q", "u1", Some("INSTANCE"), &[("VCPU", 8)]),
         ];
         write(&store, writes).await.unwrap().unwrap();
+        let p_id: i64 = store
+            .read_one(|tx| {
+                Box::pin(async move {
+                    Ok(
+                        sqlx::query_scalar("SELECT id FROM projects WHERE external_id = 'p'")
+                            .fetch_one(&mut *tx)
+                            .await?,
+                    )
+                })
+            })
+            .await
+            .unwrap();
         let totals = |user: Option<&'static str>, f: allocs::TypeFilter| {
             let store = store.clone();
             async move {
+                let asked = f.clone();
                 let mut got = store
                     .read_one(move |tx| {
                         Box::pin(async move { allocs::totals(tx, "p", user, &f).await })
                     })
                     .await
                     .unwrap();
+                // The project is named with any line, and only then.
+                let named = if got.lines.is_empty() {
+                    None
+                } else {
+                    Some(p_id)
+                };
+                assert_eq!(got.project, named, "{user:?} {asked:?}");
                 // PostgreSQL sorts an untyped group last, the others first.
-                got.sort();
-                got
+                got.lines.sort();
+                got.lines
             }
         };
         // (type key, class, sum, consumers of the type) per line, as sorted.
@@ -247,7 +267,7 @@ async fn usage_totals_by_project_user_and_consumer_type() {
             .read_one(|tx| Box::pin(async move { allocs::totals(tx, "r", None, &All).await }))
             .await
             .unwrap();
-        assert!(nobody.is_empty());
+        assert_eq!(nobody, allocs::Totals::default());
     })
     .await;
 }

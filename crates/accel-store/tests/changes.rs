@@ -1,8 +1,12 @@
 //! The placement change log (`placement::changes`), on SQLite and PostgreSQL: every
 //! committed change is visible as a new version naming the touched providers, a
 //! rolled-back one is not, and a reader whose log was pruned is told to reload.
+//! Allocation writes also name the consumer projects whose usage they change.
 
-use accel_store::placement::changes::{self, Delta, Version};
+use accel_core::capacity::Limits;
+use accel_store::placement::allocations::{self as allocs, ConsumerWrite};
+use accel_store::placement::changes::{self, Delta, ProjectChanges, Version};
+use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::{classes, providers, traits, world};
 use accel_store::testing::{self, each_backend};
 use accel_store::{Store, StoreError};
@@ -136,6 +140,143 @@ async fn a_pruned_log_asks_for_a_reload() {
             .unwrap();
         let (_, d) = since(&store, v0).await;
         assert_eq!(d, Delta::Reload);
+    })
+    .await;
+}
+
+/// The projects (by id, sorted) logged after `from`, or `None` when the log was pruned.
+async fn projects_since(store: &Store, from: Version) -> (Version, Option<Vec<i64>>) {
+    let to = version(store).await;
+    let got = store
+        .read_one(move |tx| Box::pin(async move { changes::projects_since(tx, &from, &to).await }))
+        .await
+        .unwrap();
+    let ids = got.map(|ProjectChanges { projects, .. }| {
+        let mut ids: Vec<i64> = projects.iter().map(|(p, _, _)| *p).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    });
+    (to, ids)
+}
+
+async fn project_id(store: &Store, name: &'static str) -> i64 {
+    store
+        .read_one(move |tx| {
+            Box::pin(async move {
+                Ok(
+                    sqlx::query_scalar("SELECT id FROM projects WHERE external_id = $1")
+                        .bind(name)
+                        .fetch_one(&mut *tx)
+                        .await?,
+                )
+            })
+        })
+        .await
+        .unwrap()
+}
+
+fn claim(consumer: &str, project: &str, rp: &str, vcpu: i64) -> ConsumerWrite {
+    ConsumerWrite {
+        uuid: consumer.into(),
+        project_id: Some(project.into()),
+        user_id: Some("u".into()),
+        check_generation: false,
+        generation: None,
+        consumer_type: None,
+        allocations: if vcpu > 0 {
+            vec![(rp.into(), vec![("VCPU".into(), vcpu)])]
+        } else {
+            vec![]
+        },
+    }
+}
+
+#[tokio::test]
+async fn allocation_writes_name_the_projects_whose_usage_changed() {
+    each_backend(|store| async move {
+        let rp = create(&store, "rp", None).await;
+        let r = rp.clone();
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let inv = Inventory::new(0, "VCPU".into(), Limits::whole(100));
+                    inventories::replace(tx, &r, &[inv]).await
+                })
+            })
+            .await
+            .unwrap();
+        let write = |w: ConsumerWrite| {
+            let store = store.clone();
+            async move { allocs::replace(&store, &[w], 3).await.unwrap().unwrap() }
+        };
+        const C1: &str = "c1c1c1c1-0000-4000-8000-000000000001";
+        const C2: &str = "c2c2c2c2-0000-4000-8000-000000000002";
+        let v0 = version(&store).await;
+        write(claim(C1, "p", &rp.uuid, 1)).await;
+        write(claim(C2, "q", &rp.uuid, 2)).await;
+        let (p, q) = (project_id(&store, "p").await, project_id(&store, "q").await);
+        let (v1, got) = projects_since(&store, v0).await;
+        assert_eq!(got, Some(vec![p.min(q), p.max(q)]));
+        // The index's reader still sees only the provider.
+        let (_, d) = since(&store, v0).await;
+        assert_eq!(
+            d,
+            Delta::Some {
+                providers: vec![rp.id],
+                names: false
+            }
+        );
+
+        // An inventory change names no project; moving C1 to "r" names both.
+        let u = rp.uuid.clone();
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let r = providers::require(tx, &u).await?;
+                    let inv = Inventory::new(0, "VCPU".into(), Limits::whole(99));
+                    inventories::replace(tx, &r, &[inv]).await
+                })
+            })
+            .await
+            .unwrap();
+        let (v2, got) = projects_since(&store, v1).await;
+        assert_eq!(got, Some(vec![]));
+        write(claim(C1, "r", &rp.uuid, 1)).await;
+        let r_id = project_id(&store, "r").await;
+        let (v3, got) = projects_since(&store, v2).await;
+        let mut moved = vec![p, r_id];
+        moved.sort_unstable();
+        assert_eq!(got, Some(moved));
+
+        // Deleting a consumer's allocations names its project.
+        let deleted = store
+            .write(|tx| Box::pin(async move { allocs::delete_for_consumer(tx, C2).await }))
+            .await
+            .unwrap();
+        assert!(deleted);
+        let (_, got) = projects_since(&store, v3).await;
+        assert_eq!(got, Some(vec![q]));
+
+        // A log that no longer reaches back to v0 is said to be pruned: the first
+        // claim's rows (provider and project) go.
+        let shard = rp.id.rem_euclid(changes::SHARDS as i64) as usize;
+        let first = v0[shard] + 1;
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    sqlx::query("DELETE FROM placement_changes WHERE shard = $1 AND seq = $2")
+                        .bind(shard as i32)
+                        .bind(first)
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        let (_, got) = projects_since(&store, v0).await;
+        assert_eq!(got, None);
     })
     .await;
 }

@@ -26,6 +26,7 @@ mod resource_classes;
 mod resource_providers;
 mod root;
 mod traits;
+pub mod usage_cache;
 mod usages;
 
 pub use request::{Reply, Req};

@@ -1,9 +1,11 @@
 //! `GET /resource_providers/{uuid}/usages` and `GET /usages`.
 //!
-//! Usage is always `SUM(allocations.used)`; both views are "modified now".
+//! Usage is always `SUM(allocations.used)`; both views are "modified now". Project
+//! totals go through [`super::usage_cache`].
 
 use super::error::ApiResult;
 use super::resource_providers::{missing_provider, read_with};
+use super::usage_cache::Key;
 use super::{authorize, authorize_target, Reply, Req};
 use crate::AppState;
 use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
@@ -67,16 +69,14 @@ pub async fn totals(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         TypeFilter::Ungrouped
     };
     let grouped = filter != TypeFilter::Ungrouped;
-    let rows = app
-        .store
-        .read_one(move |tx| {
-            Box::pin(
-                async move { store::totals(tx, &project_id, user_id.as_deref(), &filter).await },
-            )
-        })
-        .await?;
+    let key = Key {
+        project: project_id,
+        user: user_id,
+        filter,
+    };
+    let rows = app.usage_cache.totals(&app.store, key).await?;
     let mut usages: api::Map<Usage> = api::Map::new();
-    for (key, rc, used, count) in rows {
+    for (key, rc, used, count) in rows.iter().cloned() {
         if grouped {
             let key = key.unwrap_or_else(|| "unknown".into());
             let group = usages.entry(&key, || Usage::Group(Resources::default()));

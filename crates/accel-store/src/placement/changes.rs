@@ -24,6 +24,10 @@
 //!
 //! The log is pruned as it grows; a reader that finds a gap in a shard (its rows were
 //! pruned) falls back to a full reload.
+//!
+//! Allocation writes also log the consumer projects whose usage they change (as ids
+//! at or below [`PROJECTS`]), for readers that remember usage totals per project
+//! (`GET /usages`); [`since`] leaves those out and [`projects_since`] reads only them.
 
 use crate::{StoreError, Tx};
 use sqlx::Row;
@@ -36,6 +40,9 @@ pub const SHARDS: usize = 16;
 
 /// The logged id meaning "resource class or trait names changed".
 pub const NAMES: i64 = -1;
+
+/// Logged ids at or below this name a consumer project: `PROJECTS - project_id`.
+pub const PROJECTS: i64 = -2;
 
 /// Log rows kept per shard beyond the newest sequence.
 const KEEP_PER_SHARD: i64 = 4096;
@@ -81,6 +88,11 @@ pub async fn touch_consumer_providers(tx: &mut Tx, consumer: &str) -> Result<(),
     note(ids)
 }
 
+/// Records that the usage totals of the consumer projects `ids` changed.
+pub async fn touch_projects(_tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
+    note(ids.iter().map(|id| PROJECTS - id))
+}
+
 /// Records that resource class or trait names changed.
 pub async fn touch_names(tx: &mut Tx) -> Result<(), StoreError> {
     touch(tx, &[NAMES]).await
@@ -89,10 +101,16 @@ pub async fn touch_names(tx: &mut Tx) -> Result<(), StoreError> {
 /// Writes this transaction's touches to the shared log under one new sequence
 /// number. Called by `Store::write` right before `COMMIT`.
 pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreError> {
-    let Some(&first) = ids.iter().next() else {
+    // The shard follows the smallest provider (a project or names change alone
+    // takes its own id's).
+    let Some(&anchor) = ids
+        .iter()
+        .find(|id| **id >= 0)
+        .or_else(|| ids.iter().next())
+    else {
         return Ok(());
     };
-    let shard = first.rem_euclid(SHARDS as i64);
+    let shard = anchor.rem_euclid(SHARDS as i64);
     let seq: i64 = if tx.backend() == crate::Backend::MySql {
         // MySQL has no UPDATE .. RETURNING; LAST_INSERT_ID(expr) makes the server send
         // the new value back in the statement's OK packet.
@@ -212,7 +230,7 @@ pub async fn since(tx: &mut Tx, from: &Version, to: &Version) -> Result<Delta, S
             seen.insert(seq);
             if id == NAMES {
                 names = true;
-            } else {
+            } else if id >= 0 {
                 providers.push(id);
             }
         }
@@ -225,4 +243,76 @@ pub async fn since(tx: &mut Tx, from: &Version, to: &Version) -> Result<Delta, S
     providers.sort_unstable();
     providers.dedup();
     Ok(Delta::Some { providers, names })
+}
+
+/// What [`projects_since`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectChanges {
+    /// `(project id, shard, seq)` of every logged project change.
+    pub projects: Vec<(i64, usize, i64)>,
+    /// Class or trait names changed too.
+    pub names: bool,
+}
+
+/// The project (and name) changes committed after `from`, up to `to` (a version read
+/// earlier; its rows are committed and stay so), in one statement. `None` when the
+/// log no longer covers `from`: some of its rows were pruned, so the caller must
+/// forget everything it derived from the log.
+pub async fn projects_since(
+    tx: &mut Tx,
+    from: &Version,
+    to: &Version,
+) -> Result<Option<ProjectChanges>, StoreError> {
+    let shards: Vec<usize> = (0..SHARDS).filter(|s| to[*s] > from[*s]).collect();
+    if shards.is_empty() {
+        return Ok(Some(ProjectChanges::default()));
+    }
+    let ranges: Vec<String> = (0..shards.len())
+        .map(|i| {
+            let p = 3 * i;
+            format!(
+                "(shard = ${} AND seq > ${} AND seq <= ${})",
+                p + 1,
+                p + 2,
+                p + 3
+            )
+        })
+        .collect();
+    let ranges = ranges.join(" OR ");
+    // The negative ids, and per shard how many sequence numbers are still logged:
+    // every one in (from, to] logged at least one row, so fewer means pruned.
+    let sql = format!(
+        "SELECT CAST(0 AS BIGINT) AS kind, shard, seq, provider_id FROM placement_changes \
+         WHERE provider_id < 0 AND ({ranges}) \
+         UNION ALL SELECT CAST(1 AS BIGINT), shard, COUNT(DISTINCT seq), CAST(0 AS BIGINT) \
+         FROM placement_changes \
+         WHERE {ranges} GROUP BY shard"
+    );
+    let mut q = sqlx::query(&sql);
+    for s in &shards {
+        q = q.bind(*s as i32).bind(from[*s]).bind(to[*s]);
+    }
+    let mut out = ProjectChanges::default();
+    let mut logged = [0i64; SHARDS];
+    for r in q.fetch_all(&mut *tx).await? {
+        let kind: i64 = r.try_get(0)?;
+        let shard: i32 = r.try_get(1)?;
+        let Some(shard) = usize::try_from(shard).ok().filter(|s| *s < SHARDS) else {
+            continue;
+        };
+        let n: i64 = r.try_get(2)?;
+        if kind == 1 {
+            logged[shard] = n;
+            continue;
+        }
+        match r.try_get::<i64, _>(3)? {
+            NAMES => out.names = true,
+            id if id <= PROJECTS => out.projects.push((PROJECTS - id, shard, n)),
+            _ => {}
+        }
+    }
+    if shards.iter().any(|s| logged[*s] != to[*s] - from[*s]) {
+        return Ok(None);
+    }
+    Ok(Some(out))
 }

@@ -18,7 +18,7 @@ mod usage;
 mod write;
 
 pub use read::{for_consumer, for_provider, AllocationRow};
-pub use usage::{provider_usages, totals, TotalUsage, TypeFilter};
+pub use usage::{provider_usages, totals, TotalUsage, Totals, TypeFilter};
 pub use write::{
     apply, consumer_type_id, delete_consumers_without_allocations, delete_for_consumer, prepare,
     replace, Prepared,

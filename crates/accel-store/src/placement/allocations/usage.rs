@@ -37,7 +37,7 @@ pub async fn provider_usages(tx: &mut Tx, rp_id: i64) -> Result<Vec<(String, i64
 }
 
 /// How `GET /usages` groups by consumer type (1.38+).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TypeFilter {
     /// Before 1.38: no grouping.
     Ungrouped,
@@ -52,6 +52,15 @@ pub enum TypeFilter {
 /// One line of `GET /usages`: (type key or `None` when ungrouped, class, usage,
 /// consumers of that type).
 pub type TotalUsage = (Option<String>, String, i64, i64);
+
+/// What [`totals`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    /// The project's id, when it holds any counted allocation (a remembered answer is
+    /// forgotten when the change log names this id).
+    pub project: Option<i64>,
+    pub lines: Vec<TotalUsage>,
+}
 
 async fn fetch(
     tx: &mut Tx,
@@ -71,7 +80,7 @@ pub async fn totals(
     project_id: &str,
     user_id: Option<&str>,
     filter: &TypeFilter,
-) -> Result<Vec<TotalUsage>, StoreError> {
+) -> Result<Totals, StoreError> {
     // The consumer filter, shared by the sums (over allocations) and the consumer
     // counts (over consumers that hold any allocation: counting from `consumers` with
     // an EXISTS probe is half the work of COUNT(DISTINCT) over the allocation join).
@@ -114,12 +123,12 @@ pub async fn totals(
     let type_col = if grouped_by_type { "ct.name" } else { "NULL" };
     let mut sql = format!(
         "SELECT CAST(0 AS BIGINT) AS kind, {type_col} AS t, rc.name AS rc, a.resource_class_id AS rcid, \
-         CAST(SUM(a.used) AS BIGINT) AS n {from} GROUP BY {}a.resource_class_id, rc.name",
+         CAST(SUM(a.used) AS BIGINT) AS n, MIN(p.id) AS pid {from} GROUP BY {}a.resource_class_id, rc.name",
         if grouped_by_type { "ct.name, " } else { "" }
     );
     if filter != &TypeFilter::Ungrouped {
         sql.push_str(&format!(
-            " UNION ALL SELECT CAST(1 AS BIGINT), {type_col}, NULL, NULL, COUNT(*) {consumers_from}{}",
+            " UNION ALL SELECT CAST(1 AS BIGINT), {type_col}, NULL, NULL, COUNT(*), MIN(p.id) {consumers_from}{}",
             if grouped_by_type { " GROUP BY ct.name" } else { "" }
         ));
     }
@@ -127,7 +136,9 @@ pub async fn totals(
     let rows = fetch(tx, sql, args).await?;
     let mut counts: HashMap<Option<String>, i64> = HashMap::new();
     let mut sums: Vec<(Option<String>, String, i64)> = Vec::new();
+    let mut project = None;
     for r in &rows {
+        project = r.try_get(5)?;
         let kind: i64 = r.try_get(0)?;
         let t: Option<String> = r.try_get(1)?;
         if kind == 1 {
@@ -142,13 +153,14 @@ pub async fn totals(
         TypeFilter::Unknown => Some("unknown".to_owned()),
         TypeFilter::ByType(_) => Some(t.unwrap_or_else(|| "unknown".to_owned())),
     };
-    Ok(sums
+    let lines = sums
         .into_iter()
         .map(|(t, rc, n)| {
             let count = counts.get(&t).copied().unwrap_or(0);
             (key(t), rc, n, count)
         })
-        .collect())
+        .collect();
+    Ok(Totals { project, lines })
 }
 
 /// [`totals`] on PostgreSQL and MySQL: one rolled-up pass (see the module docs). `filter_sql` and
@@ -160,7 +172,7 @@ async fn totals_rolled_up(
     filter_sql: String,
     args: Vec<String>,
     filter: &TypeFilter,
-) -> Result<Vec<TotalUsage>, StoreError> {
+) -> Result<Totals, StoreError> {
     let types_join = match filter {
         TypeFilter::ByType(Some(_)) => " JOIN consumer_types ct ON ct.id = c.consumer_type_id",
         _ => "",
@@ -182,9 +194,9 @@ async fn totals_rolled_up(
     // A consumer without a type is grouped under 0 (ids start at 1), so a NULL type
     // in the result is only ever the rollup's grand total.
     let sql = format!(
-        "SELECT u.t, ct.name, u.rcid, rc.name, CAST(u.n AS BIGINT), u.k FROM (\
+        "SELECT u.t, ct.name, u.rcid, rc.name, CAST(u.n AS BIGINT), u.k, u.pid FROM (\
          SELECT {straight}COALESCE(c.consumer_type_id, 0) AS t, a.resource_class_id AS rcid, \
-         SUM(a.used) AS n, COUNT(DISTINCT c.id) AS k \
+         SUM(a.used) AS n, COUNT(DISTINCT c.id) AS k, MIN(p.id) AS pid \
          FROM projects p JOIN consumers c ON c.project_id = p.id{users_join} \
          JOIN allocations a ON a.consumer_id = c.uuid{types_join}{filter_sql} \
          GROUP BY {keys}{rollup}) u \
@@ -197,7 +209,9 @@ async fn totals_rolled_up(
     let mut everyone = 0;
     let mut counts: HashMap<Option<String>, i64> = HashMap::new();
     let mut sums: Vec<(Option<String>, i64, String, i64)> = Vec::new();
+    let mut project = None;
     for r in &rows {
+        project = r.try_get(6)?;
         let t: Option<i64> = r.try_get(0)?;
         let rcid: Option<i64> = r.try_get(2)?;
         let k: i64 = r.try_get(5)?;
@@ -210,7 +224,7 @@ async fn totals_rolled_up(
             (Some(_), Some(rcid)) => sums.push((name, rcid, r.try_get(3)?, r.try_get(4)?)),
         }
     }
-    match filter {
+    let lines = match filter {
         TypeFilter::Ungrouped | TypeFilter::All => {
             // Ungrouped totals carry no consumer count (none is asked for).
             let (key, count) = match filter {
@@ -221,16 +235,15 @@ async fn totals_rolled_up(
             for (_, rcid, rc, n) in sums {
                 by_class.entry(rcid).or_insert((rc, 0)).1 += n;
             }
-            Ok(by_class
+            by_class
                 .into_values()
                 .map(|(rc, n)| (key.clone(), rc, n, count))
-                .collect())
+                .collect()
         }
         TypeFilter::Unknown | TypeFilter::ByType(_) => {
             // As the portable statement orders them: untyped first, then by type name.
             sums.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-            Ok(sums
-                .into_iter()
+            sums.into_iter()
                 .map(|(t, _, rc, n)| {
                     let count = counts.get(&t).copied().unwrap_or(0);
                     (
@@ -240,7 +253,8 @@ async fn totals_rolled_up(
                         count,
                     )
                 })
-                .collect())
+                .collect()
         }
-    }
+    };
+    Ok(Totals { project, lines })
 }

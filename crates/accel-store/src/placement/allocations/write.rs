@@ -353,12 +353,22 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
             .bind(c.row.generation)
             .execute(&mut *tx)
             .await?;
+            // Its usage moves between the projects' totals.
+            crate::placement::changes::touch_projects(tx, &[c.project_id, c.row.project_id])
+                .await?;
         }
     }
     let items = &prepared.items;
     if items.is_empty() {
         return Ok(Ok(()));
     }
+    // The projects whose consumers' allocations are replaced.
+    let projects: BTreeSet<i64> = items
+        .iter()
+        .map(|i| prepared.consumers[i.consumer].project_id)
+        .collect();
+    let projects: Vec<i64> = projects.into_iter().collect();
+    crate::placement::changes::touch_projects(tx, &projects).await?;
     // Resource classes, in allocation order for the first unknown one.
     let names: Vec<String> = items.iter().map(|i| i.rc_name.clone()).collect();
     let rc_ids = lookup::resource_class_ids(tx, &names).await?;
@@ -564,18 +574,24 @@ pub async fn delete_consumers_without_allocations(
 /// none.
 pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<bool, StoreError> {
     // Only allocations whose consumer record exists count, as upstream's join.
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT a.id FROM allocations a JOIN consumers c ON c.uuid = a.consumer_id \
+    let rows = sqlx::query(
+        "SELECT a.id, c.project_id FROM allocations a JOIN consumers c ON c.uuid = a.consumer_id \
          JOIN resource_providers rp ON rp.id = a.resource_provider_id \
          WHERE a.consumer_id = $1",
     )
     .bind(consumer_uuid)
     .fetch_all(&mut *tx)
     .await?;
-    if ids.is_empty() {
+    let Some(first) = rows.first() else {
         return Ok(false);
-    }
+    };
+    let project: i64 = first.try_get(1)?;
+    let ids = rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<Vec<i64>, _>>()?;
     crate::placement::changes::touch_consumer_providers(tx, consumer_uuid).await?;
+    crate::placement::changes::touch_projects(tx, &[project]).await?;
     let sql = format!(
         "DELETE FROM allocations WHERE id IN ({})",
         placeholders(1, ids.len())
