@@ -235,6 +235,7 @@ impl AppBuilder {
             config: self.config,
             placement_index: Default::default(),
             usage_cache: Default::default(),
+            creates: Default::default(),
             metrics: self.metrics,
             health: Default::default(),
         });

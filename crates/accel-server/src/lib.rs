@@ -75,6 +75,8 @@ pub struct AppState {
     pub placement_index: placement::index::Index,
     /// Remembered `GET /usages` answers, forgotten as the change log names their projects.
     pub usage_cache: placement::usage_cache::UsageCache,
+    /// Concurrent root-provider creates waiting to be combined into one transaction.
+    pub creates: placement::creates::Creates,
     /// The Prometheus metrics every handler and worker updates ([`metrics`]).
     pub metrics: Arc<metrics::Metrics>,
     /// Draining and the workers' state, for the health checks ([`health`]).

@@ -123,6 +123,8 @@ pub struct Metrics {
     pub candidates_option_checks: Counter,
     pub index_refreshes: Family<KindLabel, Counter>,
     pub usage_answers: Family<KindLabel, Counter>,
+    pub combined_creates: Family<OutcomeLabel, Counter>,
+    pub combined_create_size: Histogram,
     pub claims: Family<OutcomeLabel, Counter>,
     pub bind_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub nova_events: Family<OutcomeLabel, Counter>,
@@ -179,6 +181,8 @@ impl Metrics {
             candidates_option_checks: Counter::default(),
             index_refreshes: Family::default(),
             usage_answers: Family::default(),
+            combined_creates: Family::default(),
+            combined_create_size: counts(),
             claims: Family::default(),
             bind_duration: Family::new_with_constructor(slow as Hist),
             nova_events: Family::default(),
@@ -248,6 +252,16 @@ impl Metrics {
             "accel_placement_usage_answers",
             "GET /usages answers, by kind (cached: remembered, no logged change to the project since; queried: summed by the database)",
             m.usage_answers.clone(),
+        );
+        r.register(
+            "accel_placement_combined_creates",
+            "Transactions that created several root providers at once, by outcome (committed; retried_alone: refused, its creates rerun one by one)",
+            m.combined_creates.clone(),
+        );
+        r.register(
+            "accel_placement_combined_create_providers",
+            "Root providers per combined create transaction",
+            m.combined_create_size.clone(),
         );
         r.register(
             "accel_placement_providers",
@@ -381,6 +395,14 @@ impl Metrics {
                 v.load(Ordering::Relaxed),
             );
         }
+    }
+
+    /// Counts one combined create transaction of `providers` root providers.
+    pub fn combined_create(&self, outcome: &'static str, providers: usize) {
+        self.combined_creates
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+        self.combined_create_size.observe(providers as f64);
     }
 
     /// Moves `accel_placement_usage_answers` up to the usage cache's own counters.

@@ -20,6 +20,7 @@ mod aggregates;
 mod allocation_candidates;
 pub use allocation_candidates::{resolve_query, Resolved};
 mod allocations;
+pub mod creates;
 mod inventories;
 mod reshaper;
 mod resource_classes;

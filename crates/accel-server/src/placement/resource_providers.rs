@@ -263,23 +263,27 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         )));
     }
     let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
-    let rp = app
-        .store
-        .write(move |tx| Box::pin(async move { providers::create(tx, &u, &n, p.as_deref()).await }))
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, what) => {
-                ApiError::from(StoreError::Conflict(
-                    Conflict::Duplicate,
-                    format!("Conflicting resource provider {what} already exists."),
-                ))
-            }
-            StoreError::Invalid(m) => ApiError::bad_request(format!(
-                "Unable to create resource provider \"{name}\", {uuid}: {}",
-                object_action("create", &m)
-            )),
-            e => e.into(),
-        })?;
+    let created = match p {
+        None => super::creates::create_root(&app, u, n).await,
+        Some(p) => {
+            app.store
+                .write(move |tx| {
+                    Box::pin(async move { providers::create(tx, &u, &n, Some(&p)).await })
+                })
+                .await
+        }
+    };
+    let rp = created.map_err(|e| match e {
+        StoreError::Conflict(Conflict::Duplicate, what) => ApiError::from(StoreError::Conflict(
+            Conflict::Duplicate,
+            format!("Conflicting resource provider {what} already exists."),
+        )),
+        StoreError::Invalid(m) => ApiError::bad_request(format!(
+            "Unable to create resource provider \"{name}\", {uuid}: {}",
+            object_action("create", &m)
+        )),
+        e => e.into(),
+    })?;
     let location = provider_url(&rp.uuid);
     if req.mv(mv::PROVIDER_CREATE_BODY) {
         Ok(Reply::typed(&ProviderView::new(&req, &rp))?

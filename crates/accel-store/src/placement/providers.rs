@@ -243,45 +243,17 @@ pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provid
             };
             return Err(StoreError::conflict(Conflict::Duplicate, what));
         }
-        // MySQL 8 has no INSERT .. RETURNING (MariaDB has): the new rows are read back
-        // by their unique uuids, inside the same transaction.
-        let mysql = tx.backend() == crate::Backend::MySql;
-        let sql = format!(
-            "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, \
-             root_provider_id, created_at) VALUES {}{}",
-            crate::value_rows(chunk.len(), 6),
-            if mysql { "" } else { " RETURNING id, uuid" }
-        );
-        let mut q = sqlx::query(&sql);
-        for c in chunk {
-            q = q
-                .bind(c.uuid)
-                .bind(c.name)
-                .bind(c.generation)
-                .bind(c.parent.id)
-                .bind(c.parent.root_id)
-                .bind(now);
-        }
-        let rows = if mysql {
-            q.execute(&mut *tx).await?;
-            let sql = format!(
-                "SELECT id, uuid FROM resource_providers WHERE uuid IN ({})",
-                crate::placeholders(1, chunk.len())
-            );
-            let mut q = sqlx::query(&sql);
-            for c in chunk {
-                q = q.bind(c.uuid);
-            }
-            q.fetch_all(&mut *tx).await?
-        } else {
-            q.fetch_all(&mut *tx).await?
-        };
-        for r in rows {
-            let (id, u): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
-            if let Some(c) = chunk.iter().find(|c| c.uuid == u) {
-                ids.insert(c.uuid, id);
-            }
-        }
+        let rows: Vec<NewRow<'_>> = chunk
+            .iter()
+            .map(|c| NewRow {
+                uuid: c.uuid,
+                name: c.name,
+                generation: c.generation,
+                parent_id: Some(c.parent.id),
+                root_id: Some(c.parent.root_id),
+            })
+            .collect();
+        insert_rows(tx, &rows, now, &mut ids).await?;
     }
     let mut out = Vec::with_capacity(new.len());
     for c in new {
@@ -303,6 +275,123 @@ pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provid
     let all: Vec<i64> = out.iter().map(|p| p.id).collect();
     changes::touch(tx, &all).await?;
     Ok(out)
+}
+
+/// One row for [`insert_rows`].
+struct NewRow<'a> {
+    uuid: &'a str,
+    name: &'a str,
+    generation: i64,
+    parent_id: Option<i64>,
+    root_id: Option<i64>,
+}
+
+/// Inserts `rows` (at most [`crate::BATCH_ROWS`]) in one statement and records their
+/// ids by uuid in `ids`.
+async fn insert_rows<'a>(
+    tx: &mut Tx,
+    rows: &[NewRow<'a>],
+    now: i64,
+    ids: &mut HashMap<&'a str, i64>,
+) -> Result<(), StoreError> {
+    // MySQL 8 has no INSERT .. RETURNING (MariaDB has): the new rows are read back
+    // by their unique uuids, inside the same transaction.
+    let mysql = tx.backend() == crate::Backend::MySql;
+    let sql = format!(
+        "INSERT INTO resource_providers (uuid, name, generation, parent_provider_id, \
+         root_provider_id, created_at) VALUES {}{}",
+        crate::value_rows(rows.len(), 6),
+        if mysql { "" } else { " RETURNING id, uuid" }
+    );
+    let mut q = sqlx::query(&sql);
+    for r in rows {
+        q = q
+            .bind(r.uuid)
+            .bind(r.name)
+            .bind(r.generation)
+            .bind(r.parent_id)
+            .bind(r.root_id)
+            .bind(now);
+    }
+    let got = if mysql {
+        q.execute(&mut *tx).await?;
+        let sql = format!(
+            "SELECT id, uuid FROM resource_providers WHERE uuid IN ({})",
+            crate::placeholders(1, rows.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for r in rows {
+            q = q.bind(r.uuid);
+        }
+        q.fetch_all(&mut *tx).await?
+    } else {
+        q.fetch_all(&mut *tx).await?
+    };
+    for g in got {
+        let (id, u): (i64, String) = (g.try_get(0)?, g.try_get(1)?);
+        if let Some(r) = rows.iter().find(|r| r.uuid == u) {
+            ids.insert(r.uuid, id);
+        }
+    }
+    Ok(())
+}
+
+/// Creates root providers, a few hundred per statement: concurrent creates combined
+/// into one transaction (the server's `placement::creates`). A taken uuid or name
+/// fails the whole call with the database's unique violation (the caller then creates
+/// them one by one, for upstream's message). Returns the providers in `new`'s order,
+/// each as [`create`] would have made it.
+pub async fn create_roots(tx: &mut Tx, new: &[(&str, &str)]) -> Result<Vec<Provider>, StoreError> {
+    let now = crate::now();
+    let mut ids: HashMap<&str, i64> = HashMap::with_capacity(new.len());
+    for chunk in new.chunks(crate::BATCH_ROWS) {
+        let rows: Vec<NewRow<'_>> = chunk
+            .iter()
+            .map(|(uuid, name)| NewRow {
+                uuid,
+                name,
+                generation: 0,
+                parent_id: None,
+                root_id: None,
+            })
+            .collect();
+        insert_rows(tx, &rows, now, &mut ids).await?;
+    }
+    let mut all = Vec::with_capacity(new.len());
+    for (uuid, _) in new {
+        all.push(
+            *ids.get(uuid)
+                .ok_or_else(|| StoreError::Invalid(format!("provider {uuid} was not created")))?,
+        );
+    }
+    // Each root is its own root, stamped `updated_at` as a single create stamps it.
+    for chunk in all.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "UPDATE resource_providers SET root_provider_id = id, updated_at = $1 WHERE id IN ({})",
+            crate::placeholders(2, chunk.len())
+        );
+        let mut q = sqlx::query(&sql).bind(now);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    changes::touch(tx, &all).await?;
+    Ok(new
+        .iter()
+        .zip(all)
+        .map(|((uuid, name), id)| Provider {
+            id,
+            uuid: (*uuid).to_owned(),
+            name: (*name).to_owned(),
+            generation: 0,
+            parent_uuid: None,
+            root_uuid: (*uuid).to_owned(),
+            parent_id: None,
+            root_id: id,
+            modified: now,
+        })
+        .collect())
 }
 
 /// Which of `uuids` name existing providers (one query per few hundred).
