@@ -97,6 +97,12 @@ const MIGRATIONS: &[Migration] = &[
         postgres: include_str!("../migrations/postgres/0011_server_heartbeats.sql"),
         mysql: include_str!("../migrations/mysql/0011_server_heartbeats.sql"),
     },
+    Migration {
+        version: 12,
+        sqlite: include_str!("../migrations/sqlite/0012_create_roots.sql"),
+        postgres: include_str!("../migrations/postgres/0012_create_roots.sql"),
+        mysql: include_str!("../migrations/mysql/0012_create_roots.sql"),
+    },
 ];
 
 /// Arbitrary constant naming accel's migration lock.
@@ -176,7 +182,16 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect::<Vec<_>>()
             .join("\n");
-        for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        // A stored routine's body has semicolons of its own: its file is one statement.
+        let statements: Vec<&str> = if sql.trim_start().starts_with("CREATE PROCEDURE") {
+            vec![sql.trim()]
+        } else {
+            sql.split(';')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        for stmt in statements {
             let stmt = if stmt.starts_with("CREATE TABLE") {
                 format!("{stmt}{options}")
             } else {

@@ -119,6 +119,72 @@ async fn committed_changes_name_their_providers() {
 }
 
 #[tokio::test]
+async fn roots_created_together_are_logged_as_one_change() {
+    // On MariaDB/MySQL this is the accel_create_roots procedure, elsewhere statements.
+    each_backend(|store| async move {
+        let v0 = version(&store).await;
+        let new: Vec<(String, String)> = ["r1", "r2", "r3"]
+            .iter()
+            .map(|n| (uuid::Uuid::new_v4().to_string(), n.to_string()))
+            .collect();
+        let rows = new.clone();
+        let made = store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let pairs: Vec<(&str, &str)> =
+                        rows.iter().map(|(u, n)| (u.as_str(), n.as_str())).collect();
+                    providers::create_roots(tx, &pairs).await
+                })
+            })
+            .await
+            .unwrap();
+        let ids: Vec<i64> = made.iter().map(|p| p.id).collect();
+        let (v1, d) = since(&store, v0).await;
+        assert_eq!(
+            d,
+            Delta::Some {
+                providers: ids.clone(),
+                names: false
+            }
+        );
+        for ((uuid, name), p) in new.iter().zip(&made) {
+            let u = uuid.clone();
+            let stored = store
+                .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
+                .await
+                .unwrap();
+            assert_eq!(&stored, p);
+            assert_eq!((&stored.name, stored.root_id), (name, stored.id));
+        }
+        // A taken name refuses the whole call and logs nothing.
+        let again = vec![
+            (uuid::Uuid::new_v4().to_string(), "r9".to_owned()),
+            (uuid::Uuid::new_v4().to_string(), "r2".to_owned()),
+        ];
+        let err = store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let pairs: Vec<(&str, &str)> = again
+                        .iter()
+                        .map(|(u, n)| (u.as_str(), n.as_str()))
+                        .collect();
+                    providers::create_roots(tx, &pairs).await
+                })
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_unique_violation(), "{err:?}");
+        assert_eq!(version(&store).await, v1);
+        let loaded = store
+            .read(move |tx| Box::pin(async move { world::load_providers(tx, None).await }))
+            .await
+            .unwrap();
+        assert_eq!(loaded.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_pruned_log_asks_for_a_reload() {
     each_backend(|store| async move {
         let v0 = version(&store).await;

@@ -11,7 +11,8 @@
 //!
 //! A combined transaction that fails (a uuid or name taken, also within the batch) is
 //! rolled back and its requests are run one by one, so each gets the answer it would
-//! have had alone. Each transaction runs in a task of its own: a client that goes away
+//! have had alone. On MariaDB/MySQL the batch is one call of a stored procedure
+//! (`providers::create_roots`), so a lone create goes that way too. Each transaction runs in a task of its own: a client that goes away
 //! cancels nothing of the others'. Children (a parent given) are never combined.
 
 use crate::AppState;
@@ -107,7 +108,9 @@ pub async fn create_together(
     new: Vec<(String, String)>,
 ) -> Vec<Result<Provider, StoreError>> {
     let n = new.len();
-    if n > 1 {
+    // On MariaDB/MySQL even one create goes this way: it is one procedure call there.
+    let mysql = app.store.backend() == accel_store::Backend::MySql;
+    if n > 1 || (mysql && n == 1) {
         let pairs = new.clone();
         let combined = app
             .store
@@ -123,11 +126,15 @@ pub async fn create_together(
             .await;
         match combined {
             Ok(created) => {
-                app.metrics.combined_create("committed", n);
+                if n > 1 {
+                    app.metrics.combined_create("committed", n);
+                }
                 return created.into_iter().map(Ok).collect();
             }
             Err(e) => {
-                app.metrics.combined_create("retried_alone", n);
+                if n > 1 {
+                    app.metrics.combined_create("retried_alone", n);
+                }
                 tracing::info!(
                     target: "accel::placement",
                     providers = n,

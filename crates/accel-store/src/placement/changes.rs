@@ -44,8 +44,12 @@ pub const NAMES: i64 = -1;
 /// Logged ids at or below this name a consumer project: `PROJECTS - project_id`.
 pub const PROJECTS: i64 = -2;
 
-/// Log rows kept per shard beyond the newest sequence.
+/// Log rows kept per shard beyond the newest sequence (also in MariaDB/MySQL's
+/// `accel_create_roots` procedure, migration 12, which logs root creates itself).
 const KEEP_PER_SHARD: i64 = 4096;
+
+/// A shard is pruned on every this many sequence numbers (likewise).
+const PRUNE_EVERY: i64 = 512;
 
 tokio::task_local! {
     /// The ids touched by the write transaction running in this task.
@@ -146,7 +150,7 @@ pub(crate) async fn flush(tx: &mut Tx, ids: &BTreeSet<i64>) -> Result<(), StoreE
         }
         q.execute(&mut *tx).await?;
     }
-    if seq % 512 == 0 {
+    if seq % PRUNE_EVERY == 0 {
         sqlx::query("DELETE FROM placement_changes WHERE shard = $1 AND seq < $2")
             .bind(shard as i32)
             .bind(seq - KEEP_PER_SHARD)

@@ -1,0 +1,1 @@
+-- MariaDB/MySQL only: the accel_create_roots procedure (see mysql/0012_create_roots.sql).
