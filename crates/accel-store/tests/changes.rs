@@ -157,7 +157,7 @@ async fn roots_created_together_are_logged_as_one_change() {
             assert_eq!((&stored.name, stored.root_id), (name, stored.id));
         }
         // A taken name refuses the whole call and logs nothing.
-        let again = vec![
+        let again = [
             (uuid::Uuid::new_v4().to_string(), "r9".to_owned()),
             (uuid::Uuid::new_v4().to_string(), "r2".to_owned()),
         ];
