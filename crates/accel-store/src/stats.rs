@@ -74,6 +74,12 @@ impl Store {
         conn
     }
 
+    /// A connection of the writers' pool, for a statement that runs its own
+    /// transaction.
+    pub(crate) async fn writer(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
+        self.acquire(&self.pool).await
+    }
+
     /// The in-memory counters; no query.
     pub fn counters(&self) -> StoreCounters {
         let state = |pool: &'static str, p: &AnyPool| {

@@ -185,6 +185,63 @@ async fn roots_created_together_are_logged_as_one_change() {
 }
 
 #[tokio::test]
+async fn roots_created_alone_in_one_round_trip_commit_or_leave_nothing() {
+    // On MariaDB/MySQL one text round trip (names travel as a hex literal).
+    each_backend(|store| async move {
+        let v0 = version(&store).await;
+        let names = ["q'uote\\back \"slash\"", "ünï ✓ 名前", "trailing  "];
+        let new: Vec<(String, String)> = names
+            .iter()
+            .map(|n| (uuid::Uuid::new_v4().to_string(), n.to_string()))
+            .collect();
+        let made = providers::create_roots_alone(&store, &new).await.unwrap();
+        let (v1, d) = since(&store, v0).await;
+        let ids: Vec<i64> = made.iter().map(|p| p.id).collect();
+        assert_eq!(
+            d,
+            Delta::Some {
+                providers: ids,
+                names: false
+            }
+        );
+        for ((uuid, name), p) in new.iter().zip(&made) {
+            let u = uuid.clone();
+            let stored = store
+                .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
+                .await
+                .unwrap();
+            assert_eq!(&stored, p);
+            assert_eq!(&stored.name, name);
+        }
+        // A taken name: refused, nothing committed, and the connection it used is
+        // clean (the next write commits on its own).
+        let clash = vec![
+            (uuid::Uuid::new_v4().to_string(), "fresh".to_owned()),
+            (uuid::Uuid::new_v4().to_string(), names[1].to_owned()),
+        ];
+        let err = providers::create_roots_alone(&store, &clash)
+            .await
+            .unwrap_err();
+        assert!(err.is_unique_violation(), "{err:?}");
+        assert_eq!(version(&store).await, v1);
+        for _ in 0..4 {
+            create(&store, &format!("after-{}", uuid::Uuid::new_v4()), None).await;
+        }
+        let (_, d) = since(&store, v1).await;
+        assert!(
+            matches!(d, Delta::Some { ref providers, .. } if providers.len() == 4),
+            "{d:?}"
+        );
+        let all = store
+            .read(move |tx| Box::pin(async move { world::load_providers(tx, None).await }))
+            .await
+            .unwrap();
+        assert!(!all.iter().any(|p| p.name == "fresh"));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_pruned_log_asks_for_a_reload() {
     each_backend(|store| async move {
         let v0 = version(&store).await;

@@ -11,8 +11,9 @@
 //!
 //! A combined transaction that fails (a uuid or name taken, also within the batch) is
 //! rolled back and its requests are run one by one, so each gets the answer it would
-//! have had alone. On MariaDB/MySQL the batch is one call of a stored procedure
-//! (`providers::create_roots`), so a lone create goes that way too. Each transaction runs in a task of its own: a client that goes away
+//! have had alone. On MariaDB/MySQL the batch is one round trip (a stored procedure
+//! called inside its own transaction: `providers::create_roots_alone`), so a lone
+//! create goes that way too. Each transaction runs in a task of its own: a client that goes away
 //! cancels nothing of the others'. Children (a parent given) are never combined.
 
 use crate::AppState;
@@ -111,19 +112,7 @@ pub async fn create_together(
     // On MariaDB/MySQL even one create goes this way: it is one procedure call there.
     let mysql = app.store.backend() == accel_store::Backend::MySql;
     if n > 1 || (mysql && n == 1) {
-        let pairs = new.clone();
-        let combined = app
-            .store
-            .write(move |tx| {
-                Box::pin(async move {
-                    let new: Vec<(&str, &str)> = pairs
-                        .iter()
-                        .map(|(u, n)| (u.as_str(), n.as_str()))
-                        .collect();
-                    providers::create_roots(tx, &new).await
-                })
-            })
-            .await;
+        let combined = providers::create_roots_alone(&app.store, &new).await;
         match combined {
             Ok(created) => {
                 if n > 1 {

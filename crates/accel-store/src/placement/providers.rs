@@ -403,12 +403,7 @@ async fn create_roots_in_one_call(
             .bind(now)
             .fetch_all(&mut *tx)
             .await?;
-        let ids: String = answer
-            .first()
-            .ok_or_else(|| StoreError::Invalid("accel_create_roots answered nothing".into()))?
-            .try_get(0)?;
-        let ids: Vec<i64> = serde_json::from_str(&ids)
-            .map_err(|e| StoreError::Invalid(format!("accel_create_roots answered {ids}: {e}")))?;
+        let ids = new_ids(&answer)?;
         if ids.len() != chunk.len() {
             return Err(StoreError::Invalid(format!(
                 "accel_create_roots created {} of {} providers",
@@ -419,6 +414,85 @@ async fn create_roots_in_one_call(
         all.extend(ids);
     }
     Ok(roots(new, all, now))
+}
+
+/// [`create_roots`] in a transaction of its own, on MariaDB/MySQL in one round trip:
+/// `START TRANSACTION`, the procedure call and `COMMIT` sent together (the rows as a
+/// hex literal, so nothing in a name needs escaping). Elsewhere, `Store::write`. A
+/// refused call (a taken uuid or name) rolls back and says why, as in a transaction.
+pub fn create_roots_alone<'a>(
+    store: &'a crate::Store,
+    new: &'a [(String, String)],
+) -> crate::BoxFut<'a, Vec<Provider>> {
+    // Boxed with its `Send` stated: the raw statement's executor lifetimes are
+    // otherwise too general for a spawned caller to prove it.
+    Box::pin(create_roots_alone_inner(store, new))
+}
+
+async fn create_roots_alone_inner(
+    store: &crate::Store,
+    new: &[(String, String)],
+) -> Result<Vec<Provider>, StoreError> {
+    if store.backend() != crate::Backend::MySql || new.len() > crate::BATCH_ROWS {
+        let rows = new.to_vec();
+        return store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let pairs: Vec<(&str, &str)> =
+                        rows.iter().map(|(u, n)| (u.as_str(), n.as_str())).collect();
+                    create_roots(tx, &pairs).await
+                })
+            })
+            .await;
+    }
+    let now = crate::now();
+    let rows = serde_json::to_string(new)
+        .map_err(|e| StoreError::Invalid(format!("provider rows: {e}")))?;
+    let hex: String = rows.bytes().map(|b| format!("{b:02x}")).collect();
+    let sql = format!(
+        "START TRANSACTION; CALL accel_create_roots(CONVERT(X'{hex}' USING utf8mb4), {now}); COMMIT"
+    );
+    let mut conn = store.writer().await?;
+    // A `&str` runs unprepared, several statements in one round trip.
+    let answer = sqlx::Executor::fetch_all(&mut *conn, sql.as_str()).await;
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            // The statements after the failed one did not run: end the transaction
+            // here, or drop the connection rather than hand it out mid-transaction.
+            if sqlx::Executor::execute(&mut *conn, "ROLLBACK")
+                .await
+                .is_err()
+            {
+                conn.close_on_drop();
+            }
+            return Err(e.into());
+        }
+    };
+    let ids = new_ids(&answer)?;
+    if ids.len() != new.len() {
+        return Err(StoreError::Invalid(format!(
+            "accel_create_roots created {} of {} providers",
+            ids.len(),
+            new.len()
+        )));
+    }
+    let pairs: Vec<(&str, &str)> = new.iter().map(|(u, n)| (u.as_str(), n.as_str())).collect();
+    Ok(roots(&pairs, ids, now))
+}
+
+/// The ids `accel_create_roots` answered (a JSON array; text when the call was
+/// prepared, bytes when it was sent as text).
+fn new_ids(answer: &[sqlx::any::AnyRow]) -> Result<Vec<i64>, StoreError> {
+    let row = answer
+        .first()
+        .ok_or_else(|| StoreError::Invalid("accel_create_roots answered nothing".into()))?;
+    let text = match row.try_get::<String, _>(0) {
+        Ok(t) => t,
+        Err(_) => String::from_utf8_lossy(&row.try_get::<Vec<u8>, _>(0)?).into_owned(),
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| StoreError::Invalid(format!("accel_create_roots answered {text}: {e}")))
 }
 
 /// The providers [`create_roots`] made, as [`create`] would have answered them.
