@@ -118,6 +118,35 @@ async fn committed_changes_name_their_providers() {
     .await;
 }
 
+/// Checks that the roots `made` from `new` (uuid, name) are logged as one change since
+/// `v0` and stored as answered, each its own root; the version after them.
+async fn logged_and_stored(
+    store: &Store,
+    v0: Version,
+    new: &[(String, String)],
+    made: &[providers::Provider],
+) -> Version {
+    let (v1, d) = since(store, v0).await;
+    let ids: Vec<i64> = made.iter().map(|p| p.id).collect();
+    assert_eq!(
+        d,
+        Delta::Some {
+            providers: ids,
+            names: false
+        }
+    );
+    for ((uuid, name), p) in new.iter().zip(made) {
+        let u = uuid.clone();
+        let stored = store
+            .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
+            .await
+            .unwrap();
+        assert_eq!(&stored, p);
+        assert_eq!((&stored.name, stored.root_id), (name, stored.id));
+    }
+    v1
+}
+
 #[tokio::test]
 async fn roots_created_together_are_logged_as_one_change() {
     // On MariaDB/MySQL this is the accel_create_roots procedure, elsewhere statements.
@@ -139,23 +168,7 @@ async fn roots_created_together_are_logged_as_one_change() {
             .await
             .unwrap();
         let ids: Vec<i64> = made.iter().map(|p| p.id).collect();
-        let (v1, d) = since(&store, v0).await;
-        assert_eq!(
-            d,
-            Delta::Some {
-                providers: ids.clone(),
-                names: false
-            }
-        );
-        for ((uuid, name), p) in new.iter().zip(&made) {
-            let u = uuid.clone();
-            let stored = store
-                .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
-                .await
-                .unwrap();
-            assert_eq!(&stored, p);
-            assert_eq!((&stored.name, stored.root_id), (name, stored.id));
-        }
+        let v1 = logged_and_stored(&store, v0, &new, &made).await;
         // A taken name refuses the whole call and logs nothing.
         let again = [
             (uuid::Uuid::new_v4().to_string(), "r9".to_owned()),
@@ -195,24 +208,7 @@ async fn roots_created_alone_in_one_round_trip_commit_or_leave_nothing() {
             .map(|n| (uuid::Uuid::new_v4().to_string(), n.to_string()))
             .collect();
         let made = providers::create_roots_alone(&store, &new).await.unwrap();
-        let (v1, d) = since(&store, v0).await;
-        let ids: Vec<i64> = made.iter().map(|p| p.id).collect();
-        assert_eq!(
-            d,
-            Delta::Some {
-                providers: ids,
-                names: false
-            }
-        );
-        for ((uuid, name), p) in new.iter().zip(&made) {
-            let u = uuid.clone();
-            let stored = store
-                .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
-                .await
-                .unwrap();
-            assert_eq!(&stored, p);
-            assert_eq!(&stored.name, name);
-        }
+        let v1 = logged_and_stored(&store, v0, &new, &made).await;
         // A taken name: refused, nothing committed, and the connection it used is
         // clean (the next write commits on its own).
         let clash = vec![

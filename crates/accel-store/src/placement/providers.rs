@@ -403,15 +403,7 @@ async fn create_roots_in_one_call(
             .bind(now)
             .fetch_all(&mut *tx)
             .await?;
-        let ids = new_ids(&answer)?;
-        if ids.len() != chunk.len() {
-            return Err(StoreError::Invalid(format!(
-                "accel_create_roots created {} of {} providers",
-                ids.len(),
-                chunk.len()
-            )));
-        }
-        all.extend(ids);
+        all.extend(new_ids(&answer, chunk.len())?);
     }
     Ok(roots(new, all, now))
 }
@@ -469,21 +461,14 @@ async fn create_roots_alone_inner(
             return Err(e.into());
         }
     };
-    let ids = new_ids(&answer)?;
-    if ids.len() != new.len() {
-        return Err(StoreError::Invalid(format!(
-            "accel_create_roots created {} of {} providers",
-            ids.len(),
-            new.len()
-        )));
-    }
+    let ids = new_ids(&answer, new.len())?;
     let pairs: Vec<(&str, &str)> = new.iter().map(|(u, n)| (u.as_str(), n.as_str())).collect();
     Ok(roots(&pairs, ids, now))
 }
 
-/// The ids `accel_create_roots` answered (a JSON array; text when the call was
-/// prepared, bytes when it was sent as text).
-fn new_ids(answer: &[sqlx::any::AnyRow]) -> Result<Vec<i64>, StoreError> {
+/// The `expected` ids `accel_create_roots` answered (a JSON array; text when the call
+/// was prepared, bytes when it was sent as text).
+fn new_ids(answer: &[sqlx::any::AnyRow], expected: usize) -> Result<Vec<i64>, StoreError> {
     let row = answer
         .first()
         .ok_or_else(|| StoreError::Invalid("accel_create_roots answered nothing".into()))?;
@@ -491,8 +476,15 @@ fn new_ids(answer: &[sqlx::any::AnyRow]) -> Result<Vec<i64>, StoreError> {
         Ok(t) => t,
         Err(_) => String::from_utf8_lossy(&row.try_get::<Vec<u8>, _>(0)?).into_owned(),
     };
-    serde_json::from_str(&text)
-        .map_err(|e| StoreError::Invalid(format!("accel_create_roots answered {text}: {e}")))
+    let ids: Vec<i64> = serde_json::from_str(&text)
+        .map_err(|e| StoreError::Invalid(format!("accel_create_roots answered {text}: {e}")))?;
+    if ids.len() != expected {
+        return Err(StoreError::Invalid(format!(
+            "accel_create_roots created {} of {expected} providers",
+            ids.len()
+        )));
+    }
+    Ok(ids)
 }
 
 /// The providers [`create_roots`] made, as [`create`] would have answered them.
