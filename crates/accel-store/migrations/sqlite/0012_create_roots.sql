@@ -1,1 +1,0 @@
--- MariaDB/MySQL only: the accel_create_roots procedure (see mysql/0012_create_roots.sql).
