@@ -1,6 +1,11 @@
 //! Schema migrations, embedded in the binary and applied at start-up.
 //!
-//! Each backend has its own SQL files (types differ); both share version numbers.
+//! SQLite and PostgreSQL share one SQL file per version, written for PostgreSQL: SQLite
+//! takes it with two type names swapped ([`for_sqlite`]), and has a file of its own
+//! only where its SQL really differs (`migrations/sqlite/`: a recursive CTE for
+//! `generate_series`, a table rebuilt to drop a NOT NULL). MariaDB/MySQL have their
+//! own files (foreign keys as table constraints, `AUTO_INCREMENT`, a stored procedure).
+//! All share version numbers.
 //! Applying takes a lock first (`pg_advisory_xact_lock` on PostgreSQL, `BEGIN
 //! IMMEDIATE` on SQLite, `GET_LOCK` on MariaDB/MySQL) so several servers starting
 //! together apply each version once.
@@ -25,7 +30,8 @@ use sqlx::Connection;
 
 struct Migration {
     version: i64,
-    sqlite: &'static str,
+    /// SQLite's own SQL where PostgreSQL's will not do ([`for_sqlite`] otherwise).
+    sqlite: Option<&'static str>,
     postgres: &'static str,
     mysql: &'static str,
 }
@@ -33,73 +39,77 @@ struct Migration {
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
-        sqlite: include_str!("../migrations/sqlite/0001_placement.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0001_placement.sql"),
         mysql: include_str!("../migrations/mysql/0001_placement.sql"),
     },
     Migration {
         version: 2,
-        sqlite: include_str!("../migrations/sqlite/0002_accelerator.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0002_accelerator.sql"),
         mysql: include_str!("../migrations/mysql/0002_accelerator.sql"),
     },
     Migration {
         version: 3,
-        sqlite: include_str!("../migrations/sqlite/0003_placement_changes.sql"),
+        sqlite: Some(include_str!(
+            "../migrations/sqlite/0003_placement_changes.sql"
+        )),
         postgres: include_str!("../migrations/postgres/0003_placement_changes.sql"),
         mysql: include_str!("../migrations/mysql/0003_placement_changes.sql"),
     },
     Migration {
         version: 4,
-        sqlite: include_str!("../migrations/sqlite/0004_bind_worker.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0004_bind_worker.sql"),
         mysql: include_str!("../migrations/mysql/0004_bind_worker.sql"),
     },
     Migration {
         version: 5,
-        sqlite: include_str!("../migrations/sqlite/0005_usage_indexes.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0005_usage_indexes.sql"),
         mysql: include_str!("../migrations/mysql/0005_usage_indexes.sql"),
     },
     Migration {
         version: 6,
-        sqlite: include_str!("../migrations/sqlite/0006_agent.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0006_agent.sql"),
         mysql: include_str!("../migrations/mysql/0006_agent.sql"),
     },
     Migration {
         version: 7,
-        sqlite: include_str!("../migrations/sqlite/0007_arq_instance_project_idx.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0007_arq_instance_project_idx.sql"),
         mysql: include_str!("../migrations/mysql/0007_arq_instance_project_idx.sql"),
     },
     Migration {
         version: 8,
-        sqlite: include_str!("../migrations/sqlite/0008_kubernetes.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
         mysql: include_str!("../migrations/mysql/0008_kubernetes.sql"),
     },
     Migration {
         version: 9,
-        sqlite: include_str!("../migrations/sqlite/0009_program_requests.sql"),
+        sqlite: Some(include_str!(
+            "../migrations/sqlite/0009_program_requests.sql"
+        )),
         postgres: include_str!("../migrations/postgres/0009_program_requests.sql"),
         mysql: include_str!("../migrations/mysql/0009_program_requests.sql"),
     },
     Migration {
         version: 10,
-        sqlite: include_str!("../migrations/sqlite/0010_placement_pushes.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
         mysql: include_str!("../migrations/mysql/0010_placement_pushes.sql"),
     },
     Migration {
         version: 11,
-        sqlite: include_str!("../migrations/sqlite/0011_server_heartbeats.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0011_server_heartbeats.sql"),
         mysql: include_str!("../migrations/mysql/0011_server_heartbeats.sql"),
     },
     Migration {
         version: 12,
-        sqlite: include_str!("../migrations/sqlite/0012_create_roots.sql"),
+        sqlite: None,
         postgres: include_str!("../migrations/postgres/0012_create_roots.sql"),
         mysql: include_str!("../migrations/mysql/0012_create_roots.sql"),
     },
@@ -171,10 +181,11 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
         if done.contains(&m.version) {
             continue;
         }
-        let sql = match backend {
-            Backend::Sqlite => m.sqlite,
-            Backend::Postgres => m.postgres,
-            Backend::MySql => m.mysql,
+        let sql = match (backend, m.sqlite) {
+            (Backend::Sqlite, Some(own)) => own.to_owned(),
+            (Backend::Sqlite, None) => for_sqlite(m.postgres),
+            (Backend::Postgres, _) => m.postgres.to_owned(),
+            (Backend::MySql, _) => m.mysql.to_owned(),
         };
         // Comment lines go first: a `;` inside a comment must not split a statement.
         let sql: String = sql
@@ -210,6 +221,16 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
         let _ = conn.ping().await;
     }
     Ok(())
+}
+
+/// PostgreSQL's migration SQL as SQLite takes it: an id column aliases SQLite's rowid
+/// (and so numbers itself) only when declared exactly `INTEGER PRIMARY KEY`, and
+/// floating-point columns are named `REAL`, as in the schema existing SQLite databases
+/// were created with.
+fn for_sqlite(postgres: &str) -> String {
+    postgres
+        .replace("BIGSERIAL PRIMARY KEY", "INTEGER PRIMARY KEY AUTOINCREMENT")
+        .replace("DOUBLE PRECISION", "REAL")
 }
 
 /// One migration statement: MariaDB/MySQL takes DDL unprepared (text protocol); the
@@ -272,4 +293,51 @@ async fn mysql_collation(conn: &mut sqlx::AnyConnection) -> Result<&'static str,
     } else {
         "utf8mb4_0900_bin"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_takes_postgres_ids_and_floats_in_its_own_names() {
+        let pg = "CREATE TABLE t (\n    id BIGSERIAL PRIMARY KEY,\n    ratio DOUBLE PRECISION NOT NULL,\n    n BIGINT\n)";
+        assert_eq!(
+            for_sqlite(pg),
+            "CREATE TABLE t (\n    id INTEGER PRIMARY KEY AUTOINCREMENT,\n    ratio REAL NOT NULL,\n    n BIGINT\n)"
+        );
+    }
+
+    /// A shared file must say nothing SQLite cannot run once its two type names are
+    /// swapped: what PostgreSQL alone knows goes into a file under `migrations/sqlite/`.
+    #[test]
+    fn shared_migrations_hold_nothing_only_postgresql_runs() {
+        let postgres_only = [
+            "BIGSERIAL",
+            "SERIAL",
+            "DOUBLE PRECISION",
+            "generate_series",
+            "ALTER COLUMN",
+            "::",
+            "ILIKE",
+            "JSONB",
+            "TIMESTAMPTZ",
+        ];
+        for m in MIGRATIONS.iter().filter(|m| m.sqlite.is_none()) {
+            let sql = for_sqlite(m.postgres);
+            for word in postgres_only {
+                assert!(
+                    !sql.to_uppercase().contains(&word.to_uppercase()),
+                    "migration {} shares `{word}` with SQLite",
+                    m.version
+                );
+            }
+        }
+        for m in MIGRATIONS.iter().filter_map(|m| m.sqlite) {
+            assert!(
+                !m.contains("BIGSERIAL"),
+                "SQLite's own file names a PostgreSQL type"
+            );
+        }
+    }
 }
