@@ -198,6 +198,74 @@ fn check(
     best.map_or(Ok(()), Err)
 }
 
+/// The keywords this validator implements, all Placement's schemas use; like Python's
+/// `jsonschema`, it passes over any other.
+const KEYWORDS: &[&str] = &[
+    "type",
+    "required",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "items",
+    "minProperties",
+    "maxProperties",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "enum",
+    "format",
+    "anyOf",
+    "oneOf",
+    "not",
+];
+
+/// [`pyrepr`] when formatted: most keywords hold, and a message is only built for one
+/// that fails.
+struct Repr<'a>(&'a Value);
+
+impl std::fmt::Display for Repr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&pyrepr(self.0))
+    }
+}
+
+/// Checks `v` against `sub` one level down (`at` appended to the schema path, `key` to
+/// the instance path), keeping the more relevant of its error and `best`'s in `best`.
+fn descend(
+    best: &mut Option<SchemaError>,
+    (v, sub): (&Value, &Value),
+    at: &[String],
+    key: String,
+    spath: &mut Vec<String>,
+    ipath: &mut Vec<String>,
+) {
+    let depth = spath.len();
+    spath.extend_from_slice(at);
+    ipath.push(key);
+    let r = check(v, sub, spath, ipath);
+    spath.truncate(depth);
+    ipath.pop();
+    if let Err(e) = r {
+        keep_best(best, e);
+    }
+}
+
+/// What a `min*`/`max*` keyword counts: an object's properties, an array's items, a
+/// string's characters; `None` for an instance of another type (the keyword holds).
+fn size(kw: &str, inst: &Value) -> Option<u64> {
+    let n = match kw {
+        "minProperties" | "maxProperties" => inst.as_object()?.len(),
+        "minItems" | "maxItems" => inst.as_array()?.len(),
+        _ => inst.as_str()?.chars().count(),
+    };
+    Some(n as u64)
+}
+
 fn keyword(
     inst: &Value,
     s: &Map<String, Value>,
@@ -206,345 +274,183 @@ fn keyword(
     spath: &mut Vec<String>,
     ipath: &mut Vec<String>,
 ) -> Result<(), SchemaError> {
-    match kw {
+    let Some(&kw) = KEYWORDS.iter().find(|k| **k == kw) else {
+        return Ok(());
+    };
+    let r = Repr(inst);
+    let message = match kw {
         "type" => {
             let types: Vec<&str> = match arg {
                 Value::String(t) => vec![t.as_str()],
                 Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
                 _ => vec![],
             };
-            if !types.iter().any(|t| type_ok(inst, t)) {
-                let names = types
-                    .iter()
-                    .map(|t| format!("'{t}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(fail(
-                    "type",
-                    format!("{} is not of type {names}", pyrepr(inst)),
-                    spath,
-                    ipath,
-                    inst,
-                ));
-            }
+            (!types.iter().any(|t| type_ok(inst, t))).then(|| {
+                let names: Vec<String> = types.iter().map(|t| format!("'{t}'")).collect();
+                format!("{r} is not of type {}", names.join(", "))
+            })
         }
-        "required" => {
-            if let (Some(o), Some(req)) = (inst.as_object(), arg.as_array()) {
-                for r in req.iter().filter_map(Value::as_str) {
-                    if !o.contains_key(r) {
-                        return Err(fail(
-                            "required",
-                            format!("'{r}' is a required property"),
-                            spath,
-                            ipath,
-                            inst,
-                        ));
-                    }
-                }
-            }
-        }
-        "properties" => {
-            if let (Some(o), Some(props)) = (inst.as_object(), arg.as_object()) {
-                let mut best = None;
-                for (k, sub) in props {
-                    if let Some(v) = o.get(k) {
-                        spath.push("'properties'".into());
-                        spath.push(format!("'{k}'"));
-                        ipath.push(format!("'{k}'"));
-                        let r = check(v, sub, spath, ipath);
-                        spath.truncate(spath.len() - 2);
-                        ipath.pop();
-                        if let Err(e) = r {
-                            keep_best(&mut best, e);
+        "required" => match (inst.as_object(), arg.as_array()) {
+            (Some(o), Some(req)) => req
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|name| !o.contains_key(*name))
+                .map(|name| format!("'{name}' is a required property")),
+            _ => None,
+        },
+        "properties" | "patternProperties" | "items" => {
+            let mut best = None;
+            match (inst, arg) {
+                (Value::Object(o), Value::Object(props)) if kw == "properties" => {
+                    for (k, sub) in props {
+                        if let Some(v) = o.get(k) {
+                            let at = [format!("'{kw}'"), format!("'{k}'")];
+                            descend(&mut best, (v, sub), &at, format!("'{k}'"), spath, ipath);
                         }
                     }
                 }
-                best.map_or(Ok(()), Err)?;
-            }
-        }
-        "patternProperties" => {
-            if let (Some(o), Some(pats)) = (inst.as_object(), arg.as_object()) {
-                let mut best = None;
-                for (pat, sub) in pats {
-                    let re = regex(pat);
-                    for (k, v) in o {
-                        if re.is_match(k) {
-                            spath.push("'patternProperties'".into());
-                            spath.push(format!("'{pat}'"));
-                            ipath.push(format!("'{k}'"));
-                            let r = check(v, sub, spath, ipath);
-                            spath.truncate(spath.len() - 2);
-                            ipath.pop();
-                            if let Err(e) = r {
-                                keep_best(&mut best, e);
-                            }
+                (Value::Object(o), Value::Object(pats)) if kw == "patternProperties" => {
+                    for (pat, sub) in pats {
+                        let re = regex(pat);
+                        for (k, v) in o.iter().filter(|(k, _)| re.is_match(k)) {
+                            let at = [format!("'{kw}'"), format!("'{pat}'")];
+                            descend(&mut best, (v, sub), &at, format!("'{k}'"), spath, ipath);
                         }
                     }
                 }
-                best.map_or(Ok(()), Err)?;
+                (Value::Array(a), _) if kw == "items" => {
+                    for (i, v) in a.iter().enumerate() {
+                        let at = [format!("'{kw}'")];
+                        descend(&mut best, (v, arg), &at, i.to_string(), spath, ipath);
+                    }
+                }
+                _ => {}
             }
+            best.map_or(Ok(()), Err)?;
+            None
         }
         "additionalProperties" => {
-            if let Some(o) = inst.as_object() {
-                let props = s.get("properties").and_then(Value::as_object);
-                let pats: Vec<&String> = s
-                    .get("patternProperties")
-                    .and_then(Value::as_object)
-                    .map(|p| p.keys().collect())
-                    .unwrap_or_default();
-                let extras: Vec<&String> = o
-                    .keys()
-                    .filter(|k| !props.is_some_and(|p| p.contains_key(*k)))
-                    .filter(|k| !pats.iter().any(|p| regex(p).is_match(k)))
-                    .collect();
-                match arg {
-                    Value::Bool(false) if !extras.is_empty() => {
-                        let quoted = extras
-                            .iter()
-                            .map(|k| pystr(k))
-                            .collect::<Vec<_>>()
-                            .join(", ");
-                        let msg = if !pats.is_empty() {
-                            let mut p: Vec<String> = pats.iter().map(|p| pystr(p)).collect();
-                            p.sort();
-                            let verb = if extras.len() == 1 { "does" } else { "do" };
-                            format!(
-                                "{quoted} {verb} not match any of the regexes: {}",
-                                p.join(", ")
-                            )
-                        } else {
-                            let verb = if extras.len() == 1 { "was" } else { "were" };
-                            format!("Additional properties are not allowed ({quoted} {verb} unexpected)")
-                        };
-                        return Err(fail("additionalProperties", msg, spath, ipath, inst));
-                    }
-                    Value::Object(_) => {
-                        let mut best = None;
-                        for k in extras {
-                            spath.push("'additionalProperties'".into());
-                            ipath.push(format!("'{k}'"));
-                            let r = check(&o[k.as_str()], arg, spath, ipath);
-                            spath.pop();
-                            ipath.pop();
-                            if let Err(e) = r {
-                                keep_best(&mut best, e);
-                            }
-                        }
-                        best.map_or(Ok(()), Err)?;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        "minProperties" => {
-            if let (Some(o), Some(n)) = (inst.as_object(), arg.as_u64()) {
-                if (o.len() as u64) < n {
-                    let msg = if n == 1 {
-                        format!("{} should be non-empty", pyrepr(inst))
+            let Some(o) = inst.as_object() else {
+                return Ok(());
+            };
+            let props = s.get("properties").and_then(Value::as_object);
+            let pats: Vec<&String> = s
+                .get("patternProperties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().collect())
+                .unwrap_or_default();
+            let extras: Vec<&String> = o
+                .keys()
+                .filter(|k| !props.is_some_and(|p| p.contains_key(*k)))
+                .filter(|k| !pats.iter().any(|p| regex(p).is_match(k)))
+                .collect();
+            match arg {
+                Value::Bool(false) if !extras.is_empty() => {
+                    let quoted = extras
+                        .iter()
+                        .map(|k| pystr(k))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    Some(if !pats.is_empty() {
+                        let mut p: Vec<String> = pats.iter().map(|p| pystr(p)).collect();
+                        p.sort();
+                        let verb = if extras.len() == 1 { "does" } else { "do" };
+                        format!(
+                            "{quoted} {verb} not match any of the regexes: {}",
+                            p.join(", ")
+                        )
                     } else {
-                        format!("{} does not have enough properties", pyrepr(inst))
-                    };
-                    return Err(fail("minProperties", msg, spath, ipath, inst));
+                        let verb = if extras.len() == 1 { "was" } else { "were" };
+                        format!(
+                            "Additional properties are not allowed ({quoted} {verb} unexpected)"
+                        )
+                    })
                 }
-            }
-        }
-        "maxProperties" => {
-            if let (Some(o), Some(n)) = (inst.as_object(), arg.as_u64()) {
-                if (o.len() as u64) > n {
-                    return Err(fail(
-                        "maxProperties",
-                        format!("{} has too many properties", pyrepr(inst)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
-        "items" => {
-            if let Some(a) = inst.as_array() {
-                let mut best = None;
-                for (i, v) in a.iter().enumerate() {
-                    spath.push("'items'".into());
-                    ipath.push(i.to_string());
-                    let r = check(v, arg, spath, ipath);
-                    spath.pop();
-                    ipath.pop();
-                    if let Err(e) = r {
-                        keep_best(&mut best, e);
+                Value::Object(_) => {
+                    let mut best = None;
+                    for k in extras {
+                        let at = [format!("'{kw}'")];
+                        let v = &o[k.as_str()];
+                        descend(&mut best, (v, arg), &at, format!("'{k}'"), spath, ipath);
                     }
+                    best.map_or(Ok(()), Err)?;
+                    None
                 }
-                best.map_or(Ok(()), Err)?;
+                _ => None,
             }
         }
-        "minItems" => {
-            if let (Some(a), Some(n)) = (inst.as_array(), arg.as_u64()) {
-                if (a.len() as u64) < n {
-                    let msg = if n == 1 {
-                        format!("{} should be non-empty", pyrepr(inst))
-                    } else {
-                        format!("{} is too short", pyrepr(inst))
-                    };
-                    return Err(fail("minItems", msg, spath, ipath, inst));
-                }
+        "minProperties" | "minItems" | "minLength" => match (size(kw, inst), arg.as_u64()) {
+            (Some(len), Some(n)) if len < n => Some(match kw {
+                _ if n == 1 => format!("{r} should be non-empty"),
+                "minProperties" => format!("{r} does not have enough properties"),
+                _ => format!("{r} is too short"),
+            }),
+            _ => None,
+        },
+        "maxProperties" | "maxItems" | "maxLength" => match (size(kw, inst), arg.as_u64()) {
+            (Some(len), Some(n)) if len > n => Some(match kw {
+                "maxProperties" => format!("{r} has too many properties"),
+                _ => format!("{r} is too long"),
+            }),
+            _ => None,
+        },
+        "uniqueItems" => match (inst.as_array(), arg.as_bool()) {
+            (Some(a), Some(true)) => (0..a.len())
+                .any(|i| a[i + 1..].contains(&a[i]))
+                .then(|| format!("{r} has non-unique elements")),
+            _ => None,
+        },
+        "pattern" => match (inst.as_str(), arg.as_str()) {
+            (Some(t), Some(p)) if !regex(p).is_match(t) => {
+                Some(format!("{r} does not match {}", pystr(p)))
             }
-        }
-        "maxItems" => {
-            if let (Some(a), Some(n)) = (inst.as_array(), arg.as_u64()) {
-                if (a.len() as u64) > n {
-                    return Err(fail(
-                        "maxItems",
-                        format!("{} is too long", pyrepr(inst)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
+            _ => None,
+        },
+        "minimum" | "maximum" => match (inst.as_f64(), arg.as_f64()) {
+            (Some(x), Some(m)) if inst.is_number() && kw == "minimum" && x < m => {
+                Some(format!("{r} is less than the minimum of {arg}"))
             }
-        }
-        "uniqueItems" => {
-            if let (Some(a), Some(true)) = (inst.as_array(), arg.as_bool()) {
-                for i in 0..a.len() {
-                    if a[i + 1..].contains(&a[i]) {
-                        return Err(fail(
-                            "uniqueItems",
-                            format!("{} has non-unique elements", pyrepr(inst)),
-                            spath,
-                            ipath,
-                            inst,
-                        ));
-                    }
-                }
+            (Some(x), Some(m)) if inst.is_number() && kw == "maximum" && x > m => {
+                Some(format!("{r} is greater than the maximum of {arg}"))
             }
-        }
-        "minLength" => {
-            if let (Some(t), Some(n)) = (inst.as_str(), arg.as_u64()) {
-                if (t.chars().count() as u64) < n {
-                    let msg = if n == 1 {
-                        format!("{} should be non-empty", pyrepr(inst))
-                    } else {
-                        format!("{} is too short", pyrepr(inst))
-                    };
-                    return Err(fail("minLength", msg, spath, ipath, inst));
-                }
+            _ => None,
+        },
+        "enum" => match arg.as_array() {
+            Some(opts) if !opts.contains(inst) => {
+                Some(format!("{r} is not one of {}", pyrepr(arg)))
             }
-        }
-        "maxLength" => {
-            if let (Some(t), Some(n)) = (inst.as_str(), arg.as_u64()) {
-                if (t.chars().count() as u64) > n {
-                    return Err(fail(
-                        "maxLength",
-                        format!("{} is too long", pyrepr(inst)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
+            _ => None,
+        },
+        "format" => match (inst.as_str(), arg.as_str()) {
+            (Some(t), Some("uuid")) if !accel_core::ids::is_uuid_like(t) => {
+                Some(format!("{r} is not a 'uuid'"))
             }
-        }
-        "pattern" => {
-            if let (Some(t), Some(p)) = (inst.as_str(), arg.as_str()) {
-                if !regex(p).is_match(t) {
-                    return Err(fail(
-                        "pattern",
-                        format!("{} does not match {}", pyrepr(inst), pystr(p)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
-        "minimum" => {
-            if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
-                if inst.is_number() && x < m {
-                    return Err(fail(
-                        "minimum",
-                        format!("{} is less than the minimum of {}", pyrepr(inst), arg),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
-        "maximum" => {
-            if let (Some(x), Some(m)) = (inst.as_f64(), arg.as_f64()) {
-                if inst.is_number() && x > m {
-                    return Err(fail(
-                        "maximum",
-                        format!("{} is greater than the maximum of {}", pyrepr(inst), arg),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
-        "enum" => {
-            if let Some(opts) = arg.as_array() {
-                if !opts.contains(inst) {
-                    return Err(fail(
-                        "enum",
-                        format!("{} is not one of {}", pyrepr(inst), pyrepr(arg)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
-        "format" => {
-            if let (Some(t), Some("uuid")) = (inst.as_str(), arg.as_str()) {
-                if !accel_core::ids::is_uuid_like(t) {
-                    return Err(fail(
-                        "format",
-                        format!("{} is not a 'uuid'", pyrepr(inst)),
-                        spath,
-                        ipath,
-                        inst,
-                    ));
-                }
-            }
-        }
+            _ => None,
+        },
         "anyOf" | "oneOf" => {
-            if let Some(subs) = arg.as_array() {
-                let ok = subs
-                    .iter()
-                    .filter(|sub| check(inst, sub, &mut Vec::new(), &mut Vec::new()).is_ok())
-                    .count();
-                let bad = if kw == "anyOf" { ok == 0 } else { ok != 1 };
-                if bad {
-                    let (kwname, msg) = if kw == "anyOf" || ok == 0 {
-                        (
-                            if kw == "anyOf" { "anyOf" } else { "oneOf" },
-                            format!(
-                                "{} is not valid under any of the given schemas",
-                                pyrepr(inst)
-                            ),
-                        )
-                    } else {
-                        (
-                            "oneOf",
-                            format!("{} is valid under each of the given schemas", pyrepr(inst)),
-                        )
-                    };
-                    return Err(fail(kwname, msg, spath, ipath, inst));
-                }
+            let Some(subs) = arg.as_array() else {
+                return Ok(());
+            };
+            let ok = subs
+                .iter()
+                .filter(|sub| check(inst, sub, &mut Vec::new(), &mut Vec::new()).is_ok())
+                .count();
+            match ok {
+                0 => Some(format!("{r} is not valid under any of the given schemas")),
+                1 => None,
+                _ if kw == "oneOf" => Some(format!("{r} is valid under each of the given schemas")),
+                _ => None,
             }
         }
-        "not" if check(inst, arg, &mut Vec::new(), &mut Vec::new()).is_ok() => {
-            return Err(fail(
-                "not",
-                format!("{} should not be valid under {}", pyrepr(inst), pyrepr(arg)),
-                spath,
-                ipath,
-                inst,
-            ));
-        }
-        _ => {}
+        "not" => check(inst, arg, &mut Vec::new(), &mut Vec::new())
+            .is_ok()
+            .then(|| format!("{r} should not be valid under {}", pyrepr(arg))),
+        _ => None,
+    };
+    match message {
+        Some(message) => Err(fail(kw, message, spath, ipath, inst)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
