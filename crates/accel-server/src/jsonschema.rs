@@ -239,13 +239,13 @@ impl std::fmt::Display for Repr<'_> {
 fn descend(
     best: &mut Option<SchemaError>,
     (v, sub): (&Value, &Value),
-    at: &[String],
+    at: impl IntoIterator<Item = String>,
     key: String,
     spath: &mut Vec<String>,
     ipath: &mut Vec<String>,
 ) {
     let depth = spath.len();
-    spath.extend_from_slice(at);
+    spath.extend(at);
     ipath.push(key);
     let r = check(v, sub, spath, ipath);
     spath.truncate(depth);
@@ -253,6 +253,11 @@ fn descend(
     if let Err(e) = r {
         keep_best(best, e);
     }
+}
+
+/// `'name'`, a schema or instance path element.
+fn quoted(name: &str) -> String {
+    ["'", name, "'"].concat()
 }
 
 /// What a `min*`/`max*` keyword counts: an object's properties, an array's items, a
@@ -304,8 +309,8 @@ fn keyword(
                 (Value::Object(o), Value::Object(props)) if kw == "properties" => {
                     for (k, sub) in props {
                         if let Some(v) = o.get(k) {
-                            let at = [format!("'{kw}'"), format!("'{k}'")];
-                            descend(&mut best, (v, sub), &at, format!("'{k}'"), spath, ipath);
+                            let at = [quoted(kw), quoted(k)];
+                            descend(&mut best, (v, sub), at, quoted(k), spath, ipath);
                         }
                     }
                 }
@@ -313,15 +318,15 @@ fn keyword(
                     for (pat, sub) in pats {
                         let re = regex(pat);
                         for (k, v) in o.iter().filter(|(k, _)| re.is_match(k)) {
-                            let at = [format!("'{kw}'"), format!("'{pat}'")];
-                            descend(&mut best, (v, sub), &at, format!("'{k}'"), spath, ipath);
+                            let at = [quoted(kw), quoted(pat)];
+                            descend(&mut best, (v, sub), at, quoted(k), spath, ipath);
                         }
                     }
                 }
                 (Value::Array(a), _) if kw == "items" => {
                     for (i, v) in a.iter().enumerate() {
-                        let at = [format!("'{kw}'")];
-                        descend(&mut best, (v, arg), &at, i.to_string(), spath, ipath);
+                        let at = [quoted(kw)];
+                        descend(&mut best, (v, arg), at, i.to_string(), spath, ipath);
                     }
                 }
                 _ => {}
@@ -369,9 +374,9 @@ fn keyword(
                 Value::Object(_) => {
                     let mut best = None;
                     for k in extras {
-                        let at = [format!("'{kw}'")];
+                        let at = [quoted(kw)];
                         let v = &o[k.as_str()];
-                        descend(&mut best, (v, arg), &at, format!("'{k}'"), spath, ipath);
+                        descend(&mut best, (v, arg), at, quoted(k), spath, ipath);
                     }
                     best.map_or(Ok(()), Err)?;
                     None
