@@ -76,7 +76,11 @@ pub async fn create_root(
         let n = q.len().min(MAX_BATCH);
         q.drain(..n).collect()
     };
-    if !batch.is_empty() {
+    if batch.is_empty() {
+        // Ours went with a transaction that took the queue between our push and this
+        // permit: the slot is not needed while we wait for its answer.
+        drop(permit);
+    } else {
         let app = app.clone();
         tokio::spawn(async move {
             run(&app, batch).await;
