@@ -36,83 +36,39 @@ struct Migration {
     mysql: &'static str,
 }
 
+/// One version's entry: the file of that name in each backend's folder, SQLite's own
+/// where it is marked `sqlite` (else SQLite takes PostgreSQL's through [`for_sqlite`]).
+/// One name for every backend, so no version can pair files from different versions.
+macro_rules! migration {
+    ($version:literal, $file:literal) => {
+        migration!(@ $version, $file, None)
+    };
+    ($version:literal, $file:literal, sqlite) => {
+        migration!(@ $version, $file, Some(include_str!(concat!("../migrations/sqlite/", $file))))
+    };
+    (@ $version:literal, $file:literal, $sqlite:expr) => {
+        Migration {
+            version: $version,
+            sqlite: $sqlite,
+            postgres: include_str!(concat!("../migrations/postgres/", $file)),
+            mysql: include_str!(concat!("../migrations/mysql/", $file)),
+        }
+    };
+}
+
 const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0001_placement.sql"),
-        mysql: include_str!("../migrations/mysql/0001_placement.sql"),
-    },
-    Migration {
-        version: 2,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0002_accelerator.sql"),
-        mysql: include_str!("../migrations/mysql/0002_accelerator.sql"),
-    },
-    Migration {
-        version: 3,
-        sqlite: Some(include_str!(
-            "../migrations/sqlite/0003_placement_changes.sql"
-        )),
-        postgres: include_str!("../migrations/postgres/0003_placement_changes.sql"),
-        mysql: include_str!("../migrations/mysql/0003_placement_changes.sql"),
-    },
-    Migration {
-        version: 4,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0004_bind_worker.sql"),
-        mysql: include_str!("../migrations/mysql/0004_bind_worker.sql"),
-    },
-    Migration {
-        version: 5,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0005_usage_indexes.sql"),
-        mysql: include_str!("../migrations/mysql/0005_usage_indexes.sql"),
-    },
-    Migration {
-        version: 6,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0006_agent.sql"),
-        mysql: include_str!("../migrations/mysql/0006_agent.sql"),
-    },
-    Migration {
-        version: 7,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0007_arq_instance_project_idx.sql"),
-        mysql: include_str!("../migrations/mysql/0007_arq_instance_project_idx.sql"),
-    },
-    Migration {
-        version: 8,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0008_kubernetes.sql"),
-        mysql: include_str!("../migrations/mysql/0008_kubernetes.sql"),
-    },
-    Migration {
-        version: 9,
-        sqlite: Some(include_str!(
-            "../migrations/sqlite/0009_program_requests.sql"
-        )),
-        postgres: include_str!("../migrations/postgres/0009_program_requests.sql"),
-        mysql: include_str!("../migrations/mysql/0009_program_requests.sql"),
-    },
-    Migration {
-        version: 10,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0010_placement_pushes.sql"),
-        mysql: include_str!("../migrations/mysql/0010_placement_pushes.sql"),
-    },
-    Migration {
-        version: 11,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0011_server_heartbeats.sql"),
-        mysql: include_str!("../migrations/mysql/0011_server_heartbeats.sql"),
-    },
-    Migration {
-        version: 12,
-        sqlite: None,
-        postgres: include_str!("../migrations/postgres/0012_create_roots.sql"),
-        mysql: include_str!("../migrations/mysql/0012_create_roots.sql"),
-    },
+    migration!(1, "0001_placement.sql"),
+    migration!(2, "0002_accelerator.sql"),
+    migration!(3, "0003_placement_changes.sql", sqlite),
+    migration!(4, "0004_bind_worker.sql"),
+    migration!(5, "0005_usage_indexes.sql"),
+    migration!(6, "0006_agent.sql"),
+    migration!(7, "0007_arq_instance_project_idx.sql"),
+    migration!(8, "0008_kubernetes.sql"),
+    migration!(9, "0009_program_requests.sql", sqlite),
+    migration!(10, "0010_placement_pushes.sql"),
+    migration!(11, "0011_server_heartbeats.sql"),
+    migration!(12, "0012_create_roots.sql"),
 ];
 
 /// Arbitrary constant naming accel's migration lock.
