@@ -1,32 +1,15 @@
 //! `accel serve` configuration: flags, environment (`ACCEL_*`) and a TOML file.
 //!
-//! Precedence: flag, then environment variable, then the file given by `--config`,
-//! then the built-in default. The file uses the flags' names with underscores:
+//! Every key is declared once, in [`ServeConfig`]'s [`accel_settings::settings!`]
+//! block: its doc comment is its `--help` text and the README's description, and its
+//! flag, environment variable, file key and default come from the same line
+//! (`tests/settings_docs.rs` holds the README's table to it). Precedence: flag, then
+//! environment variable, then the file given by `--config`, then the default. The
+//! file uses the keys' names; tables carry the settings of outgoing sessions:
 //!
 //! ```toml
 //! database = "postgres://accel@127.0.0.1:5432/accel"
-//! placement_listen = "0.0.0.0:8778"
-//! accelerator_listen = "0.0.0.0:6666"
-//! auth_strategy = "keystone"        # or "noauth": loopback only unless insecure_noauth
-//! insecure_noauth = false           # allow noauth on a non-loopback address
-//! database_connect_timeout_seconds = 60  # retry an unreachable database this long
-//! shutdown_timeout_seconds = 30     # drain this long at shutdown, then exit
-//! policy_file = "/etc/accel/policy.yaml"
-//! enforce_new_defaults = false
-//! cors_allowed_origin = ["https://dashboard.example.com"]
-//! allocation_conflict_retry_count = 10
-//! randomize_allocation_candidates = false
-//! max_allocation_candidates = 100000
-//! log_format = "text"               # or "json"
-//! metrics_listen = "127.0.0.1:9778" # /metrics, /livez, /readyz
-//! console_listen = "127.0.0.1:8790" # the operator's console (read-only web view)
-//! console = true                    # false: no console (--no-console)
-//! access_log = true                 # one accel::access line per request
-//! fake_devices = "compute1"         # report Cyborg's fake device for this host
-//! bind_timeout_seconds = 60         # an ARQ bind ends (Bound or BindFailed) by then
-//! bind_concurrency = 4              # instances bound, Nova events sent, at once (default: 1 on SQLite, 4 on a server database)
-//! nova_url = "http://nova:8774/v2.1"  # where accelerator-request-bound events go
-//! nova_token = "..."                # a fixed X-Auth-Token for Nova (without [nova])
+//! auth_strategy = "keystone"
 //!
 //! # Events to Nova through a Keystone session (keystoneauth's option names): the
 //! # token is renewed before it expires and after a 401, and Nova's URL is the
@@ -47,8 +30,6 @@
 //! username = "cyborg"
 //! password = "secret"
 //! project_name = "service"
-//! user_domain_name = "Default"      # default
-//! project_domain_name = "Default"   # default
 //! service_token_roles = ["service"] # default
 //! service_token_roles_required = true  # default
 //! token_cache_time = 300            # seconds; -1 disables
@@ -61,9 +42,6 @@
 //! username = "cyborg"
 //! password = "secret"
 //! project_name = "service"
-//! user_domain_name = "Default"      # default
-//! project_domain_name = "Default"   # default
-//! region_name = "RegionOne"         # catalog region; any when unset
 //! interface = "public"              # catalog interface: public (default), internal, admin
 //! # token = "admin"                 # instead of Keystone: a fixed X-Auth-Token
 //! timeout = 30                      # seconds per request
@@ -75,288 +53,145 @@ use accel_keystone::SessionConfig;
 use accel_server::auth::keystone::KeystoneConfig;
 use accel_server::auth::AuthStrategy;
 use accel_server::external::PlacementConfig;
+use accel_settings::Secret;
 use anyhow::{bail, Context};
-use serde::Deserialize;
 use std::path::PathBuf;
 
+accel_settings::settings! {
+    /// `accel serve`'s settings, resolved (flag, environment, file, default).
+    pub struct ServeConfig / ServeFlags / ServeFile {
+        /// Database URL: sqlite://PATH (created when absent), postgres://USER@HOST:PORT/DB
+        /// or mysql://USER[:PASSWORD]@HOST:PORT/DB (also mariadb://).
+        database: String = optional("a SQLite file in the platform's data directory"),
+            flag(long, env = "ACCEL_DATABASE", value_name = "URL");
+        /// Address of the Placement API.
+        placement_listen: String = value("127.0.0.1:8778".into()),
+            flag(long, env = "ACCEL_PLACEMENT_LISTEN", value_name = "HOST:PORT");
+        /// Address of the accelerator (Cyborg v2) API.
+        accelerator_listen: String = value("127.0.0.1:6666".into()),
+            flag(long, env = "ACCEL_ACCELERATOR_LISTEN", value_name = "HOST:PORT");
+        /// noauth (upstream's noauth2: identity headers are trusted, loopback only
+        /// unless insecure_noauth) or keystone (tokens validated by [keystone_authtoken]).
+        auth_strategy: AuthStrategy = value(AuthStrategy::Noauth),
+            flag(long, env = "ACCEL_AUTH_STRATEGY", value_name = "noauth|keystone");
+        /// Allow auth_strategy noauth on a non-loopback listen address. noauth trusts
+        /// identity headers from anyone who can connect: use it on trusted networks only.
+        insecure_noauth: bool = switch(false), flag(long, env = "ACCEL_INSECURE_NOAUTH");
+        /// Policy overrides in oslo.policy YAML syntax (rules of both APIs).
+        policy_file: PathBuf = optional(),
+            flag(long, env = "ACCEL_POLICY_FILE", value_name = "PATH");
+        /// Enforce the new (secure RBAC) policy defaults instead of new-or-deprecated.
+        enforce_new_defaults: bool = switch(false),
+            flag(long, env = "ACCEL_ENFORCE_NEW_DEFAULTS");
+        /// An origin allowed by CORS (repeatable; the variable takes a comma list).
+        cors_allowed_origin: Vec<String> = value(Vec::new()),
+            flag(long = "cors-allowed-origin", env = "ACCEL_CORS_ALLOWED_ORIGIN",
+                 value_delimiter = ',', value_name = "ORIGIN");
+        /// Server-side reruns of an allocation write that lost a provider race
+        /// (upstream's allocation_conflict_retry_count).
+        allocation_conflict_retry_count: u32 = value(10);
+        /// Shuffle allocation candidates (upstream's randomize_allocation_candidates).
+        randomize_allocation_candidates: bool = value(false);
+        /// Most candidates computed per request, whatever limit says.
+        max_allocation_candidates: usize = value(100_000);
+        /// Log lines as text or json.
+        log_format: String = value("text".into()),
+            flag(long, env = "ACCEL_LOG_FORMAT", value_name = "text|json");
+        /// Address of the metrics port: GET /metrics (Prometheus), /livez, /readyz.
+        metrics_listen: String = value("127.0.0.1:9778".into()),
+            flag(long, env = "ACCEL_METRICS_LISTEN", value_name = "HOST:PORT");
+        /// Address of the operator's console, a read-only web view of hosts, consumers,
+        /// ARQs, device profiles, Kubernetes slots and the candidate explainer.
+        console_listen: String = value("127.0.0.1:8790".into()),
+            flag(long, env = "ACCEL_CONSOLE_LISTEN", value_name = "HOST:PORT");
+        /// Serve the console (the flag --no-console turns it off).
+        console: bool = negated(true), flag(long = "no-console");
+        /// One accel::access line per HTTP request (the flag --no-access-log turns it off).
+        access_log: bool = negated(true), flag(long = "no-access-log");
+        /// At start-up, report Cyborg's fake device (HOST_FakeDevice, 16 TEST_PCI
+        /// handles, FPGA, CUSTOM_FAKE_DEVICE) as an agent on compute node HOST would,
+        /// creating that compute node provider when absent.
+        fake_devices: String = optional(),
+            flag(long, env = "ACCEL_FAKE_DEVICES", value_name = "HOST");
+        /// The [keystone_authtoken] table (keystonemiddleware's option names), required
+        /// when auth_strategy is keystone.
+        keystone_authtoken: KeystoneConfig = optional();
+        /// Seconds an accepted ARQ bind may take before it ends BindFailed (upstream
+        /// bind_timeout).
+        bind_timeout_seconds: i64 = value(60),
+            flag(long = "bind-timeout", env = "ACCEL_BIND_TIMEOUT", value_name = "SECONDS");
+        /// Instances the bind worker binds at once, and Nova events it sends at once
+        /// (1 to 64; each in its own transactions, taken round-robin across hosts).
+        bind_concurrency: usize = optional("1 on SQLite (one writer), 4 on PostgreSQL and MariaDB/MySQL"),
+            flag(long = "bind-concurrency", env = "ACCEL_BIND_CONCURRENCY", value_name = "N");
+        /// Nova's compute API root (e.g. http://nova:8774/v2.1) for the
+        /// accelerator-request-bound events. Without it (or [nova]) events are recorded,
+        /// not sent.
+        nova_url: String = optional(),
+            flag(long, env = "ACCEL_NOVA_URL", value_name = "URL");
+        /// A fixed X-Auth-Token sent to Nova with the events (or a [nova] table).
+        nova_token: Secret = optional(),
+            flag(long, env = "ACCEL_NOVA_TOKEN", value_name = "TOKEN", hide_env_values = true);
+        /// The [nova] table: a Keystone session for the events.
+        nova: SessionConfig = optional();
+        /// The [placement] table: an external Placement that device providers are
+        /// pushed to; without it they stay in the built-in one only.
+        placement: PlacementConfig = optional();
+        /// Seconds to keep retrying an unreachable database at start-up (each attempt's
+        /// cause is logged) before exiting non-zero with the last cause.
+        database_connect_timeout_seconds: u64 = value(60),
+            flag(long = "database-connect-timeout", env = "ACCEL_DATABASE_CONNECT_TIMEOUT",
+                 value_name = "SECONDS");
+        /// Seconds a shutdown waits for requests in flight before it closes the
+        /// connections left and exits; a second SIGINT or SIGTERM exits at once.
+        shutdown_timeout_seconds: u64 = value(30),
+            flag(long = "shutdown-timeout", env = "ACCEL_SHUTDOWN_TIMEOUT",
+                 value_name = "SECONDS");
+    }
+}
+
+/// `accel serve`'s command line: the configuration file and the declared flags.
 #[derive(clap::Args, Debug, Default)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys as the flags, with underscores).
-    #[arg(long, env = "ACCEL_CONFIG")]
+    /// TOML configuration file (the keys as the flags, with underscores).
+    #[arg(long, env = "ACCEL_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Database URL: sqlite://PATH (created when absent) or postgres://USER@HOST:PORT/DB.
-    /// Default: a SQLite file in the platform's data directory.
-    #[arg(long, env = "ACCEL_DATABASE")]
-    pub database: Option<String>,
-    /// Address of the Placement API [default: 127.0.0.1:8778].
-    #[arg(long, env = "ACCEL_PLACEMENT_LISTEN")]
-    pub placement_listen: Option<String>,
-    /// Address of the accelerator (Cyborg v2) API [default: 127.0.0.1:6666].
-    #[arg(long, env = "ACCEL_ACCELERATOR_LISTEN")]
-    pub accelerator_listen: Option<String>,
-    /// noauth (upstream's noauth2) or keystone [default: noauth].
-    #[arg(long, env = "ACCEL_AUTH_STRATEGY")]
-    pub auth_strategy: Option<AuthStrategy>,
-    /// Policy overrides in oslo.policy YAML syntax.
-    #[arg(long, env = "ACCEL_POLICY_FILE")]
-    pub policy_file: Option<PathBuf>,
-    /// Enforce the new (secure RBAC) policy defaults instead of new-or-deprecated.
-    #[arg(long, env = "ACCEL_ENFORCE_NEW_DEFAULTS")]
-    pub enforce_new_defaults: bool,
-    /// An origin allowed by CORS (repeatable).
-    #[arg(
-        long = "cors-allowed-origin",
-        env = "ACCEL_CORS_ALLOWED_ORIGIN",
-        value_delimiter = ','
-    )]
-    pub cors_allowed_origin: Vec<String>,
-    /// Log format: text or json [default: text].
-    #[arg(long, env = "ACCEL_LOG_FORMAT")]
-    pub log_format: Option<String>,
-    /// Address of the metrics port: GET /metrics (Prometheus), /livez, /readyz
-    /// [default: 127.0.0.1:9778].
-    #[arg(long, env = "ACCEL_METRICS_LISTEN", value_name = "HOST:PORT")]
-    pub metrics_listen: Option<String>,
-    /// Address of the operator's console, a read-only web view of hosts, consumers,
-    /// ARQs, device profiles, Kubernetes slots and the candidate explainer
-    /// [default: 127.0.0.1:8790].
-    #[arg(long, env = "ACCEL_CONSOLE_LISTEN", value_name = "HOST:PORT")]
-    pub console_listen: Option<String>,
-    /// Serve no console (config: console = false).
-    #[arg(long)]
-    pub no_console: bool,
-    /// Write no `accel::access` line per HTTP request (config: access_log = false).
-    #[arg(long)]
-    pub no_access_log: bool,
-    /// At start-up, report Cyborg's fake device (`HOST_FakeDevice`, 16 TEST_PCI
-    /// handles, FPGA, CUSTOM_FAKE_DEVICE) as an agent on compute node HOST would,
-    /// creating that compute node provider when absent.
-    #[arg(long, env = "ACCEL_FAKE_DEVICES", value_name = "HOST")]
-    pub fake_devices: Option<String>,
-    /// Seconds an accepted ARQ bind may take before it ends BindFailed (upstream
-    /// `bind_timeout`) [default: 60].
-    #[arg(
-        long = "bind-timeout",
-        env = "ACCEL_BIND_TIMEOUT",
-        value_name = "SECONDS"
-    )]
-    pub bind_timeout_seconds: Option<i64>,
-    /// Instances the bind worker binds at once, and Nova events it sends at once
-    /// (1 to 64; each in its own transactions, taken round-robin across hosts)
-    /// [default: 8].
-    #[arg(
-        long = "bind-concurrency",
-        env = "ACCEL_BIND_CONCURRENCY",
-        value_name = "N"
-    )]
-    pub bind_concurrency: Option<usize>,
-    /// Nova's compute API root (e.g. http://nova:8774/v2.1) for the
-    /// accelerator-request-bound events. Without it events are recorded, not sent.
-    #[arg(long, env = "ACCEL_NOVA_URL", value_name = "URL")]
-    pub nova_url: Option<String>,
-    /// Token sent to Nova as X-Auth-Token with the events.
-    #[arg(
-        long,
-        env = "ACCEL_NOVA_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub nova_token: Option<String>,
-    /// Seconds to keep retrying an unreachable database at start-up (each attempt's
-    /// cause is logged) before exiting non-zero with the last cause [default: 60].
-    #[arg(
-        long = "database-connect-timeout",
-        env = "ACCEL_DATABASE_CONNECT_TIMEOUT",
-        value_name = "SECONDS"
-    )]
-    pub database_connect_timeout_seconds: Option<u64>,
-    /// Seconds a shutdown waits for requests in flight before it closes the
-    /// connections left and exits; a second SIGINT or SIGTERM exits at once
-    /// [default: 30].
-    #[arg(
-        long = "shutdown-timeout",
-        env = "ACCEL_SHUTDOWN_TIMEOUT",
-        value_name = "SECONDS"
-    )]
-    pub shutdown_timeout_seconds: Option<u64>,
-    /// Allow auth_strategy noauth on a non-loopback listen address. noauth trusts
-    /// identity headers from anyone who can connect: use it on trusted networks only.
-    #[arg(long, env = "ACCEL_INSECURE_NOAUTH")]
-    pub insecure_noauth: bool,
-}
-
-/// The configuration file's schema.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    database: Option<String>,
-    placement_listen: Option<String>,
-    accelerator_listen: Option<String>,
-    auth_strategy: Option<AuthStrategy>,
-    policy_file: Option<PathBuf>,
-    enforce_new_defaults: Option<bool>,
-    cors_allowed_origin: Option<Vec<String>>,
-    allocation_conflict_retry_count: Option<u32>,
-    randomize_allocation_candidates: Option<bool>,
-    max_allocation_candidates: Option<usize>,
-    log_format: Option<String>,
-    metrics_listen: Option<String>,
-    console_listen: Option<String>,
-    console: Option<bool>,
-    access_log: Option<bool>,
-    fake_devices: Option<String>,
-    keystone_authtoken: Option<KeystoneConfig>,
-    bind_timeout_seconds: Option<i64>,
-    bind_concurrency: Option<usize>,
-    nova_url: Option<String>,
-    nova_token: Option<String>,
-    nova: Option<SessionConfig>,
-    placement: Option<PlacementConfig>,
-    database_connect_timeout_seconds: Option<u64>,
-    shutdown_timeout_seconds: Option<u64>,
-    insecure_noauth: Option<bool>,
-}
-
-/// The resolved configuration.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub database: Option<String>,
-    pub placement_listen: String,
-    pub accelerator_listen: String,
-    pub auth_strategy: AuthStrategy,
-    pub policy_file: Option<PathBuf>,
-    pub enforce_new_defaults: bool,
-    pub cors_allowed_origin: Vec<String>,
-    pub allocation_conflict_retry_count: u32,
-    pub randomize_allocation_candidates: bool,
-    pub max_allocation_candidates: usize,
-    pub log_format: String,
-    /// Address of the metrics port (`/metrics`, `/livez`, `/readyz`).
-    pub metrics_listen: String,
-    /// Address of the operator's console; `None` serves none (`--no-console`,
-    /// `console = false`).
-    pub console_listen: Option<String>,
-    /// One `accel::access` line per request.
-    pub access_log: bool,
-    /// Host whose fake device is reported at start-up, if any.
-    pub fake_devices: Option<String>,
-    /// The `[keystone_authtoken]` table (required when `auth_strategy` is keystone).
-    pub keystone: Option<KeystoneConfig>,
-    /// Seconds an accepted bind may take before it ends BindFailed.
-    pub bind_timeout_seconds: i64,
-    /// Instances bound, and Nova events sent, at once.
-    pub bind_concurrency: usize,
-    /// Nova's compute API root for external events; `None` records them unsent.
-    pub nova_url: Option<String>,
-    pub nova_token: Option<String>,
-    /// The `[nova]` table: a Keystone session for the events.
-    pub nova: Option<SessionConfig>,
-    /// The `[placement]` table: an external Placement that device providers are
-    /// pushed to; `None` keeps them in the built-in one only.
-    pub placement: Option<PlacementConfig>,
-    /// Seconds to retry an unreachable database at start-up.
-    pub database_connect_timeout_seconds: u64,
-    /// Seconds a shutdown drains before it closes what is left.
-    pub shutdown_timeout_seconds: u64,
-    /// noauth on a non-loopback address was asked for explicitly.
-    pub insecure_noauth: bool,
+    #[command(flatten)]
+    pub flags: ServeFlags,
 }
 
 impl ServeConfig {
     pub fn load(args: ServeArgs) -> anyhow::Result<Self> {
-        let file: FileConfig = match &args.config {
+        let file: ServeFile = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading config file {}", path.display()))?;
                 toml::from_str(&text)
                     .with_context(|| format!("invalid config file {}", path.display()))?
             }
-            None => FileConfig::default(),
+            None => ServeFile::default(),
         };
-        let log_format = args
-            .log_format
-            .or(file.log_format)
-            .unwrap_or_else(|| "text".into());
-        if log_format != "text" && log_format != "json" {
-            bail!("log_format must be text or json, not {log_format:?}");
+        let mut cfg = ServeConfig::resolve(args.flags, file);
+        // An empty value (an unset variable in a unit file) means none.
+        cfg.fake_devices = cfg.fake_devices.filter(|h| !h.is_empty());
+        cfg.nova_url = cfg.nova_url.filter(|u| !u.is_empty());
+        cfg.nova_token = cfg.nova_token.filter(|t| !t.is_empty());
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Every rule a value must meet, naming its key.
+    fn validate(&self) -> anyhow::Result<()> {
+        let cfg = self;
+        if cfg.log_format != "text" && cfg.log_format != "json" {
+            bail!("log_format must be text or json, not {:?}", cfg.log_format);
         }
-        let database = args.database.or(file.database);
-        let bind_concurrency = args.bind_concurrency.or(file.bind_concurrency).unwrap_or(
-            accel_server::accelerator::binder::default_concurrency(database.as_deref()),
-        );
-        let cfg = ServeConfig {
-            database,
-            placement_listen: args
-                .placement_listen
-                .or(file.placement_listen)
-                .unwrap_or_else(|| "127.0.0.1:8778".into()),
-            accelerator_listen: args
-                .accelerator_listen
-                .or(file.accelerator_listen)
-                .unwrap_or_else(|| "127.0.0.1:6666".into()),
-            auth_strategy: args
-                .auth_strategy
-                .or(file.auth_strategy)
-                .unwrap_or_default(),
-            policy_file: args.policy_file.or(file.policy_file),
-            enforce_new_defaults: args.enforce_new_defaults
-                || file.enforce_new_defaults.unwrap_or(false),
-            cors_allowed_origin: if args.cors_allowed_origin.is_empty() {
-                file.cors_allowed_origin.unwrap_or_default()
-            } else {
-                args.cors_allowed_origin
-            },
-            allocation_conflict_retry_count: file.allocation_conflict_retry_count.unwrap_or(10),
-            randomize_allocation_candidates: file.randomize_allocation_candidates.unwrap_or(false),
-            max_allocation_candidates: file.max_allocation_candidates.unwrap_or(100_000),
-            log_format,
-            metrics_listen: args
-                .metrics_listen
-                .or(file.metrics_listen)
-                .unwrap_or_else(|| "127.0.0.1:9778".into()),
-            console_listen: if args.no_console || file.console == Some(false) {
-                None
-            } else {
-                Some(
-                    args.console_listen
-                        .or(file.console_listen)
-                        .unwrap_or_else(|| "127.0.0.1:8790".into()),
-                )
-            },
-            access_log: !args.no_access_log && file.access_log.unwrap_or(true),
-            fake_devices: args
-                .fake_devices
-                .or(file.fake_devices)
-                .filter(|h| !h.is_empty()),
-            keystone: file.keystone_authtoken,
-            bind_timeout_seconds: args
-                .bind_timeout_seconds
-                .or(file.bind_timeout_seconds)
-                .unwrap_or(60),
-            bind_concurrency,
-            nova_url: args.nova_url.or(file.nova_url).filter(|u| !u.is_empty()),
-            nova_token: args
-                .nova_token
-                .or(file.nova_token)
-                .filter(|t| !t.is_empty()),
-            nova: file.nova,
-            placement: file.placement,
-            database_connect_timeout_seconds: args
-                .database_connect_timeout_seconds
-                .or(file.database_connect_timeout_seconds)
-                .unwrap_or(60),
-            shutdown_timeout_seconds: args
-                .shutdown_timeout_seconds
-                .or(file.shutdown_timeout_seconds)
-                .unwrap_or(30),
-            insecure_noauth: args.insecure_noauth || file.insecure_noauth.unwrap_or(false),
-        };
         if cfg.auth_strategy == AuthStrategy::Noauth && !cfg.insecure_noauth {
             // The console in noauth mode acts as admin: the same rule holds for it.
-            let console = cfg.console_listen.iter().map(|a| ("console_listen", a));
+            let console = cfg.console_addr().map(|a| ("console_listen", a));
             for (key, addr) in [
-                ("placement_listen", &cfg.placement_listen),
-                ("accelerator_listen", &cfg.accelerator_listen),
+                ("placement_listen", cfg.placement_listen.as_str()),
+                ("accelerator_listen", cfg.accelerator_listen.as_str()),
             ]
             .into_iter()
             .chain(console)
@@ -380,11 +215,11 @@ impl ServeConfig {
                 cfg.bind_timeout_seconds
             );
         }
-        if !(1..=64).contains(&cfg.bind_concurrency) {
+        if !(1..=64).contains(&cfg.bind_concurrency()) {
             bail!(
                 "bind_concurrency must be between 1 and 64, not {} (a server database's pool \
                  has 16 connections: more instances at once only queue for them)",
-                cfg.bind_concurrency
+                cfg.bind_concurrency()
             );
         }
         if let Some(u) = &cfg.nova_url {
@@ -399,7 +234,7 @@ impl ServeConfig {
             }
         }
         if cfg.auth_strategy == AuthStrategy::Keystone {
-            match &cfg.keystone {
+            match &cfg.keystone_authtoken {
                 None => bail!(
                     "auth_strategy is keystone: the config file needs a [keystone_authtoken] \
                      table with auth_url, username, password and project_name"
@@ -412,7 +247,19 @@ impl ServeConfig {
                 bail!("fake_devices must be a host name (no spaces, at most 200 characters), not {host:?}");
             }
         }
-        Ok(cfg)
+        Ok(())
+    }
+
+    /// Where the console listens; `None` serves none (`--no-console`, `console = false`).
+    pub fn console_addr(&self) -> Option<&str> {
+        self.console.then_some(self.console_listen.as_str())
+    }
+
+    /// Instances bound at once: as set, else what the database suits.
+    pub fn bind_concurrency(&self) -> usize {
+        self.bind_concurrency.unwrap_or_else(|| {
+            accel_server::accelerator::binder::default_concurrency(self.database.as_deref())
+        })
     }
 
     /// The server's HTTP limits, with the configured shutdown drain.
@@ -478,7 +325,7 @@ impl ServeConfig {
     }
 
     pub fn server_config(&self) -> anyhow::Result<accel_server::ServerConfig> {
-        let keystone = match (self.auth_strategy, &self.keystone) {
+        let keystone = match (self.auth_strategy, &self.keystone_authtoken) {
             (AuthStrategy::Keystone, Some(k)) => Some(std::sync::Arc::new(
                 accel_server::auth::keystone::Keystone::new(k.clone())
                     .map_err(anyhow::Error::msg)?,
@@ -513,6 +360,18 @@ fn is_loopback(addr: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// `accel serve ARGV`, parsed as the command line is (tests).
+#[cfg(test)]
+pub(crate) fn args(argv: &[&str]) -> ServeArgs {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    Cli::parse_from(std::iter::once("serve").chain(argv.iter().copied())).serve
+}
+
 #[cfg(test)]
 mod noauth_tests {
     use super::*;
@@ -543,32 +402,26 @@ mod noauth_tests {
 
     #[test]
     fn noauth_on_a_public_address_needs_insecure_noauth() {
-        let err = load(ServeArgs {
-            placement_listen: Some("0.0.0.0:8778".into()),
-            ..Default::default()
-        })
-        .unwrap_err()
-        .to_string();
+        let err = load(args(&["--placement-listen", "0.0.0.0:8778"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("--insecure-noauth") && err.contains("placement_listen"),
             "{err}"
         );
-        let err = load(ServeArgs {
-            accelerator_listen: Some("[::]:6666".into()),
-            ..Default::default()
-        })
-        .unwrap_err()
-        .to_string();
+        let err = load(args(&["--accelerator-listen", "[::]:6666"]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("accelerator_listen"), "{err}");
-        let cfg = load(ServeArgs {
-            placement_listen: Some("0.0.0.0:8778".into()),
-            insecure_noauth: true,
-            ..Default::default()
-        })
+        let cfg = load(args(&[
+            "--placement-listen",
+            "0.0.0.0:8778",
+            "--insecure-noauth",
+        ]))
         .unwrap();
         assert!(cfg.insecure_noauth);
         // The defaults listen on loopback and need nothing.
-        let cfg = load(ServeArgs::default()).unwrap();
+        let cfg = load(args(&[])).unwrap();
         assert_eq!(
             (
                 cfg.database_connect_timeout_seconds,
@@ -587,10 +440,7 @@ mod noauth_tests {
              database_connect_timeout_seconds = 5\nshutdown_timeout_seconds = 2\n",
         )
         .unwrap();
-        let cfg = load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        });
+        let cfg = load(args(&["--config", path.to_str().unwrap()]));
         let _ = std::fs::remove_file(&path);
         let cfg = cfg.unwrap();
         assert_eq!(

@@ -50,7 +50,7 @@ enum Command {
     #[command(
         after_help = "Example (SQLite in the data directory, noauth, a fake FPGA on compute1):\n  accel serve --fake-devices compute1"
     )]
-    Serve(config::ServeArgs),
+    Serve(Box<config::ServeArgs>),
     /// Device profiles of the accelerator API: create, list, show, delete.
     #[command(
         after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         #[cfg(feature = "server")]
         Command::Serve(args) => {
-            let cfg = config::ServeConfig::load(args)?;
+            let cfg = config::ServeConfig::load(*args)?;
             init_tracing(&cfg.log_format);
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(serve(cfg))
@@ -167,7 +167,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the metrics port to {}", cfg.metrics_listen))?;
     let metrics_addr = metrics_listener.local_addr()?;
-    let console_listener = match &cfg.console_listen {
+    let console_listener = match cfg.console_addr() {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
             format!("binding the console to {addr} (--console-listen, or --no-console)")
         })?),
@@ -192,10 +192,9 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
                 cfg.nova_url.clone(),
             ))
         }
-        None => cfg
-            .nova_url
-            .clone()
-            .map(|url| NovaEndpoint::fixed(url, cfg.nova_token.clone())),
+        None => cfg.nova_url.clone().map(|url| {
+            NovaEndpoint::fixed(url, cfg.nova_token.as_ref().map(|t| t.expose().to_owned()))
+        }),
     };
     let no_nova = nova.is_none();
     let app = accel_server::app::App::builder(store)
@@ -204,7 +203,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         .config(config)
         .bind_timeout_secs(cfg.bind_timeout_seconds)
         .workers(Some(WorkerConfig {
-            concurrency: cfg.bind_concurrency,
+            concurrency: cfg.bind_concurrency(),
             ..WorkerConfig::new(nova)
         }))
         .external(external)

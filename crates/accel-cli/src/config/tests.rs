@@ -6,7 +6,7 @@ mod observability_config_tests {
 
     #[test]
     fn metrics_port_and_access_log_default_on_and_follow_flag_then_file() {
-        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
+        let cfg = ServeConfig::load(args(&[])).unwrap();
         assert_eq!(cfg.metrics_listen, "127.0.0.1:9778");
         assert!(cfg.access_log);
         assert!(!cfg.server_config().unwrap().disable_access_log);
@@ -17,19 +17,16 @@ mod observability_config_tests {
             "metrics_listen = \"0.0.0.0:9100\"\naccess_log = false\n",
         )
         .unwrap();
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        })
-        .unwrap();
+        let cfg = ServeConfig::load(args(&["--config", path.to_str().unwrap()])).unwrap();
         assert_eq!(cfg.metrics_listen, "0.0.0.0:9100");
         assert!(cfg.server_config().unwrap().disable_access_log);
-        let cfg = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            metrics_listen: Some("127.0.0.1:1".into()),
-            no_access_log: true,
-            ..Default::default()
-        })
+        let cfg = ServeConfig::load(args(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--metrics-listen",
+            "127.0.0.1:1",
+            "--no-access-log",
+        ]))
         .unwrap();
         let _ = std::fs::remove_file(&path);
         assert_eq!(cfg.metrics_listen, "127.0.0.1:1");
@@ -47,10 +44,7 @@ mod placement_config_tests {
             uuid_like(text)
         ));
         std::fs::write(&path, text).unwrap();
-        let result = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        });
+        let result = ServeConfig::load(args(&["--config", path.to_str().unwrap()]));
         let _ = std::fs::remove_file(&path);
         result
     }
@@ -110,11 +104,12 @@ mod keystone_config_tests {
     fn load(text: &str) -> anyhow::Result<ServeConfig> {
         let path = std::env::temp_dir().join(format!("accel-config-test-{}.toml", unique_suffix()));
         std::fs::write(&path, text).unwrap();
-        let result = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            auth_strategy: Some(AuthStrategy::Keystone),
-            ..Default::default()
-        });
+        let result = ServeConfig::load(args(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--auth-strategy",
+            "keystone",
+        ]));
         let _ = std::fs::remove_file(&path);
         result
     }
@@ -196,7 +191,7 @@ mod keystone_config_tests {
              token_cache_time = 60\n",
         )
         .unwrap();
-        let k = cfg.keystone.as_ref().unwrap();
+        let k = cfg.keystone_authtoken.as_ref().unwrap();
         assert_eq!(k.service_token_roles, ["service", "nova"]);
         assert!(!k.service_token_roles_required);
         assert_eq!(k.token_cache_time, 60);
@@ -237,8 +232,8 @@ mod bind_config_tests {
     fn bind_concurrency_defaults_follows_flag_then_file_and_is_bounded() {
         // SQLite (the embedded default or a sqlite:// URL): one at a time; a server
         // database: DEFAULT_CONCURRENCY.
-        let cfg = ServeConfig::load(ServeArgs::default()).unwrap();
-        assert_eq!(cfg.bind_concurrency, 1);
+        let cfg = ServeConfig::load(args(&[])).unwrap();
+        assert_eq!(cfg.bind_concurrency(), 1);
         for (url, want) in [
             ("sqlite:///var/lib/accel/accel.db", 1),
             ("postgres://accel@db:5432/accel", 4),
@@ -246,40 +241,81 @@ mod bind_config_tests {
             ("mysql://accel@db:3306/accel", 4),
             ("mariadb://accel@db:3306/accel", 4),
         ] {
-            let cfg = ServeConfig::load(ServeArgs {
-                database: Some(url.into()),
-                ..Default::default()
-            })
-            .unwrap();
-            assert_eq!(cfg.bind_concurrency, want, "{url}");
+            let cfg = ServeConfig::load(args(&["--database", url])).unwrap();
+            assert_eq!(cfg.bind_concurrency(), want, "{url}");
         }
         assert_eq!(accel_server::accelerator::binder::DEFAULT_CONCURRENCY, 4);
         let path =
             std::env::temp_dir().join(format!("accel-bind-config-{}.toml", std::process::id()));
         std::fs::write(&path, "bind_concurrency = 3\n").unwrap();
-        let from_file = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        });
-        let from_flag = ServeConfig::load(ServeArgs {
-            config: Some(path.clone()),
-            bind_concurrency: Some(12),
-            ..Default::default()
-        });
+        let from_file = ServeConfig::load(args(&["--config", path.to_str().unwrap()]));
+        let from_flag = ServeConfig::load(args(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--bind-concurrency",
+            "12",
+        ]));
         let _ = std::fs::remove_file(&path);
-        assert_eq!(from_file.unwrap().bind_concurrency, 3);
-        assert_eq!(from_flag.unwrap().bind_concurrency, 12);
+        assert_eq!(from_file.unwrap().bind_concurrency(), 3);
+        assert_eq!(from_flag.unwrap().bind_concurrency(), 12);
         for bad in [0, 65] {
-            let err = ServeConfig::load(ServeArgs {
-                bind_concurrency: Some(bad),
-                ..Default::default()
-            })
-            .unwrap_err()
-            .to_string();
+            let err = ServeConfig::load(args(&["--bind-concurrency", &bad.to_string()]))
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains("bind_concurrency must be between 1 and 64"),
                 "{err}"
             );
         }
+    }
+}
+
+mod declaration_docs_tests {
+    use crate::config::*;
+
+    /// The README's table of `accel serve`'s keys and `accel serve --help` both come
+    /// from the declaration: neither can name a default the code does not use.
+    #[test]
+    fn readme_table_and_help_follow_the_declaration() {
+        let keys = ServeConfig::keys();
+        let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        accel_settings::check_doc_table(&readme, "serve", &accel_settings::markdown_table(&keys))
+            .unwrap();
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for k in &keys {
+            let Some(flag) = &k.flag else { continue };
+            let at = help
+                .find(&format!("{flag} "))
+                .or_else(|| help.find(&format!("{flag}\n")))
+                .unwrap_or_else(|| panic!("{flag} not in --help:\n{help}"));
+            let entry = &help[at..];
+            let entry = &entry[..entry[2..].find("\n  -").map_or(entry.len(), |e| e + 2)];
+            if let Some(d) = &k.default {
+                assert!(entry.contains(&format!("[default: {d}]")), "{entry}");
+            }
+            if let Some(e) = &k.env {
+                assert!(entry.contains(e.as_str()), "{entry}");
+            }
+        }
+        // The defaults are the ones the code applies.
+        let cfg = ServeConfig::load(args(&[])).unwrap();
+        let default_of = |name: &str| {
+            keys.iter()
+                .find(|k| k.name == name)
+                .and_then(|k| k.default.clone())
+                .unwrap()
+        };
+        assert_eq!(default_of("placement_listen"), cfg.placement_listen);
+        assert_eq!(
+            default_of("bind_timeout_seconds"),
+            cfg.bind_timeout_seconds.to_string()
+        );
     }
 }

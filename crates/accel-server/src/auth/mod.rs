@@ -59,6 +59,18 @@ impl std::str::FromStr for AuthStrategy {
     }
 }
 
+impl accel_settings::ShowDefault for AuthStrategy {
+    fn show_default(&self) -> Option<String> {
+        Some(
+            match self {
+                AuthStrategy::Noauth => "noauth",
+                AuthStrategy::Keystone => "keystone",
+            }
+            .into(),
+        )
+    }
+}
+
 /// The authenticated caller.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
