@@ -5,22 +5,11 @@
 //! unknown driver) stops it at start-up naming its key, before the server is asked
 //! anything (issue 14: a skipped device would otherwise read as removed).
 //!
-//! ```toml
-//! server = "http://controller:6666"     # the accelerator API
-//! node = "compute-1.example.org"        # Nova's hypervisor_hostname
-//! token = "admin"
-//! sysfs_root = "/sys"
-//! drivers = ["nvidia", "intel_fpga"]   # default: every driver
-//! interval_seconds = 60
-//! nova_config = "/etc/nova/nova.conf"
-//! nvml = true
-//! glance_url = "http://glance:9292"    # bitstreams for FPGA programming
-//! program_interval_ms = 1000           # how often programming requests are fetched
-//! program_dir = "/var/lib/accel/bitstreams"
-//! model = "accel"                      # or "cyborg": upstream Cyborg's modelling
-//! metrics_listen = "127.0.0.1:9779"    # /metrics, /livez, /readyz
-//! log_format = "text"                  # or "json"
+//! Every key is declared once, in [`AgentConfig`]'s [`accel_settings::settings!`]
+//! block (its flag, environment variable, file key, default and help; the README's
+//! table is generated from it). The tables:
 //!
+//! ```toml
 //! [keystone]                           # instead of token: a Keystone session
 //! auth_url = "http://keystone:5000/v3"
 //! username = "accel-agent"
@@ -44,55 +33,75 @@
 //! name = "gpu"
 //! ```
 
+use accel_settings::Secret;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The file's shape.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// The accelerator API root, e.g. `http://controller:6666`.
-    pub server: Option<String>,
-    /// The compute node's provider name (Nova's `hypervisor_hostname`).
-    pub node: Option<String>,
-    /// Token sent as `X-Auth-Token` (noauth: `admin`; keystone: a service token).
-    pub token: Option<String>,
-    /// Where sysfs is mounted (default `/sys`).
-    pub sysfs_root: Option<PathBuf>,
-    /// Drivers to run (default: all; they report only what they find).
-    pub drivers: Option<Vec<String>>,
-    /// Seconds between reports (default 60).
-    pub interval_seconds: Option<u64>,
-    /// Nova's configuration file, whose `[pci]` rules accel must not contradict.
-    pub nova_config: Option<PathBuf>,
-    /// Use NVML when `libnvidia-ml.so.1` loads (default true).
-    pub nvml: Option<bool>,
-    #[serde(default)]
-    pub nic: NicConfig,
-    #[serde(default)]
-    pub fake: FakeConfig,
-    /// Vendor programming tools.
-    #[serde(default)]
-    pub programming: ProgramTools,
-    /// Kubelet device plugins; absent: the agent serves none.
-    pub kubernetes: Option<accel_k8s::KubernetesFile>,
-    /// The image service (Glance v2) bitstreams are fetched from.
-    pub glance_url: Option<String>,
-    /// Milliseconds between two looks for programming requests (default 1000).
-    pub program_interval_ms: Option<u64>,
-    /// Where downloaded bitstreams are kept while they are programmed.
-    pub program_dir: Option<PathBuf>,
-    /// `accel` (seed 003, default) or `cyborg` (upstream Cyborg's classes, names and
-    /// traits, for clouds migrating from it).
-    pub model: Option<crate::model::Model>,
-    /// Keystone credentials (keystoneauth's option names) instead of `token`.
-    pub keystone: Option<accel_keystone::SessionConfig>,
-    /// `HOST:PORT` of the metrics port (`/metrics`, `/livez`, `/readyz`; default
-    /// `127.0.0.1:9779`).
-    pub metrics_listen: Option<String>,
-    /// `text` (default) or `json`.
-    pub log_format: Option<String>,
+accel_settings::settings! {
+    /// The agent's settings, resolved (flag, environment, file, default); [`Settings::load`]
+    /// checks them and turns them into what the agent runs with.
+    pub struct AgentConfig / AgentFlags / AgentFile {
+        /// The accelerator API root.
+        server: String = value(DEFAULT_SERVER.into()),
+            flag(long, env = "ACCEL_AGENT_SERVER", global = true, value_name = "URL");
+        /// The compute node's provider name: Nova's hypervisor_hostname (checked at start-up).
+        node: String = optional("none (required)"),
+            flag(long, env = "ACCEL_AGENT_NODE", global = true, value_name = "NAME");
+        /// Sent as X-Auth-Token: admin for a noauth server, else a service token (or a
+        /// [keystone] table).
+        token: Secret = optional("admin"),
+            flag(long, env = "ACCEL_AGENT_TOKEN", global = true, value_name = "TOKEN",
+                 hide_env_values = true);
+        /// Where sysfs is mounted.
+        sysfs_root: PathBuf = value("/sys".into()),
+            flag(long, global = true, value_name = "DIR");
+        /// Drivers to run (comma-separated): nvidia, intel_fpga, xilinx, qat, nvme, nic,
+        /// fake; they report only what they find.
+        drivers: Vec<String> = optional("all"),
+            flag(long, value_delimiter = ',', global = true, value_name = "LIST");
+        /// Seconds between reports.
+        interval_seconds: u64 = value(60),
+            flag(long = "interval", global = true, value_name = "SECONDS");
+        /// Nova's configuration file: devices its [pci] device_spec rules match are left
+        /// to Nova.
+        nova_config: PathBuf = optional(),
+            flag(long, global = true, value_name = "PATH");
+        /// Use NVML when libnvidia-ml.so.1 loads.
+        nvml: bool = value(true);
+        /// [nic.physnets]: physical network name to the interface names or PF addresses
+        /// on it (physnet1 = ["eth2", "0000:3b:00.0"]); without it NICs are not offered.
+        nic: NicConfig = optional();
+        /// [[fake.devices]], with drivers = ["fake"]: devices without hardware.
+        fake: FakeConfig = optional();
+        /// [programming] fpgaconf = PATH, xbutil = PATH: the vendor FPGA tools (default
+        /// fpgaconf on the PATH, /opt/xilinx/xrt/bin/xbutil).
+        programming: ProgramTools = optional();
+        /// [kubernetes]: kubelet device plugins; without it the agent serves none.
+        kubernetes: accel_k8s::KubernetesFile = optional();
+        /// The image service (Glance v2) root FPGA bitstreams are fetched from; without
+        /// it programming requests fail with that reason.
+        glance_url: String = optional(),
+            flag(long, env = "ACCEL_AGENT_GLANCE_URL", global = true, value_name = "URL");
+        /// Milliseconds between two looks for programming requests.
+        program_interval_ms: u64 = value(1000);
+        /// Where downloaded bitstreams are kept while they are programmed.
+        program_dir: PathBuf = optional("$TMPDIR/accel-bitstreams");
+        /// How devices are modelled in Placement: accel (seed 003: a provider per device
+        /// under the compute node's, one per FPGA region, named after the node) or cyborg
+        /// (upstream Cyborg's FPGA/PGPU/VGPU classes, names and traits).
+        model: crate::model::Model = value(crate::model::Model::Accel),
+            flag(long, value_parser = crate::model::Model::parse_flag, global = true,
+                 value_name = "accel|cyborg");
+        /// [keystone]: Keystone credentials (keystoneauth's option names) instead of token.
+        keystone: accel_keystone::SessionConfig = optional();
+        /// Address of the metrics port: /metrics, /livez, /readyz.
+        metrics_listen: String = value(crate::observe::DEFAULT_METRICS_LISTEN.into()),
+            flag(long, env = "ACCEL_AGENT_METRICS_LISTEN", global = true, value_name = "HOST:PORT");
+        /// Log lines as text or json.
+        log_format: String = value("text".into()),
+            flag(long, value_parser = ["text", "json"], global = true, value_name = "text|json");
+    }
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -190,23 +199,6 @@ impl ProgramTools {
 }
 
 /// Command-line values; `None` leaves the file's (or the default).
-#[derive(Debug, Default, Clone)]
-pub struct Flags {
-    pub config: Option<PathBuf>,
-    pub server: Option<String>,
-    pub node: Option<String>,
-    pub token: Option<String>,
-    pub sysfs_root: Option<PathBuf>,
-    pub drivers: Option<Vec<String>>,
-    pub interval_seconds: Option<u64>,
-    pub nova_config: Option<PathBuf>,
-    pub glance_url: Option<String>,
-    pub model: Option<crate::model::Model>,
-    pub metrics_listen: Option<String>,
-    pub log_format: Option<String>,
-}
-
-/// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub server: String,
@@ -274,49 +266,42 @@ impl Settings {
     }
 
     /// Merges `flags` over the file they name.
-    pub fn load(flags: Flags) -> Result<Settings, String> {
-        let file = match &flags.config {
+    /// Reads the file at `config` (when given) under `flags`, and checks every value,
+    /// naming its key.
+    pub fn load(config: Option<&Path>, flags: AgentFlags) -> Result<Settings, String> {
+        let file = match config {
             Some(p) => read_file(p)?,
-            None => FileConfig::default(),
+            None => AgentFile::default(),
         };
-        let interval_seconds = flags
-            .interval_seconds
-            .or(file.interval_seconds)
-            .unwrap_or(60);
-        if interval_seconds == 0 {
+        let c = AgentConfig::resolve(flags, file);
+        if c.interval_seconds == 0 {
             return Err("interval_seconds must be at least 1".into());
         }
-        // A bad value stops the agent here, naming its key (`kubernetes.<path>`).
-        let kubernetes = match file.kubernetes {
-            Some(k) => Some(k.validate().map_err(|e| match &flags.config {
+        let kubernetes = match c.kubernetes {
+            Some(k) => Some(k.validate().map_err(|e| match config {
                 Some(p) => format!("agent configuration {}: {e}", p.display()),
                 None => e.to_string(),
             })?),
             None => None,
         };
-        validate_fake(&file.fake.devices)?;
-        let listen = flags
-            .metrics_listen
-            .or(file.metrics_listen)
-            .unwrap_or_else(|| crate::observe::DEFAULT_METRICS_LISTEN.into());
-        let metrics_listen = std::net::ToSocketAddrs::to_socket_addrs(&listen)
+        let fake = c.fake.unwrap_or_default().devices;
+        validate_fake(&fake)?;
+        let listen = &c.metrics_listen;
+        let metrics_listen = std::net::ToSocketAddrs::to_socket_addrs(listen)
             .ok()
             .and_then(|mut a| a.next())
             .ok_or_else(|| {
                 format!("metrics_listen must be HOST:PORT (e.g. 127.0.0.1:9779), not {listen:?}")
             })?;
-        let log_format = flags
-            .log_format
-            .or(file.log_format)
-            .unwrap_or_else(|| "text".into());
-        if log_format != "text" && log_format != "json" {
+        if c.log_format != "text" && c.log_format != "json" {
             return Err(format!(
-                "log_format must be text or json, not {log_format:?}"
+                "log_format must be text or json, not {:?}",
+                c.log_format
             ));
         }
-        if let Some(k) = &file.keystone {
+        if let Some(k) = &c.keystone {
             k.validate("keystone")?;
-            if flags.token.is_some() || file.token.is_some() {
+            if c.token.is_some() {
                 return Err(
                     "token and a [keystone] table both say how the agent authenticates: keep one"
                         .into(),
@@ -324,43 +309,34 @@ impl Settings {
             }
         }
         let settings = Settings {
-            server: flags
-                .server
-                .or(file.server)
-                .unwrap_or_else(|| DEFAULT_SERVER.into())
-                .trim_end_matches('/')
-                .to_owned(),
-            node: flags.node.or(file.node).unwrap_or_default(),
-            token: flags.token.or(file.token).unwrap_or_else(|| "admin".into()),
-            sysfs_root: flags
-                .sysfs_root
-                .or(file.sysfs_root)
-                .unwrap_or_else(|| "/sys".into()),
-            drivers: flags.drivers.or(file.drivers),
-            interval_seconds,
-            nova_config: flags.nova_config.or(file.nova_config),
+            server: c.server.trim_end_matches('/').to_owned(),
+            node: c.node.unwrap_or_default(),
+            token: c
+                .token
+                .map_or_else(|| "admin".into(), |t| t.expose().to_owned()),
+            sysfs_root: c.sysfs_root,
+            drivers: c.drivers,
+            interval_seconds: c.interval_seconds,
+            nova_config: c.nova_config,
             driver: DriverSettings {
-                nvml: file.nvml.unwrap_or(true),
-                physnets: file.nic.physnets,
-                fake: file.fake.devices,
-                tools: file.programming,
+                nvml: c.nvml,
+                physnets: c.nic.unwrap_or_default().physnets,
+                fake,
+                tools: c.programming.unwrap_or_default(),
             },
             kubernetes,
-            glance_url: flags
+            glance_url: c
                 .glance_url
-                .or(file.glance_url)
                 .map(|u| u.trim_end_matches('/').to_owned())
                 .filter(|u| !u.is_empty()),
-            program_interval: std::time::Duration::from_millis(
-                file.program_interval_ms.unwrap_or(1000).max(10),
-            ),
-            program_dir: file
+            program_interval: std::time::Duration::from_millis(c.program_interval_ms.max(10)),
+            program_dir: c
                 .program_dir
                 .unwrap_or_else(|| std::env::temp_dir().join("accel-bitstreams")),
-            model: flags.model.or(file.model).unwrap_or_default(),
-            keystone: file.keystone,
+            model: c.model,
+            keystone: c.keystone,
             metrics_listen,
-            log_format,
+            log_format: c.log_format,
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
@@ -383,7 +359,6 @@ impl Settings {
         Ok(settings)
     }
 
-    /// The node name, required for reporting.
     pub fn require_node(&self) -> Result<&str, String> {
         if self.node.is_empty() {
             Err("no node name: pass --node NAME (or `node` in the config file) with the compute node's Placement provider name, which is Nova's hypervisor_hostname (`openstack hypervisor list`)".into())
@@ -457,7 +432,7 @@ pub fn validate_fake(devices: &[FakeDevice]) -> Result<(), String> {
     Ok(())
 }
 
-fn read_file(p: &Path) -> Result<FileConfig, String> {
+fn read_file(p: &Path) -> Result<AgentFile, String> {
     let text = std::fs::read_to_string(p)
         .map_err(|e| format!("reading the agent configuration {}: {e}", p.display()))?;
     toml::from_str(&text).map_err(|e| format!("agent configuration {}: {e}", p.display()))
@@ -466,6 +441,14 @@ fn read_file(p: &Path) -> Result<FileConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's table of the agent's keys comes from the declaration.
+    #[test]
+    fn readme_table_follows_the_declaration() {
+        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        let table = accel_settings::markdown_table(&AgentConfig::keys());
+        accel_settings::check_doc_table(&readme, "agent", &table).unwrap();
+    }
 
     fn fake(text: &str) -> Vec<FakeDevice> {
         #[derive(Deserialize)]

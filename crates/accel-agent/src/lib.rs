@@ -29,4 +29,4 @@ pub mod sysfs;
 pub mod testing;
 
 pub use agent::{Agent, AgentError};
-pub use config::{Flags, Settings};
+pub use config::{AgentConfig, AgentFile, AgentFlags, Settings};

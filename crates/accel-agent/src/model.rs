@@ -345,6 +345,23 @@ impl Model {
             _ => None,
         }
     }
+
+    /// [`Model::parse`] for `--model`, with a message that lists the choices.
+    pub fn parse_flag(s: &str) -> Result<Model, String> {
+        Model::parse(s).ok_or_else(|| format!("unknown model {s:?}: accel or cyborg"))
+    }
+}
+
+impl accel_settings::ShowDefault for Model {
+    fn show_default(&self) -> Option<String> {
+        Some(
+            match self {
+                Model::Accel => "accel",
+                Model::Cyborg => "cyborg",
+            }
+            .into(),
+        )
+    }
 }
 
 /// Cyborg's resource class of a device: its standard `FPGA`, `PGPU` and `VGPU`, else

@@ -15,38 +15,12 @@ pub struct AgentArgs {
     /// TOML file with the same keys as these flags (flags win).
     #[arg(long, env = "ACCEL_AGENT_CONFIG", global = true)]
     config: Option<PathBuf>,
-    /// The accelerator API root (default http://127.0.0.1:6666).
-    #[arg(long, env = "ACCEL_AGENT_SERVER", global = true)]
-    server: Option<String>,
-    /// The compute node's provider name: Nova's hypervisor_hostname.
-    #[arg(long, env = "ACCEL_AGENT_NODE", global = true)]
-    node: Option<String>,
-    /// Sent as X-Auth-Token (default admin, for noauth servers).
-    #[arg(long, env = "ACCEL_AGENT_TOKEN", global = true)]
-    token: Option<String>,
-    /// Where sysfs is mounted (default /sys).
-    #[arg(long, global = true)]
-    sysfs_root: Option<PathBuf>,
-    /// Comma-separated drivers (default: all): nvidia, intel_fpga, xilinx, qat, nvme, nic, fake.
-    #[arg(long, value_delimiter = ',', global = true)]
-    drivers: Option<Vec<String>>,
-    /// Seconds between reports (default 60).
-    #[arg(long, global = true)]
-    interval: Option<u64>,
     /// Discover and report once, then exit (non-zero with the reason on failure).
     #[arg(long)]
     once: bool,
-    /// Nova's configuration file: devices its [pci] device_spec rules match are left to Nova.
-    #[arg(long, global = true)]
-    nova_config: Option<PathBuf>,
-    /// How devices are modelled in Placement: accel (a provider per device under the
-    /// compute node's, one per FPGA region, named after the node) or cyborg (upstream
-    /// Cyborg's FPGA/PGPU/VGPU classes, names and traits).
-    #[arg(long, value_parser = parse_model, global = true)]
-    model: Option<accel_agent::model::Model>,
-    /// The image service (Glance v2) root that FPGA bitstreams are fetched from.
-    #[arg(long, env = "ACCEL_AGENT_GLANCE_URL", global = true)]
-    glance_url: Option<String>,
+    /// The agent's settings (`accel_agent::AgentConfig` declares each one).
+    #[command(flatten)]
+    flags: accel_agent::AgentFlags,
     /// Kubelet's device plugin directory; the [kubernetes] plugins serve while it exists.
     #[arg(long, default_value = accel_k8s::run::DEFAULT_KUBELET_DIR)]
     kubelet_dir: PathBuf,
@@ -56,12 +30,6 @@ pub struct AgentArgs {
     /// Where the CDI spec files go (default: [kubernetes] cdi_dir, else /var/run/cdi).
     #[arg(long)]
     cdi_dir: Option<PathBuf>,
-    /// HOST:PORT of the metrics port: /metrics, /livez, /readyz (default 127.0.0.1:9779).
-    #[arg(long, env = "ACCEL_AGENT_METRICS_LISTEN", global = true)]
-    metrics_listen: Option<String>,
-    /// Log lines as text (default) or json.
-    #[arg(long, value_parser = ["text", "json"], global = true)]
-    log_format: Option<String>,
 }
 
 /// Where kubelet and the container runtime are.
@@ -82,27 +50,8 @@ enum AgentCommand {
     Check,
 }
 
-fn parse_model(s: &str) -> Result<accel_agent::model::Model, String> {
-    accel_agent::model::Model::parse(s)
-        .ok_or_else(|| format!("unknown model {s:?}: accel or cyborg"))
-}
-
 fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
-    accel_agent::Settings::load(accel_agent::Flags {
-        config: a.config.clone(),
-        server: a.server.clone(),
-        node: a.node.clone(),
-        token: a.token.clone(),
-        sysfs_root: a.sysfs_root.clone(),
-        drivers: a.drivers.clone(),
-        interval_seconds: a.interval,
-        nova_config: a.nova_config.clone(),
-        glance_url: a.glance_url.clone(),
-        model: a.model,
-        metrics_listen: a.metrics_listen.clone(),
-        log_format: a.log_format.clone(),
-    })
-    .map_err(anyhow::Error::msg)
+    accel_agent::Settings::load(a.config.as_deref(), a.flags.clone()).map_err(anyhow::Error::msg)
 }
 
 /// Logs to stderr as `format` says, filtered by `ACCEL_LOG` (default `info`); colours
