@@ -172,20 +172,13 @@ macro_rules! settings {
         }
     ) => {
         $crate::__settings_munch! {
+            [flags file]
             [ [$(#[$smeta])*] [$vis] [$name] [$flags] [$file] ]
-            [] [] []
+            [] [] [] []
             [ $( { $key [$ty] $kind [$($default)*] [$($doc)*] [ $( $($arg)* )? ] } )* ]
         }
 
         impl $name {
-            /// Flag (or its environment variable) over file over default, key by key.
-            #[allow(unused_variables)]
-            pub fn resolve(flags: $flags, file: $file) -> $name {
-                $name {
-                    $( $key: $crate::__settings_merge!($kind [$($default)*] flags.$key, file.$key), )*
-                }
-            }
-
             /// Every key of the section, as declared.
             pub fn keys() -> ::std::vec::Vec<$crate::Key> {
                 let cmd = <$flags as $crate::__clap::Args>::augment_args(
@@ -210,59 +203,65 @@ macro_rules! settings {
 #[macro_export]
 macro_rules! __settings_munch {
     // value(DEFAULT): flag Option<T>, resolved T.
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] value [$($d:tt)*] [$($doc:literal)*] [$($arg:tt)+] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
+        $crate::__settings_munch! { [$fv $fiv] $head
             [$($fl)* #[arg($($arg)+, help = $crate::help(&[$($doc),*], $crate::__settings_default!(value [$($d)*] $ty)))] pub $key: Option<$ty>,]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: $ty,]
+            [$($in)* $key: $crate::__settings_merge!(value [$($d)*] $fv.$key, $fiv.$key),]
             [$($rest)*] }
     };
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] value [$($d:tt)*] [$($doc:literal)*] [] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
-            [$($fl)* #[arg(skip)] pub $key: Option<$ty>,]
+        $crate::__settings_munch! { [$fv $fiv] $head
+            [$($fl)*]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: $ty,]
+            [$($in)* $key: $crate::__settings_merge!(value [$($d)*] None, $fiv.$key),]
             [$($rest)*] }
     };
     // optional(...): flag Option<T>, resolved Option<T>.
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] optional [$($d:tt)*] [$($doc:literal)*] [$($arg:tt)+] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
+        $crate::__settings_munch! { [$fv $fiv] $head
             [$($fl)* #[arg($($arg)+, help = $crate::help(&[$($doc),*], $crate::__settings_default!(optional [$($d)*] $ty)))] pub $key: Option<$ty>,]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: Option<$ty>,]
+            [$($in)* $key: $crate::__settings_merge!(optional [$($d)*] $fv.$key, $fiv.$key),]
             [$($rest)*] }
     };
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] optional [$($d:tt)*] [$($doc:literal)*] [] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
-            [$($fl)* #[arg(skip)] pub $key: Option<$ty>,]
+        $crate::__settings_munch! { [$fv $fiv] $head
+            [$($fl)*]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: Option<$ty>,]
+            [$($in)* $key: $crate::__settings_merge!(optional [$($d)*] None, $fiv.$key),]
             [$($rest)*] }
     };
     // switch(DEFAULT) and negated(DEFAULT): a bare flag, resolved bool.
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] $kind:ident [$($d:tt)*] [$($doc:literal)*] [$($arg:tt)+] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
+        $crate::__settings_munch! { [$fv $fiv] $head
             [$($fl)* #[arg($($arg)+, help = $crate::help(&[$($doc),*], $crate::__settings_default!($kind [$($d)*] $ty)))] pub $key: $ty,]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: $ty,]
+            [$($in)* $key: $crate::__settings_merge!($kind [$($d)*] $fv.$key, $fiv.$key),]
             [$($rest)*] }
     };
-    ($head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*]
+    ([$fv:ident $fiv:ident] $head:tt [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*]
      [ { $key:ident [$ty:ty] $kind:ident [$($d:tt)*] [$($doc:literal)*] [] } $($rest:tt)* ]) => {
-        $crate::__settings_munch! { $head
-            [$($fl)* #[arg(skip)] pub $key: $ty,]
+        $crate::__settings_munch! { [$fv $fiv] $head
+            [$($fl)*]
             [$($fi)* $(#[doc = $doc])* pub $key: Option<$ty>,]
             [$($re)* $(#[doc = $doc])* pub $key: $ty,]
+            [$($in)* $key: $crate::__settings_merge!($kind [$($d)*] false, $fiv.$key),]
             [$($rest)*] }
     };
     // Every key done: the three structs.
-    ([ [$($smeta:tt)*] [$vis:vis] [$name:ident] [$flags:ident] [$file:ident] ]
-     [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] []) => {
+    ([$fv:ident $fiv:ident] [ [$($smeta:tt)*] [$vis:vis] [$name:ident] [$flags:ident] [$file:ident] ]
+     [$($fl:tt)*] [$($fi:tt)*] [$($re:tt)*] [$($in:tt)*] []) => {
         $($smeta)*
         #[derive(Debug, Clone)]
         $vis struct $name { $($re)* }
@@ -275,6 +274,14 @@ macro_rules! __settings_munch {
         #[derive(Debug, Clone, Default, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         $vis struct $file { $($fi)* }
+
+        impl $name {
+            /// Flag (or its environment variable) over file over default, key by key.
+            pub fn resolve($fv: $flags, $fiv: $file) -> $name {
+                let _ = &$fv;
+                $name { $($in)* }
+            }
+        }
     };
 }
 
