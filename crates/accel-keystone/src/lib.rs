@@ -15,12 +15,13 @@
 //! Glance), and the agent never links the server. Options use keystoneauth's names, as
 //! in the `[nova]` table of Cyborg's and Nova's configuration files.
 
+pub use accel_settings::Secret;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
 
 /// Password credentials and where the service is found (keystoneauth's options).
-#[derive(Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SessionConfig {
     /// Identity endpoint, with or without `/v3`.
@@ -29,7 +30,8 @@ pub struct SessionConfig {
     #[serde(default = "default_auth_type")]
     pub auth_type: String,
     pub username: String,
-    pub password: String,
+    /// Printed as `***` by `Debug`.
+    pub password: Secret,
     pub project_name: String,
     #[serde(default = "default_domain")]
     pub user_domain_name: String,
@@ -62,20 +64,6 @@ fn default_interface() -> String {
     "public".into()
 }
 
-impl std::fmt::Debug for SessionConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionConfig")
-            .field("auth_url", &self.auth_url)
-            .field("username", &self.username)
-            .field("password", &"***")
-            .field("project_name", &self.project_name)
-            .field("region_name", &self.region_name)
-            .field("interface", &self.interface)
-            .field("endpoint_override", &self.endpoint_override)
-            .finish_non_exhaustive()
-    }
-}
-
 /// `http://` or `https://`, or a message naming the option.
 pub fn check_url(option: &str, url: &str) -> Result<(), String> {
     if url.starts_with("http://") || url.starts_with("https://") {
@@ -99,7 +87,7 @@ impl SessionConfig {
         }
         for (k, v) in [
             ("username", &self.username),
-            ("password", &self.password),
+            ("password", &self.password.expose().to_owned()),
             ("project_name", &self.project_name),
         ] {
             if v.is_empty() {
@@ -259,7 +247,7 @@ impl Session {
             "identity": {"methods": ["password"], "password": {"user": {
                 "name": c.username,
                 "domain": {"name": c.user_domain_name},
-                "password": c.password,
+                "password": c.password.expose(),
             }}},
             "scope": {"project": {
                 "name": c.project_name,

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The `[keystone_authtoken]` table, with keystonemiddleware's option names.
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeystoneConfig {
     /// Identity endpoint used to get our own token and validate others, with or
@@ -50,7 +50,8 @@ pub struct KeystoneConfig {
     pub www_authenticate_uri: Option<String>,
     /// The service user (for Cyborg, usually `cyborg`).
     pub username: String,
-    pub password: String,
+    /// Printed as `***` by `Debug`.
+    pub password: accel_settings::Secret,
     /// The service project (usually `service`).
     pub project_name: String,
     #[serde(default = "accel_keystone::default_domain")]
@@ -92,23 +93,6 @@ fn default_cache_size() -> usize {
     10_000
 }
 
-impl std::fmt::Debug for KeystoneConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeystoneConfig")
-            .field("auth_url", &self.auth_url)
-            .field("username", &self.username)
-            .field("password", &"***")
-            .field("project_name", &self.project_name)
-            .field("service_token_roles", &self.service_token_roles)
-            .field(
-                "service_token_roles_required",
-                &self.service_token_roles_required,
-            )
-            .field("token_cache_time", &self.token_cache_time)
-            .finish_non_exhaustive()
-    }
-}
-
 impl KeystoneConfig {
     /// Checks the values a typo would break, with messages that say what to do.
     pub fn validate(&self) -> Result<(), String> {
@@ -126,7 +110,7 @@ impl KeystoneConfig {
         }
         for (name, v) in [
             ("username", &self.username),
-            ("password", &self.password),
+            ("password", &self.password.expose().to_owned()),
             ("project_name", &self.project_name),
         ] {
             if v.is_empty() {

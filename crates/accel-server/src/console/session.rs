@@ -284,7 +284,7 @@ pub(crate) async fn login(state: Shared, headers: HeaderMap, body: axum::body::B
         auth_url: kc.auth_url.clone(),
         auth_type: "password".to_owned(),
         username: f.user.clone(),
-        password: f.password.clone(),
+        password: f.password.clone().into(),
         project_name: f.project.clone(),
         user_domain_name: domain.clone(),
         project_domain_name: domain.clone(),

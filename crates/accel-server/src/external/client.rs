@@ -61,7 +61,7 @@ impl Client {
         let (endpoint, auth) = match &cfg.token {
             Some(t) => (
                 Endpoint::Url(opt(&cfg.endpoint_override)),
-                Auth::Token(t.clone()),
+                Auth::Token(t.expose().to_owned()),
             ),
             // The session answers `endpoint_override` when set, else the catalog's.
             None => (
@@ -70,7 +70,7 @@ impl Client {
                     auth_url: opt(&cfg.auth_url),
                     auth_type: cfg.auth_type.clone().unwrap_or_else(|| "password".into()),
                     username: opt(&cfg.username),
-                    password: opt(&cfg.password),
+                    password: cfg.password.clone().unwrap_or_default(),
                     project_name: opt(&cfg.project_name),
                     user_domain_name: cfg
                         .user_domain_name

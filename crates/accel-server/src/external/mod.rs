@@ -58,7 +58,7 @@ use tokio::sync::Notify;
 
 /// The `[placement]` table: keystoneauth's option names, as in Cyborg's and Nova's
 /// `[placement]` sections, plus a static `token`.
-#[derive(Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct PlacementConfig {
     /// The Placement URL (e.g. `http://ctl/placement`); without it the endpoint comes
@@ -74,7 +74,8 @@ pub struct PlacementConfig {
     #[serde(default)]
     pub username: Option<String>,
     #[serde(default)]
-    pub password: Option<String>,
+    /// Printed as `***` by `Debug`.
+    pub password: Option<accel_settings::Secret>,
     #[serde(default)]
     pub project_name: Option<String>,
     #[serde(default)]
@@ -90,24 +91,11 @@ pub struct PlacementConfig {
     /// A fixed X-Auth-Token instead of Keystone (tests, a noauth2 Placement such as
     /// `accel serve` with `auth_strategy = "noauth"`, where `admin` is an admin).
     #[serde(default)]
-    pub token: Option<String>,
+    /// Printed as `***` by `Debug`.
+    pub token: Option<accel_settings::Secret>,
     /// Seconds one request may take (default 30).
     #[serde(default)]
     pub timeout: Option<u64>,
-}
-
-impl std::fmt::Debug for PlacementConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlacementConfig")
-            .field("endpoint_override", &self.endpoint_override)
-            .field("auth_url", &self.auth_url)
-            .field("username", &self.username)
-            .field("project_name", &self.project_name)
-            .field("region_name", &self.region_name)
-            .field("interface", &self.interface)
-            .field("token", &self.token.as_ref().map(|_| "***"))
-            .finish_non_exhaustive()
-    }
 }
 
 impl PlacementConfig {
@@ -126,7 +114,10 @@ impl PlacementConfig {
         let password_keys = [
             ("auth_url", &self.auth_url),
             ("username", &self.username),
-            ("password", &self.password),
+            (
+                "password",
+                &self.password.as_ref().map(|p| p.expose().to_owned()),
+            ),
             ("project_name", &self.project_name),
         ];
         let given: Vec<&str> = password_keys
