@@ -44,8 +44,20 @@ fn accel() -> Command {
     c
 }
 
+/// An `accel serve` started and not yet ready.
+struct Starting {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    ready: tokio::sync::oneshot::Receiver<String>,
+}
+
 /// Starts `accel serve ARGS` (both APIs on port 0) and waits for it to be ready.
 async fn serve(args: &[&str]) -> Serve {
+    start(args).ready().await
+}
+
+/// Starts `accel serve ARGS` (both APIs on port 0), its log collected as it comes.
+fn start(args: &[&str]) -> Starting {
     let mut c = accel();
     c.args(["serve", "--log-format", "json"])
         .args(["--placement-listen", "127.0.0.1:0"])
@@ -67,18 +79,54 @@ async fn serve(args: &[&str]) -> Serve {
             sink.lock().unwrap().push(line);
         }
     });
-    let ready = tokio::time::timeout(Duration::from_secs(60), rx)
-        .await
-        .unwrap_or_else(|_| panic!("not ready: {:?}", log.lock().unwrap()))
-        .unwrap_or_else(|_| panic!("exited: {:?}", log.lock().unwrap()));
-    let v: Value = serde_json::from_str(&ready).unwrap();
-    let f = &v["fields"];
-    Serve {
+    Starting {
         child,
-        placement: format!("http://{}", f["placement"].as_str().unwrap()),
-        accel: format!("http://{}", f["accelerator"].as_str().unwrap()),
         log,
+        ready: rx,
     }
+}
+
+impl Starting {
+    /// Waits for the "accel serve ready" line.
+    async fn ready(self) -> Serve {
+        let log = self.log;
+        let ready = tokio::time::timeout(Duration::from_secs(60), self.ready)
+            .await
+            .unwrap_or_else(|_| panic!("not ready: {:?}", log.lock().unwrap()))
+            .unwrap_or_else(|_| panic!("exited: {:?}", log.lock().unwrap()));
+        let v: Value = serde_json::from_str(&ready).unwrap();
+        let f = &v["fields"];
+        Serve {
+            child: self.child,
+            placement: format!("http://{}", f["placement"].as_str().unwrap()),
+            accel: format!("http://{}", f["accelerator"].as_str().unwrap()),
+            log,
+        }
+    }
+}
+
+/// Waits until a line of `log` contains `what` (at most 30 s).
+async fn until_logged(log: &Mutex<Vec<String>>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().iter().any(|l| l.contains(what)) {
+        assert!(
+            Instant::now() < deadline,
+            "never logged {what:?}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the server at `base` has accepted every connection opened before this
+/// call: it answers a request on a new one, and accepts are taken in order.
+async fn accepted_so_far(base: &str) {
+    let r = reqwest::Client::new()
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
 }
 
 impl Serve {
@@ -208,7 +256,8 @@ async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_on
     let mut s = serve(&["--database", &db, "--shutdown-timeout", "1"]).await;
     let _held = half_request(&s.placement).await;
     let _held2 = half_request(&s.accel).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    accepted_so_far(&s.placement).await;
+    accepted_so_far(&s.accel).await;
     s.signal("TERM");
     let (status, took) = s.exit(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}");
@@ -221,9 +270,9 @@ async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_on
     // A long drain, cut short by a second SIGINT.
     let mut s = serve(&["--database", &db, "--shutdown-timeout", "60"]).await;
     let _held = half_request(&s.placement).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    accepted_so_far(&s.placement).await;
     s.signal("INT");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_logged(&s.log, "shutdown requested, draining").await;
     assert!(s.child.try_wait().unwrap().is_none(), "still draining");
     s.signal("INT");
     let (status, took) = s.exit(Duration::from_secs(5)).await;
@@ -474,10 +523,10 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
 
     // Started before its database: it waits, logging why, and comes up with it.
     let args = ["--database", &url, "--database-connect-timeout", "60"];
-    let (s, ()) = tokio::join!(serve(&args), async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        pg.start().await;
-    });
+    let starting = start(&args);
+    until_logged(&starting.log, "Connection refused").await;
+    pg.start().await;
+    let s = starting.ready().await;
     assert!(s.logged("database not reachable yet") >= 1);
     assert!(s.logged("Connection refused") >= 1);
 
@@ -528,10 +577,22 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
         })
         .collect();
 
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The load is running: writes are acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while load.lock().unwrap().ok_since_mark < 20 {
+        assert!(Instant::now() < deadline, "the load never got going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     pg.stop("fast").await;
     // Down for longer than a request waits for a connection (5 s): answered 503.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !load.lock().unwrap().statuses.contains(&503) {
+        assert!(
+            Instant::now() < deadline,
+            "no 503 while the database is down"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     load.lock().unwrap().ok_since_mark = 0;
     pg.start().await;
     // Recovered by itself: writes succeed again, with no restart of accel.
