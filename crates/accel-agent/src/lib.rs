@@ -26,6 +26,7 @@ pub mod observe;
 pub mod pci;
 pub mod program;
 pub mod sysfs;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use agent::{Agent, AgentError};

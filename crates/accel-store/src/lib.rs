@@ -33,6 +33,7 @@ pub mod estate;
 mod migrate;
 pub mod placement;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use dialect::Tx;

@@ -2,7 +2,7 @@
 //! 1024 PCI functions (64 devices), the first report of those 64 devices applied by the
 //! real server, and an unchanged report, on SQLite (file) and PostgreSQL.
 //!
-//! `cargo bench -p accel-agent --bench agent` (PostgreSQL from `ACCEL_TEST_PG`; set
+//! `cargo bench -p accel-bench --bench agent` (PostgreSQL from `ACCEL_TEST_PG`; set
 //! `AGENT_BENCH_PG=0` to skip it).
 
 use accel_agent::client::Client;
