@@ -10,6 +10,8 @@
 //! A phase that sees any failed request reports the failure count and the binary exits
 //! non-zero: numbers from a run that did not do the work are not numbers.
 
+pub mod cloud;
+
 use accel_api::agent::{AttachHandle, ControlPathId, Deployable, Device, DeviceReport, KeyValue};
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,0 +1,27 @@
+//! `accel-bench`: whole-cloud benchmarks (`accel-bench cloud`, see
+//! `accel_bench::cloud`). The single-API load drivers are their own binaries
+//! (`placement-load`, `arq-load`, `console-load`).
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Whole-cloud benchmarks of accel (docs/benchmarks.md)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// N compute nodes with M devices each, driven as Nova 34, Cyborg's workflow and
+    /// accel's agents drive them: periodic updates, reports, and boots and deletes at
+    /// an open-loop rate.
+    Cloud(accel_bench::cloud::CloudArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Cloud(args) => accel_bench::cloud::run(args).await,
+    }
+}

@@ -1,0 +1,139 @@
+//! The `accel serve` that `accel-bench cloud --database URL` starts: on port 0 for
+//! both APIs (read back from its "accel serve ready" line), no console, and its CPU
+//! time and peak memory read from `/proc` for the report.
+
+use anyhow::{bail, Context};
+use std::path::Path;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct Server {
+    child: Child,
+    pub placement: String,
+    pub accelerator: String,
+}
+
+impl Server {
+    /// Starts `accel serve` on `database`, sending its Nova events to `nova_url`.
+    pub async fn start(
+        database: &str,
+        bin: Option<&Path>,
+        nova_url: &str,
+    ) -> anyhow::Result<Server> {
+        let bin = match bin {
+            Some(b) => b.to_owned(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("no directory of accel-bench")?
+                .join("accel"),
+        };
+        let mut child = Command::new(&bin)
+            .args(["serve", "--database", database, "--log-format", "json"])
+            .args(["--placement-listen", "127.0.0.1:0"])
+            .args(["--accelerator-listen", "127.0.0.1:0"])
+            .args([
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--no-console",
+                "--no-access-log",
+            ])
+            .args(["--nova-url", nova_url])
+            .env("ACCEL_LOG", "warn,accel=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut lines = BufReader::new(child.stderr.take().context("no stderr")?).lines();
+        let ready = loop {
+            match lines.next_line().await? {
+                Some(l) if l.contains("accel serve ready") => break l,
+                Some(l) => eprintln!("accel: {l}"),
+                None => bail!("accel serve exited before it was ready"),
+            }
+        };
+        // Keep reading its log so the pipe never fills.
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l.contains("\"ERROR\"") {
+                    eprintln!("accel: {l}");
+                }
+            }
+        });
+        let v: serde_json::Value = serde_json::from_str(&ready)?;
+        let f = &v["fields"];
+        let addr = |k: &str| {
+            f[k].as_str()
+                .map(|a| format!("http://{a}"))
+                .with_context(|| format!("no {k} address in {ready}"))
+        };
+        Ok(Server {
+            placement: addr("placement")?,
+            accelerator: addr("accelerator")?,
+            child,
+        })
+    }
+
+    fn proc_file(&self, name: &str) -> String {
+        let pid = self.child.id().unwrap_or(0);
+        std::fs::read_to_string(format!("/proc/{pid}/{name}")).unwrap_or_default()
+    }
+
+    /// User and system CPU seconds so far (`/proc/PID/stat`, at 100 ticks a second,
+    /// Linux's `USER_HZ`).
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = self.proc_file("stat");
+        // Fields after the parenthesised command name; utime and stime are 14 and 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (tick(11) + tick(12)) / 100.0
+    }
+
+    /// Peak resident memory in MB (`VmHWM`).
+    pub fn peak_rss_mb(&self) -> f64 {
+        self.proc_file("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(30), self.child.wait()).await;
+    }
+}
+
+/// Nova's `os-server-external-events` on 127.0.0.1:0: calls `on_event` with each
+/// event's server uuid and answers every event 200, as Nova does for an instance it
+/// knows. Returns the compute API root to give accel (`--nova-url`).
+pub async fn fake_nova(
+    on_event: impl Fn(&str) + Clone + Send + Sync + 'static,
+) -> anyhow::Result<String> {
+    use serde_json::{json, Value};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/v2.1/os-server-external-events",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let on_event = on_event.clone();
+            async move {
+                let mut events = body["events"].as_array().cloned().unwrap_or_default();
+                for e in &mut events {
+                    on_event(e["server_uuid"].as_str().unwrap_or_default());
+                    e["code"] = 200.into();
+                }
+                axum::Json(json!({ "events": events }))
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{addr}/v2.1"))
+}
