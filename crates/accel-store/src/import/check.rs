@@ -66,7 +66,12 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
             flag(&mut problems, &mut bad_rp, p.id, "has no generation".into());
         }
         if let Some(parent) = p.parent_id.filter(|x| !by_id.contains_key(x)) {
-            flag(&mut problems, &mut bad_rp, p.id, format!("parent provider id {parent} does not exist"));
+            flag(
+                &mut problems,
+                &mut bad_rp,
+                p.id,
+                format!("parent provider id {parent} does not exist"),
+            );
             continue;
         }
         // Walk up: a loop revisits a provider before reaching a root.
@@ -81,7 +86,12 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
                         .chain(std::iter::once(&up.id))
                         .map(|id| by_id[id].uuid.as_str())
                         .collect();
-                    flag(&mut problems, &mut bad_rp, p.id, format!("parent loop: {}", chain.join(" -> ")));
+                    flag(
+                        &mut problems,
+                        &mut bad_rp,
+                        p.id,
+                        format!("parent loop: {}", chain.join(" -> ")),
+                    );
                     break None;
                 }
                 Some(up) => {
@@ -100,7 +110,10 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
                 &mut problems,
                 &mut bad_rp,
                 p.id,
-                format!("root provider is {root} but its parents lead to {}", by_id[&top].uuid),
+                format!(
+                    "root provider is {root} but its parents lead to {}",
+                    by_id[&top].uuid
+                ),
             );
         }
     }
@@ -110,7 +123,11 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
             .providers
             .iter()
             .filter(|p| !bad_rp.contains(&p.id))
-            .filter_map(|p| p.parent_id.filter(|x| bad_rp.contains(x)).map(|x| (p.id, x)))
+            .filter_map(|p| {
+                p.parent_id
+                    .filter(|x| bad_rp.contains(x))
+                    .map(|x| (p.id, x))
+            })
             .collect();
         if more.is_empty() {
             break;
@@ -160,25 +177,44 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
     let projects: HashSet<i64> = data.projects.iter().map(|n| n.id).collect();
     let users: HashSet<i64> = data.users.iter().map(|n| n.id).collect();
     let types: HashSet<i64> = data.consumer_types.iter().map(|n| n.id).collect();
-    let consumers: HashMap<&str, &ConsumerRow> =
-        data.consumers.iter().map(|c| (c.uuid.as_str(), c)).collect();
+    let consumers: HashMap<&str, &ConsumerRow> = data
+        .consumers
+        .iter()
+        .map(|c| (c.uuid.as_str(), c))
+        .collect();
     let mut bad_consumer: HashSet<String> = HashSet::new();
-    let refuse = |problems: &mut BTreeSet<Problem>, bad: &mut HashSet<String>, uuid: &str, m: String| {
-        bad.insert(uuid.to_owned());
-        problems.insert(Problem {
-            subject: consumer(uuid),
-            message: m,
-        });
-    };
+    let refuse =
+        |problems: &mut BTreeSet<Problem>, bad: &mut HashSet<String>, uuid: &str, m: String| {
+            bad.insert(uuid.to_owned());
+            problems.insert(Problem {
+                subject: consumer(uuid),
+                message: m,
+            });
+        };
     for c in &data.consumers {
         if !projects.contains(&c.project_id) {
-            refuse(&mut problems, &mut bad_consumer, &c.uuid, format!("project id {} does not exist", c.project_id));
+            refuse(
+                &mut problems,
+                &mut bad_consumer,
+                &c.uuid,
+                format!("project id {} does not exist", c.project_id),
+            );
         }
         if !users.contains(&c.user_id) {
-            refuse(&mut problems, &mut bad_consumer, &c.uuid, format!("user id {} does not exist", c.user_id));
+            refuse(
+                &mut problems,
+                &mut bad_consumer,
+                &c.uuid,
+                format!("user id {} does not exist", c.user_id),
+            );
         }
         if let Some(t) = c.type_id.filter(|t| !types.contains(t)) {
-            refuse(&mut problems, &mut bad_consumer, &c.uuid, format!("consumer type id {t} does not exist"));
+            refuse(
+                &mut problems,
+                &mut bad_consumer,
+                &c.uuid,
+                format!("consumer type id {t} does not exist"),
+            );
         }
     }
     for a in &data.allocations {
@@ -187,7 +223,10 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
             Some("has allocations but no consumer record".to_owned())
         } else if let Some(p) = by_id.get(&a.provider_id) {
             match class {
-                None => Some(format!("allocation of unknown resource class id {}", a.class_id)),
+                None => Some(format!(
+                    "allocation of unknown resource class id {}",
+                    a.class_id
+                )),
                 Some(_) if bad_rp.contains(&p.id) => {
                     Some(format!("allocation on invalid provider {}", p.uuid))
                 }
@@ -198,7 +237,10 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
                 Some(_) => None,
             }
         } else {
-            Some(format!("allocation on missing provider id {}", a.provider_id))
+            Some(format!(
+                "allocation on missing provider id {}",
+                a.provider_id
+            ))
         };
         if let Some(m) = m {
             refuse(&mut problems, &mut bad_consumer, &a.consumer, m);
@@ -207,7 +249,11 @@ pub fn check(data: &PlacementData) -> (Vec<Problem>, PlacementData) {
     // Usage over capacity: the inventory's provider is named, and every consumer
     // allocated there is left out with --skip-invalid.
     let mut usage: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    for a in data.allocations.iter().filter(|a| !bad_consumer.contains(&a.consumer)) {
+    for a in data
+        .allocations
+        .iter()
+        .filter(|a| !bad_consumer.contains(&a.consumer))
+    {
         *usage.entry((a.provider_id, a.class_id)).or_default() += a.used;
     }
     let mut over: HashSet<(i64, i64)> = HashSet::new();

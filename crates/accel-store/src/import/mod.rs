@@ -128,7 +128,10 @@ impl PlacementData {
             ("resource_providers", self.providers.len()),
             ("inventories", self.inventories.len()),
             ("placement_aggregates", self.aggregates.len()),
-            ("resource_provider_aggregates", self.provider_aggregates.len()),
+            (
+                "resource_provider_aggregates",
+                self.provider_aggregates.len(),
+            ),
             ("resource_provider_traits", self.provider_traits.len()),
             ("projects", self.projects.len()),
             ("users", self.users.len()),

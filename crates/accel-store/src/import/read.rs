@@ -183,17 +183,34 @@ async fn pairs(tx: &mut Tx, sql: &str) -> Result<Vec<(i64, i64)>, StoreError> {
 async fn read_all(tx: &mut Tx, b: Backend) -> Result<PlacementData, StoreError> {
     let (c, u) = (epoch(b, "created_at"), epoch(b, "updated_at"));
     let mut d = PlacementData {
-        classes: named(tx, &format!("SELECT id, name, {c} FROM resource_classes ORDER BY id")).await?,
+        classes: named(
+            tx,
+            &format!("SELECT id, name, {c} FROM resource_classes ORDER BY id"),
+        )
+        .await?,
         traits: named(tx, &format!("SELECT id, name, {c} FROM traits ORDER BY id")).await?,
         aggregates: named(
             tx,
-            &format!("SELECT id, uuid, {c} FROM placement_aggregates WHERE uuid IS NOT NULL ORDER BY id"),
+            &format!(
+                "SELECT id, uuid, {c} FROM placement_aggregates WHERE uuid IS NOT NULL ORDER BY id"
+            ),
         )
         .await?,
-        projects: named(tx, &format!("SELECT id, external_id, {c} FROM projects ORDER BY id")).await?,
-        users: named(tx, &format!("SELECT id, external_id, {c} FROM users ORDER BY id")).await?,
-        consumer_types: named(tx, &format!("SELECT id, name, {c} FROM consumer_types ORDER BY id"))
-            .await?,
+        projects: named(
+            tx,
+            &format!("SELECT id, external_id, {c} FROM projects ORDER BY id"),
+        )
+        .await?,
+        users: named(
+            tx,
+            &format!("SELECT id, external_id, {c} FROM users ORDER BY id"),
+        )
+        .await?,
+        consumer_types: named(
+            tx,
+            &format!("SELECT id, name, {c} FROM consumer_types ORDER BY id"),
+        )
+        .await?,
         provider_aggregates: pairs(
             tx,
             "SELECT resource_provider_id, aggregate_id FROM resource_provider_aggregates \

@@ -81,10 +81,16 @@ pub struct Options {
 /// Standard resource classes and traits do not count.
 pub async fn target_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
     const COUNTS: &[(&str, &str)] = &[
-        ("resource_providers", "SELECT COUNT(*) FROM resource_providers"),
+        (
+            "resource_providers",
+            "SELECT COUNT(*) FROM resource_providers",
+        ),
         ("consumers", "SELECT COUNT(*) FROM consumers"),
         ("allocations", "SELECT COUNT(*) FROM allocations"),
-        ("placement_aggregates", "SELECT COUNT(*) FROM placement_aggregates"),
+        (
+            "placement_aggregates",
+            "SELECT COUNT(*) FROM placement_aggregates",
+        ),
         ("projects", "SELECT COUNT(*) FROM projects"),
         ("users", "SELECT COUNT(*) FROM users"),
         ("consumer_types", "SELECT COUNT(*) FROM consumer_types"),
@@ -253,7 +259,13 @@ async fn map_classes(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i
         taken.insert(id);
     }
     let mut map = HashMap::new();
-    let mut next = taken.iter().copied().filter(|i| *i >= CUSTOM_RC_BASE_ID).max().unwrap_or(CUSTOM_RC_BASE_ID - 1) + 1;
+    let mut next = taken
+        .iter()
+        .copied()
+        .filter(|i| *i >= CUSTOM_RC_BASE_ID)
+        .max()
+        .unwrap_or(CUSTOM_RC_BASE_ID - 1)
+        + 1;
     let now = crate::now();
     for c in &data.classes {
         let id = match have.get(&c.name) {
@@ -267,12 +279,14 @@ async fn map_classes(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i
                 } else {
                     c.id
                 };
-                sqlx::query("INSERT INTO resource_classes (id, name, created_at) VALUES ($1, $2, $3)")
-                    .bind(id)
-                    .bind(&c.name)
-                    .bind(c.created.unwrap_or(now))
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(
+                    "INSERT INTO resource_classes (id, name, created_at) VALUES ($1, $2, $3)",
+                )
+                .bind(id)
+                .bind(&c.name)
+                .bind(c.created.unwrap_or(now))
+                .execute(&mut *tx)
+                .await?;
                 taken.insert(id);
                 id
             }
@@ -285,7 +299,10 @@ async fn map_classes(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i
 /// Upstream trait ids mapped to accel's, by name; traits accel lacks are created.
 async fn map_traits(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
     let mut have: HashMap<String, i64> = HashMap::new();
-    for r in sqlx::query("SELECT name, id FROM traits").fetch_all(&mut *tx).await? {
+    for r in sqlx::query("SELECT name, id FROM traits")
+        .fetch_all(&mut *tx)
+        .await?
+    {
         have.insert(r.try_get(0)?, r.try_get(1)?);
     }
     let now = crate::now();
@@ -297,7 +314,10 @@ async fn map_traits(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i6
         .collect();
     if !missing.is_empty() {
         insert_rows(tx, "traits", &["name", "created_at"], missing).await?;
-        for r in sqlx::query("SELECT name, id FROM traits").fetch_all(&mut *tx).await? {
+        for r in sqlx::query("SELECT name, id FROM traits")
+            .fetch_all(&mut *tx)
+            .await?
+        {
             have.insert(r.try_get(0)?, r.try_get(1)?);
         }
     }
@@ -375,7 +395,13 @@ async fn write_all(tx: &mut Tx, data: &PlacementData) -> Result<(), StoreError> 
             .map(|n| vec![Val::I(n.id), Val::S(n.name.clone())])
             .collect()
     };
-    insert_rows(tx, "placement_aggregates", &["id", "uuid"], named(&data.aggregates)).await?;
+    insert_rows(
+        tx,
+        "placement_aggregates",
+        &["id", "uuid"],
+        named(&data.aggregates),
+    )
+    .await?;
     let links = |pairs: &[(i64, i64)], map: Option<&HashMap<i64, i64>>| -> Vec<Vec<Val>> {
         pairs
             .iter()
@@ -396,9 +422,21 @@ async fn write_all(tx: &mut Tx, data: &PlacementData) -> Result<(), StoreError> 
         links(&data.provider_traits, Some(&traits)),
     )
     .await?;
-    insert_rows(tx, "projects", &["id", "external_id"], named(&data.projects)).await?;
+    insert_rows(
+        tx,
+        "projects",
+        &["id", "external_id"],
+        named(&data.projects),
+    )
+    .await?;
     insert_rows(tx, "users", &["id", "external_id"], named(&data.users)).await?;
-    insert_rows(tx, "consumer_types", &["id", "name"], named(&data.consumer_types)).await?;
+    insert_rows(
+        tx,
+        "consumer_types",
+        &["id", "name"],
+        named(&data.consumer_types),
+    )
+    .await?;
     let consumers = data
         .consumers
         .iter()
