@@ -81,6 +81,10 @@ enum Command {
     /// (docs/migrating.md).
     #[cfg(feature = "server")]
     Import(transfer::ImportArgs),
+    /// The way back: write accel's Placement data into an empty upstream Placement
+    /// database (docs/migrating.md).
+    #[cfg(feature = "server")]
+    Export(transfer::ExportArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
@@ -107,6 +111,8 @@ fn main() -> anyhow::Result<()> {
         Command::Explain(a) => explain::run(a),
         #[cfg(feature = "server")]
         Command::Import(a) => transfer::run(a),
+        #[cfg(feature = "server")]
+        Command::Export(a) => transfer::export(a),
         #[cfg(feature = "agent")]
         Command::Agent(a) => agent::run(a),
     }

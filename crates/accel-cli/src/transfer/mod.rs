@@ -29,6 +29,107 @@ pub enum ImportWhat {
         after_help = "Examples:\n  accel import placement --from mysql://placement:secret@db/placement --dry-run\n  accel import placement --from mysql://placement:secret@db/placement --database postgres://accel@db/accel --verify http://placement.internal:8778\n\nExit status: 0 imported (and verified); 1 refused, failed, or differences found"
     )]
     Placement(ImportPlacementArgs),
+    /// Compare a running upstream Placement with accel's answers on accel's database
+    /// (what --verify does after an import; after `accel export`, with upstream
+    /// started on the exported database).
+    #[command(
+        after_help = "Example:\n  accel import verify http://127.0.0.1:8778 --database sqlite:///var/lib/accel/accel.db\n\nExit status: 0 no difference; 1 differences (each printed) or an error"
+    )]
+    Verify(VerifyArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// The upstream Placement API (noauth2 `x-auth-token: admin`, or $OS_TOKEN).
+    #[arg(value_name = "UPSTREAM_API_URL")]
+    pub upstream: String,
+    /// accel's database, as `accel serve --database` takes it.
+    #[arg(long, env = "ACCEL_DATABASE", value_name = "URL")]
+    pub database: Option<String>,
+    /// accel serve's TOML configuration file, for its `database`.
+    #[arg(long, env = "ACCEL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// `accel export ...`.
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    #[command(subcommand)]
+    pub what: ExportWhat,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ExportWhat {
+    /// Write accel's Placement data into an empty upstream Placement database (one
+    /// `placement-manage db sync` created): the way back.
+    #[command(
+        after_help = "Example:\n  placement-manage db sync    # upstream's empty schema\n  accel export placement --database postgres://accel@db/accel --to mysql://placement:secret@db/placement\n\nExit status: 0 exported; 1 refused (the upstream database holds data, or another schema) or failed"
+    )]
+    Placement(ExportPlacementArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExportPlacementArgs {
+    /// The empty upstream database: sqlite://ABSOLUTE_PATH, postgres://, mysql:// or
+    /// mariadb://. Written in one transaction.
+    #[arg(long = "to", value_name = "URL")]
+    pub to: String,
+    /// accel's database, as `accel serve --database` takes it.
+    #[arg(long, env = "ACCEL_DATABASE", value_name = "URL")]
+    pub database: Option<String>,
+    /// accel serve's TOML configuration file, for its `database`.
+    #[arg(long, env = "ACCEL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+pub fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    match args.what {
+        ExportWhat::Placement(a) => rt.block_on(export_placement(a)),
+    }
+}
+
+async fn export_placement(a: ExportPlacementArgs) -> anyhow::Result<()> {
+    let url = target_url(a.database, a.config)?;
+    let store = accel_store::Store::connect(&url)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
+    let started = std::time::Instant::now();
+    let data = import::export::read_accel(&store).await;
+    store.close().await;
+    let data = data.context("reading accel's Placement data")?;
+    let target = Source::open_for_write(&a.to)
+        .await
+        .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
+    let done = import::export::export_placement(&data, &target).await;
+    target.close().await;
+    match done.with_context(|| format!("writing {}", redacted(&a.to)))? {
+        Ok(counts) => {
+            println!(
+                "exported {} into {} in {:.1} s:",
+                redacted(&url),
+                redacted(&a.to),
+                started.elapsed().as_secs_f64()
+            );
+            print_counts(&counts);
+            Ok(())
+        }
+        Err(refused) => {
+            eprintln!("accel export placement: refused: {refused}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn verify_only(a: VerifyArgs) -> anyhow::Result<()> {
+    let url = target_url(a.database, a.config)?;
+    let store = accel_store::Store::connect(&url)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
+    if verify::against_local(store, &a.upstream).await? > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -65,6 +166,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match args.what {
         ImportWhat::Placement(a) => rt.block_on(import_placement(a)),
+        ImportWhat::Verify(a) => rt.block_on(verify_only(a)),
     }
 }
 

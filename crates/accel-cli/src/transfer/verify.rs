@@ -175,7 +175,7 @@ pub async fn compare(reference: &Side, candidate: &Side) -> anyhow::Result<usize
                     .and_then(Value::as_i64)
                     .unwrap_or(1)
                     .max(1);
-                let amount = min.div_ceil(step) * step;
+                let amount = (min + step - 1) / step * step;
                 classes.entry(class.clone()).or_insert(amount);
                 if let Some(root) = root_of.get(rp) {
                     root_classes

@@ -26,6 +26,7 @@
 //! is refused with the version found.
 
 pub mod check;
+pub mod export;
 pub mod read;
 pub mod write;
 

@@ -21,14 +21,28 @@ pub struct Source {
     backend: Backend,
 }
 
-/// The session settings of a MySQL source: timestamps read as UTC (upstream writes
-/// naive UTC, and `UNIX_TIMESTAMP` reads them in the session's zone).
-const MYSQL_SOURCE_SESSION: &[&str] = &["SET time_zone = '+00:00'"];
+/// The session settings of an upstream MySQL database: timestamps read and written as
+/// UTC (upstream stores naive UTC, and `UNIX_TIMESTAMP`/`FROM_UNIXTIME` use the
+/// session's zone), and an explicit id 0 stored as 0, not as the next auto-increment
+/// value (upstream's standard class VCPU has id 0; an export writes it).
+const MYSQL_SOURCE_SESSION: &[&str] = &[
+    "SET time_zone = '+00:00'",
+    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_AUTO_VALUE_ON_ZERO')",
+];
 
 impl Source {
     /// Opens `url` (`sqlite://ABSOLUTE_PATH`, `postgres://`, `mysql://`, `mariadb://`)
     /// with one connection. A SQLite file is opened read-only (and must exist).
     pub async fn open(url: &str) -> Result<Source, StoreError> {
+        Self::open_with(url, false).await
+    }
+
+    /// [`Source::open`] for writing (an export's target; a SQLite file must exist).
+    pub async fn open_for_write(url: &str) -> Result<Source, StoreError> {
+        Self::open_with(url, true).await
+    }
+
+    async fn open_with(url: &str, write: bool) -> Result<Source, StoreError> {
         sqlx::any::install_default_drivers();
         let (backend, url) = match Backend::of_url(url) {
             Some(Backend::Sqlite) => {
@@ -43,7 +57,8 @@ impl Source {
                         "no SQLite database at {path} (sqlite://ABSOLUTE_PATH)"
                     )));
                 }
-                (Backend::Sqlite, format!("sqlite://{path}?mode=ro"))
+                let mode = if write { "rw" } else { "ro" };
+                (Backend::Sqlite, format!("sqlite://{path}?mode={mode}"))
             }
             Some(Backend::Postgres) => (Backend::Postgres, url.to_owned()),
             Some(Backend::MySql) => match url.strip_prefix("mariadb://") {
@@ -99,6 +114,27 @@ impl Source {
         }
         let out = f(&mut tx).await;
         let _ = crate::control(tx.raw(), self.backend, "ROLLBACK").await;
+        out
+    }
+
+    /// Runs `f` in one write transaction of the database (an export's target):
+    /// committed on `Ok(Ok(_))`, rolled back on a refusal or an error.
+    pub(crate) async fn write<T, R, F>(&self, f: F) -> crate::Refusable<T, R>
+    where
+        F: for<'c> FnOnce(&'c mut Tx) -> crate::BoxFut<'c, Result<T, R>>,
+    {
+        let mut tx = Tx::new(self.pool.acquire().await?, self.backend);
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres | Backend::MySql => "BEGIN",
+        };
+        crate::control(tx.raw(), self.backend, begin).await?;
+        let out = f(&mut tx).await;
+        if let Ok(Ok(_)) = &out {
+            crate::control(tx.raw(), self.backend, "COMMIT").await?;
+        } else {
+            let _ = crate::control(tx.raw(), self.backend, "ROLLBACK").await;
+        }
         out
     }
 
