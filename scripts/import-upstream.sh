@@ -4,7 +4,10 @@
 # with a seeded random cloud (scripts/placement-import-cloud.py), and its database is imported into
 # accel on SQLite, PostgreSQL and MariaDB, each import followed by `--verify` against the upstream
 # service still running on the old database: every provider, inventory, usage, trait, aggregate,
-# allocation and consumer, and a sample of allocation-candidate queries. Any difference fails.
+# allocation and consumer, and a sample of allocation-candidate queries. Then the way back: each
+# accel database is exported (`accel export placement`) into a fresh upstream database of the same
+# backend as the source, made by upstream's own `placement-manage db sync`; upstream is started on it
+# and compared with accel again (`accel import verify`). Any difference fails.
 #
 #   scripts/import-upstream.sh [sqlite] [mysql]      (default: both upstream backends)
 #
@@ -33,9 +36,18 @@ rm -rf "$RUN"; mkdir -p "$RUN"
 export PLACEMENT_PORT="$PORT" PLACEMENT_PROFILE=api
 unset GABBI_FIXTURE
 
+# An empty upstream database at SQLAlchemy URL $1, by upstream's own `placement-manage db sync`.
+db_sync() {
+  local etc="$RUN/sync-etc"; mkdir -p "$etc"
+  printf '[placement_database]\nconnection = %s\n' "$1" >"$etc/placement.conf"
+  "$VENV/bin/placement-manage" --config-dir "$etc" db sync >>"$RUN/db-sync.log" 2>&1
+}
 mysql_q() { mysql -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" -u "$MYSQL_USER" -e "$1"; }
 cleanup() {
   PLACEMENT_RUN_DIR="$RUN/upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+  for d in "$RUN"/back-*; do
+    [[ -d "$d" ]] && PLACEMENT_RUN_DIR="$d" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+  done
   for db in $(psql "$PG_ADMIN" -Atc "SELECT datname FROM pg_database WHERE datname LIKE '${TAG}_%'" 2>/dev/null); do
     psql "$PG_ADMIN" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
   done
@@ -78,6 +90,35 @@ for ub in "${BACKENDS[@]}"; do
     fi
   done
   "$KIT/upstream-placement.sh" stop >/dev/null
+  # The way back, from each accel database into a fresh upstream one of the source's backend.
+  for target in sqlite postgres mysql; do
+    case "$target" in
+      sqlite) DB="sqlite://$RUN/accel-$ub.db" ;;
+      postgres) DB="$PG_BASE/${TAG}_${ub}_pg" ;;
+      mysql) DB="$MYSQL_ADMIN/${TAG}_${ub}_accel" ;;
+    esac
+    back="$RUN/back-$ub-$target"; mkdir -p "$back"
+    case "$ub" in
+      sqlite)
+        export PLACEMENT_DB_URL="sqlite:///$back/placement.db"; TO="sqlite://$back/placement.db" ;;
+      mysql)
+        mysql_q "CREATE DATABASE ${TAG}_back_$target CHARACTER SET utf8mb4"
+        export PLACEMENT_DB_URL="mysql+pymysql://$MYSQL_USER@$MYSQL_HOSTPORT/${TAG}_back_$target?charset=utf8mb4"
+        TO="$MYSQL_ADMIN/${TAG}_back_$target" ;;
+    esac
+    t0=$SECONDS
+    db_sync "$PLACEMENT_DB_URL"
+    if ! "$ACCEL_BIN" export placement --database "$DB" --to "$TO" >"$back/export.txt" 2>&1; then
+      echo "FAILED accel $target -> upstream $ub (export):"; cat "$back/export.txt"; status=1; continue
+    fi
+    PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" start >/dev/null
+    if "$ACCEL_BIN" import verify "http://127.0.0.1:$PORT" --database "$DB" >"$back/verify.txt" 2>&1; then
+      echo "accel $target -> upstream $ub: exported, $(tail -1 "$back/verify.txt") ($((SECONDS - t0)) s)"
+    else
+      echo "FAILED accel $target -> upstream $ub:"; cat "$back/export.txt" "$back/verify.txt"; status=1
+    fi
+    PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" stop >/dev/null
+  done
 done
 [[ $status == 0 ]] && echo "import-upstream: 0 differences"
 exit "$status"

@@ -99,10 +99,62 @@ impl Compare<'_> {
         if sa != sb || na != nb {
             self.differences += 1;
             println!("DIFFERENT GET {path}");
-            println!("  {} ({sa}): {na}", self.reference.name);
-            println!("  {} ({sb}): {nb}", self.candidate.name);
+            if sa != sb {
+                println!(
+                    "  status: {} {sa}, {} {sb}",
+                    self.reference.name, self.candidate.name
+                );
+            }
+            let mut lines = Vec::new();
+            differences(
+                &na,
+                &nb,
+                "",
+                (self.reference.name, self.candidate.name),
+                &mut lines,
+            );
+            let shown = lines.len().min(MAX_LINES);
+            for l in &lines[..shown] {
+                println!("  at {l}");
+            }
+            if lines.len() > shown {
+                println!("  ... and {} more", lines.len() - shown);
+            }
         }
         Ok(va)
+    }
+}
+
+/// Differing places printed per read.
+const MAX_LINES: usize = 12;
+
+/// Where normalised `a` (side `names.0`'s) and `b` differ, as `PATH: upstream X,
+/// accel Y` (arrays are sorted, so an index names a rank, not a position).
+fn differences(a: &Value, b: &Value, at: &str, names: (&str, &str), out: &mut Vec<String>) {
+    let (ra, rb) = names;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let here = format!("{at}/{k}");
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => differences(p, q, &here, names, out),
+                    (Some(p), None) => out.push(format!("{here}: only {ra} has it: {p}")),
+                    (None, Some(q)) => out.push(format!("{here}: only {rb} has it: {q}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &format!("{at}[{i}]"), names, out);
+            }
+        }
+        _ if a != b => {
+            let at = if at.is_empty() { "/" } else { at };
+            out.push(format!("{at}: {ra} {a}, {rb} {b}"))
+        }
+        _ => {}
     }
 }
 
