@@ -186,7 +186,7 @@ async fn read_all(tx: &mut Tx) -> Result<PlacementData, StoreError> {
 /// A `DateTime` value from epoch seconds bound at `$n`, in the target's dialect.
 fn datetime(backend: Backend, n: usize) -> String {
     match backend {
-        Backend::Sqlite => format!("datetime(${n}, 'unixepoch')"),
+        Backend::Sqlite => "datetime(?, 'unixepoch')".to_owned(),
         Backend::Postgres => format!("(to_timestamp(${n}) AT TIME ZONE 'UTC')"),
         Backend::MySql => format!("FROM_UNIXTIME(${n})"),
     }
@@ -214,7 +214,7 @@ async fn insert(
                         if times.contains(c) {
                             datetime(b, n)
                         } else {
-                            format!("${n}")
+                            crate::import::write::placeholder(b, n)
                         }
                     })
                     .collect();
