@@ -28,14 +28,15 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn new(name: &'static str, base: &str) -> anyhow::Result<Side> {
+    /// `token` goes in `x-auth-token`: a Keystone token, or noauth2's `admin`.
+    pub fn new(name: &'static str, base: &str, token: String) -> anyhow::Result<Side> {
         Ok(Side {
             name,
             base: base.trim_end_matches('/').to_owned(),
             client: reqwest::Client::builder()
                 .timeout(std::time::Duration::from_secs(300))
                 .build()?,
-            token: std::env::var("OS_TOKEN").unwrap_or_else(|_| "admin".to_owned()),
+            token,
         })
     }
 
@@ -336,8 +337,10 @@ pub async fn against_local(store: accel_store::Store, upstream: &str) -> anyhow:
     let server = tokio::spawn(app.serve(listener, None, async move {
         let _ = stopped.await;
     }));
-    let upstream_side = Side::new("upstream", upstream)?;
-    let accel_side = Side::new("accel", &local)?;
+    // Upstream behind Keystone takes $OS_TOKEN; the local accel runs noauth.
+    let token = std::env::var("OS_TOKEN").unwrap_or_else(|_| "admin".to_owned());
+    let upstream_side = Side::new("upstream", upstream, token)?;
+    let accel_side = Side::new("accel", &local, "admin".to_owned())?;
     let result = compare(&upstream_side, &accel_side).await;
     let _ = stop.send(());
     match server.await {
