@@ -9,6 +9,8 @@ mod client;
 #[cfg(feature = "server")]
 mod config;
 mod explain;
+#[cfg(feature = "server")]
+mod transfer;
 
 #[cfg(feature = "server")]
 use anyhow::Context;
@@ -75,6 +77,14 @@ enum Command {
         after_help = "Examples:\n  accel explain 'resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL&group_policy=isolate'\n  accel explain --device-profile dp1 --resources VCPU=1 -f json\n\nExit status: 0 explained; 1 an error (Placement's 400 included); 2 Placement's answer and the providers read disagreed twice (data changing)"
     )]
     Explain(explain::ExplainArgs),
+    /// Take over a running cloud: import an upstream Placement database into accel's
+    /// (docs/migrating.md).
+    #[cfg(feature = "server")]
+    Import(transfer::ImportArgs),
+    /// The way back: write accel's Placement data into an empty upstream Placement
+    /// database (docs/migrating.md).
+    #[cfg(feature = "server")]
+    Export(transfer::ExportArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
@@ -99,6 +109,10 @@ fn main() -> anyhow::Result<()> {
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
         Command::Explain(a) => explain::run(a),
+        #[cfg(feature = "server")]
+        Command::Import(a) => transfer::run(a),
+        #[cfg(feature = "server")]
+        Command::Export(a) => transfer::export(a),
         #[cfg(feature = "agent")]
         Command::Agent(a) => agent::run(a),
     }

@@ -30,6 +30,7 @@ pub mod accelerator;
 mod dialect;
 mod error;
 pub mod estate;
+pub mod import;
 mod migrate;
 pub mod placement;
 pub mod stats;

@@ -14,6 +14,8 @@
 //! Databases of another name, or younger, are never touched (another checkout may be
 //! running its tests on the same server).
 
+pub mod upstream;
+
 use crate::{Store, StoreError};
 use std::time::Duration;
 

@@ -1,0 +1,210 @@
+//! `accel import placement` and `accel export placement` as a script runs them: the
+//! counts `--dry-run` prints, the exit status and message of each refusal (unknown
+//! schema, non-empty target, inconsistent rows) with the target unchanged, `--force`
+//! and `--skip-invalid`; and a running accel seeing data imported under it (the
+//! change log: its candidate index and usage cache were loaded before the import).
+//! The upstream source is an upstream-shaped SQLite file (`accel_store::testing::upstream`);
+//! scripts/import-upstream.sh runs the real upstream.
+
+use accel_store::import::{self, write::target_contents, Options};
+use accel_store::testing::upstream::{source, SHARED};
+use accel_store::Store;
+use std::process::{Command, Output};
+
+fn accel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_accel"))
+        .args(args)
+        .env_remove("ACCEL_DATABASE")
+        .env_remove("ACCEL_CONFIG")
+        .output()
+        .expect("run accel")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn target() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("accel.db").display());
+    (dir, url)
+}
+
+async fn held(url: &str) -> Vec<(&'static str, i64)> {
+    let store = Store::connect(url).await.expect("target");
+    let h = store
+        .read(|tx| Box::pin(async move { target_contents(tx).await }))
+        .await
+        .expect("counts");
+    store.close().await;
+    h
+}
+
+#[tokio::test]
+async fn dry_run_prints_counts_and_problems_and_writes_nothing() {
+    let url = source(&[]).await;
+    let o = accel(&["import", "placement", "--from", &url, "--dry-run"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\n  resource_providers             3\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  allocations                    5\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("no problems found\n"), "{out}");
+    let bad = source(&["DELETE FROM inventories WHERE resource_class_id = 2"]).await;
+    let o = accel(&["import", "placement", "--from", &bad, "--dry-run"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        out.contains(&format!(
+            "consumer 22222222-2222-4222-8222-000000000001: allocation of DISK_GB on provider {SHARED}, which has no DISK_GB inventory"
+        )),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
+    let (_dir, db) = target();
+    // An unknown schema version, named.
+    let old = source(&["UPDATE alembic_version SET version_num = 'b5c396305c25'"]).await;
+    let o = accel(&["import", "placement", "--from", &old, "--database", &db]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains("unsupported upstream Placement schema: alembic_version is b5c396305c25"),
+        "{err}"
+    );
+
+    // A good import, then the same into the now non-empty target.
+    let url = source(&[]).await;
+    let o = accel(&["import", "placement", "--from", &url, "--database", &db]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let before = held(&db).await;
+    assert!(before.contains(&("resource_providers", 3)));
+    let o = accel(&["import", "placement", "--from", &url, "--database", &db]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("refused: the target database is not empty (3 resource_providers, 2 consumers, 5 allocations, 1 placement_aggregates, 2 projects, 1 users, 1 consumer_types, 1 custom resource_classes, 1 custom traits); pass --force"),
+        "{err}"
+    );
+    assert_eq!(held(&db).await, before);
+
+    // Inconsistent rows: refused, named; then skipped and listed.
+    let bad = source(&[
+        "INSERT INTO consumers (id, uuid, project_id, user_id, generation) VALUES (12, '22222222-2222-4222-8222-000000000003', 3, 2, 0)",
+        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (77, '22222222-2222-4222-8222-000000000003', 0, 1)",
+    ])
+    .await;
+    let o = accel(&[
+        "import",
+        "placement",
+        "--from",
+        &bad,
+        "--database",
+        &db,
+        "--force",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("\n  consumer 22222222-2222-4222-8222-000000000003: allocation on missing provider id 77"),
+        "{err}"
+    );
+    assert_eq!(held(&db).await, before);
+    let o = accel(&[
+        "import",
+        "placement",
+        "--from",
+        &bad,
+        "--database",
+        &db,
+        "--force",
+        "--skip-invalid",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("replaced (--force): 3 resource_providers, 2 consumers"),
+        "{out}"
+    );
+    assert!(
+        out.contains("skipped (--skip-invalid), 1 problem(s):\n  consumer 22222222-2222-4222-8222-000000000003: allocation on missing provider id 77"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_running_accel_sees_what_is_imported_under_it() {
+    let store = Store::connect("sqlite::memory:").await.expect("store");
+    let app = accel_server::app::App::builder(store.clone())
+        .workers(None)
+        .build()
+        .await
+        .expect("app");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.serve(listener, None, async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let get = |path: &'static str| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            client
+                .get(format!("{base}{path}"))
+                .header("x-auth-token", "admin")
+                .header("openstack-api-version", "placement 1.39")
+                .send()
+                .await
+                .expect("get")
+                .json::<serde_json::Value>()
+                .await
+                .expect("json")
+        }
+    };
+    // Load the candidate index and the usage cache on the empty database.
+    let c = get("/allocation_candidates?resources=VCPU:1").await;
+    assert_eq!(c["allocation_requests"].as_array().map(Vec::len), Some(0));
+    let u = get("/usages?project_id=proj-a").await;
+    assert_eq!(u["usages"], serde_json::json!({}));
+
+    let data = {
+        let src = import::Source::open(&source(&[]).await)
+            .await
+            .expect("source");
+        let d = import::read_placement(&src).await.expect("read");
+        src.close().await;
+        d
+    };
+    import::import_placement(&store, &data, Options::default())
+        .await
+        .expect("import")
+        .expect("not refused");
+
+    let c = get("/allocation_candidates?resources=VCPU:1").await;
+    assert_eq!(
+        c["allocation_requests"].as_array().map(Vec::len),
+        Some(1),
+        "{c}"
+    );
+    let u = get("/usages?project_id=proj-a").await;
+    assert_eq!(
+        u["usages"],
+        serde_json::json!({"INSTANCE": {"VCPU": 2, "CUSTOM_GOLD": 2, "MEMORY_MB": 1024, "DISK_GB": 100, "consumer_count": 1}}),
+        "{u}"
+    );
+    let _ = stop.send(());
+    server.await.expect("server task").expect("server");
+}

@@ -1,0 +1,604 @@
+//! The way back: accel's Placement data written into an empty upstream Placement
+//! database (one `placement-manage db sync` created), so that upstream started on it
+//! answers as accel did.
+//!
+//! accel's rows are read in one snapshot into the same [`PlacementData`] an import
+//! reads, and written in ONE transaction of the upstream database. Ids come through
+//! unchanged, resource classes included: accel's standard class ids are upstream's
+//! (`os_resource_classes` index, VCPU = 0, which MySQL stores only under
+//! `NO_AUTO_VALUE_ON_ZERO`), its custom ones start at 10000 as upstream's do. Traits
+//! are matched by name with any upstream already holds (an upstream that has been
+//! started synced the standard ones) and otherwise created. Timestamps go back from
+//! epoch seconds to upstream's naive-UTC `DateTime`. PostgreSQL's sequences are moved
+//! past the ids written, so upstream's next insert does not collide.
+
+use super::{AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source};
+use crate::import::write::Val;
+use crate::{Backend, Store, StoreError, Tx};
+use sqlx::Row;
+use std::collections::HashMap;
+
+/// Why an export wrote nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExportRefused {
+    /// The upstream database holds Placement data (nonzero counts per table).
+    NotEmpty(Vec<(&'static str, i64)>),
+}
+
+impl std::fmt::Display for ExportRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportRefused::NotEmpty(held) => write!(
+                f,
+                "the upstream database is not empty ({}); export into a database just created by \
+                 `placement-manage db sync`",
+                super::write::describe(held)
+            ),
+        }
+    }
+}
+
+/// Reads accel's Placement data in one snapshot.
+pub async fn read_accel(store: &Store) -> Result<PlacementData, StoreError> {
+    store
+        .read(|tx| Box::pin(async move { read_all(tx).await }))
+        .await
+}
+
+async fn named(tx: &mut Tx, sql: &str) -> Result<Vec<Named>, StoreError> {
+    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Named {
+                id: r.try_get(0)?,
+                name: r.try_get(1)?,
+                created: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+async fn pairs(tx: &mut Tx, sql: &str) -> Result<Vec<(i64, i64)>, StoreError> {
+    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+async fn read_all(tx: &mut Tx) -> Result<PlacementData, StoreError> {
+    let none = "CAST(NULL AS BIGINT)";
+    let mut d = PlacementData {
+        classes: named(
+            tx,
+            "SELECT id, name, created_at FROM resource_classes ORDER BY id",
+        )
+        .await?,
+        traits: named(tx, "SELECT id, name, created_at FROM traits ORDER BY id").await?,
+        aggregates: named(
+            tx,
+            &format!("SELECT id, uuid, {none} FROM placement_aggregates ORDER BY id"),
+        )
+        .await?,
+        projects: named(
+            tx,
+            &format!("SELECT id, external_id, {none} FROM projects ORDER BY id"),
+        )
+        .await?,
+        users: named(
+            tx,
+            &format!("SELECT id, external_id, {none} FROM users ORDER BY id"),
+        )
+        .await?,
+        consumer_types: named(
+            tx,
+            &format!("SELECT id, name, {none} FROM consumer_types ORDER BY id"),
+        )
+        .await?,
+        provider_aggregates: pairs(
+            tx,
+            "SELECT resource_provider_id, aggregate_id FROM resource_provider_aggregates \
+             ORDER BY resource_provider_id, aggregate_id",
+        )
+        .await?,
+        provider_traits: pairs(
+            tx,
+            "SELECT resource_provider_id, trait_id FROM resource_provider_traits \
+             ORDER BY resource_provider_id, trait_id",
+        )
+        .await?,
+        ..Default::default()
+    };
+    for r in sqlx::query(
+        "SELECT id, uuid, name, generation, root_provider_id, parent_provider_id, created_at, \
+         updated_at FROM resource_providers ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        d.providers.push(ProviderRow {
+            id: r.try_get(0)?,
+            uuid: r.try_get(1)?,
+            name: r.try_get(2)?,
+            generation: r.try_get(3)?,
+            root_id: r.try_get(4)?,
+            parent_id: r.try_get(5)?,
+            created: r.try_get(6)?,
+            updated: r.try_get(7)?,
+        });
+    }
+    for r in sqlx::query(
+        "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
+         step_size, allocation_ratio, created_at, updated_at FROM inventories ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        d.inventories.push(InventoryRow {
+            provider_id: r.try_get(0)?,
+            class_id: r.try_get(1)?,
+            total: r.try_get(2)?,
+            reserved: r.try_get(3)?,
+            min_unit: r.try_get(4)?,
+            max_unit: r.try_get(5)?,
+            step_size: r.try_get(6)?,
+            allocation_ratio: r.try_get(7)?,
+            created: r.try_get(8)?,
+            updated: r.try_get(9)?,
+        });
+    }
+    for r in sqlx::query(
+        "SELECT id, uuid, project_id, user_id, generation, consumer_type_id, created_at, \
+         updated_at FROM consumers ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        d.consumers.push(ConsumerRow {
+            id: r.try_get(0)?,
+            uuid: r.try_get(1)?,
+            project_id: r.try_get(2)?,
+            user_id: r.try_get(3)?,
+            generation: r.try_get(4)?,
+            type_id: r.try_get(5)?,
+            created: r.try_get(6)?,
+            updated: r.try_get(7)?,
+        });
+    }
+    for r in sqlx::query(
+        "SELECT resource_provider_id, consumer_id, resource_class_id, used, created_at, \
+         updated_at FROM allocations ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        d.allocations.push(AllocationRow {
+            provider_id: r.try_get(0)?,
+            consumer: r.try_get(1)?,
+            class_id: r.try_get(2)?,
+            used: r.try_get(3)?,
+            created: r.try_get(4)?,
+            updated: r.try_get(5)?,
+        });
+    }
+    Ok(d)
+}
+
+/// A `DateTime` value from epoch seconds bound at `$n`, in the target's dialect.
+fn datetime(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Sqlite => "datetime(?, 'unixepoch')".to_owned(),
+        Backend::Postgres => format!("(to_timestamp(${n}) AT TIME ZONE 'UTC')"),
+        Backend::MySql => format!("FROM_UNIXTIME(${n})"),
+    }
+}
+
+/// Inserts `rows` into the upstream `table (cols)`; the columns named in `times` hold
+/// epoch seconds to be stored as `DateTime`.
+async fn insert(
+    tx: &mut Tx,
+    table: &str,
+    cols: &[&str],
+    times: &[&str],
+    rows: Vec<Vec<Val>>,
+) -> Result<(), StoreError> {
+    let per = (8000 / cols.len()).clamp(1, 1000);
+    let b = tx.backend();
+    for chunk in rows.chunks(per) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|r| {
+                let cells: Vec<String> = cols
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let n = r * cols.len() + i + 1;
+                        if times.contains(c) {
+                            datetime(b, n)
+                        } else {
+                            crate::import::write::placeholder(b, n)
+                        }
+                    })
+                    .collect();
+                format!("({})", cells.join(", "))
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO {table} ({}) VALUES {}",
+            cols.join(", "),
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for row in chunk {
+            for v in row {
+                q = match v {
+                    Val::I(i) => q.bind(*i),
+                    Val::N(i) => q.bind(*i),
+                    Val::S(s) => q.bind(s.clone()),
+                    Val::F(f) => q.bind(*f),
+                };
+            }
+        }
+        q.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// The upstream database's Placement data (nonzero counts); the standard classes
+/// and traits an upstream start synced do not count.
+async fn upstream_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
+    const COUNTS: &[(&str, &str)] = &[
+        (
+            "resource_providers",
+            "SELECT COUNT(*) FROM resource_providers",
+        ),
+        ("inventories", "SELECT COUNT(*) FROM inventories"),
+        ("consumers", "SELECT COUNT(*) FROM consumers"),
+        ("allocations", "SELECT COUNT(*) FROM allocations"),
+        (
+            "placement_aggregates",
+            "SELECT COUNT(*) FROM placement_aggregates",
+        ),
+        ("projects", "SELECT COUNT(*) FROM projects"),
+        ("users", "SELECT COUNT(*) FROM users"),
+        ("consumer_types", "SELECT COUNT(*) FROM consumer_types"),
+        (
+            "custom resource_classes",
+            "SELECT COUNT(*) FROM resource_classes WHERE id >= 10000",
+        ),
+        (
+            "custom traits",
+            "SELECT COUNT(*) FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
+        ),
+    ];
+    let mut out = Vec::new();
+    for (table, sql) in COUNTS {
+        let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
+        if n > 0 {
+            out.push((*table, n));
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `data` (accel's, from [`read_accel`]) into the empty upstream database
+/// `target`, in one transaction; returns the rows written per table.
+pub async fn export_placement(
+    data: &PlacementData,
+    target: &Source,
+) -> Result<Result<Vec<(&'static str, usize)>, ExportRefused>, StoreError> {
+    // The transaction's future owns what it reads (it outlives no borrow of the caller's).
+    let data = data.clone();
+    target
+        .write(move |tx| {
+            Box::pin(async move {
+                super::read::check_version(&super::read::schema_version(tx).await?)?;
+                let held = upstream_contents(tx).await?;
+                if !held.is_empty() {
+                    return Ok(Err(ExportRefused::NotEmpty(held)));
+                }
+                write_upstream(tx, &data).await?;
+                Ok(Ok(data.counts()))
+            })
+        })
+        .await
+}
+
+async fn write_upstream(tx: &mut Tx, d: &PlacementData) -> Result<(), StoreError> {
+    let now = crate::now();
+    let ts = |t: Option<i64>| Val::I(t.unwrap_or(now));
+    // Classes: upstream's rows by name; accel's others with accel's ids.
+    let mut have: HashMap<String, i64> = HashMap::new();
+    for r in sqlx::query("SELECT name, id FROM resource_classes")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        have.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    let mut class_map: HashMap<i64, i64> = HashMap::new();
+    let mut rows = Vec::new();
+    for c in &d.classes {
+        match have.get(&c.name) {
+            Some(id) => {
+                class_map.insert(c.id, *id);
+            }
+            None => {
+                class_map.insert(c.id, c.id);
+                rows.push(vec![Val::I(c.id), Val::S(c.name.clone()), ts(c.created)]);
+            }
+        }
+    }
+    insert(
+        tx,
+        "resource_classes",
+        &["id", "name", "created_at"],
+        &["created_at"],
+        rows,
+    )
+    .await?;
+    // Traits: by name; missing ones created with upstream's own ids.
+    have.clear();
+    for r in sqlx::query("SELECT name, id FROM traits")
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        have.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    let rows: Vec<Vec<Val>> = d
+        .traits
+        .iter()
+        .filter(|t| !have.contains_key(&t.name))
+        .map(|t| vec![Val::S(t.name.clone()), ts(t.created)])
+        .collect();
+    if !rows.is_empty() {
+        insert(tx, "traits", &["name", "created_at"], &["created_at"], rows).await?;
+        for r in sqlx::query("SELECT name, id FROM traits")
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            have.insert(r.try_get(0)?, r.try_get(1)?);
+        }
+    }
+    let trait_map: HashMap<i64, i64> = d
+        .traits
+        .iter()
+        .filter_map(|t| have.get(&t.name).map(|id| (t.id, *id)))
+        .collect();
+    // Providers parents first, as the import writes them.
+    let mut order: Vec<&ProviderRow> = d.providers.iter().collect();
+    let by_id: HashMap<i64, &ProviderRow> = d.providers.iter().map(|p| (p.id, p)).collect();
+    let depth = |p: &ProviderRow| {
+        let (mut n, mut at) = (0usize, p);
+        while let Some(up) = at.parent_id.and_then(|x| by_id.get(&x)) {
+            n += 1;
+            at = up;
+            if n > by_id.len() {
+                break;
+            }
+        }
+        n
+    };
+    order.sort_by_key(|p| (depth(p), p.id));
+    let rows = order
+        .iter()
+        .map(|p| {
+            vec![
+                Val::I(p.id),
+                Val::S(p.uuid.clone()),
+                Val::S(p.name.clone().unwrap_or_default()),
+                Val::I(p.generation.unwrap_or(0)),
+                Val::N(p.root_id),
+                Val::N(p.parent_id),
+                ts(p.created),
+                Val::N(p.updated),
+            ]
+        })
+        .collect();
+    let cols = [
+        "id",
+        "uuid",
+        "name",
+        "generation",
+        "root_provider_id",
+        "parent_provider_id",
+        "created_at",
+        "updated_at",
+    ];
+    insert(
+        tx,
+        "resource_providers",
+        &cols,
+        &["created_at", "updated_at"],
+        rows,
+    )
+    .await?;
+    let rows = d
+        .inventories
+        .iter()
+        .map(|i| {
+            vec![
+                Val::I(i.provider_id),
+                Val::I(class_map.get(&i.class_id).copied().unwrap_or(i.class_id)),
+                Val::I(i.total),
+                Val::I(i.reserved),
+                Val::I(i.min_unit),
+                Val::I(i.max_unit),
+                Val::I(i.step_size),
+                Val::F(i.allocation_ratio),
+                ts(i.created),
+                Val::N(i.updated),
+            ]
+        })
+        .collect();
+    let cols = [
+        "resource_provider_id",
+        "resource_class_id",
+        "total",
+        "reserved",
+        "min_unit",
+        "max_unit",
+        "step_size",
+        "allocation_ratio",
+        "created_at",
+        "updated_at",
+    ];
+    insert(
+        tx,
+        "inventories",
+        &cols,
+        &["created_at", "updated_at"],
+        rows,
+    )
+    .await?;
+    let named = |rows: &[Named]| -> Vec<Vec<Val>> {
+        rows.iter()
+            .map(|n| vec![Val::I(n.id), Val::S(n.name.clone()), ts(n.created)])
+            .collect()
+    };
+    insert(
+        tx,
+        "placement_aggregates",
+        &["id", "uuid", "created_at"],
+        &["created_at"],
+        named(&d.aggregates),
+    )
+    .await?;
+    let rows = d
+        .provider_aggregates
+        .iter()
+        .map(|(rp, a)| vec![Val::I(*rp), Val::I(*a), Val::I(now)])
+        .collect();
+    insert(
+        tx,
+        "resource_provider_aggregates",
+        &["resource_provider_id", "aggregate_id", "created_at"],
+        &["created_at"],
+        rows,
+    )
+    .await?;
+    let rows = d
+        .provider_traits
+        .iter()
+        .filter_map(|(rp, t)| {
+            trait_map
+                .get(t)
+                .map(|t| vec![Val::I(*rp), Val::I(*t), Val::I(now)])
+        })
+        .collect();
+    insert(
+        tx,
+        "resource_provider_traits",
+        &["resource_provider_id", "trait_id", "created_at"],
+        &["created_at"],
+        rows,
+    )
+    .await?;
+    insert(
+        tx,
+        "projects",
+        &["id", "external_id", "created_at"],
+        &["created_at"],
+        named(&d.projects),
+    )
+    .await?;
+    insert(
+        tx,
+        "users",
+        &["id", "external_id", "created_at"],
+        &["created_at"],
+        named(&d.users),
+    )
+    .await?;
+    insert(
+        tx,
+        "consumer_types",
+        &["id", "name", "created_at"],
+        &["created_at"],
+        named(&d.consumer_types),
+    )
+    .await?;
+    let rows = d
+        .consumers
+        .iter()
+        .map(|c| {
+            vec![
+                Val::I(c.id),
+                Val::S(c.uuid.clone()),
+                Val::I(c.project_id),
+                Val::I(c.user_id),
+                Val::I(c.generation),
+                Val::N(c.type_id),
+                ts(c.created),
+                Val::N(c.updated),
+            ]
+        })
+        .collect();
+    let cols = [
+        "id",
+        "uuid",
+        "project_id",
+        "user_id",
+        "generation",
+        "consumer_type_id",
+        "created_at",
+        "updated_at",
+    ];
+    insert(tx, "consumers", &cols, &["created_at", "updated_at"], rows).await?;
+    let rows = d
+        .allocations
+        .iter()
+        .map(|a| {
+            vec![
+                Val::I(a.provider_id),
+                Val::S(a.consumer.clone()),
+                Val::I(class_map.get(&a.class_id).copied().unwrap_or(a.class_id)),
+                Val::I(a.used),
+                ts(a.created),
+                Val::N(a.updated),
+            ]
+        })
+        .collect();
+    let cols = [
+        "resource_provider_id",
+        "consumer_id",
+        "resource_class_id",
+        "used",
+        "created_at",
+        "updated_at",
+    ];
+    insert(
+        tx,
+        "allocations",
+        &cols,
+        &["created_at", "updated_at"],
+        rows,
+    )
+    .await?;
+    if tx.backend() == Backend::Postgres {
+        for table in [
+            "resource_classes",
+            "traits",
+            "resource_providers",
+            "inventories",
+            "placement_aggregates",
+            "projects",
+            "users",
+            "consumer_types",
+            "consumers",
+            "allocations",
+        ] {
+            // Upstream's integer keys are SERIAL except where SQLAlchemy made them plain
+            // (resource_classes): no sequence, nothing to move.
+            let seq: Option<String> =
+                sqlx::query_scalar(&format!("SELECT pg_get_serial_sequence('{table}', 'id')"))
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if let Some(seq) = seq {
+                sqlx::query(&format!(
+                    "SELECT setval('{seq}', (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
+                ))
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# `accel import placement` against the real upstream Placement 16.0.0 (issue 28): upstream runs on
+# SQLite and on MariaDB (the conformance kit's upstream-placement.sh), is filled through its own API
+# with a seeded random cloud (scripts/placement-import-cloud.py), and its database is imported into
+# accel on SQLite, PostgreSQL and MariaDB, each import followed by `--verify` against the upstream
+# service still running on the old database: every provider, inventory, usage, trait, aggregate,
+# allocation and consumer, and a sample of allocation-candidate queries. Then the way back: each
+# accel database is exported (`accel export placement`) into a fresh upstream database of the same
+# backend as the source, made by upstream's own `placement-manage db sync`; upstream is started on it
+# and compared with accel again (`accel import verify`). Any difference fails.
+#
+#   scripts/import-upstream.sh [sqlite] [mysql]      (default: both upstream backends)
+#
+# Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_UPSTREAM_PORT (18971),
+#      ACCEL_TEST_PG (postgres://postgres@127.0.0.1:5432/postgres),
+#      ACCEL_TEST_MYSQL (mysql://root@127.0.0.1:3306), CONFORMANCE_KIT, IMPORT_SEED (28).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+KIT="${CONFORMANCE_KIT:-$ROOT/../shared/conformance/placement}"
+PY="$(WITH_UPSTREAM=1 "$KIT/setup.sh")"
+VENV="$(dirname "$(dirname "$PY")")"
+ACCEL_BIN="${ACCEL_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/accel}"
+PORT="${IMPORT_UPSTREAM_PORT:-18971}"
+SEED="${IMPORT_SEED:-28}"
+PG_ADMIN="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+MYSQL_ADMIN="${ACCEL_TEST_MYSQL:-mysql://root@127.0.0.1:3306}"
+PG_BASE="${PG_ADMIN%/*}"
+MYSQL_HOSTPORT="${MYSQL_ADMIN#*@}"; MYSQL_HOSTPORT="${MYSQL_HOSTPORT%%/*}"
+MYSQL_USER="${MYSQL_ADMIN#*://}"; MYSQL_USER="${MYSQL_USER%%@*}"
+[[ -x "$ACCEL_BIN" ]] || { echo "no accel binary at $ACCEL_BIN (cargo build -p accel-cli)" >&2; exit 2; }
+BACKENDS=("$@"); [[ ${#BACKENDS[@]} -gt 0 ]] || BACKENDS=(sqlite mysql)
+TAG="accel_import_$$"
+RUN="${TMPDIR:-/tmp}/accel-import-upstream-$PORT"
+rm -rf "$RUN"; mkdir -p "$RUN"
+export PLACEMENT_PORT="$PORT" PLACEMENT_PROFILE=api
+unset GABBI_FIXTURE
+
+# An empty upstream database at SQLAlchemy URL $1, by upstream's own `placement-manage db sync`.
+db_sync() {
+  local etc="$RUN/sync-etc"; mkdir -p "$etc"
+  printf '[placement_database]\nconnection = %s\n' "$1" >"$etc/placement.conf"
+  "$VENV/bin/placement-manage" --config-dir "$etc" db sync >>"$RUN/db-sync.log" 2>&1
+}
+mysql_q() { mysql -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" -u "$MYSQL_USER" -e "$1"; }
+cleanup() {
+  PLACEMENT_RUN_DIR="$RUN/upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+  for d in "$RUN"/back-*; do
+    [[ -d "$d" ]] && PLACEMENT_RUN_DIR="$d" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
+  done
+  for db in $(psql "$PG_ADMIN" -Atc "SELECT datname FROM pg_database WHERE datname LIKE '${TAG}_%'" 2>/dev/null); do
+    psql "$PG_ADMIN" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  done
+  for db in $(mysql_q "SHOW DATABASES LIKE '${TAG}\\_%'" 2>/dev/null | tail -n +2); do
+    mysql_q "DROP DATABASE IF EXISTS \`$db\`" >/dev/null 2>&1 || true
+  done
+}
+trap cleanup EXIT
+
+status=0
+for ub in "${BACKENDS[@]}"; do
+  export PLACEMENT_RUN_DIR="$RUN/upstream"
+  case "$ub" in
+    sqlite)
+      export PLACEMENT_DB_URL="sqlite:///$RUN/upstream/placement.db"
+      SOURCE="sqlite://$RUN/upstream/placement.db" ;;
+    mysql)
+      "$PY" -c 'import pymysql' 2>/dev/null || "$VENV/bin/pip" install -q 'PyMySQL==1.1.1' >&2
+      mysql_q "CREATE DATABASE ${TAG}_upstream CHARACTER SET utf8mb4"
+      export PLACEMENT_DB_URL="mysql+pymysql://$MYSQL_USER@$MYSQL_HOSTPORT/${TAG}_upstream?charset=utf8mb4"
+      SOURCE="$MYSQL_ADMIN/${TAG}_upstream" ;;
+    *) echo "unknown upstream backend $ub (sqlite or mysql)" >&2; exit 2 ;;
+  esac
+  start=$SECONDS
+  FRESH=1 "$KIT/upstream-placement.sh" start >/dev/null
+  "$PY" "$HERE/placement-import-cloud.py" --url "http://127.0.0.1:$PORT" --seed "$SEED" | sed "s/^/upstream on $ub: /"
+  echo "upstream on $ub: started and filled in $((SECONDS - start)) s"
+  for target in sqlite postgres mysql; do
+    case "$target" in
+      sqlite) DB="sqlite://$RUN/accel-$ub.db" ;;
+      postgres) psql "$PG_ADMIN" -qc "CREATE DATABASE ${TAG}_${ub}_pg" >/dev/null; DB="$PG_BASE/${TAG}_${ub}_pg" ;;
+      mysql) mysql_q "CREATE DATABASE ${TAG}_${ub}_accel CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"; DB="$MYSQL_ADMIN/${TAG}_${ub}_accel" ;;
+    esac
+    t0=$SECONDS
+    if "$ACCEL_BIN" import placement --from "$SOURCE" --database "$DB" --verify "http://127.0.0.1:$PORT" \
+        >"$RUN/import-$ub-$target.txt" 2>&1; then
+      echo "upstream $ub -> accel $target: $(tail -1 "$RUN/import-$ub-$target.txt") ($((SECONDS - t0)) s)"
+    else
+      echo "FAILED upstream $ub -> accel $target:"; cat "$RUN/import-$ub-$target.txt"; status=1
+    fi
+  done
+  "$KIT/upstream-placement.sh" stop >/dev/null
+  # The way back, from each accel database into a fresh upstream one of the source's backend.
+  for target in sqlite postgres mysql; do
+    case "$target" in
+      sqlite) DB="sqlite://$RUN/accel-$ub.db" ;;
+      postgres) DB="$PG_BASE/${TAG}_${ub}_pg" ;;
+      mysql) DB="$MYSQL_ADMIN/${TAG}_${ub}_accel" ;;
+    esac
+    back="$RUN/back-$ub-$target"; mkdir -p "$back"
+    case "$ub" in
+      sqlite)
+        export PLACEMENT_DB_URL="sqlite:///$back/placement.db"; TO="sqlite://$back/placement.db" ;;
+      mysql)
+        mysql_q "CREATE DATABASE ${TAG}_back_$target CHARACTER SET utf8mb4"
+        export PLACEMENT_DB_URL="mysql+pymysql://$MYSQL_USER@$MYSQL_HOSTPORT/${TAG}_back_$target?charset=utf8mb4"
+        TO="$MYSQL_ADMIN/${TAG}_back_$target" ;;
+    esac
+    t0=$SECONDS
+    db_sync "$PLACEMENT_DB_URL"
+    if ! "$ACCEL_BIN" export placement --database "$DB" --to "$TO" >"$back/export.txt" 2>&1; then
+      echo "FAILED accel $target -> upstream $ub (export):"; cat "$back/export.txt"; status=1; continue
+    fi
+    PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" start >/dev/null
+    if "$ACCEL_BIN" import verify "http://127.0.0.1:$PORT" --database "$DB" >"$back/verify.txt" 2>&1; then
+      echo "accel $target -> upstream $ub: exported, $(tail -1 "$back/verify.txt") ($((SECONDS - t0)) s)"
+    else
+      echo "FAILED accel $target -> upstream $ub:"; cat "$back/export.txt" "$back/verify.txt"; status=1
+    fi
+    PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" stop >/dev/null
+  done
+done
+[[ $status == 0 ]] && echo "import-upstream: 0 differences"
+exit "$status"
