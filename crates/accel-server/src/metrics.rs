@@ -104,13 +104,6 @@ fn counts() -> Histogram {
     ])
 }
 
-/// The commit accel was built from, when the build says (`ACCEL_COMMIT` at compile
-/// time; release builds set it).
-pub const COMMIT: &str = match option_env!("ACCEL_COMMIT") {
-    Some(c) => c,
-    None => "unknown",
-};
-
 /// Every metric family of the server. Fields are public so handlers and workers
 /// update them directly.
 pub struct Metrics {
@@ -169,8 +162,16 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every family registered and `accel_build_info` set.
+    /// A registry with every family registered; `accel_build_info{commit="unknown"}`
+    /// (tests and embedders: the binary says its commit through [`Metrics::built_from`]).
     pub fn new() -> Metrics {
+        Metrics::built_from("unknown")
+    }
+
+    /// A registry with every family registered and `accel_build_info` naming `commit`:
+    /// the one `accel --version` prints. The commit is the binary's (its build script
+    /// reruns when HEAD moves), not this library's, which is not rebuilt on a commit.
+    pub fn built_from(commit: &'static str) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             http_requests: Family::default(),
@@ -362,7 +363,7 @@ impl Metrics {
         build
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
-                commit: COMMIT,
+                commit,
             })
             .set(1);
         r.register(

@@ -9,6 +9,7 @@ pub mod arqs;
 pub(crate) mod http;
 mod output;
 pub mod profiles;
+pub(crate) mod reach;
 
 /// Where the accelerator API is and how to authenticate; shared by all client commands.
 #[derive(clap::Args, Debug, Clone)]
@@ -55,8 +56,12 @@ pub struct ArqArgs {
 }
 
 /// Runs a client command on a small runtime and prints its output; a failure is one
-/// line on stderr (the server's message) and exit status 1, without a backtrace.
-pub fn run(fut: impl std::future::Future<Output = anyhow::Result<String>>) -> anyhow::Result<()> {
+/// line on stderr (the server's message) and exit status 1, without a backtrace. When
+/// no server answered, the lines of [`reach::hint`] about `apis` follow it.
+pub fn run(
+    apis: &[reach::Api<'_>],
+    fut: impl std::future::Future<Output = anyhow::Result<String>>,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -67,9 +72,16 @@ pub fn run(fut: impl std::future::Future<Output = anyhow::Result<String>>) -> an
             }
             Ok(())
         }
-        Err(e) => {
-            eprintln!("accel: {e:#}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&e, apis),
     }
+}
+
+/// Prints `e` as the client commands do (`accel: what: why`, then the hint when no
+/// server answered) and exits 1.
+pub fn fail(e: &anyhow::Error, apis: &[reach::Api<'_>]) -> ! {
+    eprintln!("accel: {e:#}");
+    if let Some(hint) = reach::hint(e, apis) {
+        eprintln!("{hint}");
+    }
+    std::process::exit(1);
 }
