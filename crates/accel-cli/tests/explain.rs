@@ -181,7 +181,7 @@ async fn explain_the_issue_query_field_by_field_and_composed_from_a_device_profi
             root(&a, "host3")["reasons"],
             json!([{
                 "code": "capacity", "group": "1", "provider": rp(31),
-                "resource_class": "CUSTOM_ACCELERATOR_FPGA", "trait": null,
+                "provider_name": "host3_fpga0", "resource_class": "CUSTOM_ACCELERATOR_FPGA", "trait": null,
                 "detail": root(&a, "host3")["reasons"][0]["detail"],
             }])
         );
