@@ -75,6 +75,11 @@ impl AccelApp {
         Reply::read(r.send().await.unwrap()).await
     }
 
+    /// The server behind the fixture (its store, metrics and console).
+    pub fn server(&self) -> &TestServer {
+        &self._server
+    }
+
     pub async fn get(&self, who: As<'_>, path: &str) -> Reply {
         self.call(who, Method::GET, path, None, None).await
     }
