@@ -63,6 +63,12 @@ enum Command {
         after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
     )]
     DeviceProfile(client::ProfileArgs),
+    /// Placement's resource providers: list, show, tree, usage (reads, without
+    /// osc-placement).
+    #[command(
+        after_help = "Examples:\n  accel provider list\n  accel provider tree compute1\n  accel provider usage compute1_FakeDevice -f json"
+    )]
+    Provider(client::providers::ProviderArgs),
     /// Accelerator requests: create, list, show, bind, unbind, delete.
     #[command(after_help = "Example:\n  accel arq create dp1 -f json")]
     Arq(client::ArqArgs),
@@ -104,6 +110,10 @@ fn main() -> anyhow::Result<()> {
         Command::DeviceProfile(a) => client::run(
             &[client::reach::accelerator(&a.conn.url, "--url")],
             client::profiles::run(&a.conn, a.command),
+        ),
+        Command::Provider(a) => client::run(
+            &client::providers::apis(&a.conn),
+            client::providers::run(&a.conn, a.command),
         ),
         Command::Arq(a) => client::run(
             &[client::reach::accelerator(&a.conn.url, "--url")],

@@ -1,5 +1,6 @@
 //! Client commands: `accel device-profile ...` and `accel arq ...` over HTTP against
-//! the accelerator (Cyborg v2) API, with human tables by default and `-f json`.
+//! the accelerator (Cyborg v2) API, and `accel provider ...` against Placement, with
+//! human tables by default and `-f json`.
 //!
 //! They speak only the wire protocol (no store, no server types), so they work against
 //! any Cyborg-compatible endpoint; errors show the server's own message, unwrapped from
@@ -9,6 +10,7 @@ pub mod arqs;
 pub(crate) mod http;
 mod output;
 pub mod profiles;
+pub mod providers;
 pub(crate) mod reach;
 
 /// Where the accelerator API is and how to authenticate; shared by all client commands.
