@@ -183,3 +183,53 @@ async fn binds_that_cannot_succeed_are_refused_by_the_patch_itself() {
         );
     }
 }
+
+/// Without Nova: the console's ARQ page says so once, as the deployment's state, and a
+/// Bound ARQ whose event was recorded `no_endpoint` shows no failure (issue 31 item 9).
+#[tokio::test]
+async fn without_nova_the_console_says_so_once_and_not_per_arq() {
+    use std::time::Duration;
+    let backend = accel_testkit::server::Backend::Sqlite;
+    let store = accel_testkit::server::store(backend).await;
+    let workers = accel_server::accelerator::binder::WorkerConfig {
+        poll_interval: Duration::from_millis(100),
+        ..accel_server::accelerator::binder::WorkerConfig::new(None)
+    };
+    let app = AccelApp::start(
+        accel_testkit::server::builder(store)
+            .fake_devices(Some("compute1".into()))
+            .workers(Some(workers)),
+    )
+    .await;
+    app.create_profile("one", json!([{"resources:FPGA": "1"}]))
+        .await;
+    let a = app.create_arqs(As::Nova("p1"), "one").await;
+    let a = a[0]["uuid"].as_str().unwrap().to_owned();
+    let r = bind(&app, &[&a], "compute1", &rp_of("compute1"), &new_instance()).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let (html, row) = accel_testkit::eventually(
+        Duration::from_secs(20),
+        "the ARQ Bound with its event recorded no_endpoint",
+        || async {
+            let html = reqwest::get(format!("{}/arqs", app.server().console))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let row = html
+                .split("<tr")
+                .find(|r| r.contains(&format!("data-arq=\"{a}\"")))
+                .unwrap_or_default()
+                .to_owned();
+            if row.contains("data-state=\"Bound\"") && row.contains("data-event=\"no_endpoint\"") {
+                Ok((html, row))
+            } else {
+                Err(row)
+            }
+        },
+    )
+    .await;
+    assert_eq!(html.matches("data-test=\"no-nova\"").count(), 1, "{html}");
+    assert!(!row.contains("no Nova endpoint configured"), "{row}");
+}
