@@ -13,7 +13,9 @@
 # no cargo plugin has to be built first or its metadata kept in a crate's manifest.
 #
 # Usage: scripts/package.sh            build everything
-# Env:   ACCEL_BIN=PATH                package this binary instead of building one
+# Env:   ACCEL_BIN=PATH                package this binary instead of building one (the
+#                                      test command packages its debug build this way:
+#                                      the package is checked, not shipped)
 #        SKIP_IMAGE=1                  the package only (no podman)
 # Needs: dpkg-deb, podman (Debian packages dpkg-dev and podman); systemd-analyze
 #        when present. Takes 10-20 minutes for the release build on a small machine.
@@ -30,14 +32,17 @@ if [[ -n "${ACCEL_BIN:-}" ]]; then
   BIN="$ACCEL_BIN"
 else
   say "cargo build --release -p accel-cli"
-  # The commit the binary names in accel_build_info{commit} (read at compile time).
-  ACCEL_COMMIT="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
-    cargo build --release --locked -p accel-cli
+  # The commit `accel --version` and accel_build_info{commit} name comes from the
+  # CLI's build script (git, or ACCEL_GIT_COMMIT for a tree without git).
+  cargo build --release --locked -p accel-cli
   BIN="$TARGET/release/accel"
 fi
 [[ -x "$BIN" ]] || die "no binary at $BIN"
-VERSION="$("$BIN" --version | awk '{print $2}')"
-[[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || die "cannot read the version from $BIN --version"
+# `accel 0.1.0 (commit 3cc28f7f1d49)`: the package is named by the release alone.
+BUILT="$("$BIN" --version)"
+[[ "$BUILT" =~ ^accel\ ([0-9]+\.[0-9]+\.[0-9]+[^ ]*)\ \(commit\ [^\)]+\)$ ]] \
+  || die "cannot read the version from '$BIN --version': '$BUILT'"
+VERSION="${BASH_REMATCH[1]}"
 ARCH="$(dpkg --print-architecture)"
 OUT="$TARGET/debian"
 DEB="$OUT/accel_${VERSION}_${ARCH}.deb"
@@ -116,6 +121,9 @@ STAGE="$OUT/stage"
 rm -rf "$STAGE"
 mkdir -p "$STAGE/DEBIAN"
 install -D -m 0755 "$BIN" "$STAGE/usr/bin/accel"
+# Debian ships stripped binaries; the release profile already strips symbols (a no-op
+# then), a debug build loses its debug info here (103 MB to 36 MB).
+strip --strip-all "$STAGE/usr/bin/accel"
 for unit in accel-serve accel-agent; do
   install -D -m 0644 "packaging/systemd/$unit.service" "$STAGE/usr/lib/systemd/system/$unit.service"
 done
@@ -177,7 +185,7 @@ SCRATCH="$OUT/scratch-root"
 rm -rf "$SCRATCH"
 dpkg -x "$DEB" "$SCRATCH"
 got="$("$SCRATCH/usr/bin/accel" --version)"
-[[ "$got" == "accel $VERSION" ]] || die "the installed binary says '$got'"
+[[ "$got" == "$BUILT" ]] || die "the installed binary says '$got', the built one '$BUILT'"
 echo "$SCRATCH/usr/bin/accel --version: $got"
 "$SCRATCH/usr/bin/accel" serve --help >/dev/null
 "$SCRATCH/usr/bin/accel" agent --help >/dev/null
@@ -252,7 +260,7 @@ say "run the image's binary from the mounted image"
 MNT="$(podman image mount "$IMAGE")"
 trap 'podman image unmount "$IMAGE" >/dev/null 2>&1 || true' EXIT
 got="$(chroot "$MNT" /usr/bin/accel --version)"
-[[ "$got" == "accel $VERSION" ]] || die "the image's binary says '$got'"
+[[ "$got" == "$BUILT" ]] || die "the image's binary says '$got', the built one '$BUILT'"
 echo "chroot $MNT /usr/bin/accel --version: $got"
 chroot --userspec=65532:65532 "$MNT" /usr/bin/accel serve --help >/dev/null
 [[ "$(stat -c %u:%g "$MNT/var/lib/accel")" == 65532:65532 ]] || die "the image's /var/lib/accel is not the server user's"

@@ -77,10 +77,12 @@ run "device profile" 'dp1' "$ACCEL" device-profile create dp1 \
   --group resources:CUSTOM_ACCELERATOR_FPGA=1
 run "arq create" '"state": ?"Initial"' "$ACCEL" arq create dp1 -f json
 ARQ="$(json 'd[0]["uuid"]' <<<"$LAST")"
-run "region provider" 'compute-1_00fa:00:00.0_region0' curl -s -H 'x-auth-token: admin' \
-  -H 'openstack-api-version: placement 1.39' \
-  "$PLACEMENT/resource_providers?name=compute-1_00fa:00:00.0_region0"
-RP="$(json 'd["resource_providers"][0]["uuid"]' <<<"$LAST")"
+# The region two levels under the node (grep reads a line at a time: its indent says so).
+run "provider tree" '^   └─ compute-1_00fa:00:00.0_region0 \(' \
+  "$ACCEL" provider tree compute-1
+run "region provider" '"name": "compute-1_00fa:00:00.0_region0"' "$ACCEL" provider list \
+  --name compute-1_00fa:00:00.0_region0 -f json
+RP="$(json 'd[0]["uuid"]' <<<"$LAST")"
 VM=7c9e6679-7425-40de-944b-e07fc1f90ae7
 run "arq bind --wait" 'Bound' "$ACCEL" arq bind "$ARQ" --hostname compute-1 \
   --device-rp-uuid "$RP" --instance-uuid "$VM" --wait
@@ -90,6 +92,8 @@ refuse "bind-state needs an instance" 'instance' "$ACCEL" arq list --bind-state 
 # 5. Nova's workflow without Nova, on the second accelerator.
 run "boot" '"state": ?"Bound"' "$ACCEL" boot --device-profile dp1 --resources VCPU=1 \
   --instance 3f2a4c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b -f json
+run "provider usage" 'CUSTOM_ACCELERATOR_FPGA +\| 2 +\| 0 +\| 1\.0 +\| [0-9]+ +\| 1 +\| 1 ' \
+  "$ACCEL" provider usage compute-1_00fa:00:00.0_region0
 run "unboot" 'released' "$ACCEL" unboot --instance 3f2a4c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b
 refuse "unboot of an unknown instance" 'no such instance' "$ACCEL" unboot \
   --instance 3f2a4c1e-8b7d-4e6f-9a0b-1c2d3e4f5a6b

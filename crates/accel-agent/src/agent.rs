@@ -38,12 +38,26 @@ pub enum AgentError {
     Config(String),
     #[error(transparent)]
     Server(#[from] ClientError),
-    #[error("the compute node {node:?} is not known to the server: {message}. Check that nova-compute runs on this host and that --node is its hypervisor_hostname (`openstack hypervisor list`); the agent reports under Nova's compute node provider and never creates it")]
+    #[error("{}", no_compute_node(node, message))]
     NoComputeNode { node: String, message: String },
     #[error("report not sent: driver(s) {0} failed during discovery and this agent has no earlier picture of their devices (the server keeps what it has)")]
     DriversFailed(String),
     #[error("{server} is not the accelerator API: it answered the agent's compute node check with 404 ({message:?}) where the accelerator API names the compute node it lacks. Give --server the accelerator API's URL (accel serve --accelerator-listen, port 6666 by default), not the Placement API's (8778)")]
     NotAcceleratorApi { server: String, message: String },
+}
+
+/// The agent's answer to a server without its compute node (issue 31 item 5): the
+/// Nova hint once (the server's message has it since it names hypervisor_hostname; an
+/// older or other server's may not), and what to do without Nova.
+fn no_compute_node(node: &str, message: &str) -> String {
+    let nova = if message.contains("hypervisor_hostname") {
+        String::new()
+    } else {
+        ". With Nova, --node must be this host's hypervisor_hostname (`openstack hypervisor list`) and nova-compute must have registered it".to_owned()
+    };
+    format!(
+        "the compute node {node:?} is not known to the server: {message}{nova}. The agent reports under the compute node provider and never creates it; without Nova, create it in Placement first (POST /resource_providers with {{\"name\": \"{node}\"}}, as the README's walk-through does)"
+    )
 }
 
 /// `e` and every error under it ("error sending request" alone hides "connection

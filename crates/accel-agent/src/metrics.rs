@@ -106,7 +106,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every family registered; `accel_build_info{commit="unknown"}` (tests: the binary
+    /// says its commit through [`Metrics::built_from`]).
     pub fn new() -> Metrics {
+        Metrics::built_from("unknown")
+    }
+
+    /// Every family registered, `accel_build_info` naming `commit`: the one
+    /// `accel --version` prints (the binary's build script knows it; this library is
+    /// not rebuilt when HEAD moves).
+    pub fn built_from(commit: &str) -> Metrics {
         let mut registry = Registry::default();
         let discovery_duration = Histogram::new([
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -172,7 +181,7 @@ impl Metrics {
         build
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").into(),
-                commit: env!("ACCEL_COMMIT").into(),
+                commit: commit.into(),
             })
             .set(1);
         registry.register(

@@ -64,8 +64,10 @@ pub enum Endpoint {
 /// Why a request got no answer worth reading.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot reach {url}: {source}")]
-    Unreachable { url: String, source: reqwest::Error },
+    /// No answer: `cause` is the innermost error ("Connection refused (os error 111)"),
+    /// not a chained source, so `{:#}` says it once instead of reqwest's three layers.
+    #[error("cannot reach {url}: {cause}")]
+    Unreachable { url: String, cause: String },
     #[error("Keystone: {0}")]
     Keystone(String),
     #[error("{0}")]
@@ -83,6 +85,16 @@ pub enum Error {
         /// Placement's error `code` (1.23+), when there is one.
         code: Option<String>,
     },
+}
+
+/// The innermost error of `e`'s chain: reqwest wraps the socket's error in two
+/// layers that each repeat the URL.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    inner.to_string()
 }
 
 impl Error {
@@ -348,7 +360,7 @@ impl Http {
                 tracing::warn!(target: "accel::outgoing", method = %req.method, url = %url, request_id = %request_id, error = %source, "outgoing call failed");
                 Error::Unreachable {
                     url: url.clone(),
-                    source,
+                    cause: root_cause(&source),
                 }
             })?;
             let status = resp.status().as_u16();
@@ -361,7 +373,7 @@ impl Http {
             let headers = resp.headers().clone();
             let text = resp.text().await.map_err(|source| Error::Unreachable {
                 url: url.clone(),
-                source,
+                cause: root_cause(&source),
             })?;
             return Ok(Reply {
                 url,

@@ -114,7 +114,7 @@ async fn agent(
     }
     // Configuration errors stop the agent here, before anything is served or sent.
     settings.require_node().map_err(anyhow::Error::msg)?;
-    let metrics = Arc::new(accel_agent::metrics::Metrics::new());
+    let metrics = Arc::new(accel_agent::metrics::Metrics::built_from(crate::COMMIT));
     let kubernetes_on = settings
         .kubernetes
         .as_ref()
@@ -136,6 +136,7 @@ async fn agent(
     let agent = accel_agent::Agent::new(settings)?.observe(probes.clone());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        commit = crate::COMMIT,
         node = %agent.settings.node,
         server = %agent.settings.server,
         metrics_listen = %listener.local_addr()?,

@@ -3,6 +3,7 @@
 //! its device profile's accelerators and prints the attach handles; `unboot` unbinds and
 //! deletes its ARQs and releases its allocations.
 
+use crate::client::reach;
 use accel_api::workflow::{self, BootRequest, Booted, Endpoints, Unbooted};
 use anyhow::Context;
 use serde_json::json;
@@ -101,30 +102,41 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+impl Urls {
+    /// Both APIs, for the hint when neither answers.
+    pub fn apis(&self) -> [reach::Api<'_>; 2] {
+        [
+            reach::placement(&self.placement_url),
+            reach::accelerator(&self.accelerator_url, "--accelerator-url"),
+        ]
+    }
+}
+
 /// Prints a failure as one line (`accel: what: why`) and exits 1, as the other client
 /// commands do.
-fn exit_on_error(r: anyhow::Result<String>) -> anyhow::Result<()> {
+fn exit_on_error(r: anyhow::Result<String>, urls: &Urls) -> anyhow::Result<()> {
     match r {
         Ok(out) => {
             println!("{out}");
             Ok(())
         }
-        Err(e) => {
-            eprintln!("accel: {e:#}");
-            std::process::exit(1);
-        }
+        Err(e) => crate::client::fail(&e, &urls.apis()),
     }
 }
 
 pub fn boot(args: BootArgs) -> anyhow::Result<()> {
-    exit_on_error(run_boot(args))
+    let urls = args.apis.urls.clone();
+    exit_on_error(run_boot(args), &urls)
 }
 
 pub fn unboot(args: UnbootArgs) -> anyhow::Result<()> {
-    exit_on_error(run_unboot(args))
+    let urls = args.apis.urls.clone();
+    exit_on_error(run_unboot(args), &urls)
 }
 
 fn run_boot(args: BootArgs) -> anyhow::Result<String> {
+    let explain = explain_command(&args);
+    let given = args.instance.clone();
     let req = BootRequest {
         device_profile: args.device_profile,
         // `RC=N` like every other option (`--group resources:FPGA=1`); `RC:N` as
@@ -136,10 +148,67 @@ fn run_boot(args: BootArgs) -> anyhow::Result<String> {
         group_policy: args.group_policy,
         timeout: Duration::from_secs(args.timeout),
     };
-    let booted = runtime()?
-        .block_on(workflow::boot(&args.apis.endpoints(), &req))
-        .with_context(|| format!("booting instance {}", req.instance))?;
-    Ok(render_boot(&booted, args.apis.format))
+    // A uuid the user did not give is not named: a failed boot releases what it
+    // claimed, so there is nothing to look up under it.
+    let doing = match &given {
+        Some(uuid) => format!("booting instance {uuid}"),
+        None => "booting".to_owned(),
+    };
+    match runtime()?.block_on(workflow::boot(&args.apis.endpoints(), &req)) {
+        Ok(booted) => Ok(render_boot(&booted, args.apis.format)),
+        Err(e @ workflow::WorkflowError::NoCandidate(_)) => Err(anyhow::anyhow!(
+            "{doing}: {e}\n  why, provider by provider: {explain}"
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context(doing)),
+    }
+}
+
+/// `accel explain` with the arguments of this boot: the same query, the same APIs.
+fn explain_command(args: &BootArgs) -> String {
+    let mut words = vec![
+        "accel".to_owned(),
+        "explain".to_owned(),
+        "--device-profile".to_owned(),
+        quoted(&args.device_profile),
+    ];
+    if !args.resources.is_empty() {
+        words.extend(["--resources".to_owned(), quoted(&args.resources)]);
+    }
+    words.extend(["--group-policy".to_owned(), quoted(&args.group_policy)]);
+    // URLs only where a flag set them: the environment and the defaults still apply.
+    let urls = &args.apis.urls;
+    for (flag, env, default, url) in [
+        (
+            "--placement-url",
+            "ACCEL_PLACEMENT_URL",
+            "http://127.0.0.1:8778",
+            &urls.placement_url,
+        ),
+        (
+            "--accelerator-url",
+            "ACCEL_URL",
+            "http://127.0.0.1:6666",
+            &urls.accelerator_url,
+        ),
+    ] {
+        let from_env = std::env::var(env).is_ok_and(|v| &v == url);
+        if url != default && !from_env {
+            words.extend([flag.to_owned(), quoted(url)]);
+        }
+    }
+    words.join(" ")
+}
+
+/// `s` as one shell word.
+fn quoted(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.,:=/@%+".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 fn run_unboot(args: UnbootArgs) -> anyhow::Result<String> {

@@ -285,17 +285,7 @@ impl ServeConfig {
 
     /// The database URL without any password.
     pub fn redacted_database(&self) -> String {
-        let url = self.database_url().unwrap_or_default();
-        match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(at)) if at > s => {
-                let creds = &url[s + 3..at];
-                match creds.split_once(':') {
-                    Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                    None => url,
-                }
-            }
-            _ => url,
-        }
+        redact_url(&self.database_url().unwrap_or_default())
     }
 
     pub fn policy(&self) -> anyhow::Result<accel_core::policy::Policy> {
@@ -342,6 +332,17 @@ impl ServeConfig {
             http: self.http_limits(),
             disable_access_log: !self.access_log,
         })
+    }
+}
+
+/// `url` with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
     }
 }
 

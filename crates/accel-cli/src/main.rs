@@ -10,6 +10,8 @@ mod client;
 mod config;
 mod explain;
 #[cfg(feature = "server")]
+mod startup;
+#[cfg(feature = "server")]
 mod transfer;
 
 #[cfg(feature = "server")]
@@ -23,6 +25,11 @@ use std::sync::Arc;
 /// docs/benchmarks.md), mimalloc a fraction of that.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The commit this binary is built from (build.rs): `--version`, `accel_build_info` of
+/// the server and the agent, and the start-up lines all say this one.
+#[cfg(any(feature = "server", feature = "agent"))]
+pub(crate) const COMMIT: &str = env!("ACCEL_GIT_COMMIT");
 
 /// `accel --version` (and every subcommand's): the release and the commit built.
 const VERSION: &str = concat!(
@@ -58,6 +65,12 @@ enum Command {
         after_help = "Example:\n  accel device-profile create dp1 --group resources:FPGA=1,trait:CUSTOM_FAKE_DEVICE=required"
     )]
     DeviceProfile(client::ProfileArgs),
+    /// Placement's resource providers: list, show, tree, usage (reads, without
+    /// osc-placement).
+    #[command(
+        after_help = "Examples:\n  accel provider list\n  accel provider tree compute1\n  accel provider usage compute1_FakeDevice -f json"
+    )]
+    Provider(client::providers::ProviderArgs),
     /// Accelerator requests: create, list, show, bind, unbind, delete.
     #[command(after_help = "Example:\n  accel arq create dp1 -f json")]
     Arq(client::ArqArgs),
@@ -104,8 +117,18 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(serve(cfg))
         }
-        Command::DeviceProfile(a) => client::run(client::profiles::run(&a.conn, a.command)),
-        Command::Arq(a) => client::run(client::arqs::run(&a.conn, a.command)),
+        Command::DeviceProfile(a) => client::run(
+            &[client::reach::accelerator(&a.conn.url, "--url")],
+            client::profiles::run(&a.conn, a.command),
+        ),
+        Command::Provider(a) => client::run(
+            &client::providers::apis(&a.conn),
+            client::providers::run(&a.conn, a.command),
+        ),
+        Command::Arq(a) => client::run(
+            &[client::reach::accelerator(&a.conn.url, "--url")],
+            client::arqs::run(&a.conn, a.command),
+        ),
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),
         Command::Explain(a) => explain::run(a),
@@ -155,20 +178,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     let within = std::time::Duration::from_secs(cfg.database_connect_timeout_seconds);
     let store = accel_store::Store::connect_retrying(&url, within)
         .await
-        .map_err(|e| match &e {
-            // The driver's root cause, not its wrapper ("pool timed out" and the like).
-            accel_store::StoreError::Db(db) => {
-                anyhow::anyhow!("{}", accel_store::db_cause(db)).context(e.to_string())
-            }
-            _ => anyhow::Error::new(e),
-        })
-        .with_context(|| {
-            format!(
-                "opening database {} (retried for up to {} s, --database-connect-timeout)",
-                cfg.redacted_database(),
-                within.as_secs()
-            )
-        })?;
+        .map_err(|e| startup::database_error(e, &url, &cfg.redacted_database(), within))?;
     let (policy, config) = (cfg.policy()?, cfg.server_config()?);
     let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
@@ -222,6 +232,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         }))
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
+        .metrics(Arc::new(accel_server::metrics::Metrics::built_from(COMMIT)))
         .metrics_listener(Some(metrics_listener))
         .console_listener(console_listener)
         .build()
@@ -237,7 +248,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     let signals = Signals::install();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        commit = accel_server::metrics::COMMIT,
+        commit = COMMIT,
         placement = %listener.local_addr()?,
         accelerator = %accel_listener.local_addr()?,
         metrics = %metrics_addr,

@@ -272,7 +272,21 @@ async fn metrics_move_with_reports_and_kubelet_allocations_and_readyz_turns_read
             3.0
         );
         assert_eq!(sample(&text, "accel_kubelet_reregistrations_total"), 0.0);
-        assert!(text.contains("accel_build_info{version=\""), "{text}");
+        // The commit `--version` prints, not the library's "unknown" (issue 31 item 2).
+        let version = common::accel(&["--version"], &[]).await.stdout;
+        let commit = version
+            .split("(commit ")
+            .nth(1)
+            .unwrap()
+            .trim_end()
+            .trim_end_matches(')');
+        assert!(
+            text.contains(&format!(
+                "accel_build_info{{version=\"{}\",commit=\"{commit}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{version}{text}"
+        );
         assert!(
             sample(&text, "process_resident_memory_bytes") > 0.0,
             "{text}"

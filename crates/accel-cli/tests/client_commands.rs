@@ -243,3 +243,115 @@ async fn arq_create_list_show_bind_unbind_delete() {
         assert!(bad.stderr.contains("is not a uuid"), "{}", bad.stderr);
     }
 }
+
+/// `accel provider list|show|tree|usage` (issue 31 item 13): Placement reads by name,
+/// in both formats, a tree drawn from its root, usage moving with an allocation.
+#[tokio::test]
+async fn provider_list_show_tree_and_usage() {
+    for backend in BACKENDS {
+        let s = spawn(backend).await;
+        let env = [("ACCEL_PLACEMENT_URL", s.placement.as_str())];
+        let run = |args: &'static [&'static str]| common::accel(args, &env);
+        let dev = s.fake_device_rp().await;
+
+        let all = run(&["provider", "list", "-f", "json"]).await.json();
+        let names: Vec<&str> = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["compute1", "compute1_FakeDevice"], "{backend:?}");
+        let one = run(&[
+            "provider",
+            "list",
+            "--name",
+            "compute1_FakeDevice",
+            "-f",
+            "json",
+        ])
+        .await
+        .json();
+        assert_eq!(one[0]["uuid"], dev.as_str());
+        let root = one[0]["root_provider_uuid"].as_str().unwrap().to_owned();
+        assert_eq!(one[0]["parent_provider_uuid"], root.as_str());
+        let fpga = run(&["provider", "list", "--resources", "FPGA=1", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(fpga.as_array().unwrap().len(), 1);
+        let table = run(&["provider", "list"]).await;
+        assert!(table.ok(), "{}", table.stderr);
+        assert!(table.stdout.starts_with("+-"), "{}", table.stdout);
+        assert!(table.stdout.contains(&dev), "{}", table.stdout);
+
+        // show by name and by uuid: the same provider, with traits.
+        let by_name = run(&["provider", "show", "compute1_FakeDevice", "-f", "json"])
+            .await
+            .json();
+        let by_uuid = common::accel(&["provider", "show", &dev, "-f", "json"], &env)
+            .await
+            .json();
+        assert_eq!(by_name, by_uuid);
+        assert!(by_name["traits"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("CUSTOM_FAKE_DEVICE")));
+        let missing = run(&["provider", "show", "compute9"]).await;
+        assert_eq!(missing.code, Some(1));
+        assert!(
+            missing.stderr.contains("\"compute9\""),
+            "{}",
+            missing.stderr
+        );
+
+        // tree from any provider of it: the root first, the device under it.
+        let tree = run(&["provider", "tree", "compute1_FakeDevice"]).await;
+        assert!(tree.ok(), "{}", tree.stderr);
+        assert_eq!(
+            tree.stdout.trim_end(),
+            format!("compute1 ({root})\n└─ compute1_FakeDevice ({dev})")
+        );
+        let depths = run(&["provider", "tree", "compute1", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(depths[1]["depth"], 1);
+
+        // usage: 16 FPGAs, then 3 used by a consumer.
+        let usage = run(&["provider", "usage", "compute1_FakeDevice", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(usage[0]["resource_class"], "FPGA");
+        assert_eq!(
+            (usage[0]["total"].as_i64(), usage[0]["free"].as_i64()),
+            (Some(16), Some(16))
+        );
+        let put = reqwest::Client::new()
+            .put(format!("{}/allocations/{INSTANCE}", s.placement))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", "placement 1.39")
+            .json(&serde_json::json!({
+                "allocations": {&dev: {"resources": {"FPGA": 3}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 204);
+        let usage = run(&["provider", "usage", "compute1_FakeDevice", "-f", "json"])
+            .await
+            .json();
+        assert_eq!(
+            (usage[0]["used"].as_i64(), usage[0]["free"].as_i64()),
+            (Some(3), Some(13))
+        );
+        let table = run(&["provider", "usage", "compute1_FakeDevice"]).await;
+        assert!(
+            table
+                .stdout
+                .starts_with(&format!("compute1_FakeDevice ({dev})\n+-")),
+            "{}",
+            table.stdout
+        );
+    }
+}

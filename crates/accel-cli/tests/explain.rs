@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 const CLOUD: &str = include_str!("data/explain_cloud.json");
 const ISSUE_QUERY: &str = "resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_FPGA_INTEL&group_policy=isolate";
 const ROOTS: [&str; 6] = ["host1", "host2", "host3", "host4", "host5", "shared_disk"];
-const CODES: [&str; 15] = [
+const CODES: [&str; 16] = [
     "no_inventory",
     "capacity",
     "max_unit",
@@ -37,6 +37,7 @@ const CODES: [&str; 15] = [
     "same_subtree",
     "isolate",
     "single_tree",
+    "unknown_trait",
 ];
 
 /// The fixture's uuid of provider `n` (`host1` is 1, `host1_fpga0` 11, ...).
@@ -106,7 +107,7 @@ fn reasons<'a>(answer: &'a Value, name: &str, code: &str) -> Vec<&'a Value> {
 }
 
 /// The shape every answer has: the six roots in name order with their uuids, every
-/// reason with all six fields, a known code, and none on a fitting root while every
+/// reason with all seven fields, a known code, and none on a fitting root while every
 /// other root has at least one.
 fn check_shape(answer: &Value) {
     let keys = |v: &Value| {
@@ -127,6 +128,7 @@ fn check_shape(answer: &Value) {
                     "detail",
                     "group",
                     "provider",
+                    "provider_name",
                     "resource_class",
                     "trait"
                 ]
@@ -179,7 +181,7 @@ async fn explain_the_issue_query_field_by_field_and_composed_from_a_device_profi
             root(&a, "host3")["reasons"],
             json!([{
                 "code": "capacity", "group": "1", "provider": rp(31),
-                "resource_class": "CUSTOM_ACCELERATOR_FPGA", "trait": null,
+                "provider_name": "host3_fpga0", "resource_class": "CUSTOM_ACCELERATOR_FPGA", "trait": null,
                 "detail": root(&a, "host3")["reasons"][0]["detail"],
             }])
         );
@@ -208,7 +210,13 @@ async fn explain_the_issue_query_field_by_field_and_composed_from_a_device_profi
         assert!(lines[1].starts_with("host1 ") && lines[1].ends_with(&format!("{}  fits", rp(1))));
         let host3 = lines.iter().position(|l| l.starts_with("host3 ")).unwrap();
         assert!(lines[host3].ends_with("does not fit"));
-        assert!(lines[host3 + 1].starts_with("    capacity  1  needs 1 CUSTOM_ACCELERATOR_FPGA"));
+        // The reason names its provider (issue 31 item 7: only JSON had its uuid).
+        assert!(
+            lines[host3 + 1]
+                .starts_with("    capacity  1  host3_fpga0  needs 1 CUSTOM_ACCELERATOR_FPGA"),
+            "{}",
+            t.stdout
+        );
 
         // Composed from a device profile and the flavor's resources, as Nova does: the
         // profile's group is `_device_profile_0`, and the answer is the one for the
@@ -339,6 +347,42 @@ async fn explain_one_root_other_queries_and_placement_errors() {
             bad.stderr.contains("HTTP 400") && bad.stderr.contains("group_policy"),
             "{}",
             bad.stderr
+        );
+        // A trait Placement does not know is explained, not Placement's raw 400: no
+        // root fits, each for that trait (issue 31 item 7); in any request group, and
+        // in root_required.
+        for (query, group) in [
+            (
+                "resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_NO_SUCH",
+                json!("1"),
+            ),
+            ("resources=VCPU:1&required=!CUSTOM_NO_SUCH", json!("")),
+            ("resources=VCPU:1&root_required=CUSTOM_NO_SUCH", Value::Null),
+        ] {
+            let u = cloud.explain(&[query]).await;
+            check_shape(&u);
+            assert_eq!(u["candidates"], 0, "{u}");
+            for name in ROOTS {
+                let r = reasons(&u, name, "unknown_trait");
+                assert_eq!(r.len(), 1, "{u}");
+                assert_eq!(r[0]["trait"], "CUSTOM_NO_SUCH");
+                assert_eq!(r[0]["group"], group);
+                assert!(
+                    r[0]["detail"].as_str().unwrap().contains("no such trait"),
+                    "{u}"
+                );
+                assert_eq!(root(&u, name)["reasons"].as_array().unwrap().len(), 1);
+            }
+        }
+        let t = cloud
+            .accel(&["explain", "resources=VCPU:1&required=CUSTOM_NO_SUCH"])
+            .await;
+        assert_eq!(t.code, Some(0), "{}", t.stderr);
+        assert!(
+            t.stdout
+                .contains("    unknown_trait  (unsuffixed)  -  no such trait CUSTOM_NO_SUCH"),
+            "{}",
+            t.stdout
         );
         let bad = cloud.accel(&["explain", "resources=NOT_A_CLASS:1"]).await;
         assert_eq!(bad.code, Some(1));

@@ -245,6 +245,7 @@ impl AppBuilder {
             bind_timeout_secs: self.bind_timeout_secs,
             bind_wakeup: Default::default(),
             external: self.external,
+            nova_configured: self.workers.as_ref().is_some_and(|w| w.nova.is_some()),
         });
         Ok(App {
             state,

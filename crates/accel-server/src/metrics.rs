@@ -55,6 +55,12 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+/// Why the bind `PATCH` refused a bind: other_host, unhealthy, no_free_handle.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: &'static str,
@@ -104,13 +110,6 @@ fn counts() -> Histogram {
     ])
 }
 
-/// The commit accel was built from, when the build says (`ACCEL_COMMIT` at compile
-/// time; release builds set it).
-pub const COMMIT: &str = match option_env!("ACCEL_COMMIT") {
-    Some(c) => c,
-    None => "unknown",
-};
-
 /// Every metric family of the server. Fields are public so handlers and workers
 /// update them directly.
 pub struct Metrics {
@@ -128,6 +127,7 @@ pub struct Metrics {
     pub claims: Family<OutcomeLabel, Counter>,
     pub bind_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub nova_events: Family<OutcomeLabel, Counter>,
+    pub bind_refusals: Family<ReasonLabel, Counter>,
     /// Bind jobs claimed by this server's worker and not yet performed.
     pub bind_jobs_in_flight: Gauge,
     pub bind_transaction_failures: Family<OutcomeLabel, Counter>,
@@ -169,8 +169,16 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every family registered and `accel_build_info` set.
+    /// A registry with every family registered; `accel_build_info{commit="unknown"}`
+    /// (tests and embedders: the binary says its commit through [`Metrics::built_from`]).
     pub fn new() -> Metrics {
+        Metrics::built_from("unknown")
+    }
+
+    /// A registry with every family registered and `accel_build_info` naming `commit`:
+    /// the one `accel --version` prints. The commit is the binary's (its build script
+    /// reruns when HEAD moves), not this library's, which is not rebuilt on a commit.
+    pub fn built_from(commit: &'static str) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             http_requests: Family::default(),
@@ -186,6 +194,7 @@ impl Metrics {
             claims: Family::default(),
             bind_duration: Family::new_with_constructor(slow as Hist),
             nova_events: Family::default(),
+            bind_refusals: Family::default(),
             bind_jobs_in_flight: Gauge::default(),
             bind_transaction_failures: Family::default(),
             fpga_programs: Family::default(),
@@ -284,6 +293,11 @@ impl Metrics {
             m.bind_duration.clone(),
         );
         r.register(
+            "accel_arq_bind_refusals",
+            "Binds the bind PATCH refused itself, by reason: other_host (the device is another host's), unhealthy (its agent says so), no_free_handle",
+            m.bind_refusals.clone(),
+        );
+        r.register(
             "accel_nova_events",
             "accelerator-request-bound events to Nova by outcome: delivered, retried, rejected, expired, no_endpoint",
             m.nova_events.clone(),
@@ -362,7 +376,7 @@ impl Metrics {
         build
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
-                commit: COMMIT,
+                commit,
             })
             .set(1);
         r.register(
@@ -375,6 +389,13 @@ impl Metrics {
     }
 
     /// Counts one allocation write's outcome.
+    /// Counts one bind the bind `PATCH` refused.
+    pub fn bind_refused(&self, reason: &'static str) {
+        self.bind_refusals
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
     pub fn claim(&self, outcome: &'static str) {
         self.claims.get_or_create(&OutcomeLabel { outcome }).inc();
     }

@@ -56,7 +56,12 @@ async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
             "{refused:?}"
         );
         let err = a.check_node().await.unwrap_err().to_string();
-        assert!(err.contains("hypervisor_hostname"), "{err}");
+        // The Nova hint once, and the way without Nova (issue 31 item 5).
+        assert_eq!(err.matches("hypervisor_hostname").count(), 1, "{err}");
+        assert!(
+            err.contains("without Nova, create it in Placement first"),
+            "{err}"
+        );
 
         let cn = compute_node(&srv, "cn1").await;
         let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();

@@ -112,7 +112,23 @@ async fn bind_without_a_free_handle_fails_and_reports_failed() {
             .await;
         let arqs = server.create_arqs("two").await;
         let inst = instance();
-        server.bind(&arqs, "cn2", &fake_rp("cn2"), &inst).await;
+        // The bind PATCH refuses this bind itself now (tests/accelerator_api/
+        // bind_refusals.rs); the worker's own check stays for a handle taken between
+        // the PATCH and the job (another replica): started here as the PATCH would,
+        // and the workers (polling every 100 ms) take it.
+        let (started, i) = (arqs.clone(), inst.clone());
+        server
+            .store
+            .write(move |tx| {
+                Box::pin(async move {
+                    for arq in &started {
+                        start_bind(tx, arq, "cn2", &i, accel_store::now() + 60).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
         let resolved = server.wait_resolved(&inst).await;
         let states: Vec<&str> = resolved
             .iter()

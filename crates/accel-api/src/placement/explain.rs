@@ -5,13 +5,14 @@
 //! ```json
 //! {"candidates": 0, "roots": [{"uuid": "...", "name": "compute1", "fits": false,
 //!   "reasons": [{"code": "capacity", "group": "1", "provider": "...",
+//!                "provider_name": "compute1_fpga0",
 //!                "resource_class": "CUSTOM_ACCELERATOR_FPGA", "trait": null,
 //!                "detail": "needs 2 CUSTOM_ACCELERATOR_FPGA, 1 free: ..."}]}]}
 //! ```
 //!
 //! Every field is always written: a field that does not apply is `null`, and `group`
 //! is `""` for the unsuffixed request group (`null` for request-wide rules such as
-//! `root_required`). `provider` is a uuid, the detail sentence names it. Roots are in
+//! `root_required`). `provider` is a uuid, `provider_name` its name. Roots are in
 //! name order (then uuid), so two runs over the same estate print the same document
 //! and a person finds a host by eye; Placement's own order of candidates is "undefined
 //! but deterministic" and not worth copying here.
@@ -47,12 +48,16 @@ pub struct ExplainedRoot {
 pub struct ExplainedReason {
     /// One of `no_inventory`, `capacity`, `max_unit`, `min_unit`, `step_size`,
     /// `required_trait`, `forbidden_trait`, `any_trait`, `member_of`, `in_tree`,
-    /// `root_required`, `root_forbidden`, `same_subtree`, `isolate`, `single_tree`.
+    /// `root_required`, `root_forbidden`, `same_subtree`, `isolate`, `single_tree`;
+    /// `unknown_trait` from `accel explain` when Placement knows no such trait.
     pub code: String,
     /// The request group's suffix, `""` for the unsuffixed group.
     pub group: Option<String>,
     /// The provider's uuid.
     pub provider: Option<String>,
+    /// Its name, so a table can say which provider a reason is about.
+    #[serde(default)]
+    pub provider_name: Option<String>,
     pub resource_class: Option<String>,
     #[serde(rename = "trait")]
     pub trait_name: Option<String>,
@@ -84,6 +89,7 @@ impl Explained {
                         code: reason.code.as_str().to_owned(),
                         group: reason.group.clone(),
                         provider: reason.provider.map(uuid),
+                        provider_name: reason.provider.map(|id| names.provider(id)),
                         resource_class: reason.resource_class.map(|rc| names.resource_class(rc)),
                         trait_name: reason.trait_id.map(|t| names.trait_name(t)),
                         detail: reason.detail.clone(),
@@ -113,6 +119,7 @@ mod tests {
                     code: "root_required".into(),
                     group: None,
                     provider: Some("u".into()),
+                    provider_name: Some("n".into()),
                     resource_class: None,
                     trait_name: Some("CUSTOM_X".into()),
                     detail: "d".into(),
@@ -124,7 +131,7 @@ mod tests {
             v,
             json!({"candidates": 0, "roots": [{"uuid": "u", "name": "n", "fits": false,
                 "reasons": [{"code": "root_required", "group": null, "provider": "u",
-                    "resource_class": null, "trait": "CUSTOM_X", "detail": "d"}]}]})
+                    "provider_name": "n", "resource_class": null, "trait": "CUSTOM_X", "detail": "d"}]}]})
         );
         assert_eq!(serde_json::from_value::<Explained>(v).unwrap(), e);
     }

@@ -1,5 +1,6 @@
 //! Client commands: `accel device-profile ...` and `accel arq ...` over HTTP against
-//! the accelerator (Cyborg v2) API, with human tables by default and `-f json`.
+//! the accelerator (Cyborg v2) API, and `accel provider ...` against Placement, with
+//! human tables by default and `-f json`.
 //!
 //! They speak only the wire protocol (no store, no server types), so they work against
 //! any Cyborg-compatible endpoint; errors show the server's own message, unwrapped from
@@ -9,6 +10,8 @@ pub mod arqs;
 pub(crate) mod http;
 mod output;
 pub mod profiles;
+pub mod providers;
+pub(crate) mod reach;
 
 /// Where the accelerator API is and how to authenticate; shared by all client commands.
 #[derive(clap::Args, Debug, Clone)]
@@ -55,8 +58,12 @@ pub struct ArqArgs {
 }
 
 /// Runs a client command on a small runtime and prints its output; a failure is one
-/// line on stderr (the server's message) and exit status 1, without a backtrace.
-pub fn run(fut: impl std::future::Future<Output = anyhow::Result<String>>) -> anyhow::Result<()> {
+/// line on stderr (the server's message) and exit status 1, without a backtrace. When
+/// no server answered, the lines of [`reach::hint`] about `apis` follow it.
+pub fn run(
+    apis: &[reach::Api<'_>],
+    fut: impl std::future::Future<Output = anyhow::Result<String>>,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -67,9 +74,16 @@ pub fn run(fut: impl std::future::Future<Output = anyhow::Result<String>>) -> an
             }
             Ok(())
         }
-        Err(e) => {
-            eprintln!("accel: {e:#}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&e, apis),
     }
+}
+
+/// Prints `e` as the client commands do (`accel: what: why`, then the hint when no
+/// server answered) and exits 1.
+pub fn fail(e: &anyhow::Error, apis: &[reach::Api<'_>]) -> ! {
+    eprintln!("accel: {e:#}");
+    if let Some(hint) = reach::hint(e, apis) {
+        eprintln!("{hint}");
+    }
+    std::process::exit(1);
 }

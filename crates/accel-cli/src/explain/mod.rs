@@ -24,13 +24,14 @@
 
 mod read;
 mod request;
+mod unknown;
 
 use std::collections::{BTreeSet, HashMap};
 
 use accel_api::accelerator;
 use accel_api::http::{self as wire, Http};
 use accel_api::placement::candidate_query::{self, CandidateQuery};
-use accel_api::placement::explain::Explained;
+use accel_api::placement::explain::{Explained, ExplainedReason};
 use accel_api::placement::{self, mv, Version};
 use accel_api::workflow;
 use accel_core::candidates::explain::{explain, ExplainOptions};
@@ -92,10 +93,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Err(e) => {
-            eprintln!("accel: {e:#}");
-            std::process::exit(1);
-        }
+        Err(e) => crate::client::fail(&e, &args.urls.apis()),
     }
 }
 
@@ -185,9 +183,20 @@ async fn attempt(
     query: &CandidateQuery,
     root: Option<&str>,
 ) -> anyhow::Result<(Explained, Vec<String>)> {
-    let (count, providers) = placement_answer(client, version, pairs)
-        .await
-        .map_err(failed)?;
+    let (count, providers, unknown) = match placement_answer(client, version, pairs).await {
+        Ok((count, providers)) => (count, providers, Vec::new()),
+        // Placement's 400 for a trait it does not know is explained, not passed on.
+        Err(e) if e.status() == Some(400) => {
+            let unknown = unknown::unknown_traits(client, version, query)
+                .await
+                .map_err(failed)?;
+            if unknown.is_empty() {
+                return Err(failed(e));
+            }
+            (0, BTreeSet::new(), unknown)
+        }
+        Err(e) => return Err(failed(e)),
+    };
     let mut estate = read::read(client, root).await?;
     let request = request::to_request(query, version, &estate.snapshot, &mut estate.catalog)?;
     let options = ExplainOptions {
@@ -196,6 +205,9 @@ async fn attempt(
     };
     let explanation = explain(&estate.snapshot, &request, &estate.catalog, &options);
     let out = Explained::from_core(count, &explanation, &estate.snapshot, &estate.catalog);
+    if !unknown.is_empty() {
+        return Ok((unknown::explained(out, &unknown), Vec::new()));
+    }
     let disputed = disputed(&out, &providers, &estate.root_of);
     Ok((out, disputed))
 }
@@ -247,7 +259,7 @@ async fn explained(args: &ExplainArgs) -> anyhow::Result<(String, Vec<String>)> 
 }
 
 /// One line per root (name, uuid, fits), one indented line per reason (code, group,
-/// detail), under a line with the count and the query as sent.
+/// the provider's name, detail), under a line with the count and the query as sent.
 fn table(e: &Explained, pairs: &[(String, String)]) -> String {
     let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut lines = vec![format!(
@@ -280,10 +292,18 @@ fn table(e: &Explained, pairs: &[(String, String)]) -> String {
             .map(|x| group(x.group.as_deref()).chars().count())
             .max()
             .unwrap_or(0);
+        let provider = |x: &ExplainedReason| x.provider_name.clone().unwrap_or_else(|| "-".into());
+        let provider_w = r
+            .reasons
+            .iter()
+            .map(|x| provider(x).chars().count())
+            .max()
+            .unwrap_or(0);
         for x in &r.reasons {
             let g = group(x.group.as_deref());
+            let p = provider(x);
             lines.push(format!(
-                "    {:<code_w$}  {g:<group_w$}  {}",
+                "    {:<code_w$}  {g:<group_w$}  {p:<provider_w$}  {}",
                 x.code, x.detail
             ));
         }
@@ -294,7 +314,7 @@ fn table(e: &Explained, pairs: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accel_api::placement::explain::{ExplainedReason, ExplainedRoot};
+    use accel_api::placement::explain::ExplainedRoot;
 
     fn root(uuid: &str, fits: bool) -> ExplainedRoot {
         ExplainedRoot {
@@ -351,6 +371,7 @@ mod tests {
                         code: "capacity".into(),
                         group: Some("1".into()),
                         provider: Some("u3".into()),
+                        provider_name: Some("c2_fpga0".into()),
                         resource_class: Some("FPGA".into()),
                         trait_name: None,
                         detail: "needs 2 FPGA, 1 free".into(),
@@ -363,7 +384,7 @@ mod tests {
             table(&e, &pairs),
             "1 candidate(s) for resources1=FPGA:2\n\
              compute1  u1  fits\n\
-             c2        u2  does not fit\n    capacity  1  needs 2 FPGA, 1 free"
+             c2        u2  does not fit\n    capacity  1  c2_fpga0  needs 2 FPGA, 1 free"
         );
     }
 }

@@ -174,24 +174,17 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
 pub fn target_url(database: Option<String>, config: Option<PathBuf>) -> anyhow::Result<String> {
     let cfg = crate::config::ServeConfig::load(crate::config::ServeArgs {
         config,
-        database,
-        ..Default::default()
+        flags: crate::config::ServeFlags {
+            database,
+            ..Default::default()
+        },
     })?;
     cfg.database_url()
 }
 
 /// A URL without its password, for messages.
 fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    crate::config::redact_url(url)
 }
 
 fn print_counts(counts: &[(&str, usize)]) {

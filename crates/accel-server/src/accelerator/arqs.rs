@@ -9,7 +9,10 @@
 //! `Initial|Unbound → BindStarted` and a `bind_jobs` row (deadline = now +
 //! `bind_timeout`) is written in the same transaction before `202`, then the bind
 //! worker is woken; performing the job (attach handle, programming, the Nova event) is
-//! [`super::binder`]'s.
+//! [`super::binder`]'s. A bind that cannot succeed (a device of another host, an
+//! unhealthy device, no attach handle left) is refused by the `PATCH` itself
+//! ([`accel_store::accelerator::refusals`]), so Nova fails the build instead of
+//! booting the server without its accelerator.
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
@@ -17,6 +20,7 @@ use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{self, Arq, Binding, Filter, Patch as Op};
+use accel_store::accelerator::refusals::{Refusal, Refused};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{Map, Value};
@@ -309,7 +313,32 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
     }
     let scope = ctx.scope();
     let deadline = accel_store::now() + st.bind_timeout_secs;
-    arqs::patch(&st.app.store, &scope, plan, deadline).await?;
+    if let Some(refused) = arqs::patch(&st.app.store, &scope, plan, deadline).await? {
+        return Err(refuse(st, &refused));
+    }
     st.bind_wakeup.notify_one();
     Ok(empty_reply(StatusCode::ACCEPTED))
+}
+
+/// A bind the store refused ([`accel_store::accelerator::refusals`]): logged, counted,
+/// answered in the API's error format. Upstream answers 404 for no free attach handle
+/// (`AttachHandle not found`); a device of another host is the request's own
+/// inconsistency (400), an unhealthy device the device's state (409).
+fn refuse(st: &AccelState, refused: &Refused) -> AccelError {
+    let message = refused.message();
+    let reason = refused.refusal.label();
+    tracing::warn!(
+        arq = %refused.arq_uuid,
+        instance = %refused.instance_uuid,
+        hostname = %refused.hostname,
+        device_rp_uuid = %refused.device_rp_uuid,
+        reason,
+        "bind refused: {message}"
+    );
+    st.app.metrics.bind_refused(reason);
+    match refused.refusal {
+        Refusal::OtherHost { .. } => AccelError::bad_request(message),
+        Refusal::Unhealthy { .. } => AccelError::conflict(message),
+        Refusal::NoFreeHandle { .. } => AccelError::not_found(message),
+    }
 }

@@ -70,6 +70,10 @@ pub struct AccelState {
     /// The external Placement (`[placement]`) that device providers are pushed to, if
     /// any ([`crate::external`]).
     pub external: Option<Arc<crate::external::ExternalPlacement>>,
+    /// Whether the event sender has a Nova to send to: without one, events are
+    /// recorded `no_endpoint`, a state of the deployment the console shows once
+    /// rather than a failure of every ARQ (issue 31 item 9).
+    pub nova_configured: bool,
 }
 
 /// The accelerator router; mount it on its own listener. It answers under both `/`

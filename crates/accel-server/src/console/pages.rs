@@ -299,6 +299,13 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
         page.items.len(),
         page.total,
     );
+    if !state.0.accel.nova_configured {
+        h.push_str(
+            "<p class=\"notice\" data-test=\"no-nova\">No Nova endpoint is configured \
+             (<code>nova_url</code> or <code>[nova]</code>): accelerator-request-bound events \
+             are recorded (<code>no_endpoint</code>), not sent. Binds themselves work.</p>",
+        );
+    }
     h.push_str(
         "<table class=\"arqs\"><thead><tr><th>ARQ</th><th>State</th><th>Instance</th><th>Project</th>\
          <th>Profile</th><th>Host / device</th><th>Bind</th><th>Nova event</th><th>Failure</th>\
@@ -308,11 +315,18 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
         let stuck = a.is_stuck_or_failed(now);
         let secs = a.bind_seconds(now);
         let event = a.event.as_ref().map_or("", |(s, _)| s.as_str());
+        // `no_endpoint` is the deployment's state (the banner above), not this ARQ's
+        // failure; rows recorded before said so in their error.
         let failure = a
             .job
             .as_ref()
             .and_then(|j| j.error.clone())
-            .or_else(|| a.event.as_ref().and_then(|(_, e)| e.clone()))
+            .or_else(|| {
+                a.event
+                    .as_ref()
+                    .filter(|(s, _)| s != "no_endpoint")
+                    .and_then(|(_, e)| e.clone())
+            })
             .unwrap_or_default();
         let _ = write!(
             h,

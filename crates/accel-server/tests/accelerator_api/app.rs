@@ -33,10 +33,15 @@ pub const INSTANCE: &str = "5b7a0c2e-64a9-4b5e-9d4a-0b8e6f7c1d2e";
 impl AccelApp {
     pub async fn spawn(backend: Backend, fake_host: Option<&str>) -> AccelApp {
         let store = accel_testkit::server::store(backend).await;
-        let server = TestServer::start(
+        AccelApp::start(
             accel_testkit::server::builder(store).fake_devices(fake_host.map(str::to_owned)),
         )
-        .await;
+        .await
+    }
+
+    /// The fixture over a server `app` builds.
+    pub async fn start(app: accel_server::app::AppBuilder) -> AccelApp {
+        let server = TestServer::start(app).await;
         AccelApp {
             base: server.accel.clone(),
             placement: server.placement.clone(),
@@ -73,6 +78,11 @@ impl AccelApp {
             r = r.json(&b);
         }
         Reply::read(r.send().await.unwrap()).await
+    }
+
+    /// The server behind the fixture (its store, metrics and console).
+    pub fn server(&self) -> &TestServer {
+        &self._server
     }
 
     pub async fn get(&self, who: As<'_>, path: &str) -> Reply {

@@ -3,6 +3,7 @@
 
 mod app;
 mod arqs;
+mod bind_refusals;
 mod hardware;
 mod limits;
 mod profiles;

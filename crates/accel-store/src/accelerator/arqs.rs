@@ -6,6 +6,7 @@
 //! same query, not one query per ARQ as upstream does.
 
 use super::profiles::Profile;
+use super::refusals::{self, Refused};
 use super::{new_uuid, Scope, Stamps};
 use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
@@ -416,7 +417,7 @@ pub async fn start_bind(
 /// [`start_bind`] without reading the ARQ back (a `PATCH` answers 202 with no body),
 /// for `arq` as read in this transaction; the job's row is left in `jobs`, for
 /// [`insert_jobs`] to write.
-async fn begin_bind(
+pub(super) async fn begin_bind(
     tx: &mut Tx,
     arq: &Arq,
     b: &Binding,
@@ -579,13 +580,15 @@ pub enum Patch {
 /// A `PATCH /accelerator_requests` as one transaction: every ARQ's bind (with its job,
 /// due by `deadline`) or unbind, or none of them. As upstream, there is no hot-add: a
 /// patch whose first operation binds to an instance that already has ARQs is refused,
-/// and a bind to a provider with no deployable is [`StoreError::NotFound`].
+/// and a bind to a provider with no deployable is [`StoreError::NotFound`]. A bind
+/// that cannot succeed ([`refusals`]) answers `Ok(Some(refused))`: nothing of the
+/// patch is applied but the refused ARQ's `BindFailed`.
 pub async fn patch(
     store: &Store,
     scope: &Scope,
     plan: Vec<(String, Patch)>,
     deadline: i64,
-) -> Result<(), StoreError> {
+) -> Result<Option<Refused>, StoreError> {
     store
         .write_rerunning(|| {
             let (scope, plan) = (scope.clone(), plan.clone());
@@ -597,6 +600,22 @@ pub async fn patch(
                             b.instance_uuid
                         )));
                     }
+                }
+                // A bind that cannot succeed is refused before any is started; the
+                // refused ARQ is recorded `BindFailed` and the refusal committed.
+                let bind_ops: Vec<(&str, &Binding)> = plan
+                    .iter()
+                    .filter_map(|(u, op)| match op {
+                        Patch::Bind(b) => Some((u.as_str(), b)),
+                        Patch::Unbind => None,
+                    })
+                    .collect();
+                if let Some(refused) = refusals::check(tx, &bind_ops).await? {
+                    let arq = require(tx, &scope, &refused.arq_uuid).await?;
+                    if let Some((_, b)) = bind_ops.iter().find(|(u, _)| *u == arq.uuid) {
+                        refusals::record(tx, &arq, b, &refused).await?;
+                    }
+                    return Ok(Some(refused));
                 }
                 // The ARQs to bind, read at once when each appears once in the plan
                 // (otherwise an earlier operation could change what was read).
@@ -655,7 +674,7 @@ pub async fn patch(
                     }
                 }
                 insert_jobs(tx, &jobs, deadline).await?;
-                Ok(())
+                Ok(None)
             })
         })
         .await

@@ -64,6 +64,7 @@ mod lease;
 pub mod profiles;
 mod programs;
 pub mod pushes;
+pub mod refusals;
 pub mod report;
 
 /// A text column read as a typed state: a text no variant has is a decode error naming

@@ -233,16 +233,14 @@ impl EventSender {
         };
         let id = ev.id;
         let (delivery, next, error) = match &self.nova {
+            // `accel serve` says once at start-up that there is no Nova, and the
+            // console shows it as the deployment's state: nothing per event to warn of.
             None => {
-                tracing::warn!(
+                tracing::debug!(
                     instance = %ev.instance_uuid,
                     "no Nova endpoint configured: accelerator-request-bound event recorded, not sent"
                 );
-                (
-                    Delivery::NoEndpoint,
-                    now,
-                    Some("no Nova endpoint configured".to_owned()),
-                )
+                (Delivery::NoEndpoint, now, None)
             }
             Some(nova) => match self.post(nova, &ev).await {
                 Attempt::Delivered => (Delivery::Delivered, now, None),

@@ -1,0 +1,237 @@
+//! Binds the bind `PATCH` refuses itself (issue 31 item 3, issue 29): what can be known
+//! when Nova asks is answered then, in the API's error, instead of a `202` and a
+//! `BindFailed` milliseconds later. Nova counts a failed bind event as resolved and,
+//! when the event reaches it before the instance has a host, drops it and boots the
+//! server without its accelerator; an error on the `PATCH` makes it fail the build
+//! (and reschedule or put the server in ERROR, deleting the ARQs).
+//!
+//! Refused, in the order checked for each bind of the patch:
+//! - the device provider's device is on another host than the patch's `hostname`;
+//! - the agent reports the device unhealthy (or it vanished from its report);
+//! - the device has no attach handle left: its free handles, less those promised to
+//!   binds in progress (ARQs `BindStarted` on the provider, which take theirs when
+//!   their job runs), less the earlier binds of this patch to it. Upstream Cyborg
+//!   takes the handle inside the `PATCH` and answers 404 (`AttachHandle not found`);
+//!   accel's worker takes it later, so the count stands in for the take.
+//!
+//! A refused ARQ ends as upstream leaves it: the patch's host, device and instance
+//! recorded, state `BindFailed`, and a failed bind job whose error is the refusal, so
+//! the console's ARQ page shows why. The other ARQs of the patch are left as they
+//! were (the whole patch is refused before any of them is touched). No Nova event is
+//! recorded: the `PATCH`'s error is Nova's answer.
+//!
+//! What only the bind job can learn (programming that fails, a handle a concurrent
+//! replica took between the count and the take) still fails asynchronously, with the
+//! failed event Nova acts on.
+
+use super::arqs::{Arq, Binding};
+use crate::{StoreError, Tx};
+use accel_core::accelerator::{ArqState, DeviceHealth};
+use sqlx::Row;
+
+/// Why a bind was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The provider's device is reported by another host.
+    OtherHost { device_host: String },
+    /// The agent reports the device unhealthy or vanished.
+    Unhealthy { health: DeviceHealth },
+    /// Every attach handle of the deployable is in use or promised.
+    NoFreeHandle {
+        deployable_id: i64,
+        handles: i64,
+        free: i64,
+        promised: i64,
+    },
+}
+
+impl Refusal {
+    /// The `reason` label of `accel_arq_bind_refusals_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::OtherHost { .. } => "other_host",
+            Refusal::Unhealthy { .. } => "unhealthy",
+            Refusal::NoFreeHandle { .. } => "no_free_handle",
+        }
+    }
+}
+
+/// A refused bind: which ARQ, to what, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub arq_uuid: String,
+    pub instance_uuid: String,
+    pub hostname: String,
+    pub device_rp_uuid: String,
+    pub refusal: Refusal,
+}
+
+impl Refused {
+    /// The sentence of the API's error, the log and the bind job's error.
+    pub fn message(&self) -> String {
+        let (arq, rp, host) = (&self.arq_uuid, &self.device_rp_uuid, &self.hostname);
+        match &self.refusal {
+            Refusal::OtherHost { device_host } => format!(
+                "Cannot bind ARQ {arq}: device resource provider {rp} is a device of host {device_host}, not of {host}"
+            ),
+            Refusal::Unhealthy { health } => format!(
+                "Cannot bind ARQ {arq}: the device of resource provider {rp} on {host} is {health} (as its agent reports)"
+            ),
+            Refusal::NoFreeHandle {
+                deployable_id,
+                handles,
+                free,
+                promised,
+            } => format!(
+                "AttachHandle not found Matching deployable_id {deployable_id}: cannot bind ARQ {arq}: no free attach handle on device resource provider {rp} ({handles} handle(s), {free} free, {promised} promised to binds in progress)"
+            ),
+        }
+    }
+}
+
+/// The device behind a provider, as far as a bind needs it.
+struct Device {
+    deployable_id: i64,
+    hostname: String,
+    health: DeviceHealth,
+}
+
+async fn device_of(tx: &mut Tx, rp: &str) -> Result<Option<Device>, StoreError> {
+    // The deployable the bind worker picks (its lowest id), and its device.
+    let row = sqlx::query(
+        "SELECT dep.id, d.hostname, d.health FROM deployables dep \
+         JOIN devices d ON d.id = dep.device_id WHERE dep.rp_uuid = $1 ORDER BY dep.id LIMIT 1",
+    )
+    .bind(rp)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    Ok(Some(Device {
+        deployable_id: r.try_get(0)?,
+        hostname: r.try_get(1)?,
+        health: super::parse_column(&r, "health")?,
+    }))
+}
+
+async fn count(tx: &mut Tx, sql: &str, key: &str) -> Result<i64, StoreError> {
+    let n: i64 = sqlx::query(sql)
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+    Ok(n)
+}
+
+/// The first bind of `binds` that cannot succeed, checked before any is started.
+/// A provider without a deployable is left to the caller's own 404.
+pub(super) async fn check(
+    tx: &mut Tx,
+    binds: &[(&str, &Binding)],
+) -> Result<Option<Refused>, StoreError> {
+    // Per provider: its device, and how many handles are left for this patch.
+    let mut seen: Vec<(String, Option<Device>, i64, i64, i64)> = Vec::new();
+    for (arq, b) in binds {
+        let rp = b.device_rp_uuid.as_str();
+        let at = match seen.iter().position(|(r, ..)| r == rp) {
+            Some(at) => at,
+            None => {
+                let dev = device_of(tx, rp).await?;
+                let (mut handles, mut free, mut promised) = (0, 0, 0);
+                if let Some(d) = &dev {
+                    let id = d.deployable_id;
+                    handles = count_id(
+                        tx,
+                        "SELECT COUNT(*) FROM attach_handles WHERE deployable_id = $1",
+                        id,
+                    )
+                    .await?;
+                    free = count_id(
+                        tx,
+                        "SELECT COUNT(*) FROM attach_handles WHERE deployable_id = $1 AND in_use = 0",
+                        id,
+                    )
+                    .await?;
+                    promised = count(
+                        tx,
+                        "SELECT COUNT(*) FROM extended_accelerator_requests \
+                         WHERE device_rp_uuid = $1 AND state = 'BindStarted'",
+                        rp,
+                    )
+                    .await?;
+                }
+                seen.push((rp.to_owned(), dev, handles, free, promised));
+                seen.len() - 1
+            }
+        };
+        let (_, dev, handles, free, promised) = &mut seen[at];
+        let Some(dev) = dev else { continue };
+        let refusal = if dev.hostname != b.hostname {
+            Some(Refusal::OtherHost {
+                device_host: dev.hostname.clone(),
+            })
+        } else if dev.health != DeviceHealth::Ok {
+            Some(Refusal::Unhealthy { health: dev.health })
+        } else if *free - *promised < 1 {
+            Some(Refusal::NoFreeHandle {
+                deployable_id: dev.deployable_id,
+                handles: *handles,
+                free: *free,
+                promised: *promised,
+            })
+        } else {
+            *promised += 1;
+            None
+        };
+        if let Some(refusal) = refusal {
+            return Ok(Some(Refused {
+                arq_uuid: (*arq).to_owned(),
+                instance_uuid: b.instance_uuid.clone(),
+                hostname: b.hostname.clone(),
+                device_rp_uuid: b.device_rp_uuid.clone(),
+                refusal,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+async fn count_id(tx: &mut Tx, sql: &str, id: i64) -> Result<i64, StoreError> {
+    let n: i64 = sqlx::query(sql)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+    Ok(n)
+}
+
+/// Leaves `arq` as upstream leaves a bind whose handle it could not take: started
+/// (host, device, instance recorded), then `BindFailed`, with a failed job carrying
+/// the refusal for the console.
+pub(super) async fn record(
+    tx: &mut Tx,
+    arq: &Arq,
+    b: &Binding,
+    refused: &Refused,
+) -> Result<(), StoreError> {
+    let mut started = Vec::new();
+    super::arqs::begin_bind(tx, arq, b, &mut started).await?;
+    let now = crate::now();
+    sqlx::query(
+        "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2 WHERE id = $3",
+    )
+    .bind(ArqState::BindFailed.as_str())
+    .bind(now)
+    .bind(arq.id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at, updated_at, error) \
+         VALUES ($1, 'failed', $2, 0, $2, $2, $3)",
+    )
+    .bind(&arq.uuid)
+    .bind(now)
+    .bind(refused.message())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
