@@ -93,6 +93,9 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// `text` (default) or `json`.
     pub log_format: Option<String>,
+    /// Devices cleaned between tenants (`crate::cleaning`).
+    #[serde(default)]
+    pub cleaning: Vec<crate::cleaning::CleaningFile>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -233,6 +236,8 @@ pub struct Settings {
     pub metrics_listen: std::net::SocketAddr,
     /// `text` or `json`.
     pub log_format: String,
+    /// The validated `[[cleaning]]` rules.
+    pub cleaning: Vec<crate::cleaning::Rule>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -260,6 +265,7 @@ impl Settings {
                 .parse()
                 .expect("the default metrics address parses"),
             log_format: "text".into(),
+            cleaning: Vec::new(),
         }
     }
 
@@ -295,6 +301,7 @@ impl Settings {
             None => None,
         };
         validate_fake(&file.fake.devices)?;
+        let cleaning = crate::cleaning::validate(file.cleaning)?;
         let listen = flags
             .metrics_listen
             .or(file.metrics_listen)
@@ -361,6 +368,7 @@ impl Settings {
             keystone: file.keystone,
             metrics_listen,
             log_format,
+            cleaning,
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {

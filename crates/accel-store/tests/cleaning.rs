@@ -4,7 +4,8 @@
 
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_store::accelerator::cleaning::{self, CleaningState, Outcome, TRAIT};
-use accel_store::accelerator::report;
+use accel_store::accelerator::{kubernetes, report};
+use std::collections::BTreeMap;
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::{inventories, providers};
 use accel_store::testing::each_backend;
@@ -234,6 +235,92 @@ async fn both_reasons_to_reserve_hold_together_and_devices_without_a_rule_are_no
         assert_eq!(seen(&store).await.0 .1, 16);
         report(&store, device(true, true)).await;
         assert_eq!(seen(&store).await.0 .1, 0);
+    })
+    .await;
+}
+
+fn pod_usage(held: bool) -> (BTreeMap<String, String>, Vec<kubernetes::SlotClaim>) {
+    let mut usage = BTreeMap::new();
+    usage.insert("gpu-0".to_owned(), if held { HOST.to_owned() } else { String::new() });
+    let claims = if held {
+        vec![kubernetes::SlotClaim {
+            slot: "gpu-0".into(),
+            device: "FakeDevice".into(),
+            pod: Some("ns/pod".into()),
+        }]
+    } else {
+        Vec::new()
+    };
+    (usage, claims)
+}
+
+async fn save_pod(store: &Store, held: bool) -> Result<kubernetes::Outcome, StoreError> {
+    let (usage, claims) = pod_usage(held);
+    store
+        .write(move |tx| {
+            Box::pin(async move { kubernetes::save(tx, HOST, &usage, &claims).await })
+        })
+        .await
+}
+
+/// Takes and answers the one running cleaning, clean.
+async fn clean(store: &Store) {
+    let a = take(store, "agent").await[0].attempt;
+    finish(store, a, Ok(())).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pods_slot_released_is_cleaned_and_not_offered_meanwhile() {
+    each_backend(|store| async move {
+        report(&store, device(true, true)).await;
+        let held = save_pod(&store, true).await.unwrap();
+        assert_eq!(held.consumers.len(), 1, "the pod is allocated the device");
+        let released = save_pod(&store, false).await.unwrap();
+        assert_eq!(
+            released.vm_held,
+            ["FakeDevice"],
+            "the answer to the release already tells the agent not to offer it"
+        );
+        assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
+        let again = save_pod(&store, true).await.unwrap();
+        assert!(again.consumers.is_empty(), "no pod is allocated an uncleaned device");
+        save_pod(&store, false).await.unwrap();
+        clean(&store).await;
+        assert_eq!(save_pod(&store, true).await.unwrap().consumers.len(), 1);
+    })
+    .await;
+}
+
+/// The race of issue 33: a release and a claim of the same device at once, 1,000
+/// times, the claim alternating between Placement and the device plugins' save. A
+/// claim may only land while the device is clean; whichever commits first, it never
+/// lands on a device released and not yet cleaned.
+#[tokio::test]
+async fn release_and_claim_race_never_lands_a_claim_on_an_uncleaned_device() {
+    each_backend(|store| async move {
+        report(&store, device(true, true)).await;
+        for i in 0..1000 {
+            allocate(&store, "holder", 16).await.unwrap();
+            let release = allocate(&store, "holder", 0);
+            let landed = async {
+                if i % 2 == 0 {
+                    allocate(&store, "claimer", 1).await.is_ok()
+                } else {
+                    save_pod(&store, true)
+                        .await
+                        .is_ok_and(|o| !o.consumers.is_empty())
+                }
+            };
+            let (released, landed) = tokio::join!(release, landed);
+            released.unwrap();
+            assert!(!landed, "iteration {i}: a claim landed on a released device");
+            let c = seen(&store).await.1;
+            assert_eq!(c.state, CleaningState::Cleaning, "iteration {i}");
+            if i % 2 == 1 {
+                save_pod(&store, false).await.unwrap();
+            }
+            clean(&store).await;
+        }
     })
     .await;
 }
