@@ -35,6 +35,11 @@ esac
 const VERIFY: &str = r#"[ -f "$(dirname "$0")/verified" ] || { echo "not wiped" >&2; exit 1; }
 "#;
 
+/// A consumer uuid, numbered.
+fn vm(n: u32) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
 fn rp() -> String {
     report::provider_uuid(&format!("{NODE}_{ADDRESS}"))
 }
@@ -156,17 +161,17 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         assert!(traits["traits"].as_array().unwrap().contains(&json!(TRAIT)), "{traits}");
 
         // Success: released, reserved, cleaned, offered again.
-        allocate_gpu(&srv, "vm1", &rp()).await;
-        delete_allocations(&srv, "vm1").await;
+        allocate_gpu(&srv, &vm(1), &rp()).await;
+        delete_allocations(&srv, &vm(1)).await;
         assert_eq!(cleaning(&srv).await["state"], "cleaning");
-        assert_eq!(claim(&srv, "vm2").await, 409, "{backend:?}: claimed before cleaning");
+        assert_eq!(claim(&srv, &vm(2)).await, 409, "{backend:?}: claimed before cleaning");
         run_cleaning(&mut agent).await;
         let c = cleaning(&srv).await;
         assert_eq!(c["state"], "clean", "{backend:?}: {c}");
         assert!(c["last_duration_ms"].as_i64().is_some());
         assert_eq!(std::fs::read_to_string(d.join("cleaned")).unwrap(), format!("{ADDRESS}\n"));
-        assert_eq!(claim(&srv, "vm2").await, 204);
-        delete_allocations(&srv, "vm2").await;
+        assert_eq!(claim(&srv, &vm(2)).await, 204);
+        delete_allocations(&srv, &vm(2)).await;
 
         // The cleaner fails: clean_failed with its reason, still reserved; a retry.
         mode(d, "fail");
@@ -174,26 +179,26 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         let c = cleaning(&srv).await;
         assert_eq!(c["state"], "clean_failed", "{backend:?}: {c}");
         assert!(c["reason"].as_str().unwrap().contains("wipe failed"), "{c}");
-        assert_eq!(claim(&srv, "vm3").await, 409);
+        assert_eq!(claim(&srv, &vm(3)).await, 409);
         mode(d, "ok");
         assert_eq!(operator(&srv, "clean").await["device_cleanings"][0]["state"], "cleaning");
         run_cleaning(&mut agent).await;
         assert_eq!(cleaning(&srv).await["state"], "clean");
 
         // The cleaner outlives its timeout: killed, clean_failed; an operator releases.
-        allocate_gpu(&srv, "vm3", &rp()).await;
-        delete_allocations(&srv, "vm3").await;
+        allocate_gpu(&srv, &vm(3), &rp()).await;
+        delete_allocations(&srv, &vm(3)).await;
         mode(d, "hang");
         run_cleaning(&mut agent).await;
         let c = cleaning(&srv).await;
         assert!(c["reason"].as_str().unwrap().contains("timed out"), "{backend:?}: {c}");
         assert_eq!(operator(&srv, "release").await["device_cleanings"][0]["state"], "clean");
-        assert_eq!(claim(&srv, "vm4").await, 204);
+        assert_eq!(claim(&srv, &vm(4)).await, 204);
 
         // The verification fails.
         mode(d, "ok");
         std::fs::remove_file(d.join("verified")).unwrap();
-        delete_allocations(&srv, "vm4").await;
+        delete_allocations(&srv, &vm(4)).await;
         run_cleaning(&mut agent).await;
         let c = cleaning(&srv).await;
         assert_eq!(c["state"], "clean_failed");
@@ -210,8 +215,8 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
 async fn a_restarted_agent_resumes_the_cleaning() {
     for backend in BACKENDS {
         let Fixture { srv, mut agent, dir, db: _db } = fixture(backend, 60).await;
-        allocate_gpu(&srv, "vm1", &rp()).await;
-        delete_allocations(&srv, "vm1").await;
+        allocate_gpu(&srv, &vm(1), &rp()).await;
+        delete_allocations(&srv, &vm(1)).await;
         mode(dir.path(), "gate");
         assert_eq!(agent.clean_step().await.unwrap(), 1);
         assert_eq!(cleaning(&srv).await["attempt"], 1);
@@ -256,8 +261,8 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
         let (url, target) = forwarder(&first.accel).await;
         let mut agent = Agent::new(settings(&url, dir.path(), 60)).unwrap();
         agent.step().await.unwrap();
-        allocate_gpu(&first, "vm1", &rp()).await;
-        delete_allocations(&first, "vm1").await;
+        allocate_gpu(&first, &vm(1), &rp()).await;
+        delete_allocations(&first, &vm(1)).await;
         mode(dir.path(), "gate");
         assert_eq!(agent.clean_step().await.unwrap(), 1);
         // The server goes away while the agent cleans; nothing of the cleaning was
@@ -266,11 +271,11 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
         let second = Server::start(&db.url, None, Some(workers(None))).await;
         *target.lock().unwrap() = second.accel.trim_start_matches("http://").to_owned();
         assert_eq!(cleaning(&second).await["state"], "cleaning");
-        assert_eq!(claim(&second, "vm2").await, 409, "{backend:?}");
+        assert_eq!(claim(&second, &vm(2)).await, 409, "{backend:?}");
         std::fs::write(dir.path().join("go"), "").unwrap();
         agent.cleanings_done().await;
         assert_eq!(cleaning(&second).await["state"], "clean", "{backend:?}");
-        assert_eq!(claim(&second, "vm2").await, 204);
+        assert_eq!(claim(&second, &vm(2)).await, 204);
         second.stop().await;
     }
 }
@@ -304,6 +309,62 @@ async fn a_vms_release_is_the_last_of_its_arq_and_its_allocation() {
             run_cleaning(&mut agent).await;
             assert_eq!(cleaning(&srv).await["state"], "clean");
         }
+        srv.stop().await;
+    }
+}
+
+/// The reserved amount of the device provider's inventory, as Placement shows it.
+async fn reserved(srv: &Server) -> i64 {
+    let (s, v) = placement(srv, reqwest::Method::GET, &format!("/resource_providers/{}/inventories", rp()), None).await;
+    assert_eq!(s, 200, "{v}");
+    v["inventories"]["CUSTOM_ACCELERATOR_GPU"]["reserved"].as_i64().unwrap()
+}
+
+/// The benchmark of docs/benchmarks.md ("Devices cleaned between tenants"): the time
+/// from a release (the 204 of Nova's DELETE /allocations) to the device offered again
+/// (Placement shows it unreserved) with a cleaner that takes 1 s, the agent running
+/// as `accel agent` does with `program_interval_ms = 250`. Ignored in the test run
+/// (it takes about a minute per backend); run with
+/// `cargo test --release -p accel-server --test cleaning -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn bench_release_to_offered_again() {
+    const ROUNDS: usize = 50;
+    for backend in BACKENDS {
+        let Fixture { srv, agent, dir, db: _db } = fixture(backend, 30).await;
+        std::fs::write(dir.path().join("clean.sh"), "exec sleep 1\n").unwrap();
+        let mut settings = agent.settings.clone();
+        settings.program_interval = Duration::from_millis(250);
+        drop(agent);
+        let running = Agent::new(settings).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(running.run(async {
+            let _ = stopped.await;
+        }));
+        let mut took = Vec::with_capacity(ROUNDS);
+        for i in 0..ROUNDS {
+            let vm = vm(100 + i as u32);
+            allocate_gpu(&srv, &vm, &rp()).await;
+            delete_allocations(&srv, &vm).await;
+            let t0 = std::time::Instant::now();
+            assert_eq!(reserved(&srv).await, 1);
+            common::eventually(Duration::from_secs(20), "the device offered again", || async {
+                (reserved(&srv).await == 0).then_some(())
+            })
+            .await;
+            took.push(t0.elapsed());
+        }
+        let _ = stop.send(());
+        task.await.unwrap();
+        took.sort();
+        let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).saturating_sub(1)];
+        println!(
+            "{backend:?}: release to offered again, 1 s cleaner, {ROUNDS} rounds: min {:?} p50 {:?} p99 {:?} max {:?}",
+            took[0],
+            pct(0.50),
+            pct(0.99),
+            took[took.len() - 1]
+        );
         srv.stop().await;
     }
 }
