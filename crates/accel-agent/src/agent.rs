@@ -422,7 +422,9 @@ impl Agent {
         let devices = self.discover().devices;
         for job in &new {
             let started = Instant::now();
-            let found = devices.iter().find(|d| d.address.to_string() == job.address);
+            let found = devices
+                .iter()
+                .find(|d| d.address.to_string() == job.address);
             let rule = found.and_then(|d| {
                 let k = crate::kubernetes::to_device(&self.settings.sysfs_root, d);
                 cleaning::rule_for(&self.settings.cleaning, &k).cloned()
@@ -435,13 +437,16 @@ impl Agent {
                 )),
                 (Some(_), Some(r)) => Ok(r),
             };
-            let device_node = crate::kubernetes::device_nodes(&self.settings.sysfs_root, &job.address)
-                .into_iter()
-                .map(|n| n.host_path)
-                .find(|p| !p.starts_with("/dev/vfio"));
+            let device_node =
+                crate::kubernetes::device_nodes(&self.settings.sysfs_root, &job.address)
+                    .into_iter()
+                    .map(|n| n.host_path)
+                    .find(|p| !p.starts_with("/dev/vfio"));
             tracing::info!(provider = %job.rp_uuid, address = %job.address, attempt = job.attempt, "cleaning a released device");
             match rule {
-                Err(e) => cleaning::answer(&self.client, &node, job, &Err(e), started.elapsed()).await,
+                Err(e) => {
+                    cleaning::answer(&self.client, &node, job, &Err(e), started.elapsed()).await
+                }
                 Ok(rule) => match &rule.method {
                     cleaning::Method::FpgaDefault(image) => {
                         let deadline = started + rule.timeout;
@@ -451,26 +456,47 @@ impl Agent {
                             bitstream_id: Some(image.clone()),
                             function_id: None,
                         };
-                        let result = match tokio::time::timeout(rule.timeout, self.program(&node, &pj)).await {
+                        let result = match tokio::time::timeout(
+                            rule.timeout,
+                            self.program(&node, &pj),
+                        )
+                        .await
+                        {
                             Err(_) => Err("fpga-default: timed out".to_owned()),
                             Ok(Err(e)) => Err(format!("fpga-default: {e}")),
                             Ok(Ok(_)) => {
                                 if let Err(e) = self.step().await {
                                     tracing::warn!("report after the default image failed: {e}");
                                 }
-                                cleaning::verify(&rule, &job.address, device_node.as_deref(), deadline).await
+                                cleaning::verify(
+                                    &rule,
+                                    &job.address,
+                                    device_node.as_deref(),
+                                    deadline,
+                                )
+                                .await
                             }
                         };
-                        cleaning::answer(&self.client, &node, job, &result, started.elapsed()).await;
+                        cleaning::answer(&self.client, &node, job, &result, started.elapsed())
+                            .await;
                     }
                     _ => {
                         let (client, node, job2) = (self.client.clone(), node.clone(), job.clone());
                         let root = self.settings.sysfs_root.clone();
-                        self.cleanings.spawn(job.rp_uuid.clone(), job.attempt, async move {
-                            let deadline = started + rule.timeout;
-                            let r = cleaning::run_rule(&rule, &root, &job2.address, device_node.as_deref(), deadline).await;
-                            cleaning::answer(&client, &node, &job2, &r, started.elapsed()).await;
-                        });
+                        self.cleanings
+                            .spawn(job.rp_uuid.clone(), job.attempt, async move {
+                                let deadline = started + rule.timeout;
+                                let r = cleaning::run_rule(
+                                    &rule,
+                                    &root,
+                                    &job2.address,
+                                    device_node.as_deref(),
+                                    deadline,
+                                )
+                                .await;
+                                cleaning::answer(&client, &node, &job2, &r, started.elapsed())
+                                    .await;
+                            });
                     }
                 },
             }

@@ -96,8 +96,7 @@ pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
             .map_err(|e| {
                 format!(
                     "{}: {}",
-                    e.key
-                        .replace("kubernetes.configurations[0]", &key),
+                    e.key.replace("kubernetes.configurations[0]", &key),
                     e.message
                 )
             })?
@@ -122,14 +121,20 @@ pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
             }
         };
         if !matches!(method, Method::Command(_)) && !f.command.is_empty() {
-            return Err(format!("{key}.command: only the method \"command\" runs a command"));
+            return Err(format!(
+                "{key}.command: only the method \"command\" runs a command"
+            ));
         }
         if f.image.is_some() && !matches!(method, Method::FpgaDefault(_)) {
-            return Err(format!("{key}.image: only the method \"fpga-default\" takes an image"));
+            return Err(format!(
+                "{key}.image: only the method \"fpga-default\" takes an image"
+            ));
         }
         let secs = f.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
         if !(1..=86_400).contains(&secs) {
-            return Err(format!("{key}.timeout_seconds: must be between 1 and 86400"));
+            return Err(format!(
+                "{key}.timeout_seconds: must be between 1 and 86400"
+            ));
         }
         out.push(Rule {
             selector,
@@ -183,16 +188,31 @@ pub async fn run_command(argv: &[String], deadline: Instant, what: &str) -> Resu
         Ok(Ok(out)) if out.status.success() => Ok(()),
         Ok(Ok(out)) => {
             let err = String::from_utf8_lossy(&out.stderr);
-            let tail: String = err.trim().chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
-            Err(format!("{what}: {program} exited with {}: {tail}", out.status))
+            let tail: String = err
+                .trim()
+                .chars()
+                .rev()
+                .take(300)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            Err(format!(
+                "{what}: {program} exited with {}: {tail}",
+                out.status
+            ))
         }
     }
 }
 
 /// PCI function reset through sysfs (`echo 1 > .../reset`).
 pub fn pci_reset(sysfs_root: &Path, address: &str) -> Result<(), String> {
-    let path = sysfs_root.join("bus/pci/devices").join(address).join("reset");
-    std::fs::write(&path, "1").map_err(|e| format!("pci-reset: writing 1 to {}: {e}", path.display()))
+    let path = sysfs_root
+        .join("bus/pci/devices")
+        .join(address)
+        .join("reset");
+    std::fs::write(&path, "1")
+        .map_err(|e| format!("pci-reset: writing 1 to {}: {e}", path.display()))
 }
 
 /// The cleanings this agent process runs in their own tasks (a wipe may take hours;
@@ -233,7 +253,12 @@ impl Running {
         self.keys.is_empty()
     }
 
-    pub fn spawn(&mut self, rp_uuid: String, attempt: i64, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    pub fn spawn(
+        &mut self,
+        rp_uuid: String,
+        attempt: i64,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let h = self.tasks.spawn(task);
         self.keys.insert(h.id(), (rp_uuid, attempt));
     }
@@ -257,13 +282,20 @@ pub async fn run_rule(
         Method::PciReset => {
             let (root, a) = (sysfs_root.to_owned(), address.to_owned());
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, tokio::task::spawn_blocking(move || pci_reset(&root, &a))).await {
+            match tokio::time::timeout(
+                left,
+                tokio::task::spawn_blocking(move || pci_reset(&root, &a)),
+            )
+            .await
+            {
                 Err(_) => return Err("pci-reset: timed out".into()),
                 Ok(Err(e)) => return Err(format!("pci-reset: {e}")),
                 Ok(Ok(r)) => r?,
             }
         }
-        Method::Command(argv) => run_command(&fill(argv, address, device)?, deadline, "command").await?,
+        Method::Command(argv) => {
+            run_command(&fill(argv, address, device)?, deadline, "command").await?
+        }
         Method::FpgaDefault(_) => {
             return Err("fpga-default runs through the agent's programming path".into())
         }
@@ -304,8 +336,12 @@ pub async fn answer(
         match client.finish_cleaning(node, &job.rp_uuid, &body).await {
             Ok(()) => {
                 match result {
-                    Ok(()) => tracing::info!(provider = %job.rp_uuid, address = %job.address, duration_ms = body.duration_ms, "device cleaned"),
-                    Err(e) => tracing::warn!(provider = %job.rp_uuid, address = %job.address, reason = %e, "device cleaning failed"),
+                    Ok(()) => {
+                        tracing::info!(provider = %job.rp_uuid, address = %job.address, duration_ms = body.duration_ms, "device cleaned")
+                    }
+                    Err(e) => {
+                        tracing::warn!(provider = %job.rp_uuid, address = %job.address, reason = %e, "device cleaning failed")
+                    }
                 }
                 return;
             }
@@ -331,7 +367,11 @@ mod tests {
         struct Doc {
             cleaning: Vec<CleaningFile>,
         }
-        validate(toml::from_str::<Doc>(text).map_err(|e| e.to_string())?.cleaning)
+        validate(
+            toml::from_str::<Doc>(text)
+                .map_err(|e| e.to_string())?
+                .cleaning,
+        )
     }
 
     #[test]
@@ -342,7 +382,10 @@ mod tests {
         .unwrap();
         assert_eq!(ok[0].selector.vendor, Some(0x144d));
         assert_eq!(ok[0].timeout, Duration::from_secs(60));
-        let e = parse("[[cleaning]]\nmethod = \"pci-reset\"\n[cleaning.selector]\nvendor = \"nvidia\"\n").unwrap_err();
+        let e = parse(
+            "[[cleaning]]\nmethod = \"pci-reset\"\n[cleaning.selector]\nvendor = \"nvidia\"\n",
+        )
+        .unwrap_err();
         assert!(e.starts_with("cleaning[0].selector.vendor"), "{e}");
         let e = parse("[[cleaning]]\nmethod = \"wipe\"\n").unwrap_err();
         assert!(e.starts_with("cleaning[0].method"), "{e}");
@@ -352,6 +395,44 @@ mod tests {
         assert!(e.starts_with("cleaning[0].command"), "{e}");
     }
 
+    #[tokio::test]
+    async fn pci_reset_writes_the_functions_reset_file_then_verifies() {
+        let root = tempfile::tempdir().unwrap();
+        let dev = root.path().join("bus/pci/devices/0000:3b:00.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        let rule = |verify: &[&str]| Rule {
+            selector: Selector::default(),
+            method: Method::PciReset,
+            verify: verify.iter().map(|s| s.to_string()).collect(),
+            timeout: Duration::from_secs(5),
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        run_rule(
+            &rule(&["true"]),
+            root.path(),
+            "0000:3b:00.0",
+            None,
+            deadline,
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(dev.join("reset")).unwrap(), "1");
+        let e = run_rule(
+            &rule(&["false"]),
+            root.path(),
+            "0000:3b:00.0",
+            None,
+            deadline,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.starts_with("verify: false exited"), "{e}");
+        let e = run_rule(&rule(&[]), root.path(), "0000:99:00.0", None, deadline)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("pci-reset: writing 1 to"), "{e}");
+    }
+
     #[test]
     fn placeholders_are_filled_and_a_missing_node_says_so() {
         let args = vec!["x".to_owned(), "--dev={device}".into(), "{address}".into()];
@@ -359,6 +440,8 @@ mod tests {
             fill(&args, "0000:01:00.0", Some("/dev/nvme0")).unwrap(),
             ["x", "--dev=/dev/nvme0", "0000:01:00.0"]
         );
-        assert!(fill(&args, "0000:01:00.0", None).unwrap_err().contains("no device node"));
+        assert!(fill(&args, "0000:01:00.0", None)
+            .unwrap_err()
+            .contains("no device node"));
     }
 }

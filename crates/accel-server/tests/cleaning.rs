@@ -12,7 +12,9 @@ use accel_agent::cleaning::{CleaningFile, TRAIT};
 use accel_agent::config::{FakeDevice, Settings};
 use accel_agent::Agent;
 use accel_store::accelerator::report;
-use common::accel::{allocate_gpu, compute_node, delete_allocations, placement, workers, Server, TempDb};
+use common::accel::{
+    allocate_gpu, compute_node, delete_allocations, placement, workers, Server, TempDb,
+};
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -97,12 +99,19 @@ async fn fixture(backend: common::Backend, timeout_seconds: u64) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mut agent = Agent::new(settings(&srv.accel, dir.path(), timeout_seconds)).unwrap();
     agent.step().await.unwrap();
-    Fixture { srv, agent, dir, db }
+    Fixture {
+        srv,
+        agent,
+        dir,
+        db,
+    }
 }
 
 /// The device provider's cleaning as `GET /v2/device_cleanings` shows it.
 async fn cleaning(srv: &Server) -> Value {
-    let (s, v) = srv.admin_get(&format!("/v2/device_cleanings?hostname={NODE}")).await;
+    let (s, v) = srv
+        .admin_get(&format!("/v2/device_cleanings?hostname={NODE}"))
+        .await;
     assert_eq!(s, 200, "{v}");
     v["device_cleanings"]
         .as_array()
@@ -132,16 +141,22 @@ async fn claim(srv: &Server, consumer: &str) -> u16 {
 /// Lets the agent take the cleaning and waits until it answered.
 async fn run_cleaning(agent: &mut Agent) {
     let a = tokio::sync::Mutex::new(agent);
-    common::eventually(Duration::from_secs(10), "a cleaning to reach the agent", || async {
-        (a.lock().await.clean_step().await.unwrap() == 1).then_some(())
-    })
+    common::eventually(
+        Duration::from_secs(10),
+        "a cleaning to reach the agent",
+        || async { (a.lock().await.clean_step().await.unwrap() == 1).then_some(()) },
+    )
     .await;
     a.lock().await.cleanings_done().await;
 }
 
 async fn operator(srv: &Server, action: &str) -> Value {
     let r = reqwest::Client::new()
-        .post(format!("{}/v2/device_cleanings/{}/{action}", srv.accel, rp()))
+        .post(format!(
+            "{}/v2/device_cleanings/{}/{action}",
+            srv.accel,
+            rp()
+        ))
         .header("x-auth-token", "admin")
         .send()
         .await
@@ -153,23 +168,47 @@ async fn operator(srv: &Server, action: &str) -> Value {
 #[tokio::test]
 async fn success_failure_timeout_and_verification_end_as_they_should() {
     for backend in BACKENDS {
-        let Fixture { srv, mut agent, dir, db: _db } = fixture(backend, 2).await;
+        let Fixture {
+            srv,
+            mut agent,
+            dir,
+            db: _db,
+        } = fixture(backend, 2).await;
         let d = dir.path();
         let c = cleaning(&srv).await;
-        assert_eq!((c["state"].as_str(), c["cleaned_on_release"].as_bool()), (Some("clean"), Some(true)));
-        let (_, traits) = placement(&srv, reqwest::Method::GET, &format!("/resource_providers/{}/traits", rp()), None).await;
-        assert!(traits["traits"].as_array().unwrap().contains(&json!(TRAIT)), "{traits}");
+        assert_eq!(
+            (c["state"].as_str(), c["cleaned_on_release"].as_bool()),
+            (Some("clean"), Some(true))
+        );
+        let (_, traits) = placement(
+            &srv,
+            reqwest::Method::GET,
+            &format!("/resource_providers/{}/traits", rp()),
+            None,
+        )
+        .await;
+        assert!(
+            traits["traits"].as_array().unwrap().contains(&json!(TRAIT)),
+            "{traits}"
+        );
 
         // Success: released, reserved, cleaned, offered again.
         allocate_gpu(&srv, &vm(1), &rp()).await;
         delete_allocations(&srv, &vm(1)).await;
         assert_eq!(cleaning(&srv).await["state"], "cleaning");
-        assert_eq!(claim(&srv, &vm(2)).await, 409, "{backend:?}: claimed before cleaning");
+        assert_eq!(
+            claim(&srv, &vm(2)).await,
+            409,
+            "{backend:?}: claimed before cleaning"
+        );
         run_cleaning(&mut agent).await;
         let c = cleaning(&srv).await;
         assert_eq!(c["state"], "clean", "{backend:?}: {c}");
         assert!(c["last_duration_ms"].as_i64().is_some());
-        assert_eq!(std::fs::read_to_string(d.join("cleaned")).unwrap(), format!("{ADDRESS}\n"));
+        assert_eq!(
+            std::fs::read_to_string(d.join("cleaned")).unwrap(),
+            format!("{ADDRESS}\n")
+        );
         assert_eq!(claim(&srv, &vm(2)).await, 204);
         delete_allocations(&srv, &vm(2)).await;
 
@@ -181,7 +220,10 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         assert!(c["reason"].as_str().unwrap().contains("wipe failed"), "{c}");
         assert_eq!(claim(&srv, &vm(3)).await, 409);
         mode(d, "ok");
-        assert_eq!(operator(&srv, "clean").await["device_cleanings"][0]["state"], "cleaning");
+        assert_eq!(
+            operator(&srv, "clean").await["device_cleanings"][0]["state"],
+            "cleaning"
+        );
         run_cleaning(&mut agent).await;
         assert_eq!(cleaning(&srv).await["state"], "clean");
 
@@ -191,8 +233,14 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         mode(d, "hang");
         run_cleaning(&mut agent).await;
         let c = cleaning(&srv).await;
-        assert!(c["reason"].as_str().unwrap().contains("timed out"), "{backend:?}: {c}");
-        assert_eq!(operator(&srv, "release").await["device_cleanings"][0]["state"], "clean");
+        assert!(
+            c["reason"].as_str().unwrap().contains("timed out"),
+            "{backend:?}: {c}"
+        );
+        assert_eq!(
+            operator(&srv, "release").await["device_cleanings"][0]["state"],
+            "clean"
+        );
         assert_eq!(claim(&srv, &vm(4)).await, 204);
 
         // The verification fails.
@@ -204,9 +252,20 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         assert_eq!(c["state"], "clean_failed");
         assert!(c["reason"].as_str().unwrap().starts_with("verify"), "{c}");
 
-        let text = reqwest::get(format!("{}/metrics", srv.metrics)).await.unwrap().text().await.unwrap();
-        assert!(text.contains("accel_device_cleanings_total{outcome=\"failed\"} 3"), "{text}");
-        assert!(text.contains("accel_devices_by_cleaning_state{state=\"clean_failed\"} 1"), "{text}");
+        let text = reqwest::get(format!("{}/metrics", srv.metrics))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            text.contains("accel_device_cleanings_total{outcome=\"failed\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("accel_devices_by_cleaning_state{state=\"clean_failed\"} 1"),
+            "{text}"
+        );
         srv.stop().await;
     }
 }
@@ -214,7 +273,12 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
 #[tokio::test]
 async fn a_restarted_agent_resumes_the_cleaning() {
     for backend in BACKENDS {
-        let Fixture { srv, mut agent, dir, db: _db } = fixture(backend, 60).await;
+        let Fixture {
+            srv,
+            mut agent,
+            dir,
+            db: _db,
+        } = fixture(backend, 60).await;
         allocate_gpu(&srv, &vm(1), &rp()).await;
         delete_allocations(&srv, &vm(1)).await;
         mode(dir.path(), "gate");
@@ -226,7 +290,11 @@ async fn a_restarted_agent_resumes_the_cleaning() {
         let mut again = Agent::new(settings(&srv.accel, dir.path(), 60)).unwrap();
         run_cleaning(&mut again).await;
         let c = cleaning(&srv).await;
-        assert_eq!((c["state"].as_str(), c["attempt"].as_i64()), (Some("clean"), Some(2)), "{backend:?}");
+        assert_eq!(
+            (c["state"].as_str(), c["attempt"].as_i64()),
+            (Some("clean"), Some(2)),
+            "{backend:?}"
+        );
         srv.stop().await;
     }
 }
@@ -283,7 +351,12 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
 #[tokio::test]
 async fn a_vms_release_is_the_last_of_its_arq_and_its_allocation() {
     for backend in BACKENDS {
-        let Fixture { srv, mut agent, dir: _dir, db: _db } = fixture(backend, 60).await;
+        let Fixture {
+            srv,
+            mut agent,
+            dir: _dir,
+            db: _db,
+        } = fixture(backend, 60).await;
         srv.create_profile("gpu", json!([{"resources:CUSTOM_ACCELERATOR_GPU": "1"}]))
             .await;
         for (round, arq_first) in [(1, true), (2, false)] {
@@ -297,15 +370,27 @@ async fn a_vms_release_is_the_last_of_its_arq_and_its_allocation() {
             if arq_first {
                 let (s, v) = srv.nova(reqwest::Method::DELETE, &delete_arqs, None).await;
                 assert_eq!(s, 204, "{v}");
-                assert_eq!(cleaning(&srv).await["state"], "clean", "round {round}: the allocation holds it");
+                assert_eq!(
+                    cleaning(&srv).await["state"],
+                    "clean",
+                    "round {round}: the allocation holds it"
+                );
                 delete_allocations(&srv, &inst).await;
             } else {
                 delete_allocations(&srv, &inst).await;
-                assert_eq!(cleaning(&srv).await["state"], "clean", "round {round}: the ARQ holds it");
+                assert_eq!(
+                    cleaning(&srv).await["state"],
+                    "clean",
+                    "round {round}: the ARQ holds it"
+                );
                 let (s, v) = srv.nova(reqwest::Method::DELETE, &delete_arqs, None).await;
                 assert_eq!(s, 204, "{v}");
             }
-            assert_eq!(cleaning(&srv).await["state"], "cleaning", "{backend:?} round {round}");
+            assert_eq!(
+                cleaning(&srv).await["state"],
+                "cleaning",
+                "{backend:?} round {round}"
+            );
             run_cleaning(&mut agent).await;
             assert_eq!(cleaning(&srv).await["state"], "clean");
         }
@@ -315,9 +400,17 @@ async fn a_vms_release_is_the_last_of_its_arq_and_its_allocation() {
 
 /// The reserved amount of the device provider's inventory, as Placement shows it.
 async fn reserved(srv: &Server) -> i64 {
-    let (s, v) = placement(srv, reqwest::Method::GET, &format!("/resource_providers/{}/inventories", rp()), None).await;
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::GET,
+        &format!("/resource_providers/{}/inventories", rp()),
+        None,
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
-    v["inventories"]["CUSTOM_ACCELERATOR_GPU"]["reserved"].as_i64().unwrap()
+    v["inventories"]["CUSTOM_ACCELERATOR_GPU"]["reserved"]
+        .as_i64()
+        .unwrap()
 }
 
 /// The benchmark of docs/benchmarks.md ("Devices cleaned between tenants"): the time
@@ -331,7 +424,12 @@ async fn reserved(srv: &Server) -> i64 {
 async fn bench_release_to_offered_again() {
     const ROUNDS: usize = 50;
     for backend in BACKENDS {
-        let Fixture { srv, agent, dir, db: _db } = fixture(backend, 30).await;
+        let Fixture {
+            srv,
+            agent,
+            dir,
+            db: _db,
+        } = fixture(backend, 30).await;
         std::fs::write(dir.path().join("clean.sh"), "exec sleep 1\n").unwrap();
         let mut settings = agent.settings.clone();
         settings.program_interval = Duration::from_millis(250);
@@ -348,9 +446,11 @@ async fn bench_release_to_offered_again() {
             delete_allocations(&srv, &vm).await;
             let t0 = std::time::Instant::now();
             assert_eq!(reserved(&srv).await, 1);
-            common::eventually(Duration::from_secs(20), "the device offered again", || async {
-                (reserved(&srv).await == 0).then_some(())
-            })
+            common::eventually(
+                Duration::from_secs(20),
+                "the device offered again",
+                || async { (reserved(&srv).await == 0).then_some(()) },
+            )
             .await;
             took.push(t0.elapsed());
         }

@@ -5,11 +5,11 @@
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_store::accelerator::cleaning::{self, CleaningState, Outcome, TRAIT};
 use accel_store::accelerator::{kubernetes, report};
-use std::collections::BTreeMap;
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::{inventories, providers};
 use accel_store::testing::each_backend;
 use accel_store::{Conflict, Store, StoreError};
+use std::collections::BTreeMap;
 
 const HOST: &str = "host1";
 
@@ -241,7 +241,10 @@ async fn both_reasons_to_reserve_hold_together_and_devices_without_a_rule_are_no
 
 fn pod_usage(held: bool) -> (BTreeMap<String, String>, Vec<kubernetes::SlotClaim>) {
     let mut usage = BTreeMap::new();
-    usage.insert("gpu-0".to_owned(), if held { HOST.to_owned() } else { String::new() });
+    usage.insert(
+        "gpu-0".to_owned(),
+        if held { HOST.to_owned() } else { String::new() },
+    );
     let claims = if held {
         vec![kubernetes::SlotClaim {
             slot: "gpu-0".into(),
@@ -257,9 +260,7 @@ fn pod_usage(held: bool) -> (BTreeMap<String, String>, Vec<kubernetes::SlotClaim
 async fn save_pod(store: &Store, held: bool) -> Result<kubernetes::Outcome, StoreError> {
     let (usage, claims) = pod_usage(held);
     store
-        .write(move |tx| {
-            Box::pin(async move { kubernetes::save(tx, HOST, &usage, &claims).await })
-        })
+        .write(move |tx| Box::pin(async move { kubernetes::save(tx, HOST, &usage, &claims).await }))
         .await
 }
 
@@ -283,7 +284,10 @@ async fn a_pods_slot_released_is_cleaned_and_not_offered_meanwhile() {
         );
         assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
         let again = save_pod(&store, true).await.unwrap();
-        assert!(again.consumers.is_empty(), "no pod is allocated an uncleaned device");
+        assert!(
+            again.consumers.is_empty(),
+            "no pod is allocated an uncleaned device"
+        );
         save_pod(&store, false).await.unwrap();
         clean(&store).await;
         assert_eq!(save_pod(&store, true).await.unwrap().consumers.len(), 1);
@@ -313,7 +317,10 @@ async fn release_and_claim_race_never_lands_a_claim_on_an_uncleaned_device() {
             };
             let (released, landed) = tokio::join!(release, landed);
             released.unwrap();
-            assert!(!landed, "iteration {i}: a claim landed on a released device");
+            assert!(
+                !landed,
+                "iteration {i}: a claim landed on a released device"
+            );
             let c = seen(&store).await.1;
             assert_eq!(c.state, CleaningState::Cleaning, "iteration {i}");
             if i % 2 == 1 {

@@ -22,7 +22,9 @@ pub enum DeviceCommand {
     #[command(after_help = "Example:\n  accel device clean 5c8e5ef0-3a0c-4a8f-9d51-6f1b0f2c9a11")]
     Clean { uuid: String },
     /// Offer a device again after a manual check, by device or provider uuid (admin).
-    #[command(after_help = "Example:\n  accel device release 5c8e5ef0-3a0c-4a8f-9d51-6f1b0f2c9a11")]
+    #[command(
+        after_help = "Example:\n  accel device release 5c8e5ef0-3a0c-4a8f-9d51-6f1b0f2c9a11"
+    )]
     Release { uuid: String },
 }
 

@@ -15,7 +15,9 @@
 
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
-use accel_api::agent::{CleaningAnswer, CleaningRequest, Cleanings, DeviceCleaning, DeviceCleanings};
+use accel_api::agent::{
+    CleaningAnswer, CleaningRequest, Cleanings, DeviceCleaning, DeviceCleanings,
+};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::cleaning::{self, Outcome};
 use axum::body::Body;
@@ -46,7 +48,9 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     let agent = ctx
         .param("agent")
         .filter(|a| !a.is_empty() && a.len() <= 255)
-        .ok_or_else(|| AccelError::bad_request("agent must name the agent process (1 to 255 characters)"))?
+        .ok_or_else(|| {
+            AccelError::bad_request("agent must name the agent process (1 to 255 characters)")
+        })?
         .to_owned();
     let h = host.to_owned();
     let jobs = st
@@ -82,13 +86,19 @@ pub(crate) async fn finish(
     let answer: CleaningAnswer = serde_json::from_value(ctx.json_body()?)
         .map_err(|e| AccelError::bad_request(format!("Invalid cleaning answer: {e}")))?;
     if answer.error.as_deref().is_some_and(|e| e.trim().is_empty()) {
-        return Err(AccelError::bad_request("A failed cleaning needs its reason"));
+        return Err(AccelError::bad_request(
+            "A failed cleaning needs its reason",
+        ));
     }
     let outcome = Outcome {
         result: answer.error.clone().map_or(Ok(()), Err),
         duration_ms: answer.duration_ms.max(0),
     };
-    let label = if outcome.result.is_ok() { "clean" } else { "failed" };
+    let label = if outcome.result.is_ok() {
+        "clean"
+    } else {
+        "failed"
+    };
     let (h, u) = (host.to_owned(), rp_uuid.to_owned());
     let attempt = answer.attempt;
     let done = st
@@ -105,8 +115,12 @@ pub(crate) async fn finish(
         .get_or_create(&l)
         .observe(answer.duration_ms.max(0) as f64 / 1000.0);
     match &answer.error {
-        None => tracing::info!(host = %host, provider = %rp_uuid, duration_ms = answer.duration_ms, "device cleaned; offered again"),
-        Some(e) => tracing::warn!(host = %host, provider = %rp_uuid, reason = %e, "device cleaning failed; it stays reserved"),
+        None => {
+            tracing::info!(host = %host, provider = %rp_uuid, duration_ms = answer.duration_ms, "device cleaned; offered again")
+        }
+        Some(e) => {
+            tracing::warn!(host = %host, provider = %rp_uuid, reason = %e, "device cleaning failed; it stays reserved")
+        }
     }
     Ok(json_reply(StatusCode::OK, &render(&done)))
 }

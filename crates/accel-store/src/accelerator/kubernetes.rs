@@ -415,7 +415,10 @@ pub async fn save(
     // A device a pod let go of is reserved for its cleaning now (not only at commit),
     // so this answer already tells the agent not to offer it.
     let released = crate::placement::changes::take_released();
-    if !super::cleaning::after_release(tx, &released).await?.is_empty() {
+    if !super::cleaning::after_release(tx, &released)
+        .await?
+        .is_empty()
+    {
         out.vm_held = vm_held(tx, &devices, &ours).await?;
     }
 
