@@ -252,21 +252,42 @@ async fn device_list_clean_release() {
         let state = |v: &Value| v[0]["state"].as_str().unwrap_or_default().to_owned();
         let list = s.accel(&["device", "list", "-f", "json"]).await.json();
         assert_eq!(list[0]["rp_uuid"], rp.as_str(), "{backend:?}: {list}");
-        assert_eq!((state(&list), list[0]["cleaned_on_release"].clone()), ("clean".into(), Value::Bool(false)));
+        assert_eq!(
+            (state(&list), list[0]["cleaned_on_release"].clone()),
+            ("clean".into(), Value::Bool(false))
+        );
         let table = s.accel(&["device", "list", "--hostname", "compute1"]).await;
-        assert!(table.ok() && table.stdout.contains(" clean "), "{}", table.stdout);
+        assert!(
+            table.ok() && table.stdout.contains(" clean "),
+            "{}",
+            table.stdout
+        );
 
         // An operator asks for a cleaning (nothing holds the device), then releases it.
-        let cleaning = s.accel(&["device", "clean", &rp, "-f", "json"]).await.json();
+        let cleaning = s
+            .accel(&["device", "clean", &rp, "-f", "json"])
+            .await
+            .json();
         assert_eq!(state(&cleaning), "cleaning", "{cleaning}");
         let list = s.accel(&["device", "list", "-f", "json"]).await.json();
         assert_eq!(state(&list), "cleaning");
-        let released = s.accel(&["device", "release", &rp, "-f", "json"]).await.json();
+        let released = s
+            .accel(&["device", "release", &rp, "-f", "json"])
+            .await
+            .json();
         assert_eq!(state(&released), "clean", "{released}");
 
         let refused = s.accel_as("someone:p1", &["device", "list"]).await;
-        assert!(!refused.ok() && refused.stderr.contains("HTTP 403"), "{}", refused.stderr);
+        assert!(
+            !refused.ok() && refused.stderr.contains("HTTP 403"),
+            "{}",
+            refused.stderr
+        );
         let unknown = s.accel(&["device", "clean", INSTANCE]).await;
-        assert!(!unknown.ok() && unknown.stderr.contains("HTTP 404"), "{}", unknown.stderr);
+        assert!(
+            !unknown.ok() && unknown.stderr.contains("HTTP 404"),
+            "{}",
+            unknown.stderr
+        );
     }
 }

@@ -252,6 +252,31 @@ async fn success_failure_timeout_and_verification_end_as_they_should() {
         assert_eq!(c["state"], "clean_failed");
         assert!(c["reason"].as_str().unwrap().starts_with("verify"), "{c}");
 
+        // The console's host page shows the state, the reason and the last cleaning.
+        let (_, nodes) = placement(
+            &srv,
+            reqwest::Method::GET,
+            &format!("/resource_providers?name={NODE}"),
+            None,
+        )
+        .await;
+        let root = nodes["resource_providers"][0]["uuid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let html = reqwest::get(format!("{}/hosts/{root}", srv.console))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let row = format!(
+            "data-test=\"cleaning\" data-provider=\"{}\" data-state=\"clean_failed\"",
+            rp()
+        );
+        assert!(html.contains(&row), "{html}");
+        assert!(html.contains("not wiped"), "the reason is shown");
+
         let text = reqwest::get(format!("{}/metrics", srv.metrics))
             .await
             .unwrap()
