@@ -31,8 +31,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
-/// The trait of a device that is cleaned on release (the server's rule reads it).
-pub const TRAIT: &str = "CUSTOM_ACCEL_CLEANED_ON_RELEASE";
+/// The trait of a device that is cleaned on release (the server's rule reads it; the
+/// device plugins hold such a device from its release until the server says clean).
+pub const TRAIT: &str = accel_k8s::slots::CLEANED_ON_RELEASE;
 
 /// Timeout when a rule gives none.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
