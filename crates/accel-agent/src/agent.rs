@@ -1,7 +1,8 @@
 //! The agent's cycle: discover, build the report, send it. [`Agent::step`] is one
 //! cycle (tests call it); [`Agent::run`] repeats it every interval until shutdown, and
 //! between reports carries out the server's programming requests
-//! ([`Agent::program_step`], see [`crate::program`]).
+//! ([`Agent::program_step`], see [`crate::program`]) and cleanings
+//! ([`Agent::clean_step`], see [`crate::cleaning`]).
 //!
 //! Reports are full (the server diffs them, so a lost report costs nothing), and
 //! byte-identical while nothing changes, which lets the server skip them after one
@@ -15,6 +16,7 @@
 //! earlier picture the report is not sent at all, so a failure never reads as "these
 //! devices are gone" on the server.
 
+use crate::cleaning;
 use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
 use crate::config::Settings;
 use crate::drivers::{self, Discovery, Driver};
@@ -103,6 +105,10 @@ pub struct Agent {
     /// The devices of each driver at its last successful discovery, kept for the
     /// passes in which it fails.
     last_seen: Mutex<HashMap<&'static str, Vec<FoundDevice>>>,
+    /// This process's name in the server's cleaning takes: unique per start, so the
+    /// server hands a restarted agent the cleanings its predecessor held.
+    agent_id: String,
+    cleanings: cleaning::Running,
 }
 
 impl Agent {
@@ -135,6 +141,15 @@ impl Agent {
             reports: 0,
             probes: None,
             last_seen: Mutex::new(HashMap::new()),
+            agent_id: format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ),
+            cleanings: cleaning::Running::default(),
         })
     }
 
@@ -176,6 +191,17 @@ impl Agent {
                 }
             }
             d.devices.sort_by_key(|x| x.address);
+        }
+        // A device a cleaning rule matches says so in Placement.
+        if !self.settings.cleaning.is_empty() {
+            for dev in &mut d.devices {
+                let k = crate::kubernetes::to_device(&self.settings.sysfs_root, dev);
+                if cleaning::rule_for(&self.settings.cleaning, &k).is_some()
+                    && !dev.extra_traits.iter().any(|t| t == cleaning::TRAIT)
+                {
+                    dev.extra_traits.push(cleaning::TRAIT.into());
+                }
+            }
         }
         if let Some(p) = &self.probes {
             let m = p.metrics();
@@ -384,6 +410,119 @@ impl Agent {
         Ok(jobs.len())
     }
 
+    /// Takes the cleanings the server holds for this process and starts each that is
+    /// not already running: `pci-reset` and `command` rules in their own task,
+    /// `fpga-default` here (it reprograms through [`Agent::program`]); answers how
+    /// many it started.
+    pub async fn clean_step(&mut self) -> Result<usize, AgentError> {
+        let node = self
+            .settings
+            .require_node()
+            .map_err(AgentError::Config)?
+            .to_owned();
+        self.cleanings.reap();
+        // Without rules no device carries the trait; the server is not asked.
+        if self.settings.cleaning.is_empty() {
+            return Ok(0);
+        }
+        let jobs = self.client.cleanings(&node, &self.agent_id).await?;
+        let new: Vec<_> = jobs
+            .into_iter()
+            .filter(|j| !self.cleanings.contains(&j.rp_uuid, j.attempt))
+            .collect();
+        if new.is_empty() {
+            return Ok(0);
+        }
+        let devices = self.discover().devices;
+        for job in &new {
+            let started = Instant::now();
+            let found = devices
+                .iter()
+                .find(|d| d.address.to_string() == job.address);
+            let rule = found.and_then(|d| {
+                let k = crate::kubernetes::to_device(&self.settings.sysfs_root, d);
+                cleaning::rule_for(&self.settings.cleaning, &k).cloned()
+            });
+            let rule = match (found, rule) {
+                (None, _) => Err(format!("device {} is not on this node now", job.address)),
+                (Some(_), None) => Err(format!(
+                    "no [[cleaning]] rule of this agent matches the device at {}",
+                    job.address
+                )),
+                (Some(_), Some(r)) => Ok(r),
+            };
+            let device_node =
+                crate::kubernetes::device_nodes(&self.settings.sysfs_root, &job.address)
+                    .into_iter()
+                    .map(|n| n.host_path)
+                    .find(|p| !p.starts_with("/dev/vfio"));
+            tracing::info!(provider = %job.rp_uuid, address = %job.address, attempt = job.attempt, "cleaning a released device");
+            match rule {
+                Err(e) => {
+                    cleaning::answer(&self.client, &node, job, &Err(e), started.elapsed()).await
+                }
+                Ok(rule) => match &rule.method {
+                    cleaning::Method::FpgaDefault(image) => {
+                        let deadline = started + rule.timeout;
+                        let pj = ProgramJob {
+                            id: 0,
+                            deployable_name: job.name.clone(),
+                            bitstream_id: Some(image.clone()),
+                            function_id: None,
+                        };
+                        let result = match tokio::time::timeout(
+                            rule.timeout,
+                            self.program(&node, &pj),
+                        )
+                        .await
+                        {
+                            Err(_) => Err("fpga-default: timed out".to_owned()),
+                            Ok(Err(e)) => Err(format!("fpga-default: {e}")),
+                            Ok(Ok(_)) => {
+                                if let Err(e) = self.step().await {
+                                    tracing::warn!("report after the default image failed: {e}");
+                                }
+                                cleaning::verify(
+                                    &rule,
+                                    &job.address,
+                                    device_node.as_deref(),
+                                    deadline,
+                                )
+                                .await
+                            }
+                        };
+                        cleaning::answer(&self.client, &node, job, &result, started.elapsed())
+                            .await;
+                    }
+                    _ => {
+                        let (client, node, job2) = (self.client.clone(), node.clone(), job.clone());
+                        let root = self.settings.sysfs_root.clone();
+                        self.cleanings
+                            .spawn(job.rp_uuid.clone(), job.attempt, async move {
+                                let deadline = started + rule.timeout;
+                                let r = cleaning::run_rule(
+                                    &rule,
+                                    &root,
+                                    &job2.address,
+                                    device_node.as_deref(),
+                                    deadline,
+                                )
+                                .await;
+                                cleaning::answer(&client, &node, &job2, &r, started.elapsed())
+                                    .await;
+                            });
+                    }
+                },
+            }
+        }
+        Ok(new.len())
+    }
+
+    /// Waits for every cleaning this agent started to be answered (or given up).
+    pub async fn cleanings_done(&mut self) {
+        self.cleanings.drain().await;
+    }
+
     /// Fetches, verifies and programs one request's bitstream; answers the function id
     /// the driver reports.
     async fn program(&self, node: &str, job: &ProgramJob) -> Result<Option<String>, String> {
@@ -495,6 +634,9 @@ impl Agent {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut programs = tokio::time::interval(self.settings.program_interval);
         programs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Cleanings are fetched as programming requests are: every program interval.
+        let mut cleanings = tokio::time::interval(self.settings.program_interval);
+        cleanings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.probe(|p| p.beat());
             tokio::select! {
@@ -507,6 +649,11 @@ impl Agent {
                 _ = programs.tick() => {
                     if let Err(e) = self.program_step().await {
                         tracing::warn!("looking for programming requests failed: {e}");
+                    }
+                }
+                _ = cleanings.tick() => {
+                    if let Err(e) = self.clean_step().await {
+                        tracing::warn!("looking for cleanings failed: {e}");
                     }
                 }
             }

@@ -110,6 +110,29 @@ impl Client {
             .collect())
     }
 
+    /// `GET /v2/agent/hosts/{node}/cleanings?agent=..`: the cleanings this agent
+    /// process holds (taking over a dead predecessor's).
+    pub async fn cleanings(
+        &self,
+        node: &str,
+        agent: &str,
+    ) -> Result<Vec<wire::CleaningRequest>, ClientError> {
+        self.api.cleanings(node, agent).await
+    }
+
+    /// `PUT /v2/agent/hosts/{node}/cleanings/{rp_uuid}`.
+    pub async fn finish_cleaning(
+        &self,
+        node: &str,
+        rp_uuid: &str,
+        answer: &wire::CleaningAnswer,
+    ) -> Result<(), ClientError> {
+        self.api
+            .finish_cleaning(node, rp_uuid, answer)
+            .await
+            .map(|_| ())
+    }
+
     /// `PUT /v2/agent/hosts/{node}/programs/{id}`: done, or failed with the reason.
     pub async fn finish_program(
         &self,

@@ -101,6 +101,8 @@ accel_settings::settings! {
         /// Log lines as text or json.
         log_format: String = value("text".into()),
             flag(long, value_parser = ["text", "json"], global = true, value_name = "text|json");
+        /// [[cleaning]]: how devices are cleaned between tenants (docs/cleaning.md).
+        cleaning: Vec<crate::cleaning::CleaningFile> = optional();
     }
 }
 
@@ -225,6 +227,8 @@ pub struct Settings {
     pub metrics_listen: std::net::SocketAddr,
     /// `text` or `json`.
     pub log_format: String,
+    /// The validated `[[cleaning]]` rules.
+    pub cleaning: Vec<crate::cleaning::Rule>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -252,6 +256,7 @@ impl Settings {
                 .parse()
                 .expect("the default metrics address parses"),
             log_format: "text".into(),
+            cleaning: Vec::new(),
         }
     }
 
@@ -286,6 +291,7 @@ impl Settings {
         };
         let fake = c.fake.unwrap_or_default().devices;
         validate_fake(&fake)?;
+        let cleaning = crate::cleaning::validate(c.cleaning.unwrap_or_default())?;
         let listen = &c.metrics_listen;
         let metrics_listen = std::net::ToSocketAddrs::to_socket_addrs(listen)
             .ok()
@@ -337,6 +343,7 @@ impl Settings {
             keystone: c.keystone,
             metrics_listen,
             log_format: c.log_format,
+            cleaning,
         };
         if let Some(u) = &settings.glance_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {

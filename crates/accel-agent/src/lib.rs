@@ -15,6 +15,7 @@
 //! when the server asks ([`program`]).
 
 pub mod agent;
+pub mod cleaning;
 pub mod client;
 pub mod config;
 pub mod drivers;

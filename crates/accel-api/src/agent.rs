@@ -9,6 +9,8 @@
 //! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
 //! GET /v2/agent/hosts/{host}/kubernetes        ─▶ KubernetesShown
 //! PUT /v2/agent/hosts/{host}/kubernetes        KubernetesUsage ─▶ KubernetesSaved
+//! GET /v2/agent/hosts/{host}/cleanings?agent=ID ─▶ Cleanings (taken by agent process ID)
+//! PUT /v2/agent/hosts/{host}/cleanings/{rp}     CleaningAnswer ─▶ DeviceCleaning
 //! ```
 //!
 //! The report is the host's full device list in upstream's `DriverDevice` shape, plus
@@ -156,6 +158,63 @@ impl From<&Result<(), String>> for ProgramAnswer {
     }
 }
 
+/// A device provider the host's agent must clean (its last consumer let go).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleaningRequest {
+    pub rp_uuid: String,
+    /// The deployable's (and provider's) name.
+    pub name: String,
+    /// The device's PCI address.
+    pub address: String,
+    pub device_uuid: String,
+    /// Quoted back in the answer.
+    pub attempt: i64,
+}
+
+/// `{"cleanings": [...]}`, oldest first: every cleaning the asking agent process holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleanings {
+    pub cleanings: Vec<CleaningRequest>,
+}
+
+/// The agent's answer to a cleaning: `error` is absent when the method and the
+/// verification succeeded within the timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleaningAnswer {
+    pub attempt: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// A device provider's cleaning, as the agent's answer and the admin API show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCleaning {
+    pub device_uuid: String,
+    pub hostname: String,
+    pub name: String,
+    pub rp_uuid: String,
+    /// Whether the device carries `CUSTOM_ACCEL_CLEANED_ON_RELEASE`.
+    pub cleaned_on_release: bool,
+    /// `clean`, `cleaning` or `clean_failed`.
+    pub state: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub attempt: i64,
+    #[serde(default)]
+    pub started_at: Option<i64>,
+    #[serde(default)]
+    pub finished_at: Option<i64>,
+    #[serde(default)]
+    pub last_duration_ms: Option<i64>,
+}
+
+/// `GET /v2/device_cleanings` and the operator's actions: `{"device_cleanings": [...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCleanings {
+    pub device_cleanings: Vec<DeviceCleaning>,
+}
+
 /// One slot a pod (or nobody yet) holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotClaim {
@@ -248,6 +307,24 @@ impl Client {
         answer: &ProgramAnswer,
     ) -> Result<ProgramRequest, Error> {
         let r = Client::req(Method::PUT, host, &format!("/programs/{id}")).json(answer);
+        self.http.call(&r).await
+    }
+
+    /// `GET /v2/agent/hosts/{host}/cleanings?agent={agent}`: takes the host's
+    /// cleanings for this agent process and answers all it holds.
+    pub async fn cleanings(&self, host: &str, agent: &str) -> Result<Vec<CleaningRequest>, Error> {
+        let r = Client::req(Method::GET, host, "/cleanings").query("agent", agent);
+        Ok(self.http.call::<Cleanings>(&r).await?.cleanings)
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/cleanings/{rp_uuid}`.
+    pub async fn finish_cleaning(
+        &self,
+        host: &str,
+        rp_uuid: &str,
+        answer: &CleaningAnswer,
+    ) -> Result<DeviceCleaning, Error> {
+        let r = Client::req(Method::PUT, host, &format!("/cleanings/{rp_uuid}")).json(answer);
         self.http.call(&r).await
     }
 

@@ -74,6 +74,10 @@ enum Command {
     /// Accelerator requests: create, list, show, bind, unbind, delete.
     #[command(after_help = "Example:\n  accel arq create dp1 -f json")]
     Arq(client::ArqArgs),
+    /// Devices cleaned between tenants: list with their cleaning state, clean again,
+    /// release after a manual check (admin).
+    #[command(after_help = "Example:\n  accel device list")]
+    Device(client::DeviceArgs),
     /// Boot an instance's accelerators as Nova would, without Nova: claim in Placement,
     /// create and bind the device profile's ARQs, print the attach handles.
     #[command(after_help = "Example:\n  accel boot --device-profile dp1 --resources VCPU=1")]
@@ -128,6 +132,10 @@ fn main() -> anyhow::Result<()> {
         Command::Arq(a) => client::run(
             &[client::reach::accelerator(&a.conn.url, "--url")],
             client::arqs::run(&a.conn, a.command),
+        ),
+        Command::Device(a) => client::run(
+            &[client::reach::accelerator(&a.conn.url, "--url")],
+            client::devices::run(&a.conn, a.command),
         ),
         Command::Boot(a) => boot::boot(a),
         Command::Unboot(a) => boot::unboot(a),

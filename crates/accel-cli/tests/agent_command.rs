@@ -156,3 +156,40 @@ async fn a_malformed_kubernetes_table_stops_the_agent_naming_the_key() {
         assert!(run.stderr.contains(key), "{text}: {}", run.stderr);
     }
 }
+
+#[tokio::test]
+async fn a_malformed_cleaning_rule_stops_the_agent_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    for (text, key) in [
+        ("[[cleaning]]\nmethod = \"wipe\"\n", "cleaning[0].method"),
+        (
+            "[[cleaning]]\nmethod = \"command\"\n",
+            "cleaning[0].command",
+        ),
+        (
+            "[[cleaning]]\nmethod = \"pci-reset\"\n[[cleaning]]\nmethod = \"pci-reset\"\n\
+             [cleaning.selector]\nvendor = \"nvidia\"\n",
+            "cleaning[1].selector.vendor",
+        ),
+        (
+            "[[cleaning]]\nmethod = \"pci-reset\"\ntimeout = 5\n",
+            "timeout",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let run = accel(&[
+            "agent",
+            "--config",
+            config.to_str().unwrap(),
+            "--node",
+            "cn1",
+            // Never contacted: the configuration is refused first.
+            "--server",
+            "http://127.0.0.1:9",
+        ])
+        .await;
+        assert_ne!(run.code, Some(0), "{text}");
+        assert!(run.stderr.contains(key), "{text}: {}", run.stderr);
+    }
+}

@@ -1,4 +1,4 @@
-//! `accel device-profile ...` and `accel arq ...`: the built binary run against the
+//! `accel device-profile ...`, `accel arq ...`, `accel provider ...` and `accel device ...`: the built binary run against the
 //! real server (both APIs on port 0, a fresh database per test, the fake device
 //! reported), on SQLite and PostgreSQL.
 
@@ -352,6 +352,54 @@ async fn provider_list_show_tree_and_usage() {
                 .starts_with(&format!("compute1_FakeDevice ({dev})\n+-")),
             "{}",
             table.stdout
+        );
+    }
+}
+
+#[tokio::test]
+async fn device_list_clean_release() {
+    for backend in BACKENDS {
+        let s = spawn(backend).await;
+        let rp = s.fake_device_rp().await;
+        let state = |v: &Value| v[0]["state"].as_str().unwrap_or_default().to_owned();
+        let list = s.accel(&["device", "list", "-f", "json"]).await.json();
+        assert_eq!(list[0]["rp_uuid"], rp.as_str(), "{backend:?}: {list}");
+        assert_eq!(
+            (state(&list), list[0]["cleaned_on_release"].clone()),
+            ("clean".into(), Value::Bool(false))
+        );
+        let table = s.accel(&["device", "list", "--hostname", "compute1"]).await;
+        assert!(
+            table.ok() && table.stdout.contains(" clean "),
+            "{}",
+            table.stdout
+        );
+
+        // An operator asks for a cleaning (nothing holds the device), then releases it.
+        let cleaning = s
+            .accel(&["device", "clean", &rp, "-f", "json"])
+            .await
+            .json();
+        assert_eq!(state(&cleaning), "cleaning", "{cleaning}");
+        let list = s.accel(&["device", "list", "-f", "json"]).await.json();
+        assert_eq!(state(&list), "cleaning");
+        let released = s
+            .accel(&["device", "release", &rp, "-f", "json"])
+            .await
+            .json();
+        assert_eq!(state(&released), "clean", "{released}");
+
+        let refused = s.accel_as("someone:p1", &["device", "list"]).await;
+        assert!(
+            !refused.ok() && refused.stderr.contains("HTTP 403"),
+            "{}",
+            refused.stderr
+        );
+        let unknown = s.accel(&["device", "clean", INSTANCE]).await;
+        assert!(
+            !unknown.ok() && unknown.stderr.contains("HTTP 404"),
+            "{}",
+            unknown.stderr
         );
     }
 }

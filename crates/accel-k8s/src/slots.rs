@@ -139,12 +139,17 @@ struct Slot {
     seen: Option<Instant>,
 }
 
+/// The trait of a device the server reserves for a cleaning when its last consumer
+/// lets go (`accel_agent::cleaning::TRAIT`).
+pub const CLEANED_ON_RELEASE: &str = "CUSTOM_ACCEL_CLEANED_ON_RELEASE";
+
 #[derive(Debug, Clone)]
 struct Instance {
     device: Device,
     present: bool,
     /// A VM holds the device (a bound ARQ, or another consumer's Placement
-    /// allocation): its free slots are offered to nobody, like slots held elsewhere.
+    /// allocation), or it waits for its cleaning: its free slots are offered to
+    /// nobody, like slots held elsewhere.
     vm_held: bool,
     slots: Vec<Slot>,
 }
@@ -560,6 +565,7 @@ impl SlotTable {
             let pool_resource = format!("{}/{}", self.domain, pool.config.name);
             for (name, inst) in pool.instances.iter_mut() {
                 let resource = format!("{}/{name}", self.domain);
+                let mut freed = false;
                 for (i, s) in inst.slots.iter_mut().enumerate() {
                     let Some(key) =
                         listed_as(&s.usage, &self.node, &resource, &pool_resource, name, i)
@@ -575,10 +581,19 @@ impl SlotTable {
                                 s.usage = Usage::Free;
                                 s.seen = None;
                                 changed = true;
+                                freed = true;
                             }
                             Some(_) => {}
                         }
                     }
+                }
+                // A device cleaned on release is held from its last slot's release
+                // until the server's answer says it is clean (issue 33).
+                if freed
+                    && inst.free() == inst.slots.len()
+                    && inst.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE)
+                {
+                    inst.vm_held = true;
                 }
             }
         }

@@ -133,6 +133,9 @@ pub struct Metrics {
     pub bind_transaction_failures: Family<OutcomeLabel, Counter>,
     pub fpga_programs: Family<OutcomeLabel, Counter>,
     pub fpga_program_duration: Family<OutcomeLabel, Histogram, Hist>,
+    /// Device cleanings answered by the agents, by outcome (clean, failed).
+    pub device_cleanings: Family<OutcomeLabel, Counter>,
+    pub device_cleaning_duration: Family<OutcomeLabel, Histogram, Hist>,
     pub external_push_failures: Counter,
     pub external_pushes: Family<OutcomeLabel, Counter>,
     pub outgoing: Family<OutgoingLabels, Counter>,
@@ -145,6 +148,7 @@ pub struct Metrics {
     nova_events_pending: Gauge,
     external_pushes_pending: Gauge,
     fpga_programs_pending: Gauge,
+    devices_by_cleaning_state: Family<StateLabel, Gauge>,
     db_up: Gauge,
     db_connections: Family<PoolLabels, Gauge>,
     db_waits: Counter,
@@ -199,6 +203,8 @@ impl Metrics {
             bind_transaction_failures: Family::default(),
             fpga_programs: Family::default(),
             fpga_program_duration: Family::new_with_constructor(slow as Hist),
+            device_cleanings: Family::default(),
+            device_cleaning_duration: Family::new_with_constructor(slow as Hist),
             external_push_failures: Counter::default(),
             external_pushes: Family::default(),
             outgoing: Family::default(),
@@ -208,6 +214,7 @@ impl Metrics {
             nova_events_pending: Gauge::default(),
             external_pushes_pending: Gauge::default(),
             fpga_programs_pending: Gauge::default(),
+            devices_by_cleaning_state: Family::default(),
             db_up: Gauge::default(),
             db_connections: Family::default(),
             db_waits: Counter::default(),
@@ -331,6 +338,21 @@ impl Metrics {
             "accel_fpga_programming_requests_pending",
             "FPGA programming requests the agents have not answered",
             m.fpga_programs_pending.clone(),
+        );
+        r.register(
+            "accel_device_cleanings",
+            "Device cleanings between tenants answered by the agents, by outcome (clean, failed)",
+            m.device_cleanings.clone(),
+        );
+        r.register(
+            "accel_device_cleaning_duration_seconds",
+            "How long the agent took to clean a device (method and verification), by outcome",
+            m.device_cleaning_duration.clone(),
+        );
+        r.register(
+            "accel_devices_by_cleaning_state",
+            "Device providers cleaned on release, by cleaning state (clean, cleaning, clean_failed)",
+            m.devices_by_cleaning_state.clone(),
         );
         r.register(
             "accel_external_placement_pushes",
@@ -477,6 +499,13 @@ impl Metrics {
                 self.nova_events_pending.set(g.nova_events_pending);
                 self.external_pushes_pending.set(g.pushes_pending);
                 self.fpga_programs_pending.set(g.programs_pending);
+                for (state, n) in &g.cleanings {
+                    self.devices_by_cleaning_state
+                        .get_or_create(&StateLabel {
+                            state: state.clone(),
+                        })
+                        .set(*n);
+                }
                 let mut known = self.arq_states.lock().unwrap_or_else(|e| e.into_inner());
                 for s in known.iter() {
                     if !g.arqs.iter().any(|(state, _)| state == s) {

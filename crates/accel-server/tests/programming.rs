@@ -449,3 +449,61 @@ async fn the_workflow_picks_the_region_that_already_carries_the_function() {
         srv.stop().await;
     }
 }
+
+/// Issue 33's `fpga-default` cleaning: a region released by its tenant is programmed
+/// with the default image through this same path before it is offered again.
+#[tokio::test]
+async fn a_released_region_is_cleaned_by_programming_the_default_image() {
+    for backend in BACKENDS {
+        let (srv, glance, mut a, _kept) = fixture(backend).await;
+        let image = glance.add(FUNCTION, true, false);
+        a.settings.cleaning =
+            accel_agent::cleaning::validate(vec![accel_agent::cleaning::CleaningFile {
+                method: "fpga-default".into(),
+                image: Some(image.clone()),
+                timeout_seconds: Some(30),
+                ..Default::default()
+            }])
+            .unwrap();
+        a.step().await.unwrap();
+        assert!(region_traits(&srv)
+            .await
+            .contains(&accel_agent::cleaning::TRAIT.to_owned()));
+        let rp = report::provider_uuid(&region());
+        let consumer = "0c5a7a3e-2d0b-4f7e-9d8c-1b2a3c4d5e6f";
+        let path = format!("/allocations/{consumer}");
+        let body = json!({
+            "allocations": {rp.clone(): {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": null,
+            "consumer_type": "INSTANCE",
+        });
+        let (s, v) = placement(&srv, reqwest::Method::PUT, &path, Some(body)).await;
+        assert_eq!(s, 204, "{v}");
+        let (s, v) = placement(&srv, reqwest::Method::DELETE, &path, None).await;
+        assert_eq!(s, 204, "{v}");
+        let cleaning = |v: &Value| -> String {
+            v["device_cleanings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == region().as_str())
+                .unwrap()["state"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(
+            cleaning(&srv.admin_get("/v2/device_cleanings").await.1),
+            "cleaning"
+        );
+        assert_eq!(a.clean_step().await.unwrap(), 1);
+        let now = srv.admin_get("/v2/device_cleanings").await.1;
+        assert_eq!(cleaning(&now), "clean", "{backend:?}: {now}");
+        assert_eq!(
+            glance.downloads(&image),
+            1,
+            "the default image was programmed"
+        );
+        assert!(region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
+    }
+}

@@ -343,7 +343,21 @@ impl Store {
             Backend::Postgres | Backend::MySql => "BEGIN",
         };
         control(tx.raw(), self.backend, begin).await?;
-        let (result, touched) = placement::changes::collecting(f(&mut tx)).await;
+        let (result, touched) = placement::changes::collecting(async {
+            let result = f(&mut tx).await;
+            match result {
+                // A device whose last consumer let go is reserved for its cleaning in
+                // the transaction that released it: no window in which it is offered.
+                Ok(v) if commits(&v) => {
+                    let released = placement::changes::take_released();
+                    accelerator::cleaning::after_release(&mut tx, &released)
+                        .await
+                        .map(|_| v)
+                }
+                other => other,
+            }
+        })
+        .await;
         let result = match result {
             // Placement changes are logged inside the transaction they belong to.
             Ok(v) if commits(&v) => match placement::changes::flush(&mut tx, &touched).await {

@@ -69,6 +69,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(10, "0010_placement_pushes.sql"),
     migration!(11, "0011_server_heartbeats.sql"),
     migration!(12, "0012_create_roots.sql"),
+    migration!(13, "0013_device_cleanings.sql"),
 ];
 
 /// Arbitrary constant naming accel's migration lock.

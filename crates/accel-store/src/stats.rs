@@ -57,6 +57,8 @@ pub struct Gauges {
     /// FPGA programming requests the agents have not answered yet.
     pub programs_pending: i64,
     pub providers: i64,
+    /// `(state, count)` of the device providers cleaned on release, every state.
+    pub cleanings: Vec<(String, i64)>,
 }
 
 impl Store {
@@ -141,8 +143,14 @@ async fn gauges(tx: &mut Tx) -> Result<Gauges, StoreError> {
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect::<Result<Vec<(String, i64)>, StoreError>>()?;
+    let cleanings = crate::accelerator::cleaning::counts(tx)
+        .await?
+        .into_iter()
+        .map(|(s, n)| (s.as_str().to_owned(), n))
+        .collect();
     Ok(Gauges {
         arqs,
+        cleanings,
         nova_events_pending: count(
             tx,
             "SELECT CAST(COUNT(*) AS BIGINT) FROM nova_events WHERE state = 'pending'",

@@ -201,4 +201,36 @@ impl Client {
         let r = self.req(Method::GET, &format!("/devices/{uuid}"));
         self.http.call(&r).await
     }
+
+    /// `GET /v2/device_cleanings[?hostname=]` (accel's, admin): every device
+    /// provider's cleaning between tenants.
+    pub async fn device_cleanings(
+        &self,
+        hostname: Option<&str>,
+    ) -> Result<Vec<crate::agent::DeviceCleaning>, Error> {
+        let mut r = self.req(Method::GET, "/device_cleanings");
+        if let Some(h) = hostname {
+            r = r.query("hostname", h);
+        }
+        Ok(self
+            .http
+            .call::<crate::agent::DeviceCleanings>(&r)
+            .await?
+            .device_cleanings)
+    }
+
+    /// `POST /v2/device_cleanings/{uuid}/{action}` (`clean`: retry; `release`: offer
+    /// again after a manual check); `uuid` names a device or one device provider.
+    pub async fn device_cleaning_action(
+        &self,
+        uuid: &str,
+        action: &str,
+    ) -> Result<Vec<crate::agent::DeviceCleaning>, Error> {
+        let r = self.req(Method::POST, &format!("/device_cleanings/{uuid}/{action}"));
+        Ok(self
+            .http
+            .call::<crate::agent::DeviceCleanings>(&r)
+            .await?
+            .device_cleanings)
+    }
 }

@@ -7,6 +7,7 @@
 //! Cyborg's `error_message` envelope.
 
 pub mod arqs;
+pub mod devices;
 pub(crate) mod http;
 mod output;
 pub mod profiles;
@@ -55,6 +56,15 @@ pub struct ArqArgs {
     pub conn: Connection,
     #[command(subcommand)]
     pub command: arqs::ArqCommand,
+}
+
+/// `accel device ...`.
+#[derive(clap::Args, Debug)]
+pub struct DeviceArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub command: devices::DeviceCommand,
 }
 
 /// Runs a client command on a small runtime and prints its output; a failure is one

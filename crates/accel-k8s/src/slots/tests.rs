@@ -372,6 +372,28 @@ fn reclaim_frees_unlisted_slots_after_the_grace_only() {
 }
 
 #[test]
+fn a_device_cleaned_on_release_is_held_from_its_release_until_the_server_says_clean() {
+    let mut t = SlotTable::new(NODE, &config(1));
+    let cleaned = Device {
+        traits: vec![CLEANED_ON_RELEASE.into()],
+        ..test_device("cam-a", "CAMERA")
+    };
+    assert!(t.set_devices(&[cleaned]));
+    let t0 = Instant::now();
+    let grace = Duration::from_secs(30);
+    t.allocate(&pool(), &req(&[&["0"]]), t0).unwrap();
+    assert!(t.reclaim(&HashSet::new(), t0 + grace, grace));
+    assert!(t.usage().values().all(|u| *u == Usage::Free));
+    // Released, not offered: no window before the save that starts its cleaning.
+    assert!(ids(&t, &pool()).iter().all(|(_, healthy)| !healthy));
+    assert!(t.allocate(&pool(), &req(&[&["0"]]), t0).is_err());
+    // The server answers it held while it is cleaned, then no longer.
+    assert!(!t.set_vm_held(&["cam-a".to_string()].into_iter().collect()));
+    assert!(t.set_vm_held(&BTreeSet::new()));
+    assert!(ids(&t, &pool()).iter().any(|(_, healthy)| *healthy));
+}
+
+#[test]
 fn restored_claims_get_a_full_grace() {
     let (mut t, names) = two_cameras();
     hold(&mut t, &names[0], 0, "7");

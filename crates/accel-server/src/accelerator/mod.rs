@@ -40,6 +40,7 @@
 pub mod agent;
 mod arqs;
 pub mod binder;
+mod cleaning;
 pub mod error;
 mod hardware;
 mod kubernetes;
@@ -413,6 +414,22 @@ async fn route(
         ["agent", "hosts", host, "programs", id] => match m {
             M::PUT => return agent::finish_program(st, ctx, host, id).await,
             _ => &[M::PUT],
+        },
+        ["agent", "hosts", host, "cleanings"] => match m {
+            M::GET => return cleaning::take(st, ctx, host).await,
+            _ => &[M::GET],
+        },
+        ["agent", "hosts", host, "cleanings", rp] => match m {
+            M::PUT => return cleaning::finish(st, ctx, host, rp).await,
+            _ => &[M::PUT],
+        },
+        ["device_cleanings"] => match m {
+            M::GET => return cleaning::list(st, ctx).await,
+            _ => &[M::GET],
+        },
+        ["device_cleanings", id, action @ ("clean" | "release")] => match m {
+            M::POST => return cleaning::act(st, ctx, id, action).await,
+            _ => &[M::POST],
         },
         ["agent", "hosts", host, "kubernetes"] => match m {
             M::GET => return kubernetes::show(st, ctx, host).await,

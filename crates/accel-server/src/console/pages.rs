@@ -6,7 +6,7 @@
 use super::html::{bar, esc, list_head, when};
 use super::{now, stamp, Answer, ListQuery, Rule, Shared};
 use accel_core::policy::{cyborg, placement as rules};
-use accel_store::accelerator::Scope;
+use accel_store::accelerator::{cleaning, Scope};
 use accel_store::estate::{activity, hosts as estate_hosts, Page};
 use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
@@ -138,10 +138,16 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
 
 pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let Some(host) = state
+    let Some((host, cleanings)) = state
         .0
         .read("the provider tree", move |tx| {
-            Box::pin(async move { estate_hosts::tree(tx, &uuid).await })
+            Box::pin(async move {
+                let Some(t) = estate_hosts::tree(tx, &uuid).await? else {
+                    return Ok(None);
+                };
+                let c = cleaning::list(tx, Some(&t.root().name)).await?;
+                Ok(Some((t, c)))
+            })
         })
         .await?
     else {
@@ -185,8 +191,49 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
         }
     }
     h.push_str("</tbody></table>");
+    cleaning_table(&mut h, &cleanings);
     let title = format!("Provider tree of {}", root.name);
     Ok(state.0.page(&who, &title, "/hosts", &h).await)
+}
+
+/// The host's devices cleaned between tenants (those with a rule, or not clean):
+/// state, reason, the last cleaning and how long it took.
+fn cleaning_table(h: &mut String, rows: &[cleaning::DeviceCleaning]) {
+    let shown: Vec<&cleaning::DeviceCleaning> = rows
+        .iter()
+        .filter(|c| c.has_rule || c.state != cleaning::CleaningState::Clean)
+        .collect();
+    if shown.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Cleaning between tenants</h2><table class=\"inv\"><thead><tr><th>Provider</th>\
+         <th>State</th><th>Reason</th><th>Last cleaning</th><th>Duration</th></tr></thead><tbody>",
+    );
+    let now = now();
+    for c in shown {
+        let cls = match c.state {
+            cleaning::CleaningState::Clean => "ok",
+            _ => "bad",
+        };
+        let last = c
+            .finished_at
+            .map_or_else(|| "never".to_owned(), |t| when(t, now));
+        let took = c
+            .last_duration_ms
+            .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
+        let _ = write!(
+            h,
+            "<tr data-test=\"cleaning\" data-provider=\"{uuid}\" data-state=\"{state}\"><td>{name}</td>\
+             <td><span class=\"health {cls}\">{state}</span></td><td>{reason}</td><td>{last}</td>\
+             <td>{took}</td></tr>",
+            uuid = esc(&c.rp_uuid),
+            state = esc(c.state.as_str()),
+            name = esc(&c.name),
+            reason = esc(c.reason.as_deref().unwrap_or("")),
+        );
+    }
+    h.push_str("</tbody></table>");
 }
 
 /// An ARQ's short line: state, profile, host, attach handle.

@@ -273,6 +273,7 @@ async fn unbind_and_delete(tx: &mut Tx, arqs: &[Arq]) -> Result<(), StoreError> 
         &ids,
     )
     .await?;
+    super::cleaning::note_arqs_released(tx, &ids).await?;
     release(tx, &ids).await?;
     let uuids: Vec<String> = arqs.iter().map(|a| a.uuid.clone()).collect();
     forget_jobs(tx, &uuids).await?;
@@ -494,6 +495,7 @@ pub async fn unbind(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, Store
         return Err(bad_state(&arq, ArqState::Unbound.allowed_sources()));
     }
     lock(tx, arq.id).await?;
+    super::cleaning::note_arqs_released(tx, &[arq.id]).await?;
     release(tx, &[arq.id]).await?;
     forget_jobs(tx, &[uuid.to_owned()]).await?;
     sqlx::query(

@@ -17,7 +17,8 @@
 //!   kubernetes_consumers ◀── the host's consumers
 //!   answer: devices held by a VM = an ARQ on the device (bound, or binding to one of
 //!           its providers), or an allocation on its providers by any consumer that is
-//!           not one of this host's pod consumers
+//!           not one of this host's pod consumers; also a device released and not
+//!           yet cleaned (accelerator/cleaning.rs), so the agent offers it to no pod
 //! ```
 //!
 //! Why whole devices: a device's `capacity` slots let several containers share it,
@@ -183,13 +184,24 @@ async fn held_by_vm(
     Ok(false)
 }
 
+/// The devices the agent must not offer to kubelet: held by a VM, or released and
+/// not yet cleaned (`super::cleaning`: reserved until the agent says clean).
 async fn vm_held(
     tx: &mut Tx,
     devices: &BTreeMap<String, HostDevice>,
     ours: &BTreeSet<String>,
 ) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
+    let uuids: Vec<&str> = devices
+        .values()
+        .flat_map(|d| d.providers.iter().map(|p| p.uuid.as_str()))
+        .collect();
+    let uncleaned = super::cleaning::uncleaned(tx, &uuids).await?;
     for (address, d) in devices {
+        if d.providers.iter().any(|p| uncleaned.contains(&p.uuid)) {
+            out.push(address.clone());
+            continue;
+        }
         if held_by_vm(tx, d, ours).await? {
             out.push(address.clone());
         }
@@ -398,6 +410,16 @@ pub async fn save(
             ));
         }
         out.allocations_changed += writes.len();
+    }
+
+    // A device a pod let go of is reserved for its cleaning now (not only at commit),
+    // so this answer already tells the agent not to offer it.
+    let released = crate::placement::changes::take_released();
+    if !super::cleaning::after_release(tx, &released)
+        .await?
+        .is_empty()
+    {
+        out.vm_held = vm_held(tx, &devices, &ours).await?;
     }
 
     let now: BTreeSet<String> = wanted.keys().cloned().collect();

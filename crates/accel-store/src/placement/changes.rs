@@ -54,18 +54,42 @@ const PRUNE_EVERY: i64 = 512;
 tokio::task_local! {
     /// The ids touched by the write transaction running in this task.
     static TOUCHED: RefCell<BTreeSet<i64>>;
+    /// The providers some consumer let go of in this transaction (an allocation
+    /// deleted, an ARQ unbound or deleted): candidates for a cleaning
+    /// (`accelerator::cleaning::after_release`, run before the commit).
+    static RELEASED: RefCell<BTreeSet<i64>>;
 }
 
-/// Runs `fut` (a write transaction's body) with an empty touch set, and returns its
-/// output with the ids it touched.
+/// Runs `fut` (a write transaction's body) with empty touch and release sets, and
+/// returns its output with the ids it touched. `fut` reads the released ids itself
+/// ([`take_released`]) before it ends.
 pub(crate) async fn collecting<T>(fut: impl Future<Output = T>) -> (T, BTreeSet<i64>) {
-    TOUCHED
-        .scope(RefCell::new(BTreeSet::new()), async move {
-            let out = fut.await;
-            let ids = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
-            (out, ids)
-        })
+    RELEASED
+        .scope(
+            RefCell::new(BTreeSet::new()),
+            TOUCHED.scope(RefCell::new(BTreeSet::new()), async move {
+                let out = fut.await;
+                let ids = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+                (out, ids)
+            }),
+        )
         .await
+}
+
+/// Records that a consumer let go of the providers `ids` (called where allocations
+/// are deleted and ARQs unbound): whether that was their last consumer is decided
+/// at the end of the transaction, when every write of it is in.
+pub fn released(ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
+    RELEASED
+        .try_with(|t| t.borrow_mut().extend(ids))
+        .map_err(|_| StoreError::Config("a release was made outside Store::write".into()))
+}
+
+/// The providers released so far in this transaction, emptying the set.
+pub(crate) fn take_released() -> BTreeSet<i64> {
+    RELEASED
+        .try_with(|t| std::mem::take(&mut *t.borrow_mut()))
+        .unwrap_or_default()
 }
 
 fn note(ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {

@@ -1,6 +1,6 @@
 //! The Placement side of a report: each deployable's provider made to match its
 //! records (inventories from `rc` and `inventory:*` attributes, reserved in full while
-//! the device is unavailable; traits from `trait*` attributes). Apart from the records
+//! the device is unavailable or not yet cleaned after a release; traits from `trait*` attributes). Apart from the records
 //! diff ([`super::records`]) because it reads them back as a whole, level by level, and
 //! batches the creation of new providers.
 
@@ -95,6 +95,9 @@ pub(super) async fn sync_devices(
         .into_iter()
         .map(|p| (p.uuid.clone(), p))
         .collect();
+    // A provider between its release and its cleaning stays reserved whatever the
+    // report says (accelerator/cleaning.rs): one rule for both reasons.
+    let uncleaned = crate::accelerator::cleaning::uncleaned(tx, &uuids).await?;
     let unavailable: HashMap<i64, bool> = devices
         .iter()
         .map(|d| {
@@ -148,7 +151,8 @@ pub(super) async fn sync_devices(
             };
             let Some(parent) = parent else { continue };
             let a = attrs.get(&d.id).unwrap_or(&no_attrs);
-            let (inv, tr) = desired(tx, d, a, unavailable[&d.device_id], names).await?;
+            let off = unavailable[&d.device_id] || uncleaned.contains(uuid);
+            let (inv, tr) = desired(tx, d, a, off, names).await?;
             new.push((d, parent, inv, tr));
         }
         let children: Vec<providers::NewChild> = new
@@ -175,7 +179,8 @@ pub(super) async fn sync_devices(
                 continue;
             };
             let a = attrs.get(&d.id).unwrap_or(&no_attrs);
-            let (want, trait_ids) = desired(tx, d, a, unavailable[&d.device_id], names).await?;
+            let off = unavailable[&d.device_id] || uncleaned.contains(rp.uuid.as_str());
+            let (want, trait_ids) = desired(tx, d, a, off, names).await?;
             let rp = sync_provider(tx, rp, &want, &trait_ids).await?;
             rps.insert(rp.uuid.clone(), rp);
         }

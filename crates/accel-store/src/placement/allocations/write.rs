@@ -429,6 +429,7 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
                 }
             }
             crate::placement::changes::touch(tx, &providers).await?;
+            crate::placement::changes::released(providers)?;
             sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
                 .bind(uuid)
                 .execute(&mut *tx)
@@ -575,7 +576,8 @@ pub async fn delete_consumers_without_allocations(
 pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<bool, StoreError> {
     // Only allocations whose consumer record exists count, as upstream's join.
     let rows = sqlx::query(
-        "SELECT a.id, c.project_id FROM allocations a JOIN consumers c ON c.uuid = a.consumer_id \
+        "SELECT a.id, c.project_id, a.resource_provider_id FROM allocations a \
+         JOIN consumers c ON c.uuid = a.consumer_id \
          JOIN resource_providers rp ON rp.id = a.resource_provider_id \
          WHERE a.consumer_id = $1",
     )
@@ -591,6 +593,11 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
         .map(|r| r.try_get(0))
         .collect::<Result<Vec<i64>, _>>()?;
     crate::placement::changes::touch_consumer_providers(tx, consumer_uuid).await?;
+    crate::placement::changes::released(
+        rows.iter()
+            .map(|r| r.try_get::<i64, _>(2))
+            .collect::<Result<Vec<i64>, _>>()?,
+    )?;
     crate::placement::changes::touch_projects(tx, &[project]).await?;
     let sql = format!(
         "DELETE FROM allocations WHERE id IN ({})",

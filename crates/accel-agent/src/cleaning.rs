@@ -1,0 +1,448 @@
+//! Devices cleaned between tenants, on the agent's side: the `[[cleaning]]` rules, the
+//! trait a matching device carries, and how one cleaning runs.
+//!
+//! ```text
+//! [[cleaning]] selector ─▶ matching devices report CUSTOM_ACCEL_CLEANED_ON_RELEASE
+//! server: last consumer let go ─▶ device reserved, cleaning recorded
+//!    │ GET /v2/agent/hosts/{node}/cleanings?agent=<this process>
+//!    ▼
+//! agent: rule of the device ─▶ method under timeout_seconds
+//!          pci-reset     write "1" to <sysfs>/bus/pci/devices/<address>/reset
+//!          fpga-default  program the region with `image` (the programming path)
+//!          command       argv with {address} and {device} filled in
+//!        ─▶ verify (argv, same placeholders, within what is left of the timeout)
+//!    │ PUT .../cleanings/{rp_uuid} {"attempt", "error"?, "duration_ms"}
+//!    ▼
+//! server: clean ─▶ offered again | clean_failed ─▶ stays reserved, reason shown
+//! ```
+//!
+//! The selector takes exactly the keys of `[kubernetes.configurations.selector]` and
+//! is validated by the same code, so one set of words picks devices everywhere. A
+//! command is run without a shell (no quoting surprises) and killed when the timeout
+//! ends. The agent process's id is sent with each fetch: the server hands a new
+//! process the cleanings a dead one held, so an agent restart resumes them.
+
+use accel_api::agent::{CleaningAnswer, CleaningRequest};
+use accel_k8s::config::{ConfigurationFile, Selector, SelectorFile};
+use accel_k8s::KubernetesFile;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// The trait of a device that is cleaned on release (the server's rule reads it; the
+/// device plugins hold such a device from its release until the server says clean).
+pub const TRAIT: &str = accel_k8s::slots::CLEANED_ON_RELEASE;
+
+/// Timeout when a rule gives none.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
+
+/// One `[[cleaning]]` table as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CleaningFile {
+    /// Which devices the rule cleans (default: every device).
+    #[serde(default)]
+    pub selector: SelectorFile,
+    /// `pci-reset`, `fpga-default` or `command`.
+    pub method: String,
+    /// For `command`: the program and its arguments (`{address}`, `{device}`).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// A check run after the method; a non-zero exit fails the cleaning.
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// For `fpga-default`: the Glance image id of the default bitstream.
+    pub image: Option<String>,
+    /// Seconds the method and the verification may take together (default 300).
+    pub timeout_seconds: Option<u64>,
+}
+
+/// How a device is wiped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    PciReset,
+    /// The Glance image the region is programmed with.
+    FpgaDefault(String),
+    Command(Vec<String>),
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub selector: Selector,
+    pub method: Method,
+    pub verify: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// Validates the `[[cleaning]]` tables; an error names the key (`cleaning[i].<key>`).
+pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
+    let mut out = Vec::with_capacity(files.len());
+    for (i, f) in files.into_iter().enumerate() {
+        let key = format!("cleaning[{i}]");
+        // The Kubernetes selector's own validation, wrapped in a throwaway
+        // configuration; its key is renamed to this table's.
+        let k = KubernetesFile {
+            configurations: vec![ConfigurationFile {
+                name: "cleaning".into(),
+                capacity: None,
+                selector: f.selector,
+            }],
+            ..KubernetesFile::default()
+        };
+        let selector = k
+            .validate()
+            .map_err(|e| {
+                format!(
+                    "{}: {}",
+                    e.key.replace("kubernetes.configurations[0]", &key),
+                    e.message
+                )
+            })?
+            .configurations
+            .remove(0)
+            .selector;
+        let method = match f.method.as_str() {
+            "pci-reset" => Method::PciReset,
+            "fpga-default" => Method::FpgaDefault(f.image.clone().filter(|s| !s.is_empty()).ok_or_else(
+                || format!("{key}.image: fpga-default needs the Glance image id of the default bitstream"),
+            )?),
+            "command" if f.command.is_empty() => {
+                return Err(format!(
+                    "{key}.command: the method \"command\" needs the program and its arguments, e.g. [\"nvme\", \"format\", \"{{device}}\", \"--ses=1\"]"
+                ))
+            }
+            "command" => Method::Command(f.command.clone()),
+            other => {
+                return Err(format!(
+                    "{key}.method: {other:?} is not one of \"pci-reset\", \"fpga-default\", \"command\""
+                ))
+            }
+        };
+        if !matches!(method, Method::Command(_)) && !f.command.is_empty() {
+            return Err(format!(
+                "{key}.command: only the method \"command\" runs a command"
+            ));
+        }
+        if f.image.is_some() && !matches!(method, Method::FpgaDefault(_)) {
+            return Err(format!(
+                "{key}.image: only the method \"fpga-default\" takes an image"
+            ));
+        }
+        let secs = f.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+        if !(1..=86_400).contains(&secs) {
+            return Err(format!(
+                "{key}.timeout_seconds: must be between 1 and 86400"
+            ));
+        }
+        out.push(Rule {
+            selector,
+            method,
+            verify: f.verify,
+            timeout: Duration::from_secs(secs),
+        });
+    }
+    Ok(out)
+}
+
+/// The first rule whose selector matches `device`.
+pub fn rule_for<'a>(rules: &'a [Rule], device: &accel_k8s::Device) -> Option<&'a Rule> {
+    rules.iter().find(|r| r.selector.matches(device))
+}
+
+/// `args` with `{address}` and `{device}` (the device's first device node) filled in.
+pub fn fill(args: &[String], address: &str, device: Option<&str>) -> Result<Vec<String>, String> {
+    args.iter()
+        .map(|a| {
+            let mut s = a.replace("{address}", address);
+            if s.contains("{device}") {
+                let d = device.ok_or_else(|| {
+                    format!("{a:?} names {{device}} but the device at {address} has no device node")
+                })?;
+                s = s.replace("{device}", d);
+            }
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Runs `argv` until it exits or `deadline`; killed at the deadline. `Err` names what
+/// failed: the start, a non-zero exit (with the end of its stderr), the timeout.
+pub async fn run_command(argv: &[String], deadline: Instant, what: &str) -> Result<(), String> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(format!("{what}: empty command"));
+    };
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{what}: {program} could not be started: {e}"))?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, child.wait_with_output()).await {
+        Err(_) => Err(format!("{what}: timed out (killed)")),
+        Ok(Err(e)) => Err(format!("{what}: {program}: {e}")),
+        Ok(Ok(out)) if out.status.success() => Ok(()),
+        Ok(Ok(out)) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: String = err
+                .trim()
+                .chars()
+                .rev()
+                .take(300)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            Err(format!(
+                "{what}: {program} exited with {}: {tail}",
+                out.status
+            ))
+        }
+    }
+}
+
+/// PCI function reset through sysfs (`echo 1 > .../reset`).
+pub fn pci_reset(sysfs_root: &Path, address: &str) -> Result<(), String> {
+    let path = sysfs_root
+        .join("bus/pci/devices")
+        .join(address)
+        .join("reset");
+    std::fs::write(&path, "1")
+        .map_err(|e| format!("pci-reset: writing 1 to {}: {e}", path.display()))
+}
+
+/// The cleanings this agent process runs in their own tasks (a wipe may take hours;
+/// the report loop must go on), by `(provider, attempt)`.
+#[derive(Default)]
+pub struct Running {
+    keys: HashMap<tokio::task::Id, (String, i64)>,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Forgets the tasks that ended (their cleaning was answered, or will be run again
+    /// when the server hands it back); a task that panicked is logged.
+    pub fn reap(&mut self) {
+        while let Some(r) = self.tasks.try_join_next_with_id() {
+            let id = match r {
+                Ok((id, ())) => id,
+                Err(e) => {
+                    tracing::error!("a cleaning task failed: {e}");
+                    e.id()
+                }
+            };
+            self.keys.remove(&id);
+        }
+    }
+
+    pub fn contains(&self, rp_uuid: &str, attempt: i64) -> bool {
+        self.keys
+            .values()
+            .any(|(u, a)| u == rp_uuid && *a == attempt)
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn spawn(
+        &mut self,
+        rp_uuid: String,
+        attempt: i64,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let h = self.tasks.spawn(task);
+        self.keys.insert(h.id(), (rp_uuid, attempt));
+    }
+
+    /// Waits until every running cleaning has ended (tests, and a clean stop).
+    pub async fn drain(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+        self.keys.clear();
+    }
+}
+
+/// Runs a `pci-reset` or `command` rule, then its verification, by `deadline`.
+pub async fn run_rule(
+    rule: &Rule,
+    sysfs_root: &Path,
+    address: &str,
+    device: Option<&str>,
+    deadline: Instant,
+) -> Result<(), String> {
+    match &rule.method {
+        Method::PciReset => {
+            let (root, a) = (sysfs_root.to_owned(), address.to_owned());
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(
+                left,
+                tokio::task::spawn_blocking(move || pci_reset(&root, &a)),
+            )
+            .await
+            {
+                Err(_) => return Err("pci-reset: timed out".into()),
+                Ok(Err(e)) => return Err(format!("pci-reset: {e}")),
+                Ok(Ok(r)) => r?,
+            }
+        }
+        Method::Command(argv) => {
+            run_command(&fill(argv, address, device)?, deadline, "command").await?
+        }
+        Method::FpgaDefault(_) => {
+            return Err("fpga-default runs through the agent's programming path".into())
+        }
+    }
+    verify(rule, address, device, deadline).await
+}
+
+/// The rule's verification, if it has one, by `deadline`.
+pub async fn verify(
+    rule: &Rule,
+    address: &str,
+    device: Option<&str>,
+    deadline: Instant,
+) -> Result<(), String> {
+    if rule.verify.is_empty() {
+        return Ok(());
+    }
+    run_command(&fill(&rule.verify, address, device)?, deadline, "verify").await
+}
+
+/// Sends the answer; a failed send is retried a few times (a server restarting), then
+/// left: the server still holds the cleaning for this process, which runs it again
+/// when the next fetch hands it back.
+pub async fn answer(
+    client: &crate::client::Client,
+    node: &str,
+    job: &CleaningRequest,
+    result: &Result<(), String>,
+    took: Duration,
+) {
+    let body = CleaningAnswer {
+        attempt: job.attempt,
+        error: result.clone().err(),
+        duration_ms: took.as_millis() as i64,
+    };
+    let mut wait = Duration::from_millis(100);
+    for _ in 0..8 {
+        match client.finish_cleaning(node, &job.rp_uuid, &body).await {
+            Ok(()) => {
+                match result {
+                    Ok(()) => {
+                        tracing::info!(provider = %job.rp_uuid, address = %job.address, duration_ms = body.duration_ms, "device cleaned")
+                    }
+                    Err(e) => {
+                        tracing::warn!(provider = %job.rp_uuid, address = %job.address, reason = %e, "device cleaning failed")
+                    }
+                }
+                return;
+            }
+            Err(e) if e.status() == Some(404) => {
+                tracing::info!(provider = %job.rp_uuid, "cleaning answer not wanted any more (released or taken over): {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(provider = %job.rp_uuid, "sending a cleaning answer failed, retrying: {e}");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Rule>, String> {
+        #[derive(Deserialize)]
+        struct Doc {
+            cleaning: Vec<CleaningFile>,
+        }
+        validate(
+            toml::from_str::<Doc>(text)
+                .map_err(|e| e.to_string())?
+                .cleaning,
+        )
+    }
+
+    #[test]
+    fn rules_are_validated_naming_their_key() {
+        let ok = parse(
+            "[[cleaning]]\nmethod = \"command\"\ncommand = [\"nvme\", \"format\", \"{device}\"]\nverify = [\"true\"]\ntimeout_seconds = 60\n[cleaning.selector]\ndevice_type = \"nvme\"\nvendor = \"0x144d\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok[0].selector.vendor, Some(0x144d));
+        assert_eq!(ok[0].timeout, Duration::from_secs(60));
+        let e = parse(
+            "[[cleaning]]\nmethod = \"pci-reset\"\n[cleaning.selector]\nvendor = \"nvidia\"\n",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("cleaning[0].selector.vendor"), "{e}");
+        let e = parse("[[cleaning]]\nmethod = \"wipe\"\n").unwrap_err();
+        assert!(e.starts_with("cleaning[0].method"), "{e}");
+        let e = parse("[[cleaning]]\nmethod = \"fpga-default\"\n").unwrap_err();
+        assert!(e.starts_with("cleaning[0].image"), "{e}");
+        let e = parse("[[cleaning]]\nmethod = \"command\"\n").unwrap_err();
+        assert!(e.starts_with("cleaning[0].command"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn pci_reset_writes_the_functions_reset_file_then_verifies() {
+        let root = tempfile::tempdir().unwrap();
+        let dev = root.path().join("bus/pci/devices/0000:3b:00.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        let rule = |verify: &[&str]| Rule {
+            selector: Selector::default(),
+            method: Method::PciReset,
+            verify: verify.iter().map(|s| s.to_string()).collect(),
+            timeout: Duration::from_secs(5),
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        run_rule(
+            &rule(&["true"]),
+            root.path(),
+            "0000:3b:00.0",
+            None,
+            deadline,
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(dev.join("reset")).unwrap(), "1");
+        let e = run_rule(
+            &rule(&["false"]),
+            root.path(),
+            "0000:3b:00.0",
+            None,
+            deadline,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.starts_with("verify: false exited"), "{e}");
+        let e = run_rule(&rule(&[]), root.path(), "0000:99:00.0", None, deadline)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("pci-reset: writing 1 to"), "{e}");
+    }
+
+    #[test]
+    fn placeholders_are_filled_and_a_missing_node_says_so() {
+        let args = vec!["x".to_owned(), "--dev={device}".into(), "{address}".into()];
+        assert_eq!(
+            fill(&args, "0000:01:00.0", Some("/dev/nvme0")).unwrap(),
+            ["x", "--dev=/dev/nvme0", "0000:01:00.0"]
+        );
+        assert!(fill(&args, "0000:01:00.0", None)
+            .unwrap_err()
+            .contains("no device node"));
+    }
+}

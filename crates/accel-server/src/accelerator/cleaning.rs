@@ -1,0 +1,186 @@
+//! Devices cleaned between tenants, over HTTP (the rule itself lives in the store:
+//! `accel_store::accelerator::cleaning`).
+//!
+//! ```text
+//! agent     GET  /v2/agent/hosts/{host}/cleanings?agent=ID   take this process's cleanings
+//!           PUT  /v2/agent/hosts/{host}/cleanings/{rp_uuid}  {"attempt", "error"?, "duration_ms"}
+//! operator  GET  /v2/device_cleanings[?hostname=]            every device provider's state
+//!           POST /v2/device_cleanings/{uuid}/clean           retry (device or provider uuid)
+//!           POST /v2/device_cleanings/{uuid}/release         offer again after a manual check
+//! ```
+//!
+//! The agent's endpoints take `accel:agent:report` as the other agent endpoints do; the
+//! operator's are `admin_api` only and logged at `warn` with who asked, because both
+//! put a device back in front of tenants (or take it away) by hand.
+
+use super::error::{AccelError, AccelResult};
+use super::{json_reply, AccelState, Ctx};
+use accel_api::agent::{
+    CleaningAnswer, CleaningRequest, Cleanings, DeviceCleaning, DeviceCleanings,
+};
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::cleaning::{self, Outcome};
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+
+pub(crate) fn render(c: &cleaning::DeviceCleaning) -> DeviceCleaning {
+    DeviceCleaning {
+        device_uuid: c.device_uuid.clone(),
+        hostname: c.hostname.clone(),
+        name: c.name.clone(),
+        rp_uuid: c.rp_uuid.clone(),
+        cleaned_on_release: c.has_rule,
+        state: c.state.as_str().to_owned(),
+        reason: c.reason.clone(),
+        attempt: c.attempt,
+        started_at: c.started_at,
+        finished_at: c.finished_at,
+        last_duration_ms: c.last_duration_ms,
+    }
+}
+
+/// `GET /v2/agent/hosts/{host}/cleanings?agent=ID`: takes the host's cleanings for
+/// agent process `ID` (a new process takes over its predecessor's at once) and
+/// answers every one it holds.
+pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&["agent"])?;
+    let agent = ctx
+        .param("agent")
+        .filter(|a| !a.is_empty() && a.len() <= 255)
+        .ok_or_else(|| {
+            AccelError::bad_request("agent must name the agent process (1 to 255 characters)")
+        })?
+        .to_owned();
+    let h = host.to_owned();
+    let jobs = st
+        .app
+        .store
+        .write(move |tx| Box::pin(async move { cleaning::take(tx, &h, &agent).await }))
+        .await?;
+    let cleanings = jobs
+        .into_iter()
+        .map(|j| CleaningRequest {
+            rp_uuid: j.rp_uuid,
+            name: j.name,
+            address: j.address,
+            device_uuid: j.device_uuid,
+            attempt: j.attempt,
+        })
+        .collect();
+    Ok(json_reply(StatusCode::OK, &Cleanings { cleanings }))
+}
+
+/// `PUT /v2/agent/hosts/{host}/cleanings/{rp_uuid}`: the agent's answer. Clean lifts
+/// the reservation (as far as the device's health and status allow); an error leaves
+/// the device reserved as `clean_failed`. 404 when that take is no longer running.
+pub(crate) async fn finish(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+    rp_uuid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    super::require_uuid(rp_uuid)?;
+    let answer: CleaningAnswer = serde_json::from_value(ctx.json_body()?)
+        .map_err(|e| AccelError::bad_request(format!("Invalid cleaning answer: {e}")))?;
+    if answer.error.as_deref().is_some_and(|e| e.trim().is_empty()) {
+        return Err(AccelError::bad_request(
+            "A failed cleaning needs its reason",
+        ));
+    }
+    let outcome = Outcome {
+        result: answer.error.clone().map_or(Ok(()), Err),
+        duration_ms: answer.duration_ms.max(0),
+    };
+    let label = if outcome.result.is_ok() {
+        "clean"
+    } else {
+        "failed"
+    };
+    let (h, u) = (host.to_owned(), rp_uuid.to_owned());
+    let attempt = answer.attempt;
+    let done = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(async move { cleaning::finish(tx, &h, &u, attempt, &outcome).await })
+        })
+        .await?;
+    let m = &st.app.metrics;
+    let l = crate::metrics::OutcomeLabel { outcome: label };
+    m.device_cleanings.get_or_create(&l).inc();
+    m.device_cleaning_duration
+        .get_or_create(&l)
+        .observe(answer.duration_ms.max(0) as f64 / 1000.0);
+    match &answer.error {
+        None => {
+            tracing::info!(host = %host, provider = %rp_uuid, duration_ms = answer.duration_ms, "device cleaned; offered again")
+        }
+        Some(e) => {
+            tracing::warn!(host = %host, provider = %rp_uuid, reason = %e, "device cleaning failed; it stays reserved")
+        }
+    }
+    Ok(json_reply(StatusCode::OK, &render(&done)))
+}
+
+/// `GET /v2/device_cleanings[?hostname=]`.
+pub(crate) async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ADMIN_API)?;
+    ctx.only_params(&["hostname"])?;
+    let host = ctx.param("hostname").map(str::to_owned);
+    let rows = st
+        .app
+        .store
+        .read(move |tx| Box::pin(async move { cleaning::list(tx, host.as_deref()).await }))
+        .await?;
+    Ok(json_reply(
+        StatusCode::OK,
+        &DeviceCleanings {
+            device_cleanings: rows.iter().map(render).collect(),
+        },
+    ))
+}
+
+/// `POST /v2/device_cleanings/{uuid}/clean` (retry) or `.../release` (offer again
+/// after a manual check); `uuid` is a device's (all its providers) or one provider's.
+pub(crate) async fn act(
+    st: &AccelState,
+    ctx: &Ctx,
+    uuid: &str,
+    action: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::ADMIN_API)?;
+    ctx.only_params(&[])?;
+    super::require_uuid(uuid)?;
+    let (u, retry) = (uuid.to_owned(), action == "clean");
+    let rows = st
+        .app
+        .store
+        .write(move |tx| {
+            Box::pin(async move {
+                if retry {
+                    cleaning::retry(tx, &u).await
+                } else {
+                    cleaning::release(tx, &u).await
+                }
+            })
+        })
+        .await?;
+    tracing::warn!(
+        target: "accel::audit",
+        action,
+        uuid = %uuid,
+        user = ctx.creds.user_id().unwrap_or_default(),
+        project = ctx.creds.project_id().unwrap_or_default(),
+        providers = rows.len(),
+        "device cleaning changed by an operator"
+    );
+    Ok(json_reply(
+        StatusCode::OK,
+        &DeviceCleanings {
+            device_cleanings: rows.iter().map(render).collect(),
+        },
+    ))
+}
