@@ -183,15 +183,21 @@ async fn a_target_holding_data_is_refused_without_force_and_replaced_with_it() {
 
 #[tokio::test]
 async fn an_unknown_schema_version_is_refused_naming_it() {
-    let url = source(&["UPDATE alembic_version SET version_num = '422ece571366'"]).await;
+    // Stein's schema, before consumer types.
+    let url = source(&["UPDATE alembic_version SET version_num = 'b5c396305c25'"]).await;
     let e = read(&url).await.unwrap_err().to_string();
-    assert!(
-        e.starts_with("unsupported upstream Placement schema: alembic_version is 422ece571366 "),
-        "{e}"
+    assert_eq!(
+        e,
+        "unsupported upstream Placement schema: alembic_version is b5c396305c25 (accel reads \
+         a082b8bb98d0 and 422ece571366, the schemas of Placement 2023.1 to 16.0.0; upgrade \
+         upstream with `placement-manage db sync` first)"
     );
     let url = source(&["DROP TABLE alembic_version"]).await;
     let e = read(&url).await.unwrap_err().to_string();
     assert!(e.starts_with("not an upstream Placement database"), "{e}");
+    // 2023.1's schema differs only by indexes: read as 16.0.0's.
+    let url = source(&["UPDATE alembic_version SET version_num = '422ece571366'"]).await;
+    assert_eq!(read(&url).await.unwrap().providers.len(), 3);
 }
 
 /// Each kind of inconsistent row: refused with its message naming the uuid, the target
