@@ -45,8 +45,8 @@ async fn held(url: &str) -> Vec<(&'static str, i64)> {
 
 #[tokio::test]
 async fn dry_run_prints_counts_and_problems_and_writes_nothing() {
-    let url = source(&[]).await;
-    let o = accel(&["import", "placement", "--from", &url, "--dry-run"]);
+    let src = source(&[]).await;
+    let o = accel(&["import", "placement", "--from", &src.url, "--dry-run"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(
@@ -59,7 +59,7 @@ async fn dry_run_prints_counts_and_problems_and_writes_nothing() {
     );
     assert!(out.ends_with("no problems found\n"), "{out}");
     let bad = source(&["DELETE FROM inventories WHERE resource_class_id = 2"]).await;
-    let o = accel(&["import", "placement", "--from", &bad, "--dry-run"]);
+    let o = accel(&["import", "placement", "--from", &bad.url, "--dry-run"]);
     let (out, _) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -75,7 +75,7 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
     let (_dir, db) = target();
     // An unknown schema version, named.
     let old = source(&["UPDATE alembic_version SET version_num = 'b5c396305c25'"]).await;
-    let o = accel(&["import", "placement", "--from", &old, "--database", &db]);
+    let o = accel(&["import", "placement", "--from", &old.url, "--database", &db]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -84,12 +84,13 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
     );
 
     // A good import, then the same into the now non-empty target.
-    let url = source(&[]).await;
-    let o = accel(&["import", "placement", "--from", &url, "--database", &db]);
+    let src = source(&[]).await;
+    let url = src.url.as_str();
+    let o = accel(&["import", "placement", "--from", url, "--database", &db]);
     assert!(o.status.success(), "{:?}", text(&o));
     let before = held(&db).await;
     assert!(before.contains(&("resource_providers", 3)));
-    let o = accel(&["import", "placement", "--from", &url, "--database", &db]);
+    let o = accel(&["import", "placement", "--from", url, "--database", &db]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -108,7 +109,7 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
         "import",
         "placement",
         "--from",
-        &bad,
+        &bad.url,
         "--database",
         &db,
         "--force",
@@ -124,7 +125,7 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
         "import",
         "placement",
         "--from",
-        &bad,
+        &bad.url,
         "--database",
         &db,
         "--force",
@@ -181,9 +182,8 @@ async fn a_running_accel_sees_what_is_imported_under_it() {
     assert_eq!(u["usages"], serde_json::json!({}));
 
     let data = {
-        let src = import::Source::open(&source(&[]).await)
-            .await
-            .expect("source");
+        let file = source(&[]).await;
+        let src = import::Source::open(&file.url).await.expect("source");
         let d = import::read_placement(&src).await.expect("read");
         src.close().await;
         d

@@ -52,8 +52,8 @@ async fn picture(store: &Store) -> (Vec<(&'static str, i64)>, changes::Version, 
 
 #[tokio::test]
 async fn a_cloud_comes_through_with_its_uuids_generations_and_names() {
-    let url = source(&[]).await;
-    let data = read(&url).await.unwrap();
+    let src = source(&[]).await;
+    let data = read(&src.url).await.unwrap();
     assert_eq!(data.providers.len(), 3);
     assert_eq!(data.inventories[3].allocation_ratio, 0.9);
     assert_eq!(data.providers[0].created, Some(1_704_164_645));
@@ -141,7 +141,7 @@ async fn a_cloud_comes_through_with_its_uuids_generations_and_names() {
 
 #[tokio::test]
 async fn a_target_holding_data_is_refused_without_force_and_replaced_with_it() {
-    let data = read(&source(&[]).await).await.unwrap();
+    let data = read(&source(&[]).await.url).await.unwrap();
     each_backend(|store| {
         let data = data.clone();
         async move {
@@ -183,15 +183,21 @@ async fn a_target_holding_data_is_refused_without_force_and_replaced_with_it() {
 
 #[tokio::test]
 async fn an_unknown_schema_version_is_refused_naming_it() {
-    let url = source(&["UPDATE alembic_version SET version_num = '422ece571366'"]).await;
-    let e = read(&url).await.unwrap_err().to_string();
-    assert!(
-        e.starts_with("unsupported upstream Placement schema: alembic_version is 422ece571366 "),
-        "{e}"
+    // Stein's schema, before consumer types.
+    let src = source(&["UPDATE alembic_version SET version_num = 'b5c396305c25'"]).await;
+    let e = read(&src.url).await.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "unsupported upstream Placement schema: alembic_version is b5c396305c25 (accel reads \
+         a082b8bb98d0 and 422ece571366, the schemas of Placement 2023.1 to 16.0.0; upgrade \
+         upstream with `placement-manage db sync` first)"
     );
-    let url = source(&["DROP TABLE alembic_version"]).await;
-    let e = read(&url).await.unwrap_err().to_string();
+    let src = source(&["DROP TABLE alembic_version"]).await;
+    let e = read(&src.url).await.unwrap_err().to_string();
     assert!(e.starts_with("not an upstream Placement database"), "{e}");
+    // 2023.1's schema differs only by indexes: read as 16.0.0's.
+    let src = source(&["UPDATE alembic_version SET version_num = '422ece571366'"]).await;
+    assert_eq!(read(&src.url).await.unwrap().providers.len(), 3);
 }
 
 /// Each kind of inconsistent row: refused with its message naming the uuid, the target
@@ -200,7 +206,7 @@ async fn an_unknown_schema_version_is_refused_naming_it() {
 async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
     const LOOP_A: &str = "44444444-4444-4444-8444-00000000000a";
     const LOOP_B: &str = "44444444-4444-4444-8444-00000000000b";
-    let url = source(&[
+    let src = source(&[
         // An allocation on a provider that no longer exists.
         "INSERT INTO consumers (id, uuid, project_id, user_id, generation) VALUES (12, '22222222-2222-4222-8222-000000000003', 3, 2, 0)",
         "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (77, '22222222-2222-4222-8222-000000000003', 0, 1)",
@@ -212,7 +218,7 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
         "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (9, '22222222-2222-4222-8222-000000000004', 2, 850)",
     ])
     .await;
-    let data = read(&url).await.unwrap();
+    let data = read(&src.url).await.unwrap();
     each_backend(|store| {
         let data = data.clone();
         async move {
@@ -274,7 +280,7 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
 /// and trait links by name), and a second export into it is refused.
 #[tokio::test]
 async fn an_export_gives_back_the_rows_an_import_took() {
-    let original = read(&source(&[]).await).await.unwrap();
+    let original = read(&source(&[]).await.url).await.unwrap();
     each_backend(|store| {
         let original = original.clone();
         async move {
@@ -283,7 +289,8 @@ async fn an_export_gives_back_the_rows_an_import_took() {
                 .unwrap()
                 .unwrap();
             let data = import::export::read_accel(&store).await.unwrap();
-            let url = empty_upstream().await;
+            let upstream = empty_upstream().await;
+            let url = upstream.url.clone();
             let target = import::Source::open_for_write(&url).await.unwrap();
             let counts = import::export::export_placement(&data, &target)
                 .await

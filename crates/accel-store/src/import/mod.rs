@@ -20,10 +20,12 @@
 //!   them), while resource classes and traits are mapped by name, never by upstream's
 //!   integer ids.
 //!
-//! Only upstream's schema head since 2023.1 is accepted: every Placement release from
-//! 9.0.0 (2023.1) to 16.0.0 stands at alembic revision [`PLACEMENT_HEAD`] (migration
-//! `a082b8bb98d0`, "drop redundant indexes", came in Zed). Any other `alembic_version`
-//! is refused with the version found.
+//! Upstream's schemas in use since 2023.1 are accepted ([`PLACEMENT_SCHEMAS`]):
+//! 2023.1 (9.0.0) stands at alembic revision `422ece571366` (consumer types), every
+//! release from 2023.2 (10.0.0) to 16.0.0 at `a082b8bb98d0`, which only drops
+//! indexes that duplicated unique constraints: the tables and columns read and
+//! written are the same. Any other `alembic_version` is refused with the version
+//! found.
 
 pub mod check;
 pub mod export;
@@ -34,8 +36,12 @@ pub use check::{check, Problem};
 pub use read::{read_placement, Source};
 pub use write::{import_placement, Imported, Options, Refused};
 
-/// The alembic revision of upstream Placement's schema from 2023.1 to 16.0.0.
+/// The alembic revision of upstream Placement's schema from 2023.2 to 16.0.0.
 pub const PLACEMENT_HEAD: &str = "a082b8bb98d0";
+
+/// The alembic revisions accepted: [`PLACEMENT_HEAD`], and 2023.1's `422ece571366`
+/// (the same tables and columns, with redundant indexes `a082b8bb98d0` dropped).
+pub const PLACEMENT_SCHEMAS: &[&str] = &[PLACEMENT_HEAD, "422ece571366"];
 
 /// A resource provider row of upstream's `resource_providers`.
 #[derive(Debug, Clone, PartialEq)]

@@ -165,20 +165,20 @@ pub async fn schema_version(tx: &mut Tx) -> Result<Vec<String>, StoreError> {
         })
 }
 
-/// Refuses any schema other than [`super::PLACEMENT_HEAD`], naming what was found.
+/// Refuses any schema but those of [`super::PLACEMENT_SCHEMAS`], naming what was found.
 pub fn check_version(found: &[String]) -> Result<(), StoreError> {
     match found {
-        [one] if one == super::PLACEMENT_HEAD => Ok(()),
+        [one] if super::PLACEMENT_SCHEMAS.contains(&one.as_str()) => Ok(()),
         _ => Err(StoreError::Invalid(format!(
-            "unsupported upstream Placement schema: alembic_version is {} (accel imports {}, \
-             the schema of every Placement release from 2023.1 to 16.0.0; upgrade upstream \
-             with `placement-manage db sync` first)",
+            "unsupported upstream Placement schema: alembic_version is {} (accel reads {}, \
+             the schemas of Placement 2023.1 to 16.0.0; upgrade upstream with \
+             `placement-manage db sync` first)",
             if found.is_empty() {
                 "empty".to_owned()
             } else {
                 found.join(", ")
             },
-            super::PLACEMENT_HEAD
+            super::PLACEMENT_SCHEMAS.join(" and ")
         ))),
     }
 }

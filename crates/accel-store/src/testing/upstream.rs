@@ -53,8 +53,22 @@ pub const CLOUD: &[&str] = &[
      (8, '22222222-2222-4222-8222-000000000002', 0, 1)",
 ];
 
-/// A SQLite file holding upstream's schema, `CLOUD`, then `extra`; its `sqlite://` URL.
-pub async fn source(extra: &[&str]) -> String {
+/// An upstream-shaped SQLite file, removed when dropped.
+#[derive(Debug)]
+pub struct UpstreamFile {
+    /// `sqlite://ABSOLUTE_PATH`.
+    pub url: String,
+    path: std::path::PathBuf,
+}
+
+impl Drop for UpstreamFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A SQLite file holding upstream's schema, `CLOUD`, then `extra`.
+pub async fn source(extra: &[&str]) -> UpstreamFile {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let path = std::env::temp_dir().join(format!("accel-import-{}.db", uuid::Uuid::new_v4()));
@@ -69,11 +83,11 @@ pub async fn source(extra: &[&str]) -> String {
             .expect("upstream test database");
     }
     c.close().await.expect("upstream test database");
-    url
+    UpstreamFile { url, path }
 }
 
 /// An empty upstream-shaped database (what `placement-manage db sync` leaves).
-pub async fn empty_upstream() -> String {
+pub async fn empty_upstream() -> UpstreamFile {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
     let path = std::env::temp_dir().join(format!("accel-export-{}.db", uuid::Uuid::new_v4()));
@@ -88,5 +102,5 @@ pub async fn empty_upstream() -> String {
             .expect("upstream test database");
     }
     c.close().await.expect("upstream test database");
-    url
+    UpstreamFile { url, path }
 }
