@@ -57,6 +57,9 @@ QUERIES=(
   "member-of|1.39|resources=VCPU:1&member_of=aaaaaaaa-0000-4000-8000-000000000001"
   "forbidden-aggregate|1.39|resources=VCPU:1&member_of=!aaaaaaaa-0000-4000-8000-000000000001"
   "in-tree|1.39|resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&in_tree1=00000000-0000-4000-8000-000000000002&group_policy=none"
+  # Both Placements answer 400 for a trait they do not know; explain explains it (unknown_trait).
+  "unknown-trait|1.39|resources=VCPU:1&resources1=CUSTOM_ACCELERATOR_FPGA:1&required1=CUSTOM_NO_SUCH_TRAIT"
+  "unknown-forbidden-trait|1.39|resources=VCPU:1&required=!CUSTOM_NO_SUCH_TRAIT"
 )
 status=0
 for entry in "${QUERIES[@]}"; do

@@ -114,8 +114,8 @@ async fn bind_without_a_free_handle_fails_and_reports_failed() {
         let inst = instance();
         // The bind PATCH refuses this bind itself now (tests/accelerator_api/
         // bind_refusals.rs); the worker's own check stays for a handle taken between
-        // the PATCH and the job (another replica): started here as the PATCH would,
-        // and the workers (polling every 100 ms) take it.
+        // the PATCH and the job (a concurrent bind accepted at the same moment):
+        // started here as the PATCH would, and the workers (polling every 100 ms) take it.
         let (started, i) = (arqs.clone(), inst.clone());
         server
             .store

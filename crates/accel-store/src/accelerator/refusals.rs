@@ -20,9 +20,10 @@
 //! were (the whole patch is refused before any of them is touched). No Nova event is
 //! recorded: the `PATCH`'s error is Nova's answer.
 //!
-//! What only the bind job can learn (programming that fails, a handle a concurrent
-//! replica took between the count and the take) still fails asynchronously, with the
-//! failed event Nova acts on.
+//! What only the bind job can learn still fails asynchronously, with the failed event
+//! Nova acts on: programming that fails, and the last handle when two binds to one
+//! device were accepted at the same moment (the count takes no lock, so concurrent
+//! `PATCH`es may both see it free; the job that takes it second fails).
 
 use super::arqs::{Arq, Binding};
 use crate::{StoreError, Tx};
