@@ -6,7 +6,7 @@
 //! anything (issue 14: a skipped device would otherwise read as removed).
 //!
 //! Every key is declared once, in [`AgentConfig`]'s [`accel_settings::settings!`]
-//! block (its flag, environment variable, file key, default and help; the README's
+//! block (its flag, environment variable, file key, default and help; docs/agent.md's
 //! table is generated from it). The tables:
 //!
 //! ```toml
@@ -449,10 +449,10 @@ fn read_file(p: &Path) -> Result<AgentFile, String> {
 mod tests {
     use super::*;
 
-    /// The README's table of the agent's keys comes from the declaration.
+    /// docs/agent.md's table of the agent's keys comes from the declaration.
     #[test]
     fn readme_table_follows_the_declaration() {
-        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/agent.md");
         let table = accel_settings::markdown_table(&AgentConfig::keys());
         accel_settings::check_doc_table(&readme, "agent", &table).unwrap();
     }

@@ -1,9 +1,9 @@
 //! `accel serve` configuration: flags, environment (`ACCEL_*`) and a TOML file.
 //!
 //! Every key is declared once, in [`ServeConfig`]'s [`accel_settings::settings!`]
-//! block: its doc comment is its `--help` text and the README's description, and its
+//! block: its doc comment is its `--help` text and the description in docs/configuration.md, and its
 //! flag, environment variable, file key and default come from the same line
-//! (`tests/settings_docs.rs` holds the README's table to it). Precedence: flag, then
+//! (a test holds docs/configuration.md's table to it). Precedence: flag, then
 //! environment variable, then the file given by `--config`, then the default. The
 //! file uses the keys' names; tables carry the settings of outgoing sessions:
 //!

@@ -7,7 +7,7 @@
 //!   which ends with the default the declaration states, so the help cannot drift);
 //! - the file (a `serde` struct of the TOML file's keys, unknown keys refused);
 //! - the resolved settings (flag, then environment, then file, then default);
-//! - [`Key`]s, the table the README's flag tables and `--help` are tested against.
+//! - [`Key`]s, the table the documents' flag tables and `--help` are tested against.
 //!
 //! A key's kind says how its layers combine:
 //!
@@ -21,7 +21,7 @@
 //! A key without `flag(...)` is a file key only. Tables (`[nova]`, `[kubernetes]`) are
 //! `optional` keys of their own typed structs.
 //!
-//! Why a macro and not figment or a serde round trip: the help text and the README
+//! Why a macro and not figment or a serde round trip: the help text and the docs
 //! need each key's default as people read it, and `clap` must see `Option<T>` written
 //! out to leave an absent flag absent; one `macro_rules!` gives both with no runtime
 //! layer and no second spelling of any key. (figment would still need the clap struct
@@ -108,7 +108,7 @@ fn join_doc(docs: &[&str]) -> String {
     out
 }
 
-/// How a default reads in `--help` and the README.
+/// How a default reads in `--help` and the docs.
 pub trait ShowDefault {
     /// `None` for a value that reads as "none" (an empty list).
     fn show_default(&self) -> Option<String>;
@@ -327,7 +327,7 @@ macro_rules! __settings_default {
     };
 }
 
-/// The README's table of a section's keys: flag, environment variable, file key,
+/// The documents' table of a section's keys: flag, environment variable, file key,
 /// default and what the key does, one row a key, in declaration order.
 pub fn markdown_table(keys: &[Key]) -> String {
     let cell = |s: &str| s.replace('|', "\\|");

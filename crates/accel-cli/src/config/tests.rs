@@ -273,12 +273,12 @@ mod bind_config_tests {
 mod declaration_docs_tests {
     use crate::config::*;
 
-    /// The README's table of `accel serve`'s keys and `accel serve --help` both come
+    /// docs/configuration.md's table of `accel serve`'s keys and `accel serve --help` both come
     /// from the declaration: neither can name a default the code does not use.
     #[test]
     fn readme_table_and_help_follow_the_declaration() {
         let keys = ServeConfig::keys();
-        let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
         accel_settings::check_doc_table(&readme, "serve", &accel_settings::markdown_table(&keys))
             .unwrap();
         #[derive(clap::Parser)]
