@@ -18,6 +18,7 @@ pub mod console;
 mod cors;
 pub mod external;
 pub mod health;
+mod heartbeat;
 pub mod jsonschema;
 pub mod listen;
 pub mod metrics;

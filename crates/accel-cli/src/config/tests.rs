@@ -278,7 +278,8 @@ mod declaration_docs_tests {
     #[test]
     fn readme_table_and_help_follow_the_declaration() {
         let keys = ServeConfig::keys();
-        let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        let readme =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
         accel_settings::check_doc_table(&readme, "serve", &accel_settings::markdown_table(&keys))
             .unwrap();
         #[derive(clap::Parser)]

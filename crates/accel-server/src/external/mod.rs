@@ -46,7 +46,7 @@
 
 mod client;
 mod push;
-mod worker;
+pub(crate) mod worker;
 
 pub use client::{Client, RemoteError};
 pub use push::{push, Pushed};

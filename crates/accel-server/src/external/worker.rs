@@ -129,3 +129,42 @@ impl Pusher {
         Ok(report)
     }
 }
+
+/// The pusher's loop: every host marked once per run (so enabling `[placement]`, or a
+/// restart, brings the remote up to date), then due hosts until stopped.
+pub(crate) async fn run_loop(
+    store: Store,
+    ext: Arc<ExternalPlacement>,
+    cfg: crate::accelerator::binder::WorkerConfig,
+    metrics: Arc<crate::metrics::Metrics>,
+    mut stop: crate::supervisor::Stop,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut pusher = Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
+    pusher.metrics = metrics;
+    let now = accel_store::now();
+    let n = store
+        .write(move |tx| {
+            Box::pin(async move { accel_store::accelerator::pushes::mark_all(tx, now).await })
+        })
+        .await
+        .context("external Placement: marking every host")?;
+    tracing::info!(hosts = n, "external Placement: every host will be checked");
+    loop {
+        let more = match pusher.step(accel_store::now()).await {
+            Ok(r) => r.due as i64 >= super::PUSH_BATCH,
+            Err(e) => {
+                tracing::warn!(error = %e, "pusher step failed; retrying");
+                false
+            }
+        };
+        if more {
+            continue;
+        }
+        tokio::select! {
+            _ = ext.wake.notified() => {}
+            _ = tokio::time::sleep(cfg.poll_interval) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
+    }
+}

@@ -371,3 +371,31 @@ pub fn render_events(ev: &NovaEvent) -> serde_json::Value {
         .collect();
     json!({ "events": events })
 }
+
+/// The sender's loop: on each wake the events the binder handed over; the due pass
+/// (other replicas' events, retries, expired leases) at least every `poll`, and
+/// whenever a wake brought nothing handed over.
+pub(crate) async fn send_loop(
+    sender: EventSender,
+    events_wake: std::sync::Arc<tokio::sync::Notify>,
+    poll: std::time::Duration,
+    mut stop: crate::supervisor::Stop,
+) -> anyhow::Result<()> {
+    let mut looked = tokio::time::Instant::now();
+    let mut first = true;
+    loop {
+        let look_for_due = first || looked.elapsed() >= poll;
+        if look_for_due {
+            looked = tokio::time::Instant::now();
+        }
+        first = false;
+        if let Err(e) = sender.run(accel_store::now(), look_for_due).await {
+            tracing::warn!(error = %e, "event sender step failed; retrying");
+        }
+        tokio::select! {
+            _ = events_wake.notified() => {}
+            _ = tokio::time::sleep(poll) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
+    }
+}

@@ -1,13 +1,13 @@
-//! Running the background workers of one server: the bind worker, the Nova event
-//! sender, the heartbeat and (with an external Placement) the pusher, each a loop
-//! around its testable `step` under one [`Supervisor`], woken by a [`Notify`] and a
-//! poll.
+//! Running the background workers of one server under one [`Supervisor`]: the bind
+//! worker (its loop is here), and beside it the Nova event sender
+//! ([`nova::send_loop`]), the heartbeat ([`crate::heartbeat`]) and, with an external
+//! Placement, the pusher ([`crate::external::worker::run_loop`]); each a loop around
+//! its testable `step`, woken by a [`Notify`] and a poll.
 
 use super::nova::{self, EventSender};
 use super::{Binder, WorkerConfig, BATCH};
 use crate::accelerator::AccelState;
 use crate::supervisor::{Backoff, Stop, Supervisor};
-use accel_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -34,7 +34,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
         let (store, ext, cfg) = (store.clone(), ext.clone(), cfg.clone());
         let metrics = state.app.metrics.clone();
         supervisor.spawn("external placement pusher", move |stop| {
-            push_loop(
+            crate::external::worker::run_loop(
                 store.clone(),
                 ext.clone(),
                 cfg.clone(),
@@ -67,7 +67,7 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
         let (store, cfg) = (store.clone(), cfg.clone());
         let wakes = [state.bind_wakeup.clone(), events_wake.clone()];
         supervisor.spawn("heartbeat", move |stop| {
-            heartbeat_loop(store.clone(), cfg.clone(), wakes.clone(), stop)
+            crate::heartbeat::run(store.clone(), cfg.clone(), wakes.clone(), stop)
         });
     }
     let metrics = state.app.metrics.clone();
@@ -77,112 +77,9 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
             handed: Some(handed.clone()),
             ..EventSender::new(store.clone(), &cfg)
         };
-        send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
+        nova::send_loop(sender, events_wake.clone(), cfg.poll_interval, stop)
     });
     Workers { supervisor }
-}
-
-/// Rows of holders dead this long are deleted: far past any lease they held.
-const FORGET_DEAD_SECS: i64 = 3600;
-
-/// Beats this process's heartbeat row every `heartbeat_interval`, wakes the workers when
-/// a dead holder still has leased work (so it is taken over now rather than when the
-/// lease ends, see `accel_store::accelerator::heartbeats`), and marks the row dead at
-/// a clean stop.
-async fn heartbeat_loop(
-    store: Store,
-    cfg: WorkerConfig,
-    wakes: [Arc<Notify>; 2],
-    mut stop: Stop,
-) -> anyhow::Result<()> {
-    use accel_store::accelerator::heartbeats;
-    let mut failing = false;
-    let mut last_forget = 0;
-    loop {
-        let now = accel_store::now();
-        match heartbeats::beat(&store, &cfg.owner, now, cfg.heartbeat_ttl_secs).await {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!(owner = %cfg.owner, "heartbeat written again");
-            }
-            Ok(()) => {}
-            Err(e) => {
-                // Logged once per outage: the database is down and every request says so.
-                if !failing {
-                    tracing::warn!(owner = %cfg.owner, error = %e, "heartbeat not written; other servers may take this one's leases over");
-                }
-                failing = true;
-            }
-        }
-        if !failing {
-            match heartbeats::orphaned_work(&store, now).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(
-                        leases = n,
-                        "taking over work leased by a server whose heartbeat expired"
-                    );
-                    for w in &wakes {
-                        w.notify_one();
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "looking for work of dead servers failed"),
-            }
-            if now - last_forget >= 60 {
-                last_forget = now;
-                if let Err(e) = heartbeats::forget_dead(&store, now, FORGET_DEAD_SECS).await {
-                    tracing::warn!(error = %e, "deleting old heartbeat rows failed");
-                }
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(cfg.heartbeat_interval) => {}
-            _ = stop.stopped() => break,
-        }
-    }
-    if let Err(e) = heartbeats::retire(&store, &cfg.owner, accel_store::now()).await {
-        tracing::warn!(owner = %cfg.owner, error = %e, "could not mark this server stopped; its leases free up when its heartbeat expires");
-    }
-    Ok(())
-}
-
-/// The pusher's loop: every host marked once per run (so enabling `[placement]`, or a
-/// restart, brings the remote up to date), then due hosts until stopped.
-async fn push_loop(
-    store: Store,
-    ext: Arc<crate::external::ExternalPlacement>,
-    cfg: WorkerConfig,
-    metrics: Arc<crate::metrics::Metrics>,
-    mut stop: Stop,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let mut pusher = crate::external::Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
-    pusher.metrics = metrics;
-    let now = accel_store::now();
-    let n = store
-        .write(move |tx| {
-            Box::pin(async move { accel_store::accelerator::pushes::mark_all(tx, now).await })
-        })
-        .await
-        .context("external Placement: marking every host")?;
-    tracing::info!(hosts = n, "external Placement: every host will be checked");
-    loop {
-        let more = match pusher.step(accel_store::now()).await {
-            Ok(r) => r.due as i64 >= crate::external::PUSH_BATCH,
-            Err(e) => {
-                tracing::warn!(error = %e, "pusher step failed; retrying");
-                false
-            }
-        };
-        if more {
-            continue;
-        }
-        tokio::select! {
-            _ = ext.wake.notified() => {}
-            _ = tokio::time::sleep(cfg.poll_interval) => {}
-            _ = stop.stopped() => return Ok(()),
-        }
-    }
 }
 
 async fn bind_loop(
@@ -204,34 +101,6 @@ async fn bind_loop(
         }
         tokio::select! {
             _ = bind_wake.notified() => {}
-            _ = tokio::time::sleep(poll) => {}
-            _ = stop.stopped() => return Ok(()),
-        }
-    }
-}
-
-/// The sender's loop: on each wake the events the binder handed over; the due pass
-/// (other replicas' events, retries, expired leases) at least every `poll`, and
-/// whenever a wake brought nothing handed over.
-async fn send_loop(
-    sender: EventSender,
-    events_wake: Arc<Notify>,
-    poll: Duration,
-    mut stop: Stop,
-) -> anyhow::Result<()> {
-    let mut looked = tokio::time::Instant::now();
-    let mut first = true;
-    loop {
-        let look_for_due = first || looked.elapsed() >= poll;
-        if look_for_due {
-            looked = tokio::time::Instant::now();
-        }
-        first = false;
-        if let Err(e) = sender.run(accel_store::now(), look_for_due).await {
-            tracing::warn!(error = %e, "event sender step failed; retrying");
-        }
-        tokio::select! {
-            _ = events_wake.notified() => {}
             _ = tokio::time::sleep(poll) => {}
             _ = stop.stopped() => return Ok(()),
         }
