@@ -24,6 +24,7 @@ pub mod listen;
 pub mod metrics;
 pub mod observe;
 pub mod placement;
+mod reply;
 pub mod supervisor;
 
 /// The longest query string either API accepts, in bytes; a longer one is a 400 in the

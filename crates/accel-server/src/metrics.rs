@@ -29,7 +29,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -429,14 +429,12 @@ impl Metrics {
             .inc();
     }
 
-    /// Moves `accel_placement_index_refreshes` up to the index's own counters (kept
-    /// there for the benchmark notes; read here at scrape time).
-    pub fn sync_index(&self, stats: &crate::placement::index::IndexStats) {
-        for (kind, v) in [("full", &stats.full), ("incremental", &stats.incremental)] {
-            advance(
-                &self.index_refreshes.get_or_create(&KindLabel { kind }),
-                v.load(Ordering::Relaxed),
-            );
+    /// Moves `accel_placement_index_refreshes` up to the candidate index's own
+    /// counts of `full` and `incremental` refreshes (kept there for the benchmark
+    /// notes; read at scrape time, so this module needs nothing of Placement's).
+    pub fn sync_index(&self, full: u64, incremental: u64) {
+        for (kind, v) in [("full", full), ("incremental", incremental)] {
+            advance(&self.index_refreshes.get_or_create(&KindLabel { kind }), v);
         }
     }
 
@@ -448,13 +446,11 @@ impl Metrics {
         self.combined_create_size.observe(providers as f64);
     }
 
-    /// Moves `accel_placement_usage_answers` up to the usage cache's own counters.
-    pub fn sync_usage_cache(&self, cache: &crate::placement::usage_cache::UsageCache) {
-        for (kind, v) in [("cached", &cache.cached), ("queried", &cache.queried)] {
-            advance(
-                &self.usage_answers.get_or_create(&KindLabel { kind }),
-                v.load(Ordering::Relaxed),
-            );
+    /// Moves `accel_placement_usage_answers` up to the usage cache's own counts of
+    /// `cached` and `queried` answers.
+    pub fn sync_usage_cache(&self, cached: u64, queried: u64) {
+        for (kind, v) in [("cached", cached), ("queried", queried)] {
+            advance(&self.usage_answers.get_or_create(&KindLabel { kind }), v);
         }
     }
 

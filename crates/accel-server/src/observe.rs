@@ -382,8 +382,15 @@ pub fn metrics_router(app: Arc<AppState>) -> axum::Router {
 async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let openmetrics =
         header_str(&headers, "accept").is_some_and(|a| a.contains("application/openmetrics-text"));
-    app.metrics.sync_index(&app.placement_index.stats);
-    app.metrics.sync_usage_cache(&app.usage_cache);
+    let (relaxed, index, usage) = (
+        std::sync::atomic::Ordering::Relaxed,
+        &app.placement_index.stats,
+        &app.usage_cache,
+    );
+    app.metrics
+        .sync_index(index.full.load(relaxed), index.incremental.load(relaxed));
+    app.metrics
+        .sync_usage_cache(usage.cached.load(relaxed), usage.queried.load(relaxed));
     app.metrics.refresh(&app.store, health::DB_TIMEOUT).await;
     let body = app.metrics.encode(openmetrics);
     let content_type = if openmetrics {

@@ -9,6 +9,8 @@
 //! Python's `json.dumps` writes them (`", "` and `": "` separators, non-ASCII escaped),
 //! since that is the byte stream clients have always seen.
 
+use crate::auth::Rejection;
+use crate::reply;
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode};
 use serde_json::Value;
@@ -170,6 +172,33 @@ impl From<accel_store::StoreError> for AccelError {
                 AccelError::internal(crate::listen::INTERNAL)
             }
         }
+    }
+}
+
+/// A request `auth` turned away, as keystonemiddleware answers in front of Cyborg (its
+/// body sits outside Cyborg's envelope): `{"error": {"code": 401, "title":
+/// "Unauthorized", "message": ...}}`, and webob's JSON body for its 503.
+pub fn rejection(r: &Rejection) -> Response<Body> {
+    match r {
+        Rejection::Unauthorized { www_authenticate } => {
+            let resp = reply::json(
+                StatusCode::UNAUTHORIZED,
+                &serde_json::json!({"error": {"code": 401, "title": "Unauthorized",
+                    "message": "The request you have made requires authentication."}}),
+            );
+            match www_authenticate {
+                Some(uri) => reply::with_www_authenticate(resp, uri),
+                None => resp,
+            }
+        }
+        Rejection::Unavailable => reply::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({
+                "message": "The server is currently unavailable. Please try again at a later time.<br /><br />\nThe Keystone service is temporarily unavailable.\n\n",
+                "code": "503 Service Unavailable",
+                "title": "Service Unavailable",
+            }),
+        ),
     }
 }
 

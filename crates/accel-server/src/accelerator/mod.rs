@@ -266,7 +266,7 @@ async fn versioned(
             Ok(c) => c,
             // keystonemiddleware's 401 sits outside Cyborg's app: its own body, no
             // envelope, no version headers.
-            Err(rejection) => return rejection.keystonemiddleware_response(),
+            Err(rejection) => return error::rejection(&rejection),
         }
     };
     let version = microversion::parse(

@@ -33,9 +33,7 @@ pub mod keystone;
 
 use crate::AppState;
 use accel_core::policy;
-use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
-use serde_json::json;
+use axum::http::HeaderMap;
 
 /// How requests are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -108,79 +106,6 @@ pub enum Rejection {
     Unauthorized { www_authenticate: Option<String> },
     /// Keystone could not be asked: 503, as keystonemiddleware answers.
     Unavailable,
-}
-
-const AUTH_REQUIRED: &str = "The request you have made requires authentication.";
-const KEYSTONE_UNAVAILABLE: &str = "The Keystone service is temporarily unavailable.";
-
-impl Rejection {
-    /// The Placement API's rendering: webob's body in noauth mode (what upstream's
-    /// noauth2 middleware returns, which the gabbi suite sees); the `errors` envelope
-    /// in keystone mode.
-    pub fn placement_response(&self, request_id: &str) -> Response<Body> {
-        match self {
-            Rejection::Unauthorized {
-                www_authenticate: None,
-            } => unauthorized(),
-            Rejection::Unauthorized {
-                www_authenticate: Some(uri),
-            } => with_www_authenticate(
-                placement_error(StatusCode::UNAUTHORIZED, AUTH_REQUIRED, request_id),
-                uri,
-            ),
-            Rejection::Unavailable => placement_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                KEYSTONE_UNAVAILABLE,
-                request_id,
-            ),
-        }
-    }
-
-    /// keystonemiddleware's rendering, which sits outside Cyborg's error envelope:
-    /// `{"error": {"code": 401, "title": "Unauthorized", "message": ...}}`, and webob's
-    /// JSON body for its 503.
-    pub fn keystonemiddleware_response(&self) -> Response<Body> {
-        match self {
-            Rejection::Unauthorized { www_authenticate } => {
-                let resp = crate::placement::json_response(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": {"code": 401, "title": "Unauthorized",
-                        "message": AUTH_REQUIRED}}),
-                );
-                match www_authenticate {
-                    Some(uri) => with_www_authenticate(resp, uri),
-                    None => resp,
-                }
-            }
-            Rejection::Unavailable => crate::placement::json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({
-                    "message": format!("The server is currently unavailable. Please try again at a later time.<br /><br />\n{KEYSTONE_UNAVAILABLE}\n\n"),
-                    "code": "503 Service Unavailable",
-                    "title": "Service Unavailable",
-                }),
-            ),
-        }
-    }
-}
-
-fn placement_error(status: StatusCode, detail: &str, request_id: &str) -> Response<Body> {
-    crate::placement::json_response(
-        status,
-        &json!({"errors": [{
-            "status": status.as_u16(),
-            "title": status.canonical_reason().unwrap_or(""),
-            "detail": detail,
-            "request_id": request_id,
-        }]}),
-    )
-}
-
-fn with_www_authenticate(mut resp: Response<Body>, value: &str) -> Response<Body> {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        resp.headers_mut().insert("www-authenticate", v);
-    }
-    resp
 }
 
 /// Authenticates a request.
@@ -289,14 +214,4 @@ fn noauth_service_roles(token: &str) -> Vec<String> {
         Some(roles) if !roles.is_empty() => roles,
         _ => vec!["service".to_owned()],
     }
-}
-
-/// webob's default 401 body, which noauth2 returns.
-pub fn unauthorized() -> Response<Body> {
-    let body = json!({
-        "message": "This server could not verify that you are authorized to access the document you requested. Either you supplied the wrong credentials (e.g., bad password), or your browser does not understand how to supply the credentials required.<br /><br />\n\n\n",
-        "code": "401 Unauthorized",
-        "title": "Unauthorized",
-    });
-    crate::placement::json_response(StatusCode::UNAUTHORIZED, &body)
 }

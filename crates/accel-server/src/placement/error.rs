@@ -4,7 +4,11 @@
 //! way webob renders it upstream (status explanation, a blank line, the message), since
 //! clients and the gabbi suite match fragments of it.
 
-use axum::http::StatusCode;
+use crate::auth::Rejection;
+use crate::reply;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+use serde_json::json;
 
 /// Upstream's closed set of error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,5 +285,41 @@ impl From<accel_store::StoreError> for ApiError {
                 ApiError::internal(crate::listen::INTERNAL)
             }
         }
+    }
+}
+
+const AUTH_REQUIRED: &str = "The request you have made requires authentication.";
+const KEYSTONE_UNAVAILABLE: &str = "The Keystone service is temporarily unavailable.";
+
+/// A request `auth` turned away, as Placement answers it: webob's body in noauth mode
+/// (what upstream's noauth2 middleware returns, which the gabbi suite sees); the
+/// `errors` envelope in keystone mode.
+pub fn rejection(r: &Rejection, request_id: &str) -> Response<Body> {
+    let error = |status: StatusCode, detail: &str| {
+        reply::json(
+            status,
+            &json!({"errors": [{
+                "status": status.as_u16(),
+                "title": status.canonical_reason().unwrap_or(""),
+                "detail": detail,
+                "request_id": request_id,
+            }]}),
+        )
+    };
+    match r {
+        Rejection::Unauthorized {
+            www_authenticate: None,
+        } => reply::json(
+            StatusCode::UNAUTHORIZED,
+            &json!({
+                "message": "This server could not verify that you are authorized to access the document you requested. Either you supplied the wrong credentials (e.g., bad password), or your browser does not understand how to supply the credentials required.<br /><br />\n\n\n",
+                "code": "401 Unauthorized",
+                "title": "Unauthorized",
+            }),
+        ),
+        Rejection::Unauthorized {
+            www_authenticate: Some(uri),
+        } => reply::with_www_authenticate(error(StatusCode::UNAUTHORIZED, AUTH_REQUIRED), uri),
+        Rejection::Unavailable => error(StatusCode::SERVICE_UNAVAILABLE, KEYSTONE_UNAVAILABLE),
     }
 }

@@ -72,7 +72,7 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
         match auth::authenticate(&app, &parts.headers).await {
             Ok(c) => c,
             Err(rejection) => {
-                let resp = rejection.placement_response(&request_id);
+                let resp = error::rejection(&rejection, &request_id);
                 return finish(resp, &request_id, &app, origin.as_deref());
             }
         }
@@ -266,14 +266,6 @@ fn text_error(e: &ApiError, body: String, content_type: &'static str) -> Respons
 /// A JSON answer from one of `accel_api::placement`'s types.
 fn typed_response(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
     let mut resp = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
-    resp
-}
-
-pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
-    let mut resp = Response::new(Body::from(body.to_string()));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));
