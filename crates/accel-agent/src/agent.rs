@@ -16,7 +16,7 @@
 //! devices are gone" on the server.
 
 use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
-use crate::config::Settings;
+use crate::config::{NodeProvider, Settings};
 use crate::drivers::{self, Discovery, Driver};
 use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
@@ -38,7 +38,7 @@ pub enum AgentError {
     Config(String),
     #[error(transparent)]
     Server(#[from] ClientError),
-    #[error("the compute node {node:?} is not known to the server: {message}. Check that nova-compute runs on this host and that --node is its hypervisor_hostname (`openstack hypervisor list`); the agent reports under Nova's compute node provider and never creates it")]
+    #[error("the compute node {node:?} is not known to the server: {message}. Check that nova-compute runs on this host and that --node is its hypervisor_hostname (`openstack hypervisor list`); the agent reports under Nova's compute node provider and never creates it, unless node_provider = \"own\" (a node without Nova)")]
     NoComputeNode { node: String, message: String },
     #[error("report not sent: driver(s) {0} failed during discovery and this agent has no earlier picture of their devices (the server keeps what it has)")]
     DriversFailed(String),
@@ -77,6 +77,14 @@ impl Default for Backoff {
             max: Duration::from_secs(60),
         }
     }
+}
+
+/// How the server's refusals begin when no provider has the node's name.
+const NO_COMPUTE_NODE: &str = "No compute node resource provider";
+
+/// Whether a report was refused because the server has no provider for the node.
+fn no_compute_node<T>(sent: &Result<T, ClientError>) -> bool {
+    matches!(sent, Err(ClientError::Status { status: 400, message, .. }) if message.contains(NO_COMPUTE_NODE))
 }
 
 pub struct Agent {
@@ -228,22 +236,25 @@ impl Agent {
         ))
     }
 
-    /// Checks that the server knows the compute node.
+    /// Checks that the server knows the compute node; with `node_provider = "own"`,
+    /// has the server create it when absent.
     pub async fn check_node(&self) -> Result<NodeInfo, AgentError> {
         let node = self.settings.require_node().map_err(AgentError::Config)?;
-        match self.client.node(node).await {
+        let answer = match self.settings.node_provider {
+            NodeProvider::Own => self.client.own_node(node).await,
+            NodeProvider::Nova => self.client.node(node).await,
+        };
+        match answer {
             // The accelerator API's 404 names the compute node it lacks; any other 404
             // (a Placement API's unknown route, a web server) means a wrong --server.
             Err(ClientError::Status {
                 status: 404,
                 message,
                 ..
-            }) if message.contains("No compute node resource provider") => {
-                Err(AgentError::NoComputeNode {
-                    node: node.to_owned(),
-                    message,
-                })
-            }
+            }) if message.contains(NO_COMPUTE_NODE) => Err(AgentError::NoComputeNode {
+                node: node.to_owned(),
+                message,
+            }),
             Err(ClientError::Status {
                 status: 404,
                 message,
@@ -272,10 +283,15 @@ impl Agent {
         }
         let force = self.reports.is_multiple_of(FULL_EVERY);
         let started = Instant::now();
-        let sent = self
+        let mut sent = self
             .client
             .report(&report.node, &report.body(), force)
             .await;
+        if self.settings.node_provider == NodeProvider::Own && no_compute_node(&sent) {
+            // Someone deleted the node provider this agent owns: made again, resent.
+            self.client.own_node(&report.node).await?;
+            sent = self.client.report(&report.node, &report.body(), true).await;
+        }
         let took = started.elapsed();
         let outcome = match &sent {
             Ok(o) if o.unchanged => Outcome::Unchanged,
@@ -299,12 +315,10 @@ impl Agent {
                 status: 400,
                 message,
                 ..
-            } if message.contains("No compute node resource provider") => {
-                AgentError::NoComputeNode {
-                    node: report.node.clone(),
-                    message,
-                }
-            }
+            } if message.contains(NO_COMPUTE_NODE) => AgentError::NoComputeNode {
+                node: report.node.clone(),
+                message,
+            },
             other => other.into(),
         })?;
         self.reports += 1;

@@ -64,6 +64,16 @@ impl Client {
         })
     }
 
+    /// `PUT /v2/agent/hosts/{node}`: the node provider this agent owns, created by
+    /// the server when absent (`node_provider = "own"`).
+    pub async fn own_node(&self, node: &str) -> Result<NodeInfo, ClientError> {
+        let h = self.api.own_host(node).await?;
+        Ok(NodeInfo {
+            compute_node_uuid: h.compute_node_uuid,
+            devices: h.devices,
+        })
+    }
+
     /// `GET /v2/agent/hosts/{node}/kubernetes`: the saved slot usage (seed 001's
     /// `deviceUsage` strings) and the devices VMs hold.
     pub async fn kubernetes_usage(&self, node: &str) -> Result<wire::KubernetesShown, ClientError> {

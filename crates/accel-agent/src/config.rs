@@ -8,6 +8,7 @@
 //! ```toml
 //! server = "http://controller:6666"     # the accelerator API
 //! node = "compute-1.example.org"        # Nova's hypervisor_hostname
+//! node_provider = "nova"                # or "own": no Nova, accel creates the node's provider
 //! token = "admin"
 //! sysfs_root = "/sys"
 //! drivers = ["nvidia", "intel_fpga"]   # default: every driver
@@ -56,6 +57,8 @@ pub struct FileConfig {
     pub server: Option<String>,
     /// The compute node's provider name (Nova's `hypervisor_hostname`).
     pub node: Option<String>,
+    /// Who creates the node's root provider: `nova` (default) or `own`.
+    pub node_provider: Option<NodeProvider>,
     /// Token sent as `X-Auth-Token` (noauth: `admin`; keystone: a service token).
     pub token: Option<String>,
     /// Where sysfs is mounted (default `/sys`).
@@ -189,6 +192,18 @@ impl ProgramTools {
     }
 }
 
+/// Who registers the node's root provider in Placement (`node_provider`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeProvider {
+    /// nova-compute does; the agent reports under it and never creates it.
+    #[default]
+    Nova,
+    /// No Nova on this node (a Kubernetes-only cluster): the agent asks the server to
+    /// create the provider, named `node`, and owns it (`CUSTOM_OWNER_ACCEL`).
+    Own,
+}
+
 /// Command-line values; `None` leaves the file's (or the default).
 #[derive(Debug, Default, Clone)]
 pub struct Flags {
@@ -212,6 +227,8 @@ pub struct Settings {
     pub server: String,
     /// May be empty for `accel agent check` (no server needed).
     pub node: String,
+    /// Who creates the node's root provider.
+    pub node_provider: NodeProvider,
     pub token: String,
     pub sysfs_root: PathBuf,
     pub drivers: Option<Vec<String>>,
@@ -244,6 +261,7 @@ impl Settings {
         Settings {
             server: server.trim_end_matches('/').to_owned(),
             node: node.to_owned(),
+            node_provider: NodeProvider::Nova,
             token: "admin".into(),
             sysfs_root: sysfs_root.to_owned(),
             drivers: None,
@@ -331,6 +349,7 @@ impl Settings {
                 .trim_end_matches('/')
                 .to_owned(),
             node: flags.node.or(file.node).unwrap_or_default(),
+            node_provider: file.node_provider.unwrap_or_default(),
             token: flags.token.or(file.token).unwrap_or_else(|| "admin".into()),
             sysfs_root: flags
                 .sysfs_root
@@ -473,6 +492,22 @@ mod tests {
             fake: FakeConfig,
         }
         toml::from_str::<F>(text).unwrap().fake.devices
+    }
+
+    #[test]
+    fn node_provider_is_nova_unless_own() {
+        let read = |t: &str| toml::from_str::<FileConfig>(t).map(|f| f.node_provider);
+        assert_eq!(read("").unwrap(), None);
+        assert_eq!(
+            read("node_provider = \"own\"").unwrap(),
+            Some(NodeProvider::Own)
+        );
+        assert_eq!(
+            read("node_provider = \"nova\"").unwrap(),
+            Some(NodeProvider::Nova)
+        );
+        assert!(read("node_provider = \"kubernetes\"").is_err());
+        assert_eq!(NodeProvider::default(), NodeProvider::Nova);
     }
 
     #[test]

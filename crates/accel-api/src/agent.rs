@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! GET /v2/agent/hosts/{host}                   ─▶ HostInfo (404: no compute node)
+//! PUT /v2/agent/hosts/{host}                   {"node_provider": "own"} ─▶ HostInfo
 //! PUT /v2/agent/hosts/{host}/devices[?force]   DeviceReport ─▶ ReportAnswer
 //! GET /v2/agent/hosts/{host}/programs          ─▶ Programs
 //! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
@@ -217,6 +218,15 @@ impl Client {
     /// `GET /v2/agent/hosts/{host}`.
     pub async fn host(&self, host: &str) -> Result<HostInfo, Error> {
         self.http.call(&Client::req(Method::GET, host, "")).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}` with `{"node_provider": "own"}`: the node provider
+    /// accel owns for the host, created when absent.
+    pub async fn own_host(&self, host: &str) -> Result<HostInfo, Error> {
+        let body = serde_json::json!({"node_provider": "own"});
+        self.http
+            .call(&Client::req(Method::PUT, host, "").json(&body))
+            .await
     }
 
     /// `PUT /v2/agent/hosts/{host}/devices`; `force` makes the server apply a body

@@ -396,7 +396,8 @@ async fn route(
         },
         ["agent", "hosts", host] => match m {
             M::GET => return agent::show_host(st, ctx, host).await,
-            _ => &[M::GET],
+            M::PUT => return agent::own_host(st, ctx, host).await,
+            _ => &[M::GET, M::PUT],
         },
         ["agent", "hosts", host, "devices"] => match m {
             M::PUT => return agent::report(st, ctx, host).await,
