@@ -74,6 +74,25 @@ impl Client {
         })
     }
 
+    /// `PUT /v2/agent/hosts/{node}/kubernetes/claims/{uid}`: a DRA claim's devices
+    /// held in Placement.
+    pub async fn prepare_claim(
+        &self,
+        node: &str,
+        uid: &str,
+        addresses: &[String],
+    ) -> Result<(), ClientError> {
+        self.api
+            .prepare_claim(node, uid, addresses)
+            .await
+            .map(|_| ())
+    }
+
+    /// `DELETE /v2/agent/hosts/{node}/kubernetes/claims/{uid}`.
+    pub async fn unprepare_claim(&self, node: &str, uid: &str) -> Result<(), ClientError> {
+        self.api.unprepare_claim(node, uid).await
+    }
+
     /// `GET /v2/agent/hosts/{node}/kubernetes`: the saved slot usage (seed 001's
     /// `deviceUsage` strings) and the devices VMs hold.
     pub async fn kubernetes_usage(&self, node: &str) -> Result<wire::KubernetesShown, ClientError> {

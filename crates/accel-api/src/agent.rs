@@ -10,6 +10,8 @@
 //! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
 //! GET /v2/agent/hosts/{host}/kubernetes        ─▶ KubernetesShown
 //! PUT /v2/agent/hosts/{host}/kubernetes        KubernetesUsage ─▶ KubernetesSaved
+//! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  ClaimDevices ─▶ ClaimPrepared
+//! DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}              ─▶ 204
 //! ```
 //!
 //! The report is the host's full device list in upstream's `DriverDevice` shape, plus
@@ -197,6 +199,23 @@ pub struct KubernetesShown {
 }
 
 /// The agent's client of these endpoints (base: the accelerator API endpoint).
+/// `PUT .../kubernetes/claims/{uid}`'s body: the PCI addresses of the devices a
+/// Kubernetes DRA claim was allocated on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimDevices {
+    pub devices: Vec<String>,
+}
+
+/// A prepared claim: its consumer (the claim uid) holds `devices` whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimPrepared {
+    pub claim: String,
+    pub devices: Vec<String>,
+    /// False when the claim already held exactly these devices (a replay).
+    pub changed: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Client {
     http: Http,
@@ -276,6 +295,28 @@ impl Client {
     ) -> Result<KubernetesSaved, Error> {
         let r = Client::req(Method::PUT, host, "/kubernetes").json(body);
         self.http.call(&r).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices
+    /// allocated in Placement (409: one is held, with the reason).
+    pub async fn prepare_claim(
+        &self,
+        host: &str,
+        uid: &str,
+        devices: &[String],
+    ) -> Result<ClaimPrepared, Error> {
+        let body = ClaimDevices {
+            devices: devices.to_vec(),
+        };
+        let r = Client::req(Method::PUT, host, &format!("/kubernetes/claims/{uid}")).json(&body);
+        self.http.call(&r).await
+    }
+
+    /// `DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices
+    /// freed (an unknown claim too).
+    pub async fn unprepare_claim(&self, host: &str, uid: &str) -> Result<(), Error> {
+        let r = Client::req(Method::DELETE, host, &format!("/kubernetes/claims/{uid}"));
+        self.http.send(&r).await?.success().map(|_| ())
     }
 }
 

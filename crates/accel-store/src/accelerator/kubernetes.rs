@@ -93,13 +93,16 @@ pub fn slot_consumer(host: &str, slot: &str) -> String {
 }
 
 /// One device of the host: its deployables and their providers.
-struct HostDevice {
-    deployables: Vec<i64>,
-    providers: Vec<providers::Provider>,
+pub(super) struct HostDevice {
+    pub(super) deployables: Vec<i64>,
+    pub(super) providers: Vec<providers::Provider>,
 }
 
 /// The host's devices by address (the top-level deployable's name after `<host>_`).
-async fn host_devices(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, HostDevice>, StoreError> {
+pub(super) async fn host_devices(
+    tx: &mut Tx,
+    host: &str,
+) -> Result<BTreeMap<String, HostDevice>, StoreError> {
     let prefix = format!("{host}_");
     let mut out = BTreeMap::new();
     for dev in hardware::list_devices(tx, &[(DeviceColumn::Hostname, host.to_owned())]).await? {
@@ -132,7 +135,7 @@ async fn host_devices(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, HostDe
     Ok(out)
 }
 
-async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
+pub(super) async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
     let rows: Vec<String> =
         sqlx::query_scalar("SELECT consumer_uuid FROM kubernetes_consumers WHERE hostname = $1")
             .bind(host)
@@ -142,7 +145,7 @@ async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, Stor
 }
 
 /// Whether a VM holds the device: an ARQ on it, or another consumer's allocation.
-async fn held_by_vm(
+pub(super) async fn held_by_vm(
     tx: &mut Tx,
     d: &HostDevice,
     ours: &BTreeSet<String>,
