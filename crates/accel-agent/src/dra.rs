@@ -1,7 +1,8 @@
 //! The agent's side of the DRA kubelet plugin (`accel_k8s::dra`): ResourceClaims read
 //! from the Kubernetes API server ([`KubeApi`]) and claims held through the server
 //! ([`ServerClaims`]: `PUT`/`DELETE /v2/agent/hosts/{node}/kubernetes/claims/{uid}`,
-//! a Placement consumer per claim).
+//! a Placement consumer per claim; the devices VMs hold, withdrawn from the node's
+//! ResourceSlice); the slices themselves written through [`KubeApi`] too.
 //!
 //! The API server is reached as client libraries do: a kubeconfig (`--kubeconfig`,
 //! else `KUBECONFIG`'s first file; its current context's cluster and user: bearer
@@ -10,6 +11,7 @@
 //! (`KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted `token` and `ca.crt`; the token is
 //! re-read for every call, as projected tokens rotate).
 
+use accel_k8s::dra::slices::{Held, SliceApi};
 use accel_k8s::dra::{BoxFuture, ClaimApi, ClaimRecord};
 use base64::Engine;
 use serde_json::Value;
@@ -178,8 +180,24 @@ impl KubeApi {
 
     /// `GET path`: the object, or the API server's message.
     pub async fn get(&self, path: &str) -> Result<Value, String> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// One request; a non-2xx answer is an error with the API server's message.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
         let url = format!("{}{path}", self.base);
-        let mut r = self.http.get(&url).header("accept", "application/json");
+        let mut r = self
+            .http
+            .request(method.clone(), &url)
+            .header("accept", "application/json");
+        if let Some(b) = body {
+            r = r.json(b);
+        }
         match &self.bearer {
             Bearer::None => {}
             Bearer::Token(t) => r = r.bearer_auth(t),
@@ -189,19 +207,70 @@ impl KubeApi {
                 r = r.bearer_auth(t.trim());
             }
         }
-        let resp = r.send().await.map_err(|e| format!("GET {url}: {e}"))?;
+        let resp = r.send().await.map_err(|e| format!("{method} {url}: {e}"))?;
         let status = resp.status();
-        let body: Value = resp
-            .json()
+        let text = resp
+            .text()
             .await
-            .map_err(|e| format!("GET {url}: {status}: {e}"))?;
+            .map_err(|e| format!("{method} {url}: {status}: {e}"))?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !status.is_success() {
-            return Err(format!(
-                "GET {url}: {status}: {}",
-                body["message"].as_str().unwrap_or_default()
-            ));
+            let message = body["message"].as_str().unwrap_or(text.as_str());
+            return Err(format!("{method} {url}: {status}: {message}"));
         }
         Ok(body)
+    }
+}
+
+const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+
+impl SliceApi for KubeApi {
+    fn node_uid(&self, node: &str) -> BoxFuture<'_, Result<String, String>> {
+        let path = format!("/api/v1/nodes/{node}");
+        Box::pin(async move {
+            let n = self.get(&path).await?;
+            n["metadata"]["uid"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("node {path} has no uid"))
+        })
+    }
+
+    fn list_slices(&self, node: &str, driver: &str) -> BoxFuture<'_, Result<Vec<Value>, String>> {
+        let path =
+            format!("{SLICES}?fieldSelector=spec.nodeName%3D{node}%2Cspec.driver%3D{driver}");
+        Box::pin(async move {
+            let list = self.get(&path).await?;
+            Ok(list["items"].as_array().cloned().unwrap_or_default())
+        })
+    }
+
+    fn create_slice(&self, slice: Value) -> BoxFuture<'_, Result<Value, String>> {
+        Box::pin(async move { self.call(reqwest::Method::POST, SLICES, Some(&slice)).await })
+    }
+
+    fn update_slice(&self, slice: Value) -> BoxFuture<'_, Result<Value, String>> {
+        Box::pin(async move {
+            let name = slice["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            self.call(
+                reqwest::Method::PUT,
+                &format!("{SLICES}/{name}"),
+                Some(&slice),
+            )
+            .await
+        })
+    }
+
+    fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), String>> {
+        let path = format!("{SLICES}/{name}");
+        Box::pin(async move {
+            self.call(reqwest::Method::DELETE, &path, None)
+                .await
+                .map(|_| ())
+        })
     }
 }
 
@@ -248,6 +317,19 @@ impl ClaimRecord for ServerClaims {
                 .unprepare_claim(&self.node, &uid)
                 .await
                 .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl Held for ServerClaims {
+    fn vm_held(&self) -> BoxFuture<'_, Result<std::collections::BTreeSet<String>, String>> {
+        Box::pin(async move {
+            let shown = self
+                .client
+                .kubernetes_usage(&self.node)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(shown.vm_held_devices.into_iter().collect())
         })
     }
 }

@@ -250,14 +250,30 @@ async fn agent(
                 s.auth().map_err(anyhow::Error::msg)?,
             )
             .context("the accelerator API endpoint")?;
+            let api = Arc::new(api);
+            let claims = Arc::new(accel_agent::dra::ServerClaims::new(client, &s.node));
+            let devices: Arc<dyn accel_k8s::DeviceSource> = Arc::new(
+                accel_agent::kubernetes::AgentDevices::new(accel_agent::Agent::new(s.clone())?),
+            );
+            let publisher = accel_k8s::dra::slices::Publisher::new(
+                s.node.clone(),
+                config.clone(),
+                devices.clone(),
+                api.clone(),
+                claims.clone(),
+            );
+            let until = stopped(stop_rx.clone());
+            plugins.spawn(async move {
+                let every = accel_k8s::dra::slices::PUBLISH_INTERVAL;
+                accel_k8s::dra::slices::run(publisher, every, until).await;
+                Ok(())
+            });
             let driver = Arc::new(accel_k8s::dra::Driver::new(
                 s.node.clone(),
                 config,
-                Arc::new(accel_agent::kubernetes::AgentDevices::new(
-                    accel_agent::Agent::new(s.clone())?,
-                )),
-                Arc::new(api),
-                Arc::new(accel_agent::dra::ServerClaims::new(client, &s.node)),
+                devices,
+                api,
+                claims,
             ));
             tracing::info!(kubernetes_api = %paths.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "KUBECONFIG or in-cluster".into()), "DRA kubelet plugin enabled");
             let until = stopped(stop_rx.clone());

@@ -435,3 +435,284 @@ async fn a_device_is_never_a_vms_and_a_claims_at_once() {
         srv.stop().await;
     }
 }
+
+/// The stand-in API server's ResourceSlices, by name, and the number of writes.
+#[derive(Default)]
+struct Slices {
+    items: std::collections::BTreeMap<String, Value>,
+    next: u64,
+}
+
+type SliceStore = Arc<Mutex<Slices>>;
+
+/// The fields `resource.k8s.io/v1` defines where the driver writes (ResourceSlice,
+/// its spec, pool, devices and attribute values): anything else is refused, as a
+/// strict API server refuses unknown fields.
+fn validate_slice(s: &Value) -> Result<(), String> {
+    let only = |v: &Value, keys: &[&str], at: &str| -> Result<(), String> {
+        match v.as_object() {
+            Some(m) => match m.keys().find(|k| !keys.contains(&k.as_str())) {
+                Some(k) => Err(format!("unknown field \"{at}.{k}\"")),
+                None => Ok(()),
+            },
+            None => Err(format!("{at} is not an object")),
+        }
+    };
+    only(s, &["apiVersion", "kind", "metadata", "spec"], "")?;
+    if s["apiVersion"] != "resource.k8s.io/v1" || s["kind"] != "ResourceSlice" {
+        return Err("not a resource.k8s.io/v1 ResourceSlice".into());
+    }
+    let spec = &s["spec"];
+    only(
+        spec,
+        &[
+            "driver",
+            "nodeName",
+            "pool",
+            "devices",
+            "allNodes",
+            "nodeSelector",
+            "perDeviceNodeSelection",
+            "sharedCounters",
+        ],
+        "spec",
+    )?;
+    only(
+        &spec["pool"],
+        &["name", "generation", "resourceSliceCount"],
+        "spec.pool",
+    )?;
+    for (i, d) in spec["devices"]
+        .as_array()
+        .ok_or("spec.devices")?
+        .iter()
+        .enumerate()
+    {
+        let at = format!("spec.devices[{i}]");
+        only(
+            d,
+            &[
+                "name",
+                "attributes",
+                "capacity",
+                "consumesCounters",
+                "nodeName",
+                "nodeSelector",
+                "allNodes",
+                "taints",
+                "bindsToNode",
+                "bindingConditions",
+                "bindingFailureConditions",
+                "allowMultipleAllocations",
+            ],
+            &at,
+        )?;
+        let name = d["name"].as_str().unwrap_or_default();
+        let label = !name.is_empty()
+            && name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !label {
+            return Err(format!("{at}.name {name:?} is not a DNS label"));
+        }
+        for (k, v) in d["attributes"].as_object().into_iter().flatten() {
+            only(
+                v,
+                &["int", "bool", "string", "version"],
+                &format!("{at}.attributes[{k}]"),
+            )?;
+            if v.as_object().map_or(0, |m| m.len()) != 1 {
+                return Err(format!("{at}.attributes[{k}]: exactly one value"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn slice_api(store: SliceStore) -> axum::Router {
+    use axum::extract::Query;
+    use axum::routing::{get as route_get, put};
+    const BASE: &str = "/apis/resource.k8s.io/v1/resourceslices";
+    let bad = |m: String| {
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"kind": "Status", "message": m})),
+        )
+    };
+    let list = |State(st): State<SliceStore>, Query(q): Query<HashMap<String, String>>| async move {
+        let want: Vec<(String, String)> = q
+            .get("fieldSelector")
+            .map(|f| {
+                f.split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let items: Vec<Value> = st
+            .lock()
+            .unwrap()
+            .items
+            .values()
+            .filter(|s| {
+                want.iter().all(|(k, v)| match k.as_str() {
+                    "spec.nodeName" => s["spec"]["nodeName"] == v.as_str(),
+                    "spec.driver" => s["spec"]["driver"] == v.as_str(),
+                    _ => false,
+                })
+            })
+            .cloned()
+            .collect();
+        Json(json!({"kind": "ResourceSliceList", "items": items}))
+    };
+    let create = move |State(st): State<SliceStore>, Json(mut s): Json<Value>| async move {
+        validate_slice(&s).map_err(bad)?;
+        let mut st = st.lock().unwrap();
+        st.next += 1;
+        let name = format!(
+            "{}{}",
+            s["metadata"]["generateName"].as_str().unwrap_or("x-"),
+            st.next
+        );
+        s["metadata"]["name"] = json!(name);
+        s["metadata"]["resourceVersion"] = json!(st.next.to_string());
+        st.items.insert(name, s.clone());
+        Ok::<_, (StatusCode, Json<Value>)>((StatusCode::CREATED, Json(s)))
+    };
+    let update = move |State(st): State<SliceStore>,
+                       UrlPath(name): UrlPath<String>,
+                       Json(mut s): Json<Value>| async move {
+        validate_slice(&s).map_err(bad)?;
+        let mut st = st.lock().unwrap();
+        let Some(old) = st.items.get(&name) else {
+            return Err((StatusCode::NOT_FOUND, Json(json!({"message": "not found"}))));
+        };
+        if old["metadata"]["resourceVersion"] != s["metadata"]["resourceVersion"] {
+            return Err((
+                StatusCode::CONFLICT,
+                Json(json!({"message": "the object has been modified"})),
+            ));
+        }
+        st.next += 1;
+        s["metadata"]["resourceVersion"] = json!(st.next.to_string());
+        st.items.insert(name, s.clone());
+        Ok((StatusCode::OK, Json(s)))
+    };
+    let delete = |State(st): State<SliceStore>, UrlPath(name): UrlPath<String>| async move {
+        match st.lock().unwrap().items.remove(&name) {
+            Some(_) => (
+                StatusCode::OK,
+                Json(json!({"kind": "Status", "status": "Success"})),
+            ),
+            None => (StatusCode::NOT_FOUND, Json(json!({"message": "not found"}))),
+        }
+    };
+    axum::Router::new()
+        .route(BASE, route_get(list).post(create))
+        .route(&format!("{BASE}/{{name}}"), put(update).delete(delete))
+        .route(
+            "/api/v1/nodes/{name}",
+            route_get(|UrlPath(name): UrlPath<String>| async move {
+                Json(json!({"kind": "Node", "metadata": {"name": name, "uid": "node-uid-1"}}))
+            }),
+        )
+        .with_state(store)
+}
+
+#[tokio::test]
+async fn the_nodes_resource_slice_follows_its_devices() {
+    use accel_k8s::dra::slices::{Published, Publisher};
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = node(dir.path(), &srv);
+        let mut agent = Agent::new(settings.clone()).unwrap();
+        agent.check_node().await.unwrap();
+        agent.step().await.unwrap();
+        let store: SliceStore = Arc::default();
+        let (addr, _stop) = common::serve_fake(slice_api(store.clone())).await;
+        let api = Arc::new(KubeApi::new(&format!("http://{addr}"), None).unwrap());
+        let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
+        let claims = Arc::new(ServerClaims::new(client.clone(), NODE));
+        let mut p = Publisher::new(
+            NODE,
+            settings.kubernetes.clone().unwrap(),
+            Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap())),
+            api,
+            claims,
+        );
+        let only = || {
+            let st = store.lock().unwrap();
+            assert_eq!(st.items.len(), 1, "one slice: {:?}", st.items);
+            st.items.values().next().unwrap().clone()
+        };
+        let names = |s: &Value| -> Vec<String> {
+            s["spec"]["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let (n0, n1) = (
+            dra::device_name(NODE, GPUS[0]),
+            dra::device_name(NODE, GPUS[1]),
+        );
+
+        assert_eq!(
+            p.step().await.unwrap(),
+            Published::Created { generation: 1 }
+        );
+        let s = only();
+        assert_eq!(
+            s["spec"]["pool"],
+            json!({"name": NODE, "generation": 1, "resourceSliceCount": 1})
+        );
+        assert_eq!(s["spec"]["nodeName"], NODE);
+        assert_eq!(s["spec"]["driver"], DOMAIN);
+        assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "node-uid-1");
+        assert_eq!(names(&s), vec![n0.clone(), n1.clone()]);
+        assert_eq!(
+            s["spec"]["devices"][0]["attributes"],
+            json!({"type": {"string": "GPU"}, "vendor": {"string": "10de"},
+                "product": {"string": "20b0"}, "model": s["spec"]["devices"][0]["attributes"]["model"],
+                "configuration": {"string": "gpu"}, "health": {"string": "ok"},
+                "pciAddress": {"string": GPUS[0]},
+                "resource.kubernetes.io/numaNode": {"int": 0}})
+        );
+        assert_eq!(p.step().await.unwrap(), Published::Unchanged);
+
+        // A VM takes the second GPU: withdrawn at the next sync.
+        allocate_gpu(
+            &srv,
+            "0d5f7bd2-8d8e-4b0c-a9f4-c3c8cbbd7c21",
+            &provider(GPUS[1]),
+        )
+        .await;
+        assert_eq!(
+            p.step().await.unwrap(),
+            Published::Updated { generation: 2 }
+        );
+        assert_eq!(names(&only()), vec![n0.clone()]);
+
+        // Kubelet restarts and wipes the node's slices: the pool comes back, newer.
+        store.lock().unwrap().items.clear();
+        assert_eq!(
+            p.step().await.unwrap(),
+            Published::Created { generation: 3 }
+        );
+        assert_eq!(names(&only()), vec![n0.clone()]);
+
+        // A claim prepared on the first GPU keeps it in the slice (the scheduler
+        // tracks its own allocations).
+        let uid = "6f1c1a52-55b1-4d7f-9a39-3f1a4a0e7a31";
+        client
+            .prepare_claim(NODE, uid, &[GPUS[0].to_string()])
+            .await
+            .unwrap();
+        assert_eq!(p.step().await.unwrap(), Published::Unchanged);
+        srv.stop().await;
+    }
+}

@@ -23,9 +23,11 @@
 //! CDI directory is a tmpfs) need no state here: the record is the server's. Every
 //! claim uid kubelet sends is answered, with an error string when it failed.
 //!
-//! Registration and serving are in [`serve`]; ResourceSlice names in [`device_name`].
+//! Registration and serving are in [`serve`]; the node's ResourceSlices in [`slices`]
+//! (device names: [`device_name`]).
 
 pub mod serve;
+pub mod slices;
 
 use crate::config::KubernetesConfig;
 use crate::device::{Device, DeviceSource};

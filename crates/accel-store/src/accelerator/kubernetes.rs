@@ -174,12 +174,13 @@ pub(super) async fn held_by_vm(
             return Ok(true);
         }
     }
+    // A DRA claim's allocation (a node's driver in `mode = "dra"`, which runs no
+    // device plugin) is a pod's, not a VM's: its device stays in the node's slice.
     for rp in &d.providers {
-        if allocations::for_provider(tx, rp.id)
-            .await?
-            .iter()
-            .any(|a| !ours.contains(&a.consumer_uuid))
-        {
+        if allocations::for_provider(tx, rp.id).await?.iter().any(|a| {
+            !ours.contains(&a.consumer_uuid)
+                && a.consumer_type.as_deref() != Some(super::claims::CONSUMER_TYPE)
+        }) {
             return Ok(true);
         }
     }
