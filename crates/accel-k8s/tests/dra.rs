@@ -1,6 +1,6 @@
 //! The DRA driver's sockets as kubelet reaches them: registration and both DRA
 //! versions over unix sockets (tonic clients of the real protos), and, when
-//! `ACCEL_DRA_PYTHON` names a Python with grpcio (`scripts/dra-grpcio.txt`; the test
+//! `ACCEL_DRA_PYTHON` names a Python with grpcio (`scripts/dra-check.txt`; the test
 //! command sets it), a gRPC C-core client sending each `:authority` kubelet-side
 //! clients send (`scripts/dra-authority.py`).
 
