@@ -716,3 +716,169 @@ async fn the_nodes_resource_slice_follows_its_devices() {
         srv.stop().await;
     }
 }
+
+/// A hundred claims prepared, then unprepared, by four kubelet calls at once; then a
+/// device that vanishes while prepared is kept (reserved) until its claim is
+/// unprepared, and removed after.
+#[tokio::test]
+async fn a_hundred_claims_at_once_and_a_device_that_vanishes() {
+    const N: usize = 100;
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = node(dir.path(), &srv);
+        let fs = FakeSysfs::new(dir.path().join("many"));
+        let addresses: Vec<String> = (0..N)
+            .map(|i| {
+                let a = testing::bdf(0x10 + (i / 8) as u8, (i % 8) as u8, 0);
+                fs.function(&a, 0x10de, 0x20b0, 0x030200)
+                    .numa(0)
+                    .driver("vfio-pci")
+                    .iommu_group(100 + i as u32);
+                a
+            })
+            .collect();
+        settings.sysfs_root = fs.root.clone();
+        let mut agent = Agent::new(settings.clone()).unwrap();
+        agent.check_node().await.unwrap();
+        assert_eq!(agent.step().await.unwrap().added, N as i64);
+
+        let claims: Claims = Arc::default();
+        let uids: Vec<String> = (0..N)
+            .map(|i| format!("6f1c1a52-55b1-4d7f-9a39-3f1a4a0f{i:04x}"))
+            .collect();
+        for (i, uid) in uids.iter().enumerate() {
+            claims.lock().unwrap().insert(
+                format!("default/c{i}"),
+                claim(&format!("c{i}"), uid, &[ours(&addresses[i])]),
+            );
+        }
+        let app = axum::Router::new()
+            .route(
+                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}",
+                axum::routing::get(read_claim),
+            )
+            .with_state(claims.clone());
+        let (addr, _api_stop) = common::serve_fake(app).await;
+        let (registry, plugins) = (dir.path().join("registry"), dir.path().join("plugins"));
+        let running = start(&settings, &format!("http://{addr}"), &registry, &plugins);
+        let k = v1::dra_plugin_client::DraPluginClient::new(
+            dial(&plugins.join("accel.dev/dra.sock")).await,
+        );
+        let batches: Vec<Vec<v1::Claim>> = (0..4)
+            .map(|b| {
+                (b * N / 4..(b + 1) * N / 4)
+                    .map(|i| v1::Claim {
+                        namespace: "default".into(),
+                        uid: uids[i].clone(),
+                        name: format!("c{i}"),
+                    })
+                    .collect()
+            })
+            .collect();
+        let prepared = futures_join(batches.iter().map(|b| {
+            let mut k = k.clone();
+            let claims = b.clone();
+            async move {
+                k.node_prepare_resources(v1::NodePrepareResourcesRequest { claims })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .claims
+            }
+        }))
+        .await;
+        let answered: usize = prepared.iter().map(|m| m.len()).sum();
+        assert_eq!(answered, N);
+        for m in &prepared {
+            for (uid, r) in m {
+                assert_eq!(r.error, "", "{uid}");
+            }
+        }
+        for (i, uid) in uids.iter().enumerate() {
+            assert_eq!(
+                held(&consumer(&srv, uid).await),
+                vec![provider(&addresses[i])]
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("cdi")).unwrap().count(),
+            N
+        );
+
+        let unprepared = futures_join(batches.iter().map(|b| {
+            let mut k = k.clone();
+            let claims = b.clone();
+            async move {
+                k.node_unprepare_resources(v1::NodeUnprepareResourcesRequest { claims })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .claims
+            }
+        }))
+        .await;
+        for m in &unprepared {
+            assert!(m.values().all(|r| r.error.is_empty()), "{m:?}");
+        }
+        for uid in &uids {
+            assert_eq!(held(&consumer(&srv, uid).await), Vec::<String>::new());
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("cdi")).unwrap().count(),
+            0
+        );
+
+        // The first device vanishes while its claim is prepared: kept, reserved.
+        let mut k1 = k.clone();
+        let got = k1
+            .node_prepare_resources(v1::NodePrepareResourcesRequest {
+                claims: batches[0][..1].to_vec(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.claims[&uids[0]].error, "");
+        fs.remove(&addresses[0]);
+        assert_eq!(agent.step().await.unwrap().vanished, 1);
+        let inv = get(
+            &srv,
+            &format!(
+                "/resource_providers/{}/inventories",
+                provider(&addresses[0])
+            ),
+        )
+        .await;
+        let gpu = &inv["inventories"]["CUSTOM_ACCELERATOR_GPU"];
+        assert_eq!(gpu["reserved"], gpu["total"], "{inv}");
+        assert_eq!(
+            held(&consumer(&srv, &uids[0]).await),
+            vec![provider(&addresses[0])]
+        );
+        // Unprepared: the allocation goes, and the next report removes the device.
+        k1.node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: batches[0][..1].to_vec(),
+        })
+        .await
+        .unwrap();
+        assert_eq!(agent.step().await.unwrap().removed, 1);
+        running.stop().await;
+        srv.stop().await;
+    }
+}
+
+/// Runs the futures at once and answers their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    fs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
