@@ -268,13 +268,10 @@ async fn agent(
                 accel_k8s::dra::slices::run(publisher, every, until).await;
                 Ok(())
             });
-            let driver = Arc::new(accel_k8s::dra::Driver::new(
-                s.node.clone(),
-                config,
-                devices,
-                api,
-                claims,
-            ));
+            let driver = Arc::new(
+                accel_k8s::dra::Driver::new(s.node.clone(), config, devices, api, claims)
+                    .with_metrics(Some(metrics.kubelet.clone())),
+            );
             tracing::info!(kubernetes_api = %paths.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "KUBECONFIG or in-cluster".into()), "DRA kubelet plugin enabled");
             let until = stopped(stop_rx.clone());
             let (registry, plugins_dir) = (paths.registry_dir, paths.plugins_dir);

@@ -77,13 +77,19 @@ async fn registration_and_prepare_over_the_sockets() {
         "status": {"allocation": {"devices": {"results": [
             {"request": "r", "driver": "accel.dev", "pool": NODE, "device": name}]}}}});
     let held = Arc::new(Held::default());
-    let driver = Arc::new(Driver::new(
-        NODE,
-        config,
-        Arc::new(vec![gpu.clone()]),
-        Arc::new(Api([("c".to_string(), claim)].into())),
-        held.clone(),
+    let metrics = Arc::new(accel_k8s::KubeletMetrics::register(
+        &mut prometheus_client::registry::Registry::default(),
     ));
+    let driver = Arc::new(
+        Driver::new(
+            NODE,
+            config,
+            Arc::new(vec![gpu.clone()]),
+            Arc::new(Api([("c".to_string(), claim)].into())),
+            held.clone(),
+        )
+        .with_metrics(Some(metrics.clone())),
+    );
     let registry = dir.path().join("registry");
     let plugins = dir.path().join("plugins");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -104,6 +110,15 @@ async fn registration_and_prepare_over_the_sockets() {
         info.endpoint,
         plugins.join("accel.dev/dra.sock").display().to_string()
     );
+    // Ready (the agent's /readyz) once kubelet says it registered the driver.
+    assert!(!metrics.all_registered());
+    r.notify_registration_status(reg::RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await
+    .unwrap();
+    assert!(metrics.all_registered());
 
     let mut k = v1::dra_plugin_client::DraPluginClient::new(dial(Path::new(&info.endpoint)).await);
     let got = k

@@ -304,6 +304,18 @@ async fn claims_are_prepared_in_placement_and_unprepared() {
             got["u-1"].error
         );
         assert_eq!(held(&consumer(&srv, b).await), Vec::<String>::new());
+        // Unpreparing never frees a VM's consumer, whatever uid it is given.
+        let vm_client =
+            accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
+        let e = vm_client
+            .unprepare_claim(NODE, "0d5f7bd2-8d8e-4b0c-a9f4-c3c8cbbd7c11")
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("not a Kubernetes claim"), "{e}");
+        assert_eq!(
+            held(&consumer(&srv, "0d5f7bd2-8d8e-4b0c-a9f4-c3c8cbbd7c11").await),
+            vec![provider(GPUS[1])]
+        );
 
         // A uid that differs from the claim's (deleted and re-created) is refused (v1beta1).
         let stale = kb

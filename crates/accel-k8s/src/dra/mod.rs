@@ -111,6 +111,7 @@ pub struct Driver {
     devices: Arc<dyn DeviceSource>,
     api: Arc<dyn ClaimApi>,
     record: Arc<dyn ClaimRecord>,
+    metrics: Option<Arc<crate::KubeletMetrics>>,
 }
 
 impl Driver {
@@ -127,7 +128,15 @@ impl Driver {
             devices,
             api,
             record,
+            metrics: None,
         }
+    }
+
+    /// Records kubelet's registration verdict (the agent's `/readyz`: registered once
+    /// kubelet said so through NotifyRegistrationStatus).
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::KubeletMetrics>>) -> Driver {
+        self.metrics = metrics;
+        self
     }
 
     /// The driver name: the resource domain (`accel.dev`).

@@ -187,6 +187,7 @@ dra_service!(V1beta1, v1beta1, |d: PreparedDevice| v1beta1::Device {
 pub struct Registration {
     driver: String,
     endpoint: PathBuf,
+    metrics: Option<Arc<crate::KubeletMetrics>>,
 }
 
 #[tonic::async_trait]
@@ -208,6 +209,9 @@ impl reg::registration_server::Registration for Registration {
         req: Request<reg::RegistrationStatus>,
     ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
         let s = req.into_inner();
+        if let Some(m) = &self.metrics {
+            m.registered(usize::from(s.plugin_registered), s.plugin_registered);
+        }
         if s.plugin_registered {
             tracing::info!(driver = %self.driver, "kubelet registered the DRA driver");
         } else {
@@ -273,6 +277,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let name = driver.name().to_owned();
+    let metrics = driver.metrics.clone();
     let endpoint = dra_socket(plugins_dir, &name);
     let reg_path = registration_socket(registry_dir, &name);
     let dra_listener = bind(&endpoint)?;
@@ -286,6 +291,7 @@ pub async fn serve(
     let registration = reg::registration_server::RegistrationServer::new(Registration {
         driver: name.clone(),
         endpoint: endpoint.clone(),
+        metrics,
     });
     let reg =
         Server::builder().serve_with_incoming(registration, UnixListenerStream::new(reg_listener));
