@@ -4,7 +4,8 @@
 //! Publisher::step()   (the run loop calls it every interval; tests directly)
 //!   devices (DeviceSource) ─ VM-held (the server) ─ unhealthy ─ matching no configuration
 //!     ─▶ desired devices: name = DNS label of the provider, attributes type, vendor,
-//!        product, model, configuration, health, pciAddress, resource.kubernetes.io/numaNode
+//!        product, model, configuration, health, pciAddress, resource.kubernetes.io/numaNode;
+//!        capacity memory where the driver knows the device's memory
 //!   the slices of (driver, node) ─ none ─▶ create (generation = last + 1)
 //!                                ─ one, same devices ─▶ nothing
 //!                                ─ otherwise ─▶ the first updated (generation + 1),
@@ -98,10 +99,11 @@ pub fn desired(
         if let Some(n) = d.numa_node {
             attributes.insert("resource.kubernetes.io/numaNode".into(), json!({"int": n}));
         }
-        out.push((
-            name.clone(),
-            json!({"name": name, "attributes": attributes}),
-        ));
+        let mut device = json!({"name": name, "attributes": attributes});
+        if let Some(mib) = d.memory_mib {
+            device["capacity"] = json!({"memory": {"value": format!("{mib}Mi")}});
+        }
+        out.push((name, device));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out.into_iter().map(|(_, v)| v).collect()
@@ -220,5 +222,43 @@ pub async fn run(
                 Err(e) => tracing::warn!(node = %publisher.node, error = %e, "publishing the ResourceSlice failed"),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_of_no_configuration_unhealthy_or_vm_held_are_left_out() {
+        let config = KubernetesConfig::from_toml(
+            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
+             [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+        )
+        .unwrap();
+        let t = crate::testing::device;
+        let with_memory = Device {
+            memory_mib: Some(40960),
+            ..t("0000:17:00.0", "GPU")
+        };
+        let sick = Device {
+            healthy: false,
+            ..t("0000:31:00.0", "GPU")
+        };
+        let devices = vec![
+            with_memory,
+            sick,
+            t("0000:4b:00.0", "GPU"),
+            t("0000:65:00.0", "FPGA"),
+        ];
+        let held: BTreeSet<String> = ["0000:4b:00.0".to_string()].into();
+        let got = desired("n", &config, devices, &held);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["name"], "n-0000-17-00-0");
+        assert_eq!(got[0]["capacity"], json!({"memory": {"value": "40960Mi"}}));
+        assert_eq!(
+            got[0]["attributes"]["configuration"],
+            json!({"string": "gpu"})
+        );
     }
 }
