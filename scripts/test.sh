@@ -63,6 +63,13 @@ cat /tmp/accel-import-sqlite.txt /tmp/accel-import-mysql.txt
 [[ $import_status == 0 ]] || { echo "import-upstream: failures or differences (above)" >&2; exit 1; }
 # ---- end of issue 28's block ----
 
+# --- issue 30 (Kubernetes without OpenStack, DRA) ---------------------------------
+# The DRA registration socket asked by Python grpcio with each :authority, and the
+# manifests against the Kubernetes 1.34 and 1.37 schemas (pins: scripts/dra-check.txt).
+echo "== DRA: grpcio client, manifests against Kubernetes 1.34 and 1.37"
+scripts/dra-check.sh
+# --- end issue 30 -------------------------------------------------------------------
+
 # Upstream Placement's functional suite, against accel, on all three backends. The floor is
 # the count this tree is known to pass (docs/conformance.md); a drop fails the run.
 floor="$(cat .ci/gabbi-floor)"

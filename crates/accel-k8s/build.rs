@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/third_party/deviceplugin/v1beta1/api.proto",
         "proto/third_party/podresources/v1/api.proto",
+        "proto/third_party/dra/v1/api.proto",
+        "proto/third_party/dra/v1beta1/api.proto",
+        "proto/third_party/pluginregistration/v1/api.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -18,7 +18,7 @@
 
 use crate::cleaning;
 use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
-use crate::config::Settings;
+use crate::config::{NodeProvider, Settings};
 use crate::drivers::{self, Discovery, Driver};
 use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
@@ -58,7 +58,7 @@ fn no_compute_node(node: &str, message: &str) -> String {
         ". With Nova, --node must be this host's hypervisor_hostname (`openstack hypervisor list`) and nova-compute must have registered it".to_owned()
     };
     format!(
-        "the compute node {node:?} is not known to the server: {message}{nova}. The agent reports under the compute node provider and never creates it; without Nova, create it in Placement first (POST /resource_providers with {{\"name\": \"{node}\"}}, as the README's walk-through does)"
+        "the compute node {node:?} is not known to the server: {message}{nova}. The agent reports under the compute node provider and never creates it; without Nova, set node_provider = \"own\" in the agent's configuration (the agent then creates and owns it), or create it in Placement first (POST /resource_providers with {{\"name\": \"{node}\"}}, as the README's walk-through does)"
     )
 }
 
@@ -93,6 +93,14 @@ impl Default for Backoff {
             max: Duration::from_secs(60),
         }
     }
+}
+
+/// How the server's refusals begin when no provider has the node's name.
+const NO_COMPUTE_NODE: &str = "No compute node resource provider";
+
+/// Whether a report was refused because the server has no provider for the node.
+fn refused_for_no_compute_node<T>(sent: &Result<T, ClientError>) -> bool {
+    matches!(sent, Err(ClientError::Status { status: 400, message, .. }) if message.contains(NO_COMPUTE_NODE))
 }
 
 pub struct Agent {
@@ -268,22 +276,25 @@ impl Agent {
         ))
     }
 
-    /// Checks that the server knows the compute node.
+    /// Checks that the server knows the compute node; with `node_provider = "own"`,
+    /// has the server create it when absent.
     pub async fn check_node(&self) -> Result<NodeInfo, AgentError> {
         let node = self.settings.require_node().map_err(AgentError::Config)?;
-        match self.client.node(node).await {
+        let answer = match self.settings.node_provider {
+            NodeProvider::Own => self.client.own_node(node).await,
+            NodeProvider::Nova => self.client.node(node).await,
+        };
+        match answer {
             // The accelerator API's 404 names the compute node it lacks; any other 404
             // (a Placement API's unknown route, a web server) means a wrong --server.
             Err(ClientError::Status {
                 status: 404,
                 message,
                 ..
-            }) if message.contains("No compute node resource provider") => {
-                Err(AgentError::NoComputeNode {
-                    node: node.to_owned(),
-                    message,
-                })
-            }
+            }) if message.contains(NO_COMPUTE_NODE) => Err(AgentError::NoComputeNode {
+                node: node.to_owned(),
+                message,
+            }),
             Err(ClientError::Status {
                 status: 404,
                 message,
@@ -312,10 +323,15 @@ impl Agent {
         }
         let force = self.reports.is_multiple_of(FULL_EVERY);
         let started = Instant::now();
-        let sent = self
+        let mut sent = self
             .client
             .report(&report.node, &report.body(), force)
             .await;
+        if self.settings.node_provider == NodeProvider::Own && refused_for_no_compute_node(&sent) {
+            // Someone deleted the node provider this agent owns: made again, resent.
+            self.client.own_node(&report.node).await?;
+            sent = self.client.report(&report.node, &report.body(), true).await;
+        }
         let took = started.elapsed();
         let outcome = match &sent {
             Ok(o) if o.unchanged => Outcome::Unchanged,
@@ -339,12 +355,10 @@ impl Agent {
                 status: 400,
                 message,
                 ..
-            } if message.contains("No compute node resource provider") => {
-                AgentError::NoComputeNode {
-                    node: report.node.clone(),
-                    message,
-                }
-            }
+            } if message.contains(NO_COMPUTE_NODE) => AgentError::NoComputeNode {
+                node: report.node.clone(),
+                message,
+            },
             other => other.into(),
         })?;
         self.reports += 1;

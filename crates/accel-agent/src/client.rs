@@ -64,6 +64,35 @@ impl Client {
         })
     }
 
+    /// `PUT /v2/agent/hosts/{node}`: the node provider this agent owns, created by
+    /// the server when absent (`node_provider = "own"`).
+    pub async fn own_node(&self, node: &str) -> Result<NodeInfo, ClientError> {
+        let h = self.api.own_host(node).await?;
+        Ok(NodeInfo {
+            compute_node_uuid: h.compute_node_uuid,
+            devices: h.devices,
+        })
+    }
+
+    /// `PUT /v2/agent/hosts/{node}/kubernetes/claims/{uid}`: a DRA claim's devices
+    /// held in Placement.
+    pub async fn prepare_claim(
+        &self,
+        node: &str,
+        uid: &str,
+        addresses: &[String],
+    ) -> Result<(), ClientError> {
+        self.api
+            .prepare_claim(node, uid, addresses)
+            .await
+            .map(|_| ())
+    }
+
+    /// `DELETE /v2/agent/hosts/{node}/kubernetes/claims/{uid}`.
+    pub async fn unprepare_claim(&self, node: &str, uid: &str) -> Result<(), ClientError> {
+        self.api.unprepare_claim(node, uid).await
+    }
+
     /// `GET /v2/agent/hosts/{node}/kubernetes`: the saved slot usage (seed 001's
     /// `deviceUsage` strings) and the devices VMs hold.
     pub async fn kubernetes_usage(&self, node: &str) -> Result<wire::KubernetesShown, ClientError> {

@@ -48,6 +48,10 @@ accel_settings::settings! {
         /// The compute node's provider name: Nova's hypervisor_hostname (checked at start-up).
         node: String = optional("none (required)"),
             flag(long, env = "ACCEL_AGENT_NODE", global = true, value_name = "NAME");
+        /// Who creates the node's root provider in Placement: nova (nova-compute does;
+        /// the agent never creates it) or own (no Nova on this node: the agent has the
+        /// server create it, named after node, and owns it; docs/kubernetes.md).
+        node_provider: NodeProvider = value(NodeProvider::Nova);
         /// Sent as X-Auth-Token: admin for a noauth server, else a service token (or a
         /// [keystone] table).
         token: Secret = optional("admin"),
@@ -200,12 +204,38 @@ impl ProgramTools {
     }
 }
 
-/// Command-line values; `None` leaves the file's (or the default).
+/// Who registers the node's root provider in Placement (`node_provider`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeProvider {
+    /// nova-compute does; the agent reports under it and never creates it.
+    #[default]
+    Nova,
+    /// No Nova on this node (a Kubernetes-only cluster): the agent asks the server to
+    /// create the provider, named `node`, and owns it (`CUSTOM_OWNER_ACCEL`).
+    Own,
+}
+
+impl accel_settings::ShowDefault for NodeProvider {
+    fn show_default(&self) -> Option<String> {
+        Some(
+            match self {
+                NodeProvider::Nova => "nova",
+                NodeProvider::Own => "own",
+            }
+            .into(),
+        )
+    }
+}
+
+/// What the agent runs with: [`AgentConfig`] checked and shaped for its parts.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub server: String,
     /// May be empty for `accel agent check` (no server needed).
     pub node: String,
+    /// Who creates the node's root provider.
+    pub node_provider: NodeProvider,
     pub token: String,
     pub sysfs_root: PathBuf,
     pub drivers: Option<Vec<String>>,
@@ -240,6 +270,7 @@ impl Settings {
         Settings {
             server: server.trim_end_matches('/').to_owned(),
             node: node.to_owned(),
+            node_provider: NodeProvider::Nova,
             token: "admin".into(),
             sysfs_root: sysfs_root.to_owned(),
             drivers: None,
@@ -317,6 +348,7 @@ impl Settings {
         let settings = Settings {
             server: c.server.trim_end_matches('/').to_owned(),
             node: c.node.unwrap_or_default(),
+            node_provider: c.node_provider,
             token: c
                 .token
                 .map_or_else(|| "admin".into(), |t| t.expose().to_owned()),
@@ -463,6 +495,22 @@ mod tests {
             fake: FakeConfig,
         }
         toml::from_str::<F>(text).unwrap().fake.devices
+    }
+
+    #[test]
+    fn node_provider_is_nova_unless_own() {
+        let read = |t: &str| toml::from_str::<AgentFile>(t).map(|f| f.node_provider);
+        assert_eq!(read("").unwrap(), None);
+        assert_eq!(
+            read("node_provider = \"own\"").unwrap(),
+            Some(NodeProvider::Own)
+        );
+        assert_eq!(
+            read("node_provider = \"nova\"").unwrap(),
+            Some(NodeProvider::Nova)
+        );
+        assert!(read("node_provider = \"kubernetes\"").is_err());
+        assert_eq!(NodeProvider::default(), NodeProvider::Nova);
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
         healthy: d.health == Health::Ok,
         pci_addresses: addresses,
         device_nodes: nodes,
+        memory_mib: d.memory.as_ref().map(|m| m.mib),
     }
 }
 

@@ -11,13 +11,15 @@
 //!
 //! The agent never links the store: its only way to the data is the server's API.
 //! With a `[kubernetes]` table it also serves kubelet device plugins (crate
-//! `accel_k8s`) for the devices it finds ([`kubernetes`]). It programs FPGA regions
+//! `accel_k8s`) for the devices it finds ([`kubernetes`]), or, with `mode = "dra"`,
+//! the DRA kubelet plugin ([`dra`]: the Kubernetes API client and the server's claims). It programs FPGA regions
 //! when the server asks ([`program`]).
 
 pub mod agent;
 pub mod cleaning;
 pub mod client;
 pub mod config;
+pub mod dra;
 pub mod drivers;
 pub mod kubernetes;
 pub mod metrics;

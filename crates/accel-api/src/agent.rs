@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! GET /v2/agent/hosts/{host}                   ─▶ HostInfo (404: no compute node)
+//! PUT /v2/agent/hosts/{host}                   {"node_provider": "own"} ─▶ HostInfo
 //! PUT /v2/agent/hosts/{host}/devices[?force]   DeviceReport ─▶ ReportAnswer
 //! GET /v2/agent/hosts/{host}/programs          ─▶ Programs
 //! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
@@ -11,6 +12,8 @@
 //! PUT /v2/agent/hosts/{host}/kubernetes        KubernetesUsage ─▶ KubernetesSaved
 //! GET /v2/agent/hosts/{host}/cleanings?agent=ID ─▶ Cleanings (taken by agent process ID)
 //! PUT /v2/agent/hosts/{host}/cleanings/{rp}     CleaningAnswer ─▶ DeviceCleaning
+//! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  ClaimDevices ─▶ ClaimPrepared
+//! DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}              ─▶ 204
 //! ```
 //!
 //! The report is the host's full device list in upstream's `DriverDevice` shape, plus
@@ -255,6 +258,23 @@ pub struct KubernetesShown {
 }
 
 /// The agent's client of these endpoints (base: the accelerator API endpoint).
+/// `PUT .../kubernetes/claims/{uid}`'s body: the PCI addresses of the devices a
+/// Kubernetes DRA claim was allocated on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimDevices {
+    pub devices: Vec<String>,
+}
+
+/// A prepared claim: its consumer (the claim uid) holds `devices` whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimPrepared {
+    pub claim: String,
+    pub devices: Vec<String>,
+    /// False when the claim already held exactly these devices (a replay).
+    pub changed: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Client {
     http: Http,
@@ -276,6 +296,15 @@ impl Client {
     /// `GET /v2/agent/hosts/{host}`.
     pub async fn host(&self, host: &str) -> Result<HostInfo, Error> {
         self.http.call(&Client::req(Method::GET, host, "")).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}` with `{"node_provider": "own"}`: the node provider
+    /// accel owns for the host, created when absent.
+    pub async fn own_host(&self, host: &str) -> Result<HostInfo, Error> {
+        let body = serde_json::json!({"node_provider": "own"});
+        self.http
+            .call(&Client::req(Method::PUT, host, "").json(&body))
+            .await
     }
 
     /// `PUT /v2/agent/hosts/{host}/devices`; `force` makes the server apply a body
@@ -343,6 +372,28 @@ impl Client {
     ) -> Result<KubernetesSaved, Error> {
         let r = Client::req(Method::PUT, host, "/kubernetes").json(body);
         self.http.call(&r).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices
+    /// allocated in Placement (409: one is held, with the reason).
+    pub async fn prepare_claim(
+        &self,
+        host: &str,
+        uid: &str,
+        devices: &[String],
+    ) -> Result<ClaimPrepared, Error> {
+        let body = ClaimDevices {
+            devices: devices.to_vec(),
+        };
+        let r = Client::req(Method::PUT, host, &format!("/kubernetes/claims/{uid}")).json(&body);
+        self.http.call(&r).await
+    }
+
+    /// `DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices
+    /// freed (an unknown claim too).
+    pub async fn unprepare_claim(&self, host: &str, uid: &str) -> Result<(), Error> {
+        let r = Client::req(Method::DELETE, host, &format!("/kubernetes/claims/{uid}"));
+        self.http.send(&r).await?.success().map(|_| ())
     }
 }
 

@@ -30,6 +30,17 @@ pub struct AgentArgs {
     /// Where the CDI spec files go (default: [kubernetes] cdi_dir, else /var/run/cdi).
     #[arg(long)]
     cdi_dir: Option<PathBuf>,
+    /// Kubelet's plugin registry: the DRA driver's registration socket goes here
+    /// ([kubernetes] mode = "dra").
+    #[arg(long, default_value = accel_k8s::dra::DEFAULT_REGISTRY_DIR)]
+    kubelet_registry_dir: PathBuf,
+    /// Kubelet's plugin directory: the DRA driver serves <dir>/<driver>/dra.sock.
+    #[arg(long, default_value = accel_k8s::dra::DEFAULT_PLUGINS_DIR)]
+    kubelet_plugins_dir: PathBuf,
+    /// Kubeconfig for the Kubernetes API (DRA mode; default: KUBECONFIG, else the
+    /// in-cluster service account).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 /// Where kubelet and the container runtime are.
@@ -37,6 +48,9 @@ struct KubeletPaths {
     kubelet_dir: PathBuf,
     pod_resources_socket: PathBuf,
     cdi_dir: Option<PathBuf>,
+    registry_dir: PathBuf,
+    plugins_dir: PathBuf,
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -84,6 +98,9 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 kubelet_dir: a.kubelet_dir,
                 pod_resources_socket: a.pod_resources_socket,
                 cdi_dir: a.cdi_dir,
+                registry_dir: a.kubelet_registry_dir,
+                plugins_dir: a.kubelet_plugins_dir,
+                kubeconfig: a.kubeconfig,
             };
             rt.block_on(agent(settings, a.once, paths))
         }
@@ -174,34 +191,75 @@ async fn agent(
             config.cdi_dir = dir;
         }
         let s = &agent.settings;
-        let source = std::sync::Arc::new(accel_agent::kubernetes::AgentDevices::new(
-            accel_agent::Agent::new(s.clone())?.observe(probes.clone()),
-        ));
-        let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::with_client(
-            accel_agent::client::Client::with_auth(
+        if config.mode == accel_k8s::config::Mode::Dra {
+            let api = accel_agent::dra::KubeApi::discover(paths.kubeconfig.as_deref())
+                .map_err(anyhow::Error::msg)
+                .context("the Kubernetes API (DRA mode)")?;
+            let client = accel_agent::client::Client::with_auth(
                 &s.server,
                 s.auth().map_err(anyhow::Error::msg)?,
             )
-            .context("the accelerator API endpoint")?,
-            &s.node,
-        ));
-        let options = accel_k8s::Options {
-            kubelet_dir: paths.kubelet_dir,
-            pod_resources_socket: paths.pod_resources_socket,
-            metrics: Some(metrics.kubelet.clone()),
-            ..accel_k8s::Options::new(s.node.clone())
-        };
-        tracing::info!(
-            kubelet_dir = %options.kubelet_dir.display(),
-            configurations = config.configurations.len(),
-            "kubelet device plugins enabled"
-        );
-        let until = stopped(stop_rx.clone());
-        plugins.spawn(async move {
-            accel_k8s::run_with(config, source, record, options, until)
-                .await
-                .context("kubelet device plugins")
-        });
+            .context("the accelerator API endpoint")?;
+            let api = Arc::new(api);
+            let claims = Arc::new(accel_agent::dra::ServerClaims::new(client, &s.node));
+            let devices: Arc<dyn accel_k8s::DeviceSource> = Arc::new(
+                accel_agent::kubernetes::AgentDevices::new(accel_agent::Agent::new(s.clone())?),
+            );
+            let publisher = accel_k8s::dra::slices::Publisher::new(
+                s.node.clone(),
+                config.clone(),
+                devices.clone(),
+                api.clone(),
+                claims.clone(),
+            );
+            let until = stopped(stop_rx.clone());
+            plugins.spawn(async move {
+                let every = accel_k8s::dra::slices::PUBLISH_INTERVAL;
+                accel_k8s::dra::slices::run(publisher, every, until).await;
+                Ok(())
+            });
+            let driver = Arc::new(
+                accel_k8s::dra::Driver::new(s.node.clone(), config, devices, api, claims)
+                    .with_metrics(Some(metrics.kubelet.clone())),
+            );
+            tracing::info!(kubernetes_api = %paths.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "KUBECONFIG or in-cluster".into()), "DRA kubelet plugin enabled");
+            let until = stopped(stop_rx.clone());
+            let (registry, plugins_dir) = (paths.registry_dir, paths.plugins_dir);
+            plugins.spawn(async move {
+                accel_k8s::dra::serve::serve(driver, &registry, &plugins_dir, until)
+                    .await
+                    .context("DRA kubelet plugin")
+            });
+        } else {
+            let source = std::sync::Arc::new(accel_agent::kubernetes::AgentDevices::new(
+                accel_agent::Agent::new(s.clone())?.observe(probes.clone()),
+            ));
+            let record = std::sync::Arc::new(accel_agent::kubernetes::ServerUsage::with_client(
+                accel_agent::client::Client::with_auth(
+                    &s.server,
+                    s.auth().map_err(anyhow::Error::msg)?,
+                )
+                .context("the accelerator API endpoint")?,
+                &s.node,
+            ));
+            let options = accel_k8s::Options {
+                kubelet_dir: paths.kubelet_dir,
+                pod_resources_socket: paths.pod_resources_socket,
+                metrics: Some(metrics.kubelet.clone()),
+                ..accel_k8s::Options::new(s.node.clone())
+            };
+            tracing::info!(
+                kubelet_dir = %options.kubelet_dir.display(),
+                configurations = config.configurations.len(),
+                "kubelet device plugins enabled"
+            );
+            let until = stopped(stop_rx.clone());
+            plugins.spawn(async move {
+                accel_k8s::run_with(config, source, record, options, until)
+                    .await
+                    .context("kubelet device plugins")
+            });
+        }
     }
     // The plugins serve while the agent waits: they restore their usage from the
     // server on their own once it answers.

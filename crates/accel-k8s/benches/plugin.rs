@@ -34,6 +34,7 @@ fn device(i: usize, healthy: bool) -> Device {
         healthy,
         pci_addresses: vec![format!("0000:{:02x}:00.0", 0x17 + i)],
         device_nodes: vec![],
+        memory_mib: None,
     }
 }
 

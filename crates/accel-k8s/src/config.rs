@@ -51,6 +51,20 @@ pub struct KubernetesFile {
     /// The configurations; none means no device is offered to kubelet.
     #[serde(default)]
     pub configurations: Vec<ConfigurationFile>,
+    /// `device-plugin` (default) or `dra` (the DRA kubelet plugin instead).
+    pub mode: Option<Mode>,
+}
+
+/// How the devices are handed to kubelet (`[kubernetes] mode`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Mode {
+    /// Kubelet device plugins (API v1beta1), seed 001's resources.
+    #[default]
+    #[serde(rename = "device-plugin")]
+    DevicePlugin,
+    /// A Dynamic Resource Allocation driver (`crate::dra`).
+    #[serde(rename = "dra")]
+    Dra,
 }
 
 /// One `[[kubernetes.configurations]]` entry as written.
@@ -91,6 +105,7 @@ pub struct KubernetesConfig {
     pub reclaim_grace: Duration,
     pub cdi_dir: PathBuf,
     pub configurations: Vec<Configuration>,
+    pub mode: Mode,
 }
 
 /// One validated configuration.
@@ -134,6 +149,7 @@ impl Default for KubernetesConfig {
             reclaim_grace: Duration::from_secs(DEFAULT_RECLAIM_GRACE_SECONDS),
             cdi_dir: DEFAULT_CDI_DIR.into(),
             configurations: Vec::new(),
+            mode: Mode::DevicePlugin,
         }
     }
 }
@@ -201,6 +217,7 @@ impl KubernetesFile {
             reclaim_grace: Duration::from_secs(grace),
             cdi_dir,
             configurations,
+            mode: self.mode.unwrap_or_default(),
         })
     }
 }

@@ -31,6 +31,9 @@ pub struct Device {
     /// PCI addresses the container is told about (`ACCEL_VISIBLE_DEVICES`).
     pub pci_addresses: Vec<String>,
     pub device_nodes: Vec<DeviceNode>,
+    /// Device-local memory in MiB, where the driver knows it (the DRA slice's
+    /// `memory` capacity).
+    pub memory_mib: Option<i64>,
 }
 
 /// Where the plugins get the node's devices from: the agent's discovery implements

@@ -42,6 +42,7 @@
 pub mod cdi;
 pub mod config;
 pub mod device;
+pub mod dra;
 pub mod kubelet;
 pub mod metrics;
 pub mod plugin;

@@ -342,5 +342,6 @@ pub fn device(id: &str, device_type: &str) -> crate::Device {
         healthy: true,
         pci_addresses: vec![id.into()],
         device_nodes: vec![],
+        memory_mib: None,
     }
 }

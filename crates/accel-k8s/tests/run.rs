@@ -36,6 +36,7 @@ async fn run_serves_the_configured_devices_until_shutdown() {
             healthy: true,
             pci_addresses: vec![a.to_string()],
             device_nodes: vec![],
+            memory_mib: None,
         })
         .collect();
     let source: Arc<dyn DeviceSource> = Arc::new(devices);

@@ -1,18 +1,21 @@
 //! The kubelet device plugins of `accel agent` against the real server (both
 //! backends) and a fake kubelet: a pod's slot becomes a Placement allocation that
 //! Nova's candidates no longer offer, usage survives an agent restart, and devices a
-//! VM holds (another consumer's allocation, a bound ARQ) are not advertised.
+//! VM holds (another consumer's allocation, a bound ARQ) are not advertised. A node
+//! without Nova (`node_provider = "own"`, issue 30) gets its provider from the agent.
 
 mod common;
 
-use accel_agent::config::Settings;
+use accel_agent::config::{NodeProvider, Settings};
 use accel_agent::kubernetes::{AgentDevices, ServerUsage};
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
-use common::accel::{allocate_gpu, compute_node, delete_allocations, get, workers, Server, TempDb};
+use common::accel::{
+    allocate_gpu, compute_node, delete_allocations, get, placement, workers, Server, TempDb,
+};
 use common::BACKENDS;
 use kubelet::{healthy, ids, wait_list, FakeKubelet};
 use serde_json::{json, Value};
@@ -268,6 +271,93 @@ async fn a_pods_slot_is_a_placement_allocation_and_survives_an_agent_restart() {
         })
         .await;
         plugins.stop().await;
+        srv.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_without_nova_owns_its_provider_and_the_plugins_serve_its_devices() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let nova = host(dir.path(), &srv);
+        // "nova" (the default) never creates the node's provider.
+        assert_eq!(nova.node_provider, NodeProvider::Nova);
+        let e = Agent::new(nova.clone()).unwrap().check_node().await;
+        assert!(
+            matches!(&e, Err(accel_agent::agent::AgentError::NoComputeNode { message, .. }) if message.contains("node_provider = \"own\"")),
+            "{e:?}"
+        );
+        let (s, v) = placement(&srv, reqwest::Method::GET, "/resource_providers", None).await;
+        assert_eq!((s, v["resource_providers"].clone()), (200, json!([])));
+
+        let own = Settings {
+            node_provider: NodeProvider::Own,
+            ..nova
+        };
+        let mut agent = Agent::new(own.clone()).unwrap();
+        let node = agent.check_node().await.unwrap();
+        let uuid = accel_store::accelerator::report::provider_uuid(NODE);
+        assert_eq!(node.compute_node_uuid, uuid);
+        assert_eq!(agent.step().await.unwrap().added, 2);
+        // Asked again (an agent restart): the same provider, now with its devices.
+        let again = Agent::new(own.clone()).unwrap().check_node().await.unwrap();
+        assert_eq!(
+            (again.compute_node_uuid.as_str(), again.devices),
+            (uuid.as_str(), 2)
+        );
+        let rp = get(&srv, &format!("/resource_providers/{uuid}")).await;
+        assert_eq!(rp["name"], NODE);
+        assert_eq!(rp["root_provider_uuid"], uuid.as_str());
+        let traits = get(&srv, &format!("/resource_providers/{uuid}/traits")).await;
+        assert_eq!(traits["traits"], json!(["CUSTOM_OWNER_ACCEL"]));
+        for g in GPUS {
+            let d = get(&srv, &format!("/resource_providers/{}", provider(g))).await;
+            assert_eq!(d["parent_provider_uuid"], uuid.as_str(), "{d}");
+        }
+        let mut all = vec![provider(GPUS[0]), provider(GPUS[1])];
+        all.sort();
+        assert_eq!(candidates(&srv).await, all);
+
+        // The device plugins serve the devices; a pod's slot is a Placement allocation.
+        let kdir = dir.path().join("kubelet");
+        std::fs::create_dir(&kdir).unwrap();
+        let kubelet = FakeKubelet::start(&kdir);
+        let plugins = Plugins::start(&own, &kubelet);
+        let pool = kubelet.plugin(POOL).await;
+        wait_list(&pool, "pool", |d| ids(d) == healthy(&["0", "1"])).await;
+        let resp = pool.allocate(&["0"]).await.unwrap();
+        let address = resp.container_responses[0].envs["ACCEL_VISIBLE_DEVICES"].clone();
+        kubelet.set_pods(vec![(POOL.into(), vec!["0".into()])]);
+        let consumer = pod_consumer(NODE, "default/pod");
+        until("the pod's allocation", || async {
+            let v = get(&srv, &format!("/allocations/{consumer}")).await;
+            let held = v["allocations"]
+                .as_object()
+                .is_some_and(|m| m.contains_key(&provider(&address)));
+            (!held).then(|| v.to_string())
+        })
+        .await;
+        let i = GPUS.iter().position(|g| *g == address).unwrap();
+        assert_eq!(candidates(&srv).await, vec![provider(GPUS[1 - i])]);
+        plugins.stop().await;
+
+        // A provider of the node's name that accel does not own is never adopted.
+        let (s, _) = placement(
+            &srv,
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"name": "nova-node"})),
+        )
+        .await;
+        assert_eq!(s, 200);
+        let other = Settings {
+            node: "nova-node".into(),
+            ..own
+        };
+        let e = Agent::new(other).unwrap().check_node().await.unwrap_err();
+        assert!(e.to_string().contains("accel does not own it"), "{e}");
         srv.stop().await;
     }
 }

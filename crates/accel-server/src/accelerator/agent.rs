@@ -1,7 +1,10 @@
 //! How hardware records get in: an agent's report over HTTP
 //! (`PUT /v2/agent/hosts/{hostname}/devices`, admin or service), the agent's start-up
 //! check (`GET /v2/agent/hosts/{hostname}`: 404 with what to fix when no compute node
-//! provider has that name, locally or in the external Placement), and the built-in
+//! provider has that name, locally or in the external Placement), the start-up call
+//! of an agent that owns its node provider (`PUT /v2/agent/hosts/{hostname}` with
+//! `{"node_provider": "own"}`: created when absent, see
+//! [`accel_store::accelerator::report::ensure_owned`]), and the built-in
 //! fake source ([`report_fake_devices`]) that reports what Cyborg's fake driver would.
 //! The agent also takes its programming requests here
 //! (`GET /v2/agent/hosts/{hostname}/programs`) and answers them
@@ -274,10 +277,65 @@ pub(crate) async fn show_host(
                 None => "in Placement".to_owned(),
             };
             Err(AccelError::not_found(format!(
-                "No compute node resource provider named {host} {wh}. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it"
+                "No compute node resource provider named {host} {wh}. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it; on a node without Nova set node_provider = \"own\" in the agent's configuration"
             )))
         }
     }
+}
+
+/// `PUT /v2/agent/hosts/{host}` with `{"node_provider": "own"}`: the node provider
+/// accel owns for `host`, created when absent (201) or as it is (200); 409 when a
+/// provider of that name is not accel's. Refused with an external Placement, where
+/// the node's provider has to be the one Nova registered there.
+pub(crate) async fn own_host(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    let body = ctx.json_body()?;
+    if body.get("node_provider").and_then(Value::as_str) != Some("own") {
+        return Err(AccelError::bad_request(
+            "The body must be {\"node_provider\": \"own\"}",
+        ));
+    }
+    if st.external.is_some() {
+        return Err(AccelError::bad_request(
+            "node_provider = \"own\" cannot be used with an external Placement: the node provider must be the one Nova registered there",
+        ));
+    }
+    let h = host.to_owned();
+    let (rp, created, devices) = st
+        .app
+        .store
+        .write_rerunning(|| {
+            let h = h.clone();
+            move |tx| {
+                Box::pin(async move {
+                    let (rp, created) = report::ensure_owned(tx, &h).await?;
+                    let devices = report::host(tx, &h).await?.map_or(0, |(_, n)| n);
+                    Ok((rp, created, devices))
+                })
+            }
+        })
+        .await?;
+    if created {
+        tracing::info!(host = %host, uuid = %rp.uuid, "node provider created for an agent that owns it");
+    }
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_reply(
+        status,
+        &HostInfo {
+            hostname: host.to_owned(),
+            compute_node_uuid: rp.uuid,
+            devices: devices as i64,
+        },
+    ))
 }
 
 fn render_program(pr: &binds::ProgramRequest) -> ProgramRequest {

@@ -40,6 +40,7 @@
 pub mod agent;
 mod arqs;
 pub mod binder;
+mod claims;
 mod cleaning;
 pub mod error;
 mod hardware;
@@ -401,7 +402,8 @@ async fn route(
         },
         ["agent", "hosts", host] => match m {
             M::GET => return agent::show_host(st, ctx, host).await,
-            _ => &[M::GET],
+            M::PUT => return agent::own_host(st, ctx, host).await,
+            _ => &[M::GET, M::PUT],
         },
         ["agent", "hosts", host, "devices"] => match m {
             M::PUT => return agent::report(st, ctx, host).await,
@@ -435,6 +437,11 @@ async fn route(
             M::GET => return kubernetes::show(st, ctx, host).await,
             M::PUT => return kubernetes::save(st, ctx, host).await,
             _ => &[M::GET, M::PUT],
+        },
+        ["agent", "hosts", host, "kubernetes", "claims", uid] => match m {
+            M::PUT => return claims::prepare(st, ctx, host, uid).await,
+            M::DELETE => return claims::unprepare(st, ctx, host, uid).await,
+            _ => &[M::PUT, M::DELETE],
         },
         _ => return Err(AccelError::not_found("The resource could not be found.")),
     };

@@ -94,13 +94,16 @@ pub fn slot_consumer(host: &str, slot: &str) -> String {
 }
 
 /// One device of the host: its deployables and their providers.
-struct HostDevice {
-    deployables: Vec<i64>,
-    providers: Vec<providers::Provider>,
+pub(super) struct HostDevice {
+    pub(super) deployables: Vec<i64>,
+    pub(super) providers: Vec<providers::Provider>,
 }
 
 /// The host's devices by address (the top-level deployable's name after `<host>_`).
-async fn host_devices(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, HostDevice>, StoreError> {
+pub(super) async fn host_devices(
+    tx: &mut Tx,
+    host: &str,
+) -> Result<BTreeMap<String, HostDevice>, StoreError> {
     let prefix = format!("{host}_");
     let mut out = BTreeMap::new();
     for dev in hardware::list_devices(tx, &[(DeviceColumn::Hostname, host.to_owned())]).await? {
@@ -133,7 +136,7 @@ async fn host_devices(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, HostDe
     Ok(out)
 }
 
-async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
+pub(super) async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
     let rows: Vec<String> =
         sqlx::query_scalar("SELECT consumer_uuid FROM kubernetes_consumers WHERE hostname = $1")
             .bind(host)
@@ -143,7 +146,7 @@ async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, Stor
 }
 
 /// Whether a VM holds the device: an ARQ on it, or another consumer's allocation.
-async fn held_by_vm(
+pub(super) async fn held_by_vm(
     tx: &mut Tx,
     d: &HostDevice,
     ours: &BTreeSet<String>,
@@ -172,12 +175,13 @@ async fn held_by_vm(
             return Ok(true);
         }
     }
+    // A DRA claim's allocation (a node's driver in `mode = "dra"`, which runs no
+    // device plugin) is a pod's, not a VM's: its device stays in the node's slice.
     for rp in &d.providers {
-        if allocations::for_provider(tx, rp.id)
-            .await?
-            .iter()
-            .any(|a| !ours.contains(&a.consumer_uuid))
-        {
+        if allocations::for_provider(tx, rp.id).await?.iter().any(|a| {
+            !ours.contains(&a.consumer_uuid)
+                && a.consumer_type.as_deref() != Some(super::claims::CONSUMER_TYPE)
+        }) {
             return Ok(true);
         }
     }

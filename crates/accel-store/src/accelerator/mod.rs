@@ -56,6 +56,7 @@ pub(crate) use column_enum;
 
 pub mod arqs;
 pub mod binds;
+pub mod claims;
 pub mod cleaning;
 pub mod events;
 pub mod hardware;

@@ -28,9 +28,11 @@ use accel_core::accelerator::{DeviceHealth, ReportedDeployable, ReportedDevice};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
 
+mod node;
 mod placement;
 mod records;
 
+pub use node::{ensure_owned, OWNER_TRAIT};
 pub use placement::apply_status;
 use placement::{sync_devices, Names};
 use records::{
@@ -218,7 +220,7 @@ pub async fn replace_host(
         }
         None => {
             return Err(StoreError::Invalid(format!(
-                "No compute node resource provider named {hostname}; the agent's host name must be Nova's hypervisor host name."
+                "No compute node resource provider named {hostname}; the agent's host name must be Nova's hypervisor host name, or, on a node without Nova, the agent's node_provider must be \"own\"."
             )))
         }
     };

@@ -1,0 +1,325 @@
+//! The DRA kubelet plugin (issue 30, `[kubernetes] mode = "dra"`): kubelet's Dynamic
+//! Resource Allocation driver for the node's accelerators, beside (never together
+//! with) the device plugins. The scheduler allocates a ResourceClaim's devices from
+//! the node's ResourceSlices; kubelet then asks this driver to prepare the claim:
+//!
+//! ```text
+//! kubelet ──NodePrepareResources(claims: ns, uid, name)──▶ dra.sock (v1 | v1beta1)
+//!   per claim, concurrently (Driver::prepare):
+//!     ClaimApi.claim(ns, name) ─▶ the ResourceClaim (GET resource.k8s.io/v1)
+//!       uid differs, not allocated, or a result of this driver on another pool ─▶ error
+//!     results of this driver ─▶ device names (DNS labels of the providers' names)
+//!       ─▶ this node's devices (DeviceSource) ─▶ unknown name ─▶ error
+//!     ClaimRecord.prepare(uid, PCI addresses) ─▶ the server allocates them whole in
+//!       Placement, consumer = the claim uid (type KUBERNETES_CLAIM); a VM-held device
+//!       is refused there, with the reason, for this claim only
+//!     CDI spec file per claim and configuration (`accel-<domain>-<conf>-<uid>.json`,
+//!       kind `<domain>/<conf>`, devices `<uid>-<device>`) ─▶ answered as cdi_device_ids
+//! kubelet ──NodeUnprepareResources──▶ ClaimRecord.unprepare(uid); CDI files removed
+//! ```
+//!
+//! Both calls are idempotent (a replay finds the allocation in place and rewrites the
+//! same files), so an agent restart (kubelet replays prepared claims) and a reboot (the
+//! CDI directory is a tmpfs) need no state here: the record is the server's. Every
+//! claim uid kubelet sends is answered, with an error string when it failed.
+//!
+//! Registration and serving are in [`serve`]; the node's ResourceSlices in [`slices`]
+//! (device names: [`device_name`]).
+
+pub mod serve;
+pub mod slices;
+
+use crate::config::KubernetesConfig;
+use crate::device::{Device, DeviceSource};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed future, as the seams below answer.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Kubelet's plugin registry (where `<driver>-reg.sock` goes).
+pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
+/// Kubelet's plugin directory (where `<driver>/dra.sock` goes).
+pub const DEFAULT_PLUGINS_DIR: &str = "/var/lib/kubelet/plugins";
+/// The DRA service's socket, in `<plugins dir>/<driver>/`.
+pub const DRA_SOCKET: &str = "dra.sock";
+
+/// A claim as kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub uid: String,
+    pub name: String,
+}
+
+/// One prepared device, as kubelet's `Device` message carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedDevice {
+    pub request_names: Vec<String>,
+    pub pool_name: String,
+    pub device_name: String,
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// Where ResourceClaims are read: the Kubernetes API server (the agent's client), or
+/// a map in tests.
+pub trait ClaimApi: Send + Sync {
+    /// `GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}`.
+    fn claim(&self, namespace: &str, name: &str) -> BoxFuture<'_, Result<Value, String>>;
+}
+
+/// Where a prepared claim's devices are held: the server (Placement), which refuses a
+/// device a VM or another pod holds.
+pub trait ClaimRecord: Send + Sync {
+    /// Holds the devices at `addresses` for the claim `uid` (idempotent).
+    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), String>>;
+    /// Frees the claim's devices; an unknown claim is not an error.
+    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// A device's name in the ResourceSlice: its provider's name (`<node>_<address>`) as a
+/// DNS label: lower case, anything but `[a-z0-9]` as `-`, no `-` at either end, and
+/// when longer than 63, cut to 54 and ended by `-` and 8 hex digits of its hash.
+pub fn device_name(node: &str, address: &str) -> String {
+    let provider = format!("{node}_{address}");
+    let label: String = provider
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let label = label.trim_matches('-').to_owned();
+    if label.len() <= 63 {
+        return label;
+    }
+    let hash = crate::device::instance_hash(node, address);
+    format!("{}-{hash}", label[..54].trim_end_matches('-'))
+}
+
+/// The CDI spec file of a claim's devices of one configuration.
+pub fn cdi_path(dir: &Path, domain: &str, configuration: &str, uid: &str) -> PathBuf {
+    dir.join(format!("accel-{domain}-{configuration}-{uid}.json"))
+}
+
+/// Prepares and unprepares claims for one node; the gRPC services delegate here.
+pub struct Driver {
+    node: String,
+    config: KubernetesConfig,
+    devices: Arc<dyn DeviceSource>,
+    api: Arc<dyn ClaimApi>,
+    record: Arc<dyn ClaimRecord>,
+    metrics: Option<Arc<crate::KubeletMetrics>>,
+}
+
+impl Driver {
+    pub fn new(
+        node: impl Into<String>,
+        config: KubernetesConfig,
+        devices: Arc<dyn DeviceSource>,
+        api: Arc<dyn ClaimApi>,
+        record: Arc<dyn ClaimRecord>,
+    ) -> Driver {
+        Driver {
+            node: node.into(),
+            config,
+            devices,
+            api,
+            record,
+            metrics: None,
+        }
+    }
+
+    /// Records kubelet's registration verdict (the agent's `/readyz`: registered once
+    /// kubelet said so through NotifyRegistrationStatus).
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::KubeletMetrics>>) -> Driver {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The driver name: the resource domain (`accel.dev`).
+    pub fn name(&self) -> &str {
+        &self.config.resource_domain
+    }
+
+    /// The configuration a device belongs to (the first whose selector matches).
+    fn configuration(&self, d: &Device) -> Option<&str> {
+        self.config
+            .configurations
+            .iter()
+            .find(|c| c.selector.matches(d))
+            .map(|c| c.name.as_str())
+    }
+
+    /// Prepares one claim; see the module doc.
+    pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        let v = self.api.claim(&claim.namespace, &claim.name).await?;
+        let uid = v["metadata"]["uid"].as_str().unwrap_or_default();
+        if uid != claim.uid {
+            return Err(format!(
+                "ResourceClaim {}/{} has uid {uid:?}, not {} (deleted and re-created?)",
+                claim.namespace, claim.name, claim.uid
+            ));
+        }
+        let results = v["status"]["allocation"]["devices"]["results"]
+            .as_array()
+            .ok_or_else(|| {
+                format!(
+                    "ResourceClaim {}/{} is not allocated",
+                    claim.namespace, claim.name
+                )
+            })?;
+        let domain = self.name();
+        let mut ours = Vec::new();
+        for r in results {
+            if r["driver"].as_str() != Some(domain) {
+                continue;
+            }
+            let pool = r["pool"].as_str().unwrap_or_default();
+            if pool != self.node {
+                return Err(format!(
+                    "ResourceClaim {}/{} has device {} of pool {pool:?}, not of this node {:?}",
+                    claim.namespace,
+                    claim.name,
+                    r["device"].as_str().unwrap_or_default(),
+                    self.node
+                ));
+            }
+            ours.push((
+                r["request"].as_str().unwrap_or_default().to_owned(),
+                r["device"].as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+        if ours.is_empty() {
+            return Err(format!(
+                "ResourceClaim {}/{} has no device of driver {domain}",
+                claim.namespace, claim.name
+            ));
+        }
+        // Discovery reads sysfs (and NVML): off the async threads.
+        let source = self.devices.clone();
+        let found = tokio::task::spawn_blocking(move || source.devices())
+            .await
+            .map_err(|e| format!("discovering the node's devices failed: {e}"))?;
+        let by_name: BTreeMap<String, Device> = found
+            .into_iter()
+            .map(|d| (device_name(&self.node, &d.id), d))
+            .collect();
+        // One entry per device, its requests gathered (a device serves one request,
+        // but kubelet's message allows several).
+        let mut picked: BTreeMap<String, (Vec<String>, &Device, &str)> = BTreeMap::new();
+        for (request, name) in &ours {
+            let d = by_name
+                .get(name)
+                .ok_or_else(|| format!("device {name} is not on this node (gone?)"))?;
+            let conf = self
+                .configuration(d)
+                .ok_or_else(|| format!("device {name} matches no [[kubernetes.configurations]]"))?;
+            picked
+                .entry(name.clone())
+                .or_insert_with(|| (Vec::new(), d, conf))
+                .0
+                .push(request.clone());
+        }
+        let addresses: Vec<String> = picked.values().map(|(_, d, _)| d.id.clone()).collect();
+        self.record.prepare(&claim.uid, addresses).await?;
+        let mut by_conf: BTreeMap<&str, Vec<(String, &Device)>> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (name, (requests, d, conf)) in &picked {
+            let cdi_name = format!("{}-{name}", claim.uid);
+            out.push(PreparedDevice {
+                request_names: requests.clone(),
+                pool_name: self.node.clone(),
+                device_name: name.clone(),
+                cdi_device_ids: vec![crate::cdi::device_name(domain, conf, &cdi_name)],
+            });
+            by_conf.entry(conf).or_default().push((cdi_name, d));
+        }
+        for (conf, devices) in by_conf {
+            self.write_cdi(conf, &claim.uid, &devices)
+                .map_err(|e| format!("writing the CDI spec of claim {}: {e}", claim.uid))?;
+        }
+        Ok(out)
+    }
+
+    /// Unprepares one claim: its devices freed on the server, its CDI files removed.
+    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        self.record.unprepare(&claim.uid).await?;
+        for c in &self.config.configurations {
+            let path = cdi_path(&self.config.cdi_dir, self.name(), &c.name, &claim.uid);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("removing {}: {e}", path.display())),
+            }
+        }
+        Ok(())
+    }
+
+    /// One spec per claim and configuration, replaced by rename.
+    fn write_cdi(
+        &self,
+        conf: &str,
+        uid: &str,
+        devices: &[(String, &Device)],
+    ) -> std::io::Result<()> {
+        let dir = &self.config.cdi_dir;
+        std::fs::create_dir_all(dir)?;
+        let specs: Vec<Value> = devices
+            .iter()
+            .map(|(name, d)| {
+                let nodes: Vec<Value> = d
+                    .device_nodes
+                    .iter()
+                    .map(|n| json!({"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}))
+                    .collect();
+                let mut edits = serde_json::Map::new();
+                edits.insert(
+                    "env".into(),
+                    json!([format!("{}={}", crate::cdi::device_env(name), d.pci_addresses.join(","))]),
+                );
+                if !nodes.is_empty() {
+                    edits.insert("deviceNodes".into(), Value::Array(nodes));
+                }
+                json!({"name": name, "containerEdits": Value::Object(edits)})
+            })
+            .collect();
+        let spec = json!({
+            "cdiVersion": crate::cdi::CDI_VERSION,
+            "kind": crate::cdi::kind(self.name(), conf),
+            "devices": specs,
+        });
+        let path = cdi_path(dir, self.name(), conf, uid);
+        let text = serde_json::to_string_pretty(&spec).map_err(std::io::Error::other)?;
+        let tmp = dir.join(format!(".accel-{uid}-{conf}.tmp"));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_dns_labels() {
+        assert_eq!(
+            device_name("k8s-node", "0000:17:00.0"),
+            "k8s-node-0000-17-00-0"
+        );
+        assert_eq!(
+            device_name("Node.Example", "0000:3b:00.1"),
+            "node-example-0000-3b-00-1"
+        );
+        let long = "n".repeat(70);
+        let a = device_name(&long, "0000:17:00.0");
+        let b = device_name(&long, "0000:31:00.0");
+        assert_eq!(a.len(), 63);
+        assert_ne!(a, b);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'));
+    }
+}

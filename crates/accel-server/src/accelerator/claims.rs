@@ -1,0 +1,99 @@
+//! Kubernetes DRA claims (issue 30): the node agent, as the kubelet's DRA driver,
+//! claims a ResourceClaim's devices in Placement here before it hands them to the
+//! container, and frees them when the kubelet unprepares the claim.
+//!
+//! ```json
+//! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  {"devices": ["0000:3b:00.0"]}
+//! 200 {"claim": "<uid>", "devices": ["0000:3b:00.0"], "changed": true}
+//! 409 "Claim <uid>: device 0000:3b:00.0 is held by a virtual machine"
+//! DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}   204 (also when unknown)
+//! ```
+//!
+//! The claim's uid is the Placement consumer (type `KUBERNETES_CLAIM`); the store does
+//! the work in one transaction (`accel_store::accelerator::claims`) through the same
+//! allocation write as every other claimer.
+
+use super::error::{AccelError, AccelResult};
+use super::{empty_reply, json_reply, AccelState, Ctx};
+use accel_api::agent::{ClaimDevices, ClaimPrepared};
+use accel_core::policy::cyborg as rules;
+use accel_store::accelerator::claims;
+use axum::body::Body;
+use axum::http::{Response, StatusCode};
+
+/// Provider-generation races are retried this many times, as a Placement claim is.
+const ATTEMPTS: u32 = 6;
+
+fn check_uid(uid: &str) -> AccelResult<()> {
+    if accel_core::ids::is_uuid_like(uid) {
+        Ok(())
+    } else {
+        Err(AccelError::bad_request(format!(
+            "Invalid claim uid {uid}: a ResourceClaim's metadata.uid is a UUID"
+        )))
+    }
+}
+
+pub(crate) async fn prepare(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+    uid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    check_uid(uid)?;
+    let body: ClaimDevices = serde_json::from_value(ctx.json_body()?).map_err(|e| {
+        AccelError::bad_request(format!(
+            "Invalid claim: {e}; expected {{\"devices\": [\"<PCI address>\", ...]}}"
+        ))
+    })?;
+    if body.devices.is_empty() {
+        return Err(AccelError::bad_request("Invalid claim: no device"));
+    }
+    let (h, u, devices) = (host.to_owned(), uid.to_owned(), body.devices.clone());
+    let changed = st
+        .app
+        .store
+        .write_retrying(ATTEMPTS, || {
+            let (h, u, d) = (h.clone(), u.clone(), devices.clone());
+            move |tx| Box::pin(async move { claims::prepare(tx, &h, &u, &d).await })
+        })
+        .await?
+        .map_err(|r| AccelError::conflict(format!("Claim {uid}: {r}")))?;
+    if changed {
+        tracing::info!(host = %host, claim = %uid, devices = ?body.devices, "claim prepared");
+    }
+    Ok(json_reply(
+        StatusCode::OK,
+        &ClaimPrepared {
+            claim: uid.to_owned(),
+            devices: body.devices,
+            changed,
+        },
+    ))
+}
+
+pub(crate) async fn unprepare(
+    st: &AccelState,
+    ctx: &Ctx,
+    host: &str,
+    uid: &str,
+) -> AccelResult<Response<Body>> {
+    ctx.authorize(st, rules::AGENT_REPORT)?;
+    ctx.only_params(&[])?;
+    check_uid(uid)?;
+    let u = uid.to_owned();
+    let freed = st
+        .app
+        .store
+        .write_rerunning(|| {
+            let u = u.clone();
+            move |tx| Box::pin(async move { claims::unprepare(tx, &u).await })
+        })
+        .await?;
+    if freed {
+        tracing::info!(host = %host, claim = %uid, "claim unprepared");
+    }
+    Ok(empty_reply(StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Issue 30's checks that need Python: the DRA driver's registration socket asked by a
+# gRPC C-core client with each :authority (accel-k8s tests/dra.rs runs
+# scripts/dra-authority.py when ACCEL_DRA_PYTHON is set), and every manifest of
+# deploy/kubernetes validated, strictly, against the Kubernetes 1.34 and 1.37 schemas.
+# The Python packages are pinned in scripts/dra-check.txt and installed into
+# target/dra-venv (made once, reused).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/dra-venv
+if [[ ! -x "$venv/bin/kubernetes-validate" ]]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r scripts/dra-check.txt
+fi
+ACCEL_DRA_PYTHON="$PWD/$venv/bin/python" cargo test -q -p accel-k8s --test dra -- --nocapture 2>&1 \
+  | grep -E '"case"|^test result|panicked|error' || { echo "dra-check: the DRA socket test failed" >&2; exit 1; }
+for k in 1.34.0 1.37.0; do
+  "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet deploy/kubernetes/*.yaml
+  echo "kubernetes-validate $k --strict: deploy/kubernetes/*.yaml pass"
+done
