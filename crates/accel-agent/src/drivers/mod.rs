@@ -35,21 +35,74 @@ use crate::sysfs::Sysfs;
 use accel_core::accelerator::DeviceType;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
-/// What a driver sees of the host.
+/// What a driver sees of the host, and what its drivers said of the functions they
+/// did not take ([`Judgement`]), for `accel agent check`.
 pub struct Host<'a> {
     pub sysfs: &'a Sysfs,
     pub bus: &'a PciBus,
     pub config: &'a DriverSettings,
+    notes: Mutex<Vec<(&'static str, PciAddress, Judgement)>>,
 }
 
-impl Host<'_> {
+/// What one driver made of one candidate function it did not take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// Neither a class nor a vendor this driver handles.
+    Unrelated,
+    /// A class this driver handles, from a vendor it does not (an AMD GPU to `nvidia`).
+    OtherVendor,
+    /// This driver's kind of device, not offered, and why.
+    Declined(String),
+}
+
+impl<'a> Host<'a> {
+    pub fn new(sysfs: &'a Sysfs, bus: &'a PciBus, config: &'a DriverSettings) -> Host<'a> {
+        Host {
+            sysfs,
+            bus,
+            config,
+            notes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records what `driver` made of `f` (drivers that judge whole cards call it; the
+    /// default [`Driver::discover`] records every [`Driver::judge`]).
+    pub fn note(&self, driver: &'static str, f: PciAddress, judgement: Judgement) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.push((driver, f, judgement));
+        }
+    }
+
+    fn take_notes(&self) -> Vec<(&'static str, PciAddress, Judgement)> {
+        self.notes
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+
+    /// Why `f` is never an accelerator whatever the drivers say, or `None` for a
+    /// candidate (the one rule [`Host::candidates`] applies).
+    pub fn not_a_candidate(f: &PciFunction) -> Option<&'static str> {
+        if f.is_vf() {
+            Some("a VF: judged with its PF")
+        } else if f.base_class() == CLASS_BRIDGE {
+            Some("a bridge: never an accelerator")
+        } else if f.vendor == VENDOR_VIRTIO {
+            Some("a virtio (paravirtual) device: never an accelerator")
+        } else {
+            None
+        }
+    }
+
     /// Functions that could be an accelerator at all: physical functions that are not
     /// bridges or virtio devices.
     pub fn candidates(&self) -> impl Iterator<Item = &PciFunction> {
         self.bus
-            .physical()
-            .filter(|f| f.base_class() != CLASS_BRIDGE && f.vendor != VENDOR_VIRTIO)
+            .functions
+            .values()
+            .filter(|f| Host::not_a_candidate(f).is_none())
     }
 
     /// The VFs of `pf` that are on the bus.
@@ -86,17 +139,23 @@ pub trait Driver: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Every device of this kind on the host: by default each candidate PF that
-    /// [`Driver::found`] recognises.
+    /// [`Driver::judge`] finds one in; what it said of the others is noted in `host`.
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {
         host.candidates()
-            .filter_map(|f| self.found(host, f))
+            .filter_map(|f| match self.judge(host, f) {
+                Ok(d) => Some(d),
+                Err(j) => {
+                    host.note(self.name(), f.address, j);
+                    None
+                }
+            })
             .collect()
     }
 
-    /// The device the candidate PF `f` is, when it is of this kind (for drivers that
-    /// judge PFs one at a time).
-    fn found(&self, _host: &Host, _f: &PciFunction) -> Option<FoundDevice> {
-        None
+    /// The device the candidate PF `f` is, or why it is not one of this driver's
+    /// (for drivers that judge PFs one at a time).
+    fn judge(&self, _host: &Host, _f: &PciFunction) -> Result<FoundDevice, Judgement> {
+        Err(Judgement::Unrelated)
     }
 
     /// [`Driver::discover`], or why the driver cannot tell this time. A driver whose
@@ -244,6 +303,19 @@ pub fn host_owned(f: &PciFunction) -> bool {
     matches!(f.driver.as_deref(), Some(d) if d != "vfio-pci" && d != "pci-stub")
 }
 
+/// Why a general-purpose PF with no VFs that the host uses is not offered.
+pub fn host_uses(f: &PciFunction) -> String {
+    let driver = f.driver.as_deref().unwrap_or("?");
+    match (f.sriov_totalvfs, f.sriov_numvfs) {
+        (None | Some(0), _) => format!(
+            "used by the host (kernel driver {driver}) and not VF-capable (no SR-IOV): bind it to vfio-pci to offer the whole device"
+        ),
+        (Some(total), _) => format!(
+            "used by the host (kernel driver {driver}) with no VFs enabled (sriov_numvfs 0 of {total}): enable VFs or bind it to vfio-pci"
+        ),
+    }
+}
+
 /// What a general-purpose PF (NVMe, NIC, QAT) offers.
 pub struct Offer {
     pub count: i64,
@@ -370,6 +442,55 @@ pub struct Discovery {
     pub failed: Vec<DriverFailure>,
     /// Failed drivers with no earlier picture: a report now would be wrong.
     pub unknown: Vec<&'static str>,
+    /// Every function on the bus, in address order, with what this pass decided for
+    /// it and why (`accel agent check`).
+    pub verdicts: Vec<Verdict>,
+}
+
+/// What one discovery pass decided for one PCI function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub address: PciAddress,
+    pub decision: Decision,
+    /// The accel driver the decision is about, when one is.
+    pub driver: Option<&'static str>,
+    /// The device (its control address) the function is part of, when it is one's.
+    pub device: Option<PciAddress>,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// The kinds of [`Verdict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Part of a device the agent reports.
+    Taken,
+    /// Part of a device one of Nova's `[pci]` rules matches: left to Nova.
+    LeftToNova,
+    /// A driver's kind of device that it does not offer (the reason says why).
+    Declined,
+    /// A bridge or virtio device: never an accelerator.
+    Ignored,
+    /// A class some driver handles, from a vendor none does.
+    NoDriver,
+    /// A class and id no enabled driver handles.
+    NotAccelerator,
+    /// Not judged: a driver failed during discovery.
+    DriverFailed,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Taken => "taken",
+            Decision::LeftToNova => "left_to_nova",
+            Decision::Declined => "declined",
+            Decision::Ignored => "ignored",
+            Decision::NoDriver => "no_driver",
+            Decision::NotAccelerator => "not_an_accelerator",
+            Decision::DriverFailed => "driver_failed",
+        }
+    }
 }
 
 /// Why the PCI bus cannot be listed, when it exists but is unreadable (a missing
@@ -383,6 +504,17 @@ fn bus_unreadable(sysfs: &Sysfs) -> Option<String> {
     }
 }
 
+/// What became of the devices drivers found, by function: the input of [`verdicts`].
+#[derive(Default)]
+struct Fates {
+    /// Function -> (driver, device) of reported devices.
+    taken: HashMap<PciAddress, (&'static str, PciAddress)>,
+    /// Function -> (driver, device, the rule matching this function, if it is the one).
+    nova: HashMap<PciAddress, (&'static str, PciAddress, Option<String>)>,
+    /// Function -> (driver whose device was skipped, driver that took it first).
+    twice: HashMap<PciAddress, (&'static str, &'static str)>,
+}
+
 /// Scans the bus once and runs `drivers` over it.
 pub fn discover(
     sysfs: &Sysfs,
@@ -391,13 +523,9 @@ pub fn discover(
     nova: Option<&NovaPci>,
 ) -> Discovery {
     let bus = PciBus::scan(sysfs);
-    let host = Host {
-        sysfs,
-        bus: &bus,
-        config,
-    };
+    let host = Host::new(sysfs, &bus, config);
     let mut out = Discovery::default();
-    let mut claimed: HashMap<PciAddress, &'static str> = HashMap::new();
+    let mut fates = Fates::default();
     let bus_failure = bus_unreadable(sysfs);
     for driver in drivers {
         let found = match &bus_failure {
@@ -426,8 +554,11 @@ pub fn discover(
             }
         };
         for mut dev in found {
-            if let Some(other) = dev.functions.iter().find_map(|f| claimed.get(f)) {
+            if let Some((other, _)) = dev.functions.iter().find_map(|f| fates.taken.get(f)) {
                 tracing::warn!(device = %dev.address, driver = driver.name(), other, "device already claimed by another driver, skipped");
+                for f in &dev.functions {
+                    fates.twice.insert(*f, (driver.name(), other));
+                }
                 continue;
             }
             if let Some(nova) = nova {
@@ -436,18 +567,178 @@ pub fn discover(
                     for c in &conflicts {
                         tracing::warn!(device = %c.device, function = %c.function, rule = %c.rule, "Nova's [pci] rules claim this device; accel leaves it to Nova");
                     }
+                    for f in &dev.functions {
+                        let rule = conflicts.iter().find(|c| c.function == *f);
+                        let rule = rule.map(|c| c.rule.clone());
+                        fates.nova.insert(*f, (driver.name(), dev.address, rule));
+                    }
                     out.conflicts.extend(conflicts);
                     continue;
                 }
             }
             for f in &dev.functions {
-                claimed.insert(*f, driver.name());
+                fates.taken.insert(*f, (driver.name(), dev.address));
             }
             dev.health = driver.health(&host, &dev);
             out.devices.push(dev);
         }
     }
     out.devices.sort_by_key(|d| d.address);
+    let enabled: Vec<&str> = drivers.iter().map(|d| d.name()).collect();
+    out.verdicts = verdicts(&host, &out, &fates, &enabled);
     out.warnings = sysfs.take_warnings();
     out
+}
+
+/// Every function's [`Verdict`], from what the drivers found and said.
+fn verdicts(host: &Host, out: &Discovery, fates: &Fates, enabled: &[&str]) -> Vec<Verdict> {
+    let mut notes: HashMap<PciAddress, Vec<(&'static str, Judgement)>> = HashMap::new();
+    for (driver, f, j) in host.take_notes() {
+        notes.entry(f).or_default().push((driver, j));
+    }
+    let judge = |f: &PciFunction| -> Verdict {
+        let a = f.address;
+        let v = |decision, driver, device, reason: String| Verdict {
+            address: a,
+            decision,
+            driver,
+            device,
+            reason,
+        };
+        if let Some(&(driver, device)) = fates.taken.get(&a) {
+            let dev = out.devices.iter().find(|d| d.address == device);
+            let handle = dev.is_some_and(|d| {
+                d.handles
+                    .iter()
+                    .chain(d.regions.iter().flat_map(|r| &r.handles))
+                    .any(|h| h.address == a)
+            });
+            let what = dev.map_or("device", |d| d.device_type.as_str());
+            let role = match (a == device, handle) {
+                (true, true) => "the device itself, offered".to_owned(),
+                (true, false) => {
+                    "its control function (its VFs or regions are offered, not itself)".to_owned()
+                }
+                (false, true) => format!("offered as an accelerator of {device}"),
+                (false, false) => format!("a function of {device}, not offered on its own"),
+            };
+            return v(
+                Decision::Taken,
+                Some(driver),
+                Some(device),
+                format!("taken by driver {driver} ({what} {device}): {role}"),
+            );
+        }
+        if let Some((driver, device, rule)) = fates.nova.get(&a) {
+            let why = match rule {
+                Some(r) => format!("Nova's [pci] device_spec {r} matches it"),
+                None => "Nova's [pci] device_spec matches another function of it".to_owned(),
+            };
+            return v(
+                Decision::LeftToNova,
+                Some(*driver),
+                Some(*device),
+                format!("left to Nova: driver {driver} found device {device}, but {why}"),
+            );
+        }
+        if let Some(&(driver, first)) = fates.twice.get(&a) {
+            return v(
+                Decision::Declined,
+                Some(driver),
+                None,
+                format!("driver {driver} found it too, but driver {first} took it first"),
+            );
+        }
+        let said = notes.get(&a).map(Vec::as_slice).unwrap_or_default();
+        let declined: Vec<(&'static str, &String)> = said
+            .iter()
+            .filter_map(|(d, j)| match j {
+                Judgement::Declined(r) => Some((*d, r)),
+                _ => None,
+            })
+            .collect();
+        if let Some((driver, _)) = declined.first() {
+            let reason = declined
+                .iter()
+                .map(|(d, r)| format!("driver {d}: {r}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return v(Decision::Declined, Some(driver), None, reason);
+        }
+        if let Some(why) = Host::not_a_candidate(f) {
+            return v(Decision::Ignored, None, None, why.to_owned());
+        }
+        if !out.failed.is_empty() {
+            let failed: Vec<String> = out
+                .failed
+                .iter()
+                .map(|f| format!("{} ({})", f.driver, f.reason))
+                .collect();
+            return v(
+                Decision::DriverFailed,
+                None,
+                None,
+                format!(
+                    "not judged: driver(s) {} failed during discovery",
+                    failed.join(", ")
+                ),
+            );
+        }
+        let others: Vec<&str> = said
+            .iter()
+            .filter(|(_, j)| *j == Judgement::OtherVendor)
+            .map(|(d, _)| *d)
+            .collect();
+        if !others.is_empty() {
+            return v(
+                Decision::NoDriver,
+                None,
+                None,
+                format!(
+                    "no driver for {:04x}:{:04x}: driver(s) {} handle its class, for other vendors or devices",
+                    f.vendor,
+                    f.device,
+                    others.join(", ")
+                ),
+            );
+        }
+        let mut reason = format!(
+            "not an accelerator: no enabled driver handles class {:06x} with vendor:device {:04x}:{:04x}",
+            f.class, f.vendor, f.device
+        );
+        if enabled.len() < NAMES.len() {
+            reason.push_str(&format!(" (drivers enabled: {})", enabled.join(", ")));
+        }
+        v(Decision::NotAccelerator, None, None, reason)
+    };
+    let mut by_address: HashMap<PciAddress, Verdict> = HashMap::new();
+    let mut all = Vec::new();
+    // PFs first: a VF no device took is judged with its PF.
+    for f in host.bus.functions.values().filter(|f| !f.is_vf()) {
+        let v = judge(f);
+        by_address.insert(f.address, v.clone());
+    }
+    for f in host.bus.functions.values() {
+        let mut v = by_address
+            .get(&f.address)
+            .cloned()
+            .unwrap_or_else(|| judge(f));
+        if let (Decision::Ignored, Some(pf)) = (v.decision, f.physfn) {
+            match by_address.get(&pf) {
+                Some(p) if p.decision == Decision::Taken => {
+                    v.reason = format!("a VF of {pf} that its device does not use ({})", p.reason);
+                }
+                Some(p) => {
+                    v = Verdict {
+                        address: f.address,
+                        reason: format!("a VF of {pf}, judged with it: {}", p.reason),
+                        ..p.clone()
+                    };
+                }
+                None => {}
+            }
+        }
+        all.push(v);
+    }
+    all
 }
