@@ -182,3 +182,22 @@ fn check_never_builds_a_keystone_session() {
     assert!(agent.settings.keystone.is_none());
     assert_eq!(agent.check().providers.len(), 2);
 }
+
+#[test]
+fn a_vf_no_device_took_is_judged_with_its_pf() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    let pf = testing::nic(&fs, 0x3c, "eth3", 2);
+    let c = check(dir.path(), &[], None);
+    assert_eq!(c.functions.len(), 3);
+    let vf = verdict(&c, "0000:3c:01.1");
+    assert_eq!((vf.decision, vf.driver), ("declined", Some("nic")));
+    assert!(
+        vf.reason
+            .starts_with(&format!("a VF of {pf}, judged with it: driver nic: a NIC"))
+            && vf.reason.contains("not mapped in [nic.physnets]"),
+        "{}",
+        vf.reason
+    );
+    assert_eq!(vf.kernel_driver.as_deref(), Some("iavf"));
+}
