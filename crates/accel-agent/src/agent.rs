@@ -629,11 +629,7 @@ impl Agent {
             .find(|d| d.name() == device.driver)
             .ok_or_else(|| format!("driver {} is not enabled", device.driver))?;
         let bus = PciBus::scan(&sysfs);
-        let host = drivers::Host {
-            sysfs: &sysfs,
-            bus: &bus,
-            config: &self.settings.driver,
-        };
+        let host = drivers::Host::new(&sysfs, &bus, &self.settings.driver);
         driver
             .program(&host, device, region, file)
             .map_err(|e| e.to_string())

@@ -44,7 +44,7 @@ accel_settings::settings! {
     pub struct AgentConfig / AgentFlags / AgentFile {
         /// The accelerator API root.
         server: String = value(DEFAULT_SERVER.into()),
-            flag(long, env = "ACCEL_AGENT_SERVER", global = true, value_name = "URL");
+            flag(long, env = "ACCEL_AGENT_SERVER", value_name = "URL");
         /// The compute node's provider name: Nova's hypervisor_hostname (checked at start-up).
         node: String = optional("none (required)"),
             flag(long, env = "ACCEL_AGENT_NODE", global = true, value_name = "NAME");
@@ -55,7 +55,7 @@ accel_settings::settings! {
         /// Sent as X-Auth-Token: admin for a noauth server, else a service token (or a
         /// [keystone] table).
         token: Secret = optional("admin"),
-            flag(long, env = "ACCEL_AGENT_TOKEN", global = true, value_name = "TOKEN",
+            flag(long, env = "ACCEL_AGENT_TOKEN", value_name = "TOKEN",
                  hide_env_values = true);
         /// Where sysfs is mounted.
         sysfs_root: PathBuf = value("/sys".into()),
@@ -66,7 +66,7 @@ accel_settings::settings! {
             flag(long, value_delimiter = ',', global = true, value_name = "LIST");
         /// Seconds between reports.
         interval_seconds: u64 = value(60),
-            flag(long = "interval", global = true, value_name = "SECONDS");
+            flag(long = "interval", value_name = "SECONDS");
         /// Nova's configuration file: devices its [pci] device_spec rules match are left
         /// to Nova.
         nova_config: PathBuf = optional(),
@@ -86,7 +86,7 @@ accel_settings::settings! {
         /// The image service (Glance v2) root FPGA bitstreams are fetched from; without
         /// it programming requests fail with that reason.
         glance_url: String = optional(),
-            flag(long, env = "ACCEL_AGENT_GLANCE_URL", global = true, value_name = "URL");
+            flag(long, env = "ACCEL_AGENT_GLANCE_URL", value_name = "URL");
         /// Milliseconds between two looks for programming requests.
         program_interval_ms: u64 = value(1000);
         /// Where downloaded bitstreams are kept while they are programmed.
@@ -101,7 +101,7 @@ accel_settings::settings! {
         keystone: accel_keystone::SessionConfig = optional();
         /// Address of the metrics port: /metrics, /livez, /readyz.
         metrics_listen: String = value(crate::observe::DEFAULT_METRICS_LISTEN.into()),
-            flag(long, env = "ACCEL_AGENT_METRICS_LISTEN", global = true, value_name = "HOST:PORT");
+            flag(long, env = "ACCEL_AGENT_METRICS_LISTEN", value_name = "HOST:PORT");
         /// Log lines as text or json.
         log_format: String = value("text".into()),
             flag(long, value_parser = ["text", "json"], global = true, value_name = "text|json");

@@ -16,6 +16,7 @@
 //! when the server asks ([`program`]).
 
 pub mod agent;
+pub mod check;
 pub mod cleaning;
 pub mod client;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod model;
 pub mod nova;
 pub mod observe;
 pub mod pci;
+pub mod pci_ids;
 pub mod program;
 pub mod sysfs;
 #[cfg(any(test, feature = "testing"))]

@@ -302,3 +302,36 @@ pub fn gpu_with_vfs(fs: &FakeSysfs, bus: u8, vfs: usize) -> String {
     }
     a
 }
+
+/// An Intel I210 port `netdev` (driver igb): a NIC without SR-IOV, used by the host.
+pub fn nic_without_sriov(fs: &FakeSysfs, bus: u8, netdev: &str) -> String {
+    let a = bdf(bus, 0, 0);
+    fs.function(&a, 0x8086, 0x1533, 0x020000)
+        .numa(0)
+        .driver("igb")
+        .netdev(netdev);
+    a
+}
+
+/// A few lines of `pci.ids` naming the functions of these builders, written where
+/// `accel agent check` looks for it for the sysfs root `<dir>/sys`.
+pub fn pci_ids(dir: &Path) -> PathBuf {
+    let path = dir.join("usr/share/misc/pci.ids");
+    write(
+        &path,
+        "# test database\n\
+         10de  NVIDIA Corporation\n\
+         \t20b0  GA100 [A100 SXM4 40GB]\n\
+         \t\t10de 1450  A100 SXM4 40GB\n\
+         8086  Intel Corporation\n\
+         \t1533  I210 Gigabit Network Connection\n\
+         \t1572  Ethernet Controller X710 for 10GbE SFP+\n\
+         C 02  Network controller\n\
+         \t00  Ethernet controller\n\
+         C 03  Display controller\n\
+         \t02  3D controller\n\
+         C 06  Bridge\n\
+         \t00  Host bridge",
+    );
+    path
+}

@@ -39,11 +39,7 @@ fn program(
     let found = drivers::discover(&sysfs, &cfg, &all, None);
     let device = &found.devices[0];
     let bus = PciBus::scan(&sysfs);
-    let host = Host {
-        sysfs: &sysfs,
-        bus: &bus,
-        config: &cfg,
-    };
+    let host = Host::new(&sysfs, &bus, &cfg);
     all[0].program(&host, device, 0, bitstream)
 }
 

@@ -55,13 +55,20 @@ struct KubeletPaths {
 
 #[derive(clap::Subcommand)]
 enum AgentCommand {
-    /// Print the devices the agent would report and every conflict with Nova's [pci]
-    /// rules; exit non-zero when there is a conflict (or, with --node, when the server
-    /// does not know the compute node). Needs neither Nova's config nor a server.
+    /// Explain what the agent sees: every PCI function it looked at (ids and names,
+    /// kernel driver, NUMA node) and what it decided for each and why, then the
+    /// providers it would report (classes, inventories, traits, health) and every
+    /// conflict with Nova's [pci] rules. Exits non-zero on a conflict or a failed
+    /// driver. Contacts neither the server nor Keystone; --node only names the
+    /// providers.
     #[command(
-        after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1"
+        after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1\n  accel agent check --config /etc/accel/agent.toml --format json"
     )]
-    Check,
+    Check {
+        /// Output format.
+        #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+        format: String,
+    },
 }
 
 fn settings(a: &AgentArgs) -> anyhow::Result<accel_agent::Settings> {
@@ -90,10 +97,10 @@ fn init_tracing(format: &str) {
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let settings = settings(&a)?;
     init_tracing(&settings.log_format);
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match a.command {
-        Some(AgentCommand::Check) => rt.block_on(check(settings)),
+        Some(AgentCommand::Check { format }) => check(settings, &format),
         None => {
+            let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let paths = KubeletPaths {
                 kubelet_dir: a.kubelet_dir,
                 pod_resources_socket: a.pod_resources_socket,
@@ -302,49 +309,18 @@ async fn agent(
     Ok(())
 }
 
-async fn check(settings: accel_agent::Settings) -> anyhow::Result<()> {
-    let with_node = !settings.node.is_empty();
-    let agent = accel_agent::Agent::new(settings)?;
-    let d = agent.discover();
-    for w in &d.warnings {
-        println!("skipped {w}");
+/// `accel agent check`: one discovery pass, explained; never calls the server or
+/// Keystone (issue 31 item 4).
+fn check(settings: accel_agent::Settings, format: &str) -> anyhow::Result<()> {
+    let report = accel_agent::Agent::offline(settings)?.check();
+    if format == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
     }
-    for dev in &d.devices {
-        let regions = if dev.regions.is_empty() {
-            String::new()
-        } else {
-            format!(", {} region(s)", dev.regions.len())
-        };
-        println!(
-            "device {} {} {} ({}){regions}, functions {}",
-            dev.address,
-            dev.device_type,
-            dev.model,
-            dev.driver,
-            dev.functions.len()
-        );
+    let problems = report.problems();
+    if !problems.is_empty() {
+        bail!(problems.join("; "));
     }
-    for c in &d.conflicts {
-        println!(
-            "conflict: device {} function {} is claimed by Nova's rule {}",
-            c.device, c.function, c.rule
-        );
-    }
-    let mut failed = Vec::new();
-    if !d.conflicts.is_empty() {
-        failed.push(format!(
-            "{} function(s) claimed by both accel and Nova's [pci] rules: remove them from Nova's device_spec or from accel's drivers",
-            d.conflicts.len()
-        ));
-    }
-    if with_node {
-        if let Err(e) = agent.check_node().await {
-            failed.push(e.to_string());
-        }
-    }
-    if !failed.is_empty() {
-        bail!(failed.join("; "));
-    }
-    println!("ok: {} device(s), no conflict", d.devices.len());
     Ok(())
 }

@@ -60,6 +60,123 @@ async fn check_lists_every_conflict_with_novas_rules_and_fails() {
     );
 }
 
+/// A host with PCI functions but no accelerator, and a NIC mapped in [nic.physnets]
+/// that cannot be offered: `check` says why for each function, as text and as JSON,
+/// with the shipped kind of configuration (a [keystone] table, a node), contacting
+/// neither Keystone nor the server (both unreachable here).
+#[tokio::test]
+async fn check_explains_every_function_as_text_and_json_without_calling_anyone() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    testing::pci_ids(dir.path());
+    testing::bridge_and_virtio(&fs);
+    let nic = testing::nic_without_sriov(&fs, 0x3b, "eth2");
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "server = \"http://127.0.0.1:9\"\nnode = \"compute-1\"\n\
+         [keystone]\nauth_url = \"http://127.0.0.1:9/v3\"\nusername = \"accel-agent\"\n\
+         password = \"x\"\nproject_name = \"service\"\n\
+         [nic.physnets]\nphysnet1 = [\"eth2\"]\n",
+    )
+    .unwrap();
+    let (config, root) = (config.to_str().unwrap(), fs.root.to_str().unwrap());
+    let text = accel(&["agent", "check", "--config", config, "--sysfs-root", root]).await;
+    assert_eq!(text.code, Some(0), "{}{}", text.stdout, text.stderr);
+    let out = &text.stdout;
+    assert!(out.contains("PCI functions looked at: 3"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{nic}  class 020000 Ethernet controller  8086:1533 Intel Corporation / I210 Gigabit Network Connection  kernel driver igb  NUMA node 0"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("declined: driver nic: a NIC mapped to physnet1 in [nic.physnets], but used by the host (kernel driver igb) and not VF-capable"),
+        "{out}"
+    );
+    assert!(out.contains("ignored: a bridge"), "{out}");
+    assert!(
+        out.contains("Providers the agent would report (node compute-1, model accel): 0"),
+        "{out}"
+    );
+    assert!(out.contains("ok: 0 device(s), no conflict"), "{out}");
+
+    let json = accel(&[
+        "agent",
+        "check",
+        "--config",
+        config,
+        "--sysfs-root",
+        root,
+        "--format",
+        "json",
+    ])
+    .await
+    .json();
+    let functions = json["functions"].as_array().unwrap();
+    assert_eq!(functions.len(), 3, "{json}");
+    let f = functions
+        .iter()
+        .find(|f| f["address"] == nic.as_str())
+        .unwrap();
+    assert_eq!(f["decision"], "declined");
+    assert_eq!(f["driver"], "nic");
+    assert_eq!(f["kernel_driver"], "igb");
+    assert_eq!(f["numa_node"], 0);
+    assert_eq!(f["vendor_name"], "Intel Corporation");
+    assert_eq!(f["class_name"], "Ethernet controller");
+    assert!(
+        f["reason"].as_str().unwrap().contains("not VF-capable"),
+        "{f}"
+    );
+    assert_eq!(json["providers"], serde_json::json!([]));
+    assert_eq!(json["node"], "compute-1");
+}
+
+/// `agent check --help` lists only the flags check reads (issue 31 item 8).
+#[tokio::test]
+async fn check_help_lists_only_the_flags_check_reads() {
+    let run = accel(&["agent", "check", "--help"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    for flag in [
+        "--config",
+        "--node",
+        "--sysfs-root",
+        "--drivers",
+        "--nova-config",
+        "--model",
+        "--log-format",
+        "--format <FORMAT>",
+    ] {
+        assert!(run.stdout.contains(flag), "{flag} missing: {}", run.stdout);
+    }
+    for flag in [
+        "--server",
+        "--token",
+        "--interval",
+        "--glance-url",
+        "--metrics-listen",
+        "--once",
+        "--kubelet-dir",
+        "--pod-resources-socket",
+        "--cdi-dir",
+    ] {
+        assert!(!run.stdout.contains(flag), "{flag} listed: {}", run.stdout);
+    }
+    // The agent itself still takes them.
+    let agent = accel(&["agent", "--help"]).await;
+    for flag in [
+        "--server",
+        "--token",
+        "--interval",
+        "--metrics-listen",
+        "--once",
+    ] {
+        assert!(agent.stdout.contains(flag), "{flag}: {}", agent.stdout);
+    }
+}
+
 #[tokio::test]
 async fn once_reports_and_exits_and_says_what_to_fix_without_a_compute_node() {
     for backend in BACKENDS {

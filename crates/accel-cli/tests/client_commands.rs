@@ -403,3 +403,29 @@ async fn device_list_clean_release() {
         );
     }
 }
+
+/// `arq bind --help` shows what bind itself needs apart from the flags every client
+/// command shares (issue 31 item 8).
+#[tokio::test]
+async fn bind_help_shows_its_own_arguments_apart_from_the_shared_flags() {
+    let run = common::accel(&["arq", "bind", "--help"], &[]).await;
+    assert!(run.ok(), "{}", run.stderr);
+    let help = run.stdout;
+    let shared = help
+        .find("Connection and output options:")
+        .unwrap_or_else(|| panic!("no heading for the shared flags: {help}"));
+    let (own, rest) = help.split_at(shared);
+    // The shared section ends at the blank line before the examples.
+    let rest = rest.split("\n\n").next().unwrap();
+    for flag in [
+        "--hostname",
+        "--device-rp-uuid",
+        "--instance-uuid",
+        "--wait",
+    ] {
+        assert!(own.contains(flag) && !rest.contains(flag), "{flag}: {help}");
+    }
+    for flag in ["--url", "--token", "--format", "--service-token"] {
+        assert!(rest.contains(flag) && !own.contains(flag), "{flag}: {help}");
+    }
+}

@@ -17,6 +17,12 @@
 //! VFs, one attach handle each) and is not offered itself; a GPU's VFs become a `VGPU`
 //! inventory of that one GPU's provider, never GPUs of their own. Bridges, virtio
 //! functions and classes no driver knows are ignored.
+//!
+//! A driver says why it does not take a function ([`Judgement`]: not its kind, its
+//! class from another vendor, or its kind declined with a reason), and the pass turns
+//! that and what became of each device (reported, left to Nova, found twice) into one
+//! [`Verdict`] per function on the bus: `accel agent check` shows the drivers' own
+//! reasons rather than a second copy of their rules.
 
 pub mod fake;
 pub mod intel_fpga;
@@ -25,6 +31,7 @@ pub mod nvidia;
 pub mod nvme;
 pub mod nvml;
 pub mod qat;
+mod verdict;
 pub mod xilinx;
 
 use crate::config::DriverSettings;
@@ -33,23 +40,77 @@ use crate::nova::{Conflict, NovaPci};
 use crate::pci::{PciAddress, PciBus, PciFunction, CLASS_BRIDGE, VENDOR_VIRTIO};
 use crate::sysfs::Sysfs;
 use accel_core::accelerator::DeviceType;
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
+use verdict::{verdicts, Fates};
+pub use verdict::{Decision, Verdict};
 
-/// What a driver sees of the host.
+/// What a driver sees of the host, and what its drivers said of the functions they
+/// did not take ([`Judgement`]), for `accel agent check`.
 pub struct Host<'a> {
     pub sysfs: &'a Sysfs,
     pub bus: &'a PciBus,
     pub config: &'a DriverSettings,
+    notes: Mutex<Vec<(&'static str, PciAddress, Judgement)>>,
 }
 
-impl Host<'_> {
+/// What one driver made of one candidate function it did not take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// Neither a class nor a vendor this driver handles.
+    Unrelated,
+    /// A class this driver handles, from a vendor it does not (an AMD GPU to `nvidia`).
+    OtherVendor,
+    /// This driver's kind of device, not offered, and why.
+    Declined(String),
+}
+
+impl<'a> Host<'a> {
+    pub fn new(sysfs: &'a Sysfs, bus: &'a PciBus, config: &'a DriverSettings) -> Host<'a> {
+        Host {
+            sysfs,
+            bus,
+            config,
+            notes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records what `driver` made of `f` (drivers that judge whole cards call it; the
+    /// default [`Driver::discover`] records every [`Driver::judge`]).
+    pub fn note(&self, driver: &'static str, f: PciAddress, judgement: Judgement) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.push((driver, f, judgement));
+        }
+    }
+
+    fn take_notes(&self) -> Vec<(&'static str, PciAddress, Judgement)> {
+        self.notes
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+
+    /// Why `f` is never an accelerator whatever the drivers say, or `None` for a
+    /// candidate (the one rule [`Host::candidates`] applies).
+    pub fn not_a_candidate(f: &PciFunction) -> Option<&'static str> {
+        if f.is_vf() {
+            Some("a VF: judged with its PF")
+        } else if f.base_class() == CLASS_BRIDGE {
+            Some("a bridge: never an accelerator")
+        } else if f.vendor == VENDOR_VIRTIO {
+            Some("a virtio (paravirtual) device: never an accelerator")
+        } else {
+            None
+        }
+    }
+
     /// Functions that could be an accelerator at all: physical functions that are not
     /// bridges or virtio devices.
     pub fn candidates(&self) -> impl Iterator<Item = &PciFunction> {
         self.bus
-            .physical()
-            .filter(|f| f.base_class() != CLASS_BRIDGE && f.vendor != VENDOR_VIRTIO)
+            .functions
+            .values()
+            .filter(|f| Host::not_a_candidate(f).is_none())
     }
 
     /// The VFs of `pf` that are on the bus.
@@ -86,17 +147,23 @@ pub trait Driver: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Every device of this kind on the host: by default each candidate PF that
-    /// [`Driver::found`] recognises.
+    /// [`Driver::judge`] finds one in; what it said of the others is noted in `host`.
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {
         host.candidates()
-            .filter_map(|f| self.found(host, f))
+            .filter_map(|f| match self.judge(host, f) {
+                Ok(d) => Some(d),
+                Err(j) => {
+                    host.note(self.name(), f.address, j);
+                    None
+                }
+            })
             .collect()
     }
 
-    /// The device the candidate PF `f` is, when it is of this kind (for drivers that
-    /// judge PFs one at a time).
-    fn found(&self, _host: &Host, _f: &PciFunction) -> Option<FoundDevice> {
-        None
+    /// The device the candidate PF `f` is, or why it is not one of this driver's
+    /// (for drivers that judge PFs one at a time).
+    fn judge(&self, _host: &Host, _f: &PciFunction) -> Result<FoundDevice, Judgement> {
+        Err(Judgement::Unrelated)
     }
 
     /// [`Driver::discover`], or why the driver cannot tell this time. A driver whose
@@ -244,6 +311,19 @@ pub fn host_owned(f: &PciFunction) -> bool {
     matches!(f.driver.as_deref(), Some(d) if d != "vfio-pci" && d != "pci-stub")
 }
 
+/// Why a general-purpose PF with no VFs that the host uses is not offered.
+pub fn host_uses(f: &PciFunction) -> String {
+    let driver = f.driver.as_deref().unwrap_or("?");
+    match (f.sriov_totalvfs, f.sriov_numvfs) {
+        (None | Some(0), _) => format!(
+            "used by the host (kernel driver {driver}) and not VF-capable (no SR-IOV): bind it to vfio-pci to offer the whole device"
+        ),
+        (Some(total), _) => format!(
+            "used by the host (kernel driver {driver}) with no VFs enabled (sriov_numvfs 0 of {total}): enable VFs or bind it to vfio-pci"
+        ),
+    }
+}
+
 /// What a general-purpose PF (NVMe, NIC, QAT) offers.
 pub struct Offer {
     pub count: i64,
@@ -370,6 +450,9 @@ pub struct Discovery {
     pub failed: Vec<DriverFailure>,
     /// Failed drivers with no earlier picture: a report now would be wrong.
     pub unknown: Vec<&'static str>,
+    /// Every function on the bus, in address order, with what this pass decided for
+    /// it and why (`accel agent check`).
+    pub verdicts: Vec<Verdict>,
 }
 
 /// Why the PCI bus cannot be listed, when it exists but is unreadable (a missing
@@ -391,13 +474,9 @@ pub fn discover(
     nova: Option<&NovaPci>,
 ) -> Discovery {
     let bus = PciBus::scan(sysfs);
-    let host = Host {
-        sysfs,
-        bus: &bus,
-        config,
-    };
+    let host = Host::new(sysfs, &bus, config);
     let mut out = Discovery::default();
-    let mut claimed: HashMap<PciAddress, &'static str> = HashMap::new();
+    let mut fates = Fates::default();
     let bus_failure = bus_unreadable(sysfs);
     for driver in drivers {
         let found = match &bus_failure {
@@ -426,8 +505,11 @@ pub fn discover(
             }
         };
         for mut dev in found {
-            if let Some(other) = dev.functions.iter().find_map(|f| claimed.get(f)) {
+            if let Some((other, _)) = dev.functions.iter().find_map(|f| fates.taken.get(f)) {
                 tracing::warn!(device = %dev.address, driver = driver.name(), other, "device already claimed by another driver, skipped");
+                for f in &dev.functions {
+                    fates.twice.insert(*f, (driver.name(), other));
+                }
                 continue;
             }
             if let Some(nova) = nova {
@@ -436,18 +518,25 @@ pub fn discover(
                     for c in &conflicts {
                         tracing::warn!(device = %c.device, function = %c.function, rule = %c.rule, "Nova's [pci] rules claim this device; accel leaves it to Nova");
                     }
+                    for f in &dev.functions {
+                        let rule = conflicts.iter().find(|c| c.function == *f);
+                        let rule = rule.map(|c| c.rule.clone());
+                        fates.nova.insert(*f, (driver.name(), dev.address, rule));
+                    }
                     out.conflicts.extend(conflicts);
                     continue;
                 }
             }
             for f in &dev.functions {
-                claimed.insert(*f, driver.name());
+                fates.taken.insert(*f, (driver.name(), dev.address));
             }
             dev.health = driver.health(&host, &dev);
             out.devices.push(dev);
         }
     }
     out.devices.sort_by_key(|d| d.address);
+    let enabled: Vec<&str> = drivers.iter().map(|d| d.name()).collect();
+    out.verdicts = verdicts(&host, &out, &fates, &enabled);
     out.warnings = sysfs.take_warnings();
     out
 }

@@ -5,7 +5,7 @@
 //! `physical_network` as Cyborg's does; a mapped PF without VFs is offered only when
 //! bound to `vfio-pci` or nothing. Trait `CUSTOM_PHYSNET_<NAME>` names the network.
 
-use super::{offer, pci_device, Driver, Host};
+use super::{host_uses, offer, pci_device, Driver, Host, Judgement};
 use crate::model::{trait_part, FoundDevice, Handle};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -30,21 +30,33 @@ impl Driver for Nic {
         "nic"
     }
 
-    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+    fn judge(&self, host: &Host, f: &PciFunction) -> Result<FoundDevice, Judgement> {
         if f.base_class() != 0x02 {
-            return None;
+            return Err(Judgement::Unrelated);
         }
-        let net = physnet(host, f)?;
+        let Some(net) = physnet(host, f) else {
+            let netdevs = host.sysfs.list(&f.path.join("net"));
+            return Err(Judgement::Declined(format!(
+                "a NIC ({}) not mapped in [nic.physnets]: the host's",
+                if netdevs.is_empty() {
+                    "no network interface".to_owned()
+                } else {
+                    format!("interface {}", netdevs.join(", "))
+                }
+            )));
+        };
         let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
         let handle = |a| Handle {
             address: a,
             extra: vec![("physical_network".into(), net.to_owned())],
         };
         let Some(offer) = offer(f, vfs, handle) else {
-            tracing::info!(device = %f.address, "mapped NIC has no VFs and is used by the host; not offered");
-            return None;
+            return Err(Judgement::Declined(format!(
+                "a NIC mapped to {net} in [nic.physnets], but {}",
+                host_uses(f)
+            )));
         };
-        Some(FoundDevice {
+        Ok(FoundDevice {
             extra_traits: vec![format!("CUSTOM_PHYSNET_{}", trait_part(net))],
             board_info: vec![("physical_network".into(), net.to_owned())],
             ..pci_device(f, DeviceType::Nic, "nic", "NIC", offer)

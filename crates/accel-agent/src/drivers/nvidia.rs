@@ -13,7 +13,7 @@
 //! (Nova has no way to attach them).
 
 use super::nvml::{GpuInfo, Nvml};
-use super::{pci_device, Driver, Host, Offer};
+use super::{pci_device, Driver, Host, Judgement, Offer};
 use crate::model::{FoundDevice, Handle, Memory};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -94,9 +94,12 @@ impl Driver for Nvidia {
         "nvidia"
     }
 
-    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
-        if f.vendor != 0x10de || !matches!(f.class_subclass(), 0x0300 | 0x0302) {
-            return None;
+    fn judge(&self, host: &Host, f: &PciFunction) -> Result<FoundDevice, Judgement> {
+        if !matches!(f.class_subclass(), 0x0300 | 0x0302) {
+            return Err(Judgement::Unrelated);
+        }
+        if f.vendor != 0x10de {
+            return Err(Judgement::OtherVendor);
         }
         let info: Option<GpuInfo> = self.nvml().and_then(|n| n.info(&f.address));
         let name = info.as_ref().map(|i| i.name.clone()).unwrap_or_default();
@@ -130,7 +133,7 @@ impl Driver for Nvidia {
             functions,
         };
         let base = pci_device(f, DeviceType::Gpu, "nvidia", class, offer);
-        Some(FoundDevice {
+        Ok(FoundDevice {
             model: if name.is_empty() {
                 base.model.clone()
             } else {

@@ -3,7 +3,7 @@
 //! driver) is, as `CUSTOM_ACCELERATOR_SSD` = 1. With SR-IOV VFs enabled the VFs are
 //! offered instead of the PF, whatever the PF is bound to.
 
-use super::{offer, pci_device, Driver, Host};
+use super::{host_uses, offer, pci_device, Driver, Host, Judgement};
 use crate::model::{FoundDevice, Handle};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -15,15 +15,17 @@ impl Driver for Nvme {
         "nvme"
     }
 
-    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+    fn judge(&self, host: &Host, f: &PciFunction) -> Result<FoundDevice, Judgement> {
         if f.class != 0x010802 {
-            return None;
+            return Err(Judgement::Unrelated);
         }
         let vfs: Vec<_> = host.vfs(f).map(|v| v.address).collect();
         let Some(offer) = offer(f, vfs, Handle::pci) else {
-            tracing::debug!(device = %f.address, driver = ?f.driver, "NVMe controller used by the host; not offered");
-            return None;
+            return Err(Judgement::Declined(format!(
+                "an NVMe controller {}",
+                host_uses(f)
+            )));
         };
-        Some(pci_device(f, DeviceType::Ssd, "nvme", "SSD", offer))
+        Ok(pci_device(f, DeviceType::Ssd, "nvme", "SSD", offer))
     }
 }

@@ -3,7 +3,7 @@
 //! PF without VFs is offered only when the host does not use it (bound to `vfio-pci` or
 //! to nothing).
 
-use super::{offer, pci_device, Driver, Host};
+use super::{host_uses, offer, pci_device, Driver, Host, Judgement};
 use crate::model::{FoundDevice, Handle};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -25,20 +25,23 @@ impl Driver for Qat {
         "qat"
     }
 
-    fn found(&self, host: &Host, f: &PciFunction) -> Option<FoundDevice> {
+    fn judge(&self, host: &Host, f: &PciFunction) -> Result<FoundDevice, Judgement> {
         let &(_, vf_id, family) = CARDS
             .iter()
-            .find(|c| f.vendor == 0x8086 && f.device == c.0)?;
+            .find(|c| f.vendor == 0x8086 && f.device == c.0)
+            .ok_or(Judgement::Unrelated)?;
         let vfs: Vec<_> = host
             .vfs(f)
             .filter(|v| v.device == vf_id)
             .map(|v| v.address)
             .collect();
         let Some(offer) = offer(f, vfs, Handle::pci) else {
-            tracing::debug!(device = %f.address, "QAT PF without VFs used by the host; not offered");
-            return None;
+            return Err(Judgement::Declined(format!(
+                "a QAT {family} PF {}",
+                host_uses(f)
+            )));
         };
-        Some(FoundDevice {
+        Ok(FoundDevice {
             model: format!("QAT {family}"),
             family: Some(family.into()),
             ..pci_device(f, DeviceType::Qat, "qat", "QAT", offer)

@@ -8,7 +8,7 @@
 //! function's `xclbinuuid` (the loaded xclbin). Programming loads an xclbin into the
 //! user partition with XRT's `xbutil program` and reads `xclbinuuid` back.
 
-use super::{region_of, run_tool, Driver, Host, ProgramError};
+use super::{region_of, run_tool, Driver, Host, Judgement, ProgramError};
 use crate::model::{FoundDevice, Handle, Health, Region};
 use crate::pci::PciFunction;
 use accel_core::accelerator::DeviceType;
@@ -60,7 +60,14 @@ impl Driver for Xilinx {
     fn discover(&self, host: &Host) -> Vec<FoundDevice> {
         let xilinx: Vec<&PciFunction> = host
             .candidates()
-            .filter(|f| f.vendor == 0x10ee && (model(f.device).is_some() || f.base_class() == 0x12))
+            .filter(|f| {
+                let mine =
+                    f.vendor == 0x10ee && (model(f.device).is_some() || f.base_class() == 0x12);
+                if !mine && f.base_class() == 0x12 {
+                    host.note(self.name(), f.address, Judgement::OtherVendor);
+                }
+                mine
+            })
             .collect();
         let mut out = Vec::new();
         let mut seen = Vec::new();

@@ -99,8 +99,9 @@ pub enum ArqCommand {
     },
 }
 
-/// The service token of Nova's calls.
+/// The service token of Nova's calls, shown with the connection's flags.
 #[derive(Args, Debug)]
+#[command(next_help_heading = super::CONNECTION_HEADING)]
 pub struct ServiceToken {
     /// Sent as X-Service-Token [default for bind, unbind and delete --instance: the
     /// --token].

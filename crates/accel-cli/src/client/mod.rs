@@ -14,8 +14,11 @@ pub mod profiles;
 pub mod providers;
 pub(crate) mod reach;
 
-/// Where the accelerator API is and how to authenticate; shared by all client commands.
+/// Where the accelerator API is and how to authenticate; shared by all client commands,
+/// and shown under their own heading in each command's help, apart from the command's
+/// own arguments (issue 31 item 8).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = CONNECTION_HEADING)]
 pub struct Connection {
     /// Accelerator API endpoint (with or without `/accelerator` or `/accelerator/v2`).
     #[arg(
@@ -32,6 +35,9 @@ pub struct Connection {
     #[arg(short = 'f', long = "format", value_enum, default_value_t = Format::Table, global = true)]
     pub format: Format,
 }
+
+/// The help heading of the flags every client command shares.
+pub const CONNECTION_HEADING: &str = "Connection and output options";
 
 /// How results are printed.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

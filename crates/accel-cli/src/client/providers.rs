@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 /// Where Placement is and how to authenticate.
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = super::CONNECTION_HEADING)]
 pub struct PlacementConnection {
     /// Placement API endpoint.
     #[arg(

@@ -1,0 +1,330 @@
+//! `accel agent check`: the agent explaining itself on a host, without calling anyone
+//! (issue 31 item 4). It lists every PCI function discovery looked at, with its ids,
+//! their names from `pci.ids` ([`crate::pci_ids`]), its kernel driver and NUMA node,
+//! and what discovery decided for it and why; then the providers the agent would
+//! report, with their classes, inventories, traits and health.
+//!
+//! Nothing here decides anything: the verdicts are the discovery pass's own
+//! ([`crate::drivers::Verdict`], from each driver's [`crate::drivers::Judgement`]),
+//! and the providers are read from the very report body the agent would send
+//! ([`crate::model::Report::body`]), so `check` cannot drift from what the agent does.
+
+use crate::config::Settings;
+use crate::drivers::{Discovery, Verdict};
+use crate::model::Report;
+use crate::pci::PciBus;
+use crate::pci_ids::PciIds;
+use crate::sysfs::Sysfs;
+use crate::{Agent, AgentError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Provider names start with the node's; without `--node`, this stands in for it.
+pub const NO_NODE: &str = "<node>";
+
+/// What `accel agent check` shows; `--format json` prints it as it is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// The node the providers are named after (`null` without `--node`).
+    pub node: Option<String>,
+    /// `accel` or `cyborg`.
+    pub model: &'static str,
+    /// The `pci.ids` the names come from, when one was found.
+    pub pci_ids: Option<String>,
+    pub functions: Vec<Function>,
+    pub providers: Vec<Provider>,
+    pub conflicts: Vec<Conflict>,
+    /// Sysfs entries skipped, each naming its path.
+    pub skipped: Vec<String>,
+    pub failed_drivers: Vec<FailedDriver>,
+}
+
+/// One PCI function and what discovery decided for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Function {
+    pub address: String,
+    /// The 24-bit class code in hex (`030200`).
+    pub class: String,
+    pub class_name: String,
+    pub vendor: String,
+    pub vendor_name: String,
+    pub device: String,
+    pub device_name: String,
+    /// The bound kernel driver.
+    pub kernel_driver: Option<String>,
+    pub numa_node: Option<u32>,
+    /// `taken`, `left_to_nova`, `declined`, `ignored`, `no_driver`,
+    /// `not_an_accelerator` or `driver_failed`.
+    pub decision: &'static str,
+    /// The accel driver the decision is about.
+    pub driver: Option<&'static str>,
+    /// The device (control address) the function is part of.
+    pub accel_device: Option<String>,
+    pub reason: String,
+}
+
+/// One provider the agent would report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provider {
+    pub name: String,
+    pub parent: Option<String>,
+    /// The device's control address.
+    pub device: String,
+    pub device_type: String,
+    pub model: String,
+    /// The accel driver that found it.
+    pub driver: String,
+    /// `ok` or `unhealthy` (an unhealthy device's inventory is reserved whole).
+    pub health: String,
+    /// Resource class to total.
+    pub inventories: BTreeMap<String, i64>,
+    pub traits: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Conflict {
+    pub device: String,
+    pub function: String,
+    pub rule: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedDriver {
+    pub driver: &'static str,
+    pub reason: String,
+}
+
+impl Agent {
+    /// An agent for `accel agent check`: the same discovery, and a client that holds
+    /// no Keystone session, which `check` never uses anyway (a `[keystone]` table in
+    /// the file it shares with the agent is not read).
+    pub fn offline(mut settings: Settings) -> Result<Agent, AgentError> {
+        settings.keystone = None;
+        Agent::new(settings)
+    }
+
+    /// One discovery pass, explained. Calls no server and no Keystone.
+    pub fn check(&self) -> Check {
+        let d = self.discover();
+        let s = &self.settings;
+        let bus = PciBus::scan(&Sysfs::new(&s.sysfs_root));
+        let wanted: Vec<(u16, u16)> = bus
+            .functions
+            .values()
+            .map(|f| (f.vendor, f.device))
+            .collect();
+        let ids = PciIds::for_sysfs(&s.sysfs_root, &wanted);
+        let node = (!s.node.is_empty()).then(|| s.node.clone());
+        Check {
+            model: match s.model {
+                crate::model::Model::Accel => "accel",
+                crate::model::Model::Cyborg => "cyborg",
+            },
+            pci_ids: ids.source.as_ref().map(|p| p.display().to_string()),
+            functions: d
+                .verdicts
+                .iter()
+                .filter_map(|v| function(&bus, &ids, v))
+                .collect(),
+            providers: providers(node.as_deref().unwrap_or(NO_NODE), s.model, &d),
+            conflicts: d
+                .conflicts
+                .iter()
+                .map(|c| Conflict {
+                    device: c.device.to_string(),
+                    function: c.function.to_string(),
+                    rule: c.rule.clone(),
+                })
+                .collect(),
+            skipped: d.warnings.clone(),
+            failed_drivers: d
+                .failed
+                .iter()
+                .map(|f| FailedDriver {
+                    driver: f.driver,
+                    reason: f.reason.clone(),
+                })
+                .collect(),
+            node,
+        }
+    }
+}
+
+fn function(bus: &PciBus, ids: &PciIds, v: &Verdict) -> Option<Function> {
+    let f = bus.get(&v.address)?;
+    let unknown = || "unknown".to_owned();
+    Some(Function {
+        address: v.address.to_string(),
+        class: format!("{:06x}", f.class),
+        class_name: ids.class(f.class).map_or_else(unknown, str::to_owned),
+        vendor: format!("{:04x}", f.vendor),
+        vendor_name: ids.vendor(f.vendor).map_or_else(unknown, str::to_owned),
+        device: format!("{:04x}", f.device),
+        device_name: ids
+            .device(f.vendor, f.device)
+            .map_or_else(unknown, str::to_owned),
+        kernel_driver: f.driver.clone(),
+        numa_node: f.numa_node,
+        decision: v.decision.as_str(),
+        driver: v.driver,
+        accel_device: v.device.map(|d| d.to_string()),
+        reason: v.reason.clone(),
+    })
+}
+
+/// The providers of the report body the agent would send: a deployable is a provider,
+/// its `rc` attribute the class of its `num_accelerators`, `inventory:<class>`
+/// attributes further inventories, `traitN` attributes its traits.
+fn providers(node: &str, model: crate::model::Model, d: &Discovery) -> Vec<Provider> {
+    let report = Report::new(node, d.devices.clone()).modelled(model);
+    let body = report.body();
+    let mut out = Vec::new();
+    for (dev, wire) in report.devices.iter().zip(&body.devices) {
+        for dep in &wire.deployables {
+            let mut inventories = BTreeMap::new();
+            let mut traits = Vec::new();
+            for kv in &dep.attributes {
+                if kv.key == "rc" {
+                    inventories.insert(kv.value.clone(), dep.num_accelerators);
+                } else if let Some(class) = kv.key.strip_prefix("inventory:") {
+                    inventories.insert(class.to_owned(), kv.value.parse().unwrap_or(0));
+                } else if kv.key.starts_with("trait") {
+                    traits.push(kv.value.clone());
+                }
+            }
+            out.push(Provider {
+                name: dep.name.clone(),
+                parent: dep.parent.clone(),
+                device: dev.address.to_string(),
+                device_type: wire.device_type.clone(),
+                model: wire.model.clone(),
+                driver: dev.driver.to_owned(),
+                health: wire.health.clone().unwrap_or_else(|| "ok".into()),
+                inventories,
+                traits,
+            });
+        }
+    }
+    out
+}
+
+impl Check {
+    /// What makes `check` exit non-zero: functions both accel and Nova would take,
+    /// and drivers that could not tell what the host has (the agent would not report).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.conflicts.is_empty() {
+            out.push(format!(
+                "{} function(s) claimed by both accel and Nova's [pci] rules: remove them from Nova's device_spec or from accel's drivers",
+                self.conflicts.len()
+            ));
+        }
+        if !self.failed_drivers.is_empty() {
+            let names: Vec<&str> = self.failed_drivers.iter().map(|f| f.driver).collect();
+            out.push(format!(
+                "driver(s) {} failed during discovery: the agent would not send its report",
+                names.join(", ")
+            ));
+        }
+        out
+    }
+
+    /// The devices the providers belong to, in order.
+    fn devices(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.providers.iter().map(|p| p.device.as_str()).collect();
+        v.dedup();
+        v
+    }
+
+    /// The text `accel agent check` prints.
+    pub fn text(&self) -> String {
+        let mut o = String::new();
+        let names = match &self.pci_ids {
+            Some(p) => format!("names from {p}"),
+            None => "no pci.ids found: names unknown".to_owned(),
+        };
+        let _ = writeln!(
+            o,
+            "PCI functions looked at: {} ({names})",
+            self.functions.len()
+        );
+        for f in &self.functions {
+            let _ = writeln!(
+                o,
+                "  {}  class {} {}  {}:{} {} / {}  kernel driver {}  NUMA node {}",
+                f.address,
+                f.class,
+                f.class_name,
+                f.vendor,
+                f.device,
+                f.vendor_name,
+                f.device_name,
+                f.kernel_driver.as_deref().unwrap_or("none"),
+                f.numa_node
+                    .map_or_else(|| "none".to_owned(), |n| n.to_string()),
+            );
+            let _ = writeln!(o, "      {}: {}", f.decision.replace('_', " "), f.reason);
+        }
+        let node = self.node.as_deref().unwrap_or(NO_NODE);
+        let _ = writeln!(
+            o,
+            "Providers the agent would report (node {node}, model {}): {}",
+            self.model,
+            self.providers.len()
+        );
+        for device in self.devices() {
+            let mine: Vec<&Provider> = self
+                .providers
+                .iter()
+                .filter(|p| p.device == device)
+                .collect();
+            let p0 = mine[0];
+            let _ = writeln!(
+                o,
+                "device {device} {} {} ({}), health {}",
+                p0.device_type, p0.model, p0.driver, p0.health
+            );
+            for p in mine {
+                let parent = p
+                    .parent
+                    .as_deref()
+                    .map(|x| format!(" (under {x})"))
+                    .unwrap_or_default();
+                let inv: Vec<String> = p
+                    .inventories
+                    .iter()
+                    .map(|(c, n)| format!("{c}={n}"))
+                    .collect();
+                let _ = writeln!(o, "  provider {}{parent}", p.name);
+                let _ = writeln!(
+                    o,
+                    "      inventory {}",
+                    if inv.is_empty() {
+                        "none (its regions carry it)".to_owned()
+                    } else {
+                        inv.join(", ")
+                    }
+                );
+                let _ = writeln!(o, "      traits {}", p.traits.join(", "));
+            }
+        }
+        for w in &self.skipped {
+            let _ = writeln!(o, "skipped {w}");
+        }
+        for f in &self.failed_drivers {
+            let _ = writeln!(o, "failed: driver {} ({})", f.driver, f.reason);
+        }
+        for c in &self.conflicts {
+            let _ = writeln!(
+                o,
+                "conflict: device {} function {} is claimed by Nova's rule {}",
+                c.device, c.function, c.rule
+            );
+        }
+        if self.problems().is_empty() {
+            let _ = writeln!(o, "ok: {} device(s), no conflict", self.devices().len());
+        }
+        o
+    }
+}
