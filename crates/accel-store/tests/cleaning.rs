@@ -1,10 +1,11 @@
 //! Devices cleaned between tenants (`accelerator::cleaning`), on every backend: the
-//! transaction that releases a device's last consumer reserves it; only the agent's
-//! answer (or an operator) offers it again; the report never lifts it early.
+//! transaction that releases a device's last consumer (a VM's allocation, a pod's slot,
+//! a DRA claim) reserves it; only the agent's answer (or an operator) offers it again;
+//! the report never lifts it early.
 
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_store::accelerator::cleaning::{self, CleaningState, Outcome, TRAIT};
-use accel_store::accelerator::{kubernetes, report};
+use accel_store::accelerator::{claims, kubernetes, report};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::{inventories, providers};
 use accel_store::testing::each_backend;
@@ -295,8 +296,48 @@ async fn a_pods_slot_released_is_cleaned_and_not_offered_meanwhile() {
     .await;
 }
 
+/// The DRA claim of the tests: its uid is the Placement consumer.
+const CLAIM: &str = "5c1a1000-0000-4000-8000-000000000001";
+
+/// The DRA driver's `NodePrepareResources` (`prepare`: answers whether the claim holds
+/// the device) or `NodeUnprepareResources` for the claim [`CLAIM`] of the device.
+async fn dra(store: &Store, prepare: bool) -> Result<bool, StoreError> {
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                if prepare {
+                    let prepared =
+                        claims::prepare(tx, HOST, CLAIM, &["FakeDevice".to_owned()]).await?;
+                    Ok(prepared.is_ok())
+                } else {
+                    claims::unprepare(tx, CLAIM).await
+                }
+            })
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_dra_claim_released_is_cleaned_and_not_prepared_meanwhile() {
+    each_backend(|store| async move {
+        report(&store, device(true, true)).await;
+        assert!(dra(&store, true).await.unwrap(), "the claim holds the device");
+        assert!(dra(&store, false).await.unwrap(), "unprepared: released");
+        assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
+        assert_eq!(seen(&store).await.0, (16, 16), "reserved whole meanwhile");
+        assert!(
+            !dra(&store, true).await.unwrap(),
+            "no claim is prepared on an uncleaned device"
+        );
+        clean(&store).await;
+        assert!(dra(&store, true).await.unwrap(), "offered again once clean");
+    })
+    .await;
+}
+
 /// The race of issue 33: a release and a claim of the same device at once, 1,000
-/// times, the claim alternating between Placement and the device plugins' save. A
+/// times, the claim taking turns between Placement, the device plugins' save and a DRA
+/// claim's prepare. A
 /// claim may only land while the device is clean; whichever commits first, it never
 /// lands on a device released and not yet cleaned.
 #[tokio::test]
@@ -307,12 +348,12 @@ async fn release_and_claim_race_never_lands_a_claim_on_an_uncleaned_device() {
             allocate(&store, "holder", 16).await.unwrap();
             let release = allocate(&store, "holder", 0);
             let landed = async {
-                if i % 2 == 0 {
-                    allocate(&store, "claimer", 1).await.is_ok()
-                } else {
-                    save_pod(&store, true)
+                match i % 3 {
+                    0 => allocate(&store, "claimer", 1).await.is_ok(),
+                    1 => save_pod(&store, true)
                         .await
-                        .is_ok_and(|o| !o.consumers.is_empty())
+                        .is_ok_and(|o| !o.consumers.is_empty()),
+                    _ => dra(&store, true).await.is_ok_and(|held| held),
                 }
             };
             let (released, landed) = tokio::join!(release, landed);
@@ -323,7 +364,7 @@ async fn release_and_claim_race_never_lands_a_claim_on_an_uncleaned_device() {
             );
             let c = seen(&store).await.1;
             assert_eq!(c.state, CleaningState::Cleaning, "iteration {i}");
-            if i % 2 == 1 {
+            if i % 3 == 1 {
                 save_pod(&store, false).await.unwrap();
             }
             clean(&store).await;
