@@ -321,7 +321,10 @@ async fn dra(store: &Store, prepare: bool) -> Result<bool, StoreError> {
 async fn a_dra_claim_released_is_cleaned_and_not_prepared_meanwhile() {
     each_backend(|store| async move {
         report(&store, device(true, true)).await;
-        assert!(dra(&store, true).await.unwrap(), "the claim holds the device");
+        assert!(
+            dra(&store, true).await.unwrap(),
+            "the claim holds the device"
+        );
         assert!(dra(&store, false).await.unwrap(), "unprepared: released");
         assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
         assert_eq!(seen(&store).await.0, (16, 16), "reserved whole meanwhile");
