@@ -19,7 +19,7 @@ export CONFORMANCE_PY="$PY"
 echo "== rustfmt"; cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets -q -- -D warnings
 echo "== os-traits data file"; "$PY" scripts/os-traits.py check
-echo "== cargo test (SQLite, PostgreSQL and MariaDB)"; cargo test --workspace -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
+echo "== cargo test (SQLite, PostgreSQL and MariaDB)"; cargo test --workspace --no-fail-fast -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1
 echo "== the test kit's WebDriver client against headless Chromium"

@@ -57,8 +57,14 @@ fn no_compute_node(node: &str, message: &str) -> String {
     } else {
         ". With Nova, --node must be this host's hypervisor_hostname (`openstack hypervisor list`) and nova-compute must have registered it".to_owned()
     };
+    // The server's own message may already name node_provider: say it once.
+    let own = if message.contains("node_provider") {
+        ""
+    } else {
+        " unless node_provider = \"own\" (the agent then creates and owns it)"
+    };
     format!(
-        "the compute node {node:?} is not known to the server: {message}{nova}. The agent reports under the compute node provider and never creates it; without Nova, set node_provider = \"own\" in the agent's configuration (the agent then creates and owns it), or create it in Placement first (POST /resource_providers with {{\"name\": \"{node}\"}}, as the README's walk-through does)"
+        "the compute node {node:?} is not known to the server: {message}{nova}. The agent reports under the compute node provider and never creates it{own}; without Nova, create it in Placement first (POST /resource_providers with {{\"name\": \"{node}\"}}, as the README's walk-through does)"
     )
 }
 

@@ -612,10 +612,19 @@ pub async fn patch(
                         Patch::Unbind => None,
                     })
                     .collect();
-                if let Some(refused) = refusals::check(tx, &bind_ops).await? {
+                let judged: Vec<refusals::Bind> = bind_ops
+                    .iter()
+                    .map(|(arq, b)| refusals::Bind {
+                        arq,
+                        hostname: &b.hostname,
+                        device_rp_uuid: &b.device_rp_uuid,
+                        instance_uuid: &b.instance_uuid,
+                    })
+                    .collect();
+                if let Some(refused) = refusals::check(tx, &judged).await? {
                     let arq = require(tx, &scope, &refused.arq_uuid).await?;
                     if let Some((_, b)) = bind_ops.iter().find(|(u, _)| *u == arq.uuid) {
-                        refusals::record(tx, &arq, b, &refused).await?;
+                        record_refusal(tx, &arq, b, &refused).await?;
                     }
                     return Ok(Some(refused));
                 }
@@ -680,4 +689,36 @@ pub async fn patch(
             })
         })
         .await
+}
+
+/// Leaves `arq` as upstream leaves a bind whose handle it could not take: started
+/// (host, device, instance recorded), then `BindFailed`, with a failed job carrying
+/// the refusal for the console.
+async fn record_refusal(
+    tx: &mut Tx,
+    arq: &Arq,
+    b: &Binding,
+    refused: &Refused,
+) -> Result<(), StoreError> {
+    let mut started = Vec::new();
+    begin_bind(tx, arq, b, &mut started).await?;
+    let now = crate::now();
+    sqlx::query(
+        "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2 WHERE id = $3",
+    )
+    .bind(ArqState::BindFailed.as_str())
+    .bind(now)
+    .bind(arq.id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at, updated_at, error) \
+         VALUES ($1, 'failed', $2, 0, $2, $2, $3)",
+    )
+    .bind(&arq.uuid)
+    .bind(now)
+    .bind(refused.message())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }

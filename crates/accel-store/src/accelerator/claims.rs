@@ -26,8 +26,9 @@ use crate::placement::inventories;
 use crate::{StoreError, Tx};
 use std::collections::BTreeSet;
 
-/// The consumer type of a prepared claim's allocations.
-pub const CONSUMER_TYPE: &str = "KUBERNETES_CLAIM";
+/// The consumer type of a prepared claim's allocations (declared beside the pods' in
+/// [`super::kubernetes`], which tells the two apart).
+pub use super::kubernetes::CLAIM_CONSUMER_TYPE as CONSUMER_TYPE;
 
 /// Why a claim cannot be prepared: the data says no, nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -21,7 +21,7 @@
 //! consumer's allocation or the full reservation, never a free, unclean device. Why
 //! the state lives in its own table keyed by provider uuid: the uuid is stable
 //! (`uuid3(name)`), so a device that vanishes and comes back uncleaned is still
-//! reserved when it is reported again (the report reads [`uncleaned`]). The reserve
+//! reserved when it is reported again (the report reads `report::placement::uncleaned`). The reserve
 //! of a report (maintaining, unhealthy, vanished) and the reserve of a cleaning are
 //! one rule there: `reserved = total` while either holds.
 //!
@@ -34,7 +34,7 @@ use super::hardware;
 use crate::placement::changes;
 use crate::{placeholders, Conflict, StoreError, Tx};
 use sqlx::Row;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 /// The trait of a device provider that is cleaned on release.
 pub const TRAIT: &str = "CUSTOM_ACCEL_CLEANED_ON_RELEASE";
@@ -244,7 +244,7 @@ async fn reserve(tx: &mut Tx, rp_id: i64) -> Result<(), StoreError> {
 }
 
 /// Recomputes the reservation of the device that `rp_uuid`'s deployable belongs to
-/// from everything the report knows (status, health, [`uncleaned`]).
+/// from everything the report knows (status, health, whether it is cleaned).
 async fn lift(tx: &mut Tx, rp_uuid: &str) -> Result<(), StoreError> {
     let dev: Option<String> = sqlx::query_scalar(
         "SELECT v.uuid FROM devices v JOIN deployables d ON d.device_id = v.id WHERE d.rp_uuid = $1",
@@ -257,26 +257,6 @@ async fn lift(tx: &mut Tx, rp_uuid: &str) -> Result<(), StoreError> {
         super::report::apply_status(tx, &device).await?;
     }
     Ok(())
-}
-
-/// Of `rp_uuids`, those whose cleaning is not `clean` (kept reserved by the report).
-pub(crate) async fn uncleaned(
-    tx: &mut Tx,
-    rp_uuids: &[&str],
-) -> Result<HashSet<String>, StoreError> {
-    let mut out = HashSet::new();
-    for chunk in rp_uuids.chunks(crate::BATCH_ROWS) {
-        let sql = format!(
-            "SELECT rp_uuid FROM device_cleanings WHERE state <> 'clean' AND rp_uuid IN ({})",
-            placeholders(1, chunk.len())
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for u in chunk {
-            q = q.bind(u.to_string());
-        }
-        out.extend(q.fetch_all(&mut *tx).await?);
-    }
-    Ok(out)
 }
 
 /// Takes the host's running cleanings for agent process `owner` (those unowned or

@@ -44,6 +44,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The consumer type of the pods' allocations (Placement >= 1.38 shows it).
 pub const CONSUMER_TYPE: &str = "KUBERNETES_POD";
 
+/// The consumer type of a DRA claim's allocations (`super::claims`).
+pub const CLAIM_CONSUMER_TYPE: &str = "KUBERNETES_CLAIM";
+
 /// A slot the agent's node holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotClaim {
@@ -180,7 +183,7 @@ pub(super) async fn held_by_vm(
     for rp in &d.providers {
         if allocations::for_provider(tx, rp.id).await?.iter().any(|a| {
             !ours.contains(&a.consumer_uuid)
-                && a.consumer_type.as_deref() != Some(super::claims::CONSUMER_TYPE)
+                && a.consumer_type.as_deref() != Some(CLAIM_CONSUMER_TYPE)
         }) {
             return Ok(true);
         }
@@ -200,7 +203,7 @@ async fn vm_held(
         .values()
         .flat_map(|d| d.providers.iter().map(|p| p.uuid.as_str()))
         .collect();
-    let uncleaned = super::cleaning::uncleaned(tx, &uuids).await?;
+    let uncleaned = super::report::uncleaned(tx, &uuids).await?;
     for (address, d) in devices {
         if d.providers.iter().any(|p| uncleaned.contains(&p.uuid)) {
             out.push(address.clone());

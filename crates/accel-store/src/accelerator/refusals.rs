@@ -25,9 +25,8 @@
 //! device were accepted at the same moment (the count takes no lock, so concurrent
 //! `PATCH`es may both see it free; the job that takes it second fails).
 
-use super::arqs::{Arq, Binding};
 use crate::{StoreError, Tx};
-use accel_core::accelerator::{ArqState, DeviceHealth};
+use accel_core::accelerator::DeviceHealth;
 use sqlx::Row;
 
 /// Why a bind was refused.
@@ -123,16 +122,21 @@ async fn count(tx: &mut Tx, sql: &str, key: &str) -> Result<i64, StoreError> {
     Ok(n)
 }
 
+/// One bind of a patch, as [`check`] judges it.
+pub(super) struct Bind<'a> {
+    pub arq: &'a str,
+    pub hostname: &'a str,
+    pub device_rp_uuid: &'a str,
+    pub instance_uuid: &'a str,
+}
+
 /// The first bind of `binds` that cannot succeed, checked before any is started.
 /// A provider without a deployable is left to the caller's own 404.
-pub(super) async fn check(
-    tx: &mut Tx,
-    binds: &[(&str, &Binding)],
-) -> Result<Option<Refused>, StoreError> {
+pub(super) async fn check(tx: &mut Tx, binds: &[Bind<'_>]) -> Result<Option<Refused>, StoreError> {
     // Per provider: its device, and how many handles are left for this patch.
     let mut seen: Vec<(String, Option<Device>, i64, i64, i64)> = Vec::new();
-    for (arq, b) in binds {
-        let rp = b.device_rp_uuid.as_str();
+    for b in binds {
+        let rp = b.device_rp_uuid;
         let at = match seen.iter().position(|(r, ..)| r == rp) {
             Some(at) => at,
             None => {
@@ -185,10 +189,10 @@ pub(super) async fn check(
         };
         if let Some(refusal) = refusal {
             return Ok(Some(Refused {
-                arq_uuid: (*arq).to_owned(),
-                instance_uuid: b.instance_uuid.clone(),
-                hostname: b.hostname.clone(),
-                device_rp_uuid: b.device_rp_uuid.clone(),
+                arq_uuid: b.arq.to_owned(),
+                instance_uuid: b.instance_uuid.to_owned(),
+                hostname: b.hostname.to_owned(),
+                device_rp_uuid: b.device_rp_uuid.to_owned(),
                 refusal,
             }));
         }
@@ -203,36 +207,4 @@ async fn count_id(tx: &mut Tx, sql: &str, id: i64) -> Result<i64, StoreError> {
         .await?
         .try_get(0)?;
     Ok(n)
-}
-
-/// Leaves `arq` as upstream leaves a bind whose handle it could not take: started
-/// (host, device, instance recorded), then `BindFailed`, with a failed job carrying
-/// the refusal for the console.
-pub(super) async fn record(
-    tx: &mut Tx,
-    arq: &Arq,
-    b: &Binding,
-    refused: &Refused,
-) -> Result<(), StoreError> {
-    let mut started = Vec::new();
-    super::arqs::begin_bind(tx, arq, b, &mut started).await?;
-    let now = crate::now();
-    sqlx::query(
-        "UPDATE extended_accelerator_requests SET state = $1, updated_at = $2 WHERE id = $3",
-    )
-    .bind(ArqState::BindFailed.as_str())
-    .bind(now)
-    .bind(arq.id)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO bind_jobs (arq_uuid, state, deadline, attempts, created_at, updated_at, error) \
-         VALUES ($1, 'failed', $2, 0, $2, $2, $3)",
-    )
-    .bind(&arq.uuid)
-    .bind(now)
-    .bind(refused.message())
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
 }

@@ -34,6 +34,7 @@ mod records;
 
 pub use node::{ensure_owned, OWNER_TRAIT};
 pub use placement::apply_status;
+pub(crate) use placement::uncleaned;
 use placement::{sync_devices, Names};
 use records::{
     insert_deployable, insert_device, remove_deployable, remove_device, update_deployable,

@@ -6,7 +6,7 @@
 
 use crate::accelerator::hardware::{self, Deployable, Device};
 use crate::placement::{classes, inventories, providers, traits};
-use crate::{StoreError, Tx};
+use crate::{placeholders, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus};
 use accel_core::capacity::Limits;
 use std::collections::{HashMap, HashSet};
@@ -97,7 +97,7 @@ pub(super) async fn sync_devices(
         .collect();
     // A provider between its release and its cleaning stays reserved whatever the
     // report says (accelerator/cleaning.rs): one rule for both reasons.
-    let uncleaned = crate::accelerator::cleaning::uncleaned(tx, &uuids).await?;
+    let uncleaned = uncleaned(tx, &uuids).await?;
     let unavailable: HashMap<i64, bool> = devices
         .iter()
         .map(|d| {
@@ -275,4 +275,25 @@ pub async fn apply_status(tx: &mut Tx, device: &Device) -> Result<(), StoreError
         &mut Names::default(),
     )
     .await
+}
+
+/// Of `rp_uuids`, those whose cleaning (`device_cleanings`, see
+/// `accelerator::cleaning`) is not `clean`: the report keeps them reserved.
+pub(crate) async fn uncleaned(
+    tx: &mut Tx,
+    rp_uuids: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    let mut out = HashSet::new();
+    for chunk in rp_uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT rp_uuid FROM device_cleanings WHERE state <> 'clean' AND rp_uuid IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        for u in chunk {
+            q = q.bind(u.to_string());
+        }
+        out.extend(q.fetch_all(&mut *tx).await?);
+    }
+    Ok(out)
 }
