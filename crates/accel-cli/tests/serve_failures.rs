@@ -107,11 +107,25 @@ impl Starting {
 
 /// Waits until a line of `log` contains `what` (at most 30 s).
 async fn until_logged(log: &Mutex<Vec<String>>, what: &str) {
+    until_logged_times(log, what, 1).await
+}
+
+/// Waits until `n` lines of `log` contain `what` (at most 30 s): the process may have
+/// exited before its last lines were read from the pipe.
+async fn until_logged_times(log: &Mutex<Vec<String>>, what: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().iter().any(|l| l.contains(what)) {
+    let count = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(what))
+            .count()
+    };
+    while count() < n {
         assert!(
             Instant::now() < deadline,
-            "never logged {what:?}: {:?}",
+            "logged {what:?} {} times, not {n}: {:?}",
+            count(),
             log.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -265,6 +279,7 @@ async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_on
         took < Duration::from_secs(3),
         "drained for {took:?}, not about 1 s"
     );
+    until_logged_times(&s.log, "shutdown timeout: closing the connections", 2).await;
     assert_eq!(s.logged("shutdown timeout: closing the connections"), 2);
 
     // A long drain, cut short by a second SIGINT.
@@ -278,6 +293,7 @@ async fn a_trickling_client_cannot_hold_shutdown_and_a_second_signal_exits_at_on
     let (status, took) = s.exit(Duration::from_secs(5)).await;
     assert!(!status.success());
     assert!(took < Duration::from_secs(2), "{took:?}");
+    until_logged(&s.log, "second shutdown signal").await;
     assert_eq!(s.logged("second shutdown signal"), 1);
 }
 
