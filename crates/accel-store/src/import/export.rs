@@ -201,45 +201,14 @@ async fn insert(
     times: &[&str],
     rows: Vec<Vec<Val>>,
 ) -> Result<(), StoreError> {
-    let per = (8000 / cols.len()).clamp(1, 1000);
-    let b = tx.backend();
-    for chunk in rows.chunks(per) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|r| {
-                let cells: Vec<String> = cols
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        let n = r * cols.len() + i + 1;
-                        if times.contains(c) {
-                            datetime(b, n)
-                        } else {
-                            crate::import::write::placeholder(b, n)
-                        }
-                    })
-                    .collect();
-                format!("({})", cells.join(", "))
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO {table} ({}) VALUES {}",
-            cols.join(", "),
-            values.join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for row in chunk {
-            for v in row {
-                q = match v {
-                    Val::I(i) => q.bind(*i),
-                    Val::N(i) => q.bind(*i),
-                    Val::S(s) => q.bind(s.clone()),
-                    Val::F(f) => q.bind(*f),
-                };
-            }
+    crate::import::write::insert_rows_with(tx, table, cols, rows, |c, backend, n| {
+        if times.contains(&c) {
+            datetime(backend, n)
+        } else {
+            crate::import::write::placeholder(backend, n)
         }
-        q.execute(&mut *tx).await?;
-    }
-    Ok(())
+    })
+    .await
 }
 
 /// The upstream database's Placement data (nonzero counts); the standard classes

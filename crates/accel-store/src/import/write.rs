@@ -211,13 +211,30 @@ pub(crate) async fn insert_rows(
     cols: &[&str],
     rows: Vec<Vec<Val>>,
 ) -> Result<(), StoreError> {
+    insert_rows_with(tx, table, cols, rows, |_, backend, n| {
+        placeholder(backend, n)
+    })
+    .await
+}
+
+/// [`insert_rows`], each cell's SQL written by `cell(column, backend, n)` around the
+/// `n`th bound value (the export wraps epoch seconds into `DateTime`s).
+pub(crate) async fn insert_rows_with(
+    tx: &mut Tx,
+    table: &str,
+    cols: &[&str],
+    rows: Vec<Vec<Val>>,
+    cell: impl Fn(&str, Backend, usize) -> String,
+) -> Result<(), StoreError> {
     let per = (8000 / cols.len()).clamp(1, 1000);
     let backend = tx.backend();
     for chunk in rows.chunks(per) {
         let values: Vec<String> = (0..chunk.len())
             .map(|r| {
-                let cells: Vec<String> = (0..cols.len())
-                    .map(|i| placeholder(backend, r * cols.len() + i + 1))
+                let cells: Vec<String> = cols
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| cell(c, backend, r * cols.len() + i + 1))
                     .collect();
                 format!("({})", cells.join(", "))
             })
