@@ -20,7 +20,7 @@
 //! The allocation is the whole record: a restarted agent replays the kubelet's calls
 //! and finds them done, so no table of its own is needed.
 
-use super::kubernetes::{held_by_vm, host_devices, HostDevice};
+use super::kubernetes::{held_by_vm, holds_exactly, host_devices, HostDevice};
 use crate::placement::allocations::{self, ConsumerWrite};
 use crate::placement::inventories;
 use crate::{StoreError, Tx};
@@ -87,20 +87,7 @@ pub async fn prepare(
             return Ok(Err(ClaimRefusal::Unavailable(address.clone())));
         }
     }
-    let have: BTreeSet<(String, String, i64)> = allocations::for_consumer(tx, uid)
-        .await?
-        .into_iter()
-        .map(|a| (a.rp_uuid, a.rc_name, a.used))
-        .collect();
-    let want: BTreeSet<(String, String, i64)> = wanted
-        .iter()
-        .flat_map(|(rp, amounts)| {
-            amounts
-                .iter()
-                .map(move |(rc, n)| (rp.clone(), rc.clone(), *n))
-        })
-        .collect();
-    if have == want {
+    if holds_exactly(tx, uid, &wanted).await? {
         return Ok(Ok(false));
     }
     let write = ConsumerWrite {

@@ -376,20 +376,7 @@ pub async fn save(
     }
     let mut writes = Vec::new();
     for (consumer, allocs) in &wanted {
-        let have: BTreeSet<(String, String, i64)> = allocations::for_consumer(tx, consumer)
-            .await?
-            .into_iter()
-            .map(|a| (a.rp_uuid, a.rc_name, a.used))
-            .collect();
-        let want: BTreeSet<(String, String, i64)> = allocs
-            .iter()
-            .flat_map(|(rp, amounts)| {
-                amounts
-                    .iter()
-                    .map(move |(rc, n)| (rp.clone(), rc.clone(), *n))
-            })
-            .collect();
-        if have != want {
+        if !holds_exactly(tx, consumer, allocs).await? {
             writes.push(ConsumerWrite {
                 uuid: consumer.clone(),
                 project_id: None,
@@ -446,4 +433,27 @@ pub async fn save(
         }
     }
     Ok(out)
+}
+
+/// Whether `consumer` holds exactly `allocs` (per provider, its classes and amounts), so
+/// that writing them again would change nothing (a replayed save or prepare).
+pub(super) async fn holds_exactly(
+    tx: &mut Tx,
+    consumer: &str,
+    allocs: &[(String, Vec<(String, i64)>)],
+) -> Result<bool, StoreError> {
+    let have: BTreeSet<(String, String, i64)> = allocations::for_consumer(tx, consumer)
+        .await?
+        .into_iter()
+        .map(|a| (a.rp_uuid, a.rc_name, a.used))
+        .collect();
+    let want: BTreeSet<(String, String, i64)> = allocs
+        .iter()
+        .flat_map(|(rp, amounts)| {
+            amounts
+                .iter()
+                .map(move |(rc, n)| (rp.clone(), rc.clone(), *n))
+        })
+        .collect();
+    Ok(have == want)
 }

@@ -238,14 +238,7 @@ async fn upstream_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, Stor
             "SELECT COUNT(*) FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
         ),
     ];
-    let mut out = Vec::new();
-    for (table, sql) in COUNTS {
-        let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
-        if n > 0 {
-            out.push((*table, n));
-        }
-    }
-    Ok(out)
+    crate::import::write::nonzero_counts(tx, COUNTS).await
 }
 
 /// Writes `data` (accel's, from [`read_accel`]) into the empty upstream database

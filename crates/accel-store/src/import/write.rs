@@ -109,8 +109,16 @@ pub async fn target_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, St
             "SELECT COUNT(*) FROM extended_accelerator_requests",
         ),
     ];
+    nonzero_counts(tx, COUNTS).await
+}
+
+/// Of `counts` (a table's name and its `COUNT(*)` query), those that are not zero.
+pub(crate) async fn nonzero_counts(
+    tx: &mut Tx,
+    counts: &[(&'static str, &str)],
+) -> Result<Vec<(&'static str, i64)>, StoreError> {
     let mut out = Vec::new();
-    for (table, sql) in COUNTS {
+    for (table, sql) in counts {
         let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
         if n > 0 {
             out.push((*table, n));
