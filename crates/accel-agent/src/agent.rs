@@ -27,12 +27,26 @@ use crate::observe::Health as Probes;
 use crate::pci::PciBus;
 use crate::program::{self, Glance, ProgramJob};
 use crate::sysfs::Sysfs;
+use accel_api::agent::CleaningRequest;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A forced (full) report every this many reports.
 pub const FULL_EVERY: u64 = 10;
+
+/// How long the server may hold one look for cleanings (`wait`): under the agent's
+/// 60 s request timeout, and long enough that an idle node asks three times a minute.
+pub const CLEANING_WAIT_SECONDS: u64 = 20;
+
+/// One look for cleanings in flight: when it was asked, and the node with the answer.
+type CleaningLook = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = (Instant, Result<(String, Vec<CleaningRequest>), ClientError>),
+            > + Send,
+    >,
+>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -266,6 +280,11 @@ impl Agent {
         }
     }
 
+    /// The metrics of the probes this agent records in, if any.
+    fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        self.probes.as_ref().map(|p| p.metrics().clone())
+    }
+
     fn probe(&self, f: impl FnOnce(&Probes)) {
         if let Some(p) = &self.probes {
             f(p);
@@ -445,13 +464,20 @@ impl Agent {
         if self.settings.cleaning.is_empty() {
             return Ok(0);
         }
-        let jobs = self.client.cleanings(&node, &self.agent_id).await?;
+        let jobs = self.client.cleanings(&node, &self.agent_id, None).await?;
+        Ok(self.start_cleanings(&node, jobs).await)
+    }
+
+    /// Starts the cleanings of `jobs` this process is not already running (a fetch
+    /// answers every cleaning the process holds); answers how many it started.
+    async fn start_cleanings(&mut self, node: &str, jobs: Vec<CleaningRequest>) -> usize {
+        let node = node.to_owned();
         let new: Vec<_> = jobs
             .into_iter()
             .filter(|j| !self.cleanings.contains(&j.rp_uuid, j.attempt))
             .collect();
         if new.is_empty() {
-            return Ok(0);
+            return 0;
         }
         let devices = self.discover().devices;
         for job in &new {
@@ -479,7 +505,15 @@ impl Agent {
             tracing::info!(provider = %job.rp_uuid, address = %job.address, attempt = job.attempt, "cleaning a released device");
             match rule {
                 Err(e) => {
-                    cleaning::answer(&self.client, &node, job, &Err(e), started.elapsed()).await
+                    cleaning::answer(
+                        &self.client,
+                        self.metrics().as_deref(),
+                        &node,
+                        job,
+                        &Err(e),
+                        started.elapsed(),
+                    )
+                    .await
                 }
                 Ok(rule) => match &rule.method {
                     cleaning::Method::FpgaDefault(image) => {
@@ -511,11 +545,19 @@ impl Agent {
                                 .await
                             }
                         };
-                        cleaning::answer(&self.client, &node, job, &result, started.elapsed())
-                            .await;
+                        cleaning::answer(
+                            &self.client,
+                            self.metrics().as_deref(),
+                            &node,
+                            job,
+                            &result,
+                            started.elapsed(),
+                        )
+                        .await;
                     }
                     _ => {
                         let (client, node, job2) = (self.client.clone(), node.clone(), job.clone());
+                        let metrics = self.metrics();
                         let root = self.settings.sysfs_root.clone();
                         self.cleanings
                             .spawn(job.rp_uuid.clone(), job.attempt, async move {
@@ -528,14 +570,21 @@ impl Agent {
                                     deadline,
                                 )
                                 .await;
-                                cleaning::answer(&client, &node, &job2, &r, started.elapsed())
-                                    .await;
+                                cleaning::answer(
+                                    &client,
+                                    metrics.as_deref(),
+                                    &node,
+                                    &job2,
+                                    &r,
+                                    started.elapsed(),
+                                )
+                                .await;
                             });
                     }
                 },
             }
         }
-        Ok(new.len())
+        new.len()
     }
 
     /// Waits for every cleaning this agent started to be answered (or given up).
@@ -642,19 +691,23 @@ impl Agent {
     }
 
     /// Reports every interval and looks for programming requests every program
-    /// interval, until `shutdown` resolves. A failed report or look is logged and
-    /// retried at the next tick; it never stops the agent.
+    /// interval, until `shutdown` resolves. Cleanings are a long poll (see
+    /// [`CLEANING_WAIT_SECONDS`]): the server answers as soon as a device of this node
+    /// is released, so the wait for the agent is not the program interval. A failed
+    /// report or look is logged and retried at the next tick; it never stops the agent.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(Duration::from_secs(self.settings.interval_seconds));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut programs = tokio::time::interval(self.settings.program_interval);
         programs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Cleanings are fetched as programming requests are: every program interval.
-        let mut cleanings = tokio::time::interval(self.settings.program_interval);
-        cleanings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut look: Option<CleaningLook> = None;
+        let mut next_look = Instant::now();
         loop {
             self.probe(|p| p.beat());
+            if look.is_none() {
+                look = self.look_for_cleanings(next_look);
+            }
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = tick.tick() => {
@@ -667,12 +720,47 @@ impl Agent {
                         tracing::warn!("looking for programming requests failed: {e}");
                     }
                 }
-                _ = cleanings.tick() => {
-                    if let Err(e) = self.clean_step().await {
-                        tracing::warn!("looking for cleanings failed: {e}");
-                    }
+                (asked, answer) = async { look.as_mut().expect("enabled only when set").await }, if look.is_some() => {
+                    look = None;
+                    let started = match answer {
+                        Ok((node, jobs)) => self.start_cleanings(&node, jobs).await,
+                        Err(e) => {
+                            tracing::warn!("looking for cleanings failed: {e}");
+                            0
+                        }
+                    };
+                    // An answer that came back early with nothing new (an error, or a
+                    // server that does not hold long polls) waits out the program
+                    // interval before the next look, so a failing server is not hammered.
+                    next_look = if started == 0 && asked.elapsed() < self.settings.program_interval {
+                        asked + self.settings.program_interval
+                    } else {
+                        Instant::now()
+                    };
                 }
             }
         }
+    }
+
+    /// The next long poll for cleanings, starting at `at`; `None` without rules (no
+    /// device carries the trait, so the server is not asked) or without a node.
+    fn look_for_cleanings(&mut self, at: Instant) -> Option<CleaningLook> {
+        if self.settings.cleaning.is_empty() {
+            return None;
+        }
+        let node = self.settings.require_node().ok()?.to_owned();
+        // Reaped before the look: a cleaning that ends while the look waits is still
+        // counted as running when its answer comes, so it is not started twice.
+        self.cleanings.reap();
+        let (client, agent) = (self.client.clone(), self.agent_id.clone());
+        Some(Box::pin(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let asked = Instant::now();
+            let answer = client
+                .cleanings(&node, &agent, Some(CLEANING_WAIT_SECONDS))
+                .await
+                .map(|jobs| (node, jobs));
+            (asked, answer)
+        }))
     }
 }

@@ -322,11 +322,15 @@ pub async fn verify(
 /// when the next fetch hands it back.
 pub async fn answer(
     client: &crate::client::Client,
+    metrics: Option<&crate::metrics::Metrics>,
     node: &str,
     job: &CleaningRequest,
     result: &Result<(), String>,
     took: Duration,
 ) {
+    if let Some(m) = metrics {
+        m.cleaning(result.is_ok(), took);
+    }
     let body = CleaningAnswer {
         attempt: job.attempt,
         error: result.clone().err(),
@@ -362,6 +366,45 @@ pub async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `[[cleaning]]` examples of the README and docs/cleaning.md: every TOML
+    /// block with a rule parses as the agent's file does and passes validation.
+    #[test]
+    fn the_documented_rules_are_valid() {
+        #[derive(Deserialize)]
+        struct Rules {
+            cleaning: Vec<CleaningFile>,
+        }
+        let docs = [
+            ("README.md", include_str!("../../../README.md")),
+            (
+                "docs/cleaning.md",
+                include_str!("../../../docs/cleaning.md"),
+            ),
+        ];
+        let mut methods = Vec::new();
+        for (name, text) in docs {
+            let blocks: Vec<&str> = text
+                .split("```toml\n")
+                .skip(1)
+                .filter_map(|b| b.split("```").next())
+                .filter(|b| b.contains("[[cleaning]]"))
+                .collect();
+            assert!(!blocks.is_empty(), "{name} has no [[cleaning]] example");
+            for b in blocks {
+                let rules: Rules = toml::from_str(b).unwrap_or_else(|e| panic!("{name}: {e}\n{b}"));
+                let valid = validate(rules.cleaning).unwrap_or_else(|e| panic!("{name}: {e}\n{b}"));
+                methods.extend(valid.into_iter().map(|r| match r.method {
+                    Method::PciReset => "pci-reset",
+                    Method::FpgaDefault(_) => "fpga-default",
+                    Method::Command(_) => "command",
+                }));
+            }
+        }
+        for m in ["pci-reset", "fpga-default", "command"] {
+            assert!(methods.contains(&m), "no documented example of {m}");
+        }
+    }
 
     fn parse(text: &str) -> Result<Vec<Rule>, String> {
         #[derive(Deserialize)]

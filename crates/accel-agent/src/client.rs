@@ -145,8 +145,9 @@ impl Client {
         &self,
         node: &str,
         agent: &str,
+        wait: Option<u64>,
     ) -> Result<Vec<wire::CleaningRequest>, ClientError> {
-        self.api.cleanings(node, agent).await
+        self.api.cleanings(node, agent, wait).await
     }
 
     /// `PUT /v2/agent/hosts/{node}/cleanings/{rp_uuid}`.

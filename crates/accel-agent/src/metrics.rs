@@ -94,6 +94,8 @@ pub struct Metrics {
     report_duration: Histogram,
     calls: Family<CallLabels, Counter>,
     programs: Family<OutcomeLabels, Counter>,
+    cleanings: Family<OutcomeLabels, Counter>,
+    cleaning_duration: Histogram,
     server_waits: Counter,
     /// The kubelet plugins' families, updated by `accel_k8s`.
     pub kubelet: Arc<KubeletMetrics>,
@@ -131,6 +133,10 @@ impl Metrics {
             report_duration,
             calls: Family::default(),
             programs: Family::default(),
+            cleanings: Family::default(),
+            cleaning_duration: Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+            ]),
             server_waits: Counter::default(),
             kubelet: Arc::new(KubeletMetrics::register(&mut registry)),
             registry: Registry::default(),
@@ -173,6 +179,17 @@ impl Metrics {
             m.programs.clone(),
         );
         registry.register(
+            "accel_agent_cleanings",
+            "Device cleanings this agent carried out, by outcome (clean, failed: the method, the verification or the timeout)",
+            m.cleanings.clone(),
+        );
+        registry.register_with_unit(
+            "accel_agent_cleaning_duration",
+            "Time one cleaning took on this node, method and verification together",
+            Unit::Seconds,
+            m.cleaning_duration.clone(),
+        );
+        registry.register(
             "accel_agent_server_wait_attempts",
             "Failed attempts to reach the server at start-up (the agent waits with backoff)",
             m.server_waits.clone(),
@@ -207,6 +224,11 @@ impl Metrics {
         }
         for o in ["programmed", "failed"] {
             m.programs
+                .get_or_create(&OutcomeLabels { outcome: o.into() })
+                .inc_by(0);
+        }
+        for o in ["clean", "failed"] {
+            m.cleanings
                 .get_or_create(&OutcomeLabels { outcome: o.into() })
                 .inc_by(0);
         }
@@ -273,6 +295,16 @@ impl Metrics {
                 outcome: if ok { "programmed" } else { "failed" }.into(),
             })
             .inc();
+    }
+
+    /// One cleaning ended (before its answer is sent): `clean` or `failed`.
+    pub fn cleaning(&self, ok: bool, took: Duration) {
+        self.cleanings
+            .get_or_create(&OutcomeLabels {
+                outcome: if ok { "clean" } else { "failed" }.into(),
+            })
+            .inc();
+        self.cleaning_duration.observe(took.as_secs_f64());
     }
 
     pub fn server_wait(&self) {

@@ -335,3 +335,99 @@ pub fn pci_ids(dir: &Path) -> PathBuf {
     );
     path
 }
+
+/// A `[[cleaning]]` rule's cleaner and verification as shell scripts in a directory,
+/// for the cleaning tests: the cleaner appends its first argument to `cleaned` and then
+/// does what the file `mode` says: `ok`, `fail` (exits 3), `hang` (30 s, longer than a
+/// test's timeout), `gate` (waits for a file `go`). The verification passes while the
+/// file `verified` exists.
+pub struct FakeCleaner {
+    pub dir: PathBuf,
+}
+
+const CLEANER: &str = r#"d=$(dirname "$0")
+echo "$1" >> "$d/cleaned"
+case "$(cat "$d/mode")" in
+  ok) exit 0 ;;
+  fail) echo "wipe failed" >&2; exit 3 ;;
+  hang) exec sleep 30 ;;
+  gate) while [ ! -f "$d/go" ]; do sleep 0.02; done ;;
+esac
+"#;
+
+const VERIFY: &str = r#"[ -f "$(dirname "$0")/verified" ] || { echo "not wiped" >&2; exit 1; }
+"#;
+
+impl FakeCleaner {
+    /// The scripts written in `dir`, mode `ok`, verification passing.
+    pub fn new(dir: impl Into<PathBuf>) -> FakeCleaner {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).expect("create cleaner dir");
+        std::fs::write(dir.join("clean.sh"), CLEANER).expect("write clean.sh");
+        std::fs::write(dir.join("verify.sh"), VERIFY).expect("write verify.sh");
+        std::fs::write(dir.join("verified"), "").expect("write verified");
+        let c = FakeCleaner { dir };
+        c.mode("ok");
+        c
+    }
+
+    pub fn mode(&self, m: &str) {
+        std::fs::write(self.dir.join("mode"), m).expect("write mode");
+    }
+
+    /// Lets a cleaner in mode `gate` finish.
+    pub fn open_gate(&self) {
+        std::fs::write(self.dir.join("go"), "").expect("write go");
+    }
+
+    /// How many times the cleaner has started.
+    pub fn started(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("cleaned"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// The rule's table: method `command` running the cleaner with `{address}`, the
+    /// verification, and `timeout_seconds`.
+    pub fn rule(&self, timeout_seconds: u64) -> crate::cleaning::CleaningFile {
+        let script = |name: &str| self.dir.join(name).to_string_lossy().into_owned();
+        crate::cleaning::CleaningFile {
+            method: "command".into(),
+            command: vec!["sh".into(), script("clean.sh"), "{address}".into()],
+            verify: vec!["sh".into(), script("verify.sh")],
+            timeout_seconds: Some(timeout_seconds),
+            ..Default::default()
+        }
+    }
+
+    /// Agent settings for `node` against `server`: the `fake` driver with one healthy
+    /// GPU (`00fa:00:00.0`, NUMA node 0) and this cleaner's rule.
+    pub fn settings(
+        &self,
+        server: &str,
+        node: &str,
+        timeout_seconds: u64,
+    ) -> crate::config::Settings {
+        let mut s = crate::config::Settings::new(server, node, &self.dir.join("sys"));
+        s.drivers = Some(vec!["fake".into()]);
+        s.driver.fake = vec![crate::config::FakeDevice {
+            device_type: "GPU".into(),
+            vendor: "10de".into(),
+            product: "20b0".into(),
+            model: "fake-gpu".into(),
+            family: None,
+            count: 1,
+            class: None,
+            numa_node: Some(0),
+            regions: 0,
+            interface_id: None,
+            function_id: None,
+            memory_mib: None,
+            memory_kind: None,
+            healthy: true,
+        }];
+        s.cleaning = crate::cleaning::validate(vec![self.rule(timeout_seconds)])
+            .expect("the fake cleaner's rule is valid");
+        s
+    }
+}

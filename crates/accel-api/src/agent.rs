@@ -339,10 +339,19 @@ impl Client {
         self.http.call(&r).await
     }
 
-    /// `GET /v2/agent/hosts/{host}/cleanings?agent={agent}`: takes the host's
-    /// cleanings for this agent process and answers all it holds.
-    pub async fn cleanings(&self, host: &str, agent: &str) -> Result<Vec<CleaningRequest>, Error> {
-        let r = Client::req(Method::GET, host, "/cleanings").query("agent", agent);
+    /// `GET /v2/agent/hosts/{host}/cleanings?agent={agent}[&wait={wait}]`: takes the
+    /// host's cleanings for this agent process and answers all it holds; with `wait`
+    /// (seconds), the server holds the answer until one is queued or `wait` passes.
+    pub async fn cleanings(
+        &self,
+        host: &str,
+        agent: &str,
+        wait: Option<u64>,
+    ) -> Result<Vec<CleaningRequest>, Error> {
+        let mut r = Client::req(Method::GET, host, "/cleanings").query("agent", agent);
+        if let Some(w) = wait {
+            r = r.query("wait", w.to_string());
+        }
         Ok(self.http.call::<Cleanings>(&r).await?.cleanings)
     }
 

@@ -108,6 +108,9 @@ accel_settings::settings! {
         console: bool = negated(true), flag(long = "no-console");
         /// One accel::access line per HTTP request (the flag --no-access-log turns it off).
         access_log: bool = negated(true), flag(long = "no-access-log");
+        /// Apply missing schema migrations at start-up (the flag --no-migrate leaves
+        /// them to `accel db sync` and refuses to start on a schema that lacks any).
+        migrate: bool = negated(true), flag(long = "no-migrate");
         /// At start-up, report Cyborg's fake device (HOST_FakeDevice, 16 TEST_PCI
         /// handles, FPGA, CUSTOM_FAKE_DEVICE) as an agent on compute node HOST would,
         /// creating that compute node provider when absent.

@@ -8,6 +8,8 @@ mod boot;
 mod client;
 #[cfg(feature = "server")]
 mod config;
+#[cfg(feature = "server")]
+mod db;
 mod explain;
 #[cfg(feature = "server")]
 mod startup;
@@ -102,6 +104,14 @@ enum Command {
     /// database (docs/migrating.md).
     #[cfg(feature = "server")]
     Export(transfer::ExportArgs),
+    /// The database's schema: its version, and the migrations applied as a step of
+    /// their own (`accel serve --no-migrate` then leaves them alone).
+    #[cfg(feature = "server")]
+    Db(db::DbArgs),
+    /// Before an upgrade: can this accel serve the database (configuration, database,
+    /// schema)? Exit status 0 success, 1 warning, 2 failure.
+    #[cfg(feature = "server")]
+    Upgrade(db::UpgradeArgs),
     /// The node agent: discover this host's accelerators and report them (`check`:
     /// list them and the conflicts with Nova's [pci] rules).
     #[cfg(feature = "agent")]
@@ -144,6 +154,13 @@ fn main() -> anyhow::Result<()> {
         Command::Import(a) => transfer::run(a),
         #[cfg(feature = "server")]
         Command::Export(a) => transfer::export(a),
+        #[cfg(feature = "server")]
+        Command::Db(a) => db::run(a),
+        #[cfg(feature = "server")]
+        Command::Upgrade(a) => match db::upgrade(a)? {
+            0 => Ok(()),
+            code => std::process::exit(code),
+        },
         #[cfg(feature = "agent")]
         Command::Agent(a) => agent::run(a),
     }
@@ -184,9 +201,15 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
     use accel_server::accelerator::binder::{NovaEndpoint, WorkerConfig};
     let url = cfg.database_url()?;
     let within = std::time::Duration::from_secs(cfg.database_connect_timeout_seconds);
-    let store = accel_store::Store::connect_retrying(&url, within)
-        .await
-        .map_err(|e| startup::database_error(e, &url, &cfg.redacted_database(), within))?;
+    let store = if cfg.migrate {
+        accel_store::Store::connect_retrying(&url, within).await
+    } else {
+        accel_store::Store::open_retrying(&url, within).await
+    }
+    .map_err(|e| startup::database_error(e, &url, &cfg.redacted_database(), within))?;
+    if !cfg.migrate {
+        startup::schema_without_migrating(&store, &cfg.redacted_database()).await?;
+    }
     let (policy, config) = (cfg.policy()?, cfg.server_config()?);
     let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)

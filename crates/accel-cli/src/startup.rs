@@ -10,6 +10,38 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// `accel serve --no-migrate`: the schema must already be this accel's (`accel db
+/// sync` ran); a newer one is served with a warning (the readiness probe then says not
+/// ready, as for any server older than its database). The standard classes and traits
+/// are still written: they are data this binary carries, not schema.
+pub async fn schema_without_migrating(
+    store: &accel_store::Store,
+    shown: &str,
+) -> anyhow::Result<()> {
+    let s = store.schema().await?;
+    let pending = s.pending();
+    if !pending.is_empty() {
+        let list: Vec<String> = pending.iter().map(i64::to_string).collect();
+        anyhow::bail!(
+            "the schema of {shown} is at version {} and this accel needs {} (to apply: {}): \
+             run `accel db sync` with the same --database or --config first, or start \
+             without --no-migrate",
+            s.current(),
+            s.latest(),
+            list.join(", ")
+        );
+    }
+    if !s.unknown().is_empty() {
+        tracing::warn!(
+            current = s.current(),
+            latest = s.latest(),
+            "the database was migrated by a newer accel; this server will report not ready"
+        );
+    }
+    store.sync_standards().await?;
+    Ok(())
+}
+
 /// The error `accel serve` exits with when the store does not open.
 pub fn database_error(
     e: accel_store::StoreError,

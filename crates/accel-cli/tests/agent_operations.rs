@@ -336,24 +336,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Forwards connections on `listener` to `to` (the server "coming up" at the address
-/// the agent was given).
-fn forward(listener: TcpListener, to: String) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut inbound, _)) = listener.accept().await else {
-                return;
-            };
-            let to = to.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    })
-}
-
 #[tokio::test]
 async fn the_agent_started_before_the_server_waits_and_reports_once_it_comes_up() {
     for backend in BACKENDS {
@@ -405,10 +387,7 @@ async fn the_agent_started_before_the_server_waits_and_reports_once_it_comes_up(
 
         // The server comes up at the agent's address.
         let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-        let proxy = forward(
-            listener,
-            server.accel.trim_start_matches("http://").to_owned(),
-        );
+        let proxy = accel_testkit::Forwarder::on(listener, &server.accel);
         eventually(WAIT, "the GPUs reported", || async {
             let p = providers(&server).await;
             if p.len() == 3 {
@@ -428,7 +407,7 @@ async fn the_agent_started_before_the_server_waits_and_reports_once_it_comes_up(
         })
         .await;
         agent.stop().await;
-        proxy.abort();
+        drop(proxy);
         server.stop().await;
     }
 }

@@ -1,7 +1,8 @@
 //! `accel serve` as a process under failure: noauth refused on a public address, an
 //! unreachable database at start-up, shutdown against a client that never finishes its
 //! request (and a second signal), a `kill -9` in the middle of a bind, and a
-//! PostgreSQL server stopped and started again under write load.
+//! PostgreSQL server stopped and started again under write load, and a `kill -9` in the
+//! middle of a device cleaning.
 //!
 //! Each test runs the built binary with `--log-format json` and reads its addresses
 //! from the "accel serve ready" line, so nothing here picks a port for the server.
@@ -655,4 +656,300 @@ async fn postgres_stopped_and_started_under_load_503s_then_recovers_losing_nothi
         .collect();
     assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
     drop(s);
+}
+
+/// Issue 33: `kill -9` of the server while a device is being cleaned, and again while
+/// a cleaning is queued and no agent has taken it: the restarted server never offers
+/// the device before the agent says it is clean, and then offers it at once. The agent
+/// is `accel agent`'s loop (`Agent::run`, its long poll for cleanings) behind a
+/// forwarder, so the restarted server is at the address it already had.
+#[tokio::test]
+async fn kill_9_during_a_cleaning_never_offers_the_device_before_it_is_clean() {
+    use accel_agent::testing::FakeCleaner;
+    use accel_agent::Agent;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = sqlite_url(dir.path());
+    let mut urls = vec![sqlite];
+    if std::env::var("ACCEL_TEST_PG").is_ok() {
+        urls.push(accel_store::testing::fresh_postgres_url().await.unwrap());
+    }
+    for (i, url) in urls.into_iter().enumerate() {
+        let node = "cn1";
+        let rp = accel_store::accelerator::report::provider_uuid("cn1_00fa:00:00.0");
+        let mut a = serve(&["--database", &url]).await;
+        let (s, v) = placement(
+            &a,
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(serde_json::json!({"name": node})),
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+        let proxy = accel_testkit::Forwarder::start(&a.accel).await;
+        let cleaner = FakeCleaner::new(dir.path().join(format!("cleaner-{i}")));
+        let settings = || cleaner.settings(&proxy.url, node, 60);
+        let mut agent = Agent::new(settings()).unwrap();
+        agent.step().await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(agent.run(async move {
+            let _ = stopped.await;
+        }));
+
+        // Killed while the agent cleans.
+        cleaner.mode("gate");
+        claim(&a, &rp, VM[0], 204).await;
+        release(&a, VM[0]).await;
+        accel_testkit::eventually(
+            Duration::from_secs(10),
+            "the agent to start cleaning",
+            || async { (cleaner.started() == 1).then_some(()) },
+        )
+        .await;
+        a.signal("KILL");
+        a.exit(Duration::from_secs(5)).await;
+        let mut b = serve(&["--database", &url]).await;
+        proxy.retarget(&b.accel);
+        assert_eq!(cleaning_state(&b, &rp).await, "cleaning", "{url}");
+        assert_eq!(reserved(&b, &rp).await, 1);
+        claim(&b, &rp, VM[1], 409).await;
+        cleaner.open_gate();
+        accel_testkit::eventually(
+            Duration::from_secs(10),
+            "the device offered again",
+            || async { (cleaning_state(&b, &rp).await == "clean").then_some(()) },
+        )
+        .await;
+        assert_eq!(reserved(&b, &rp).await, 0);
+        claim(&b, &rp, VM[1], 204).await;
+
+        // Killed with a cleaning queued and no agent running.
+        let _ = stop.send(());
+        running.await.unwrap();
+        cleaner.mode("ok");
+        release(&b, VM[1]).await;
+        b.signal("KILL");
+        b.exit(Duration::from_secs(5)).await;
+        let c = serve(&["--database", &url]).await;
+        proxy.retarget(&c.accel);
+        assert_eq!(cleaning_state(&c, &rp).await, "cleaning", "{url}");
+        claim(&c, &rp, VM[2], 409).await;
+        let again = Agent::new(settings()).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(again.run(async move {
+            let _ = stopped.await;
+        }));
+        accel_testkit::eventually(
+            Duration::from_secs(10),
+            "the queued cleaning done",
+            || async { (cleaning_state(&c, &rp).await == "clean").then_some(()) },
+        )
+        .await;
+        assert_eq!(cleaner.started(), 2);
+        claim(&c, &rp, VM[2], 204).await;
+        let _ = stop.send(());
+        running.await.unwrap();
+    }
+}
+
+const VM: [&str; 3] = [
+    "00000000-0000-4000-8000-000000000001",
+    "00000000-0000-4000-8000-000000000002",
+    "00000000-0000-4000-8000-000000000003",
+];
+
+/// A Placement request as the noauth admin: status and body.
+async fn placement(
+    s: &Serve,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("{}{path}", s.placement))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "placement latest");
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Nova's claim of the GPU for `consumer`, expecting `status`.
+async fn claim(s: &Serve, rp: &str, consumer: &str, status: u16) {
+    let body = serde_json::json!({
+        "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": null,
+        "consumer_type": "INSTANCE",
+    });
+    let (got, v) = placement(
+        s,
+        reqwest::Method::PUT,
+        &format!("/allocations/{consumer}"),
+        Some(body),
+    )
+    .await;
+    assert_eq!(got, status, "claim for {consumer}: {v}");
+}
+
+/// Nova's release of `consumer`'s allocations.
+async fn release(s: &Serve, consumer: &str) {
+    let (got, v) = placement(
+        s,
+        reqwest::Method::DELETE,
+        &format!("/allocations/{consumer}"),
+        None,
+    )
+    .await;
+    assert_eq!(got, 204, "{v}");
+}
+
+/// The GPU provider's `reserved`.
+async fn reserved(s: &Serve, rp: &str) -> i64 {
+    let (_, v) = placement(
+        s,
+        reqwest::Method::GET,
+        &format!("/resource_providers/{rp}/inventories"),
+        None,
+    )
+    .await;
+    v["inventories"]["CUSTOM_ACCELERATOR_GPU"]["reserved"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{v}"))
+}
+
+/// The provider's cleaning state as `GET /v2/device_cleanings` shows it.
+async fn cleaning_state(s: &Serve, rp: &str) -> String {
+    let v: Value = reqwest::Client::new()
+        .get(format!("{}/v2/device_cleanings", s.accel))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["device_cleanings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rp_uuid"] == rp)
+        .map(|c| c["state"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| panic!("no cleaning row for {rp}: {v}"))
+}
+
+/// `accel db version|sync`, `accel upgrade check` and `accel serve --no-migrate` on a
+/// fresh database (SQLite, and PostgreSQL and MariaDB where the test run has them):
+/// nothing applied until `db sync`, the server refusing the old schema and naming the
+/// command, then starting; a version only a newer accel knows fails the check.
+#[tokio::test]
+async fn db_sync_as_a_step_of_its_own_and_the_upgrade_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![sqlite_url(dir.path())];
+    if std::env::var("ACCEL_TEST_PG").is_ok() {
+        urls.push(accel_store::testing::fresh_postgres_url().await.unwrap());
+    }
+    if let Ok(Some(url)) = accel_store::testing::fresh_mysql_url().await {
+        urls.push(url);
+    }
+    let run = |args: Vec<String>| async move {
+        let out = accel()
+            .args(&args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let cmd = |words: &str, url: &str| {
+        let mut v: Vec<String> = words.split(' ').map(str::to_owned).collect();
+        v.extend(["--database".to_owned(), url.to_owned()]);
+        v
+    };
+    for url in urls {
+        let (code, out, err) = run(cmd("db version -f json", &url)).await;
+        assert_eq!(code, Some(0), "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let latest = v["latest"].as_i64().unwrap();
+        assert_eq!(v["current"], 0, "{v}");
+        assert_eq!(v["pending"].as_array().unwrap().len() as i64, latest, "{v}");
+
+        let (code, out, _) = run(cmd("upgrade check", &url)).await;
+        assert_eq!(code, Some(1), "{out}");
+        assert!(
+            out.contains("Result: Warning") && out.contains("accel db sync"),
+            "{out}"
+        );
+
+        let mut refused = cmd("serve --no-migrate", &url);
+        refused.extend(
+            [
+                "--placement-listen",
+                "127.0.0.1:0",
+                "--accelerator-listen",
+                "127.0.0.1:0",
+            ]
+            .map(str::to_owned),
+        );
+        let (code, _, err) = run(refused).await;
+        assert_ne!(code, Some(0));
+        assert!(
+            err.contains("version 0") && err.contains("accel db sync"),
+            "{err}"
+        );
+
+        let (code, out, err) = run(cmd("db sync -f json", &url)).await;
+        assert_eq!(code, Some(0), "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["applied"].as_array().unwrap().len() as i64, latest, "{v}");
+        assert_eq!(
+            (v["current"].as_i64(), v["pending"].as_array().map(Vec::len)),
+            (Some(latest), Some(0))
+        );
+        // A second sync has nothing to do.
+        let (_, out, _) = run(cmd("db sync", &url)).await;
+        assert!(out.starts_with("applied: none; schema version"), "{out}");
+
+        let (code, out, _) = run(cmd("upgrade check -f json", &url)).await;
+        assert_eq!(code, Some(0), "{out}");
+        let s = serve(&["--no-migrate", "--database", &url]).await;
+        // The standard traits were written by `db sync`, not by the server.
+        let (status, _) =
+            placement(&s, reqwest::Method::GET, "/traits/HW_CPU_X86_AVX2", None).await;
+        assert_eq!(status, 204);
+        drop(s);
+
+        // A newer accel's migration.
+        let store = Store::open(&url).await.unwrap();
+        store
+            .write(|tx| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO accel_schema_migrations (version, applied_at) VALUES (9999, 0)")
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        store.close().await;
+        let (code, out, _) = run(cmd("upgrade check", &url)).await;
+        assert_eq!(code, Some(2), "{out}");
+        assert!(
+            out.contains("(9999)") && out.contains("newer accel"),
+            "{out}"
+        );
+        let (_, out, _) = run(cmd("db version", &url)).await;
+        assert!(out.contains("newer:          9999"), "{out}");
+    }
 }

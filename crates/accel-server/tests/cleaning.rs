@@ -1,41 +1,26 @@
 //! Devices cleaned between tenants, end to end (issue 33): the real server, `accel
 //! agent`'s library with the `fake` driver and a `[[cleaning]]` rule whose cleaner is
-//! a shell script in a tempdir. Each test runs on every backend.
-//!
-//! The script's behaviour is chosen by the file `mode` beside it: `ok`, `fail`
-//! (exits 3), `hang` (longer than the rule's timeout), `gate` (waits for a file `go`).
-//! The verification passes while the file `verified` exists.
+//! a shell script in a tempdir (`accel_agent::testing::FakeCleaner`: its file `mode`
+//! says `ok`, `fail`, `hang` or `gate`). Each test runs on every backend.
 
 mod common;
 
-use accel_agent::cleaning::{CleaningFile, TRAIT};
-use accel_agent::config::{FakeDevice, Settings};
+use accel_agent::cleaning::TRAIT;
+use accel_agent::config::Settings;
+use accel_agent::testing::FakeCleaner;
 use accel_agent::Agent;
 use accel_store::accelerator::report;
+use accel_testkit::Forwarder;
 use common::accel::{
     allocate_gpu, compute_node, delete_allocations, placement, workers, Server, TempDb,
 };
 use common::BACKENDS;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const NODE: &str = "cn1";
 const ADDRESS: &str = "00fa:00:00.0";
-
-const CLEANER: &str = r#"d=$(dirname "$0")
-echo "$1" >> "$d/cleaned"
-case "$(cat "$d/mode")" in
-  ok) exit 0 ;;
-  fail) echo "wipe failed" >&2; exit 3 ;;
-  hang) exec sleep 30 ;;
-  gate) while [ ! -f "$d/go" ]; do sleep 0.02; done ;;
-esac
-"#;
-
-const VERIFY: &str = r#"[ -f "$(dirname "$0")/verified" ] || { echo "not wiped" >&2; exit 1; }
-"#;
 
 /// A consumer uuid, numbered.
 fn vm(n: u32) -> String {
@@ -47,42 +32,14 @@ fn rp() -> String {
 }
 
 fn mode(dir: &Path, m: &str) {
-    std::fs::write(dir.join("mode"), m).unwrap();
+    FakeCleaner {
+        dir: dir.to_path_buf(),
+    }
+    .mode(m)
 }
 
 fn settings(server: &str, dir: &Path, timeout_seconds: u64) -> Settings {
-    std::fs::write(dir.join("clean.sh"), CLEANER).unwrap();
-    std::fs::write(dir.join("verify.sh"), VERIFY).unwrap();
-    std::fs::write(dir.join("verified"), "").unwrap();
-    mode(dir, "ok");
-    let script = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let mut s = Settings::new(server, NODE, &dir.join("sys"));
-    s.drivers = Some(vec!["fake".into()]);
-    s.driver.fake = vec![FakeDevice {
-        device_type: "GPU".into(),
-        vendor: "10de".into(),
-        product: "20b0".into(),
-        model: "fake-gpu".into(),
-        family: None,
-        count: 1,
-        class: None,
-        numa_node: Some(0),
-        regions: 0,
-        interface_id: None,
-        function_id: None,
-        memory_mib: None,
-        memory_kind: None,
-        healthy: true,
-    }];
-    s.cleaning = accel_agent::cleaning::validate(vec![CleaningFile {
-        method: "command".into(),
-        command: vec!["sh".into(), script("clean.sh"), "{address}".into()],
-        verify: vec!["sh".into(), script("verify.sh")],
-        timeout_seconds: Some(timeout_seconds),
-        ..CleaningFile::default()
-    }])
-    .unwrap();
-    s
+    FakeCleaner::new(dir).settings(server, NODE, timeout_seconds)
 }
 
 struct Fixture {
@@ -324,26 +281,6 @@ async fn a_restarted_agent_resumes_the_cleaning() {
     }
 }
 
-/// A TCP forwarder the agent talks to, so a server replaced on another port is the
-/// same address to it.
-async fn forwarder(to: &str) -> (String, Arc<Mutex<String>>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let target = Arc::new(Mutex::new(to.trim_start_matches("http://").to_owned()));
-    let t = target.clone();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = l.accept().await {
-            let to = t.lock().unwrap().clone();
-            tokio::spawn(async move {
-                if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
-                }
-            });
-        }
-    });
-    (url, target)
-}
-
 #[tokio::test]
 async fn a_server_replaced_mid_cleaning_takes_the_answer() {
     for backend in BACKENDS {
@@ -351,8 +288,8 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
         let first = Server::start(&db.url, None, Some(workers(None))).await;
         compute_node(&first, NODE).await;
         let dir = tempfile::tempdir().unwrap();
-        let (url, target) = forwarder(&first.accel).await;
-        let mut agent = Agent::new(settings(&url, dir.path(), 60)).unwrap();
+        let proxy = Forwarder::start(&first.accel).await;
+        let mut agent = Agent::new(settings(&proxy.url, dir.path(), 60)).unwrap();
         agent.step().await.unwrap();
         allocate_gpu(&first, &vm(1), &rp()).await;
         delete_allocations(&first, &vm(1)).await;
@@ -362,7 +299,7 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
         // in its memory. Another process opens the same database.
         first.stop().await;
         let second = Server::start(&db.url, None, Some(workers(None))).await;
-        *target.lock().unwrap() = second.accel.trim_start_matches("http://").to_owned();
+        proxy.retarget(&second.accel);
         assert_eq!(cleaning(&second).await["state"], "cleaning");
         assert_eq!(claim(&second, &vm(2)).await, 409, "{backend:?}");
         std::fs::write(dir.path().join("go"), "").unwrap();
@@ -438,10 +375,58 @@ async fn reserved(srv: &Server) -> i64 {
         .unwrap()
 }
 
+/// The agent's look for cleanings as a long poll: with nothing queued it answers
+/// nothing after `wait`; a release while it waits is answered long before `wait`
+/// ends; a `wait` out of range is refused.
+#[tokio::test]
+async fn the_agents_long_poll_answers_a_release_before_its_wait_ends() {
+    for backend in BACKENDS {
+        let Fixture {
+            srv,
+            agent: _agent,
+            dir: _dir,
+            db: _db,
+        } = fixture(backend, 60).await;
+        let look = |wait: &str| {
+            let path = format!("/v2/agent/hosts/{NODE}/cleanings?agent=a1&wait={wait}");
+            let srv = &srv;
+            async move { srv.admin_get(&path).await }
+        };
+        let t = std::time::Instant::now();
+        let (s, v) = look("1").await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["cleanings"], json!([]), "{backend:?}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            t.elapsed()
+        );
+
+        allocate_gpu(&srv, &vm(1), &rp()).await;
+        let t = std::time::Instant::now();
+        let (polled, ()) = tokio::join!(look("30"), async {
+            delete_allocations(&srv, &vm(1)).await;
+        });
+        assert_eq!(polled.0, 200, "{}", polled.1);
+        let taken = polled.1["cleanings"].as_array().unwrap();
+        assert_eq!(taken.len(), 1, "{backend:?}: {}", polled.1);
+        assert_eq!(taken[0]["rp_uuid"], rp().as_str());
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+        for bad in ["61", "-1", "soon"] {
+            let (s, v) = look(bad).await;
+            assert_eq!(s, 400, "wait={bad}: {v}");
+            assert!(v.to_string().contains("wait must be"), "{v}");
+        }
+        srv.stop().await;
+    }
+}
+
 /// The benchmark of docs/benchmarks.md ("Devices cleaned between tenants"): the time
 /// from a release (the 204 of Nova's DELETE /allocations) to the device offered again
 /// (Placement shows it unreserved) with a cleaner that takes 1 s, the agent running
-/// as `accel agent` does with `program_interval_ms = 250`. Ignored in the test run
+/// as `accel agent` does, with its defaults (the long poll for cleanings; the
+/// programming interval plays no part). Ignored in the test run
 /// (it takes about a minute per backend); run with
 /// `cargo test --release -p accel-server --test cleaning -- --ignored --nocapture`.
 #[tokio::test]
@@ -456,8 +441,8 @@ async fn bench_release_to_offered_again() {
             db: _db,
         } = fixture(backend, 30).await;
         std::fs::write(dir.path().join("clean.sh"), "exec sleep 1\n").unwrap();
-        let mut settings = agent.settings.clone();
-        settings.program_interval = Duration::from_millis(250);
+        let settings = agent.settings.clone();
+        assert_eq!(settings.program_interval, Duration::from_millis(1000));
         drop(agent);
         let running = Agent::new(settings).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

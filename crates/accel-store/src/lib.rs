@@ -39,6 +39,7 @@ pub mod testing;
 
 pub use dialect::Tx;
 pub use error::{db_cause, Conflict, Refusable, StoreError, PROVIDER_RACE};
+pub use migrate::Schema;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -86,6 +87,10 @@ pub struct Store {
     backend: Backend,
     /// Counters the server's metrics read ([`stats`]).
     counters: std::sync::Arc<stats::Counters>,
+    /// Bumped after each commit that queued a device cleaning (and by
+    /// [`Store::cleanings_queued`]): the agents' long polls for cleanings wait on it,
+    /// so a release on this process reaches its agent at once.
+    cleanings: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// How long a request waits for a PostgreSQL connection: past it the database counts
@@ -163,6 +168,39 @@ impl Store {
     /// Connects to `url` (`sqlite://PATH` or `postgres://...`), creating a SQLite file
     /// when absent, and applies migrations. Safe to call from several processes at once.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let store = Self::open(url).await?;
+        store.migrate().await?;
+        store.sync_standards().await?;
+        Ok(store)
+    }
+
+    /// Applies the migrations the database lacks, under the migration lock (several
+    /// processes at once are safe); answers the versions this call applied.
+    pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        let before = migrate::schema(self).await?;
+        migrate::run(self).await?;
+        let after = migrate::schema(self).await?;
+        Ok(after
+            .applied
+            .into_iter()
+            .filter(|v| !before.applied.contains(v))
+            .collect())
+    }
+
+    /// The database's schema against this binary's ([`Schema`]).
+    pub async fn schema(&self) -> Result<Schema, StoreError> {
+        migrate::schema(self).await
+    }
+
+    /// Writes Placement's standard resource classes and traits this binary knows
+    /// (os-resource-classes, os-traits) where the database lacks them.
+    pub async fn sync_standards(&self) -> Result<(), StoreError> {
+        placement::sync_standards(self).await
+    }
+
+    /// Connects to `url` as [`Store::connect`] does, creating a SQLite file when
+    /// absent, but changes nothing in it: no migration, no standard classes.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let (backend, url) = match Backend::of_url(url) {
             Some(Backend::Sqlite) => {
@@ -249,9 +287,8 @@ impl Store {
             readers,
             backend,
             counters: Default::default(),
+            cleanings: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
         };
-        migrate::run(&store).await?;
-        placement::sync_standards(&store).await?;
         Ok(store)
     }
 
@@ -261,6 +298,15 @@ impl Store {
     /// with its cause, and the last one is returned when the time is up. Other
     /// errors (a bad URL, a failed migration) return at once.
     pub async fn connect_retrying(url: &str, within: Duration) -> Result<Self, StoreError> {
+        Self::retrying(url, within, true).await
+    }
+
+    /// [`Store::open`], retried as [`Store::connect_retrying`] retries.
+    pub async fn open_retrying(url: &str, within: Duration) -> Result<Self, StoreError> {
+        Self::retrying(url, within, false).await
+    }
+
+    async fn retrying(url: &str, within: Duration, migrate: bool) -> Result<Self, StoreError> {
         let deadline = tokio::time::Instant::now() + within;
         let mut wait = Duration::from_millis(200);
         let mut attempt = 1u32;
@@ -270,7 +316,14 @@ impl Store {
             // short says nothing, so the previous attempt's cause is the one reported.
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let budget = left.max(Duration::from_millis(500));
-            let result = match tokio::time::timeout(budget, Self::connect(url)).await {
+            let attempt_once = async {
+                if migrate {
+                    Self::connect(url).await
+                } else {
+                    Self::open(url).await
+                }
+            };
+            let result = match tokio::time::timeout(budget, attempt_once).await {
                 Ok(r) => r,
                 Err(_) => Err(last
                     .take()
@@ -318,6 +371,17 @@ impl Store {
         self.transaction(f, |_| true).await
     }
 
+    /// Says that a device cleaning was queued (every commit that marks one calls it;
+    /// an operator's retry does too), waking the agents' long polls on this process.
+    pub fn cleanings_queued(&self) {
+        self.cleanings.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that changes whenever [`Store::cleanings_queued`] is called.
+    pub fn cleanings_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.cleanings.subscribe()
+    }
+
     /// The write transaction whose closure may refuse: commits on `Ok(Ok(v))` and rolls
     /// back both on a refusal `Ok(Err(r))` (the data says no: nothing is written, and
     /// the caller words `r`) and on a failure `Err(e)`.
@@ -352,22 +416,28 @@ impl Store {
                     let released = placement::changes::take_released();
                     accelerator::cleaning::after_release(&mut tx, &released)
                         .await
-                        .map(|_| v)
+                        .map(|marked| (v, !marked.is_empty()))
                 }
-                other => other,
+                Ok(v) => Ok((v, false)),
+                Err(e) => Err(e),
             }
         })
         .await;
         let result = match result {
             // Placement changes are logged inside the transaction they belong to.
-            Ok(v) if commits(&v) => match placement::changes::flush(&mut tx, &touched).await {
-                Ok(()) => {
-                    control(tx.raw(), self.backend, "COMMIT").await?;
-                    return Ok(v);
+            Ok((v, queued)) if commits(&v) => {
+                match placement::changes::flush(&mut tx, &touched).await {
+                    Ok(()) => {
+                        control(tx.raw(), self.backend, "COMMIT").await?;
+                        if queued {
+                            self.cleanings_queued();
+                        }
+                        return Ok(v);
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
-            other => other,
+            }
+            other => other.map(|(v, _)| v),
         };
         // The connection is unusable if rollback fails; closing it is the safe answer
         // and the pool replaces it.

@@ -205,6 +205,80 @@ async fn execute(
     Ok(())
 }
 
+/// What a database holds of the schema, against what this binary carries
+/// (`accel db version`, `accel upgrade check`, `accel serve --no-migrate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    /// Versions applied to the database, ascending (empty: a database accel never
+    /// migrated).
+    pub applied: Vec<i64>,
+    /// Versions this binary carries, ascending.
+    pub known: Vec<i64>,
+}
+
+impl Schema {
+    /// The highest applied version (0 for none).
+    pub fn current(&self) -> i64 {
+        self.applied.last().copied().unwrap_or(0)
+    }
+
+    /// The highest version this binary carries.
+    pub fn latest(&self) -> i64 {
+        self.known.last().copied().unwrap_or(0)
+    }
+
+    /// Versions this binary would apply.
+    pub fn pending(&self) -> Vec<i64> {
+        let applied = &self.applied;
+        self.known
+            .iter()
+            .copied()
+            .filter(|v| !applied.contains(v))
+            .collect()
+    }
+
+    /// Applied versions this binary does not know: a newer accel migrated the database.
+    pub fn unknown(&self) -> Vec<i64> {
+        let known = &self.known;
+        self.applied
+            .iter()
+            .copied()
+            .filter(|v| !known.contains(v))
+            .collect()
+    }
+}
+
+/// The database's applied versions (none when accel's version table is absent).
+pub(crate) async fn schema(store: &Store) -> Result<Schema, StoreError> {
+    let mut conn = store.pool.acquire().await?;
+    let exists = match store.backend {
+        Backend::Sqlite => {
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' \
+             AND name = 'accel_schema_migrations'"
+        }
+        Backend::Postgres => {
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = 'accel_schema_migrations'"
+        }
+        Backend::MySql => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = 'accel_schema_migrations'"
+        }
+    };
+    let n: i64 = sqlx::query_scalar(exists).fetch_one(&mut *conn).await?;
+    let applied = if n == 0 {
+        Vec::new()
+    } else {
+        sqlx::query_scalar("SELECT version FROM accel_schema_migrations ORDER BY version")
+            .fetch_all(&mut *conn)
+            .await?
+    };
+    Ok(Schema {
+        applied,
+        known: MIGRATIONS.iter().map(|m| m.version).collect(),
+    })
+}
+
 /// The schema version this binary expects once [`run`] has applied everything.
 pub(crate) fn latest() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)

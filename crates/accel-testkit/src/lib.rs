@@ -12,17 +12,21 @@
 //!   never sleep a fixed time.
 //! - [`serve_fake`]: a fake service's router on a free local port.
 //! - [`postgres`]: a PostgreSQL server of the test's own, which the test may stop.
+//! - [`Forwarder`]: one address for a server that is killed, restarted elsewhere or
+//!   not up yet.
 //! - [`Logs`]: the log lines a test's code wrote, for tests that check a log line.
 //! - [`placement_request`]: a raw Placement request, for tests that look at what the
 //!   typed client hides (headers, a 503 body, a token of their own).
 
 #[cfg(feature = "browser")]
 pub mod browser;
+mod forward;
 pub mod keystone;
 pub mod postgres;
 #[cfg(feature = "server")]
 pub mod server;
 
+pub use forward::Forwarder;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `accel_store::accelerator::cleaning`).
 //!
 //! ```text
-//! agent     GET  /v2/agent/hosts/{host}/cleanings?agent=ID   take this process's cleanings
+//! agent     GET  /v2/agent/hosts/{host}/cleanings?agent=ID[&wait=S]  take this process's cleanings
 //!           PUT  /v2/agent/hosts/{host}/cleanings/{rp_uuid}  {"attempt", "error"?, "duration_ms"}
 //! operator  GET  /v2/device_cleanings[?hostname=]            every device provider's state
 //!           POST /v2/device_cleanings/{uuid}/clean           retry (device or provider uuid)
@@ -39,12 +39,24 @@ pub(crate) fn render(c: &cleaning::DeviceCleaning) -> DeviceCleaning {
     }
 }
 
-/// `GET /v2/agent/hosts/{host}/cleanings?agent=ID`: takes the host's cleanings for
-/// agent process `ID` (a new process takes over its predecessor's at once) and
-/// answers every one it holds.
+/// The longest `wait` an agent may ask for, in seconds.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+/// While a long poll waits, how often it looks in the database as well: a cleaning
+/// queued through another replica wakes no one on this process.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /v2/agent/hosts/{host}/cleanings?agent=ID[&wait=S]`: takes the host's
+/// cleanings for agent process `ID` (a new process takes over its predecessor's at
+/// once) and answers every one it holds.
+///
+/// With `wait`, a long poll: when nothing new is there for `ID`, the answer waits up to
+/// `S` seconds for a cleaning to be queued (woken at once by a release on this process,
+/// and looking in the database every [`RECHECK`] for other replicas'), so a released
+/// device reaches its agent without the agent asking every second.
 pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&["agent"])?;
+    ctx.only_params(&["agent", "wait"])?;
     let agent = ctx
         .param("agent")
         .filter(|a| !a.is_empty() && a.len() <= 255)
@@ -52,6 +64,21 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
             AccelError::bad_request("agent must name the agent process (1 to 255 characters)")
         })?
         .to_owned();
+    let wait = match ctx.param("wait") {
+        None => 0,
+        Some(w) => w
+            .parse::<u64>()
+            .ok()
+            .filter(|w| *w <= MAX_WAIT_SECONDS)
+            .ok_or_else(|| {
+                AccelError::bad_request(format!(
+                    "wait must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}"
+                ))
+            })?,
+    };
+    if wait > 0 {
+        wait_for_cleanings(st, host, &agent, std::time::Duration::from_secs(wait)).await?;
+    }
     let h = host.to_owned();
     let jobs = st
         .app
@@ -69,6 +96,36 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
         })
         .collect();
     Ok(json_reply(StatusCode::OK, &Cleanings { cleanings }))
+}
+
+/// Returns when `host` has a cleaning `agent` does not hold yet, or after `wait`.
+async fn wait_for_cleanings(
+    st: &AccelState,
+    host: &str,
+    agent: &str,
+    wait: std::time::Duration,
+) -> AccelResult<()> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut signal = st.app.store.cleanings_signal();
+    loop {
+        // Marked seen before the look, so a cleaning queued after it still wakes us.
+        signal.borrow_and_update();
+        let (h, a) = (host.to_owned(), agent.to_owned());
+        let waiting = st
+            .app
+            .store
+            .read(move |tx| Box::pin(async move { cleaning::waiting(tx, &h, &a).await }))
+            .await?;
+        let now = tokio::time::Instant::now();
+        if waiting || now >= deadline {
+            return Ok(());
+        }
+        let next = deadline.min(now + RECHECK);
+        tokio::select! {
+            _ = signal.changed() => {}
+            _ = tokio::time::sleep_until(next) => {}
+        }
+    }
 }
 
 /// `PUT /v2/agent/hosts/{host}/cleanings/{rp_uuid}`: the agent's answer. Clean lifts
@@ -168,6 +225,9 @@ pub(crate) async fn act(
             })
         })
         .await?;
+    if retry {
+        st.app.store.cleanings_queued();
+    }
     tracing::warn!(
         target: "accel::audit",
         action,
