@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30's checks that need Python: the DRA driver's registration socket asked by a
-# gRPC C-core client with each :authority (accel-k8s tests/dra.rs runs
+# gRPC C-core client with each :authority, every one of which must answer (accel-k8s
+# tests/dra.rs runs
 # scripts/dra-authority.py when ACCEL_DRA_PYTHON is set), and every manifest of
 # deploy/kubernetes validated, strictly, against the Kubernetes 1.34 and 1.37 schemas.
 # The Python packages are pinned in scripts/dra-check.txt and installed into
