@@ -17,8 +17,9 @@
 //! next step finds none and creates the pool again with a higher generation, so the
 //! scheduler never mixes an old generation with a new one.
 //!
-//! [`run`] steps every interval and, between ticks, whenever a watch on the driver's
-//! own slices of the node (the list's field selectors, from the resourceVersion of the
+//! [`run`] steps every interval and, between ticks, when the node's devices come or go
+//! ([`DeviceSource::presence`], polled every [`PRESENCE_INTERVAL`]) and whenever a
+//! watch on the driver's own slices of the node (the list's field selectors, from the resourceVersion of the
 //! last list) reports a change: a slice someone deleted or edited comes back at once,
 //! not at the next tick. The step after the driver's own write finds nothing to do
 //! and watches from the newer list, so the loop settles; a watch that cannot be made
@@ -154,6 +155,15 @@ impl Publisher {
         }
     }
 
+    /// The device source's cheap fingerprint (None: it has none).
+    async fn presence(&self) -> Option<u64> {
+        let source = self.devices.clone();
+        tokio::task::spawn_blocking(move || source.presence())
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// A watch for the next change after the last list (None before a list).
     pub fn changed(&self) -> Option<BoxFuture<'static, Result<(), String>>> {
         let from = self.listed_at.clone()?;
@@ -240,10 +250,12 @@ impl Publisher {
 
 /// How often the pool is reconciled (and re-created after kubelet wiped it).
 pub const PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often [`DeviceSource::presence`] is compared with its last value.
+pub const PRESENCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Reconciles every `interval`, and whenever the watch of the node's slices reports a
-/// change, until `shutdown`; a failed step is logged and retried at the next tick, a
-/// failed watch made again after the next step.
+/// Reconciles every `interval`, when the devices' presence changes, and whenever the
+/// watch of the node's slices reports a change, until `shutdown`; a failed step is
+/// logged and retried at the next tick, a failed watch made again after the next step.
 pub async fn run(
     mut publisher: Publisher,
     interval: std::time::Duration,
@@ -252,11 +264,20 @@ pub async fn run(
     tokio::pin!(shutdown);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut presence = tokio::time::interval(PRESENCE_INTERVAL);
+    presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_presence = publisher.presence().await;
     let mut watch: Option<BoxFuture<'static, Result<(), String>>> = None;
     loop {
         let now = tokio::select! {
             _ = &mut shutdown => return,
             _ = tick.tick() => true,
+            _ = presence.tick(), if last_presence.is_some() => {
+                let seen = publisher.presence().await;
+                let changed = seen != last_presence;
+                last_presence = seen;
+                changed
+            }
             r = async {
                 match watch.as_mut() {
                     Some(w) => w.await,
@@ -460,6 +481,62 @@ mod tests {
         tokio::time::timeout(wait, until(&api, &mut written, vec![2]))
             .await
             .unwrap();
+        stop.send(()).unwrap();
+        task.await.unwrap();
+    }
+
+    /// Devices that can be unplugged, with a presence fingerprint that says so.
+    struct Plugged(std::sync::Mutex<Vec<Device>>);
+    impl DeviceSource for Plugged {
+        fn devices(&self) -> Vec<Device> {
+            self.0.lock().unwrap().clone()
+        }
+        fn presence(&self) -> Option<u64> {
+            Some(self.0.lock().unwrap().len() as u64)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_device_unplugged_leaves_the_slice_before_the_next_tick() {
+        let api = Arc::new(Api::default());
+        let config = KubernetesConfig::from_toml(
+            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+        )
+        .unwrap();
+        let t = crate::testing::device;
+        let devices = Arc::new(Plugged(std::sync::Mutex::new(vec![
+            t("0000:17:00.0", "GPU"),
+            t("0000:31:00.0", "GPU"),
+        ])));
+        let p = Publisher::new("n", config, devices.clone(), api.clone(), Arc::new(NoVm));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(p, std::time::Duration::from_secs(3600), async {
+            let _ = stopped.await;
+        }));
+        let mut written = api.written.subscribe();
+        let count = |api: &Api| -> Vec<usize> {
+            let g = api.st.lock().unwrap();
+            g.1.values()
+                .map(|s| s["spec"]["devices"].as_array().unwrap().len())
+                .collect()
+        };
+        let wait = std::time::Duration::from_secs(10);
+        tokio::time::timeout(wait, async {
+            while count(&api) != vec![2] {
+                written.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        devices.0.lock().unwrap().pop();
+        tokio::time::timeout(wait, async {
+            while count(&api) != vec![1] {
+                written.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(api.generations(), vec![2]);
         stop.send(()).unwrap();
         task.await.unwrap();
     }
