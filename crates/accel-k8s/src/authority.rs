@@ -31,8 +31,9 @@
 //!   HPACK, or one that decodes to more than [`MAX_DECODED`] bytes) goes on as a block
 //!   no decoder accepts (index 0, RFC 7541 section 6.1), so h2 answers
 //!   COMPRESSION_ERROR as it would have; a framing error (a CONTINUATION out of place,
-//!   bad padding) goes on as it came and the shim stops rewriting, so h2 sees the same
-//!   violation and ends the connection. h2's own limits (header list size, frame size)
+//!   bad padding, a frame over 16,384 bytes) goes on as it came and the shim stops
+//!   rewriting, so h2 sees the same violation and ends the connection. So the shim
+//!   holds at most one frame, or one header block of up to [`MAX_BLOCK`] bytes. h2's own limits (header list size, frame size)
 //!   still apply to what reaches it.
 //! - **The dynamic table's size** follows the client's size updates, up to 4,096 bytes:
 //!   the size h2 allows its peers (tonic sets no other), so a larger update is an error
@@ -223,6 +224,14 @@ impl Rewriter {
         }
         while !self.passthrough && buf.len() - at >= FRAME_HEADER {
             let len = u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as usize;
+            if len > MAX_FRAME {
+                // Larger than h2 allows (FRAME_SIZE_ERROR): not worth buffering.
+                if let Some(b) = self.block.take() {
+                    out.extend_from_slice(&b.raw);
+                }
+                self.passthrough = true;
+                break;
+            }
             if buf.len() - at < FRAME_HEADER + len {
                 break;
             }

@@ -272,6 +272,11 @@ fn a_continuation_out_of_place_goes_on_as_it_came() {
     let mut input = PREFACE.to_vec();
     input.extend(frame(CONTINUATION, END_HEADERS, 1, &block));
     assert_eq!(rewrite(&input, usize::MAX), input);
+    // A frame larger than h2 allows, inside a block: all as it came, unbuffered.
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, 0, 1, &block));
+    input.extend(&frame(0x0, 0, 1, &vec![0; MAX_FRAME + 1])[..100]);
+    assert_eq!(rewrite(&input, 50), input);
     // A connection that ends inside a frame.
     let mut input = PREFACE.to_vec();
     input.extend(&frame(HEADERS, 0, 1, &block)[..20]);
