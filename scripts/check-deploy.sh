@@ -7,10 +7,13 @@
 #     overlap, and every query valid PromQL (checked by promtool as recording rules);
 #   - the systemd units (`systemd-analyze verify`, which must print nothing);
 #   - the Debian maintainer scripts (`sh -n`, and the postinst run against stubs);
-#   - the Kubernetes manifests: YAML (and the API schemas, with kubernetes-validate
-#     from PyPI when installed), the image tag = the workspace version, probes on
-#     the metrics port the arguments open, resources, the security contexts;
-#   - the example configurations, loaded by an accel binary (the first argument, else
+#   - the Kubernetes manifests of the kustomize base and components: YAML
+#     (and the API schemas, with kubernetes-validate from PyPI when installed), the
+#     image tag = the workspace version, probes on the metrics port the arguments
+#     open, resources, the security contexts; the components and overlays are
+#     rendered and validated by scripts/dra-check.sh;
+#   - the example configurations, and the agent configurations of the Kubernetes
+#     base and overlays, loaded by an accel binary (the first argument, else
 #     target/debug/accel when built; skipped without one).
 #
 # Usage: scripts/check-deploy.sh [ACCEL_BIN]
@@ -71,6 +74,25 @@ check_configs() {
   "$bin" agent check --config "$etc/agent.toml" --node "" --sysfs-root "$tmp/sys" >"$tmp/agent.log" 2>&1 \
     || { cat "$tmp/agent.log" >&2; fail "accel agent check failed with $etc/agent.toml"; }
   echo "agent.toml: loaded ($(tail -1 "$tmp/agent.log"))"
+}
+
+# The agent configurations the Kubernetes manifests carry: the base's ConfigMap and
+# each overlay's agent.toml, each loaded by `accel agent check`.
+check_k8s_agent_configs() {
+  local bin="$1" n=0
+  say "Kubernetes agent configurations with $bin"
+  mkdir -p "$tmp/sys" "$tmp/k8s-agent"
+  "$PY" - deploy/kubernetes/base/agent.yaml "$tmp/k8s-agent/base.toml" <<'EOF2'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap"]
+open(sys.argv[2], "w").write(docs[0]["data"]["agent.toml"])
+EOF2
+  for f in "$tmp/k8s-agent/base.toml" deploy/kubernetes/overlays/*/agent.toml; do
+    "$bin" agent check --config "$f" --node "" --sysfs-root "$tmp/sys" >"$tmp/agent.log" 2>&1 \
+      || { cat "$tmp/agent.log" >&2; fail "accel agent check failed with $f"; }
+    n=$((n + 1))
+  done
+  echo "$n agent configurations load (the base's ConfigMap, deploy/kubernetes/overlays/*/agent.toml)"
 }
 
 if [[ "${1:-}" == --configs-only ]]; then
@@ -158,7 +180,10 @@ echo "postinst creates the accel user and hands it serve.toml"
 
 say "Kubernetes manifests"
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
-"$PY" - "$version" deploy/kubernetes/*.yaml <<'EOF'
+# Every manifest of the base and the components; kustomization.yaml files are
+# kustomize's, not the API's.
+mapfile -t manifests < <(find deploy/kubernetes -name '*.yaml' ! -name kustomization.yaml | sort)
+"$PY" - "$version" "${manifests[@]}" <<'EOF'
 import sys, yaml
 version, files = sys.argv[1], sys.argv[2:]
 image = f"localhost/accel:{version}"
@@ -210,13 +235,14 @@ EOF
 
 # Against Kubernetes' own schemas too, where kubernetes-validate (PyPI) is installed.
 if command -v kubernetes-validate >/dev/null; then
-  kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+  kubernetes-validate --strict --quiet "${manifests[@]}"
   echo "kubernetes-validate --strict: the manifests match the API schemas"
 fi
 
 BIN="${1:-target/debug/accel}"
 if [[ -x "$BIN" ]]; then
   check_configs "$BIN" packaging/etc
+  check_k8s_agent_configs "$BIN"
 else
   echo "(no accel binary at $BIN: example configurations not loaded)"
 fi

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Issue 30's checks that need Python: the DRA driver's registration socket asked by a
-# gRPC C-core client with each :authority (accel-k8s tests/dra.rs runs
-# scripts/dra-authority.py when ACCEL_DRA_PYTHON is set), and every manifest of
-# deploy/kubernetes validated, strictly, against the Kubernetes 1.34 and 1.37 schemas.
+# gRPC C-core client with each :authority, every one of which must answer (accel-k8s
+# tests/dra.rs runs scripts/dra-authority.py when ACCEL_DRA_PYTHON is set), and the
+# kustomize base and every overlay of deploy/kubernetes rendered and validated,
+# strictly, against the Kubernetes 1.34 and 1.37 schemas. Rendering: `kubectl
+# kustomize` where installed, scripts/kustomize-lite.py where not; where both are,
+# their outputs must hold the same objects.
 # The Python packages are pinned in scripts/dra-check.txt and installed into
 # target/dra-venv (made once, reused).
 set -euo pipefail
@@ -14,7 +17,21 @@ if [[ ! -x "$venv/bin/kubernetes-validate" ]]; then
 fi
 ACCEL_DRA_PYTHON="$PWD/$venv/bin/python" cargo test -q -p accel-k8s --test dra -- --nocapture 2>&1 \
   | grep -E '"case"|^test result|panicked|error' || { echo "dra-check: the DRA socket test failed" >&2; exit 1; }
+out=target/dra-manifests
+rm -rf "$out"
+mkdir -p "$out"
+for dir in deploy/kubernetes/base deploy/kubernetes/overlays/*; do
+  name="$(basename "$dir")"
+  "$venv/bin/python" scripts/kustomize-lite.py "$dir" >"$out/$name.lite"
+  if command -v kubectl >/dev/null; then
+    kubectl kustomize "$dir" >"$out/$name.yaml"
+    "$venv/bin/python" scripts/kustomize-lite.py --same "$out/$name.yaml" "$out/$name.lite"
+  else
+    cp "$out/$name.lite" "$out/$name.yaml"
+  fi
+done
+rendered="$(command -v kubectl >/dev/null && echo "kubectl kustomize, and kustomize-lite.py agrees" || echo "kustomize-lite.py (no kubectl)")"
 for k in 1.34.0 1.37.0; do
-  "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet deploy/kubernetes/*.yaml
-  echo "kubernetes-validate $k --strict: deploy/kubernetes/*.yaml pass"
+  "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$out"/*.yaml
+  echo "kubernetes-validate $k --strict: $(cd "$out" && ls -- *.yaml | tr '\n' ' ')pass (rendered by $rendered)"
 done

@@ -144,8 +144,9 @@ chmod 0644 "$STAGE/usr/share/doc/accel/changelog.gz"
 install -D -m 0644 deploy/prometheus/accel-rules.yml "$STAGE/usr/share/accel/prometheus/accel-rules.yml"
 install -D -m 0644 deploy/prometheus/prometheus.yml "$STAGE/usr/share/accel/prometheus/prometheus.yml"
 install -D -m 0644 deploy/grafana/accel-dashboard.json "$STAGE/usr/share/accel/grafana/accel-dashboard.json"
-for f in deploy/kubernetes/*.yaml; do
-  install -D -m 0644 "$f" "$STAGE/usr/share/accel/kubernetes/$(basename "$f")"
+# The kustomize tree as it is (base, components, overlays).
+find deploy/kubernetes -type f \( -name '*.yaml' -o -name '*.toml' \) | while read -r f; do
+  install -D -m 0644 "$f" "$STAGE/usr/share/accel/kubernetes/${f#deploy/kubernetes/}"
 done
 for script in postinst prerm postrm; do
   install -m 0755 "packaging/debian/$script" "$STAGE/DEBIAN/$script"

@@ -11,7 +11,7 @@
 //! (`KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted `token` and `ca.crt`; the token is
 //! re-read for every call, as projected tokens rotate).
 
-use accel_k8s::dra::slices::{Held, SliceApi};
+use accel_k8s::dra::slices::{Held, SliceApi, SliceList};
 use accel_k8s::dra::{BoxFuture, ClaimApi, ClaimRecord};
 use base64::Engine;
 use serde_json::Value;
@@ -183,6 +183,27 @@ impl KubeApi {
         self.call(reqwest::Method::GET, path, None).await
     }
 
+    /// A request to `path` with the credentials.
+    fn request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        let r = self
+            .http
+            .request(method, url)
+            .header("accept", "application/json");
+        Ok(match &self.bearer {
+            Bearer::None => r,
+            Bearer::Token(t) => r.bearer_auth(t),
+            Bearer::File(f) => {
+                let t = std::fs::read_to_string(f)
+                    .map_err(|e| format!("token file {}: {e}", f.display()))?;
+                r.bearer_auth(t.trim())
+            }
+        })
+    }
+
     /// One request; a non-2xx answer is an error with the API server's message.
     pub async fn call(
         &self,
@@ -191,21 +212,9 @@ impl KubeApi {
         body: Option<&Value>,
     ) -> Result<Value, String> {
         let url = format!("{}{path}", self.base);
-        let mut r = self
-            .http
-            .request(method.clone(), &url)
-            .header("accept", "application/json");
+        let mut r = self.request(method.clone(), &url)?;
         if let Some(b) = body {
             r = r.json(b);
-        }
-        match &self.bearer {
-            Bearer::None => {}
-            Bearer::Token(t) => r = r.bearer_auth(t),
-            Bearer::File(f) => {
-                let t = std::fs::read_to_string(f)
-                    .map_err(|e| format!("token file {}: {e}", f.display()))?;
-                r = r.bearer_auth(t.trim());
-            }
         }
         let resp = r.send().await.map_err(|e| format!("{method} {url}: {e}"))?;
         let status = resp.status();
@@ -223,6 +232,13 @@ impl KubeApi {
 }
 
 const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+/// How long the API server keeps one watch open (`timeoutSeconds`); the request's own
+/// timeout is a little longer.
+pub const WATCH_SECONDS: u64 = 300;
+
+fn slice_selector(node: &str, driver: &str) -> String {
+    format!("fieldSelector=spec.nodeName%3D{node}%2Cspec.driver%3D{driver}")
+}
 
 impl SliceApi for KubeApi {
     fn node_uid(&self, node: &str) -> BoxFuture<'_, Result<String, String>> {
@@ -236,12 +252,68 @@ impl SliceApi for KubeApi {
         })
     }
 
-    fn list_slices(&self, node: &str, driver: &str) -> BoxFuture<'_, Result<Vec<Value>, String>> {
-        let path =
-            format!("{SLICES}?fieldSelector=spec.nodeName%3D{node}%2Cspec.driver%3D{driver}");
+    fn list_slices(&self, node: &str, driver: &str) -> BoxFuture<'_, Result<SliceList, String>> {
+        let path = format!("{SLICES}?{}", slice_selector(node, driver));
         Box::pin(async move {
             let list = self.get(&path).await?;
-            Ok(list["items"].as_array().cloned().unwrap_or_default())
+            Ok(SliceList {
+                items: list["items"].as_array().cloned().unwrap_or_default(),
+                resource_version: list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned),
+            })
+        })
+    }
+
+    /// A watch (`watch=true`, newline-delimited JSON events) from `resource_version`;
+    /// the first added, modified or deleted event ends it.
+    fn watch_slices(
+        &self,
+        node: &str,
+        driver: &str,
+        resource_version: &str,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        let url = format!(
+            "{}{SLICES}?watch=true&resourceVersion={resource_version}&timeoutSeconds={WATCH_SECONDS}&{}",
+            self.base,
+            slice_selector(node, driver)
+        );
+        Box::pin(async move {
+            let mut resp = self
+                .request(reqwest::Method::GET, &url)?
+                .timeout(std::time::Duration::from_secs(WATCH_SECONDS + 30))
+                .send()
+                .await
+                .map_err(|e| format!("watch {url}: {e}"))?;
+            if !resp.status().is_success() {
+                return Err(format!("watch {url}: {}", resp.status()));
+            }
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| format!("watch {url}: {e}"))?
+            {
+                buf.extend_from_slice(&chunk);
+                while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=end).collect();
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let event: Value = serde_json::from_slice(&line)
+                        .map_err(|e| format!("watch {url}: not an event: {e}"))?;
+                    match event["type"].as_str() {
+                        Some("ADDED" | "MODIFIED" | "DELETED") => return Ok(()),
+                        Some("BOOKMARK") => {}
+                        Some("ERROR") => {
+                            let message = event["object"]["message"].as_str().unwrap_or("");
+                            return Err(format!("watch {url}: {message}"));
+                        }
+                        _ => return Err(format!("watch {url}: not an event")),
+                    }
+                }
+            }
+            Err(format!("watch {url}: ended without an event"))
         })
     }
 

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server};
 
 /// Kubelet's registration socket, in the device plugin directory.
@@ -225,7 +224,8 @@ impl Registrar {
         );
         let name = r.name.clone();
         let task = tokio::spawn(async move {
-            let incoming = UnixListenerStream::new(listener);
+            // grpc-go's percent-encoded `:authority` answered too (authority.rs).
+            let incoming = crate::authority::incoming(listener);
             if let Err(e) = Server::builder()
                 .serve_with_incoming(service, incoming)
                 .await

@@ -11,6 +11,7 @@
 //!   kubelet.rs: serve the sockets, Register, re-register when kubelet restarts
 //!   usage.rs: restore usage from, and save it to, a record (the server); devices VMs hold
 //!   cdi.rs: CDI spec files for the runtime
+//!   authority.rs: every socket kubelet dials takes grpc-go's percent-encoded :authority
 //!   run.rs: the loop around the steps
 //! ```
 //!
@@ -39,6 +40,7 @@
 //!   pool id; a vanished one keeps its instance (Unhealthy) while this node holds one of
 //!   its slots, and its plugin stops once the reclaimer frees them.
 
+pub mod authority;
 pub mod cdi;
 pub mod config;
 pub mod device;

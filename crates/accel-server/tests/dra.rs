@@ -506,6 +506,79 @@ async fn the_nodes_resource_slice_follows_its_devices() {
     }
 }
 
+/// The publisher's loop watches the node's slices: a slice deleted through the API
+/// (kubelet at its start, or anyone) is back as soon as the watch reports it, with an
+/// interval far longer than the test.
+#[tokio::test]
+async fn a_deleted_slice_comes_back_through_the_watch() {
+    use accel_k8s::dra::slices::{run, Publisher};
+    let db = TempDb::fresh(common::Backend::Sqlite).await;
+    let srv = Server::start(&db.url, None, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = node(dir.path(), &srv);
+    let mut agent = Agent::new(settings.clone()).unwrap();
+    agent.check_node().await.unwrap();
+    agent.step().await.unwrap();
+    let store: SliceStore = Arc::default();
+    let (addr, _stop) = common::serve_fake(slice_api(store.clone())).await;
+    let api = Arc::new(KubeApi::new(&format!("http://{addr}"), None).unwrap());
+    let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
+    let p = Publisher::new(
+        NODE,
+        settings.kubernetes.clone().unwrap(),
+        Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap())),
+        api,
+        Arc::new(ServerClaims::new(client, NODE)),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(p, Duration::from_secs(3600), async {
+        let _ = stopped.await;
+    }));
+    let slice = |generation: i64| {
+        let store = store.clone();
+        move || {
+            let store = store.clone();
+            async move {
+                let st = store.lock().unwrap();
+                st.items
+                    .values()
+                    .find(|s| s["spec"]["pool"]["generation"] == generation)
+                    .map(|s| s["metadata"]["name"].as_str().unwrap().to_owned())
+                    .filter(|_| st.items.len() == 1)
+            }
+        }
+    };
+    // The first tick publishes the pool.
+    let name = common::eventually(WAIT, "the slice published", slice(1)).await;
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/apis/resource.k8s.io/v1/resourceslices/{name}");
+    assert!(http
+        .delete(&url)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let deleted = tokio::time::Instant::now();
+    common::eventually(WAIT, "the slice back", slice(2)).await;
+    let took = deleted.elapsed();
+    assert!(took < Duration::from_secs(5), "back after {took:?}");
+    // And again: the loop watches from its newest list.
+    let name = common::eventually(WAIT, "one slice", slice(2)).await;
+    let url = format!("http://{addr}/apis/resource.k8s.io/v1/resourceslices/{name}");
+    assert!(http
+        .delete(&url)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    common::eventually(WAIT, "the slice back again", slice(3)).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    srv.stop().await;
+}
+
 /// A hundred claims prepared, then unprepared, by four kubelet calls at once; then a
 /// device that vanishes while prepared is kept (reserved) until its claim is
 /// unprepared, and removed after.

@@ -16,11 +16,12 @@
 //!
 //! The `:authority` kubelet sends: since Kubernetes 1.26 kubelet dials plugins with
 //! `localhost` (kubernetes/kubernetes#112597); a grpc-go or grpc C-core client left to
-//! its default sends the socket path percent-encoded, which h2 (under tonic) refuses
-//! with PROTOCOL_ERROR before any handler runs. `scripts/dra-authority.py` checks
-//! both against these sockets; see docs/kubernetes.md.
+//! its default sends the socket path percent-encoded, which h2 (under tonic) would
+//! refuse, so both sockets read their connections through [`crate::authority`].
+//! `scripts/dra-authority.py` checks both with a C-core client; see docs/kubernetes.md.
 
 use super::{ClaimRef, Driver, PreparedDevice, DRA_SOCKET};
+use crate::authority;
 use crate::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -28,7 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::codegen::http;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
@@ -285,8 +285,7 @@ pub async fn serve(
         v1: v1::dra_plugin_server::DraPluginServer::new(V1(driver.clone())),
         v1beta1: v1beta1::dra_plugin_server::DraPluginServer::new(V1beta1(driver)),
     };
-    let dra =
-        Server::builder().serve_with_incoming(versions, UnixListenerStream::new(dra_listener));
+    let dra = Server::builder().serve_with_incoming(versions, authority::incoming(dra_listener));
     let reg_listener = bind(&reg_path)?;
     let registration = reg::registration_server::RegistrationServer::new(Registration {
         driver: name.clone(),
@@ -294,7 +293,7 @@ pub async fn serve(
         metrics,
     });
     let reg =
-        Server::builder().serve_with_incoming(registration, UnixListenerStream::new(reg_listener));
+        Server::builder().serve_with_incoming(registration, authority::incoming(reg_listener));
     tracing::info!(driver = %name, registration = %reg_path.display(), endpoint = %endpoint.display(), "DRA driver serving");
     let result = tokio::select! {
         r = dra => r.map_err(std::io::Error::other),

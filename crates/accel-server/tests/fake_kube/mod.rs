@@ -1,8 +1,9 @@
 //! A stand-in for the Kubernetes API server, as the DRA driver uses it: ResourceClaims
 //! (get) and ResourceSlices (list with field selectors, create, update with the
 //! resourceVersion checked, delete) and Nodes (get). Slices are checked against the
-//! fields `resource.k8s.io/v1` defines (unknown fields refused). No watch: the driver
-//! lists.
+//! fields `resource.k8s.io/v1` defines (unknown fields refused). Slices can be watched
+//! as the API server streams them (`watch=true`, from a `resourceVersion`, with the
+//! same field selectors): one JSON event a line, ADDED, MODIFIED or DELETED.
 
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
@@ -48,11 +49,72 @@ pub fn claim(name: &str, uid: &str, devices: &[(&str, &str, String)]) -> Value {
     })
 }
 
-/// The stand-in API server's ResourceSlices, by name, and the number of writes.
+/// The stand-in API server's ResourceSlices, by name, the number of writes (the
+/// resourceVersion), and every write as a watch event.
 #[derive(Default)]
 pub struct Slices {
     pub items: std::collections::BTreeMap<String, Value>,
     next: u64,
+    events: Vec<(u64, &'static str, Value)>,
+    written: tokio::sync::watch::Sender<u64>,
+}
+
+impl Slices {
+    /// Records a write: the next resourceVersion, on the object and in the events.
+    fn write(&mut self, kind: &'static str, mut s: Value) -> Value {
+        self.next += 1;
+        s["metadata"]["resourceVersion"] = json!(self.next.to_string());
+        self.events.push((self.next, kind, s.clone()));
+        self.written.send_replace(self.next);
+        s
+    }
+}
+
+/// The field selectors the driver uses: `spec.nodeName=..,spec.driver=..`.
+fn selected(s: &Value, want: &[(String, String)]) -> bool {
+    want.iter().all(|(k, v)| match k.as_str() {
+        "spec.nodeName" => s["spec"]["nodeName"] == v.as_str(),
+        "spec.driver" => s["spec"]["driver"] == v.as_str(),
+        _ => false,
+    })
+}
+
+/// The events after `from` that `want` selects, as the API server streams them.
+fn watch(st: SliceStore, from: u64, want: Vec<(String, String)>) -> axum::response::Response {
+    // Writes before this are seen: the first wait is for a later one.
+    let written = st.lock().unwrap().written.subscribe();
+    let events = futures::stream::unfold(
+        (from, want, written),
+        move |(mut from, want, mut written)| {
+            let st = st.clone();
+            async move {
+                loop {
+                    let lines: String = {
+                        let g = st.lock().unwrap();
+                        let mut out = String::new();
+                        let after = from;
+                        for (rv, kind, obj) in g.events.iter().filter(|(rv, ..)| *rv > after) {
+                            from = *rv;
+                            if selected(obj, &want) {
+                                out += &json!({"type": kind, "object": obj}).to_string();
+                                out.push('\n');
+                            }
+                        }
+                        out
+                    };
+                    if !lines.is_empty() {
+                        let chunk: Result<String, std::convert::Infallible> = Ok(lines);
+                        return Some((chunk, (from, want, written)));
+                    }
+                    written.changed().await.ok()?;
+                }
+            }
+        },
+    );
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(events))
+        .unwrap()
 }
 
 pub type SliceStore = Arc<Mutex<Slices>>;
@@ -153,6 +215,7 @@ pub fn slice_api(store: SliceStore) -> axum::Router {
         )
     };
     let list = |State(st): State<SliceStore>, Query(q): Query<HashMap<String, String>>| async move {
+        use axum::response::IntoResponse;
         let want: Vec<(String, String)> = q
             .get("fieldSelector")
             .map(|f| {
@@ -162,39 +225,40 @@ pub fn slice_api(store: SliceStore) -> axum::Router {
                     .collect()
             })
             .unwrap_or_default();
-        let items: Vec<Value> = st
-            .lock()
-            .unwrap()
+        if q.get("watch").map(String::as_str) == Some("true") {
+            let from = q
+                .get("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            return watch(st, from, want);
+        }
+        let g = st.lock().unwrap();
+        let items: Vec<Value> = g
             .items
             .values()
-            .filter(|s| {
-                want.iter().all(|(k, v)| match k.as_str() {
-                    "spec.nodeName" => s["spec"]["nodeName"] == v.as_str(),
-                    "spec.driver" => s["spec"]["driver"] == v.as_str(),
-                    _ => false,
-                })
-            })
+            .filter(|s| selected(s, &want))
             .cloned()
             .collect();
-        Json(json!({"kind": "ResourceSliceList", "items": items}))
+        Json(json!({"kind": "ResourceSliceList",
+            "metadata": {"resourceVersion": g.next.to_string()}, "items": items}))
+        .into_response()
     };
     let create = move |State(st): State<SliceStore>, Json(mut s): Json<Value>| async move {
         validate_slice(&s).map_err(bad)?;
         let mut st = st.lock().unwrap();
-        st.next += 1;
         let name = format!(
             "{}{}",
             s["metadata"]["generateName"].as_str().unwrap_or("x-"),
-            st.next
+            st.next + 1
         );
         s["metadata"]["name"] = json!(name);
-        s["metadata"]["resourceVersion"] = json!(st.next.to_string());
+        let s = st.write("ADDED", s);
         st.items.insert(name, s.clone());
         Ok::<_, (StatusCode, Json<Value>)>((StatusCode::CREATED, Json(s)))
     };
     let update = move |State(st): State<SliceStore>,
                        UrlPath(name): UrlPath<String>,
-                       Json(mut s): Json<Value>| async move {
+                       Json(s): Json<Value>| async move {
         validate_slice(&s).map_err(bad)?;
         let mut st = st.lock().unwrap();
         let Some(old) = st.items.get(&name) else {
@@ -206,17 +270,20 @@ pub fn slice_api(store: SliceStore) -> axum::Router {
                 Json(json!({"message": "the object has been modified"})),
             ));
         }
-        st.next += 1;
-        s["metadata"]["resourceVersion"] = json!(st.next.to_string());
+        let s = st.write("MODIFIED", s);
         st.items.insert(name, s.clone());
         Ok((StatusCode::OK, Json(s)))
     };
     let delete = |State(st): State<SliceStore>, UrlPath(name): UrlPath<String>| async move {
-        match st.lock().unwrap().items.remove(&name) {
-            Some(_) => (
-                StatusCode::OK,
-                Json(json!({"kind": "Status", "status": "Success"})),
-            ),
+        let mut st = st.lock().unwrap();
+        match st.items.remove(&name) {
+            Some(s) => {
+                st.write("DELETED", s);
+                (
+                    StatusCode::OK,
+                    Json(json!({"kind": "Status", "status": "Success"})),
+                )
+            }
             None => (StatusCode::NOT_FOUND, Json(json!({"message": "not found"}))),
         }
     };
