@@ -3,7 +3,7 @@
 //! its device profile's accelerators and prints the attach handles; `unboot` unbinds and
 //! deletes its ARQs and releases its allocations.
 
-use crate::client::reach;
+use crate::client::{cloud, reach};
 use accel_api::workflow::{self, BootRequest, Booted, Endpoints, Unbooted};
 use anyhow::Context;
 use serde_json::json;
@@ -12,19 +12,32 @@ use std::time::Duration;
 /// Where the two APIs are and the token for both (`boot`, `unboot`, `explain`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Urls {
-    /// Placement API endpoint.
+    /// Placement API endpoint [default: the cloud's catalog with --os-cloud or
+    /// OS_AUTH_URL, else http://127.0.0.1:8778].
     #[arg(
         long,
         env = "ACCEL_PLACEMENT_URL",
-        default_value = "http://127.0.0.1:8778"
+        default_value = "",
+        hide_default_value = true
     )]
     pub placement_url: String,
-    /// Accelerator API endpoint (with or without `/accelerator`).
-    #[arg(long, env = "ACCEL_URL", default_value = "http://127.0.0.1:6666")]
+    /// Accelerator API endpoint (with or without `/accelerator`) [default: the
+    /// cloud's catalog with --os-cloud or OS_AUTH_URL, else http://127.0.0.1:6666].
+    #[arg(long, env = "ACCEL_URL", default_value = "", hide_default_value = true)]
     pub accelerator_url: String,
-    /// Token sent as X-Auth-Token to both APIs (noauth: `user[:project]`).
-    #[arg(long, env = "ACCEL_TOKEN", default_value = "admin")]
+    /// Token sent as X-Auth-Token to both APIs (noauth: `user[:project]`) [default: a
+    /// Keystone token with --os-cloud or OS_AUTH_URL, else admin].
+    #[arg(
+        long,
+        env = "ACCEL_TOKEN",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub token: String,
+    /// A cloud of clouds.yaml: authenticate with its Keystone and find the APIs in its
+    /// catalog (the OS_AUTH_URL family of variables when no cloud is named).
+    #[arg(long = "os-cloud", env = "OS_CLOUD", value_name = "NAME")]
+    pub os_cloud: Option<String>,
 }
 
 /// The two APIs and the credentials.
@@ -103,6 +116,18 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 impl Urls {
+    /// Fills what was not given: from `--os-cloud` / `OS_*` (Keystone's catalog and a
+    /// token), else the local defaults ([`cloud::Cloud::fill`]).
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        cloud::Cloud::find(self.os_cloud.as_deref())?.fill(
+            &mut [
+                (&mut self.placement_url, cloud::Service::Placement),
+                (&mut self.accelerator_url, cloud::Service::Accelerator),
+            ],
+            &mut self.token,
+        )
+    }
+
     /// Both APIs, for the hint when neither answers.
     pub fn apis(&self) -> [reach::Api<'_>; 2] {
         [

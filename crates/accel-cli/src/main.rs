@@ -131,25 +131,46 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             rt.block_on(serve(cfg))
         }
-        Command::DeviceProfile(a) => client::run(
-            &[client::reach::accelerator(&a.conn.url, "--url")],
-            client::profiles::run(&a.conn, a.command),
-        ),
-        Command::Provider(a) => client::run(
-            &client::providers::apis(&a.conn),
-            client::providers::run(&a.conn, a.command),
-        ),
-        Command::Arq(a) => client::run(
-            &[client::reach::accelerator(&a.conn.url, "--url")],
-            client::arqs::run(&a.conn, a.command),
-        ),
-        Command::Device(a) => client::run(
-            &[client::reach::accelerator(&a.conn.url, "--url")],
-            client::devices::run(&a.conn, a.command),
-        ),
-        Command::Boot(a) => boot::boot(a),
-        Command::Unboot(a) => boot::unboot(a),
-        Command::Explain(a) => explain::run(a),
+        Command::DeviceProfile(mut a) => {
+            resolved(a.conn.resolve());
+            client::run(
+                &[client::reach::accelerator(&a.conn.url, "--url")],
+                client::profiles::run(&a.conn, a.command),
+            )
+        }
+        Command::Provider(mut a) => {
+            resolved(a.conn.resolve());
+            client::run(
+                &client::providers::apis(&a.conn),
+                client::providers::run(&a.conn, a.command),
+            )
+        }
+        Command::Arq(mut a) => {
+            resolved(a.conn.resolve());
+            client::run(
+                &[client::reach::accelerator(&a.conn.url, "--url")],
+                client::arqs::run(&a.conn, a.command),
+            )
+        }
+        Command::Device(mut a) => {
+            resolved(a.conn.resolve());
+            client::run(
+                &[client::reach::accelerator(&a.conn.url, "--url")],
+                client::devices::run(&a.conn, a.command),
+            )
+        }
+        Command::Boot(mut a) => {
+            resolved(a.apis.urls.resolve());
+            boot::boot(a)
+        }
+        Command::Unboot(mut a) => {
+            resolved(a.apis.urls.resolve());
+            boot::unboot(a)
+        }
+        Command::Explain(mut a) => {
+            resolved(a.urls.resolve());
+            explain::run(a)
+        }
         #[cfg(feature = "server")]
         Command::Import(a) => transfer::run(a),
         #[cfg(feature = "server")]
@@ -163,6 +184,14 @@ fn main() -> anyhow::Result<()> {
         },
         #[cfg(feature = "agent")]
         Command::Agent(a) => agent::run(a),
+    }
+}
+
+/// A client command's connection could not be completed (a clouds.yaml or Keystone
+/// problem): said as the client commands say failures, exit status 1.
+fn resolved(r: anyhow::Result<()>) {
+    if let Err(e) = r {
+        client::fail(&e, &[]);
     }
 }
 

@@ -429,3 +429,181 @@ async fn bind_help_shows_its_own_arguments_apart_from_the_shared_flags() {
         assert!(rest.contains(flag) && !own.contains(flag), "{flag}: {help}");
     }
 }
+
+/// Issue 29 item 4: the client commands find the cloud as the OpenStack clients do,
+/// `--os-cloud` with clouds.yaml or the `OS_AUTH_URL` variables: a password token from
+/// Keystone (the test kit's fake Keystone v3) and both APIs from its catalog, against
+/// accel in keystone mode, which refuses noauth's `admin`. An explicit URL still wins.
+#[tokio::test]
+async fn os_cloud_and_the_os_variables_find_both_apis_in_keystones_catalog() {
+    use accel_server::auth::keystone::{Keystone, KeystoneConfig};
+    use accel_server::auth::AuthStrategy;
+    use accel_testkit::keystone::{catalog_service, FakeKeystone, Subject};
+    use serde_json::json;
+    let ks = FakeKeystone::start().await;
+    ks.add_user("secret", Subject::project("accel", "service", &["service"]));
+    ks.add_user(
+        "s3cret",
+        Subject::project("operator", "ops", &["admin", "member", "reader"]),
+    );
+    let cfg: KeystoneConfig = serde_json::from_value(json!({
+        "auth_url": format!("{}/v3", ks.url), "username": "accel",
+        "password": "secret", "project_name": "service",
+    }))
+    .unwrap();
+    let store = accel_testkit::server::store(Backend::Sqlite).await;
+    let server = TestServer::start(
+        accel_testkit::server::builder(store)
+            .fake_devices(Some("compute1".to_owned()))
+            .config(accel_server::ServerConfig {
+                auth_strategy: AuthStrategy::Keystone,
+                keystone: Some(std::sync::Arc::new(Keystone::new(cfg).unwrap())),
+                allocation_conflict_retry_count: 10,
+                max_allocation_candidates: 1000,
+                ..Default::default()
+            }),
+    )
+    .await;
+    ks.set_catalog(json!([
+        catalog_service("placement", "placement", &server.placement, "RegionOne"),
+        catalog_service(
+            "accelerator",
+            "cyborg",
+            &format!("{}/accelerator/v2", server.accel),
+            "RegionOne"
+        ),
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!(
+            "clouds:\n  test:\n    auth:\n      auth_url: {}/v3\n      username: operator\n      \
+             password: s3cret\n      project_name: ops-name\n      user_domain_name: Default\n      \
+             project_domain_name: Default\n    region_name: RegionOne\n",
+            ks.url
+        ),
+    )
+    .unwrap();
+    let clouds = clouds.to_string_lossy().into_owned();
+    let with_file = [("OS_CLIENT_CONFIG_FILE", clouds.as_str())];
+
+    // Placement through --os-cloud.
+    let providers = common::accel(
+        &["provider", "list", "-f", "json", "--os-cloud", "test"],
+        &with_file,
+    )
+    .await;
+    let listed = providers.json();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(names.contains(&"compute1_FakeDevice"), "{names:?}");
+
+    // The accelerator API through the OS_* variables; read back through OS_CLOUD.
+    let auth_url = format!("{}/v3", ks.url);
+    let os_vars = [
+        ("OS_AUTH_URL", auth_url.as_str()),
+        ("OS_USERNAME", "operator"),
+        ("OS_PASSWORD", "s3cret"),
+        ("OS_PROJECT_NAME", "ops-name"),
+    ];
+    let created = common::accel(
+        &[
+            "device-profile",
+            "create",
+            "dp1",
+            "--group",
+            "resources:FPGA=1",
+        ],
+        &os_vars,
+    )
+    .await;
+    assert!(created.ok(), "{}", created.stderr);
+    let listed = common::accel(
+        &["device-profile", "list", "-f", "json"],
+        &[
+            ("OS_CLOUD", "test"),
+            ("OS_CLIENT_CONFIG_FILE", clouds.as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(listed.json()[0]["name"], "dp1");
+    // accel explain and its two APIs.
+    let explained = common::accel(
+        &[
+            "explain",
+            "--resources",
+            "FPGA=1",
+            "-f",
+            "json",
+            "--os-cloud",
+            "test",
+        ],
+        &with_file,
+    )
+    .await;
+    assert!(explained.ok(), "{}", explained.stderr);
+
+    // Without a cloud the token is noauth's admin, which Keystone mode refuses.
+    let accelerator = format!("{}/accelerator", server.accel);
+    let refused = common::accel(
+        &["device-profile", "list"],
+        &[("ACCEL_URL", accelerator.as_str())],
+    )
+    .await;
+    assert!(
+        !refused.ok() && refused.stderr.contains("401"),
+        "{}",
+        refused.stderr
+    );
+    // An explicit URL wins over the catalog.
+    let overridden = common::accel(
+        &[
+            "device-profile",
+            "list",
+            "--os-cloud",
+            "test",
+            "--url",
+            "http://127.0.0.1:9",
+        ],
+        &with_file,
+    )
+    .await;
+    assert!(
+        !overridden.ok() && overridden.stderr.contains("127.0.0.1:9"),
+        "{}",
+        overridden.stderr
+    );
+    // Bad names and passwords say where they came from.
+    let unknown = common::accel(&["provider", "list", "--os-cloud", "nope"], &with_file).await;
+    assert!(
+        unknown
+            .stderr
+            .contains("--os-cloud \"nope\": no such cloud in"),
+        "{}",
+        unknown.stderr
+    );
+    let wrong = common::accel(
+        &["provider", "list"],
+        &[
+            ("OS_AUTH_URL", auth_url.as_str()),
+            ("OS_USERNAME", "operator"),
+            ("OS_PASSWORD", "wrong"),
+            ("OS_PROJECT_NAME", "ops-name"),
+        ],
+    )
+    .await;
+    assert!(
+        !wrong.ok()
+            && wrong
+                .stderr
+                .contains("authenticating with the OS_* variables"),
+        "{}",
+        wrong.stderr
+    );
+    server.stop().await;
+}

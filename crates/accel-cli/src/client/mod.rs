@@ -7,6 +7,7 @@
 //! Cyborg's `error_message` envelope.
 
 pub mod arqs;
+pub mod cloud;
 pub mod devices;
 pub(crate) mod http;
 mod output;
@@ -20,20 +21,50 @@ pub(crate) mod reach;
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = CONNECTION_HEADING)]
 pub struct Connection {
-    /// Accelerator API endpoint (with or without `/accelerator` or `/accelerator/v2`).
+    /// Accelerator API endpoint (with or without `/accelerator` or `/accelerator/v2`)
+    /// [default: the cloud's catalog with --os-cloud or OS_AUTH_URL, else
+    /// http://127.0.0.1:6666].
     #[arg(
         long,
         env = "ACCEL_URL",
-        default_value = "http://127.0.0.1:6666",
+        default_value = "",
+        hide_default_value = true,
         global = true
     )]
     pub url: String,
-    /// Token sent as X-Auth-Token (noauth: `user[:project]`, `admin` is an admin).
-    #[arg(long, env = "ACCEL_TOKEN", default_value = "admin", global = true)]
+    /// Token sent as X-Auth-Token (noauth: `user[:project]`, `admin` is an admin)
+    /// [default: a Keystone token with --os-cloud or OS_AUTH_URL, else admin].
+    #[arg(
+        long,
+        env = "ACCEL_TOKEN",
+        default_value = "",
+        hide_default_value = true,
+        global = true
+    )]
     pub token: String,
+    /// A cloud of clouds.yaml: authenticate with its Keystone and find the APIs in its
+    /// catalog (the OS_AUTH_URL family of variables when no cloud is named).
+    #[arg(
+        long = "os-cloud",
+        env = "OS_CLOUD",
+        value_name = "NAME",
+        global = true
+    )]
+    pub os_cloud: Option<String>,
+
     /// Output format.
     #[arg(short = 'f', long = "format", value_enum, default_value_t = Format::Table, global = true)]
     pub format: Format,
+}
+
+impl Connection {
+    /// Fills the URL and token not given ([`cloud::Cloud::fill`]).
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        cloud::Cloud::find(self.os_cloud.as_deref())?.fill(
+            &mut [(&mut self.url, cloud::Service::Accelerator)],
+            &mut self.token,
+        )
+    }
 }
 
 /// The help heading of the flags every client command shares.

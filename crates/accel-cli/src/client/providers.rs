@@ -17,20 +17,49 @@ use serde_json::{json, Value};
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = super::CONNECTION_HEADING)]
 pub struct PlacementConnection {
-    /// Placement API endpoint.
+    /// Placement API endpoint [default: the cloud's catalog with --os-cloud or
+    /// OS_AUTH_URL, else http://127.0.0.1:8778].
     #[arg(
         long,
         env = "ACCEL_PLACEMENT_URL",
-        default_value = "http://127.0.0.1:8778",
+        default_value = "",
+        hide_default_value = true,
         global = true
     )]
     pub placement_url: String,
-    /// Token sent as X-Auth-Token (noauth: `admin` is an admin).
-    #[arg(long, env = "ACCEL_TOKEN", default_value = "admin", global = true)]
+    /// Token sent as X-Auth-Token (noauth: `admin` is an admin) [default: a Keystone
+    /// token with --os-cloud or OS_AUTH_URL, else admin].
+    #[arg(
+        long,
+        env = "ACCEL_TOKEN",
+        default_value = "",
+        hide_default_value = true,
+        global = true
+    )]
     pub token: String,
+    /// A cloud of clouds.yaml: authenticate with its Keystone and find the APIs in its
+    /// catalog (the OS_AUTH_URL family of variables when no cloud is named).
+    #[arg(
+        long = "os-cloud",
+        env = "OS_CLOUD",
+        value_name = "NAME",
+        global = true
+    )]
+    pub os_cloud: Option<String>,
+
     /// Output format.
     #[arg(short = 'f', long = "format", value_enum, default_value_t = Format::Table, global = true)]
     pub format: Format,
+}
+
+impl PlacementConnection {
+    /// Fills the URL and token not given ([`super::cloud::Cloud::fill`]).
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        super::cloud::Cloud::find(self.os_cloud.as_deref())?.fill(
+            &mut [(&mut self.placement_url, super::cloud::Service::Placement)],
+            &mut self.token,
+        )
+    }
 }
 
 /// `accel provider ...`.
