@@ -125,6 +125,7 @@ fn check_device(v: &Value) -> AccelResult<()> {
     text(cpid, "cpid_type")?;
     text(cpid, "cpid_info")?;
     opt_text(v, "health")?;
+    opt_text(v, "health_reason")?;
     Ok(())
 }
 
@@ -172,6 +173,7 @@ fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
             Some("unhealthy") => false,
             Some(other) => return Err(bad(format!("unknown health {other}"))),
         },
+        health_reason: d.health_reason.filter(|r| !r.trim().is_empty()),
         deployables,
     })
 }

@@ -3,11 +3,13 @@
 //! four steps: who is looking, may they (the APIs' rule), one `accel_store::estate`
 //! read of one page, render.
 
-use super::html::{bar, esc, list_head, when};
-use super::{now, stamp, Answer, ListQuery, Rule, Shared};
+use super::html::{bar, esc, list_head, name, pager, when};
+use super::{names, now, stamp, Answer, ListQuery, Rule, Shared};
+use accel_core::accelerator::DeviceType;
 use accel_core::policy::{cyborg, placement as rules};
-use accel_store::accelerator::{cleaning, Scope};
-use accel_store::estate::{activity, hosts as estate_hosts, Page};
+use accel_store::accelerator::{cleaning, history, Scope};
+use accel_store::estate::hosts::{HealthFilter, HostFilter};
+use accel_store::estate::{activity, hosts as estate_hosts, Page, Window};
 use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -27,40 +29,73 @@ fn trait_chips(traits: &[String], all: bool) -> String {
     for t in traits.iter().filter(|t| all || shown_trait(t)) {
         let _ = write!(
             h,
-            "<span class=\"chip\" data-test=\"trait\" data-trait=\"{0}\">{0}</span>",
-            esc(t)
+            "<span class=\"chip\" data-test=\"trait\" data-trait=\"{}\">{}</span>",
+            esc(t),
+            name(t)
         );
     }
     h
 }
 
+/// The device a provider models, for people: type, vendor and product by name
+/// (ids where no name is known), health with the agent's reason and since when.
+fn device_cell(h: &mut String, d: &estate_hosts::DeviceView, now: i64) {
+    let cls = if d.health == "ok" { "ok" } else { "bad" };
+    let vendor = names::labelled(names::vendor(&d.vendor), &d.vendor);
+    let product = names::product(&d.vendor, &d.model).unwrap_or_else(|| d.model.clone());
+    let _ = write!(
+        h,
+        "<span data-test=\"device\" data-vendor=\"{v}\" data-model=\"{m}\">{} \
+         <span data-test=\"vendor-name\">{}</span> <span data-test=\"product-name\">{}</span></span> \
+         <span class=\"health {cls}\">{}</span>{}",
+        esc(&d.kind),
+        esc(&vendor),
+        esc(&product),
+        esc(&d.health),
+        if d.status == "enabled" {
+            String::new()
+        } else {
+            format!(" <span class=\"health bad\">{}</span>", esc(&d.status))
+        },
+        v = esc(&d.vendor),
+        m = esc(&d.model),
+    );
+    if d.health != "ok" {
+        let since = d
+            .health_since
+            .map_or_else(String::new, |t| format!(" · since {}", when(t, now)));
+        let _ =
+            write!(
+            h,
+            "<div class=\"reason\" data-test=\"health-reason\" data-since=\"{}\">{}{since}</div>",
+            d.health_since.map_or(String::new(), |t| t.to_string()),
+            esc(d.health_reason.as_deref().unwrap_or("no reason given by the agent")),
+        );
+    }
+}
+
 /// One provider's row: name, device and health, bars, traits.
-fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, all_traits: bool) {
+fn provider_row(
+    h: &mut String,
+    depth: usize,
+    p: &estate_hosts::ProviderView,
+    all_traits: bool,
+    now: i64,
+) {
     let health = p.device.as_ref().map_or("", |d| d.health.as_str());
     let _ = write!(
         h,
-        "<tr class=\"provider depth{d}\" data-test=\"provider-row\" data-provider=\"{name}\" \
-         data-uuid=\"{uuid}\" data-depth=\"{depth}\" data-health=\"{hl}\"><td class=\"name\">{name}</td><td>",
+        "<tr class=\"provider depth{d}\" data-test=\"provider-row\" data-provider=\"{n}\" \
+         data-uuid=\"{uuid}\" data-depth=\"{depth}\" data-health=\"{hl}\">\
+         <td class=\"name\" data-test=\"provider-name\">{shown}</td><td>",
         d = depth.min(4),
-        name = esc(&p.name),
+        n = esc(&p.name),
+        shown = name(&p.name),
         uuid = esc(&p.uuid),
         hl = esc(health),
     );
     if let Some(d) = &p.device {
-        let cls = if d.health == "ok" { "ok" } else { "bad" };
-        let _ = write!(
-            h,
-            "{} {} {} <span class=\"health {cls}\">{}</span>{}",
-            esc(&d.kind),
-            esc(&d.vendor),
-            esc(&d.model),
-            esc(&d.health),
-            if d.status == "enabled" {
-                String::new()
-            } else {
-                format!(" <span class=\"health bad\">{}</span>", esc(&d.status))
-            }
-        );
+        device_cell(h, d, now);
     }
     h.push_str("</td><td>");
     for inv in &p.inventories {
@@ -80,24 +115,112 @@ fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, al
     );
 }
 
-pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<ListQuery>) -> Answer {
+/// `/hosts`' query: the list's search and paging, and the device filters.
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct HostsQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    limit: Option<u64>,
+    /// A device type (`GPU`, `FPGA`, ...): hosts with such a device.
+    #[serde(default, rename = "type")]
+    device_type: String,
+    /// `ok`, `unhealthy`, `vanished` or `not_ok`: hosts with a device so.
+    #[serde(default)]
+    health: String,
+}
+
+/// The health filter's choices: value and label.
+const HEALTH_CHOICES: &[(&str, &str)] = &[
+    ("", "any health"),
+    ("ok", "ok"),
+    ("not_ok", "unhealthy or vanished"),
+    ("unhealthy", "unhealthy"),
+    ("vanished", "vanished"),
+];
+
+/// The hosts page's form (a plain GET: it works without the script) and the start
+/// of its pager's links, which keep the filters.
+fn hosts_form(
+    q: &str,
+    device_type: Option<DeviceType>,
+    health: Option<HealthFilter>,
+) -> (String, String) {
+    let mut h = format!(
+        "<form method=\"get\" action=\"/hosts\" class=\"search\" data-test=\"hosts-filter\">\
+         <input type=\"search\" name=\"q\" value=\"{}\" \
+         placeholder=\"host, provider name or uuid, instance uuid\" data-test=\"search\">\
+         <select name=\"type\" data-test=\"filter-type\"><option value=\"\">any device type</option>",
+        esc(q)
+    );
+    for t in DeviceType::ALL {
+        let sel = if device_type == Some(*t) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(h, "<option value=\"{0}\"{sel}>{0}</option>", t.as_str());
+    }
+    h.push_str("</select><select name=\"health\" data-test=\"filter-health\">");
+    for (v, label) in HEALTH_CHOICES {
+        let sel = if health.map_or("", |x| x.as_str()) == *v {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(h, "<option value=\"{v}\"{sel}>{label}</option>");
+    }
+    h.push_str("</select><button type=\"submit\">Filter</button></form>");
+    let mut base = String::from("/hosts?");
+    for (k, v) in [
+        ("q", q),
+        ("type", device_type.map_or("", |t| t.as_str())),
+        ("health", health.map_or("", |x| x.as_str())),
+    ] {
+        if !v.is_empty() {
+            let _ = write!(base, "{k}={}&", super::html::qv(v));
+        }
+    }
+    (h, base)
+}
+
+pub(crate) async fn hosts(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<HostsQuery>,
+) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let list = ListQuery {
+        q: q.q.clone(),
+        offset: q.offset,
+        limit: q.limit,
+    };
+    // An unknown choice is no filter (the form offers only known ones).
+    let device_type = DeviceType::parse(q.device_type.trim());
+    let health = HealthFilter::parse(q.health.trim());
+    let filter = HostFilter {
+        search: list.search().map(str::to_owned),
+        device_type: device_type.map(|t| t.as_str().to_owned()),
+        health,
+    };
+    let window = list.window();
     let page = state
         .0
         .read("the hosts", move |tx| {
-            Box::pin(async move { estate_hosts::page(tx, search_text.as_deref(), window).await })
+            Box::pin(async move { estate_hosts::filtered(tx, &filter, window).await })
         })
         .await?;
     let now = now();
-    let mut h = list_head(
-        "/hosts",
-        &q.q,
-        "host, provider name or uuid, instance uuid",
-        window,
+    let (mut h, base) = hosts_form(&q.q, device_type, health);
+    h.push_str(&pager(
+        &base,
+        window.offset,
+        window.limit,
         page.items.len(),
         page.total,
-    );
+    ));
     h.push_str(
         "<table class=\"hosts\"><thead><tr><th>Host / provider</th><th>Device</th>\
          <th>Inventory: used / capacity</th><th>Traits</th></tr></thead>",
@@ -106,12 +229,13 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
         let root = host.root();
         let _ = write!(
             h,
-            "<tbody class=\"host\" data-test=\"host-row\" data-host=\"{name}\" data-uuid=\"{uuid}\" \
-             data-providers=\"{n}\"><tr class=\"hosthead\"><th colspan=\"4\">\
-             <a href=\"/hosts/{uuid}\">{name}</a> <span class=\"muted\">{n} providers · ",
-            name = esc(&root.name),
+            "<tbody class=\"host\" data-test=\"host-row\" data-host=\"{n}\" data-uuid=\"{uuid}\" \
+             data-providers=\"{count}\"><tr class=\"hosthead\"><th colspan=\"4\">\
+             <a href=\"/hosts/{uuid}\">{shown}</a> <span class=\"muted\">{count} providers · ",
+            n = esc(&root.name),
+            shown = name(&root.name),
             uuid = esc(&root.uuid),
-            n = host.providers.len(),
+            count = host.providers.len(),
         );
         match host.last_report {
             Some(t) => {
@@ -125,7 +249,7 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
         }
         h.push_str("</span></th></tr>");
         for (depth, p) in host.with_depth() {
-            provider_row(&mut h, depth, p, false);
+            provider_row(&mut h, depth, p, false, now);
         }
         h.push_str("</tbody>");
     }
@@ -136,17 +260,73 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
     Ok(state.0.page(&who, "Hosts", "/hosts", &h).await)
 }
 
+/// How many of a host's consumers, ARQs and history rows its page shows (the
+/// consumers and ARQs pages, searched by the host, list them all).
+const ON_HOST: u64 = 50;
+
+/// What one host's page shows besides its tree.
+struct HostActivity {
+    cleanings: Vec<cleaning::DeviceCleaning>,
+    consumers: Page<activity::ConsumerView>,
+    arqs: Page<activity::ArqView>,
+    history: Vec<history::Event>,
+}
+
 pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let Some((host, cleanings)) = state
+    let asked = uuid.clone();
+    let Some((host, more)) = state
         .0
         .read("the provider tree", move |tx| {
             Box::pin(async move {
                 let Some(t) = estate_hosts::tree(tx, &uuid).await? else {
                     return Ok(None);
                 };
-                let c = cleaning::list(tx, Some(&t.root().name)).await?;
-                Ok(Some((t, c)))
+                let (root_uuid, root_name) = (t.root().uuid.clone(), t.root().name.clone());
+                let cleanings = cleaning::list(tx, Some(&root_name)).await?;
+                let consumers = activity::consumers_where(
+                    tx,
+                    activity::ConsumerFilter::Host {
+                        root_uuid: &root_uuid,
+                        hostname: &root_name,
+                    },
+                    Window {
+                        offset: 0,
+                        limit: ON_HOST,
+                    },
+                )
+                .await?;
+                let arqs = activity::arqs_on_host(tx, &root_name, ON_HOST).await?;
+                // A device provider's page: that device's history; a host's: all of
+                // its devices'.
+                let mine: Vec<String> = match t
+                    .providers
+                    .iter()
+                    .find(|p| p.uuid == uuid)
+                    .and_then(|p| p.device.as_ref())
+                {
+                    Some(d) => vec![d.uuid.clone()],
+                    None => {
+                        let mut v: Vec<String> = t
+                            .providers
+                            .iter()
+                            .filter_map(|p| p.device.as_ref().map(|d| d.uuid.clone()))
+                            .collect();
+                        v.sort();
+                        v.dedup();
+                        v
+                    }
+                };
+                let history = history::of_devices(tx, &mine, ON_HOST as i64).await?;
+                Ok(Some((
+                    t,
+                    HostActivity {
+                        cleanings,
+                        consumers,
+                        arqs,
+                        history,
+                    },
+                )))
             })
         })
         .await?
@@ -156,6 +336,7 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
             "No such resource provider.",
         ));
     };
+    let now = now();
     let root = host.root();
     let mut h = format!(
         "<p><a href=\"/hosts\">← hosts</a> · root <code>{}</code></p>\
@@ -164,7 +345,7 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
         esc(&root.uuid)
     );
     for (depth, p) in host.with_depth() {
-        provider_row(&mut h, depth, p, true);
+        provider_row(&mut h, depth, p, true, now);
     }
     h.push_str("</tbody></table><h2>Inventories in detail</h2><table class=\"inv\"><thead><tr>\
         <th>Provider</th><th>Class</th><th>Total</th><th>Reserved</th><th>Used</th><th>Capacity</th>\
@@ -177,8 +358,8 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
                  <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&p.uuid),
                 esc(&i.resource_class),
-                esc(&p.name),
-                esc(&i.resource_class),
+                name(&p.name),
+                name(&i.resource_class),
                 i.total,
                 i.reserved,
                 i.used,
@@ -191,9 +372,173 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
         }
     }
     h.push_str("</tbody></table>");
-    cleaning_table(&mut h, &cleanings);
+    cleaning_table(&mut h, &more.cleanings);
+    on_host(&mut h, &root.name, &more);
+    history_table(&mut h, &host, &asked, &more.history, now);
     let title = format!("Provider tree of {}", root.name);
     Ok(state.0.page(&who, &title, "/hosts", &h).await)
+}
+
+/// The instances and pods on the host (allocating from its tree, or with ARQs bound
+/// to it) and its ARQs, each list linking to the whole list searched by the host.
+fn on_host(h: &mut String, host: &str, more: &HostActivity) {
+    let _ = write!(
+        h,
+        "<h2>Instances and pods on this host</h2><p class=\"muted\" data-test=\"host-consumers\" \
+         data-total=\"{n}\">{n} in all{}</p>",
+        if more.consumers.total > more.consumers.items.len() as i64 {
+            format!(
+                "; the first {} here, <a href=\"/consumers?q={}\">all on the consumers page</a>",
+                more.consumers.items.len(),
+                esc(&super::html::qv(host))
+            )
+        } else {
+            String::new()
+        },
+        n = more.consumers.total,
+    );
+    if !more.consumers.items.is_empty() {
+        h.push_str(
+            "<table class=\"consumers\"><thead><tr><th>Consumer</th><th>Kind</th><th>Project</th>\
+             <th>Here</th><th>ARQs</th></tr></thead><tbody>",
+        );
+        for c in &more.consumers.items {
+            let kind = if c.pod_host.is_some() { "pod" } else { "vm" };
+            let _ = write!(
+                h,
+                "<tr data-test=\"host-consumer\" data-consumer=\"{u}\" data-kind=\"{kind}\">\
+                 <td><a href=\"/consumers?q={u}\"><code>{u}</code></a></td><td>{}</td><td>{}</td><td>",
+                if kind == "pod" { "pod" } else { "instance" },
+                esc(&c.project),
+                u = esc(&c.uuid),
+            );
+            for a in &c.allocations {
+                let _ = write!(
+                    h,
+                    "<div>{} × {} on {}</div>",
+                    a.used,
+                    name(&a.resource_class),
+                    name(&a.provider_name)
+                );
+            }
+            h.push_str("</td><td>");
+            for a in &c.arqs {
+                h.push_str(&arq_cell(a));
+            }
+            h.push_str("</td></tr>");
+        }
+        h.push_str("</tbody></table>");
+    }
+    let _ = write!(
+        h,
+        "<h2>ARQs on this host</h2><p class=\"muted\" data-test=\"host-arqs\" data-total=\"{n}\">\
+         {n} in all{}</p>",
+        if more.arqs.total > more.arqs.items.len() as i64 {
+            format!(
+                "; the newest {} here, <a href=\"/arqs?q={}\">all on the ARQs page</a>",
+                more.arqs.items.len(),
+                esc(&super::html::qv(host))
+            )
+        } else {
+            String::new()
+        },
+        n = more.arqs.total,
+    );
+    if !more.arqs.items.is_empty() {
+        h.push_str(
+            "<table class=\"arqs\"><thead><tr><th>ARQ</th><th>State</th><th>Instance</th>\
+             <th>Profile</th><th>Device</th></tr></thead><tbody>",
+        );
+        for a in &more.arqs.items {
+            let _ = write!(
+                h,
+                "<tr data-test=\"host-arq\" data-arq=\"{u}\" data-state=\"{st}\"><td><code>{u}</code></td>\
+                 <td>{st}</td><td><code>{inst}</code></td><td>{prof}</td><td>{dev}</td></tr>",
+                u = esc(&a.uuid),
+                st = esc(&a.state),
+                inst = esc(a.instance_uuid.as_deref().unwrap_or("")),
+                prof = esc(&a.profile),
+                dev = device_link(a),
+            );
+        }
+        h.push_str("</tbody></table>");
+    }
+}
+
+/// An ARQ's device, by its provider's name, linked to its page.
+fn device_link(a: &activity::ArqView) -> String {
+    match (&a.device_rp_uuid, &a.device_name) {
+        (Some(u), Some(n)) => format!(
+            "<a href=\"/hosts/{}\" data-test=\"arq-device\" data-provider=\"{}\">{}</a>",
+            esc(u),
+            esc(u),
+            name(n)
+        ),
+        // A provider that no longer exists: its uuid is all there is.
+        (Some(u), None) => format!(
+            "<code data-test=\"arq-device\" data-provider=\"{0}\">{0}</code>",
+            esc(u)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The device history: every device of the tree, or the one device whose provider
+/// the page was asked for.
+fn history_table(
+    h: &mut String,
+    host: &estate_hosts::HostView,
+    asked: &str,
+    events: &[history::Event],
+    now: i64,
+) {
+    let one = host
+        .providers
+        .iter()
+        .find(|p| p.uuid == asked && p.device.is_some());
+    let _ = write!(
+        h,
+        "<h2>Device history{}</h2>",
+        one.map_or(String::new(), |p| format!(" of {}", name(&p.name)))
+    );
+    if events.is_empty() {
+        h.push_str("<p class=\"muted\" data-test=\"history-empty\">Nothing recorded yet.</p>");
+        return;
+    }
+    // Events name the provider they are about; whole-device events the device's
+    // top provider.
+    let provider_name = |e: &history::Event| {
+        let by_rp = e
+            .rp_uuid
+            .as_deref()
+            .and_then(|u| host.providers.iter().find(|p| p.uuid == u));
+        let by_device = || {
+            host.providers
+                .iter()
+                .find(|p| p.device.as_ref().is_some_and(|d| d.uuid == e.device_uuid))
+        };
+        by_rp
+            .or_else(by_device)
+            .map_or_else(|| esc(&e.device_uuid), |p| name(&p.name))
+    };
+    h.push_str(
+        "<table class=\"history\" data-test=\"history\"><thead><tr><th>When</th><th>Device</th>\
+         <th>What</th><th>Detail</th></tr></thead><tbody>",
+    );
+    for e in events {
+        let _ = write!(
+            h,
+            "<tr data-test=\"history-row\" data-kind=\"{k}\" data-device=\"{d}\" data-epoch=\"{t}\">\
+             <td>{when}</td><td>{p}</td><td>{k}</td><td>{detail}</td></tr>",
+            k = esc(&e.kind),
+            d = esc(&e.device_uuid),
+            t = e.at,
+            when = when(e.at, now),
+            p = provider_name(e),
+            detail = esc(&e.detail),
+        );
+    }
+    h.push_str("</tbody></table>");
 }
 
 /// The host's devices cleaned between tenants (those with a rule, or not clean):
@@ -290,7 +635,7 @@ pub(crate) async fn consumers(
                 None => "instance".to_owned(),
             },
             esc(&c.project),
-            esc(&c.user),
+            if c.user.is_empty() { "-".to_owned() } else { esc(&c.user) },
             u = esc(&c.uuid),
         );
         for a in &c.allocations {
@@ -302,9 +647,14 @@ pub(crate) async fn consumers(
                 esc(&a.resource_class),
                 a.used,
                 esc(&a.provider_uuid),
-                esc(&a.provider_name),
+                name(&a.provider_name),
                 a.used,
-                esc(&a.resource_class)
+                name(&a.resource_class)
+            );
+        }
+        if c.allocations.is_empty() {
+            h.push_str(
+                "<span class=\"muted\" data-test=\"no-allocation\">no allocation in Placement</span>",
             );
         }
         h.push_str("</td><td>");
@@ -390,10 +740,10 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
             ev = esc(event),
             prof = esc(&a.profile),
             host = esc(a.hostname.as_deref().unwrap_or("")),
-            dev = a.device_rp_uuid.as_deref().map_or(String::new(), |d| format!(
-                " <a href=\"/hosts/{0}\"><code>{0}</code></a>",
-                esc(d)
-            )),
+            dev = match device_link(a) {
+                d if d.is_empty() => d,
+                d => format!(" {d}"),
+            },
             bind = match (secs, &a.job) {
                 (Some(s), Some(j)) => format!("{} · {s} s", esc(&j.state)),
                 _ => String::new(),
