@@ -25,14 +25,22 @@ pub fn esc(s: &str) -> String {
 }
 
 /// Escapes a name (a provider, a resource class, a trait) and lets the browser break
-/// it only after `_`, `-`, `.`, `:` or `/` (a `<wbr>` there), never inside a word:
-/// `CUSTOM_ACCELERATOR_MEMORY_DEVICE` wraps at its underscores, and the whole name is
-/// always shown.
+/// it only after `_`, `-` or `/`, or after a `.` that a letter follows (a `<wbr>`
+/// there), never inside a word or a number: `CUSTOM_ACCELERATOR_MEMORY_DEVICE` wraps
+/// at its underscores, `edge-1_0000:17:00.0` after `edge-` or `1_` and never inside
+/// its PCI address, `node.example.org` at its dots. The whole name is always shown.
 pub fn name(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
         out.push_str(&esc(c.encode_utf8(&mut [0; 4])));
-        if matches!(c, '_' | '-' | '.' | ':' | '/') {
+        let next = chars.peek().copied();
+        let breaks = match c {
+            '_' | '-' | '/' => true,
+            '.' => next.is_some_and(|n| n.is_alphabetic()),
+            _ => false,
+        };
+        if breaks && next.is_some() {
             out.push_str("<wbr>");
         }
     }
@@ -277,6 +285,9 @@ mod tests {
             "CUSTOM_<wbr>ACCELERATOR_<wbr>MEMORY_<wbr>DEVICE"
         );
         assert_eq!(name("a<b>-c"), "a&lt;b&gt;-<wbr>c");
+        assert_eq!(name("edge-1_0000:17:00.0"), "edge-<wbr>1_<wbr>0000:17:00.0");
+        assert_eq!(name("cn.example.org"), "cn.<wbr>example.<wbr>org");
+        assert_eq!(name("trailing_"), "trailing_");
         let t = when(1_700_000_000, 1_700_000_030);
         assert!(t.contains(">2023-11-14 22:13:20 UTC</time>"), "{t}");
         assert!(t.contains("datetime=\"2023-11-14T22:13:20Z\""), "{t}");

@@ -74,6 +74,7 @@
 //!   `root-row` (`data-root`, `data-name`, `data-fits`), `reason` (`data-code`,
 //!   `data-group`, `data-provider` name).
 
+mod host;
 pub mod html;
 mod names;
 mod overview;
@@ -114,7 +115,7 @@ pub fn router(app: Arc<AppState>, accel: Arc<AccelState>) -> axum::Router {
         .route("/", get(|| async { redirect("/overview") }))
         .route("/overview", get(overview::overview))
         .route("/hosts", get(pages::hosts))
-        .route("/hosts/{uuid}", get(pages::tree))
+        .route("/hosts/{uuid}", get(host::tree))
         .route("/consumers", get(pages::consumers))
         .route("/arqs", get(pages::arqs))
         .route("/kubernetes", get(pages::kubernetes))

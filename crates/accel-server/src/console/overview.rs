@@ -27,7 +27,8 @@ pub(crate) async fn overview(state: Shared, headers: HeaderMap) -> Answer {
          agent reports, or no longer reported. Reserved: an inventory of it is reserved \
          (unhealthy, in maintenance, being cleaned, or by an operator).</p>\
          <table class=\"summary\" data-test=\"summary\"><thead><tr><th>Type</th><th>Vendor</th>\
-         <th>Devices</th><th>Used</th><th>Free</th><th>Unhealthy</th><th>Reserved</th></tr></thead><tbody>",
+         <th class=\"num\">Devices</th><th class=\"num\">Used</th><th class=\"num\">Free</th>\
+         <th class=\"num\">Unhealthy</th><th class=\"num\">Reserved</th></tr></thead><tbody>",
     );
     let mut all = summary::DeviceCount {
         device_type: String::new(),

@@ -6,9 +6,8 @@
 ALTER TABLE devices ADD COLUMN health_reason TEXT;
 ALTER TABLE devices ADD COLUMN health_since BIGINT;
 -- A bounded history per device (history::KEEP rows): reports that changed it, health
--- changes, binds and cleanings, written in the transaction of the change. Rows name
--- the device by uuid and outlive it, so a device that went away keeps its last words;
--- each insert prunes that device's rows beyond the newest KEEP.
+-- changes, binds and cleanings, written in the transaction of the change. Each insert
+-- prunes that device's rows beyond the newest KEEP; a removed device's rows go with it.
 CREATE TABLE device_events (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     device_uuid VARCHAR(36) NOT NULL,

@@ -5,9 +5,9 @@
 //! function that makes the change (the report's diff, the bind's resolution, the
 //! cleaning's start and finish), so the history never names a change that rolled
 //! back. Each insert prunes that device's rows beyond the newest [`KEEP`]: the table
-//! stays bounded by devices × `KEEP` however long the estate runs. Rows name the
-//! device by uuid (and the provider an event is about, where there is one) and
-//! outlive the device's records, so a device that went away keeps its last words.
+//! stays bounded by devices × `KEEP` however long the estate runs, and a device's
+//! rows go when a report removes the device ([`forget`]). Rows name the device by
+//! uuid, and the provider an event is about where there is one.
 
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -131,6 +131,15 @@ async fn insert(
             .execute(&mut *tx)
             .await?;
     }
+    Ok(())
+}
+
+/// Removes the device's history (the device itself is being removed).
+pub async fn forget(tx: &mut Tx, device_uuid: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM device_events WHERE device_uuid = $1")
+        .bind(device_uuid)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

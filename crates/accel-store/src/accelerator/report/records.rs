@@ -307,5 +307,7 @@ pub(super) async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), Store
         .bind(dev.id)
         .execute(&mut *tx)
         .await?;
-    Ok(())
+    // Its history goes with it (no page shows a removed device), so the history
+    // table holds at most KEEP rows per device that exists.
+    history::forget(tx, &dev.uuid).await
 }
