@@ -12,8 +12,9 @@
 //!
 //! Upstream agents report over RPC to the conductor; these endpoints are accel's. The
 //! body is the host's full device list in upstream's `DriverDevice` shape, plus
-//! accel's optional `health` (`ok` | `unhealthy`) per device and `parent` per
-//! deployable (an FPGA region under its card):
+//! accel's optional `health` (`ok` | `unhealthy`) and `health_reason` (why, for
+//! people: the console shows it) per device and `parent` per deployable (an FPGA
+//! region under its card):
 //!
 //! ```json
 //! {"devices": [{"type": "FPGA", "vendor": "0xABCD", "model": "m",
