@@ -528,6 +528,9 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         assert!(texts_of(&html, "arq-device")
             .iter()
             .all(|t| t == "compute-1_FakeDevice"));
+        // ... and finds ARQs by that name.
+        let (_, _, html) = page(&c, base, "/arqs?q=1_FakeDev").await;
+        assert_eq!(hooks(&html, "arq-row").len(), arqs.len() + lone_arqs.len());
 
         // 11: the host's page lists its instances and ARQs; the device's history
         // its binds.

@@ -374,7 +374,7 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
     let mut h = list_head(
         "/arqs",
         &q.q,
-        "instance, ARQ or device provider uuid, host, profile",
+        "instance, ARQ or device provider uuid, host, profile, device name",
         window,
         page.items.len(),
         page.total,

@@ -134,7 +134,7 @@ fn arq_from_row(r: &sqlx::any::AnyRow) -> Result<ArqView, StoreError> {
 }
 
 /// A page of the ARQs `scope` sees, matching `search` (instance, host, device
-/// provider or ARQ uuid, profile name), failed and stuck ones first (a bind past its
+/// provider or ARQ uuid, profile name, device provider name), failed and stuck ones first (a bind past its
 /// deadline at `now`), then binding, then the rest; newest first within each.
 pub async fn arqs(
     tx: &mut Tx,
@@ -156,7 +156,9 @@ pub async fn arqs(
         let e = args.len();
         clauses.push(format!(
             "(a.instance_uuid = ${e} OR a.uuid = ${e} OR a.device_rp_uuid = ${e} \
-             OR a.hostname LIKE ${l} OR p.name LIKE ${l})"
+             OR a.hostname LIKE ${l} OR p.name LIKE ${l} \
+             OR a.device_rp_uuid IN (SELECT m.uuid FROM resource_providers m \
+                                     WHERE m.name LIKE ${l}))"
         ));
     }
     let filter = if clauses.is_empty() {
