@@ -357,6 +357,41 @@ async fn health_reasons_history_the_summary_and_device_filters() {
         );
         // The other device's history is its own.
         assert_eq!(history_of(&store, &well.uuid).await.len(), 1);
+
+        // A device no longer reported while in use: vanished, and the server says why.
+        let held = ConsumerWrite {
+            uuid: VM.into(),
+            project_id: Some("p".into()),
+            user_id: Some("u".into()),
+            check_generation: true,
+            generation: None,
+            consumer_type: Some("INSTANCE".into()),
+            allocations: vec![(
+                report::provider_uuid("h1_FakeDevice"),
+                vec![("FPGA".into(), 1)],
+            )],
+        };
+        allocs::replace(&store, &[held], u32::MAX)
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .write(|tx| Box::pin(async move { report::replace_host(tx, "h1", &[], false).await }))
+            .await
+            .unwrap();
+        let gone = device_of(&store, "h1").await;
+        assert_eq!(gone.health, "vanished");
+        assert_eq!(gone.health_reason.as_deref(), Some(report::VANISHED_REASON));
+        let h = history_of(&store, &well.uuid).await;
+        assert_eq!(h[0].kind, "health");
+        assert!(
+            h[0].detail.starts_with("vanished: no longer reported"),
+            "{h:?}"
+        );
+        assert_eq!(
+            filtered(&store, by(None, Some(HealthFilter::Vanished))).await,
+            ["h1"]
+        );
     })
     .await;
 }
