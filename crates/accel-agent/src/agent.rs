@@ -211,7 +211,10 @@ impl Agent {
                 match last.get(f.driver) {
                     Some(kept) => d.devices.extend(kept.iter().cloned().map(|mut dev| {
                         if f.unhealthy.contains(&dev.address) {
-                            dev.health = Health::Unhealthy;
+                            dev.health = Health::Unhealthy(format!(
+                                "driver {} failed and names it unhealthy: {}",
+                                f.driver, f.reason
+                            ));
                         }
                         dev
                     })),

@@ -249,7 +249,7 @@ impl Metrics {
         for d in devices {
             let health = match d.health {
                 crate::model::Health::Ok => "ok",
-                crate::model::Health::Unhealthy => "unhealthy",
+                crate::model::Health::Unhealthy(_) => "unhealthy",
             };
             self.devices
                 .get_or_create(&DeviceLabels {

@@ -156,11 +156,12 @@ pub struct Region {
     pub handles: Vec<Handle>,
 }
 
-/// Health as a driver sees it; an unhealthy device stays in Placement, unallocatable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Health as a driver sees it; an unhealthy device stays in Placement, unallocatable,
+/// and the reason goes with the report (the console shows it).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Health {
     Ok,
-    Unhealthy,
+    Unhealthy(String),
 }
 
 /// One accelerator device found on the host.
@@ -312,10 +313,14 @@ impl FoundDevice {
             health: Some(
                 match self.health {
                     Health::Ok => "ok",
-                    Health::Unhealthy => "unhealthy",
+                    Health::Unhealthy(_) => "unhealthy",
                 }
                 .to_owned(),
             ),
+            health_reason: match &self.health {
+                Health::Ok => None,
+                Health::Unhealthy(r) => Some(r.clone()),
+            },
             controlpath_id: ControlPathId {
                 cpid_type: "PCI".into(),
                 cpid_info: self.address.cyborg_json(),

@@ -46,6 +46,9 @@ pub struct Device {
     /// accel's: `ok` (the default) or `unhealthy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// accel's: why the device is unhealthy, for people (the console shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_reason: Option<String>,
     pub controlpath_id: ControlPathId,
     #[serde(default)]
     pub deployables: Vec<Deployable>,
@@ -420,6 +423,7 @@ mod tests {
             std_board_info: Some("{}".into()),
             vendor_board_info: None,
             health: Some("ok".into()),
+            health_reason: None,
             controlpath_id: ControlPathId {
                 cpid_type: "PCI".into(),
                 cpid_info: "{}".into(),

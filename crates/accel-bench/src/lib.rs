@@ -111,6 +111,7 @@ pub fn fake_report(host: &str, devices: usize, handles: usize) -> DeviceReport {
             std_board_info: Some("{\"device_id\": \"0xabcd\", \"class\": \"Fake class\"}".into()),
             vendor_board_info: Some("fake_vendor_info".into()),
             health: None,
+            health_reason: None,
             controlpath_id: ControlPathId {
                 cpid_type: "PCI".into(),
                 cpid_info: format!(

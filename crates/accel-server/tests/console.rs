@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 const INSTANCE: &str = "6a0c2c7e-1f7b-4c53-8d11-5e2f1a9b3c40";
+/// The reason edge-9's agent gives for its GPU.
+const SICK: &str = "its control function 0000:17:00.0 is no longer on the PCI bus";
 
 /// GET `path` on the console: status, headers, body.
 async fn page(
@@ -43,6 +45,57 @@ fn hooks<'a>(html: &'a str, hook: &str) -> Vec<&'a str> {
             &html[start..=end]
         })
         .collect()
+}
+
+/// The text inside each element carrying `data-test="<hook>"`, tags (`<wbr>`, links)
+/// removed and entities decoded as far as the console writes them.
+fn texts_of(html: &str, hook: &str) -> Vec<String> {
+    let needle = format!("data-test=\"{hook}\"");
+    html.match_indices(&needle)
+        .map(|(i, _)| {
+            let start = html[..i].rfind('<').unwrap();
+            let tag: String = html[start + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            let open = i + html[i..].find('>').unwrap() + 1;
+            let close = open + html[open..].find(&format!("</{tag}>")).unwrap();
+            plain(&html[open..close])
+        })
+        .collect()
+}
+
+fn text_of(html: &str, hook: &str) -> String {
+    let all = texts_of(html, hook);
+    assert_eq!(all.len(), 1, "{hook}: {all:?}");
+    all.into_iter().next().unwrap()
+}
+
+/// The text of the table row that opens with `tag`.
+fn row_text(html: &str, tag: &str) -> String {
+    let i = html.find(tag).unwrap();
+    plain(&html[i + tag.len()..i + html[i..].find("</tr>").unwrap()])
+}
+
+/// Markup without its tags, the console's entities decoded.
+fn plain(s: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in s.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+        .trim()
+        .to_owned()
 }
 
 /// The value of attribute `name` in an opening tag.
@@ -341,6 +394,177 @@ async fn every_page_shows_the_estate_as_the_apis_do() {
         );
         let (_, _, html) = page(&c, base, "/explain?profile=fpga&resources=").await;
         assert!(hooks(&html, "candidates").len() == 1, "{html}");
+
+        // Issue 31, items 10-12: a device the agent reports unhealthy, with its reason.
+        let report = json!({"devices": [{
+            "type": "GPU", "vendor": "10de", "model": "20b0", "std_board_info": "{}",
+            "health": "unhealthy", "health_reason": SICK,
+            "controlpath_id": {"cpid_type": "PCI", "cpid_info": "{\"domain\":\"0000\",\"bus\":\"17\",\"device\":\"00\",\"function\":\"0\"}"},
+            "deployables": [{"name": "edge-9_0000:17:00.0", "num_accelerators": 1, "driver_name": "nvidia",
+                "attributes": [{"key": "rc", "value": "PGPU"},
+                               {"key": "inventory:CUSTOM_ACCELERATOR_MEMORY_DEVICE_MIB", "value": "40960"}],
+                "attach_handles": [{"attach_type": "PCI", "attach_info": "{}", "in_use": false}]}]}]});
+        let r = c
+            .put(format!("{}/v2/agent/hosts/edge-9/devices", srv.accel))
+            .header("x-auth-token", "admin")
+            .json(&report)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+        let gpu_rp = accel_store::accelerator::report::provider_uuid("edge-9_0000:17:00.0");
+
+        // 10: the reason and since when (UTC), names not hex ids, class names whole.
+        let (_, _, html) = page(&c, base, &format!("/hosts/{gpu_rp}")).await;
+        let row = with(&hooks(&html, "provider-row"), "data-uuid", &gpu_rp);
+        assert_eq!(attr(row[0], "data-health"), Some("unhealthy"));
+        let reason = text_of(&html, "health-reason");
+        assert!(reason.starts_with(SICK), "{reason}");
+        assert!(reason.contains(" UTC"), "{reason}");
+        let since: i64 = attr(hooks(&html, "health-reason")[0], "data-since")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(since > 1_700_000_000);
+        assert_eq!(text_of(&html, "vendor-name"), "NVIDIA (10de)");
+        assert_eq!(text_of(&html, "product-name"), "A100 SXM4 40GB");
+        let names: Vec<String> = texts_of(&html, "rc-name");
+        assert!(
+            names.contains(&"CUSTOM_ACCELERATOR_MEMORY_DEVICE_MIB".to_owned()),
+            "{names:?}"
+        );
+        assert!(html.contains("CUSTOM_<wbr>ACCELERATOR_<wbr>MEMORY_<wbr>DEVICE_<wbr>MIB"));
+        assert!(!html.contains('…'), "nothing is cut");
+        // The device's history: first reported, then unhealthy with the reason.
+        let history: Vec<(&str, String)> = hooks(&html, "history-row")
+            .iter()
+            .map(|t| (attr(t, "data-kind").unwrap(), row_text(&html, t)))
+            .collect();
+        assert_eq!(history.len(), 2, "{history:?}");
+        assert_eq!(history[0].0, "health");
+        assert!(history[0].1.contains(SICK), "{history:?}");
+        assert!(history[0].1.contains(" UTC"), "{history:?}");
+        assert_eq!(history[1].0, "report");
+
+        // 12: hosts filtered by device type and health (a plain GET form).
+        let filtered = |html: &str| -> Vec<String> {
+            hooks(html, "host-row")
+                .iter()
+                .map(|t| attr(t, "data-host").unwrap().to_owned())
+                .collect()
+        };
+        for (query, want) in [
+            ("health=not_ok", vec!["edge-9"]),
+            ("health=unhealthy&type=GPU", vec!["edge-9"]),
+            ("type=FPGA", vec!["compute-1"]),
+            ("type=FPGA&health=unhealthy", vec![]),
+            ("type=QAT", vec![]),
+            ("health=ok", vec!["compute-1"]),
+        ] {
+            let (s, _, html) = page(&c, base, &format!("/hosts?{query}")).await;
+            assert_eq!(s, 200);
+            assert_eq!(filtered(&html), want, "{query}");
+            assert_eq!(hooks(&html, "hosts-filter").len(), 1);
+        }
+        // The pager's links keep the filters.
+        let (_, _, html) = page(&c, base, "/hosts?type=FPGA&health=ok&limit=1&offset=1").await;
+        let prev = hooks(&html, "prev");
+        assert_eq!(
+            attr(prev[0], "href"),
+            Some("/hosts?type=FPGA&amp;health=ok&amp;offset=0&amp;limit=1")
+        );
+
+        // 12: the estate summary, against Placement's usage and the reported health.
+        let (s, _, html) = page(&c, base, "/overview").await;
+        assert_eq!(s, 200);
+        let rows = hooks(&html, "summary-row");
+        let gpu = with(&rows, "data-type", "GPU");
+        let fpga = with(&rows, "data-type", "FPGA");
+        let counts = |t: &str| {
+            [
+                "data-total",
+                "data-used",
+                "data-free",
+                "data-unhealthy",
+                "data-reserved",
+            ]
+            .map(|n| attr(t, n).unwrap().parse::<i64>().unwrap())
+        };
+        assert_eq!(attr(gpu[0], "data-vendor"), Some("10de"));
+        assert_eq!(counts(gpu[0]), [1, 0, 0, 1, 1]);
+        let used = usage["usages"]["FPGA"].as_i64().unwrap();
+        assert_eq!(counts(fpga[0]), [1, i64::from(used > 0), 0, 0, 0]);
+        assert_eq!(counts(hooks(&html, "summary-total")[0]), [2, 1, 0, 1, 1]);
+        assert!(html.contains("NVIDIA (10de)"), "{html}");
+
+        // 11: an instance with ARQs and no allocation is a consumer too.
+        let lone = uuid::Uuid::new_v4().to_string();
+        let lone_arqs = srv.create_arqs("fpga").await;
+        srv.bind(&lone_arqs, "compute-1", &rp, &lone).await;
+        srv.wait_resolved(&lone).await;
+        let (_, _, html) = page(&c, base, "/consumers").await;
+        let row = with(&hooks(&html, "consumer-row"), "data-consumer", &lone);
+        assert_eq!(row.len(), 1, "{html}");
+        let i = html.find(row[0]).unwrap();
+        let lone_row = &html[i..i + html[i..].find("</tr>").unwrap()];
+        assert!(
+            lone_row.contains("data-test=\"no-allocation\""),
+            "{lone_row}"
+        );
+        assert!(lone_row.contains(&format!("data-arq=\"{}\"", lone_arqs[0])));
+        let (_, _, html) = page(&c, base, "/consumers?q=compute-1").await;
+        assert_eq!(
+            with(&hooks(&html, "consumer-row"), "data-consumer", &lone).len(),
+            1
+        );
+
+        // 11: the ARQs page names the device by its provider's name.
+        let (_, _, html) = page(&c, base, &format!("/arqs?q={INSTANCE}")).await;
+        let devices = hooks(&html, "arq-device");
+        assert_eq!(devices.len(), arqs.len());
+        assert!(devices
+            .iter()
+            .all(|t| attr(t, "data-provider") == Some(rp.as_str())));
+        assert!(texts_of(&html, "arq-device")
+            .iter()
+            .all(|t| t == "compute-1_FakeDevice"));
+        // ... and finds ARQs by that name.
+        let (_, _, html) = page(&c, base, "/arqs?q=1_FakeDev").await;
+        assert_eq!(hooks(&html, "arq-row").len(), arqs.len() + lone_arqs.len());
+
+        // 11: the host's page lists its instances and ARQs; the device's history
+        // its binds.
+        let (_, _, html) = page(&c, base, &format!("/hosts/{rp}")).await;
+        let on_host: std::collections::BTreeSet<&str> = hooks(&html, "host-consumer")
+            .iter()
+            .map(|t| attr(t, "data-consumer").unwrap())
+            .collect();
+        assert_eq!(on_host, [INSTANCE, lone.as_str()].into_iter().collect());
+        let (_, api) = srv.admin_get("/v2/accelerator_requests").await;
+        let bound_here = api["arqs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["hostname"] == "compute-1")
+            .count();
+        assert_eq!(hooks(&html, "host-arq").len(), bound_here);
+        assert_eq!(
+            attr(hooks(&html, "host-arqs")[0], "data-total"),
+            Some(bound_here.to_string().as_str())
+        );
+        let binds = with(&hooks(&html, "history-row"), "data-kind", "bind");
+        assert_eq!(binds.len(), arqs.len() + lone_arqs.len(), "{html}");
+        let (_, _, other) = page(&c, base, &format!("/hosts/{gpu_rp}")).await;
+        assert!(hooks(&other, "host-consumer").is_empty());
+        assert_eq!(attr(hooks(&other, "host-arqs")[0], "data-total"), Some("0"));
+
+        // 11: the explainer's request line is decoded.
+        let (_, _, html) = page(&c, base, "/explain?profile=fpga&resources=").await;
+        let asked = text_of(&html, "explain-query");
+        assert!(!asked.contains('%'), "{asked}");
+        assert!(asked.contains("CUSTOM_FAKE_DEVICE"), "{asked}");
+        let raw = attr(hooks(&html, "explain-query")[0], "data-query").unwrap();
+        assert!(raw.contains('%') || raw == asked, "{raw}");
 
         // Kubernetes: no slot is held here.
         let (s, _, html) = page(&c, base, "/kubernetes").await;

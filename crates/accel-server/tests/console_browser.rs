@@ -7,8 +7,13 @@
 //!   allocations, slot counts, hosts per profile, candidate counts) equal what the
 //!   Placement and accelerator APIs answer for the same data; the explainer form,
 //!   submitted, shows Placement's candidate count and a reason for every root that
-//!   does not fit; the SQLite run saves the README's screenshots
-//!   (`console-{hosts,tree,explain}.png`, in `docs/images` with
+//!   does not fit; issue 31's console: an unhealthy device's reason and since when,
+//!   times in UTC, names never cut nor broken inside a word, vendors and products by
+//!   name, the hosts filtered through the form, a host's instances, ARQs and device
+//!   history, ARQs naming their device, an instance with ARQs only among the
+//!   consumers, the explainer's request decoded, the estate summary against the
+//!   accelerator API; the SQLite run saves the README's screenshots
+//!   (`console-{hosts,tree,history,overview,explain}.png`, in `docs/images` with
 //!   `ACCEL_SCREENSHOTS=docs/images`, see `images()`);
 //! - keystone, against the fake Keystone: the login form, the session cookie's
 //!   flags, a refused password, and a member of project A who sees A's ARQs and none
@@ -42,6 +47,9 @@ const FAKE_HOST: &str = "cn1";
 /// A node with two GPUs in Kubernetes' hands and an Intel PAC with two regions.
 const EDGE: &str = "edge-1";
 const GPUS: [&str; 2] = ["0000:17:00.0", "0000:31:00.0"];
+/// A third A100 on edge-1 whose function reports fatal AER errors: the agent finds it
+/// unhealthy and says why.
+const SICK_GPU: &str = "0000:4b:00.0";
 const PROFILE: &str = "fpga-1";
 
 /// Where the screenshots go: `ACCEL_SCREENSHOTS` when set (`ACCEL_SCREENSHOTS=docs/images`
@@ -71,6 +79,9 @@ fn fake_rp() -> String {
 struct Estate {
     instance: String,
     bound: Vec<String>,
+    /// An instance with a bound ARQ and no allocation.
+    lone: String,
+    lone_arqs: Vec<String>,
     unbound: Vec<String>,
     pods: BTreeMap<String, String>,
 }
@@ -122,11 +133,19 @@ async fn fill(srv: &Server, nova: &FakeNova, dir: &Path) -> Estate {
     nova.wait_for("the bound event", |n| n.events().len() == 2)
         .await;
     let unbound = srv.create_arqs(PROFILE).await;
+    let lone = uuid::Uuid::new_v4().to_string();
+    let lone_arqs = srv.create_arqs(PROFILE).await;
+    srv.bind(&lone_arqs, FAKE_HOST, &fake_rp(), &lone).await;
+    srv.wait_resolved(&lone).await;
 
     // edge-1: two GPUs for pods, an Intel PAC with two regions (VFs).
     let fs = FakeSysfs::new(dir.join("sys"));
     assert_eq!(sysfs::two_gpus(&fs), GPUS);
     sysfs::pac_opae(&fs, 0x5e, 2);
+    fs.function(SICK_GPU, 0x10de, 0x20b0, 0x030200)
+        .driver("vfio-pci")
+        .iommu_group(42)
+        .file("aer_dev_fatal", "ERR_FATAL 0\nTOTAL_ERR_FATAL 2\n");
     compute_node(srv, EDGE).await;
     let settings = Settings::new(&srv.accel, EDGE, &fs.root);
     Agent::new(settings).unwrap().step().await.unwrap();
@@ -172,6 +191,8 @@ async fn fill(srv: &Server, nova: &FakeNova, dir: &Path) -> Estate {
     Estate {
         instance,
         bound,
+        lone,
+        lone_arqs,
         unbound,
         pods,
     }
@@ -244,6 +265,94 @@ async fn check_bars(b: &Browser, srv: &Server) -> usize {
     bars.len()
 }
 
+/// Where the browser broke the text of `e` into lines: for each break, the
+/// character before it and the one after, as laid out on the page.
+async fn line_breaks(b: &Browser, e: &Element) -> Vec<String> {
+    let v = b
+        .execute(
+            "const el = arguments[0], chars = [];
+             const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+             let n;
+             while ((n = w.nextNode())) {
+               for (let i = 0; i < n.data.length; i++) {
+                 const r = document.createRange();
+                 r.setStart(n, i); r.setEnd(n, i + 1);
+                 const rect = r.getClientRects()[0];
+                 if (rect) chars.push([n.data[i], rect.top]);
+               }
+             }
+             const out = [];
+             for (let i = 1; i < chars.length; i++)
+               if (chars[i][1] > chars[i - 1][1] + 2) out.push(chars[i - 1][0] + chars[i][0]);
+             return out;",
+            &[e],
+        )
+        .await;
+    serde_json::from_value(v.clone()).unwrap_or_else(|_| panic!("line breaks: {v}"))
+}
+
+/// Whether `e` shows all of its content (nothing clipped or cut by an ellipsis).
+async fn shown_whole(b: &Browser, e: &Element) -> bool {
+    b.execute(
+        "const e = arguments[0], s = getComputedStyle(e);
+         return e.scrollWidth <= e.clientWidth + 1 && s.textOverflow !== 'ellipsis';",
+        &[e],
+    )
+    .await
+        == Value::Bool(true)
+}
+
+/// Whether a line break between these two characters is at a sensible point: after
+/// `_`, `-` or `/`, or after a `.` that a letter follows (never inside a word, a
+/// number or a PCI address).
+fn sensible(pair: &str) -> bool {
+    let mut c = pair.chars();
+    match (c.next(), c.next()) {
+        (Some('_' | '-' | '/'), _) => true,
+        (Some('.'), Some(n)) => n.is_alphabetic(),
+        _ => false,
+    }
+}
+
+/// Every resource class and provider name on the page is shown whole, and wraps (if
+/// it wraps) only at sensible points ([`sensible`]); answers how many names were
+/// checked.
+async fn check_names(b: &Browser) -> usize {
+    let mut n = 0;
+    for e in b.find_all_now("[data-test=rc-name]").await {
+        let bar = b
+            .execute(
+                "return arguments[0].closest('[data-test=usage-bar]').dataset.rc",
+                &[&e],
+            )
+            .await;
+        assert_eq!(Value::String(b.text(&e).await), bar, "a class name cut");
+        assert!(shown_whole(b, &e).await, "{bar} is clipped");
+        for br in line_breaks(b, &e).await {
+            assert!(sensible(&br), "{bar} breaks at {br:?}");
+        }
+        n += 1;
+    }
+    for e in b.find_all_now("[data-test=provider-name]").await {
+        let name = b.text(&e).await;
+        for br in line_breaks(b, &e).await {
+            assert!(sensible(&br), "{name} breaks at {br:?}");
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Every time on the page says its zone.
+async fn check_times(b: &Browser) -> usize {
+    let times = b.find_all_now("time").await;
+    for t in &times {
+        let text = b.text(t).await;
+        assert!(text.ends_with(" UTC"), "a time without its zone: {text:?}");
+    }
+    times.len()
+}
+
 /// The uuids of the providers in `root`'s tree, from Placement.
 async fn tree_uuids(srv: &Server, root: &str) -> BTreeSet<String> {
     let v = get(srv, &format!("/resource_providers?in_tree={root}")).await;
@@ -313,9 +422,61 @@ async fn hosts_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
     for r in &reports {
         assert!(num(b, r, "data-epoch").await > 1_700_000_000);
     }
+    assert!(check_names(b).await >= 6, "names on the hosts page");
+    assert!(check_times(b).await >= 2, "times on the hosts page");
+    // The sick GPU: unhealthy, the agent's reason and since when, names not ids.
+    let sick_rp = accel_store::accelerator::report::provider_uuid(&format!("{EDGE}_{SICK_GPU}"));
+    let row = b
+        .find(&format!(
+            "[data-test=provider-row][data-uuid=\"{sick_rp}\"]"
+        ))
+        .await;
+    assert_eq!(attr(b, &row, "data-health").await, "unhealthy");
+    let reason = b.find_in(&row, "[data-test=health-reason]").await;
+    let text = b.text(&reason).await;
+    assert!(
+        text.starts_with("2 fatal PCIe AER error(s)") && text.contains(" UTC"),
+        "{text}"
+    );
+    assert!(num(b, &reason, "data-since").await > 1_700_000_000);
+    let vendor = b.find_in(&row, "[data-test=vendor-name]").await;
+    assert_eq!(b.text(&vendor).await, "NVIDIA (10de)");
+    let product = b.find_in(&row, "[data-test=product-name]").await;
+    assert_eq!(b.text(&product).await, "A100 SXM4 40GB");
     if shots {
         b.save_screenshot(&images().join("console-hosts.png")).await;
     }
+
+    // Filters, through the form: hosts with a device neither ok (edge-1), then
+    // with an FPGA (cn1's fake one and edge-1's PAC), then with a QAT (none).
+    for (ty, health, want) in [
+        ("", "not_ok", vec![EDGE]),
+        ("FPGA", "", vec![FAKE_HOST, EDGE]),
+        ("GPU", "ok", vec![EDGE]),
+        ("QAT", "", vec![]),
+    ] {
+        open(b, console, "/hosts", true).await;
+        let form = b.find("[data-test=hosts-filter]").await;
+        for (select, value) in [("filter-type", ty), ("filter-health", health)] {
+            let option = b
+                .find_in(
+                    &form,
+                    &format!("[data-test={select}] option[value=\"{value}\"]"),
+                )
+                .await;
+            b.click(&option).await;
+        }
+        let submit = b.find_in(&form, "[type=submit]").await;
+        b.click_and_wait(&submit).await;
+        let url = b.url().await;
+        assert!(url.contains(&format!("type={ty}&health={health}")), "{url}");
+        let mut names = Vec::new();
+        for r in b.find_all_now("[data-test=host-row]").await {
+            names.push(attr(b, &r, "data-host").await);
+        }
+        assert_eq!(names, want, "type {ty:?} health {health:?}");
+    }
+    open(b, console, "/hosts", true).await;
 
     // Search by host: only edge-1 is left.
     let q = b.find("input[data-test=search]").await;
@@ -333,7 +494,7 @@ async fn hosts_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
     );
 }
 
-async fn tree_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
+async fn tree_page(b: &Browser, srv: &Server, console: &str, e: &Estate, shots: bool) {
     let edge = get(srv, &format!("/resource_providers?name={EDGE}")).await;
     let edge = edge["resource_providers"][0]["uuid"]
         .as_str()
@@ -350,8 +511,115 @@ async fn tree_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
     // The PAC's regions sit under its card: at least two levels below the node.
     assert!(deepest >= 2, "deepest provider at depth {deepest}");
     assert!(check_bars(b, srv).await >= 2);
+    assert!(check_names(b).await >= 4);
+    // Vendors and products by name, for every device of the tree.
+    for d in b.find_all_now("[data-test=device]").await {
+        let (vendor, model) = (
+            attr(b, &d, "data-vendor").await,
+            attr(b, &d, "data-model").await,
+        );
+        let name = b
+            .text(&b.find_in(&d, "[data-test=vendor-name]").await)
+            .await;
+        let want = match vendor.as_str() {
+            "10de" => "NVIDIA (10de)",
+            "8086" => "Intel (8086)",
+            other => panic!("a device of vendor {other} on {EDGE}"),
+        };
+        assert_eq!(name, want);
+        let product = b
+            .text(&b.find_in(&d, "[data-test=product-name]").await)
+            .await;
+        // A driver that knows no name reports the device id: the page names it.
+        if model.len() == 4 && u16::from_str_radix(&model, 16).is_ok() {
+            assert_ne!(
+                product, model,
+                "product {model} of {vendor} shown as its id"
+            );
+        } else {
+            assert_eq!(product, model);
+        }
+    }
     if shots {
         b.save_screenshot(&images().join("console-tree.png")).await;
+    }
+
+    // What runs on the host: its pods, no ARQ.
+    let mut consumers = BTreeSet::new();
+    for c in b.find_all_now("[data-test=host-consumer]").await {
+        assert_eq!(attr(b, &c, "data-kind").await, "pod");
+        consumers.insert(attr(b, &c, "data-consumer").await);
+    }
+    assert_eq!(consumers, e.pods.keys().cloned().collect::<BTreeSet<_>>());
+    let arqs = b.find("[data-test=host-arqs]").await;
+    assert_eq!(num(b, &arqs, "data-total").await, 0);
+
+    // The devices' history: each first report, and the sick GPU going unhealthy
+    // with the agent's reason.
+    let mut kinds = BTreeMap::<String, usize>::new();
+    let mut sick = Vec::new();
+    for r in b.find_all_now("[data-test=history-row]").await {
+        let kind = attr(b, &r, "data-kind").await;
+        if kind == "health" {
+            sick.push(b.text(&r).await);
+        }
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let devices = b.find_all_now("[data-test=device]").await.len();
+    assert!(
+        kinds["report"] >= 4,
+        "{kinds:?} ({devices} device providers)"
+    );
+    assert_eq!(sick.len(), 1, "{sick:?}");
+    assert!(
+        sick[0].contains("unhealthy: 2 fatal PCIe AER error(s)"),
+        "{sick:?}"
+    );
+    assert!(sick[0].contains(" UTC"), "{sick:?}");
+    assert!(check_times(b).await >= kinds.values().sum::<usize>());
+    if shots {
+        let h = b.find("[data-test=host-consumers]").await;
+        b.scroll_to(&h).await;
+        b.save_screenshot(&images().join("console-history.png"))
+            .await;
+    }
+
+    // cn1: its ARQs (the API's, by host) and their binds in the device's history.
+    let cn1 = get(srv, &format!("/resource_providers?name={FAKE_HOST}")).await;
+    let cn1 = cn1["resource_providers"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    open(b, console, &format!("/hosts/{cn1}"), true).await;
+    let (_, api) = srv.admin_get("/v2/accelerator_requests").await;
+    let on_cn1: BTreeSet<String> = api["arqs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["hostname"] == FAKE_HOST)
+        .map(|a| a["uuid"].as_str().unwrap().to_owned())
+        .collect();
+    let mut shown = BTreeSet::new();
+    for a in b.find_all_now("[data-test=host-arq]").await {
+        shown.insert(attr(b, &a, "data-arq").await);
+    }
+    assert_eq!(shown, on_cn1);
+    assert_eq!(on_cn1.len(), e.bound.len() + e.lone_arqs.len());
+    let mut consumers = BTreeSet::new();
+    for c in b.find_all_now("[data-test=host-consumer]").await {
+        consumers.insert(attr(b, &c, "data-consumer").await);
+    }
+    assert_eq!(
+        consumers,
+        BTreeSet::from([e.instance.clone(), e.lone.clone()])
+    );
+    let binds = b
+        .find_all_now("[data-test=history-row][data-kind=bind]")
+        .await;
+    assert_eq!(binds.len(), on_cn1.len());
+    for r in &binds {
+        let text = b.text(r).await;
+        assert!(on_cn1.iter().any(|a| text.contains(a.as_str())), "{text}");
     }
 }
 
@@ -399,6 +667,20 @@ async fn consumers_page(b: &Browser, srv: &Server, console: &str, e: &Estate) {
     for pod in e.pods.keys() {
         assert_eq!(seen[pod].0, "pod", "consumer {pod}");
     }
+    // An instance with ARQs and no allocation is listed, with its ARQ.
+    let (kind, arqs) = &seen[&e.lone];
+    assert_eq!(kind, "vm");
+    assert_eq!(arqs, &e.lone_arqs.iter().cloned().collect::<BTreeSet<_>>());
+    let row = b
+        .find(&format!(
+            "[data-test=consumer-row][data-consumer=\"{}\"]",
+            e.lone
+        ))
+        .await;
+    assert_eq!(
+        b.find_all_in(&row, "[data-test=no-allocation]").await.len(),
+        1
+    );
 }
 
 async fn arqs_page(b: &Browser, srv: &Server, console: &str, e: &Estate) {
@@ -426,10 +708,80 @@ async fn arqs_page(b: &Browser, srv: &Server, console: &str, e: &Estate) {
         shown.insert(attr(b, &row, "data-arq").await, (state, instance));
     }
     assert_eq!(shown, want);
-    assert_eq!(want.len(), e.bound.len() + e.unbound.len());
+    assert_eq!(
+        want.len(),
+        e.bound.len() + e.lone_arqs.len() + e.unbound.len()
+    );
+    // Devices by their provider's name, as Placement names it.
+    let devices = b.find_all_now("[data-test=arq-device]").await;
+    assert_eq!(devices.len(), e.bound.len() + e.lone_arqs.len());
+    for d in &devices {
+        let rp = attr(b, d, "data-provider").await;
+        let name = get(srv, &format!("/resource_providers/{rp}")).await["name"].clone();
+        assert_eq!(Value::String(b.text(d).await), name);
+    }
     for a in &e.bound {
         assert_eq!(shown[a].0, "Bound");
         assert_eq!(shown[a].1, e.instance);
+    }
+}
+
+/// The estate summary: devices by type and vendor as the accelerator API lists them;
+/// the GPUs the pods hold are used, the sick one unhealthy and reserved; cn1's fake
+/// FPGA is used by the instance.
+async fn overview_page(b: &Browser, srv: &Server, console: &str, shots: bool) {
+    open(b, console, "/overview", true).await;
+    let (s, api) = srv.admin_get("/v2/devices").await;
+    assert_eq!(s, 200, "{api}");
+    let mut want = BTreeMap::<(String, String), i64>::new();
+    for d in api["devices"].as_array().unwrap() {
+        let key = (
+            d["type"].as_str().unwrap().to_owned(),
+            d["vendor"].as_str().unwrap().to_owned(),
+        );
+        *want.entry(key).or_default() += 1;
+    }
+    let mut shown = BTreeMap::new();
+    let mut rows = BTreeMap::new();
+    let mut sums = [0i64; 5];
+    const COLUMNS: [&str; 5] = [
+        "data-total",
+        "data-used",
+        "data-free",
+        "data-unhealthy",
+        "data-reserved",
+    ];
+    for r in b.find_all("[data-test=summary-row]").await {
+        let key = (
+            attr(b, &r, "data-type").await,
+            attr(b, &r, "data-vendor").await,
+        );
+        let mut counts = [0i64; 5];
+        for (i, c) in COLUMNS.iter().enumerate() {
+            counts[i] = num(b, &r, c).await;
+            sums[i] += counts[i];
+        }
+        shown.insert(key.clone(), counts[0]);
+        rows.insert(key, counts);
+    }
+    assert_eq!(shown, want);
+    let gpus = rows[&("GPU".to_owned(), "10de".to_owned())];
+    // total, used (two pods), free, unhealthy (the sick one), reserved (it too).
+    assert_eq!(gpus, [3, 2, 0, 1, 1]);
+    let fake = rows[&("FPGA".to_owned(), "0xABCD".to_owned())];
+    assert_eq!(fake, [1, 1, 0, 0, 0]);
+    let total = b.find("[data-test=summary-total]").await;
+    for (i, c) in COLUMNS.iter().enumerate() {
+        assert_eq!(num(b, &total, c).await, sums[i], "{c}");
+    }
+    let text = b.text_of("[data-test=summary]").await;
+    assert!(
+        text.contains("NVIDIA (10de)") && text.contains("Intel (8086)"),
+        "{text}"
+    );
+    if shots {
+        b.save_screenshot(&images().join("console-overview.png"))
+            .await;
     }
 }
 
@@ -611,7 +963,12 @@ async fn explainer(b: &Browser, srv: &Server, console: &str, shots: bool) {
     .await;
     // An empty answer, explained: 20 FPGA units on one device exceed cn1's 16, and
     // edge-1 has no VCPU.
-    let codes = explain(b, srv, console, "resources=VCPU:1&resources1=FPGA:20").await;
+    // As nova-scheduler logs it: percent-encoded. The request line reads decoded.
+    let codes = explain(b, srv, console, "resources=VCPU%3A1&resources1=FPGA%3A20").await;
+    assert_eq!(
+        b.text_of("[data-test=explain-query]").await,
+        "resources=VCPU:1&resources1=FPGA:20"
+    );
     assert!(codes.contains("no_inventory"), "{codes:?}");
     assert!(
         codes.contains("capacity") || codes.contains("max_unit"),
@@ -641,7 +998,8 @@ async fn every_page_shows_what_the_apis_answer() {
         let shots = i == 0;
 
         hosts_page(&b, &srv, &console, shots).await;
-        tree_page(&b, &srv, &console, shots).await;
+        tree_page(&b, &srv, &console, &estate, shots).await;
+        overview_page(&b, &srv, &console, shots).await;
         consumers_page(&b, &srv, &console, &estate).await;
         arqs_page(&b, &srv, &console, &estate).await;
         kubernetes_page(&b, &srv, &console).await;

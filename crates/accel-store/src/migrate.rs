@@ -70,6 +70,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(11, "0011_server_heartbeats.sql"),
     migration!(12, "0012_create_roots.sql"),
     migration!(13, "0013_device_cleanings.sql"),
+    migration!(14, "0014_device_history.sql"),
 ];
 
 /// Arbitrary constant naming accel's migration lock.

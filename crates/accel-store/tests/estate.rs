@@ -1,8 +1,12 @@
 //! The console's estate reads on every backend: hosts paged and searched in SQL,
-//! trees parents first with usage, consumers with their allocations.
+//! trees parents first with usage, consumers with their allocations; devices' health
+//! reasons, their bounded history, the estate summary and the hosts' device filters.
 
+use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_core::capacity::Limits;
-use accel_store::estate::{activity, hosts, Window};
+use accel_store::accelerator::{history, report};
+use accel_store::estate::hosts::{HealthFilter, HostFilter};
+use accel_store::estate::{activity, hosts, summary, Window};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite};
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::providers;
@@ -171,6 +175,222 @@ async fn hosts_are_paged_searched_and_shown_with_their_trees() {
                 c.allocations[0].used
             ),
             ("host-1_dev", 1)
+        );
+    })
+    .await;
+}
+
+/// `h1` with Cyborg's fake device, healthy; `h2` with one the agent finds unhealthy.
+async fn reported(store: &Store) {
+    store
+        .write(|tx| {
+            Box::pin(async move {
+                report::replace_host(tx, "h1", &[fake_device("h1")], true).await?;
+                let sick = ReportedDevice {
+                    healthy: false,
+                    health_reason: Some("2 fatal PCIe AER error(s)".into()),
+                    ..fake_device("h2")
+                };
+                report::replace_host(tx, "h2", &[sick], true).await
+            })
+        })
+        .await
+        .unwrap();
+}
+
+async fn filtered(store: &Store, filter: HostFilter) -> Vec<String> {
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                hosts::filtered(
+                    tx,
+                    &filter,
+                    Window {
+                        offset: 0,
+                        limit: 50,
+                    },
+                )
+                .await
+            })
+        })
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|h| h.root().name.clone())
+        .collect()
+}
+
+async fn history_of(store: &Store, device: &str) -> Vec<history::Event> {
+    let device = vec![device.to_owned()];
+    store
+        .read(move |tx| Box::pin(async move { history::of_devices(tx, &device, 1000).await }))
+        .await
+        .unwrap()
+}
+
+/// The device behind `host`'s fake device provider.
+async fn device_of(store: &Store, host: &str) -> hosts::DeviceView {
+    let rp = report::provider_uuid(&format!("{host}_FakeDevice"));
+    let tree = store
+        .read(move |tx| Box::pin(async move { hosts::tree(tx, &rp).await }))
+        .await
+        .unwrap()
+        .unwrap();
+    tree.providers
+        .iter()
+        .find_map(|p| p.device.clone())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn health_reasons_history_the_summary_and_device_filters() {
+    each_backend(|store| async move {
+        reported(&store).await;
+
+        // The agent's reason and since when, on the device the hosts page shows.
+        let sick = device_of(&store, "h2").await;
+        assert_eq!(sick.health, "unhealthy");
+        assert_eq!(
+            sick.health_reason.as_deref(),
+            Some("2 fatal PCIe AER error(s)")
+        );
+        let since = sick.health_since.expect("since when");
+        assert!(since > 1_700_000_000, "{since}");
+        let well = device_of(&store, "h1").await;
+        assert_eq!((well.health.as_str(), well.health_reason), ("ok", None));
+
+        // The estate summary: one row (FPGA, 0xABCD), the sick device reserved too.
+        let rows = store
+            .read(|tx| Box::pin(async move { summary::devices(tx).await }))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let r = &rows[0];
+        assert_eq!(
+            (r.device_type.as_str(), r.vendor.as_str()),
+            ("FPGA", "0xABCD")
+        );
+        assert_eq!(
+            (r.total, r.used, r.free, r.unhealthy, r.reserved),
+            (2, 0, 1, 1, 1),
+            "{r:?}"
+        );
+
+        // Hosts by device type and health.
+        let by = |device_type: Option<&str>, health| HostFilter {
+            search: None,
+            device_type: device_type.map(str::to_owned),
+            health,
+        };
+        assert_eq!(filtered(&store, by(None, None)).await, ["h1", "h2"]);
+        assert_eq!(filtered(&store, by(Some("FPGA"), None)).await, ["h1", "h2"]);
+        assert!(filtered(&store, by(Some("GPU"), None)).await.is_empty());
+        assert_eq!(
+            filtered(&store, by(None, Some(HealthFilter::NotOk))).await,
+            ["h2"]
+        );
+        assert_eq!(
+            filtered(&store, by(Some("FPGA"), Some(HealthFilter::Ok))).await,
+            ["h1"]
+        );
+        assert!(filtered(&store, by(None, Some(HealthFilter::Vanished)))
+            .await
+            .is_empty());
+
+        // History: first reported, then unhealthy with the reason; healthy again.
+        let kinds = |h: &[history::Event]| -> Vec<(String, String)> {
+            h.iter()
+                .map(|e| (e.kind.clone(), e.detail.clone()))
+                .collect()
+        };
+        let h = history_of(&store, &sick.uuid).await;
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h[0].kind, "health");
+        assert_eq!(h[0].detail, "unhealthy: 2 fatal PCIe AER error(s)");
+        assert_eq!(h[1].kind, "report");
+        assert!(h[1].detail.starts_with("first reported: FPGA"), "{h:?}");
+        assert_eq!(h[1].hostname, "h2");
+        store
+            .write(|tx| {
+                Box::pin(async move {
+                    report::replace_host(tx, "h2", &[fake_device("h2")], false).await
+                })
+            })
+            .await
+            .unwrap();
+        let healed = device_of(&store, "h2").await;
+        assert_eq!((healed.health.as_str(), healed.health_reason), ("ok", None));
+        assert!(healed.health_since.unwrap() >= since);
+        let h = history_of(&store, &sick.uuid).await;
+        assert_eq!(kinds(&h[..1]), [("health".to_owned(), "ok".to_owned())]);
+        // A report that changes nothing about the device records nothing.
+        assert_eq!(h.len(), 3, "{h:?}");
+
+        // Bounded: each insert keeps the newest KEEP of the device's rows.
+        let id = sick.uuid.clone();
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let rp = report::provider_uuid("h2_FakeDevice");
+                    for i in 0..history::KEEP + 5 {
+                        history::record_provider(
+                            tx,
+                            &rp,
+                            history::Kind::Bind,
+                            &format!("bind {i}"),
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        let h = history_of(&store, &id).await;
+        assert_eq!(h.len() as i64, history::KEEP);
+        assert_eq!(h[0].detail, format!("bind {}", history::KEEP + 4));
+        assert_eq!(h.last().unwrap().detail, "bind 5");
+        assert_eq!(
+            h[0].rp_uuid.as_deref(),
+            Some(report::provider_uuid("h2_FakeDevice").as_str())
+        );
+        // The other device's history is its own.
+        assert_eq!(history_of(&store, &well.uuid).await.len(), 1);
+
+        // A device no longer reported while in use: vanished, and the server says why.
+        let held = ConsumerWrite {
+            uuid: VM.into(),
+            project_id: Some("p".into()),
+            user_id: Some("u".into()),
+            check_generation: true,
+            generation: None,
+            consumer_type: Some("INSTANCE".into()),
+            allocations: vec![(
+                report::provider_uuid("h1_FakeDevice"),
+                vec![("FPGA".into(), 1)],
+            )],
+        };
+        allocs::replace(&store, &[held], u32::MAX)
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .write(|tx| Box::pin(async move { report::replace_host(tx, "h1", &[], false).await }))
+            .await
+            .unwrap();
+        let gone = device_of(&store, "h1").await;
+        assert_eq!(gone.health, "vanished");
+        assert_eq!(gone.health_reason.as_deref(), Some(report::VANISHED_REASON));
+        let h = history_of(&store, &well.uuid).await;
+        assert_eq!(h[0].kind, "health");
+        assert!(
+            h[0].detail.starts_with("vanished: no longer reported"),
+            "{h:?}"
+        );
+        assert_eq!(
+            filtered(&store, by(None, Some(HealthFilter::Vanished))).await,
+            ["h1"]
         );
     })
     .await;

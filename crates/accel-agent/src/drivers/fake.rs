@@ -67,7 +67,7 @@ impl Fake {
             health: if spec.healthy {
                 Health::Ok
             } else {
-                Health::Unhealthy
+                Health::Unhealthy("configured unhealthy ([[driver.fake]] healthy = false)".into())
             },
             class: spec
                 .class
@@ -128,7 +128,7 @@ impl Driver for Fake {
     }
 
     fn health(&self, _host: &Host, device: &FoundDevice) -> Health {
-        device.health
+        device.health.clone()
     }
 
     fn uses_pci_bus(&self) -> bool {

@@ -287,7 +287,10 @@ pub fn run_tool(tool: &Path, args: &[String]) -> Result<(), ProgramError> {
 /// reported no fatal AER error (`aer_dev_fatal`, `TOTAL_ERR_FATAL` > 0).
 pub fn pci_health(host: &Host, device: &FoundDevice) -> Health {
     let Some(f) = host.bus.get(&device.address) else {
-        return Health::Unhealthy;
+        return Health::Unhealthy(format!(
+            "its control function {} is no longer on the PCI bus",
+            device.address
+        ));
     };
     let fatal = host
         .sysfs
@@ -299,7 +302,9 @@ pub fn pci_health(host: &Host, device: &FoundDevice) -> Health {
         })
         .unwrap_or(0);
     if fatal > 0 {
-        Health::Unhealthy
+        Health::Unhealthy(format!(
+            "{fatal} fatal PCIe AER error(s) (aer_dev_fatal TOTAL_ERR_FATAL)"
+        ))
     } else {
         Health::Ok
     }

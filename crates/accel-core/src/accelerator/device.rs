@@ -139,6 +139,8 @@ pub struct ReportedDevice {
     pub cpid_info: String,
     /// False when the agent finds the device unhealthy: its inventory is then reserved.
     pub healthy: bool,
+    /// Why the agent finds it unhealthy, in its words (`None`: no reason given).
+    pub health_reason: Option<String>,
     pub deployables: Vec<ReportedDeployable>,
 }
 
@@ -179,6 +181,7 @@ pub fn fake_device(host: &str) -> ReportedDevice {
         cpid_info: "{\"domain\":\"0000\",\"bus\":\"0c\",\"device\":\"00\",\"function\":\"0\"}"
             .into(),
         healthy: true,
+        health_reason: None,
         deployables: vec![ReportedDeployable {
             name,
             parent: None,

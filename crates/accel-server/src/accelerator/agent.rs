@@ -12,8 +12,9 @@
 //!
 //! Upstream agents report over RPC to the conductor; these endpoints are accel's. The
 //! body is the host's full device list in upstream's `DriverDevice` shape, plus
-//! accel's optional `health` (`ok` | `unhealthy`) per device and `parent` per
-//! deployable (an FPGA region under its card):
+//! accel's optional `health` (`ok` | `unhealthy`) and `health_reason` (why, for
+//! people: the console shows it) per device and `parent` per deployable (an FPGA
+//! region under its card):
 //!
 //! ```json
 //! {"devices": [{"type": "FPGA", "vendor": "0xABCD", "model": "m",
@@ -125,6 +126,7 @@ fn check_device(v: &Value) -> AccelResult<()> {
     text(cpid, "cpid_type")?;
     text(cpid, "cpid_info")?;
     opt_text(v, "health")?;
+    opt_text(v, "health_reason")?;
     Ok(())
 }
 
@@ -172,6 +174,7 @@ fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
             Some("unhealthy") => false,
             Some(other) => return Err(bad(format!("unknown health {other}"))),
         },
+        health_reason: d.health_reason.filter(|r| !r.trim().is_empty()),
         deployables,
     })
 }

@@ -24,6 +24,29 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// Escapes a name (a provider, a resource class, a trait) and lets the browser break
+/// it only after `_`, `-` or `/`, or after a `.` that a letter follows (a `<wbr>`
+/// there), never inside a word or a number: `CUSTOM_ACCELERATOR_MEMORY_DEVICE` wraps
+/// at its underscores, `edge-1_0000:17:00.0` after `edge-` or `1_` and never inside
+/// its PCI address, `node.example.org` at its dots. The whole name is always shown.
+pub fn name(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push_str(&esc(c.encode_utf8(&mut [0; 4])));
+        let next = chars.peek().copied();
+        let breaks = match c {
+            '_' | '-' | '/' => true,
+            '.' => next.is_some_and(|n| n.is_alphabetic()),
+            _ => false,
+        };
+        if breaks && next.is_some() {
+            out.push_str("<wbr>");
+        }
+    }
+    out
+}
+
 /// Percent-encodes a query value.
 pub fn qv(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
@@ -31,6 +54,7 @@ pub fn qv(s: &str) -> String {
 
 /// The pages of the navigation bar: path and label.
 pub const NAV: &[(&str, &str)] = &[
+    ("/overview", "Overview"),
     ("/hosts", "Hosts"),
     ("/consumers", "Consumers"),
     ("/arqs", "ARQs"),
@@ -134,11 +158,12 @@ pub fn bar(
     format!(
         "<div class=\"usage{level}\" data-test=\"usage-bar\" data-provider=\"{p}\" data-rc=\"{r}\" \
          data-used=\"{used}\" data-total=\"{total}\" data-reserved=\"{reserved}\" \
-         data-capacity=\"{capacity}\"><span class=\"rc\">{r}</span>\
+         data-capacity=\"{capacity}\"><span class=\"rc\" data-test=\"rc-name\">{rn}</span>\
          <meter min=\"0\" max=\"{max}\" value=\"{used}\" low=\"{low}\" high=\"{high}\" \
          optimum=\"0\"></meter><span class=\"nums\">{used} / {capacity}{res}</span></div>",
         p = esc(provider),
         r = esc(rc),
+        rn = name(rc),
         max = capacity.max(1),
         low = capacity / 2,
         high = capacity * 9 / 10,
@@ -220,7 +245,8 @@ pub fn pager(base: &str, offset: u64, limit: u64, shown: usize, total: i64) -> S
     h
 }
 
-/// Epoch seconds as UTC `YYYY-MM-DD HH:MM:SS`, and how long ago.
+/// Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC` (the zone always written: operators
+/// read the console from many), and how long ago as its title.
 pub fn when(epoch: i64, now: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp(epoch)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
@@ -230,14 +256,13 @@ pub fn when(epoch: i64, now: i64) -> String {
         120..=7199 => format!("{} min ago", ago / 60),
         _ => format!("{} h ago", ago / 3600),
     };
+    let (date, clock) = (
+        format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day()),
+        format!("{:02}:{:02}:{:02}", t.hour(), t.minute(), t.second()),
+    );
     format!(
-        "<time datetime=\"{epoch}\" title=\"{ago}\">{:04}-{:02}-{:02} {:02}:{:02}:{:02}</time>",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
+        "<time datetime=\"{date}T{clock}Z\" data-epoch=\"{epoch}\" title=\"{ago}\">\
+         {date} {clock} UTC</time>"
     )
 }
 
@@ -251,6 +276,22 @@ mod tests {
             esc("<a href=\"x\">'&'</a>"),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
+    }
+
+    #[test]
+    fn names_break_only_after_separators_and_times_say_utc() {
+        assert_eq!(
+            name("CUSTOM_ACCELERATOR_MEMORY_DEVICE"),
+            "CUSTOM_<wbr>ACCELERATOR_<wbr>MEMORY_<wbr>DEVICE"
+        );
+        assert_eq!(name("a<b>-c"), "a&lt;b&gt;-<wbr>c");
+        assert_eq!(name("edge-1_0000:17:00.0"), "edge-<wbr>1_<wbr>0000:17:00.0");
+        assert_eq!(name("cn.example.org"), "cn.<wbr>example.<wbr>org");
+        assert_eq!(name("trailing_"), "trailing_");
+        let t = when(1_700_000_000, 1_700_000_030);
+        assert!(t.contains(">2023-11-14 22:13:20 UTC</time>"), "{t}");
+        assert!(t.contains("datetime=\"2023-11-14T22:13:20Z\""), "{t}");
+        assert!(t.contains("title=\"30 s ago\""), "{t}");
     }
 
     #[test]

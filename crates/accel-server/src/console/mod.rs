@@ -5,8 +5,9 @@
 //! ```text
 //! browser ─▶ observe::layer (api="console": request metrics, access log)
 //!          ─▶ headers (CSP, X-Frame-Options, nosniff, Referrer-Policy, no-store)
-//!          ─▶ router: /hosts /hosts/{uuid} /consumers /arqs /profiles /kubernetes
-//!                     /explain /changes /login /logout /static/console.{css,js}
+//!          ─▶ router: /overview /hosts /hosts/{uuid} /consumers /arqs /profiles
+//!                     /kubernetes /explain /changes /login /logout
+//!                     /static/console.{css,js}
 //!          ─▶ viewer (noauth: admin; keystone: session cookie ─▶ token ─▶ the APIs'
 //!             token validation) ─▶ policy (the APIs' rule names) ─▶ one estate read
 //! ```
@@ -40,15 +41,29 @@
 //!   (an error page); `<body data-stamp>` is the change token the page shows (the
 //!   script sets `data-refreshed` when it swapped the content);
 //! - login: `login-form`, `login-error`;
-//! - hosts: `host-row` (`data-host`, `data-uuid`, `data-providers`), `provider-row`
-//!   (`data-provider`, `data-uuid`, `data-depth`, `data-health`), `usage-bar`
+//! - overview: `summary` with `summary-row` (`data-type`, `data-vendor` id,
+//!   `data-total`, `data-used`, `data-free`, `data-unhealthy`, `data-reserved`) and
+//!   `summary-total` (the same counts over every row);
+//! - hosts: `hosts-filter` (the form) with `filter-type` and `filter-health`;
+//!   `host-row` (`data-host`, `data-uuid`, `data-providers`), `provider-row`
+//!   (`data-provider`, `data-uuid`, `data-depth`, `data-health`) with its
+//!   `provider-name`, `device` (`data-vendor`, `data-model` ids) with `vendor-name`
+//!   and `product-name`, `health-reason` (`data-since`, epoch seconds), `usage-bar`
 //!   (`data-provider`, `data-rc`, `data-used`, `data-total`, `data-reserved`,
-//!   `data-capacity`), `trait` (`data-trait`), `last-report` (`data-epoch`); a
-//!   tree page adds `tree` and `inventory` rows (`data-provider` uuid, `data-rc`);
+//!   `data-capacity`) with its `rc-name`, `trait` (`data-trait`), `last-report`
+//!   (`data-epoch`); a tree page adds `tree` and `inventory` rows (`data-provider`
+//!   uuid, `data-rc`), `host-consumers` and `host-arqs` (`data-total`) with
+//!   `host-consumer` (`data-consumer`, `data-kind`) and `host-arq` (`data-arq`,
+//!   `data-state`) rows, and `history` with `history-row` (`data-kind`
+//!   report|health|bind|bind_failed|cleaning, `data-device` uuid, `data-epoch`) or
+//!   `history-empty`;
+//! - times: `<time datetime>` in UTC, written with `UTC`, and `data-epoch`;
 //! - consumers: `consumer-row` (`data-consumer`, `data-kind` vm|pod),
-//!   `allocation` (`data-provider`, `data-rc`, `data-used`), `arq` (`data-arq`);
+//!   `allocation` (`data-provider`, `data-rc`, `data-used`), `no-allocation` (an
+//!   instance with ARQs only), `arq` (`data-arq`);
 //! - ARQs: `arq-row` (`data-arq`, `data-state`, `data-stuck`, `data-project`,
-//!   `data-instance`, `data-bind-seconds`, `data-event`);
+//!   `data-instance`, `data-bind-seconds`, `data-event`), `arq-device`
+//!   (`data-provider` uuid; the provider's name as text);
 //! - profiles: `profile-row` (`data-profile`, `data-hosts`), `profile-host`
 //!   (`data-host`), `profile-error`;
 //! - Kubernetes: `k8s-node` (`data-host`, `data-slots`, `data-instance-level`,
@@ -59,7 +74,10 @@
 //!   `root-row` (`data-root`, `data-name`, `data-fits`), `reason` (`data-code`,
 //!   `data-group`, `data-provider` name).
 
+mod host;
 pub mod html;
+mod names;
+mod overview;
 mod pages;
 mod profiles;
 pub mod session;
@@ -94,9 +112,10 @@ pub fn router(app: Arc<AppState>, accel: Arc<AccelState>) -> axum::Router {
         names: Default::default(),
     });
     axum::Router::new()
-        .route("/", get(|| async { redirect("/hosts") }))
+        .route("/", get(|| async { redirect("/overview") }))
+        .route("/overview", get(overview::overview))
         .route("/hosts", get(pages::hosts))
-        .route("/hosts/{uuid}", get(pages::tree))
+        .route("/hosts/{uuid}", get(host::tree))
         .route("/consumers", get(pages::consumers))
         .route("/arqs", get(pages::arqs))
         .route("/kubernetes", get(pages::kubernetes))

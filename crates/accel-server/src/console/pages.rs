@@ -1,19 +1,21 @@
-//! The estate's list pages: hosts, one host's provider tree, consumers, ARQs,
-//! Kubernetes nodes, and the change token the script polls. Each handler is the same
+//! The estate's list pages: hosts, consumers, ARQs, Kubernetes nodes, and the change
+//! token the script polls (one host's page is [`super::host`]). Each handler is the same
 //! four steps: who is looking, may they (the APIs' rule), one `accel_store::estate`
 //! read of one page, render.
 
-use super::html::{bar, esc, list_head, when};
-use super::{now, stamp, Answer, ListQuery, Rule, Shared};
+use super::html::{bar, esc, list_head, name, pager, when};
+use super::{names, now, stamp, Answer, ListQuery, Rule, Shared};
+use accel_core::accelerator::DeviceType;
 use accel_core::policy::{cyborg, placement as rules};
-use accel_store::accelerator::{cleaning, Scope};
+use accel_store::accelerator::Scope;
+use accel_store::estate::hosts::{HealthFilter, HostFilter};
 use accel_store::estate::{activity, hosts as estate_hosts, Page};
-use axum::extract::{Path, Query};
+use axum::extract::Query;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 /// What the hardware pages need: what listing providers needs in the API.
-const HARDWARE: Rule = Rule::Placement(rules::RESOURCE_PROVIDERS_LIST);
+pub(super) const HARDWARE: Rule = Rule::Placement(rules::RESOURCE_PROVIDERS_LIST);
 use std::fmt::Write;
 
 /// Traits worth a chip on the hosts page: the vendor, family, region and function
@@ -27,40 +29,77 @@ fn trait_chips(traits: &[String], all: bool) -> String {
     for t in traits.iter().filter(|t| all || shown_trait(t)) {
         let _ = write!(
             h,
-            "<span class=\"chip\" data-test=\"trait\" data-trait=\"{0}\">{0}</span>",
-            esc(t)
+            "<span class=\"chip\" data-test=\"trait\" data-trait=\"{}\">{}</span>",
+            esc(t),
+            name(t)
         );
     }
     h
 }
 
+/// The device a provider models, for people: type, vendor and product by name
+/// (ids where no name is known), health with the agent's reason and since when.
+fn device_cell(h: &mut String, d: &estate_hosts::DeviceView, now: i64) {
+    let cls = if d.health == "ok" { "ok" } else { "bad" };
+    let vendor = names::labelled(names::vendor(&d.vendor), &d.vendor);
+    let product = names::product(&d.vendor, &d.model).unwrap_or_else(|| d.model.clone());
+    let _ = write!(
+        h,
+        "<span data-test=\"device\" data-vendor=\"{v}\" data-model=\"{m}\">{} \
+         <span data-test=\"vendor-name\">{}</span> <span data-test=\"product-name\">{}</span></span> \
+         <span class=\"health {cls}\">{}</span>{}",
+        esc(&d.kind),
+        esc(&vendor),
+        esc(&product),
+        esc(&d.health),
+        if d.status == "enabled" {
+            String::new()
+        } else {
+            format!(" <span class=\"health bad\">{}</span>", esc(&d.status))
+        },
+        v = esc(&d.vendor),
+        m = esc(&d.model),
+    );
+    if d.health != "ok" {
+        let since = d
+            .health_since
+            .map_or_else(String::new, |t| format!(" · since {}", when(t, now)));
+        let reason = d
+            .health_reason
+            .as_deref()
+            .unwrap_or("no reason given by the agent");
+        let _ = write!(
+            h,
+            "<div class=\"reason\" data-test=\"health-reason\" data-since=\"{}\">\
+             {}{since}</div>",
+            d.health_since.map_or(String::new(), |t| t.to_string()),
+            esc(reason),
+        );
+    }
+}
+
 /// One provider's row: name, device and health, bars, traits.
-fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, all_traits: bool) {
+pub(super) fn provider_row(
+    h: &mut String,
+    depth: usize,
+    p: &estate_hosts::ProviderView,
+    all_traits: bool,
+    now: i64,
+) {
     let health = p.device.as_ref().map_or("", |d| d.health.as_str());
     let _ = write!(
         h,
-        "<tr class=\"provider depth{d}\" data-test=\"provider-row\" data-provider=\"{name}\" \
-         data-uuid=\"{uuid}\" data-depth=\"{depth}\" data-health=\"{hl}\"><td class=\"name\">{name}</td><td>",
+        "<tr class=\"provider depth{d}\" data-test=\"provider-row\" data-provider=\"{n}\" \
+         data-uuid=\"{uuid}\" data-depth=\"{depth}\" data-health=\"{hl}\">\
+         <td class=\"name\" data-test=\"provider-name\">{shown}</td><td>",
         d = depth.min(4),
-        name = esc(&p.name),
+        n = esc(&p.name),
+        shown = name(&p.name),
         uuid = esc(&p.uuid),
         hl = esc(health),
     );
     if let Some(d) = &p.device {
-        let cls = if d.health == "ok" { "ok" } else { "bad" };
-        let _ = write!(
-            h,
-            "{} {} {} <span class=\"health {cls}\">{}</span>{}",
-            esc(&d.kind),
-            esc(&d.vendor),
-            esc(&d.model),
-            esc(&d.health),
-            if d.status == "enabled" {
-                String::new()
-            } else {
-                format!(" <span class=\"health bad\">{}</span>", esc(&d.status))
-            }
-        );
+        device_cell(h, d, now);
     }
     h.push_str("</td><td>");
     for inv in &p.inventories {
@@ -80,24 +119,112 @@ fn provider_row(h: &mut String, depth: usize, p: &estate_hosts::ProviderView, al
     );
 }
 
-pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<ListQuery>) -> Answer {
+/// `/hosts`' query: the list's search and paging, and the device filters.
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct HostsQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    limit: Option<u64>,
+    /// A device type (`GPU`, `FPGA`, ...): hosts with such a device.
+    #[serde(default, rename = "type")]
+    device_type: String,
+    /// `ok`, `unhealthy`, `vanished` or `not_ok`: hosts with a device so.
+    #[serde(default)]
+    health: String,
+}
+
+/// The health filter's choices: value and label.
+const HEALTH_CHOICES: &[(&str, &str)] = &[
+    ("", "any health"),
+    ("ok", "ok"),
+    ("not_ok", "unhealthy or vanished"),
+    ("unhealthy", "unhealthy"),
+    ("vanished", "vanished"),
+];
+
+/// The hosts page's form (a plain GET: it works without the script) and the start
+/// of its pager's links, which keep the filters.
+fn hosts_form(
+    q: &str,
+    device_type: Option<DeviceType>,
+    health: Option<HealthFilter>,
+) -> (String, String) {
+    let mut h = format!(
+        "<form method=\"get\" action=\"/hosts\" class=\"search\" data-test=\"hosts-filter\">\
+         <input type=\"search\" name=\"q\" value=\"{}\" \
+         placeholder=\"host, provider name or uuid, instance uuid\" data-test=\"search\">\
+         <select name=\"type\" data-test=\"filter-type\"><option value=\"\">any device type</option>",
+        esc(q)
+    );
+    for t in DeviceType::ALL {
+        let sel = if device_type == Some(*t) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(h, "<option value=\"{0}\"{sel}>{0}</option>", t.as_str());
+    }
+    h.push_str("</select><select name=\"health\" data-test=\"filter-health\">");
+    for (v, label) in HEALTH_CHOICES {
+        let sel = if health.map_or("", |x| x.as_str()) == *v {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(h, "<option value=\"{v}\"{sel}>{label}</option>");
+    }
+    h.push_str("</select><button type=\"submit\">Filter</button></form>");
+    let mut base = String::from("/hosts?");
+    for (k, v) in [
+        ("q", q),
+        ("type", device_type.map_or("", |t| t.as_str())),
+        ("health", health.map_or("", |x| x.as_str())),
+    ] {
+        if !v.is_empty() {
+            let _ = write!(base, "{k}={}&", super::html::qv(v));
+        }
+    }
+    (h, base)
+}
+
+pub(crate) async fn hosts(
+    state: Shared,
+    headers: HeaderMap,
+    Query(q): Query<HostsQuery>,
+) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
+    let list = ListQuery {
+        q: q.q.clone(),
+        offset: q.offset,
+        limit: q.limit,
+    };
+    // An unknown choice is no filter (the form offers only known ones).
+    let device_type = DeviceType::parse(q.device_type.trim());
+    let health = HealthFilter::parse(q.health.trim());
+    let filter = HostFilter {
+        search: list.search().map(str::to_owned),
+        device_type: device_type.map(|t| t.as_str().to_owned()),
+        health,
+    };
+    let window = list.window();
     let page = state
         .0
         .read("the hosts", move |tx| {
-            Box::pin(async move { estate_hosts::page(tx, search_text.as_deref(), window).await })
+            Box::pin(async move { estate_hosts::filtered(tx, &filter, window).await })
         })
         .await?;
     let now = now();
-    let mut h = list_head(
-        "/hosts",
-        &q.q,
-        "host, provider name or uuid, instance uuid",
-        window,
+    let (mut h, base) = hosts_form(&q.q, device_type, health);
+    h.push_str(&pager(
+        &base,
+        window.offset,
+        window.limit,
         page.items.len(),
         page.total,
-    );
+    ));
     h.push_str(
         "<table class=\"hosts\"><thead><tr><th>Host / provider</th><th>Device</th>\
          <th>Inventory: used / capacity</th><th>Traits</th></tr></thead>",
@@ -106,12 +233,13 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
         let root = host.root();
         let _ = write!(
             h,
-            "<tbody class=\"host\" data-test=\"host-row\" data-host=\"{name}\" data-uuid=\"{uuid}\" \
-             data-providers=\"{n}\"><tr class=\"hosthead\"><th colspan=\"4\">\
-             <a href=\"/hosts/{uuid}\">{name}</a> <span class=\"muted\">{n} providers · ",
-            name = esc(&root.name),
+            "<tbody class=\"host\" data-test=\"host-row\" data-host=\"{n}\" data-uuid=\"{uuid}\" \
+             data-providers=\"{count}\"><tr class=\"hosthead\"><th colspan=\"4\">\
+             <a href=\"/hosts/{uuid}\">{shown}</a> <span class=\"muted\">{count} providers · ",
+            n = esc(&root.name),
+            shown = name(&root.name),
             uuid = esc(&root.uuid),
-            n = host.providers.len(),
+            count = host.providers.len(),
         );
         match host.last_report {
             Some(t) => {
@@ -125,7 +253,7 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
         }
         h.push_str("</span></th></tr>");
         for (depth, p) in host.with_depth() {
-            provider_row(&mut h, depth, p, false);
+            provider_row(&mut h, depth, p, false, now);
         }
         h.push_str("</tbody>");
     }
@@ -136,108 +264,8 @@ pub(crate) async fn hosts(state: Shared, headers: HeaderMap, Query(q): Query<Lis
     Ok(state.0.page(&who, "Hosts", "/hosts", &h).await)
 }
 
-pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
-    let who = state.0.admit(&headers, HARDWARE).await?;
-    let Some((host, cleanings)) = state
-        .0
-        .read("the provider tree", move |tx| {
-            Box::pin(async move {
-                let Some(t) = estate_hosts::tree(tx, &uuid).await? else {
-                    return Ok(None);
-                };
-                let c = cleaning::list(tx, Some(&t.root().name)).await?;
-                Ok(Some((t, c)))
-            })
-        })
-        .await?
-    else {
-        return Ok(super::error(
-            StatusCode::NOT_FOUND,
-            "No such resource provider.",
-        ));
-    };
-    let root = host.root();
-    let mut h = format!(
-        "<p><a href=\"/hosts\">← hosts</a> · root <code>{}</code></p>\
-         <table class=\"tree\" data-test=\"tree\"><thead><tr><th>Provider</th><th>Device</th>\
-         <th>Inventory: used / capacity</th><th>Traits</th></tr></thead><tbody>",
-        esc(&root.uuid)
-    );
-    for (depth, p) in host.with_depth() {
-        provider_row(&mut h, depth, p, true);
-    }
-    h.push_str("</tbody></table><h2>Inventories in detail</h2><table class=\"inv\"><thead><tr>\
-        <th>Provider</th><th>Class</th><th>Total</th><th>Reserved</th><th>Used</th><th>Capacity</th>\
-        <th>Min</th><th>Max</th><th>Step</th><th>Ratio</th></tr></thead><tbody>");
-    for p in &host.providers {
-        for i in &p.inventories {
-            let _ = write!(
-                h,
-                "<tr data-test=\"inventory\" data-provider=\"{}\" data-rc=\"{}\"><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&p.uuid),
-                esc(&i.resource_class),
-                esc(&p.name),
-                esc(&i.resource_class),
-                i.total,
-                i.reserved,
-                i.used,
-                i.capacity,
-                i.min_unit,
-                i.max_unit,
-                i.step_size,
-                i.allocation_ratio
-            );
-        }
-    }
-    h.push_str("</tbody></table>");
-    cleaning_table(&mut h, &cleanings);
-    let title = format!("Provider tree of {}", root.name);
-    Ok(state.0.page(&who, &title, "/hosts", &h).await)
-}
-
-/// The host's devices cleaned between tenants (those with a rule, or not clean):
-/// state, reason, the last cleaning and how long it took.
-fn cleaning_table(h: &mut String, rows: &[cleaning::DeviceCleaning]) {
-    let shown: Vec<&cleaning::DeviceCleaning> = rows
-        .iter()
-        .filter(|c| c.has_rule || c.state != cleaning::CleaningState::Clean)
-        .collect();
-    if shown.is_empty() {
-        return;
-    }
-    h.push_str(
-        "<h2>Cleaning between tenants</h2><table class=\"inv\"><thead><tr><th>Provider</th>\
-         <th>State</th><th>Reason</th><th>Last cleaning</th><th>Duration</th></tr></thead><tbody>",
-    );
-    let now = now();
-    for c in shown {
-        let cls = match c.state {
-            cleaning::CleaningState::Clean => "ok",
-            _ => "bad",
-        };
-        let last = c
-            .finished_at
-            .map_or_else(|| "never".to_owned(), |t| when(t, now));
-        let took = c
-            .last_duration_ms
-            .map_or_else(String::new, |ms| format!("{:.1} s", ms as f64 / 1000.0));
-        let _ = write!(
-            h,
-            "<tr data-test=\"cleaning\" data-provider=\"{uuid}\" data-state=\"{state}\"><td>{name}</td>\
-             <td><span class=\"health {cls}\">{state}</span></td><td>{reason}</td><td>{last}</td>\
-             <td>{took}</td></tr>",
-            uuid = esc(&c.rp_uuid),
-            state = esc(c.state.as_str()),
-            name = esc(&c.name),
-            reason = esc(c.reason.as_deref().unwrap_or("")),
-        );
-    }
-    h.push_str("</tbody></table>");
-}
-
 /// An ARQ's short line: state, profile, host, attach handle.
-fn arq_cell(a: &activity::ArqView) -> String {
+pub(super) fn arq_cell(a: &activity::ArqView) -> String {
     format!(
         "<span class=\"arq\" data-test=\"arq\" data-arq=\"{}\" data-state=\"{}\">{} <b>{}</b> {}{}</span>",
         esc(&a.uuid),
@@ -290,7 +318,7 @@ pub(crate) async fn consumers(
                 None => "instance".to_owned(),
             },
             esc(&c.project),
-            esc(&c.user),
+            if c.user.is_empty() { "-".to_owned() } else { esc(&c.user) },
             u = esc(&c.uuid),
         );
         for a in &c.allocations {
@@ -302,9 +330,14 @@ pub(crate) async fn consumers(
                 esc(&a.resource_class),
                 a.used,
                 esc(&a.provider_uuid),
-                esc(&a.provider_name),
+                name(&a.provider_name),
                 a.used,
-                esc(&a.resource_class)
+                name(&a.resource_class)
+            );
+        }
+        if c.allocations.is_empty() {
+            h.push_str(
+                "<span class=\"muted\" data-test=\"no-allocation\">no allocation in Placement</span>",
             );
         }
         h.push_str("</td><td>");
@@ -341,7 +374,7 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
     let mut h = list_head(
         "/arqs",
         &q.q,
-        "instance, ARQ or device provider uuid, host, profile",
+        "instance, ARQ or device provider uuid, host, profile, device name",
         window,
         page.items.len(),
         page.total,
@@ -390,10 +423,10 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
             ev = esc(event),
             prof = esc(&a.profile),
             host = esc(a.hostname.as_deref().unwrap_or("")),
-            dev = a.device_rp_uuid.as_deref().map_or(String::new(), |d| format!(
-                " <a href=\"/hosts/{0}\"><code>{0}</code></a>",
-                esc(d)
-            )),
+            dev = match super::host::device_link(a) {
+                d if d.is_empty() => d,
+                d => format!(" {d}"),
+            },
             bind = match (secs, &a.job) {
                 (Some(s), Some(j)) => format!("{} · {s} s", esc(&j.state)),
                 _ => String::new(),

@@ -422,8 +422,9 @@ pub(crate) async fn explain(
         .map_err(|e| store_failed("the candidate index", e))?;
     let _ = write!(
         h,
-        "<p>Request: <code data-test=\"explain-query\">{}</code> at {}</p>",
+        "<p>Request: <code data-test=\"explain-query\" data-query=\"{}\">{}</code> at {}</p>",
         esc(&query),
+        esc(&decoded(&query)),
         version.header()
     );
     let request = match resolve_query(&console.app, &query, version, &index) {
@@ -649,4 +650,35 @@ fn roots_html(
         h.push_str("</ul></td></tr>");
     }
     h.push_str("</tbody></table>");
+}
+
+/// A query string as people read it: each parameter's name and value
+/// percent-decoded (`required1=CUSTOM_FAKE_DEVICE,!CUSTOM_X`, not
+/// `required1=CUSTOM_FAKE_DEVICE%2C%21CUSTOM_X`), joined by `&` as asked.
+fn decoded(query: &str) -> String {
+    form_urlencoded::parse(query.trim_start_matches('?').as_bytes())
+        .map(|(k, v)| {
+            if v.is_empty() && !query.contains(&format!("{k}=")) {
+                k.into_owned()
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decoded;
+
+    #[test]
+    fn the_request_line_is_decoded() {
+        assert_eq!(
+            decoded(
+                "resources=VCPU%3A1&required1=CUSTOM_FAKE_DEVICE%2C%21CUSTOM_X&group_policy=none"
+            ),
+            "resources=VCPU:1&required1=CUSTOM_FAKE_DEVICE,!CUSTOM_X&group_policy=none"
+        );
+    }
 }

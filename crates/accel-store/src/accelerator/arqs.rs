@@ -720,5 +720,12 @@ async fn record_refusal(
     .bind(refused.message())
     .execute(&mut *tx)
     .await?;
-    Ok(())
+    // A refusal for another host's device is that device's history too.
+    super::history::record_provider(
+        tx,
+        &refused.device_rp_uuid,
+        super::history::Kind::BindFailed,
+        &format!("bind refused: {}", refused.message()),
+    )
+    .await
 }

@@ -157,6 +157,13 @@ pub(crate) async fn after_release(
         }
         start(tx, &uuid, &host).await?;
         reserve(tx, rp_id).await?;
+        super::history::record_provider(
+            tx,
+            &uuid,
+            super::history::Kind::Cleaning,
+            "released: cleaning started (reserved until clean)",
+        )
+        .await?;
         marked.push(uuid);
     }
     Ok(marked)
@@ -351,6 +358,12 @@ pub async fn finish(
     if state == CleaningState::Clean {
         lift(tx, rp_uuid).await?;
     }
+    let took = format!("{:.1} s", outcome.duration_ms as f64 / 1000.0);
+    let detail = match &outcome.result {
+        Ok(()) => format!("clean after {took}"),
+        Err(r) => format!("clean_failed after {took}: {r}"),
+    };
+    super::history::record_provider(tx, rp_uuid, super::history::Kind::Cleaning, &detail).await?;
     require(tx, rp_uuid).await
 }
 

@@ -61,6 +61,7 @@ pub mod cleaning;
 pub mod events;
 pub mod hardware;
 pub mod heartbeats;
+pub mod history;
 pub mod kubernetes;
 mod lease;
 pub mod profiles;

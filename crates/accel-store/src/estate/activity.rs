@@ -41,6 +41,8 @@ pub struct ArqView {
     pub group_id: i64,
     pub hostname: Option<String>,
     pub device_rp_uuid: Option<String>,
+    /// The device provider's name (`None` when no provider has that uuid).
+    pub device_name: Option<String>,
     pub instance_uuid: Option<String>,
     pub attach_handle: Option<(String, String)>,
     /// The bind job: state, created, last change, deadline (epoch seconds) and error.
@@ -83,7 +85,7 @@ const ARQ_SELECT: &str = "SELECT a.uuid, a.state, a.project_id, p.name AS dp_nam
      a.device_profile_group_id, a.hostname, a.device_rp_uuid, a.instance_uuid, \
      a.created_at, a.updated_at, ah.uuid AS ah_uuid, ah.attach_type, \
      j.state AS job_state, j.created_at AS job_created, j.updated_at AS job_updated, \
-     j.deadline AS job_deadline, j.error AS job_error, \
+     j.deadline AS job_deadline, j.error AS job_error, drp.name AS device_name, \
      (SELECT e.state FROM nova_events e WHERE e.instance_uuid = a.instance_uuid \
         ORDER BY e.id DESC LIMIT 1) AS event_state, \
      (SELECT e.last_error FROM nova_events e WHERE e.instance_uuid = a.instance_uuid \
@@ -91,7 +93,8 @@ const ARQ_SELECT: &str = "SELECT a.uuid, a.state, a.project_id, p.name AS dp_nam
      FROM extended_accelerator_requests a \
      JOIN device_profiles p ON p.id = a.device_profile_id \
      LEFT JOIN attach_handles ah ON ah.id = a.attach_handle_id AND a.state = 'Bound' \
-     LEFT JOIN bind_jobs j ON j.arq_uuid = a.uuid";
+     LEFT JOIN bind_jobs j ON j.arq_uuid = a.uuid \
+     LEFT JOIN resource_providers drp ON drp.uuid = a.device_rp_uuid";
 
 fn arq_from_row(r: &sqlx::any::AnyRow) -> Result<ArqView, StoreError> {
     let ah: Option<String> = r.try_get("ah_uuid")?;
@@ -105,6 +108,7 @@ fn arq_from_row(r: &sqlx::any::AnyRow) -> Result<ArqView, StoreError> {
         group_id: r.try_get("device_profile_group_id")?,
         hostname: r.try_get("hostname")?,
         device_rp_uuid: r.try_get("device_rp_uuid")?,
+        device_name: r.try_get("device_name")?,
         instance_uuid: r.try_get("instance_uuid")?,
         attach_handle: match ah {
             Some(u) => Some((u, r.try_get("attach_type")?)),
@@ -130,7 +134,7 @@ fn arq_from_row(r: &sqlx::any::AnyRow) -> Result<ArqView, StoreError> {
 }
 
 /// A page of the ARQs `scope` sees, matching `search` (instance, host, device
-/// provider or ARQ uuid, profile name), failed and stuck ones first (a bind past its
+/// provider or ARQ uuid, profile name, device provider name), failed and stuck ones first (a bind past its
 /// deadline at `now`), then binding, then the rest; newest first within each.
 pub async fn arqs(
     tx: &mut Tx,
@@ -152,7 +156,9 @@ pub async fn arqs(
         let e = args.len();
         clauses.push(format!(
             "(a.instance_uuid = ${e} OR a.uuid = ${e} OR a.device_rp_uuid = ${e} \
-             OR a.hostname LIKE ${l} OR p.name LIKE ${l})"
+             OR a.hostname LIKE ${l} OR p.name LIKE ${l} \
+             OR a.device_rp_uuid IN (SELECT m.uuid FROM resource_providers m \
+                                     WHERE m.name LIKE ${l}))"
         ));
     }
     let filter = if clauses.is_empty() {
@@ -181,6 +187,30 @@ pub async fn arqs(
     Ok(Page { items, total })
 }
 
+/// The newest ARQs bound or binding to the host `hostname` (any project: the host
+/// page is an admin's), at most `limit`, and how many there are.
+pub async fn arqs_on_host(
+    tx: &mut Tx,
+    hostname: &str,
+    limit: u64,
+) -> Result<Page<ArqView>, StoreError> {
+    let args = vec![hostname.to_owned()];
+    let total = count(
+        tx,
+        "SELECT COUNT(*) FROM extended_accelerator_requests WHERE hostname = $1",
+        &args,
+    )
+    .await?;
+    let sql = format!("{ARQ_SELECT} WHERE a.hostname = $1 ORDER BY a.id DESC LIMIT {limit}");
+    let items = bind_all(sqlx::query(&sql), &args)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(arq_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok(Page { items, total })
+}
+
 /// The ARQs of `instances` (any project: the consumers page is an admin's).
 async fn arqs_of(tx: &mut Tx, instances: &[String]) -> Result<Vec<ArqView>, StoreError> {
     let mut out = Vec::new();
@@ -199,53 +229,134 @@ async fn arqs_of(tx: &mut Tx, instances: &[String]) -> Result<Vec<ArqView>, Stor
     Ok(out)
 }
 
+/// Which consumers a consumers page lists.
+#[derive(Debug, Clone, Copy)]
+pub enum ConsumerFilter<'a> {
+    /// All, or those matching a search: a consumer uuid, or a host or provider name,
+    /// or a provider uuid, it allocates from or its ARQs name.
+    Search(Option<&'a str>),
+    /// Those on one host: allocating from the tree of the root provider `root_uuid`,
+    /// or with an ARQ bound (or binding) to the host `hostname`.
+    Host {
+        root_uuid: &'a str,
+        hostname: &'a str,
+    },
+}
+
+/// The consumers a filter keeps, as one `SELECT uuid` (consumers with allocations,
+/// and instances that only have ARQs, which Placement has no consumer row for) and
+/// its arguments.
+fn consumer_uuids(filter: ConsumerFilter) -> (String, Vec<String>) {
+    match filter {
+        ConsumerFilter::Search(search) => match like(search) {
+            None => (
+                "SELECT c.uuid AS uuid FROM consumers c UNION SELECT a.instance_uuid FROM \
+                 extended_accelerator_requests a WHERE a.instance_uuid IS NOT NULL"
+                    .to_owned(),
+                Vec::new(),
+            ),
+            Some((pattern, exact)) => (
+                // The matching providers first, then their allocations: joining every
+                // provider to its root before the `LIKE` cost PostgreSQL 107 ms over
+                // 50,000 providers, this 20 ms (docs/benchmarks.md).
+                "SELECT c.uuid AS uuid FROM consumers c WHERE c.uuid = $2 OR c.uuid IN \
+                   (SELECT a.consumer_id FROM allocations a \
+                    JOIN resource_providers rp ON rp.id = a.resource_provider_id \
+                    WHERE rp.id IN (SELECT m.id FROM resource_providers m \
+                                     WHERE m.name LIKE $1 OR m.uuid = $2) \
+                       OR rp.root_provider_id IN (SELECT m.id FROM resource_providers m \
+                                     WHERE m.name LIKE $1)) \
+                 UNION SELECT a.instance_uuid FROM extended_accelerator_requests a \
+                 WHERE a.instance_uuid IS NOT NULL AND (a.instance_uuid = $2 \
+                   OR a.hostname LIKE $1 OR a.device_rp_uuid = $2)"
+                    .to_owned(),
+                vec![pattern, exact],
+            ),
+        },
+        ConsumerFilter::Host {
+            root_uuid,
+            hostname,
+        } => (
+            "SELECT a.consumer_id AS uuid FROM allocations a \
+             JOIN resource_providers rp ON rp.id = a.resource_provider_id \
+             WHERE rp.root_provider_id = (SELECT m.root_provider_id FROM resource_providers m \
+                                          WHERE m.uuid = $1) \
+             UNION SELECT a.instance_uuid FROM extended_accelerator_requests a \
+             WHERE a.instance_uuid IS NOT NULL AND a.hostname = $2"
+                .to_owned(),
+            vec![root_uuid.to_owned(), hostname.to_owned()],
+        ),
+    }
+}
+
 /// A page of consumers by uuid, matching `search` (a consumer uuid, or a host or
 /// provider name, or a provider uuid, it allocates from), each with its allocations,
-/// its ARQs (as an instance) and whether it is a pod's.
+/// its ARQs (as an instance) and whether it is a pod's. Instances that have ARQs but
+/// no allocation are listed too (project from their ARQs, no user).
 pub async fn consumers(
     tx: &mut Tx,
     search: Option<&str>,
     window: Window,
 ) -> Result<Page<ConsumerView>, StoreError> {
-    let (filter, args) = match like(search) {
-        None => (String::new(), Vec::new()),
-        Some((pattern, exact)) => (
-            // The matching providers first, then their allocations: joining every
-            // provider to its root before the `LIKE` cost PostgreSQL 107 ms over 50,000
-            // providers, this 20 ms (docs/benchmarks.md).
-            " WHERE c.uuid = $2 OR c.uuid IN (SELECT a.consumer_id FROM allocations a \
-               JOIN resource_providers rp ON rp.id = a.resource_provider_id \
-               WHERE rp.id IN (SELECT m.id FROM resource_providers m \
-                                WHERE m.name LIKE $1 OR m.uuid = $2) \
-                  OR rp.root_provider_id IN (SELECT m.id FROM resource_providers m \
-                                WHERE m.name LIKE $1))"
-                .to_owned(),
-            vec![pattern, exact],
-        ),
-    };
-    let count_sql = format!("SELECT COUNT(*) FROM consumers c{filter}");
+    consumers_where(tx, ConsumerFilter::Search(search), window).await
+}
+
+/// A page of the consumers `filter` keeps, as [`consumers`].
+pub async fn consumers_where(
+    tx: &mut Tx,
+    filter: ConsumerFilter<'_>,
+    window: Window,
+) -> Result<Page<ConsumerView>, StoreError> {
+    let (uuids_sql, args) = consumer_uuids(filter);
+    let count_sql = format!("SELECT COUNT(*) FROM ({uuids_sql}) u");
     let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
-        "SELECT c.uuid, pr.external_id, us.external_id, k.hostname FROM consumers c \
-         JOIN projects pr ON pr.id = c.project_id JOIN users us ON us.id = c.user_id \
-         LEFT JOIN kubernetes_consumers k ON k.consumer_uuid = c.uuid{filter} \
-         ORDER BY c.uuid{}",
+        "SELECT u.uuid FROM ({uuids_sql}) u ORDER BY u.uuid{}",
         window.sql()
     );
-    let mut items: Vec<ConsumerView> = Vec::new();
-    for r in bind_all(sqlx::query(&sql), &args)
+    let uuids: Vec<String> = bind_all(sqlx::query(&sql), &args)
         .fetch_all(&mut *tx)
         .await?
-    {
-        items.push(ConsumerView {
-            uuid: r.try_get(0)?,
-            project: r.try_get(1)?,
-            user: r.try_get(2)?,
-            pod_host: r.try_get(3)?,
-            allocations: Vec::new(),
-            arqs: Vec::new(),
-        });
+        .iter()
+        .map(|r| r.try_get::<String, _>(0))
+        .collect::<Result<_, _>>()?;
+    let mut known: HashMap<String, ConsumerView> = HashMap::new();
+    for chunk in uuids.chunks(500) {
+        let sql = format!(
+            "SELECT c.uuid, pr.external_id, us.external_id, k.hostname FROM consumers c \
+             JOIN projects pr ON pr.id = c.project_id JOIN users us ON us.id = c.user_id \
+             LEFT JOIN kubernetes_consumers k ON k.consumer_uuid = c.uuid \
+             WHERE c.uuid IN ({})",
+            placeholders(1, chunk.len())
+        );
+        for r in bind_all(sqlx::query(&sql), chunk)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            let c = ConsumerView {
+                uuid: r.try_get(0)?,
+                project: r.try_get(1)?,
+                user: r.try_get(2)?,
+                pod_host: r.try_get(3)?,
+                allocations: Vec::new(),
+                arqs: Vec::new(),
+            };
+            known.insert(c.uuid.clone(), c);
+        }
     }
+    let mut items: Vec<ConsumerView> = uuids
+        .iter()
+        .map(|u| {
+            known.remove(u).unwrap_or_else(|| ConsumerView {
+                uuid: u.clone(),
+                project: String::new(),
+                user: String::new(),
+                pod_host: None,
+                allocations: Vec::new(),
+                arqs: Vec::new(),
+            })
+        })
+        .collect();
     let uuids: Vec<String> = items.iter().map(|c| c.uuid.clone()).collect();
     let mut allocations: HashMap<String, Vec<AllocationView>> = HashMap::new();
     let rc_names = crate::placement::lookup::resource_class_names(tx).await?;
@@ -281,6 +392,14 @@ pub async fn consumers(
     for c in &mut items {
         c.allocations = allocations.remove(&c.uuid).unwrap_or_default();
         c.arqs = arqs.remove(&c.uuid).unwrap_or_default();
+        if c.project.is_empty() {
+            // No consumer row: an instance known by its ARQs only.
+            c.project = c
+                .arqs
+                .iter()
+                .find_map(|a| a.project_id.clone())
+                .unwrap_or_default();
+        }
     }
     Ok(Page { items, total })
 }

@@ -12,6 +12,7 @@ use crate::placement::world;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
 use std::collections::HashMap;
+use std::fmt::Write;
 
 /// One inventory with its usage, named.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +39,10 @@ pub struct DeviceView {
     pub model: String,
     /// `ok`, `unhealthy` or `vanished` (the agent's word).
     pub health: String,
+    /// Why it is not `ok`: the agent's reason, or the server's for a vanished device.
+    pub health_reason: Option<String>,
+    /// When the health last changed (epoch seconds; `None` before it was recorded).
+    pub health_since: Option<i64>,
     /// `enabled` or `disabled` (the operator's).
     pub status: String,
 }
@@ -106,21 +111,83 @@ impl HostView {
 /// uuid too. A substring `LIKE` reads every name (no index serves `%x%`); with
 /// 50,000 providers a second pass for the roots alone cost PostgreSQL as much again
 /// (52 ms against 24 ms, `EXPLAIN ANALYZE`, docs/benchmarks.md).
-fn roots_where(search: Option<&str>) -> (String, Vec<String>) {
-    let base = "r.id = r.root_provider_id".to_owned();
-    match like(search) {
-        None => (base, Vec::new()),
-        Some((pattern, exact)) => (
-            format!(
-                "{base} AND r.id IN (SELECT p.root_provider_id FROM resource_providers p \
-                    WHERE p.name LIKE $1 OR p.uuid = $2 \
-                 UNION SELECT p.root_provider_id FROM allocations a \
-                    JOIN resource_providers p ON p.id = a.resource_provider_id \
-                    WHERE a.consumer_id = $2)"
-            ),
-            vec![pattern, exact],
-        ),
+fn roots_where(filter: &HostFilter) -> (String, Vec<String>) {
+    let mut clause = "r.id = r.root_provider_id".to_owned();
+    let mut args = Vec::new();
+    if let Some((pattern, exact)) = like(filter.search.as_deref()) {
+        clause.push_str(
+            " AND r.id IN (SELECT p.root_provider_id FROM resource_providers p \
+                WHERE p.name LIKE $1 OR p.uuid = $2 \
+             UNION SELECT p.root_provider_id FROM allocations a \
+                JOIN resource_providers p ON p.id = a.resource_provider_id \
+                WHERE a.consumer_id = $2)",
+        );
+        args.extend([pattern, exact]);
     }
+    // A device filter: the hosts with at least one such device (by the hostname the
+    // agent reports, which is the compute node provider's name).
+    let mut device = Vec::new();
+    if let Some(t) = &filter.device_type {
+        args.push(t.clone());
+        device.push(format!("v.type = ${}", args.len()));
+    }
+    match filter.health {
+        None => {}
+        Some(HealthFilter::NotOk) => device.push("v.health <> 'ok'".to_owned()),
+        Some(h) => {
+            args.push(h.as_str().to_owned());
+            device.push(format!("v.health = ${}", args.len()));
+        }
+    }
+    if !device.is_empty() {
+        let _ = write!(
+            clause,
+            " AND r.name IN (SELECT v.hostname FROM devices v WHERE {})",
+            device.join(" AND ")
+        );
+    }
+    (clause, args)
+}
+
+/// Which devices' hosts the hosts page lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthFilter {
+    Ok,
+    Unhealthy,
+    Vanished,
+    /// Unhealthy or vanished.
+    NotOk,
+}
+
+impl HealthFilter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthFilter::Ok => "ok",
+            HealthFilter::Unhealthy => "unhealthy",
+            HealthFilter::Vanished => "vanished",
+            HealthFilter::NotOk => "not_ok",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HealthFilter> {
+        [
+            HealthFilter::Ok,
+            HealthFilter::Unhealthy,
+            HealthFilter::Vanished,
+            HealthFilter::NotOk,
+        ]
+        .into_iter()
+        .find(|h| h.as_str() == s)
+    }
+}
+
+/// The hosts list's filter: a search (see [`roots_where`]) and the hosts with a
+/// device of a type (`GPU`, `FPGA`, ...) and/or health.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFilter {
+    pub search: Option<String>,
+    pub device_type: Option<String>,
+    pub health: Option<HealthFilter>,
 }
 
 /// One page of hosts, by root name, matching `search` (see [`roots_where`]).
@@ -129,7 +196,20 @@ pub async fn page(
     search: Option<&str>,
     window: Window,
 ) -> Result<Page<HostView>, StoreError> {
-    let (clause, args) = roots_where(search);
+    let filter = HostFilter {
+        search: search.map(str::to_owned),
+        ..HostFilter::default()
+    };
+    filtered(tx, &filter, window).await
+}
+
+/// One page of hosts, by root name, that `filter` keeps.
+pub async fn filtered(
+    tx: &mut Tx,
+    filter: &HostFilter,
+    window: Window,
+) -> Result<Page<HostView>, StoreError> {
+    let (clause, args) = roots_where(filter);
     let count_sql = format!("SELECT COUNT(*) FROM resource_providers r WHERE {clause}");
     let total = count(tx, &count_sql, &args).await?;
     let sql = format!(
@@ -278,7 +358,8 @@ async fn devices_of(
     let mut out = HashMap::new();
     for chunk in uuids.chunks(500) {
         let sql = format!(
-            "SELECT d.rp_uuid, v.uuid, v.type, v.vendor, v.model, v.health, v.status \
+            "SELECT d.rp_uuid, v.uuid, v.type, v.vendor, v.model, v.health, v.status, \
+             v.health_reason, v.health_since \
              FROM deployables d JOIN devices v ON v.id = d.device_id WHERE d.rp_uuid IN ({})",
             placeholders(1, chunk.len())
         );
@@ -295,6 +376,8 @@ async fn devices_of(
                     model: r.try_get(4)?,
                     health: r.try_get(5)?,
                     status: r.try_get(6)?,
+                    health_reason: r.try_get(7)?,
+                    health_since: r.try_get(8)?,
                 },
             );
         }

@@ -16,6 +16,7 @@ use crate::{StoreError, Tx};
 
 pub mod activity;
 pub mod hosts;
+pub mod summary;
 
 /// One page of a list and how many rows the whole filtered list has.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,8 +68,9 @@ fn bind_all<'q>(
 
 /// A token that changes whenever anything the console shows changes: the Placement
 /// change version (every provider, inventory, trait or allocation write bumps it)
-/// and counts and latest stamps of ARQs, bind jobs, Nova events, agent reports and
-/// Kubernetes slots. Pages poll it and reload only when it moved.
+/// and counts and latest stamps of ARQs, bind jobs, Nova events, agent reports,
+/// Kubernetes slots and device history (health, binds, cleanings). Pages poll it
+/// and reload only when it moved.
 pub async fn stamp(tx: &mut Tx) -> Result<String, StoreError> {
     use sqlx::Row;
     let placement: i64 = crate::placement::changes::version(tx).await?.iter().sum();
@@ -80,12 +82,13 @@ pub async fn stamp(tx: &mut Tx) -> Result<String, StoreError> {
          (SELECT COALESCE(MAX(COALESCE(updated_at, created_at)), 0) FROM nova_events), \
          (SELECT COALESCE(MAX(updated_at), 0) FROM agent_reports), \
          (SELECT COUNT(*) FROM kubernetes_slots), \
-         (SELECT COUNT(*) FROM device_profiles)",
+         (SELECT COUNT(*) FROM device_profiles), \
+         (SELECT COALESCE(MAX(id), 0) FROM device_events)",
     )
     .fetch_one(&mut *tx)
     .await?;
     let mut parts = vec![placement.to_string()];
-    for i in 0..7 {
+    for i in 0..8 {
         parts.push(row.try_get::<i64, _>(i)?.to_string());
     }
     Ok(parts.join("."))

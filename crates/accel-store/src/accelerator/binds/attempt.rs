@@ -3,6 +3,7 @@
 //! ARQ to `Bound` (batched per transaction, [`write_bound`]) or `BindFailed` ([`fail`]).
 //! The transaction around it (locks, the take, the Nova event) is the parent module's.
 
+use super::super::history::{self, Kind};
 use super::super::profiles;
 use super::super::programs::{insert_program_request, set_bitstream, NewProgram, ProgramState};
 use super::{finish_job, JobRow, JobState, Outcome, Performed};
@@ -284,6 +285,8 @@ async fn attempt(tx: &mut Tx, job: &JobRow, now: i64, seen: &mut Seen) -> Result
         job_id: job.id,
         arq_id: job.arq_id,
         arq_uuid: job.arq_uuid.clone(),
+        rp_uuid: rp.clone(),
+        instance_uuid: job.instance_uuid.clone(),
         handle_id: handle.0,
         handle_uuid: handle.1,
         deployable_id: dep.id,
@@ -296,6 +299,8 @@ pub(super) struct Taken {
     job_id: i64,
     arq_id: i64,
     arq_uuid: String,
+    rp_uuid: String,
+    instance_uuid: Option<String>,
     handle_id: i64,
     handle_uuid: String,
     deployable_id: i64,
@@ -350,6 +355,15 @@ pub(super) async fn write_bound(tx: &mut Tx, taken: &[Taken], now: i64) -> Resul
         q = q.bind(t.job_id);
     }
     q.execute(&mut *tx).await?;
+    for t in taken {
+        let detail = format!(
+            "ARQ {} bound for instance {} (attach handle {})",
+            t.arq_uuid,
+            t.instance_uuid.as_deref().unwrap_or("-"),
+            t.handle_uuid
+        );
+        history::record_provider(tx, &t.rp_uuid, Kind::Bind, &detail).await?;
+    }
     Ok(())
 }
 
@@ -401,5 +415,9 @@ async fn fail(tx: &mut Tx, job: &JobRow, reason: &str, now: i64) -> Result<(), S
     .bind(&job.arq_uuid)
     .execute(&mut *tx)
     .await?;
+    if let Some(rp) = &job.device_rp_uuid {
+        let detail = format!("ARQ {} failed to bind: {reason}", job.arq_uuid);
+        history::record_provider(tx, rp, Kind::BindFailed, &detail).await?;
+    }
     finish_job(tx, job.id, JobState::Failed, Some(reason), now).await
 }

@@ -20,6 +20,7 @@
 //! wraps it with the per-host digest, so an identical report costs one comparison.
 
 use super::hardware::{self, Device};
+use super::history::{self, Kind};
 use super::new_uuid;
 use crate::placement::allocations;
 use crate::placement::providers;
@@ -247,7 +248,7 @@ pub async fn replace_host(
             }
             None if in_use(tx, &dev).await? => {
                 if dev.health != DeviceHealth::Vanished {
-                    set_health(tx, dev.id, DeviceHealth::Vanished).await?;
+                    set_health(tx, dev.id, DeviceHealth::Vanished, Some(VANISHED_REASON)).await?;
                 }
                 summary.devices_vanished += 1;
             }
@@ -258,7 +259,7 @@ pub async fn replace_host(
         }
     }
     for (dev, cpid_id, r) in &kept {
-        sqlx::query(
+        let changed = sqlx::query(
             "UPDATE devices SET type = $1, vendor = $2, model = $3, std_board_info = $4, \
              vendor_board_info = $5, updated_at = $6 WHERE id = $7 AND (type <> $1 OR vendor <> $2 \
              OR model <> $3 OR COALESCE(std_board_info, '') <> COALESCE($4, '') \
@@ -272,10 +273,33 @@ pub async fn replace_host(
         .bind(crate::now())
         .bind(dev.id)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected()
+            > 0;
+        let mut what = Vec::new();
+        if changed {
+            what.push(format!(
+                "now {} {} {}",
+                r.device_type.as_str(),
+                r.vendor,
+                r.model
+            ));
+        }
         let health = reported_health(r);
+        let reason = r.health_reason.as_deref();
         if dev.health != health {
-            set_health(tx, dev.id, health).await?;
+            set_health(tx, dev.id, health, reason).await?;
+        } else if health != DeviceHealth::Ok {
+            // Still unhealthy, perhaps for another reason: the reason is the agent's
+            // latest, the time it went unhealthy stays.
+            sqlx::query(
+                "UPDATE devices SET health_reason = $1 WHERE id = $2 \
+                 AND COALESCE(health_reason, '') <> COALESCE($1, '')",
+            )
+            .bind(reason)
+            .bind(dev.id)
+            .execute(&mut *tx)
+            .await?;
         }
         let old = hardware::deployables_of_device(tx, dev.id).await?;
         let wanted: HashSet<&str> = r.deployables.iter().map(|n| n.name.as_str()).collect();
@@ -283,6 +307,7 @@ pub async fn replace_host(
         for d in old.iter().rev() {
             if !wanted.contains(d.name.as_str()) {
                 remove_deployable(tx, d).await?;
+                what.push(format!("deployable {} removed", d.name));
             }
         }
         let mut ids: HashMap<String, i64> = old
@@ -297,8 +322,12 @@ pub async fn replace_host(
                     let parent = n.parent.as_ref().and_then(|p| ids.get(p).copied());
                     let id = insert_deployable(tx, dev.id, *cpid_id, parent, n).await?;
                     ids.insert(n.name.clone(), id);
+                    what.push(format!("deployable {} added", n.name));
                 }
             }
+        }
+        if !what.is_empty() {
+            history::record_device(tx, dev.id, None, Kind::Report, &what.join("; ")).await?;
         }
         summary.devices_kept += 1;
     }
@@ -327,14 +356,35 @@ fn reported_health(r: &ReportedDevice) -> DeviceHealth {
     }
 }
 
-async fn set_health(tx: &mut Tx, device_id: i64, h: DeviceHealth) -> Result<(), StoreError> {
-    sqlx::query("UPDATE devices SET health = $1, updated_at = $2 WHERE id = $3")
-        .bind(h.as_str())
-        .bind(crate::now())
-        .bind(device_id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
+/// Why a device the agent no longer reports is kept.
+pub const VANISHED_REASON: &str =
+    "no longer reported by the agent; kept, reserved, while an allocation or ARQ holds it";
+
+/// Sets the device's health, its reason (`None` for `ok`, or when the agent gave
+/// none) and since when, and records the change in the device's history.
+async fn set_health(
+    tx: &mut Tx,
+    device_id: i64,
+    h: DeviceHealth,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
+    let now = crate::now();
+    let reason = reason.filter(|_| h != DeviceHealth::Ok);
+    sqlx::query(
+        "UPDATE devices SET health = $1, health_reason = $2, health_since = $3, updated_at = $3 \
+         WHERE id = $4",
+    )
+    .bind(h.as_str())
+    .bind(reason)
+    .bind(now)
+    .bind(device_id)
+    .execute(&mut *tx)
+    .await?;
+    let detail = match reason {
+        Some(r) => format!("{}: {r}", h.as_str()),
+        None => h.as_str().to_owned(),
+    };
+    history::record_device(tx, device_id, None, Kind::Health, &detail).await
 }
 
 /// Control-path id (id, info) of each device of the host, in one query.

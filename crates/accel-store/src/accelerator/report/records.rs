@@ -5,6 +5,7 @@
 
 use super::{arq_holders, parents_first, provider_uuid, set_health};
 use crate::accelerator::hardware::{self, Deployable, Device};
+use crate::accelerator::history::{self, Kind};
 use crate::accelerator::new_uuid;
 use crate::placement::providers;
 use crate::{Conflict, StoreError, Tx};
@@ -51,8 +52,29 @@ pub(super) async fn insert_device(
         let id = insert_deployable(tx, device_id, cpid_id, parent, d).await?;
         ids.insert(d.name.clone(), id);
     }
+    let names: Vec<&str> = r.deployables.iter().map(|d| d.name.as_str()).collect();
+    history::record_device(
+        tx,
+        device_id,
+        None,
+        Kind::Report,
+        &format!(
+            "first reported: {} {} {} ({})",
+            r.device_type.as_str(),
+            r.vendor,
+            r.model,
+            names.join(", ")
+        ),
+    )
+    .await?;
     if !r.healthy {
-        set_health(tx, device_id, DeviceHealth::Unhealthy).await?;
+        set_health(
+            tx,
+            device_id,
+            DeviceHealth::Unhealthy,
+            r.health_reason.as_deref(),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -285,5 +307,7 @@ pub(super) async fn remove_device(tx: &mut Tx, dev: &Device) -> Result<(), Store
         .bind(dev.id)
         .execute(&mut *tx)
         .await?;
-    Ok(())
+    // Its history goes with it (no page shows a removed device), so the history
+    // table holds at most KEEP rows per device that exists.
+    history::forget(tx, &dev.uuid).await
 }
