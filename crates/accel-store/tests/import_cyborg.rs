@@ -10,71 +10,10 @@ use accel_store::import::cyborg::{self, accel_contents, CyborgData, CyborgRefuse
 use accel_store::import::{Options, Source};
 use accel_store::placement::providers;
 use accel_store::testing::each_backend;
+use accel_store::testing::upstream::{
+    cyborg_source, CYBORG_BOUND, CYBORG_CLOUD, CYBORG_DDL, CYBORG_RP, CYBORG_VM,
+};
 use accel_store::{Row, Store};
-
-const DDL: &[&str] = &[
-    "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)",
-    "CREATE TABLE device_profiles (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, name VARCHAR(255) NOT NULL UNIQUE, profile_json TEXT NOT NULL, description TEXT)",
-    "CREATE TABLE devices (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, type VARCHAR(6) NOT NULL, vendor VARCHAR(255) NOT NULL, model VARCHAR(255) NOT NULL, std_board_info TEXT, vendor_board_info TEXT, hostname VARCHAR(255) NOT NULL, status VARCHAR(11) NOT NULL, device_state VARCHAR(16))",
-    "CREATE TABLE controlpath_ids (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, device_id INTEGER NOT NULL, cpid_type VARCHAR(3) NOT NULL, cpid_info VARCHAR(255) NOT NULL)",
-    "CREATE TABLE deployables (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, parent_id INTEGER, root_id INTEGER, name VARCHAR(255) NOT NULL, num_accelerators INTEGER NOT NULL, device_id INTEGER NOT NULL, rp_uuid VARCHAR(36), driver_name VARCHAR(100), bitstream_id VARCHAR(36))",
-    "CREATE TABLE attributes (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, deployable_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL)",
-    "CREATE TABLE attach_handles (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, deployable_id INTEGER NOT NULL, cpid_id INTEGER NOT NULL, in_use BOOLEAN, attach_type VARCHAR(8) NOT NULL, attach_info VARCHAR(255) NOT NULL)",
-    "CREATE TABLE extended_accelerator_requests (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, project_id VARCHAR(255), state VARCHAR(11) NOT NULL, device_profile_id INTEGER NOT NULL, hostname VARCHAR(255), device_rp_uuid VARCHAR(36), attach_handle_id INTEGER, substate VARCHAR(7) NOT NULL, deployable_id INTEGER, device_profile_group_id INTEGER NOT NULL, instance_uuid VARCHAR(36))",
-    "INSERT INTO alembic_version VALUES ('b47c8f2d1e3a')",
-];
-
-const RP: &str = "55555555-5555-4555-8555-000000000001";
-const BOUND: &str = "66666666-6666-4666-8666-000000000002";
-const VM: &str = "77777777-7777-4777-8777-000000000001";
-
-/// One host's GPU (a deployable with two handles, one taken) and three ARQs: Initial,
-/// Bound (to the taken handle), BindFailed.
-const CLOUD: &[&str] = &[
-    "INSERT INTO device_profiles (id, uuid, name, profile_json, description, created_at, updated_at) VALUES \
-     (3, '88888888-8888-4888-8888-000000000001', 'gpu', '{\"groups\": [{\"resources:PGPU\": \"1\", \"trait:CUSTOM_X\": \"required\"}, {\"resources:PGPU\": 2}]}', 'two groups', '2024-01-02 03:04:05', NULL)",
-    "INSERT INTO devices (id, uuid, type, vendor, model, std_board_info, vendor_board_info, hostname, status, device_state, created_at, updated_at) VALUES \
-     (4, '99999999-9999-4999-8999-000000000001', 'GPU', '10de', '1eb8', '{\"a\": 1}', NULL, 'host-a', 'maintaining', 'available', '2024-01-02 03:04:05', '2024-02-02 03:04:05')",
-    "INSERT INTO controlpath_ids (id, uuid, device_id, cpid_type, cpid_info, created_at) VALUES (2, 'aaaaaaaa-aaaa-4aaa-8aaa-000000000001', 4, 'PCI', '{}', '2024-01-02 03:04:05')",
-    "INSERT INTO deployables (id, uuid, parent_id, root_id, name, num_accelerators, device_id, rp_uuid, driver_name, created_at) VALUES \
-     (6, 'bbbbbbbb-bbbb-4bbb-8bbb-000000000001', NULL, NULL, 'host-a_GPU', 2, 4, '55555555-5555-4555-8555-000000000001', 'nvidia', '2024-01-02 03:04:05'), \
-     (7, 'bbbbbbbb-bbbb-4bbb-8bbb-000000000002', 6, 6, 'host-a_GPU_0', 1, 4, NULL, 'nvidia', '2024-01-02 03:04:05')",
-    "INSERT INTO attributes (id, uuid, deployable_id, key, value, created_at) VALUES (9, 'cccccccc-cccc-4ccc-8ccc-000000000001', 6, 'rc', 'PGPU', '2024-01-02 03:04:05')",
-    "INSERT INTO attach_handles (id, uuid, deployable_id, cpid_id, in_use, attach_type, attach_info, created_at) VALUES \
-     (11, 'dddddddd-dddd-4ddd-8ddd-000000000001', 6, 2, 1, 'PCI', '{\"bus\": \"0c\"}', '2024-01-02 03:04:05'), \
-     (12, 'dddddddd-dddd-4ddd-8ddd-000000000002', 6, 2, 0, 'PCI', '{\"bus\": \"0d\"}', '2024-01-02 03:04:05')",
-    "INSERT INTO extended_accelerator_requests (id, uuid, project_id, state, device_profile_id, device_profile_group_id, hostname, device_rp_uuid, instance_uuid, attach_handle_id, deployable_id, substate, created_at, updated_at) VALUES \
-     (20, '66666666-6666-4666-8666-000000000001', 'proj', 'Initial', 3, 1, NULL, NULL, NULL, NULL, NULL, 'Initial', '2024-01-02 03:04:05', NULL), \
-     (21, '66666666-6666-4666-8666-000000000002', 'proj', 'Bound', 3, 0, 'host-a', '55555555-5555-4555-8555-000000000001', '77777777-7777-4777-8777-000000000001', 11, 6, 'Initial', '2024-01-02 03:04:05', '2024-01-03 03:04:05'), \
-     (22, '66666666-6666-4666-8666-000000000003', 'proj', 'BindFailed', 3, 0, 'host-a', '55555555-5555-4555-8555-000000000099', '77777777-7777-4777-8777-000000000002', NULL, NULL, 'Initial', '2024-01-02 03:04:05', NULL)",
-];
-
-/// An upstream-shaped SQLite file, removed when dropped.
-struct File {
-    url: String,
-    path: std::path::PathBuf,
-}
-
-impl Drop for File {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-async fn upstream(statements: &[&[&str]]) -> File {
-    use sqlx::Connection;
-    sqlx::any::install_default_drivers();
-    let path = std::env::temp_dir().join(format!("accel-cyborg-{}.db", uuid::Uuid::new_v4()));
-    let url = format!("sqlite://{}", path.display());
-    let mut c = sqlx::AnyConnection::connect(&format!("{url}?mode=rwc"))
-        .await
-        .unwrap();
-    for sql in statements.iter().flat_map(|s| s.iter()) {
-        sqlx::query(sql).execute(&mut c).await.unwrap();
-    }
-    c.close().await.unwrap();
-    File { url, path }
-}
 
 async fn read(url: &str) -> Result<CyborgData, accel_store::StoreError> {
     let src = Source::open(url).await?;
@@ -107,7 +46,7 @@ async fn picture(store: &Store) -> (Vec<(&'static str, i64)>, Vec<String>) {
 
 #[tokio::test]
 async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states() {
-    let src = upstream(&[DDL, CLOUD]).await;
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
     let data = read(&src.url).await.unwrap();
     assert_eq!(
         data.profiles[0].groups.as_deref(),
@@ -119,7 +58,7 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
         let data = data.clone();
         async move {
             // A Placement import came first: accepted.
-            let u = RP.to_owned();
+            let u = CYBORG_RP.to_owned();
             store
                 .write(move |tx| {
                     Box::pin(async move { providers::create(tx, &u, "host-a_GPU", None).await })
@@ -135,7 +74,7 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
             let (arq, profile, devices, deps, handles) = store
                 .read(|tx| {
                     Box::pin(async move {
-                        let arq = arqs::require(tx, &Scope::All, BOUND).await?;
+                        let arq = arqs::require(tx, &Scope::All, CYBORG_BOUND).await?;
                         let profile = profiles::list(tx, None).await?;
                         let devices = hardware::list_devices(tx, &[]).await?;
                         let deps = hardware::list_deployables(tx, &[]).await?;
@@ -146,8 +85,8 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
                 .await
                 .unwrap();
             assert_eq!(arq.state.as_str(), "Bound");
-            assert_eq!(arq.instance_uuid.as_deref(), Some(VM));
-            assert_eq!(arq.device_rp_uuid.as_deref(), Some(RP));
+            assert_eq!(arq.instance_uuid.as_deref(), Some(CYBORG_VM));
+            assert_eq!(arq.device_rp_uuid.as_deref(), Some(CYBORG_RP));
             assert_eq!(arq.device_profile_name, "gpu");
             assert_eq!(
                 arq.attach_handle.as_ref().map(|h| h.uuid.as_str()),
@@ -166,7 +105,7 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
             );
             assert_eq!(handles.iter().filter(|h| h.in_use).count(), 1);
             // The way back: an empty upstream database gets the same rows.
-            let back = upstream(&[DDL]).await;
+            let back = cyborg_source(&[CYBORG_DDL]).await;
             let ours = cyborg::read_accel(&store).await.unwrap();
             let target = Source::open_for_write(&back.url).await.unwrap();
             let counts = cyborg::export_cyborg(&ours, &target)
@@ -209,7 +148,7 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
 
 #[tokio::test]
 async fn a_target_holding_accelerator_data_is_refused_without_force_and_replaced_with_it() {
-    let src = upstream(&[DDL, CLOUD]).await;
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
     let data = read(&src.url).await.unwrap();
     each_backend(|store| {
         let data = data.clone();
@@ -250,8 +189,8 @@ async fn a_target_holding_accelerator_data_is_refused_without_force_and_replaced
 
 #[tokio::test]
 async fn an_unknown_schema_version_is_refused_naming_it() {
-    let src = upstream(&[
-        DDL,
+    let src = cyborg_source(&[
+        CYBORG_DDL,
         &["UPDATE alembic_version SET version_num = 'a35b4295a0e5'"],
     ])
     .await;
@@ -261,16 +200,16 @@ async fn an_unknown_schema_version_is_refused_naming_it() {
          b47c8f2d1e3a, the schema of Cyborg 17.0.0; upgrade upstream with `cyborg-dbsync \
          upgrade` first)"
     );
-    let src = upstream(&[&DDL[1..DDL.len() - 1]]).await;
+    let src = cyborg_source(&[&CYBORG_DDL[1..CYBORG_DDL.len() - 1]]).await;
     let e = read(&src.url).await.unwrap_err().to_string();
     assert!(e.starts_with("not an upstream Cyborg database"), "{e}");
 }
 
 #[tokio::test]
 async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
-    let src = upstream(&[
-        DDL,
-        CLOUD,
+    let src = cyborg_source(&[
+        CYBORG_DDL,
+        CYBORG_CLOUD,
         &[
             // Bound to a deployable (and a handle) that do not exist.
             "INSERT INTO extended_accelerator_requests (id, uuid, project_id, state, device_profile_id, device_profile_group_id, hostname, device_rp_uuid, instance_uuid, attach_handle_id, deployable_id, substate) VALUES \

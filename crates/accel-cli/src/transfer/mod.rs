@@ -170,7 +170,8 @@ pub struct ImportPlacementArgs {
     /// write nothing (the target is not opened).
     #[arg(long, conflicts_with_all = ["force", "skip_invalid", "verify"])]
     pub dry_run: bool,
-    /// Replace the Placement data the target already holds.
+    /// Replace the data the target already holds (Placement's; for `import cyborg`,
+    /// the accelerator data).
     #[arg(long)]
     pub force: bool,
     /// Leave inconsistent rows out (each listed) instead of refusing the import.
