@@ -132,6 +132,18 @@ async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states()
                 .clone()
                 .map(|g| format!("{{\"groups\":{g}}}"));
             assert_eq!(exported, expected);
+            // Nova's delete of the imported instance: its Bound ARQ goes, its handle is free.
+            let (gone, free) = store
+                .write(|tx| {
+                    Box::pin(async move {
+                        let n = arqs::delete_by_instance(tx, &Scope::All, CYBORG_VM).await?;
+                        let h = hardware::handles_of(tx, 6).await?;
+                        Ok((n, h.iter().all(|h| !h.in_use)))
+                    })
+                })
+                .await
+                .unwrap();
+            assert_eq!((gone, free), (1, true));
             // New rows after the import get fresh ids (PostgreSQL's sequences moved).
             store
                 .write(|tx| {
