@@ -254,7 +254,8 @@ pub async fn read_cyborg(source: &Source) -> Result<CyborgData, StoreError> {
                 let (c, u) = (epoch(b, "created_at"), epoch(b, "updated_at"));
                 let in_use = match b {
                     Backend::MySql => "CAST(COALESCE(in_use, 0) AS SIGNED)",
-                    _ => "CAST(COALESCE(in_use, 0) AS INTEGER)",
+                    Backend::Postgres => "CAST(COALESCE(in_use, false) AS INTEGER)",
+                    Backend::Sqlite => "CAST(COALESCE(in_use, 0) AS INTEGER)",
                 };
                 read_tables(tx, "controlpath_ids", &c, &u, in_use).await
             })
