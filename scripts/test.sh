@@ -63,6 +63,16 @@ cat /tmp/accel-import-sqlite.txt /tmp/accel-import-mysql.txt
 [[ $import_status == 0 ]] || { echo "import-upstream: failures or differences (above)" >&2; exit 1; }
 # ---- end of issue 28's block ----
 
+# ---- issue 28 (cyborg): import from upstream Cyborg 17.0.0, and export back (scripts/import-cyborg.sh) ----
+# Upstream Cyborg on MariaDB (API under gunicorn, conductor over RabbitMQ 127.0.0.1:5672), filled
+# with seeded hardware, device profiles and ARQs in every state, imported into accel on SQLite,
+# PostgreSQL and MariaDB with --verify, then exported into fresh upstream databases and compared
+# again: any difference fails. Creates its virtual environment from scripts/upstream-cyborg.txt on
+# first use.
+echo "== import from upstream Cyborg and export back"
+ACCEL_BIN=target/debug/accel IMPORT_CYBORG_PORT=18981 scripts/import-cyborg.sh
+# ---- end of issue 28 (cyborg) ----
+
 # --- issue 30 (Kubernetes without OpenStack, DRA) ---------------------------------
 # The DRA registration socket asked by Python grpcio with each :authority (all must
 # answer), and the kustomize base and overlays rendered and validated against the

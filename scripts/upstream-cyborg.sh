@@ -26,7 +26,8 @@
 # Env: CYBORG_VENV (${TMPDIR:-/tmp}/accel-cyborg-venv, created when absent),
 #      CYBORG_PORT (19560; +3 the Placement stub), CYBORG_NOVA_URL
 #      (http://127.0.0.1:19542/v2.1), CYBORG_DIR (${TMPDIR:-/tmp}/accel-cyborg),
-#      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8).
+#      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
+#      MariaDB database, dropped and created by `start`).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${CYBORG_VENV:-${TMPDIR:-/tmp}/accel-cyborg-venv}"
@@ -35,7 +36,7 @@ STUB_PORT=$((PORT + 3))
 NOVA_URL="${CYBORG_NOVA_URL:-http://127.0.0.1:19542/v2.1}"
 DIR="${CYBORG_DIR:-${TMPDIR:-/tmp}/accel-cyborg}"
 HOSTS="${CYBORG_HOSTS:-16}"
-DB=cyborg_bench
+DB="${CYBORG_DB:-cyborg_bench}"
 NOVA_PROJECT=5eed900000004000800000000000000a   # arq-load's NOVA_PROJECT
 
 stop() {
@@ -133,10 +134,10 @@ EOF
 
 mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB CHARACTER SET utf8mb4;"
 "$VENV/bin/cyborg-dbsync" --config-file "$DIR/cyborg.conf" upgrade >"$DIR/dbsync.log" 2>&1
-"$VENV/bin/python" - "$HOSTS" > "$DIR/targets" <<'EOF'
+"$VENV/bin/python" - "$HOSTS" "$DB" > "$DIR/targets" <<'EOF'
 import json, sys, uuid
 import pymysql
-db = pymysql.connect(host="127.0.0.1", user="root", database="cyborg_bench")
+db = pymysql.connect(host="127.0.0.1", user="root", database=sys.argv[2])
 c = db.cursor()
 out = []
 for h in range(int(sys.argv[1])):

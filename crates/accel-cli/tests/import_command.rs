@@ -208,3 +208,92 @@ async fn a_running_accel_sees_what_is_imported_under_it() {
     let _ = stop.send(());
     server.await.expect("server task").expect("server");
 }
+
+/// `accel import cyborg`, `accel export cyborg`: the dry run's counts, each refusal's
+/// exit status and message (unknown schema, inconsistent rows, a target holding
+/// accelerator data), an import into a target that holds Placement data, and the way
+/// back into an empty upstream-shaped database.
+#[tokio::test]
+async fn cyborg_import_and_export_as_a_script_runs_them() {
+    use accel_store::testing::upstream::{cyborg_source, CYBORG_CLOUD, CYBORG_DDL};
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
+    let o = accel(&["import", "cyborg", "--from", &src.url, "--dry-run"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\n  extended_accelerator_requests  3\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("no problems found\n"), "{out}");
+
+    let old = cyborg_source(&[
+        CYBORG_DDL,
+        &["UPDATE alembic_version SET version_num = '9625668549b5'"],
+    ])
+    .await;
+    let (_dir, db) = target();
+    let o = accel(&["import", "cyborg", "--from", &old.url, "--database", &db]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("unsupported upstream Cyborg schema: alembic_version is 9625668549b5"),
+        "{err}"
+    );
+
+    let bad = cyborg_source(&[
+        CYBORG_DDL,
+        CYBORG_CLOUD,
+        &["UPDATE extended_accelerator_requests SET deployable_id = 40 WHERE id = 21"],
+    ])
+    .await;
+    let o = accel(&["import", "cyborg", "--from", &bad.url, "--database", &db]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "\n  accelerator request 66666666-6666-4666-8666-000000000002: bound to deployable 40, which does not exist"
+        ),
+        "{err}"
+    );
+
+    // Placement first (a provider), then Cyborg: accepted; a second Cyborg import refused.
+    let placement = source(&[]).await;
+    let o = accel(&[
+        "import",
+        "placement",
+        "--from",
+        &placement.url,
+        "--database",
+        &db,
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = accel(&["import", "cyborg", "--from", &src.url, "--database", &db]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\n  attach_handles                 2\n"),
+        "{out}"
+    );
+    let o = accel(&["import", "cyborg", "--from", &src.url, "--database", &db]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "accel import cyborg: refused: the target database holds accelerator data (1 device_profiles"
+        ),
+        "{err}"
+    );
+
+    let back = cyborg_source(&[CYBORG_DDL]).await;
+    let o = accel(&["export", "cyborg", "--database", &db, "--to", &back.url]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\n  deployables                    2\n"),
+        "{out}"
+    );
+    let o = accel(&["export", "cyborg", "--database", &db, "--to", &back.url]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the upstream database is not empty"), "{err}");
+}

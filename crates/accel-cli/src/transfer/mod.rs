@@ -10,8 +10,9 @@
 //! ([`verify`]).
 
 pub mod verify;
+pub mod verify_cyborg;
 
-use accel_store::import::{self, write::describe, Options, Source};
+use accel_store::import::{self, cyborg, write::describe, Options, Source};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -36,6 +37,19 @@ pub enum ImportWhat {
         after_help = "Example:\n  accel import verify http://127.0.0.1:8778 --database sqlite:///var/lib/accel/accel.db\n\nExit status: 0 no difference; 1 differences (each printed) or an error"
     )]
     Verify(VerifyArgs),
+    /// Import an upstream Cyborg database (schema of Cyborg 17.0.0, MariaDB/MySQL)
+    /// into accel's accelerator tables; import Placement first.
+    #[command(
+        after_help = "Examples:\n  accel import cyborg --from mysql://cyborg:secret@db/cyborg --dry-run\n  accel import cyborg --from mysql://cyborg:secret@db/cyborg --database postgres://accel@db/accel --verify http://cyborg.internal:6666\n\nExit status: 0 imported (and verified); 1 refused, failed, or differences found"
+    )]
+    Cyborg(ImportPlacementArgs),
+    /// Compare a running upstream Cyborg API with accel's accelerator API on accel's
+    /// database (what `import cyborg --verify` does; after `accel export cyborg`, with
+    /// upstream started on the exported database).
+    #[command(
+        after_help = "Example:\n  accel import verify-cyborg http://127.0.0.1:6666 --database sqlite:///var/lib/accel/accel.db\n\nExit status: 0 no difference; 1 differences (each printed) or an error"
+    )]
+    VerifyCyborg(VerifyArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,6 +80,12 @@ pub enum ExportWhat {
         after_help = "Example:\n  placement-manage db sync    # upstream's empty schema\n  accel export placement --database postgres://accel@db/accel --to mysql://placement:secret@db/placement\n\nExit status: 0 exported; 1 refused (the upstream database holds data, or another schema) or failed"
     )]
     Placement(ExportPlacementArgs),
+    /// Write accel's accelerator data into an empty upstream Cyborg database (one
+    /// `cyborg-dbsync upgrade` created): the way back.
+    #[command(
+        after_help = "Example:\n  cyborg-dbsync --config-file cyborg.conf upgrade    # upstream's empty schema\n  accel export cyborg --database postgres://accel@db/accel --to mysql://cyborg:secret@db/cyborg\n\nExit status: 0 exported; 1 refused (the upstream database holds data, or another schema) or failed"
+    )]
+    Cyborg(ExportPlacementArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -86,6 +106,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match args.what {
         ExportWhat::Placement(a) => rt.block_on(export_placement(a)),
+        ExportWhat::Cyborg(a) => rt.block_on(export_cyborg(a)),
     }
 }
 
@@ -149,7 +170,8 @@ pub struct ImportPlacementArgs {
     /// write nothing (the target is not opened).
     #[arg(long, conflicts_with_all = ["force", "skip_invalid", "verify"])]
     pub dry_run: bool,
-    /// Replace the Placement data the target already holds.
+    /// Replace the data the target already holds (Placement's; for `import cyborg`,
+    /// the accelerator data).
     #[arg(long)]
     pub force: bool,
     /// Leave inconsistent rows out (each listed) instead of refusing the import.
@@ -167,6 +189,8 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     match args.what {
         ImportWhat::Placement(a) => rt.block_on(import_placement(a)),
         ImportWhat::Verify(a) => rt.block_on(verify_only(a)),
+        ImportWhat::Cyborg(a) => rt.block_on(import_cyborg(a)),
+        ImportWhat::VerifyCyborg(a) => rt.block_on(verify_cyborg_only(a)),
     }
 }
 
@@ -266,6 +290,126 @@ async fn import_placement(a: ImportPlacementArgs) -> anyhow::Result<()> {
     if let Some(upstream) = a.verify {
         let differences = verify::against_local(store, &upstream).await?;
         if differences > 0 {
+            std::process::exit(1);
+        }
+    } else {
+        store.close().await;
+    }
+    Ok(())
+}
+
+async fn export_cyborg(a: ExportPlacementArgs) -> anyhow::Result<()> {
+    let url = target_url(a.database, a.config)?;
+    let store = accel_store::Store::connect(&url)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
+    let started = std::time::Instant::now();
+    let data = cyborg::read_accel(&store).await;
+    store.close().await;
+    let data = data.context("reading accel's accelerator data")?;
+    let target = Source::open_for_write(&a.to)
+        .await
+        .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
+    let done = cyborg::export_cyborg(&data, &target).await;
+    target.close().await;
+    match done.with_context(|| format!("writing {}", redacted(&a.to)))? {
+        Ok(counts) => {
+            println!(
+                "exported {} into {} in {:.1} s:",
+                redacted(&url),
+                redacted(&a.to),
+                started.elapsed().as_secs_f64()
+            );
+            print_counts(&counts);
+            Ok(())
+        }
+        Err(refused) => {
+            eprintln!("accel export cyborg: refused: {refused}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn verify_cyborg_only(a: VerifyArgs) -> anyhow::Result<()> {
+    let url = target_url(a.database, a.config)?;
+    let store = accel_store::Store::connect(&url)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
+    if verify_cyborg::against_local(store, &a.upstream).await? > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn import_cyborg(a: ImportPlacementArgs) -> anyhow::Result<()> {
+    let source = Source::open(&a.from)
+        .await
+        .with_context(|| format!("opening the upstream database {}", redacted(&a.from)))?;
+    let started = std::time::Instant::now();
+    let data = cyborg::read_cyborg(&source).await;
+    source.close().await;
+    let data = data.with_context(|| format!("reading {}", redacted(&a.from)))?;
+    if a.dry_run {
+        let (problems, valid) = cyborg::check(&data);
+        println!(
+            "dry run: nothing written; {} would be read:",
+            redacted(&a.from)
+        );
+        print_counts(&data.counts());
+        if problems.is_empty() {
+            println!("no problems found");
+            return Ok(());
+        }
+        println!(
+            "{} problem(s) found (the import refuses them; --skip-invalid would write these counts):",
+            problems.len()
+        );
+        for p in &problems {
+            println!("  {p}");
+        }
+        print_counts(&valid.counts());
+        std::process::exit(1);
+    }
+    let target = target_url(a.database, a.config)?;
+    let store = accel_store::Store::connect(&target)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(&target)))?;
+    let opts = Options {
+        force: a.force,
+        skip_invalid: a.skip_invalid,
+    };
+    let done = match cyborg::import_cyborg(&store, &data, opts)
+        .await
+        .context("importing")?
+    {
+        Ok(d) => d,
+        Err(refused) => {
+            store.close().await;
+            eprintln!("accel import cyborg: refused: {refused}");
+            std::process::exit(1);
+        }
+    };
+    println!(
+        "imported {} into {} in {:.1} s:",
+        redacted(&a.from),
+        redacted(&target),
+        started.elapsed().as_secs_f64()
+    );
+    print_counts(&done.counts);
+    if !done.replaced.is_empty() {
+        println!("replaced (--force): {}", describe(&done.replaced));
+    }
+    if !done.skipped.is_empty() {
+        println!(
+            "skipped (--skip-invalid), {} problem(s):",
+            done.skipped.len()
+        );
+        for p in &done.skipped {
+            println!("  {p}");
+        }
+    }
+    if let Some(upstream) = a.verify {
+        if verify_cyborg::against_local(store, &upstream).await? > 0 {
             std::process::exit(1);
         }
     } else {

@@ -25,6 +25,11 @@ pub struct Side {
     base: String,
     client: reqwest::Client,
     token: String,
+    /// The `openstack-api-version` header's value.
+    microversion: &'static str,
+    /// More headers sent with every GET (upstream Cyborg without keystonemiddleware
+    /// takes its identity from `X-User-Id`, `X-Project-Id` and `X-Roles`).
+    headers: Vec<(&'static str, String)>,
 }
 
 impl Side {
@@ -37,17 +42,35 @@ impl Side {
                 .timeout(std::time::Duration::from_secs(300))
                 .build()?,
             token,
+            microversion: MICROVERSION,
+            headers: Vec::new(),
         })
+    }
+
+    /// This side asked at `microversion` (`accelerator 2.3`) with `headers` besides
+    /// the token.
+    pub fn with(
+        mut self,
+        microversion: &'static str,
+        headers: Vec<(&'static str, String)>,
+    ) -> Side {
+        self.microversion = microversion;
+        self.headers = headers;
+        self
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
         let url = format!("{}{path}", self.base);
-        let r = self
+        let mut req = self
             .client
             .get(&url)
             .header("x-auth-token", &self.token)
-            .header("openstack-api-version", MICROVERSION)
-            .header("accept", "application/json")
+            .header("openstack-api-version", self.microversion)
+            .header("accept", "application/json");
+        for (k, v) in &self.headers {
+            req = req.header(*k, v);
+        }
+        let r = req
             .send()
             .await
             .with_context(|| format!("{}: GET {url}", self.name))?;
@@ -92,7 +115,7 @@ pub struct Compare<'a> {
 impl Compare<'_> {
     /// GETs `path` on both sides; a difference in status or normalised body is
     /// printed. Returns the reference side's body.
-    async fn same(&mut self, path: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn same(&mut self, path: &str) -> anyhow::Result<Value> {
         let (a, b) = tokio::join!(self.reference.get(path), self.candidate.get(path));
         let ((sa, va), (sb, vb)) = (a?, b?);
         self.reads += 1;

@@ -252,7 +252,7 @@ pub async fn export_placement(
     target
         .write(move |tx| {
             Box::pin(async move {
-                super::read::check_version(&super::read::schema_version(tx).await?)?;
+                super::read::check_version(&super::read::schema_version(tx, "Placement").await?)?;
                 let held = upstream_contents(tx).await?;
                 if !held.is_empty() {
                     return Ok(Err(ExportRefused::NotEmpty(held)));

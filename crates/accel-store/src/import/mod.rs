@@ -28,6 +28,7 @@
 //! found.
 
 pub mod check;
+pub mod cyborg;
 pub mod export;
 pub mod read;
 pub mod write;

@@ -144,7 +144,7 @@ impl Source {
 }
 
 /// Epoch seconds of a nullable `DateTime` column, in the source's dialect.
-fn epoch(backend: Backend, col: &str) -> String {
+pub(crate) fn epoch(backend: Backend, col: &str) -> String {
     match backend {
         Backend::Sqlite => format!("CAST(strftime('%s', {col}) AS INTEGER)"),
         Backend::Postgres => format!("CAST(EXTRACT(EPOCH FROM {col}) AS BIGINT)"),
@@ -152,35 +152,51 @@ fn epoch(backend: Backend, col: &str) -> String {
     }
 }
 
-/// The schema version of the source: every row of `alembic_version`.
-pub async fn schema_version(tx: &mut Tx) -> Result<Vec<String>, StoreError> {
+/// The schema version of the source: every row of `alembic_version` (`product`
+/// names the upstream service in the message when there is no such table).
+pub async fn schema_version(tx: &mut Tx, product: &str) -> Result<Vec<String>, StoreError> {
     sqlx::query_scalar("SELECT version_num FROM alembic_version")
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| {
             StoreError::Invalid(format!(
-                "not an upstream Placement database: reading alembic_version failed ({})",
+                "not an upstream {product} database: reading alembic_version failed ({})",
                 crate::db_cause(&e)
             ))
         })
 }
 
-/// Refuses any schema but those of [`super::PLACEMENT_SCHEMAS`], naming what was found.
-pub fn check_version(found: &[String]) -> Result<(), StoreError> {
+/// Refuses any schema but one of `accepted`, naming what was found; `hint` says which
+/// releases those are and what to do.
+pub fn check_alembic(
+    found: &[String],
+    product: &str,
+    accepted: &[&str],
+    hint: &str,
+) -> Result<(), StoreError> {
     match found {
-        [one] if super::PLACEMENT_SCHEMAS.contains(&one.as_str()) => Ok(()),
+        [one] if accepted.contains(&one.as_str()) => Ok(()),
         _ => Err(StoreError::Invalid(format!(
-            "unsupported upstream Placement schema: alembic_version is {} (accel reads {}, \
-             the schemas of Placement 2023.1 to 16.0.0; upgrade upstream with \
-             `placement-manage db sync` first)",
+            "unsupported upstream {product} schema: alembic_version is {} (accel reads {}, {hint})",
             if found.is_empty() {
                 "empty".to_owned()
             } else {
                 found.join(", ")
             },
-            super::PLACEMENT_SCHEMAS.join(" and ")
+            accepted.join(" and ")
         ))),
     }
+}
+
+/// Refuses any schema but those of [`super::PLACEMENT_SCHEMAS`], naming what was found.
+pub fn check_version(found: &[String]) -> Result<(), StoreError> {
+    check_alembic(
+        found,
+        "Placement",
+        super::PLACEMENT_SCHEMAS,
+        "the schemas of Placement 2023.1 to 16.0.0; upgrade upstream with \
+         `placement-manage db sync` first",
+    )
 }
 
 /// Reads every Placement row of the source in one snapshot, after checking its schema.
@@ -189,7 +205,7 @@ pub async fn read_placement(source: &Source) -> Result<PlacementData, StoreError
     source
         .read(move |tx| {
             Box::pin(async move {
-                check_version(&schema_version(tx).await?)?;
+                check_version(&schema_version(tx, "Placement").await?)?;
                 read_all(tx, b).await
             })
         })

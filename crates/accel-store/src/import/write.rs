@@ -199,6 +199,8 @@ pub(crate) enum Val {
     I(i64),
     N(Option<i64>),
     S(String),
+    /// A nullable text.
+    T(Option<String>),
     F(f64),
 }
 
@@ -259,6 +261,7 @@ pub(crate) async fn insert_rows_with(
                     Val::I(i) => q.bind(*i),
                     Val::N(i) => q.bind(*i),
                     Val::S(s) => q.bind(s.clone()),
+                    Val::T(s) => q.bind(s.clone()),
                     Val::F(f) => q.bind(*f),
                 };
             }

@@ -104,3 +104,64 @@ pub async fn empty_upstream() -> UpstreamFile {
     c.close().await.expect("upstream test database");
     UpstreamFile { url, path }
 }
+
+// ---- Cyborg ----
+
+/// Upstream Cyborg 17.0.0's tables (alembic revision `b47c8f2d1e3a`, the columns its
+/// migrations create, in SQLite's spelling; enums as text), then its version row.
+pub const CYBORG_DDL: &[&str] = &[
+    "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)",
+    "CREATE TABLE device_profiles (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, name VARCHAR(255) NOT NULL UNIQUE, profile_json TEXT NOT NULL, description TEXT)",
+    "CREATE TABLE devices (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, type VARCHAR(6) NOT NULL, vendor VARCHAR(255) NOT NULL, model VARCHAR(255) NOT NULL, std_board_info TEXT, vendor_board_info TEXT, hostname VARCHAR(255) NOT NULL, status VARCHAR(11) NOT NULL, device_state VARCHAR(16))",
+    "CREATE TABLE controlpath_ids (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, device_id INTEGER NOT NULL, cpid_type VARCHAR(3) NOT NULL, cpid_info VARCHAR(255) NOT NULL)",
+    "CREATE TABLE deployables (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, parent_id INTEGER, root_id INTEGER, name VARCHAR(255) NOT NULL, num_accelerators INTEGER NOT NULL, device_id INTEGER NOT NULL, rp_uuid VARCHAR(36), driver_name VARCHAR(100), bitstream_id VARCHAR(36))",
+    "CREATE TABLE attributes (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, deployable_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL)",
+    "CREATE TABLE attach_handles (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, deployable_id INTEGER NOT NULL, cpid_id INTEGER NOT NULL, in_use BOOLEAN, attach_type VARCHAR(8) NOT NULL, attach_info VARCHAR(255) NOT NULL)",
+    "CREATE TABLE extended_accelerator_requests (created_at DATETIME, updated_at DATETIME, id INTEGER NOT NULL PRIMARY KEY, uuid VARCHAR(36) NOT NULL UNIQUE, project_id VARCHAR(255), state VARCHAR(11) NOT NULL, device_profile_id INTEGER NOT NULL, hostname VARCHAR(255), device_rp_uuid VARCHAR(36), attach_handle_id INTEGER, substate VARCHAR(7) NOT NULL, deployable_id INTEGER, device_profile_group_id INTEGER NOT NULL, instance_uuid VARCHAR(36))",
+    "INSERT INTO alembic_version VALUES ('b47c8f2d1e3a')",
+];
+
+pub const CYBORG_RP: &str = "55555555-5555-4555-8555-000000000001";
+pub const CYBORG_BOUND: &str = "66666666-6666-4666-8666-000000000002";
+pub const CYBORG_VM: &str = "77777777-7777-4777-8777-000000000001";
+
+/// One host's GPU (a deployable with two handles, one taken) and three ARQs: Initial,
+/// Bound (to the taken handle), BindFailed.
+pub const CYBORG_CLOUD: &[&str] = &[
+    "INSERT INTO device_profiles (id, uuid, name, profile_json, description, created_at, updated_at) VALUES \
+     (3, '88888888-8888-4888-8888-000000000001', 'gpu', '{\"groups\": [{\"resources:PGPU\": \"1\", \"trait:CUSTOM_X\": \"required\"}, {\"resources:PGPU\": 2}]}', 'two groups', '2024-01-02 03:04:05', NULL)",
+    "INSERT INTO devices (id, uuid, type, vendor, model, std_board_info, vendor_board_info, hostname, status, device_state, created_at, updated_at) VALUES \
+     (4, '99999999-9999-4999-8999-000000000001', 'GPU', '10de', '1eb8', '{\"a\": 1}', NULL, 'host-a', 'maintaining', 'available', '2024-01-02 03:04:05', '2024-02-02 03:04:05')",
+    "INSERT INTO controlpath_ids (id, uuid, device_id, cpid_type, cpid_info, created_at) VALUES (2, 'aaaaaaaa-aaaa-4aaa-8aaa-000000000001', 4, 'PCI', '{}', '2024-01-02 03:04:05')",
+    "INSERT INTO deployables (id, uuid, parent_id, root_id, name, num_accelerators, device_id, rp_uuid, driver_name, created_at) VALUES \
+     (6, 'bbbbbbbb-bbbb-4bbb-8bbb-000000000001', NULL, NULL, 'host-a_GPU', 2, 4, '55555555-5555-4555-8555-000000000001', 'nvidia', '2024-01-02 03:04:05'), \
+     (7, 'bbbbbbbb-bbbb-4bbb-8bbb-000000000002', 6, 6, 'host-a_GPU_0', 1, 4, NULL, 'nvidia', '2024-01-02 03:04:05')",
+    "INSERT INTO attributes (id, uuid, deployable_id, key, value, created_at) VALUES (9, 'cccccccc-cccc-4ccc-8ccc-000000000001', 6, 'rc', 'PGPU', '2024-01-02 03:04:05')",
+    "INSERT INTO attach_handles (id, uuid, deployable_id, cpid_id, in_use, attach_type, attach_info, created_at) VALUES \
+     (11, 'dddddddd-dddd-4ddd-8ddd-000000000001', 6, 2, 1, 'PCI', '{\"bus\": \"0c\"}', '2024-01-02 03:04:05'), \
+     (12, 'dddddddd-dddd-4ddd-8ddd-000000000002', 6, 2, 0, 'PCI', '{\"bus\": \"0d\"}', '2024-01-02 03:04:05')",
+    "INSERT INTO extended_accelerator_requests (id, uuid, project_id, state, device_profile_id, device_profile_group_id, hostname, device_rp_uuid, instance_uuid, attach_handle_id, deployable_id, substate, created_at, updated_at) VALUES \
+     (20, '66666666-6666-4666-8666-000000000001', 'proj', 'Initial', 3, 1, NULL, NULL, NULL, NULL, NULL, 'Initial', '2024-01-02 03:04:05', NULL), \
+     (21, '66666666-6666-4666-8666-000000000002', 'proj', 'Bound', 3, 0, 'host-a', '55555555-5555-4555-8555-000000000001', '77777777-7777-4777-8777-000000000001', 11, 6, 'Initial', '2024-01-02 03:04:05', '2024-01-03 03:04:05'), \
+     (22, '66666666-6666-4666-8666-000000000003', 'proj', 'BindFailed', 3, 0, 'host-a', '55555555-5555-4555-8555-000000000099', '77777777-7777-4777-8777-000000000002', NULL, NULL, 'Initial', '2024-01-02 03:04:05', NULL)",
+];
+
+/// A SQLite file holding each statement of `parts` in turn (`&[CYBORG_DDL,
+/// CYBORG_CLOUD, extra]`).
+pub async fn cyborg_source(parts: &[&[&str]]) -> UpstreamFile {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let path = std::env::temp_dir().join(format!("accel-cyborg-{}.db", uuid::Uuid::new_v4()));
+    let url = format!("sqlite://{}", path.display());
+    let mut c = sqlx::AnyConnection::connect(&format!("{url}?mode=rwc"))
+        .await
+        .expect("upstream test database");
+    for sql in parts.iter().flat_map(|p| p.iter()) {
+        sqlx::query(sql)
+            .execute(&mut c)
+            .await
+            .expect("upstream test database");
+    }
+    c.close().await.expect("upstream test database");
+    UpstreamFile { url, path }
+}

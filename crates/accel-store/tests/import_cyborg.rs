@@ -1,0 +1,283 @@
+//! `accel import cyborg`'s store side on every backend: an upstream-shaped source
+//! (upstream Cyborg 17.0.0's tables at alembic revision `b47c8f2d1e3a`, the columns
+//! its migrations create, in SQLite's spelling) read and written in one transaction;
+//! each refusal (non-empty target, unknown schema version, inconsistent rows) with its
+//! message, the target left exactly as it was; and the way back into an empty
+//! upstream-shaped database. The real upstream is exercised by scripts/import-cyborg.sh.
+
+use accel_store::accelerator::{arqs, hardware, profiles, Scope};
+use accel_store::import::cyborg::{self, accel_contents, CyborgData, CyborgRefused};
+use accel_store::import::{Options, Source};
+use accel_store::placement::providers;
+use accel_store::testing::each_backend;
+use accel_store::testing::upstream::{
+    cyborg_source, CYBORG_BOUND, CYBORG_CLOUD, CYBORG_DDL, CYBORG_RP, CYBORG_VM,
+};
+use accel_store::{Row, Store};
+
+async fn read(url: &str) -> Result<CyborgData, accel_store::StoreError> {
+    let src = Source::open(url).await?;
+    let out = cyborg::read_cyborg(&src).await;
+    src.close().await;
+    out
+}
+
+/// What a refusal must not change: the accelerator counts and every ARQ's uuid and state.
+async fn picture(store: &Store) -> (Vec<(&'static str, i64)>, Vec<String>) {
+    store
+        .read(|tx| {
+            Box::pin(async move {
+                let held = accel_contents(tx).await?;
+                let rows = sqlx::query(
+                    "SELECT uuid, state FROM extended_accelerator_requests ORDER BY uuid",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                let arqs = rows
+                    .iter()
+                    .map(|r| format!("{} {}", r.get::<String, _>(0), r.get::<String, _>(1)))
+                    .collect();
+                Ok((held, arqs))
+            })
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_cyborg_comes_through_beside_placement_with_its_ids_uuids_and_states() {
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
+    let data = read(&src.url).await.unwrap();
+    assert_eq!(
+        data.profiles[0].groups.as_deref(),
+        Ok(r#"[{"resources:PGPU":"1","trait:CUSTOM_X":"required"},{"resources:PGPU":"2"}]"#),
+        "groups in order, numbers as their text"
+    );
+    assert!(data.handles[0].in_use && !data.handles[1].in_use);
+    each_backend(|store| {
+        let data = data.clone();
+        async move {
+            // A Placement import came first: accepted.
+            let u = CYBORG_RP.to_owned();
+            store
+                .write(move |tx| {
+                    Box::pin(async move { providers::create(tx, &u, "host-a_GPU", None).await })
+                })
+                .await
+                .unwrap();
+            let done = cyborg::import_cyborg(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(done.skipped.is_empty() && done.replaced.is_empty());
+            assert!(done.counts.contains(&("extended_accelerator_requests", 3)));
+            let (arq, profile, devices, deps, handles) = store
+                .read(|tx| {
+                    Box::pin(async move {
+                        let arq = arqs::require(tx, &Scope::All, CYBORG_BOUND).await?;
+                        let profile = profiles::list(tx, None).await?;
+                        let devices = hardware::list_devices(tx, &[]).await?;
+                        let deps = hardware::list_deployables(tx, &[]).await?;
+                        let handles = hardware::handles_of(tx, 6).await?;
+                        Ok((arq, profile, devices, deps, handles))
+                    })
+                })
+                .await
+                .unwrap();
+            assert_eq!(arq.state.as_str(), "Bound");
+            assert_eq!(arq.instance_uuid.as_deref(), Some(CYBORG_VM));
+            assert_eq!(arq.device_rp_uuid.as_deref(), Some(CYBORG_RP));
+            assert_eq!(arq.device_profile_name, "gpu");
+            assert_eq!(
+                arq.attach_handle.as_ref().map(|h| h.uuid.as_str()),
+                Some("dddddddd-dddd-4ddd-8ddd-000000000001")
+            );
+            assert_eq!(arq.stamps.updated, Some(1_704_251_045));
+            assert_eq!(profile[0].groups.len(), 2);
+            assert_eq!(profile[0].description.as_deref(), Some("two groups"));
+            assert_eq!((devices[0].id, devices[0].status.as_str()), (4, "maintaining"));
+            assert_eq!(devices[0].stamps.updated, Some(1_706_843_045));
+            assert_eq!(
+                deps.iter()
+                    .map(|d| (d.id, d.parent_id, d.device_id))
+                    .collect::<Vec<_>>(),
+                [(6, None, 4), (7, Some(6), 4)]
+            );
+            assert_eq!(handles.iter().filter(|h| h.in_use).count(), 1);
+            // The way back: an empty upstream database gets the same rows.
+            let back = cyborg_source(&[CYBORG_DDL]).await;
+            let ours = cyborg::read_accel(&store).await.unwrap();
+            let target = Source::open_for_write(&back.url).await.unwrap();
+            let counts = cyborg::export_cyborg(&ours, &target)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(counts.contains(&("attach_handles", 2)));
+            let again = cyborg::export_cyborg(&ours, &target).await.unwrap();
+            target.close().await;
+            assert_eq!(
+                again.unwrap_err().to_string(),
+                "the upstream database is not empty (1 device_profiles, 1 devices, 1 controlpath_ids, \
+                 2 deployables, 1 attributes, 2 attach_handles, 3 extended_accelerator_requests); \
+                 export into a database just created by `cyborg-dbsync upgrade`"
+            );
+            let mut expected = data.clone();
+            expected.profiles[0].groups = Ok(
+                r#"{"groups":[{"resources:PGPU":"1","trait:CUSTOM_X":"required"},{"resources:PGPU":"2"}]}"#
+                    .to_owned(),
+            );
+            let mut exported = read(&back.url).await.unwrap();
+            exported.profiles[0].groups = exported.profiles[0]
+                .groups
+                .clone()
+                .map(|g| format!("{{\"groups\":{g}}}"));
+            assert_eq!(exported, expected);
+            // Nova's delete of the imported instance: its Bound ARQ goes, its handle is free.
+            let (gone, free) = store
+                .write(|tx| {
+                    Box::pin(async move {
+                        let n = arqs::delete_by_instance(tx, &Scope::All, CYBORG_VM).await?;
+                        let h = hardware::handles_of(tx, 6).await?;
+                        Ok((n, h.iter().all(|h| !h.in_use)))
+                    })
+                })
+                .await
+                .unwrap();
+            assert_eq!((gone, free), (1, true));
+            // New rows after the import get fresh ids (PostgreSQL's sequences moved).
+            store
+                .write(|tx| {
+                    Box::pin(async move {
+                        hardware::create_attribute(tx, 6, "trait0", "CUSTOM_Y").await
+                    })
+                })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_target_holding_accelerator_data_is_refused_without_force_and_replaced_with_it() {
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
+    let data = read(&src.url).await.unwrap();
+    each_backend(|store| {
+        let data = data.clone();
+        async move {
+            cyborg::import_cyborg(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap();
+            let before = picture(&store).await;
+            let refused = cyborg::import_cyborg(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(
+                refused.to_string(),
+                "the target database holds accelerator data (1 device_profiles, 1 devices, \
+                 1 control_path_ids, 2 deployables, 1 attributes, 2 attach_handles, \
+                 3 extended_accelerator_requests); pass --force to replace it"
+            );
+            assert_eq!(picture(&store).await, before, "a refusal changes nothing");
+            let done = cyborg::import_cyborg(
+                &store,
+                &data,
+                Options {
+                    force: true,
+                    ..Options::default()
+                },
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            assert_eq!(done.replaced.len(), 7);
+            assert_eq!(picture(&store).await, before);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unknown_schema_version_is_refused_naming_it() {
+    let src = cyborg_source(&[
+        CYBORG_DDL,
+        &["UPDATE alembic_version SET version_num = 'a35b4295a0e5'"],
+    ])
+    .await;
+    assert_eq!(
+        read(&src.url).await.unwrap_err().to_string(),
+        "unsupported upstream Cyborg schema: alembic_version is a35b4295a0e5 (accel reads \
+         b47c8f2d1e3a, the schema of Cyborg 17.0.0; upgrade upstream with `cyborg-dbsync \
+         upgrade` first)"
+    );
+    let src = cyborg_source(&[&CYBORG_DDL[1..CYBORG_DDL.len() - 1]]).await;
+    let e = read(&src.url).await.unwrap_err().to_string();
+    assert!(e.starts_with("not an upstream Cyborg database"), "{e}");
+}
+
+#[tokio::test]
+async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
+    let src = cyborg_source(&[
+        CYBORG_DDL,
+        CYBORG_CLOUD,
+        &[
+            // Bound to a deployable (and a handle) that do not exist.
+            "INSERT INTO extended_accelerator_requests (id, uuid, project_id, state, device_profile_id, device_profile_group_id, hostname, device_rp_uuid, instance_uuid, attach_handle_id, deployable_id, substate) VALUES \
+             (30, '66666666-6666-4666-8666-000000000030', 'p', 'Bound', 3, 0, 'h', '55555555-5555-4555-8555-000000000001', '77777777-7777-4777-8777-000000000030', 12, 40, 'Initial')",
+            // An NVMe device accel does not model, and the deployable under it.
+            "INSERT INTO devices (id, uuid, type, vendor, model, hostname, status) VALUES (5, '99999999-9999-4999-8999-000000000005', 'NVME', 'v', 'm', 'host-b', 'enabled')",
+            "INSERT INTO deployables (id, uuid, name, num_accelerators, device_id) VALUES (8, 'bbbbbbbb-bbbb-4bbb-8bbb-000000000008', 'nvme', 1, 5)",
+            // A profile whose JSON is not upstream's shape.
+            "INSERT INTO device_profiles (id, uuid, name, profile_json) VALUES (4, '88888888-8888-4888-8888-000000000004', 'bad', '[1]')",
+        ],
+    ])
+    .await;
+    let data = read(&src.url).await.unwrap();
+    each_backend(|store| {
+        let data = data.clone();
+        async move {
+            let before = picture(&store).await;
+            let refused = cyborg::import_cyborg(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap_err();
+            let CyborgRefused::Invalid(problems) = &refused else {
+                panic!("{refused:?}")
+            };
+            let text = refused.to_string();
+            assert!(
+                text.starts_with("the source holds 5 inconsistent row(s); nothing was written"),
+                "{text}"
+            );
+            for line in [
+                "accelerator request 66666666-6666-4666-8666-000000000030: bound to deployable 40, which does not exist",
+                "accelerator request 66666666-6666-4666-8666-000000000030: attach handle 12 is not deployable 40's",
+                "device 99999999-9999-4999-8999-000000000005: type NVME is not one accel models (GPU, FPGA, AICHIP, QAT, NIC, SSD)",
+                "device profile 88888888-8888-4888-8888-000000000004: profile_json has no \"groups\" list",
+                "deployable bbbbbbbb-bbbb-4bbb-8bbb-000000000008: device 5 does not exist",
+            ] {
+                assert!(text.contains(&format!("\n  {line}")), "{line:?} not in {text}");
+            }
+            assert_eq!(problems.len(), 5);
+            assert_eq!(picture(&store).await, before, "a refusal changes nothing");
+            let done = cyborg::import_cyborg(
+                &store,
+                &data,
+                Options {
+                    skip_invalid: true,
+                    ..Options::default()
+                },
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            assert_eq!(done.skipped.len(), 5);
+            let (held, arqs) = picture(&store).await;
+            assert!(held.contains(&("devices", 1)) && held.contains(&("deployables", 2)));
+            assert_eq!(arqs.len(), 3, "{arqs:?}");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `accel import cyborg` against the real upstream Cyborg 17.0.0 (issue 28): upstream runs on MariaDB
+# (scripts/upstream-cyborg.sh: API under gunicorn, conductor over RabbitMQ), is filled by
+# scripts/cyborg-import-cloud.py (hardware seeded in its database as upstream-cyborg.sh seeds it;
+# device profiles and ARQs through its API, bound, failed and unbound by its conductor; BindStarted
+# and Deleting set in SQL), and its database is imported into accel on SQLite, PostgreSQL and
+# MariaDB, each import followed by `--verify` against the upstream API still running on the old
+# database (profiles, ARQs, Nova's per-instance polls, devices, deployables, attributes). Then the
+# way back: each accel database is exported (`accel export cyborg`) into a fresh upstream database
+# made by upstream's own `cyborg-dbsync upgrade`, upstream is started on it and compared with accel
+# again (`accel import verify-cyborg`). Any difference fails.
+#
+# Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_CYBORG_PORT (18981; +3 its
+#      Placement stub, +5 the fake Nova), ACCEL_TEST_PG (postgres://postgres@127.0.0.1:5432/postgres),
+#      ACCEL_TEST_MYSQL (mysql://root@127.0.0.1:3306), CYBORG_VENV (as upstream-cyborg.sh),
+#      IMPORT_SEED (28).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+ACCEL_BIN="${ACCEL_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/accel}"
+PORT="${IMPORT_CYBORG_PORT:-18981}"
+NOVA_PORT=$((PORT + 5))
+SEED="${IMPORT_SEED:-28}"
+PG_ADMIN="${ACCEL_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+MYSQL_ADMIN="${ACCEL_TEST_MYSQL:-mysql://root@127.0.0.1:3306}"
+PG_BASE="${PG_ADMIN%/*}"
+MYSQL_HOSTPORT="${MYSQL_ADMIN#*@}"; MYSQL_HOSTPORT="${MYSQL_HOSTPORT%%/*}"
+MYSQL_USER="${MYSQL_ADMIN#*://}"; MYSQL_USER="${MYSQL_USER%%@*}"
+[[ -x "$ACCEL_BIN" ]] || { echo "no accel binary at $ACCEL_BIN (cargo build -p accel-cli)" >&2; exit 2; }
+TAG="cyimp_$$"
+RUN="${TMPDIR:-/tmp}/accel-import-cyborg-$PORT"
+rm -rf "$RUN"; mkdir -p "$RUN"
+export CYBORG_VENV="${CYBORG_VENV:-${TMPDIR:-/tmp}/accel-cyborg-venv}"
+export CYBORG_PORT="$PORT" CYBORG_HOSTS=0 CYBORG_WORKERS=1 CYBORG_THREADS=4
+export CYBORG_NOVA_URL="http://127.0.0.1:$NOVA_PORT/v2.1"
+UP="$CYBORG_VENV/bin/python"
+
+mysql_q() { mysql -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" -u "$MYSQL_USER" -e "$1"; }
+upstream() { CYBORG_DIR="$RUN/$1" CYBORG_DB="$2" "$HERE/upstream-cyborg.sh" "$3"; }
+cleanup() {
+  for d in "$RUN"/up "$RUN"/back-*; do
+    [[ -d "$d" ]] && CYBORG_DIR="$d" "$HERE/upstream-cyborg.sh" stop >/dev/null 2>&1 || true
+  done
+  for db in $(psql "$PG_ADMIN" -Atc "SELECT datname FROM pg_database WHERE datname LIKE '${TAG}_%'" 2>/dev/null); do
+    psql "$PG_ADMIN" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  done
+  for db in $(mysql_q "SHOW DATABASES LIKE '${TAG}\\_%'" 2>/dev/null | tail -n +2); do
+    mysql_q "DROP DATABASE IF EXISTS \`$db\`" >/dev/null 2>&1 || true
+  done
+}
+trap cleanup EXIT
+
+status=0
+start=$SECONDS
+upstream up "${TAG}_upstream" start >/dev/null
+"$UP" "$HERE/cyborg-import-cloud.py" --url "http://127.0.0.1:$PORT" --db "${TAG}_upstream" \
+  --nova-port "$NOVA_PORT" --seed "$SEED" | sed "s/^/upstream: /"
+echo "upstream: started and filled in $((SECONDS - start)) s"
+SOURCE="$MYSQL_ADMIN/${TAG}_upstream"
+accel_db() {
+  case "$1" in
+    sqlite) echo "sqlite://$RUN/accel.db" ;;
+    postgres) echo "$PG_BASE/${TAG}_pg" ;;
+    mysql) echo "$MYSQL_ADMIN/${TAG}_accel" ;;
+  esac
+}
+for target in sqlite postgres mysql; do
+  case "$target" in
+    postgres) psql "$PG_ADMIN" -qc "CREATE DATABASE ${TAG}_pg" >/dev/null ;;
+    mysql) mysql_q "CREATE DATABASE ${TAG}_accel CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" ;;
+  esac
+  DB="$(accel_db "$target")"
+  t0=$SECONDS
+  if "$ACCEL_BIN" import cyborg --from "$SOURCE" --database "$DB" --verify "http://127.0.0.1:$PORT" \
+      >"$RUN/import-$target.txt" 2>&1; then
+    echo "upstream -> accel $target: $(tail -1 "$RUN/import-$target.txt") ($((SECONDS - t0)) s)"
+  else
+    echo "FAILED upstream -> accel $target:"; cat "$RUN/import-$target.txt"; status=1
+  fi
+done
+# A second import into a database that now holds accelerator data is refused, naming what it holds.
+if "$ACCEL_BIN" import cyborg --from "$SOURCE" --database "$(accel_db sqlite)" >"$RUN/again.txt" 2>&1; then
+  echo "FAILED: a second import into a non-empty database was accepted"; status=1
+elif ! grep -q "refused: the target database holds accelerator data" "$RUN/again.txt"; then
+  echo "FAILED: the second import's refusal:"; cat "$RUN/again.txt"; status=1
+fi
+upstream up "${TAG}_upstream" stop >/dev/null
+# The way back: each accel database exported into a fresh upstream database, upstream started on it.
+for target in sqlite postgres mysql; do
+  DB="$(accel_db "$target")"
+  t0=$SECONDS
+  upstream "back-$target" "${TAG}_back_$target" start >/dev/null
+  if ! "$ACCEL_BIN" export cyborg --database "$DB" --to "$MYSQL_ADMIN/${TAG}_back_$target" \
+      >"$RUN/export-$target.txt" 2>&1; then
+    echo "FAILED accel $target -> upstream (export):"; cat "$RUN/export-$target.txt"; status=1
+  elif "$ACCEL_BIN" import verify-cyborg "http://127.0.0.1:$PORT" --database "$DB" \
+      >"$RUN/verify-$target.txt" 2>&1; then
+    echo "accel $target -> upstream: exported, $(tail -1 "$RUN/verify-$target.txt") ($((SECONDS - t0)) s)"
+  else
+    echo "FAILED accel $target -> upstream:"; cat "$RUN/export-$target.txt" "$RUN/verify-$target.txt"; status=1
+  fi
+  upstream "back-$target" "${TAG}_back_$target" stop >/dev/null
+done
+[[ $status == 0 ]] && echo "import-cyborg: 0 differences ($((SECONDS - start)) s)"
+exit "$status"
