@@ -35,3 +35,14 @@ for k in 1.34.0 1.37.0; do
   "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$out"/*.yaml
   echo "kubernetes-validate $k --strict: $(cd "$out" && ls -- *.yaml | tr '\n' ' ')pass (rendered by $rendered)"
 done
+# The ResourceSlices the DRA driver sent to the stand-in API server during the cargo
+# tests (scripts/test.sh sets ACCEL_DRA_SLICES_OUT for them), against the same schemas.
+slices="${ACCEL_DRA_SLICES_OUT:-}"
+if [[ -n "$slices" ]]; then
+  n=$(find "$slices" -name '*.yaml' 2>/dev/null | wc -l)
+  [[ $n -gt 0 ]] || { echo "dra-check: no ResourceSlice was written to $slices by the tests" >&2; exit 1; }
+  for k in 1.34.0 1.37.0; do
+    "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$slices"/*.yaml
+    echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass"
+  done
+fi

@@ -19,6 +19,9 @@ export CONFORMANCE_PY="$PY"
 echo "== rustfmt"; cargo fmt --all --check
 echo "== clippy"; cargo clippy --workspace --all-targets -q -- -D warnings
 echo "== os-traits data file"; "$PY" scripts/os-traits.py check
+# The DRA tests' ResourceSlices, kept for scripts/dra-check.sh's schema check.
+export ACCEL_DRA_SLICES_OUT="$PWD/target/dra-slices"
+rm -rf "$ACCEL_DRA_SLICES_OUT"
 echo "== cargo test (SQLite, PostgreSQL and MariaDB)"; cargo test --workspace --no-fail-fast -q 2>&1 | tee /tmp/accel-cargo-test.log | grep -E "^(test result|running|error|failures:|---- )" || true
 grep -q "^error" /tmp/accel-cargo-test.log && exit 1
 grep -E "^test result: FAILED" /tmp/accel-cargo-test.log && exit 1

@@ -119,6 +119,23 @@ fn watch(st: SliceStore, from: u64, want: Vec<(String, String)>) -> axum::respon
 
 pub type SliceStore = Arc<Mutex<Slices>>;
 
+/// With `ACCEL_DRA_SLICES_OUT` set (the test command sets it), each slice the driver
+/// sends is also written there as it was sent, one file per write, so that
+/// scripts/dra-check.sh validates them with `kubernetes-validate --strict` against the
+/// published Kubernetes 1.34 and 1.37 schemas: the field list here is ours, that check
+/// is upstream's.
+fn keep_for_schema_check(s: &Value) {
+    static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Some(dir) = std::env::var_os("ACCEL_DRA_SLICES_OUT") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let file = dir.join(format!("slice-{}-{n}.yaml", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("ACCEL_DRA_SLICES_OUT is a writable directory");
+    std::fs::write(file, serde_json::to_vec_pretty(s).expect("JSON")).expect("write a slice");
+}
+
 /// The fields `resource.k8s.io/v1` defines where the driver writes (ResourceSlice,
 /// its spec, pool, devices and attribute values): anything else is refused, as a
 /// strict API server refuses unknown fields.
@@ -245,6 +262,7 @@ pub fn slice_api(store: SliceStore) -> axum::Router {
     };
     let create = move |State(st): State<SliceStore>, Json(mut s): Json<Value>| async move {
         validate_slice(&s).map_err(bad)?;
+        keep_for_schema_check(&s);
         let mut st = st.lock().unwrap();
         let name = format!(
             "{}{}",
@@ -260,6 +278,7 @@ pub fn slice_api(store: SliceStore) -> axum::Router {
                        UrlPath(name): UrlPath<String>,
                        Json(s): Json<Value>| async move {
         validate_slice(&s).map_err(bad)?;
+        keep_for_schema_check(&s);
         let mut st = st.lock().unwrap();
         let Some(old) = st.items.get(&name) else {
             return Err((StatusCode::NOT_FOUND, Json(json!({"message": "not found"}))));

@@ -5,7 +5,7 @@
 -- (NULL: before this migration).
 ALTER TABLE devices ADD COLUMN health_reason TEXT;
 ALTER TABLE devices ADD COLUMN health_since BIGINT;
--- A bounded history per device (history::KEEP rows): reports that changed it, health
+-- A bounded history per device (KEEP rows, history.rs): reports that changed it, health
 -- changes, binds and cleanings, written in the transaction of the change. Each insert
 -- prunes that device's rows beyond the newest KEEP; a removed device's rows go with it.
 CREATE TABLE device_events (
