@@ -434,6 +434,31 @@ fn main() {
         }
     }
 
+    // (h32) the query `accel-bench cloud` sends per boot, on its forest: does the
+    // search stop at `limit`, or does it grow with the 40,000 matching devices?
+    let cloud = "resources=VCPU:1,MEMORY_MB:512&resources1=CUSTOM_ACCELERATOR_FPGA:1\
+                 &required1=CUSTOM_FPGA_INTEL&group_policy=none&limit=1000";
+    let h_names = [
+        "h32: 10,000 roots x 4 FPGAs (50,000 providers), cloud query, limit=1000",
+        "h32: 10,000 roots x 4 FPGAs, cloud query, limit=1000, randomized",
+        "h32: 10,000 roots x 4 FPGAs, cloud query, unlimited",
+    ];
+    if h_names.iter().any(|n| wanted(n)) {
+        let (mut w, _) = fpga_estate(10_000, 0, 0);
+        let limited = w.query(cloud, true);
+        let unlimited = w.query(&cloud.replace("&limit=1000", ""), true);
+        let snap = w.snapshot();
+        let randomized = Request {
+            randomize: Some(32),
+            ..limited.clone()
+        };
+        for (name, req) in h_names.iter().zip([&limited, &randomized, &unlimited]) {
+            if wanted(name) {
+                print_row(&bench_search(name, &snap, req));
+            }
+        }
+    }
+
     let name = "x: explain 10,000 roots sharing one DISK_GB pool (full), VCPU+DISK_GB";
     if wanted(name) {
         let mut w = World::new();

@@ -7,6 +7,7 @@
 pub mod accelerator;
 pub mod candidates;
 pub mod capacity;
+pub mod chunks;
 pub mod ids;
 pub mod names;
 pub mod policy;

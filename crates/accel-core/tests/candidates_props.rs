@@ -15,6 +15,7 @@ use accel_core::candidates::{
     search, search_with, Candidate, GenerationStrategy, GroupPolicy, Provider, ProviderId, RcId,
     Request, RequestGroup, SearchOptions, Snapshot, TraitId,
 };
+use accel_core::chunks::Chunks;
 use proptest::prelude::*;
 use uuid::Uuid;
 
@@ -36,7 +37,7 @@ struct Areq {
 }
 
 struct Ref<'a> {
-    ps: &'a [Provider],
+    ps: &'a Chunks<Provider>,
 }
 
 impl Ref<'_> {

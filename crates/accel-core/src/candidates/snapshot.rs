@@ -18,12 +18,19 @@
 //! its own root and has no parent, a provider's root is its parent's root, and parent
 //! links are acyclic. Traits, aggregates and inventories are sorted so lookups are
 //! binary searches.
+//!
+//! The providers live in copy-on-write [`Chunks`] and the indexes above in one shared
+//! [`Shape`], so [`Snapshot::with_inventories`] (new inventories or usage on a few
+//! providers, the change every claim and delete makes) costs what it changes, not a
+//! rebuild of every provider and index.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
 use crate::capacity::Limits;
+use crate::chunks::Chunks;
 
 /// Index of a provider in [`Snapshot::providers`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -99,10 +106,18 @@ pub enum SnapshotError {
     Cycle { provider: u32 },
 }
 
-/// All providers plus the indexes the candidate search needs. Immutable once built.
-#[derive(Debug, Clone)]
+/// All providers plus the indexes the candidate search needs. Immutable once built;
+/// a clone shares everything.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
-    providers: Vec<Provider>,
+    providers: Chunks<Provider>,
+    shape: Arc<Shape>,
+}
+
+/// What only the forest's shape decides (uuids, tree links, traits and aggregates),
+/// never inventories or usage.
+#[derive(Debug, PartialEq)]
+struct Shape {
     sharing_trait: Option<TraitId>,
     roots: Vec<ProviderId>,
     /// Members of every tree, grouped by root, each group ascending.
@@ -133,12 +148,7 @@ impl Snapshot {
             return Err(SnapshotError::TooManyProviders);
         }
         for p in &mut providers {
-            p.traits.sort_unstable();
-            p.traits.dedup();
-            p.aggregates.sort_unstable();
-            p.aggregates.dedup();
-            p.inventories.sort_by_key(|inv| inv.rc);
-            p.inventories.dedup_by_key(|inv| inv.rc);
+            normalise(p);
         }
         validate_links(&providers)?;
         let depth = depths(&providers)?;
@@ -170,23 +180,53 @@ impl Snapshot {
             .collect();
 
         Ok(Snapshot {
-            providers,
-            sharing_trait,
-            roots,
-            tree_order,
-            tree_span,
-            depth,
-            has_children,
-            is_sharing,
-            sharing_anchors,
-            anchor_sharing,
-            by_uuid,
-            nested,
+            providers: providers.into(),
+            shape: Arc::new(Shape {
+                sharing_trait,
+                roots,
+                tree_order,
+                tree_span,
+                depth,
+                has_children,
+                is_sharing,
+                sharing_anchors,
+                anchor_sharing,
+                by_uuid,
+                nested,
+            }),
         })
     }
 
+    /// This snapshot with some providers replaced by `updates` (new inventories or
+    /// usage), sharing everything else; exactly what [`Snapshot::new`] would build from
+    /// the updated list. `None` when an update changes more than inventories (a uuid,
+    /// a tree link, traits or aggregates: the indexes depend on those) or names a
+    /// provider outside the snapshot; the caller then builds anew.
+    pub fn with_inventories(
+        &self,
+        updates: impl IntoIterator<Item = (ProviderId, Provider)>,
+    ) -> Option<Snapshot> {
+        let mut next = self.clone();
+        for (id, mut p) in updates {
+            normalise(&mut p);
+            let old = self.providers.get(id.index())?;
+            let same_shape = p.uuid == old.uuid
+                && p.parent == old.parent
+                && p.root == old.root
+                && p.traits == old.traits
+                && p.aggregates == old.aggregates;
+            if !same_shape {
+                return None;
+            }
+            if p.inventories != old.inventories {
+                next.providers.make_mut(id.index()).inventories = p.inventories;
+            }
+        }
+        Some(next)
+    }
+
     /// Every provider, indexed by [`ProviderId`].
-    pub fn providers(&self) -> &[Provider] {
+    pub fn providers(&self) -> &Chunks<Provider> {
         &self.providers
     }
 
@@ -196,52 +236,58 @@ impl Snapshot {
 
     /// The id of the provider with this uuid (for `in_tree`).
     pub fn lookup(&self, uuid: &Uuid) -> Option<ProviderId> {
-        self.by_uuid.get(uuid).copied()
+        self.shape.by_uuid.get(uuid).copied()
     }
 
     /// The id of `MISC_SHARES_VIA_AGGREGATE`, if the caller knows it.
     pub fn sharing_trait(&self) -> Option<TraitId> {
-        self.sharing_trait
+        self.shape.sharing_trait
     }
 
     /// All roots, ascending.
     pub fn roots(&self) -> &[ProviderId] {
-        &self.roots
+        &self.shape.roots
     }
 
     /// Every member of the tree rooted at `root` (root included), ascending.
     pub fn tree(&self, root: ProviderId) -> &[ProviderId] {
-        let (start, len) = self.tree_span[root.index()];
-        &self.tree_order[start as usize..(start + len) as usize]
+        let (start, len) = self.shape.tree_span[root.index()];
+        &self.shape.tree_order[start as usize..(start + len) as usize]
     }
 
     /// Whether any provider has a parent (upstream `_has_provider_trees`).
     pub fn has_nested(&self) -> bool {
-        self.nested
+        self.shape.nested
     }
 
     pub fn has_children(&self, id: ProviderId) -> bool {
-        self.has_children[id.index()]
+        self.shape.has_children[id.index()]
     }
 
     /// Distance from the root (a root has depth 0).
     pub fn depth(&self, id: ProviderId) -> u32 {
-        self.depth[id.index()]
+        self.shape.depth[id.index()]
     }
 
     /// Whether the provider carries `MISC_SHARES_VIA_AGGREGATE`.
     pub fn is_sharing(&self, id: ProviderId) -> bool {
-        self.is_sharing[id.index()]
+        self.shape.is_sharing[id.index()]
     }
 
     /// The anchor roots of a sharing provider (empty for a non-sharing one).
     pub fn sharing_anchors(&self, id: ProviderId) -> &[ProviderId] {
-        self.sharing_anchors.get(&id).map_or(&[], Vec::as_slice)
+        self.shape
+            .sharing_anchors
+            .get(&id)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The sharing providers that list `root` among their anchors.
     pub fn sharing_for_anchor(&self, root: ProviderId) -> &[ProviderId] {
-        self.anchor_sharing.get(&root).map_or(&[], Vec::as_slice)
+        self.shape
+            .anchor_sharing
+            .get(&root)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The inventory of `rc` on `id`, if any.
@@ -264,6 +310,16 @@ impl Snapshot {
         }
         cur == ancestor
     }
+}
+
+/// Sorted, distinct traits, aggregates and inventories (by class; the first wins).
+fn normalise(p: &mut Provider) {
+    p.traits.sort_unstable();
+    p.traits.dedup();
+    p.aggregates.sort_unstable();
+    p.aggregates.dedup();
+    p.inventories.sort_by_key(|inv| inv.rc);
+    p.inventories.dedup_by_key(|inv| inv.rc);
 }
 
 fn validate_links(providers: &[Provider]) -> Result<(), SnapshotError> {
@@ -461,6 +517,47 @@ mod tests {
         let uuid = snap.provider(ProviderId(3)).uuid;
         assert_eq!(snap.lookup(&uuid), Some(ProviderId(3)));
         assert_eq!(snap.lookup(&Uuid::nil()), None);
+    }
+
+    #[test]
+    fn with_inventories_builds_what_new_builds_and_refuses_shape_changes() {
+        let inv = |rc: RcId, total: i64, used: i64| Inventory {
+            rc,
+            limits: Limits::whole(total),
+            used,
+        };
+        // 130 providers: the updates below fall in three different chunks.
+        let mut list = vec![node(None, 0)];
+        for i in 1..130 {
+            let mut p = node(Some(0), 0);
+            p.traits = vec![3, 1];
+            p.inventories = vec![inv(2, 4, 0), inv(1, 8, i)];
+            list.push(p);
+        }
+        let snap = Snapshot::new(list.clone(), Some(9)).unwrap();
+        let mut changed = list.clone();
+        let mut updates = Vec::new();
+        for (i, used) in [(1usize, 3i64), (64, 4), (129, 1)] {
+            let mut p = list[i].clone();
+            p.inventories = vec![inv(1, 8, used), inv(2, 4, 1), inv(2, 9, 9)];
+            changed[i] = p.clone();
+            updates.push((ProviderId(i as u32), p));
+        }
+        let patched = snap.with_inventories(updates).unwrap();
+        assert_eq!(patched, Snapshot::new(changed, Some(9)).unwrap());
+        assert_ne!(patched, snap);
+        // The old snapshot is untouched.
+        assert_eq!(snap, Snapshot::new(list.clone(), Some(9)).unwrap());
+
+        let mut p = list[5].clone();
+        p.traits.push(9);
+        assert!(snap.with_inventories([(ProviderId(5), p)]).is_none());
+        let mut p = list[5].clone();
+        p.parent = Some(ProviderId(4));
+        assert!(snap.with_inventories([(ProviderId(5), p)]).is_none());
+        assert!(snap
+            .with_inventories([(ProviderId(130), list[5].clone())])
+            .is_none());
     }
 
     #[test]
