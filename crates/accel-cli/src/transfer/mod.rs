@@ -124,22 +124,8 @@ async fn export_placement(a: ExportPlacementArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
     let done = import::export::export_placement(&data, &target).await;
     target.close().await;
-    match done.with_context(|| format!("writing {}", redacted(&a.to)))? {
-        Ok(counts) => {
-            println!(
-                "exported {} into {} in {:.1} s:",
-                redacted(&url),
-                redacted(&a.to),
-                started.elapsed().as_secs_f64()
-            );
-            print_counts(&counts);
-            Ok(())
-        }
-        Err(refused) => {
-            eprintln!("accel export placement: refused: {refused}");
-            std::process::exit(1);
-        }
-    }
+    let done = done.with_context(|| format!("writing {}", redacted(&a.to)))?;
+    exported("placement", &url, &a.to, started, done)
 }
 
 async fn verify_only(a: VerifyArgs) -> anyhow::Result<()> {
@@ -209,6 +195,32 @@ pub fn target_url(database: Option<String>, config: Option<PathBuf>) -> anyhow::
 /// A URL without its password, for messages.
 fn redacted(url: &str) -> String {
     crate::config::redact_url(url)
+}
+
+/// An export's end: what was written, or the refusal (exit status 1).
+fn exported<R: std::fmt::Display>(
+    what: &str,
+    url: &str,
+    to: &str,
+    started: std::time::Instant,
+    done: Result<Vec<(&'static str, usize)>, R>,
+) -> anyhow::Result<()> {
+    match done {
+        Ok(counts) => {
+            println!(
+                "exported {} into {} in {:.1} s:",
+                redacted(url),
+                redacted(to),
+                started.elapsed().as_secs_f64()
+            );
+            print_counts(&counts);
+            Ok(())
+        }
+        Err(refused) => {
+            eprintln!("accel export {what}: refused: {refused}");
+            std::process::exit(1);
+        }
+    }
 }
 
 fn print_counts(counts: &[(&str, usize)]) {
@@ -312,22 +324,8 @@ async fn export_cyborg(a: ExportPlacementArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
     let done = cyborg::export_cyborg(&data, &target).await;
     target.close().await;
-    match done.with_context(|| format!("writing {}", redacted(&a.to)))? {
-        Ok(counts) => {
-            println!(
-                "exported {} into {} in {:.1} s:",
-                redacted(&url),
-                redacted(&a.to),
-                started.elapsed().as_secs_f64()
-            );
-            print_counts(&counts);
-            Ok(())
-        }
-        Err(refused) => {
-            eprintln!("accel export cyborg: refused: {refused}");
-            std::process::exit(1);
-        }
-    }
+    let done = done.with_context(|| format!("writing {}", redacted(&a.to)))?;
+    exported("cyborg", &url, &a.to, started, done)
 }
 
 async fn verify_cyborg_only(a: VerifyArgs) -> anyhow::Result<()> {
