@@ -22,6 +22,7 @@ use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::cleaning::{self, Outcome};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub(crate) fn render(c: &cleaning::DeviceCleaning) -> DeviceCleaning {
     DeviceCleaning {
@@ -98,13 +99,50 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     Ok(json_reply(StatusCode::OK, &Cleanings { cleanings }))
 }
 
-/// Returns when `host` has a cleaning `agent` does not hold yet, or after `wait`.
+/// Long polls that may wait at once on this process. Each holds a connection (an API
+/// takes 4096), so past this many a look is answered at once and its agent looks again
+/// after its program interval, as agents did before the long poll.
+pub const MAX_WAITING: usize = 1024;
+
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+static SAID_FULL: AtomicBool = AtomicBool::new(false);
+
+/// One long poll waiting, counted while it lives (a client that hangs up drops it).
+struct Waiting;
+
+impl Waiting {
+    fn enter() -> Option<Waiting> {
+        if WAITING.fetch_add(1, Ordering::SeqCst) < MAX_WAITING {
+            return Some(Waiting);
+        }
+        WAITING.fetch_sub(1, Ordering::SeqCst);
+        if !SAID_FULL.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = MAX_WAITING,
+                "agents' long polls for cleanings at their cap on this server; further looks are answered at once (the agents then look every program_interval_ms)"
+            );
+        }
+        None
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Returns when `host` has a cleaning `agent` does not hold yet, after `wait`, when
+/// the server starts draining, or at once when [`MAX_WAITING`] polls already wait.
 async fn wait_for_cleanings(
     st: &AccelState,
     host: &str,
     agent: &str,
     wait: std::time::Duration,
 ) -> AccelResult<()> {
+    let Some(_waiting) = Waiting::enter() else {
+        return Ok(());
+    };
     let deadline = tokio::time::Instant::now() + wait;
     let mut signal = st.app.store.cleanings_signal();
     loop {
@@ -117,7 +155,7 @@ async fn wait_for_cleanings(
             .read(move |tx| Box::pin(async move { cleaning::waiting(tx, &h, &a).await }))
             .await?;
         let now = tokio::time::Instant::now();
-        if waiting || now >= deadline {
+        if waiting || now >= deadline || st.app.health.is_draining() {
             return Ok(());
         }
         let next = deadline.min(now + RECHECK);
@@ -243,4 +281,22 @@ pub(crate) async fn act(
             device_cleanings: rows.iter().map(render).collect(),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At most MAX_WAITING polls wait; one that ends (or whose client hangs up) frees
+    /// its place. (The lib's tests run no server, so nothing else holds a place.)
+    #[test]
+    fn long_polls_beyond_the_cap_are_answered_at_once() {
+        let mut held: Vec<Waiting> = (0..MAX_WAITING).map_while(|_| Waiting::enter()).collect();
+        assert_eq!(held.len(), MAX_WAITING);
+        assert!(Waiting::enter().is_none());
+        held.pop();
+        let again = Waiting::enter();
+        assert!(again.is_some());
+        assert!(Waiting::enter().is_none());
+    }
 }
