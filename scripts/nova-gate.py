@@ -90,16 +90,17 @@ def host_of(s):
     return s.get("OS-EXT-SRV-ATTR:host")
 
 
-def wait_server(sid, status, task_none=True, timeout=90):
+def wait_server(sid, status, task_none=True, timeout=90, host=None):
     def done():
         s = server(sid)
         check(s is not None, f"server {sid} vanished while waiting for {status}")
         if s["status"] == "ERROR" and status != "ERROR":
             raise GateError(f"server {sid} went ERROR: {s.get('fault')}")
-        if s["status"] == status and (not task_none or s.get("OS-EXT-STS:task_state") is None):
+        if (s["status"] == status and (not task_none or s.get("OS-EXT-STS:task_state") is None)
+                and host in (None, host_of(s))):
             return s
         return None
-    return wait(f"server {sid} {status}", done, timeout)
+    return wait(f"server {sid} {status}" + (f" on {host}" if host else ""), done, timeout)
 
 
 def wait_gone(sid, timeout=60):
@@ -281,10 +282,10 @@ def boot(name, flavor_name, **extra):
     return ok(compute.post("/servers", json=body, raise_exc=False), f"boot {name}").json()["server"]["id"]
 
 
-def action(sid, body, expect=202, microversion=None):
+def action(sid, body, microversion=None):
     kw = {"microversion": microversion} if microversion else {}
     r = compute.post(f"/servers/{sid}/action", json=body, raise_exc=False, **kw)
-    check(r.status_code == expect, f"action {list(body)[0]}: {r.status_code} (expected {expect}) {r.text[:300]}")
+    check(r.status_code in (200, 202), f"action {list(body)[0]}: {r.status_code} {r.text[:300]}")
     return r
 
 
@@ -336,7 +337,259 @@ def boot_several():
     STATE["two"], STATE["groups"] = a, b
 
 
-ALL = [boot_one, boot_several]
+def snapshot():
+    """What accel holds: ARQs (uuid, state, host, device, handle) and allocations per server."""
+    arq_view = sorted((a["uuid"], a["state"], a.get("hostname"), a.get("device_rp_uuid"),
+                       handle_key(a), a.get("instance_uuid")) for a in arqs())
+    alloc_view = {sid: allocations(sid) for sid in EXPECT}
+    return arq_view, alloc_view
+
+
+def driver_got(sid, method, host):
+    """The driver's last `method` call for `sid` on `host` carried the Bound ARQs' handles."""
+    calls = [r for r in records(sid) if r["method"] == method and r["host"] == host]
+    check(calls, f"server {sid}: no {method} on {host} in the driver's record")
+    got = sorted(handle_key(a) for a in calls[-1]["accel_info"])
+    want = sorted(handle_key(a) for a in arqs(sid) if a["state"] == "Bound")
+    check(got == want, f"server {sid}: {method} got handles {got}, Bound ARQs have {want}")
+
+
+def arq_uuids(sid):
+    return sorted(a["uuid"] for a in arqs(sid))
+
+
+def simple_action(body, status, method=None, same_arqs=True):
+    """An action that keeps the server where it is: ARQs and allocations before and
+    after, the same ARQs unless told otherwise, and what the driver got."""
+    sid = STATE["one"]
+    s = server(sid)
+    host = host_of(s)
+    verify(sid, True, host)
+    before = arq_uuids(sid)
+    action(sid, body)
+    wait_server(sid, status)
+    verify(sid, True, host)
+    if same_arqs:
+        check(arq_uuids(sid) == before, f"ARQs changed: {before} -> {arq_uuids(sid)}")
+    if method:
+        driver_got(sid, method, host)
+
+
+@step("reboot (soft)")
+def reboot_soft():
+    simple_action({"reboot": {"type": "SOFT"}}, "ACTIVE", "reboot-soft")
+
+
+@step("reboot (hard)")
+def reboot_hard():
+    simple_action({"reboot": {"type": "HARD"}}, "ACTIVE", "reboot-hard")
+
+
+@step("stop")
+def stop():
+    simple_action({"os-stop": None}, "SHUTOFF")
+
+
+@step("start")
+def start():
+    simple_action({"os-start": None}, "ACTIVE", "power_on")
+
+
+@step("pause")
+def pause():
+    simple_action({"pause": None}, "PAUSED")
+
+
+@step("unpause")
+def unpause():
+    simple_action({"unpause": None}, "ACTIVE")
+
+
+@step("lock")
+def lock():
+    simple_action({"lock": None}, "ACTIVE")
+    check(server(STATE["one"])["locked"] is True, "not locked")
+
+
+@step("unlock")
+def unlock():
+    simple_action({"unlock": None}, "ACTIVE")
+    check(server(STATE["one"])["locked"] is False, "still locked")
+
+
+@step("rebuild")
+def rebuild():
+    n = len([r for r in records(STATE["one"]) if r["method"] == "spawn"])
+    simple_action({"rebuild": {"imageRef": IMAGE}}, "ACTIVE", "spawn")
+    check(len([r for r in records(STATE["one"]) if r["method"] == "spawn"]) == n + 1,
+          "rebuild did not spawn again")
+
+
+@step("refused with accelerators: resize, cold migrate, suspend, live migrate (400, accel untouched)")
+def refused():
+    sid = STATE["one"]
+    host = host_of(server(sid))
+    verify(sid, True, host)
+    before = snapshot()
+    other = FLAVORS["gate-gpu2"]
+    plain = ok(compute.post("/flavors", json={"flavor": {"name": "gate-plain", "ram": 64, "vcpus": 1,
+                                                          "disk": 0}}, raise_exc=False),
+               "create flavor gate-plain").json()["flavor"]["id"]
+    for body in ({"resize": {"flavorRef": other}}, {"resize": {"flavorRef": plain}},
+                 {"migrate": None}, {"migrate": {"host": "compute-a" if host == "compute-b" else "compute-b"}},
+                 {"suspend": None},
+                 {"os-migrateLive": {"host": None, "block_migration": "auto"}}):
+        r = compute.post(f"/servers/{sid}/action", json=body, raise_exc=False)
+        check(r.status_code == 400, f"{body}: {r.status_code} {r.text[:200]} (expected 400)")
+    s = wait_server(sid, "ACTIVE")
+    check(host_of(s) == host, f"server moved to {host_of(s)}")
+    check(snapshot() == before, "accel changed after refused actions")
+    verify(sid, True, host)
+
+
+@step("shelve (SHELVED: kept on its host)")
+def shelve():
+    simple_action({"shelve": None}, "SHELVED")
+
+
+@step("shelve offload (ARQs and allocations released)")
+def shelve_offload():
+    sid = STATE["one"]
+    STATE["one_host"] = host_of(server(sid))
+    action(sid, {"shelveOffload": None})
+    wait_server(sid, "SHELVED_OFFLOADED")
+    verify(sid, False)
+
+
+def unshelve_to(target):
+    sid = STATE["one"]
+    verify(sid, False)
+    old = set(a["uuid"] for a in arqs())
+    action(sid, {"unshelve": {"availability_zone": None, "host": target}} if target else {"unshelve": None},
+           microversion="2.91")
+    s = wait_server(sid, "ACTIVE")
+    check(target is None or host_of(s) == target, f"unshelved on {host_of(s)}, asked {target}")
+    verify(sid, True, host_of(s))
+    check(not (set(arq_uuids(sid)) & old), "unshelve reused old ARQs")
+    return host_of(s)
+
+
+@step("unshelve onto the other host")
+def unshelve_other():
+    first = STATE["one_host"]
+    unshelve_to("compute-a" if first == "compute-b" else "compute-b")
+
+
+@step("shelve, offload and unshelve back onto the first host")
+def unshelve_back():
+    sid = STATE["one"]
+    action(sid, {"shelve": None})
+    wait_server(sid, "SHELVED")
+    action(sid, {"shelveOffload": None})
+    wait_server(sid, "SHELVED_OFFLOADED")
+    unshelve_to(STATE["one_host"])
+
+
+def compute_service(host):
+    svcs = get(compute, "/os-services", params={"binary": "nova-compute", "host": host})["services"]
+    check(len(svcs) == 1, f"nova-compute services on {host}: {svcs}")
+    return svcs[0]
+
+
+def stop_compute(host):
+    with open(os.path.join(DIR, f"nova-{host.replace('compute', 'compute')}.pid")) as f:
+        pid = int(f.read())
+    try:
+        os.killpg(pid, 15)
+    except ProcessLookupError:
+        pass
+    wait(f"nova-compute on {host} to stop", lambda: not os.path.exists(f"/proc/{pid}"), 30, 0.2)
+
+
+def start_compute(host):
+    log = open(os.path.join(DIR, f"nova-{host}.log"), "a")
+    p = subprocess.Popen([sys.executable, os.path.join(DIR, "nova", "nova_compute.py"),
+                          "--config-file", os.path.join(DIR, "nova", f"{host}.conf")],
+                         stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(os.path.join(DIR, "pids"), "a") as f:
+        f.write(f"{p.pid}\n")
+    with open(os.path.join(DIR, f"nova-{host}.pid"), "w") as f:
+        f.write(f"{p.pid}\n")
+
+
+@step("evacuate (source compute down and forced down; server ends SHUTOFF on the other host)")
+def evacuate():
+    sid = STATE["one"]
+    src = host_of(server(sid))
+    dst = "compute-a" if src == "compute-b" else "compute-b"
+    verify(sid, True, src)
+    before = {a["device_rp_uuid"]: 1 for a in arqs(sid)}
+    old = set(arq_uuids(sid))
+    stop_compute(src)
+    svc = compute_service(src)
+    ok(compute.put(f"/os-services/{svc['id']}", json={"forced_down": True}, raise_exc=False), "force down")
+    wait(f"{src} down", lambda: compute_service(src)["state"] == "down", 30)
+    action(sid, {"evacuate": {}})
+    s = wait_server(sid, "SHUTOFF", host=dst)
+    check(host_of(s) == dst, f"evacuated to {host_of(s)}, expected {dst}")
+    # Nova keeps the source host's allocations until that compute restarts.
+    for rp, n in before.items():
+        KEPT[rp] = KEPT.get(rp, 0) + n
+    STATE["evacuated"] = (sid, src, before)
+    check(not (set(arq_uuids(sid)) & old), "evacuate kept the source host's ARQs")
+    verify()
+    mine = arqs(sid)
+    check(len(mine) == EXPECT[sid] and all(a["state"] == "Bound" and a["hostname"] == dst for a in mine),
+          f"ARQs after evacuate: {[(a['state'], a['hostname']) for a in mine]}")
+    alloc = allocations(sid)
+    names = {p["uuid"]: p["name"] for p in providers()}
+    nodes = sorted(names[rp] for rp, v in alloc.items() if "VCPU" in v["resources"])
+    check(nodes == ["compute-a", "compute-b"], f"VCPU allocated on {nodes} (source kept + destination)")
+    for rp in before:
+        check(rp in alloc, f"the source device {names.get(rp)} allocation was not kept")
+    driver_got(sid, "spawn", dst)
+
+
+@step("source compute restarts: Nova drops the source host's allocations")
+def evacuate_source_back():
+    sid, src, before = STATE["evacuated"]
+    start_compute(src)
+    dst = host_of(server(sid))
+
+    def released():
+        alloc = allocations(sid)
+        return all(rp not in alloc for rp in before)
+    wait("source allocations released", released, 90, 0.5)
+    for rp in before:
+        KEPT[rp] -= before[rp]
+    svc = compute_service(src)
+    ok(compute.put(f"/os-services/{svc['id']}", json={"forced_down": False}, raise_exc=False), "unset forced down")
+    wait(f"{src} up", lambda: compute_service(src)["state"] == "up", 60, 0.5)
+    verify(sid, True, dst, spawned=True)
+
+
+@step("start the evacuated server")
+def start_evacuated():
+    simple_action({"os-start": None}, "ACTIVE", "power_on")
+
+
+@step("delete every server: no ARQ, no allocation left")
+def delete_all():
+    for sid in list(EXPECT):
+        if server(sid) is not None:
+            ok(compute.delete(f"/servers/{sid}", raise_exc=False), f"delete {sid}")
+    for sid in list(EXPECT):
+        wait_gone(sid)
+        verify(sid, False)
+    verify()
+    devs = device_providers()
+    check(all(d[3] == 0 for d in devs.values()), f"device usage left: {devs}")
+    check(not [a for a in arqs() if a["uuid"] not in OWN_ARQS], f"ARQs left: {arqs()}")
+
+
+ALL = [boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
+       unlock, rebuild, refused, shelve, shelve_offload, unshelve_other, unshelve_back,
+       evacuate, evacuate_source_back, start_evacuated, delete_all]
 
 
 def main():

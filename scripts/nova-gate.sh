@@ -261,7 +261,8 @@ EOF
 nova_conf controller > "$DIR/nova/nova.conf"
 nova_conf compute-a > "$DIR/nova/compute-a.conf"
 nova_conf compute-b > "$DIR/nova/compute-b.conf"
-mkdir -p "$DIR/locks/controller" "$DIR/locks/compute-a" "$DIR/locks/compute-b"
+mkdir -p "$DIR/locks/controller" "$DIR/locks/compute-a" "$DIR/locks/compute-b" \
+  "$DIR/nova/controller" "$DIR/nova/compute-a" "$DIR/nova/compute-b"
 NOVA_MANAGE=("$VENV/bin/nova-manage" --config-file "$DIR/nova/nova.conf")
 {
   "${NOVA_MANAGE[@]}" api_db sync

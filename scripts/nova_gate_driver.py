@@ -3,7 +3,7 @@
 Every call that hands the driver accelerators (spawn, hard reboot, power on) appends one
 JSON line to $NOVA_GATE_RECORD: the compute host, the method, the instance uuid and the
 ARQs (`accel_info`) Nova passed, so the gate can compare the attach handles the driver
-received with the Bound ARQs in accel. A server whose name contains
+received with the Bound ARQs in accel. Node uuids are stable across restarts. A server whose name contains
 `fail-spawn-<host>` fails its spawn on that host, so the gate can watch Nova reschedule.
 """
 
@@ -12,6 +12,7 @@ import os
 import threading
 
 from nova import exception
+import nova.virt.node
 from nova.virt import fake
 
 from oslo_config import cfg
@@ -45,6 +46,18 @@ def _record(method, instance, accel_info):
 
 
 class RecordingFakeDriver(fake.FakeDriver):
+    # The fake driver's node uuids are new in every process; a compute that restarts
+    # (the gate's evacuation) must find its node again: the persisted local node
+    # identity ($state_path/compute_id), as libvirt's driver does.
+    def get_available_resource(self, nodename):
+        resources = super().get_available_resource(nodename)
+        if resources:
+            resources["uuid"] = nova.virt.node.get_local_node_uuid()
+        return resources
+
+    def get_nodenames_by_uuid(self, refresh=False):
+        return {nova.virt.node.get_local_node_uuid(): self.get_available_nodes()[0]}
+
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
