@@ -173,7 +173,7 @@ def verify(sid=None, holds=None, host=None, spawned=True):
     # Nova keeps on purpose.
     bound_per_rp = {}
     for a in all_arqs:
-        if a["state"] == "Bound":
+        if a["state"] == "Bound" and a["uuid"] not in OWN_ARQS:
             bound_per_rp[a["device_rp_uuid"]] = bound_per_rp.get(a["device_rp_uuid"], 0) + 1
     for rp, (name, rc, total, used) in devs.items():
         want = bound_per_rp.get(rp, 0) + KEPT.get(rp, 0)
@@ -587,9 +587,148 @@ def delete_all():
     check(not [a for a in arqs() if a["uuid"] not in OWN_ARQS], f"ARQs left: {arqs()}")
 
 
+def device_rp(host, rc):
+    rps = [rp for rp, d in device_providers().items() if d[0].startswith(host + "_") and d[1] == rc]
+    check(len(rps) == 1, f"{rc} providers on {host}: {rps}")
+    return rps[0]
+
+
+def service_headers():
+    return {"X-Service-Token": NOVA_SVC.get_token()}
+
+
+@step("a bind that cannot succeed (the device's only handle taken): the PATCH fails, Nova puts the server in ERROR and deletes its ARQs")
+def bind_refused():
+    verify()
+    rp = device_rp("compute-a", "CUSTOM_ACCELERATOR_AICHIP")
+    # Take the device's one attach handle behind Placement's back: an ARQ bound to it
+    # for an instance Nova does not know, as a stale binding would.
+    mine = ok(accel.post("/accelerator_requests", json={"device_profile_name": "gate-aichip"},
+                         raise_exc=False), "create ARQ").json()["arqs"][0]["uuid"]
+    OWN_ARQS.add(mine)
+    ok(accel.patch("/accelerator_requests", json={mine: [
+        {"path": "/hostname", "op": "add", "value": "compute-a"},
+        {"path": "/device_rp_uuid", "op": "add", "value": rp},
+        {"path": "/instance_uuid", "op": "add", "value": str(uuid.uuid4())}]},
+        headers=service_headers(), raise_exc=False), "bind the gate's ARQ")
+    wait("the gate's ARQ Bound", lambda: [a for a in arqs() if a["uuid"] == mine and a["state"] == "Bound"], 30)
+    before = [a for a in arqs() if a["uuid"] != mine]
+    sid = boot("gate-no-handle", "gate-aichip", host="compute-a")
+    EXPECT[sid] = 1
+    s = wait_server(sid, "ERROR", task_none=False)
+    fault = (s.get("fault") or {}).get("message", "")
+    check("ARQ" in fault or "ind" in fault, f"fault: {fault!r}")
+    check([a for a in arqs() if a["uuid"] != mine] == before, "other ARQs changed")
+    check(not records(sid), "the driver was asked to spawn it")
+    delete_errored(sid)
+    ok(accel.delete("/accelerator_requests", params={"arqs": mine}, headers=service_headers(),
+                    raise_exc=False), "delete the gate's ARQ")
+    OWN_ARQS.discard(mine)
+    verify()
+
+
+@step("a spawn failure on one host: Nova reschedules onto the other with new ARQs")
+def reschedule():
+    verify()
+    sid = boot("gate-fail-first-spawn", "gate-gpu1")
+    EXPECT[sid] = 1
+    s = wait_server(sid, "ACTIVE")
+    spawns = [r for r in records(sid) if r["method"] == "spawn"]
+    check(len(spawns) == 2, f"spawns: {[(r['host']) for r in spawns]}")
+    check(spawns[0]["host"] != spawns[1]["host"] == host_of(s), f"spawned on {[r['host'] for r in spawns]}, "
+          f"server on {host_of(s)}")
+    first = {a["uuid"] for a in spawns[0]["accel_info"]}
+    check(first and not (first & set(arq_uuids(sid))), "the rescheduled server kept the first host's ARQs")
+    verify(sid, True, host_of(s))
+    STATE["rescheduled"] = sid
+
+
+def delete_errored(sid):
+    """A server in ERROR: its ARQs are gone; the allocations Nova keeps for it until it is
+    deleted are counted as kept; then it is deleted and nothing of it is left."""
+    check(not arqs(sid), f"server {sid} in ERROR still has ARQs: {arqs(sid)}")
+    kept = {}
+    for rp, v in allocations(sid).items():
+        for rc, n in v["resources"].items():
+            if ACCEL_CLASS.match(rc):
+                kept[rp] = kept.get(rp, 0) + n
+                KEPT[rp] = KEPT.get(rp, 0) + n
+    print(f"  note: Nova keeps {sum(kept.values())} accelerator allocation(s) of the ERROR server until it is deleted",
+          flush=True)
+    verify()
+    ok(compute.delete(f"/servers/{sid}", raise_exc=False), "delete")
+    wait_gone(sid)
+    for rp, n in kept.items():
+        KEPT[rp] -= n
+    verify(sid, False)
+    del EXPECT[sid]
+
+
+def agents(sig):
+    for h in ("a", "b"):
+        with open(os.path.join(DIR, f"agent-{h}.pid")) as f:
+            os.kill(int(f.read()), sig)
+
+
+def bitstream_image(name, content, function_id):
+    img = ok(image.post("/v2/images", json={
+        "name": name, "disk_format": "raw", "container_format": "bare",
+        # As Cyborg's FPGA guide documents bitstream images.
+        "bitstream_type": "gbs", "vendor": "fake", "accel:function_id": function_id},
+        raise_exc=False), f"create image {name}").json()
+    ok(image.put(f"/v2/images/{img['id']}/file", data=content,
+                 headers={"Content-Type": "application/octet-stream"}, raise_exc=False), f"upload {name}")
+    return img["id"]
+
+
+@step("FPGA programming that fails: BindFailed, the failed event reaches Nova, which puts the server in ERROR and deletes its ARQs")
+def fpga_fails():
+    verify()
+    bad = bitstream_image("gate-bitstream-bad", b"not a bitstream\n", str(uuid.uuid4()))
+    ok(accel.post("/device_profiles", json=[{"name": "gate-fpga-bad", "groups": [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:bitstream_id": bad}]}], raise_exc=False),
+       "create profile gate-fpga-bad")
+    flavor("gate-fpga-bad", "gate-fpga-bad")
+    # The agents wait until nova-compute waits for the event: a failure that resolves
+    # before it waits is counted as resolved by Nova 34 (docs/cyborg-compat.md).
+    agents(19)  # SIGSTOP
+    try:
+        sid = boot("gate-fpga-bad", "gate-fpga-bad")
+        EXPECT[sid] = 1
+        wait("the FPGA bind accepted", lambda: [a for a in arqs(sid) if a["state"] == "BindStarted"], 30)
+        time.sleep(2)
+    finally:
+        agents(18)  # SIGCONT
+    s = wait_server(sid, "ERROR", task_none=False, timeout=60)
+    fault = (s.get("fault") or {}).get("message", "")
+    check("accelerator" in fault, f"fault: {fault!r}")
+    check(not records(sid), "the driver was asked to spawn it")
+    delete_errored(sid)
+
+
+@step("FPGA flavor with a bitstream in Glance: the agent programs the region before Bound")
+def fpga_programs():
+    verify()
+    function = str(uuid.uuid4())
+    good = bitstream_image("gate-bitstream", (function + "\nfake bitstream\n").encode(), function)
+    ok(accel.post("/device_profiles", json=[{"name": "gate-fpga", "groups": [
+        {"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:bitstream_id": good}]}], raise_exc=False),
+       "create profile gate-fpga")
+    flavor("gate-fpga", "gate-fpga")
+    sid = boot("gate-fpga", "gate-fpga")
+    EXPECT[sid] = 1
+    s = wait_server(sid, "ACTIVE")
+    verify(sid, True, host_of(s))
+    rp = arqs(sid)[0]["device_rp_uuid"]
+    traits = get(placement, f"/resource_providers/{rp}/traits")["traits"]
+    want = "CUSTOM_FPGA_FUNCTION_FAKE_" + function.replace("-", "").upper()
+    check(want in traits, f"region traits {traits} lack {want}")
+
+
 ALL = [boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
        unlock, rebuild, refused, shelve, shelve_offload, unshelve_other, unshelve_back,
-       evacuate, evacuate_source_back, start_evacuated, delete_all]
+       evacuate, evacuate_source_back, start_evacuated, bind_refused, reschedule, fpga_fails,
+       fpga_programs, delete_all]
 
 
 def main():

@@ -4,7 +4,9 @@ Every call that hands the driver accelerators (spawn, hard reboot, power on) app
 JSON line to $NOVA_GATE_RECORD: the compute host, the method, the instance uuid and the
 ARQs (`accel_info`) Nova passed, so the gate can compare the attach handles the driver
 received with the Bound ARQs in accel. Node uuids are stable across restarts. A server whose name contains
-`fail-spawn-<host>` fails its spawn on that host, so the gate can watch Nova reschedule.
+`fail-spawn-<host>` fails its spawn on that host, and one whose name contains
+`fail-first-spawn` fails its first spawn wherever it is (the record says which was first,
+across both computes), so the gate can watch Nova reschedule.
 """
 
 import json
@@ -45,6 +47,14 @@ def _record(method, instance, accel_info):
         f.write(line + "\n")
 
 
+def _spawned_before(instance_uuid):
+    path = os.environ.get("NOVA_GATE_RECORD")
+    if not path or not os.path.exists(path):
+        return False
+    with _LOCK, open(path) as f:
+        return any(json.loads(line)["instance"] == instance_uuid for line in f)
+
+
 class RecordingFakeDriver(fake.FakeDriver):
     # The fake driver's node uuids are new in every process; a compute that restarts
     # (the gate's evacuation) must find its node again: the persisted local node
@@ -61,8 +71,10 @@ class RecordingFakeDriver(fake.FakeDriver):
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
+        name = instance.display_name or ""
+        first = "fail-first-spawn" in name and not _spawned_before(instance.uuid)
         _record("spawn", instance, accel_info)
-        if ("fail-spawn-%s" % CONF.host) in (instance.display_name or ""):
+        if first or ("fail-spawn-%s" % CONF.host) in name:
             raise exception.NovaException(
                 "nova-gate: spawn refused on %s by the server's name" % CONF.host)
         super().spawn(context, instance, image_meta, injected_files,
