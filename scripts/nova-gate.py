@@ -664,6 +664,30 @@ def delete_errored(sid):
     del EXPECT[sid]
 
 
+@step("a second bind PATCH for a server whose ARQs are Bound is refused (400), its ARQs untouched")
+def second_bind():
+    sid = STATE["rescheduled"]
+    host = host_of(server(sid))
+    verify(sid, True, host)
+    before = snapshot()
+    extra = ok(accel.post("/accelerator_requests", json={"device_profile_name": "gate-gpu1"},
+                          raise_exc=False), "create ARQ").json()["arqs"][0]["uuid"]
+    OWN_ARQS.add(extra)
+    rp = arqs(sid)[0]["device_rp_uuid"]
+    r = accel.patch("/accelerator_requests", json={extra: [
+        {"path": "/hostname", "op": "add", "value": host},
+        {"path": "/device_rp_uuid", "op": "add", "value": rp},
+        {"path": "/instance_uuid", "op": "add", "value": sid}]},
+        headers=service_headers(), raise_exc=False)
+    check(r.status_code == 400 and "already has accelerator requests" in r.text,
+          f"second bind: {r.status_code} {r.text[:300]}")
+    ok(accel.delete("/accelerator_requests", params={"arqs": extra}, headers=service_headers(),
+                    raise_exc=False), "delete the gate's ARQ")
+    OWN_ARQS.discard(extra)
+    check(snapshot() == before, "accel changed after the refused second bind")
+    verify(sid, True, host)
+
+
 def agents(sig):
     for h in ("a", "b"):
         with open(os.path.join(DIR, f"agent-{h}.pid")) as f:
@@ -728,7 +752,7 @@ def fpga_programs():
 ALL = [boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
        unlock, rebuild, refused, shelve, shelve_offload, unshelve_other, unshelve_back,
        evacuate, evacuate_source_back, start_evacuated, bind_refused, reschedule, fpga_fails,
-       fpga_programs, delete_all]
+       fpga_programs, second_bind, delete_all]
 
 
 def main():

@@ -76,6 +76,7 @@ trap cleanup EXIT
 bg() {
   local name="$1"; shift
   setsid "$@" >"$DIR/$name.log" 2>&1 </dev/null &
+  disown  # stopped by cleanup, without bash's job notices
   echo $! >> "$DIR/pids"
   echo $! > "$DIR/$name.pid"
 }
