@@ -688,6 +688,18 @@ def second_bind():
     verify(sid, True, host)
 
 
+def building(sid):
+    """nova-compute has started the build (its instance action event), which waits for
+    the ARQs' events before anything else."""
+    actions = get(compute, f"/servers/{sid}/os-instance-actions")["instanceActions"]
+    for a in actions:
+        if a["action"] == "create":
+            events = get(compute, f"/servers/{sid}/os-instance-actions/{a['request_id']}")[
+                "instanceAction"].get("events", [])
+            return any(e["event"] == "compute__do_build_and_run_instance" for e in events)
+    return False
+
+
 def agents(sig):
     for h in ("a", "b"):
         with open(os.path.join(DIR, f"agent-{h}.pid")) as f:
@@ -720,7 +732,8 @@ def fpga_fails():
         sid = boot("gate-fpga-bad", "gate-fpga-bad")
         EXPECT[sid] = 1
         wait("the FPGA bind accepted", lambda: [a for a in arqs(sid) if a["state"] == "BindStarted"], 30)
-        time.sleep(2)
+        wait("nova-compute building the server", lambda: building(sid), 30)
+        time.sleep(1)  # from the build's start to its wait for the event: milliseconds
     finally:
         agents(18)  # SIGCONT
     s = wait_server(sid, "ERROR", task_none=False, timeout=60)
