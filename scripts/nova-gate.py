@@ -45,6 +45,7 @@ def sess(user, project):
 
 
 ADMIN = sess("admin", "admin")
+DEMO = sess("demo", "demo")          # a project member: boots the servers
 NOVA_SVC = sess("nova", "service")   # for a service token, as Nova's [service_user]
 compute = adapter.Adapter(ADMIN, service_type="compute", interface="public",
                           region_name="RegionOne", default_microversion="2.95")
@@ -54,6 +55,8 @@ accel = adapter.Adapter(ADMIN, service_type="accelerator", interface="public",
                         region_name="RegionOne")
 image = adapter.Adapter(ADMIN, service_type="image", interface="public",
                         region_name="RegionOne")
+member = adapter.Adapter(DEMO, service_type="compute", interface="public",
+                         region_name="RegionOne", default_microversion="2.95")
 
 
 def ok(resp, what):
@@ -247,7 +250,8 @@ def setup():
           f"device classes reported: {classes}")
     # An image in Glance.
     img = ok(image.post("/v2/images", json={"name": "gate-image", "disk_format": "raw",
-                                             "container_format": "bare"}, raise_exc=False),
+                                             "container_format": "bare", "visibility": "public"},
+                        raise_exc=False),
              "create image").json()
     ok(image.put(f"/v2/images/{img['id']}/file", data=b"\0" * 1024,
                  headers={"Content-Type": "application/octet-stream"}, raise_exc=False), "upload image")
@@ -266,7 +270,7 @@ def setup():
 
 
 def flavor(name, profile, groups=1):
-    f = ok(compute.post("/flavors", json={"flavor": {"name": name, "ram": 64, "vcpus": 1, "disk": 0}},
+    f = ok(compute.post("/flavors", json={"flavor": {"name": name, "ram": 64, "vcpus": 1, "disk": 1}},
                         raise_exc=False), f"create flavor {name}").json()["flavor"]
     specs = {"accel:device_profile": profile}
     if groups > 1:
@@ -277,9 +281,11 @@ def flavor(name, profile, groups=1):
 
 
 def boot(name, flavor_name, **extra):
+    """Boots as the project member demo (as the admin when a host is asked for)."""
     body = {"server": {"name": name, "imageRef": IMAGE, "flavorRef": FLAVORS[flavor_name],
                        "networks": "none", **extra}}
-    return ok(compute.post("/servers", json=body, raise_exc=False), f"boot {name}").json()["server"]["id"]
+    api = compute if "host" in extra else member
+    return ok(api.post("/servers", json=body, raise_exc=False), f"boot {name}").json()["server"]["id"]
 
 
 def action(sid, body, microversion=None):
@@ -708,7 +714,7 @@ def agents(sig):
 
 def bitstream_image(name, content, function_id):
     img = ok(image.post("/v2/images", json={
-        "name": name, "disk_format": "raw", "container_format": "bare",
+        "name": name, "disk_format": "raw", "container_format": "bare", "visibility": "public",
         # As Cyborg's FPGA guide documents bitstream images.
         "bitstream_type": "gbs", "vendor": "fake", "accel:function_id": function_id},
         raise_exc=False), f"create image {name}").json()

@@ -104,14 +104,16 @@ fi
 
 # --- Keystone -----------------------------------------------------------------------
 # scripts/keystone.sh: admin, the service project, the users accel, nova, glance (password
-# NAME-secret, roles admin and service) and the catalog.
+# NAME-secret, roles admin and service), the catalog, and demo, a member of project demo
+# who boots the servers.
 step "Keystone"
 "$HERE/keystone.sh" start "$DIR/keystone" "$KPORT" \
   --placement-url "http://127.0.0.1:$PPORT" \
   --accelerator-url "http://127.0.0.1:$APORT/accelerator/v2" \
   --endpoint nova compute "http://127.0.0.1:$NPORT/v2.1" \
   --endpoint glance image "http://127.0.0.1:$GPORT" \
-  --endpoint neutron network "http://127.0.0.1:$QPORT" >"$DIR/keystone.out" 2>&1 \
+  --endpoint neutron network "http://127.0.0.1:$QPORT" \
+  --user demo demo-secret demo member >"$DIR/keystone.out" 2>&1 \
   || { cat "$DIR/keystone.out" >&2; exit 1; }
 cat "$DIR/keystone/keystone.pid" >> "$DIR/pids"
 KS_URL="http://127.0.0.1:$KPORT/v3"
@@ -125,6 +127,7 @@ accelerator_listen = "127.0.0.1:$APORT"
 metrics_listen = "127.0.0.1:$MPORT"
 console = false
 auth_strategy = "keystone"
+enforce_new_defaults = true
 bind_timeout_seconds = 30
 
 [keystone_authtoken]

@@ -89,7 +89,7 @@ scripts/dra-check.sh
 # fake-driver nova-computes (Nova 34.0.0, databases on MariaDB, RabbitMQ) with accel as
 # Placement and accelerator API in keystone mode and an agent per compute: boots, every
 # server action Nova allows with accelerators, the refused ones, the failure paths and FPGA
-# programming, ARQs and allocations checked after each step. About 2.5 minutes here; the
+# programming, ARQs and allocations checked after each step. 1.5 to 2.5 minutes here; the
 # venv is made from scripts/nova-gate.txt on first use.
 echo "== Nova gate: real Nova 34, Glance 33 and Keystone 30 around accel"
 if ! ACCEL_BIN=target/debug/accel scripts/nova-gate.sh >/tmp/accel-nova-gate.txt 2>&1; then
