@@ -107,7 +107,10 @@ def wait_server(sid, status, task_none=True, timeout=90, host=None):
 
 
 def wait_gone(sid, timeout=60):
+    """Deleted: Nova answers 404, and (nova-compute removes them just after it destroys
+    the instance) its allocations are gone."""
     wait(f"server {sid} deleted", lambda: server(sid) is None, timeout)
+    wait(f"server {sid}'s allocations removed", lambda: not allocations(sid), timeout)
 
 
 def arqs(instance=None):
