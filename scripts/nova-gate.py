@@ -467,6 +467,7 @@ def shelve_offload():
     STATE["one_host"] = host_of(server(sid))
     action(sid, {"shelveOffload": None})
     wait_server(sid, "SHELVED_OFFLOADED")
+    wait("offloaded server's allocations removed", lambda: not allocations(sid), 30)
     verify(sid, False)
 
 
@@ -749,6 +750,8 @@ def fpga_fails():
     fault = (s.get("fault") or {}).get("message", "")
     check("accelerator" in fault, f"fault: {fault!r}")
     check(not records(sid), "the driver was asked to spawn it")
+    # nova-compute aborted the build: it removes the allocations itself.
+    wait("the aborted build's allocations removed", lambda: not allocations(sid), 30)
     delete_errored(sid)
 
 
