@@ -29,7 +29,8 @@
 #   --accelerator-url URL      = --endpoint cyborg accelerator URL
 #   --user NAME PASSWORD PROJECT ROLES
 #                              an extra user (repeat); ROLES comma-separated; the project is
-#                              created when missing; PROJECT "system" grants system scope
+#                              created when missing; PROJECT "system" grants the roles on
+#                              the system, "domain" on the Default domain
 #   --expiration SECONDS       [token] expiration (default 3600)
 #   --set SECTION.KEY=VALUE    any other keystone.conf option (repeat)
 #   --same-as DIR0             no database or bootstrap of its own: serve DIR0's database
@@ -222,6 +223,8 @@ EOF
       echo "      user_domain_name: Default"
       if [[ "${projects[$u]}" == system ]]; then
         echo "      system_scope: all"
+      elif [[ "${projects[$u]}" == domain ]]; then
+        echo "      domain_name: Default"
       else
         echo "      project_name: \"${projects[$u]}\""
         echo "      project_domain_name: Default"
