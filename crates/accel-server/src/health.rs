@@ -5,7 +5,8 @@
 //! A server can serve when its database answers, its background workers run (a
 //! worker waiting out its restart backoff does not, see [`crate::supervisor`]) and it
 //! is not draining after a shutdown request. Readiness adds that the schema is the
-//! one this binary migrates to. Every check runs when asked, under a short timeout,
+//! one this binary migrates to and, in keystone mode, that Keystone accepts the
+//! service's own credentials (without them no token can be validated). Every check runs when asked, under a short timeout,
 //! so a probe sees the database go and come back without the server restarting; a
 //! failing check is logged with its cause, while the answer names only what failed
 //! (no driver message leaves the server).
@@ -103,6 +104,26 @@ pub async fn check(app: &AppState, ready: bool) -> Vec<Check> {
             name: "migrations",
             failure: schema,
         });
+    }
+    if ready {
+        if let Some(k) = &app.config.keystone {
+            let refused = tokio::time::timeout(DB_TIMEOUT, k.own_credentials_refused())
+                .await
+                .ok()
+                .flatten();
+            app.metrics.set_keystone_refused(refused.is_some());
+            // Keystone's answer is in the server's log (said once, at error).
+            out.push(Check {
+                name: "keystone",
+                failure: refused.map(|_| {
+                    let c = k.config();
+                    format!(
+                        "Keystone refuses the service credentials (user {}, project {})",
+                        c.username, c.project_name
+                    )
+                }),
+            });
+        }
     }
     let stopped = app.health.stopped_workers();
     // While draining the workers stop on purpose; "draining" already says so.

@@ -391,6 +391,10 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Respon
         .sync_index(index.full.load(relaxed), index.incremental.load(relaxed));
     app.metrics
         .sync_usage_cache(usage.cached.load(relaxed), usage.queried.load(relaxed));
+    if let Some(k) = &app.config.keystone {
+        app.metrics
+            .set_keystone_refused(k.own_credentials_refused_now());
+    }
     app.metrics.refresh(&app.store, health::DB_TIMEOUT).await;
     let body = app.metrics.encode(openmetrics);
     let content_type = if openmetrics {

@@ -27,7 +27,7 @@ struct App {
     client: reqwest::Client,
     /// Seconds added to the validation cache's clock.
     clock_offset: Arc<AtomicU64>,
-    _server: TestServer,
+    server: TestServer,
 }
 
 /// A request's tokens and extra headers.
@@ -100,7 +100,7 @@ impl App {
             ks,
             client: reqwest::Client::new(),
             clock_offset,
-            _server: server,
+            server,
         }
     }
 
@@ -469,6 +469,85 @@ async fn own_token_is_renewed_when_refused_or_about_to_expire() {
         assert_eq!(r.status, 200);
         assert_eq!(app.ks.password_auths(), 3 + i);
     }
+}
+
+// A fake Keystone: the password is changed on cue mid-test (scripts/keystone-real.sh
+// does the same against Keystone 30 itself).
+#[tokio::test]
+async fn a_rotated_service_password_fails_readiness_and_is_retried_with_backoff() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let readyz = |app: &App| {
+        let url = format!("{}/readyz", app.server.metrics);
+        let client = app.client.clone();
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let admin = app.admin_token();
+    assert_eq!(
+        app.accel_get(&user(&admin), "/v2/device_profiles")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(readyz(&app).await.0, 200);
+    assert_eq!(app.ks.password_auths(), 1);
+
+    // The password changes in Keystone (which revokes the user's tokens).
+    app.ks.add_user(
+        "rotated",
+        Subject::project("accel", "service", &["service"]),
+    );
+    app.ks.revoke_user("accel");
+    for p in 0..20 {
+        let t = app.member_token(&format!("p{p}"));
+        let r = app.accel_get(&user(&t), "/v2/device_profiles").await;
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert_eq!(r.body["title"], "Service Unavailable");
+    }
+    // 20 requests, a handful of password attempts (the first, then one per backoff
+    // period of 1 s, 2 s, ...), not 20.
+    let tried = app.ks.password_auths() - 1;
+    assert!((1..=3).contains(&tried), "{tried} password attempts");
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("[-]keystone failed: Keystone refuses the service credentials (user accel, project service)"),
+        "{body}"
+    );
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.server.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("accel_keystone_credentials_refused 1"),
+        "{metrics}"
+    );
+
+    // The operator puts the old password back: readiness probes alone (no request
+    // reaches a server that is not ready) find it at the next attempt.
+    app.ks
+        .add_user("secret", Subject::project("accel", "service", &["service"]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = readyz(&app).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still not ready: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let t = app.member_token("after");
+    assert_eq!(
+        app.accel_get(&user(&t), "/v2/device_profiles").await.status,
+        200
+    );
 }
 
 #[tokio::test]
