@@ -3,7 +3,7 @@
 # `<!-- run: NAME -->` is extracted and run by bash, its example assignments
 # (`NAME=value` lines) replaced by this script's values.
 #
-#   keystone          against a real Keystone 30.0.0 that has only its admin
+#   keystone          against a real Keystone 30.0.0 that has only its admin and roles
 #                     (scripts/keystone.sh with KEYSTONE_SERVICE_USERS=""); then accel in
 #                     keystone mode with the user the block made, found through the
 #                     catalog by OSC (`openstack accelerator ...`, `openstack resource
@@ -79,7 +79,8 @@ serve() {
     echo "console = false"
     printf '%s\n' "$@"
   } >"$config"
-  "$ACCEL" serve --config "$config" >>"$DIR/serve.log" 2>&1 &
+  # The file says which database; ACCEL_DATABASE (the backup blocks' variable) would win.
+  env -u ACCEL_DATABASE "$ACCEL" serve --config "$config" >>"$DIR/serve.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 300); do
     curl -fsS -o /dev/null "http://127.0.0.1:$MPORT/readyz" 2>/dev/null && return 0
@@ -104,14 +105,17 @@ serve "database = \"sqlite://$DIR/keystone-mode.db\"" \
   "password = \"$ACCEL_PASSWORD\"" 'project_name = "service"'
 pass "accel serve ready with the user the guide made (Keystone accepted its credentials)"
 osc() { "$OSC_BIN/openstack" "$@"; }
-osc catalog show accelerator -f json | grep -q "$ACCELERATOR_URL" || fail "catalog: accelerator endpoint"
-osc accelerator device profile create guide-dp '[{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]' >/dev/null
-osc accelerator device profile list -f value -c name | grep -qx guide-dp || fail "OSC: device profile list"
+# Each output is read whole before it is searched: `grep -q` closing the pipe early
+# would fail the command under pipefail.
+has() { grep -q -- "$2" <<<"$1" || fail "$3"; }
+has "$(osc catalog show accelerator -f json)" "$ACCELERATOR_URL" "catalog: accelerator endpoint"
+osc accelerator device profile create guide-dp --group resources:CUSTOM_ACCELERATOR_FPGA=1 >/dev/null
+has "$(osc accelerator device profile list -f value -c name)" '^guide-dp$' "OSC: device profile list"
 osc resource provider create guide-rp >/dev/null
-osc resource provider list -f value -c name | grep -qx guide-rp || fail "OSC: resource provider list"
+has "$(osc resource provider list -f value -c name)" '^guide-rp$' "OSC: resource provider list"
 pass "OSC (cyborgclient, osc-placement) found both APIs in the catalog, admin by password"
-"$ACCEL" provider list -f json | grep -q '"guide-rp"' || fail "accel provider list with OS_*"
-"$ACCEL" device-profile list -f json | grep -q '"guide-dp"' || fail "accel device-profile list with OS_*"
+has "$("$ACCEL" provider list -f json)" '"guide-rp"' "accel provider list with OS_*"
+has "$("$ACCEL" device-profile list -f json)" '"guide-dp"' "accel device-profile list with OS_*"
 pass "accel's client commands found both APIs in the catalog (OS_* variables)"
 stop_server
 "$HERE/keystone.sh" stop "$DIR/keystone"
@@ -125,10 +129,10 @@ fill() {
   rp="$(curl -fsS "${H[@]}" -d '{"name": "guide-node"}' "$P/resource_providers" | python3 -c 'import json,sys; print(json.load(sys.stdin)["uuid"])')"
   curl -fsS "${H[@]}" -X PUT -d '{"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8, "allocation_ratio": 4.0}, "MEMORY_MB": {"total": 4096}}}' \
     "$P/resource_providers/$rp/inventories" >/dev/null
-  curl -fsS "${H[@]}" -X PUT -d "{\"allocations\": {\"$rp\": {\"resources\": {\"VCPU\": 2}}}, \"project_id\": \"p1\", \"user_id\": \"u1\", \"consumer_generation\": null}" \
+  curl -fsS "${H[@]}" -X PUT -d "{\"allocations\": {\"$rp\": {\"resources\": {\"VCPU\": 2}}}, \"project_id\": \"p1\", \"user_id\": \"u1\", \"consumer_generation\": null, \"consumer_type\": \"INSTANCE\"}" \
     "$P/allocations/5a8b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d" >/dev/null
   curl -fsS -H 'x-auth-token: admin' -H 'content-type: application/json' \
-    -d '{"name": "guide-dp", "groups": [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]}' "$A/v2/device_profiles" >/dev/null
+    -d '[{"name": "guide-dp", "groups": [{"resources:CUSTOM_ACCELERATOR_FPGA": "1"}]}]' "$A/v2/device_profiles" >/dev/null
 }
 snapshot() {
   local rp
@@ -157,11 +161,11 @@ backup() {
 }
 
 PG_BASE="${PG_ADMIN%/*}"
-psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS accel_guide WITH (FORCE)" -c "DROP DATABASE IF EXISTS accel_restored WITH (FORCE)" -c "CREATE DATABASE accel_guide" >/dev/null
+PGOPTIONS="-c client_min_messages=warning" psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS accel_guide WITH (FORCE)" -c "DROP DATABASE IF EXISTS accel_restored WITH (FORCE)" -c "CREATE DATABASE accel_guide" >/dev/null
 export ACCEL_DATABASE="$PG_BASE/accel_guide" RESTORED_DATABASE="$PG_BASE/accel_restored"
 export PGHOST=127.0.0.1 PGUSER=postgres
 backup postgres "$ACCEL_DATABASE" "$RESTORED_DATABASE"
-psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS accel_guide WITH (FORCE)" -c "DROP DATABASE IF EXISTS accel_restored WITH (FORCE)" >/dev/null
+PGOPTIONS="-c client_min_messages=warning" psql "$PG_ADMIN" -qAtc "DROP DATABASE IF EXISTS accel_guide WITH (FORCE)" -c "DROP DATABASE IF EXISTS accel_restored WITH (FORCE)" >/dev/null
 
 if [[ -n "$MYSQL" ]]; then
   mysql_q() { mariadb -h 127.0.0.1 -u root -e "$1"; }
