@@ -11,21 +11,14 @@
 //! failing check is logged with its cause, while the answer names only what failed
 //! (no driver message leaves the server).
 
-use crate::supervisor::Running;
-use crate::AppState;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use crate::state::Shared;
 use std::time::Duration;
 
 /// How long a check waits for the database.
 pub const DB_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The server's health state: draining, and the workers' handle once they run.
-#[derive(Default, Debug)]
-pub struct Health {
-    draining: AtomicBool,
-    workers: Mutex<Option<Running>>,
-}
+/// The draining flag and the workers' handle (kept with the shared state).
+pub use crate::state::Health;
 
 /// One check's result: its name and, when it failed, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,33 +27,8 @@ pub struct Check {
     pub failure: Option<String>,
 }
 
-impl Health {
-    /// From now on every check fails with "draining" (the listeners are closing).
-    pub fn set_draining(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// The supervised workers whose state the checks include.
-    pub fn watch_workers(&self, running: Running) {
-        *self.workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
-    }
-
-    fn stopped_workers(&self) -> Vec<&'static str> {
-        self.workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(Running::stopped)
-            .unwrap_or_default()
-    }
-}
-
 /// Runs the checks; `ready` adds the schema check of `/readyz`.
-pub async fn check(app: &AppState, ready: bool) -> Vec<Check> {
+pub async fn check(app: &Shared, ready: bool) -> Vec<Check> {
     let mut out = Vec::with_capacity(4);
     let draining = app.health.is_draining();
     out.push(Check {

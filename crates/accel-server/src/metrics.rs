@@ -1,6 +1,6 @@
 //! The server's Prometheus metrics: one [`Metrics`] per server process, built with
 //! the `prometheus-client` crate, handed to every handler and worker through
-//! [`crate::AppState`], and served on a listener of its own (`--metrics-listen`,
+//! [`crate::state::Shared`], and served on a listener of its own (`--metrics-listen`,
 //! [`crate::observe::metrics_router`]) so the API ports stay byte-for-byte upstream's.
 //!
 //! Names follow Prometheus' conventions (prefix `accel_`, base units, `_total` on
