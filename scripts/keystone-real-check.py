@@ -288,6 +288,14 @@ def role_matrix(app, new, tokens, demo_id):
     expect(f"[{n}] other project's member lists no ARQ of demo", r, 200, lambda b: b["arqs"] == [])
     r = app.call("accel", "GET", f"/v2/accelerator_requests/{arqs['member']}", tokens["other"])
     expect(f"[{n}] other project's member: GET demo's ARQ 404", r, 404, lambda b: "not found" in fault(r).lower() or "could not be found" in fault(r))
+    # Identity headers are keystonemiddleware's to set: a client's own are ignored.
+    spoof = {"X-Roles": "admin", "X-Project-Id": demo_id, "X-Service-Roles": "service"}
+    r = app.call("accel", "GET", f"/v2/accelerator_requests/{arqs['member']}", tokens["other"], headers=spoof)
+    expect(f"[{n}] other project's member claiming demo in X-Project-Id: still 404", r, 404, lambda b: fault(r) is not None)
+    r = app.call("accel", "POST", "/v2/device_profiles", tokens["member"], headers=spoof, body=[{"name": "spoof", "groups": [{"resources:FPGA": "1"}]}])
+    expect_denied(f"[{n}] member claiming X-Roles admin: POST device_profiles 403", r, "cyborg:device_profile:create")
+    r = app.call("placement", "GET", "/resource_providers", tokens["member"], headers=spoof)
+    expect_placement_denied(f"[{n}] member claiming X-Roles admin: Placement 403", r, "placement:resource_providers:list")
     r = app.call("accel", "GET", "/v2/accelerator_requests", tokens["admin"])
     expect(f"[{n}] admin lists every project's ARQs", r, 200, lambda b: len(b["arqs"]) >= len(arqs))
     # Hardware reads: a project manager or an admin, in both modes (never a member).

@@ -50,6 +50,10 @@ die() { echo "keystone.sh: $*" >&2; exit 1; }
 
 # The venv, made from the pins; rebuilt when scripts/keystone.txt changes.
 venv() {
+  mkdir -p "$(dirname "$VENV")"
+  # Scripts running at once (the checks, tempest, the Nova gate) build it once.
+  exec {lock}>"$VENV.lock"
+  flock "$lock"
   if [[ ! -x "$VENV/bin/keystone-manage" || ! -x "$VENV/bin/gunicorn" ]] \
      || ! cmp -s "$HERE/keystone.txt" "$VENV/keystone.txt"; then
     echo "keystone.sh: installing scripts/keystone.txt into $VENV" >&2
@@ -59,6 +63,7 @@ venv() {
     "$VENV/bin/pip" install -q -r "$HERE/keystone.txt" >&2
     cp "$HERE/keystone.txt" "$VENV/keystone.txt"
   fi
+  flock -u "$lock"
 }
 
 stop() {
