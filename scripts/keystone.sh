@@ -136,15 +136,22 @@ start() {
 
   local manage=("$VENV/bin/keystone-manage" --config-file "$dir/keystone.conf")
   if [[ -z "$same_as" ]]; then
-    "${manage[@]}" db_sync >>"$dir/manage.log" 2>&1 || die "db_sync failed: $dir/manage.log"
-    "${manage[@]}" fernet_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)" >>"$dir/manage.log" 2>&1 \
-      || die "fernet_setup failed: $dir/manage.log"
-    "${manage[@]}" credential_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)" >>"$dir/manage.log" 2>&1 \
-      || die "credential_setup failed: $dir/manage.log"
+    # The three are independent: run at once (each is mostly Python's start-up).
+    local owner=(--keystone-user "$(id -un)" --keystone-group "$(id -gn)") p1 p2 p3
+    "${manage[@]}" db_sync >"$dir/manage-db_sync.log" 2>&1 & p1=$!
+    "${manage[@]}" fernet_setup "${owner[@]}" >"$dir/manage-fernet_setup.log" 2>&1 & p2=$!
+    "${manage[@]}" credential_setup "${owner[@]}" >"$dir/manage-credential_setup.log" 2>&1 & p3=$!
+    wait "$p1" || die "db_sync failed: $dir/manage-db_sync.log"
+    wait "$p2" || die "fernet_setup failed: $dir/manage-fernet_setup.log"
+    wait "$p3" || die "credential_setup failed: $dir/manage-credential_setup.log"
+  fi
+  # bootstrap runs while gunicorn loads Keystone (neither needs the other).
+  local pb=""
+  if [[ -z "$same_as" ]]; then
     "${manage[@]}" bootstrap --bootstrap-password "$ADMIN_PASSWORD" \
       --bootstrap-region-id RegionOne --bootstrap-public-url "$url/v3" \
-      --bootstrap-internal-url "$url/v3" --bootstrap-admin-url "$url/v3" >>"$dir/manage.log" 2>&1 \
-      || die "bootstrap failed: $dir/manage.log"
+      --bootstrap-internal-url "$url/v3" --bootstrap-admin-url "$url/v3" >>"$dir/manage.log" 2>&1 &
+    pb=$!
   fi
 
   # keystone's WSGI entry point parses sys.argv with oslo.config, which would read
@@ -168,7 +175,10 @@ EOF
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
-  [[ -n "$ready" ]] || { tail -20 "$dir/gunicorn.log" >&2; die "Keystone on $url did not start: $dir/gunicorn.log"; }
+  if [[ -n "$pb" ]] && ! wait "$pb"; then
+    stop "$dir"; die "bootstrap failed: $dir/manage.log"
+  fi
+  [[ -n "$ready" ]] || { tail -20 "$dir/gunicorn.log" >&2; stop "$dir"; die "Keystone on $url did not start: $dir/gunicorn.log"; }
 
   # Passwords: the admin's, NAME-secret for the service users, the given ones for extras.
   local -A passwords=([admin]="$ADMIN_PASSWORD")
