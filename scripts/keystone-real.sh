@@ -22,8 +22,9 @@ started=$(date +%s)
 
 rm -rf "$DIR"; mkdir -p "$DIR"
 cleanup() {
-  "$HERE/keystone.sh" stop "$DIR/keystone-b" || true
+  "$HERE/keystone.sh" stop "$DIR/keystone-b" &
   "$HERE/keystone.sh" stop "$DIR/keystone-a" || true
+  wait || true
 }
 trap cleanup EXIT
 

@@ -70,7 +70,8 @@ stop() {
   local dir="$1" pid
   [[ -f "$dir/keystone.pid" ]] || return 0
   pid="$(cat "$dir/keystone.pid")"
-  if kill -TERM "$pid" 2>/dev/null; then
+  # INT: gunicorn's quick shutdown (TERM waits for its workers' graceful timeout).
+  if kill -INT "$pid" 2>/dev/null; then
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
