@@ -587,7 +587,11 @@ def own_credentials(tokens):
                 ready = time.time()
                 break
             time.sleep(0.5)
-        check("password restored: /readyz 200 again (next backoff attempt)", ready is not None, "still 503 after 70 s")
+        check(
+            "password restored: /readyz 200 again (next backoff attempt; the user was not locked out)",
+            ready is not None,
+            "still 503 after 70 s",
+        )
         expect(
             "password restored: a member's request 200",
             app.call("accel", "GET", "/v2/accelerator_requests", token("member")),
@@ -596,6 +600,20 @@ def own_credentials(tokens):
         )
     finally:
         app.stop()
+
+    # The lockout policy is live: six wrong passwords lock a user, and then even the
+    # right one is refused. So accel's user, whose password was refused while accel kept
+    # serving requests, would have been locked had accel tried once per request.
+    for _ in range(6):
+        requests.post(
+            f"{KS_A}/v3/auth/tokens",
+            json={"auth": {"identity": {"methods": ["password"], "password": {"user": {"name": "lockme", "domain": {"id": "default"}, "password": "wrong"}}}}},
+        )
+    r = requests.post(
+        f"{KS_A}/v3/auth/tokens",
+        json={"auth": {"identity": {"methods": ["password"], "password": {"user": {"name": "lockme", "domain": {"id": "default"}, "password": "lockme-pw"}}}}},
+    )
+    check("Keystone's lockout policy is on: six wrong passwords lock a user (the right one then 401)", r.status_code == 401, f"{r.status_code} {r.text[:200]}")
 
 
 def main():

@@ -31,7 +31,9 @@ trap cleanup EXIT
 # The personas: project demo's manager, member and reader (Keystone adds the implied
 # roles: manager > member > reader), a member of another project, a user whose only
 # role is `service`, a system-scoped and a domain-scoped admin, and accel-rot, a second
-# service user for accel whose password the checks change.
+# service user for accel whose password the checks change, and lockme. An account
+# lockout policy is on (6 failed passwords lock a user for 30 minutes), as operators set
+# one: accel retrying a refused password once per request would lock its own user.
 "$HERE/keystone.sh" start "$DIR/keystone-a" "$PORT" \
   --user manager manager-pw demo manager \
   --user member member-pw demo member \
@@ -40,7 +42,10 @@ trap cleanup EXIT
   --user svc svc-pw service service \
   --user sysadmin sysadmin-pw system admin \
   --user domadmin domadmin-pw domain admin \
-  --user accel-rot accel-rot-pw service service,admin
+  --user accel-rot accel-rot-pw service service,admin \
+  --user lockme lockme-pw demo member \
+  --set security_compliance.lockout_failure_attempts=6 \
+  --set security_compliance.lockout_duration=1800
 "$HERE/keystone.sh" start "$DIR/keystone-b" "$((PORT + 1))" --same-as "$DIR/keystone-a" --expiration 4
 PY="$("$HERE/keystone.sh" venv)/python"
 
