@@ -298,7 +298,10 @@ def role_matrix(app, new, tokens, demo_id):
     expect_placement_denied(f"[{n}] member claiming X-Roles admin: Placement 403", r, "placement:resource_providers:list")
     r = app.call("accel", "GET", "/v2/accelerator_requests", tokens["admin"])
     expect(f"[{n}] admin lists every project's ARQs", r, 200, lambda b: len(b["arqs"]) >= len(arqs))
-    # Hardware reads: a project manager or an admin, in both modes (never a member).
+    # Hardware reads: a project manager or an admin, in both modes (never a member). In
+    # legacy mode this is accel's one deliberate difference from upstream, whose
+    # deprecated admin_or_owner reopens them to every member (CVE-2026-40213; see
+    # crates/accel-core/src/policy/cyborg.rs).
     for who in ("admin", "manager"):
         for path, key in (("/v2/devices", "devices"), ("/v2/deployables", "deployables")):
             r = app.call("accel", "GET", path, tokens[who])

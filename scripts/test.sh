@@ -43,7 +43,7 @@ ACCEL_BIN=target/debug/accel scripts/cyborg-clients.sh
 # starts Keystone, and a second on its keys with 4 s tokens; scripts/keystone-real-check.py
 # checks token validation, both policy modes' role matrix, service tokens, system and
 # domain scopes, application credentials, revocation, disabled users, expiry and accel's
-# own credentials refused (at start-up and after a rotation). About 45 s.
+# own credentials refused (at start-up and after a rotation). About 50 s.
 echo "== accel in keystone mode against real Keystone 30.0.0 (scripts/keystone-real.sh)"
 if ! ACCEL_BIN=target/debug/accel scripts/keystone-real.sh >/tmp/accel-keystone-real.txt 2>&1; then
   grep -E "^FAIL|failed:" /tmp/accel-keystone-real.txt || tail -20 /tmp/accel-keystone-real.txt
