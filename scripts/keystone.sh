@@ -39,12 +39,16 @@
 #
 # Env: KEYSTONE_VENV (${TMPDIR:-/tmp}/accel-keystone-venv; created from
 #      scripts/keystone.txt on first use, or when the pins change),
-#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1; gunicorn threads: 4).
+#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1; gunicorn threads: 4),
+#      KEYSTONE_SERVICE_USERS (the service users to create; default "placement accel
+#      nova glance cyborg"; empty: none).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${KEYSTONE_VENV:-${TMPDIR:-/tmp}/accel-keystone-venv}"
 ADMIN_PASSWORD="${ADMIN_PASSWORD:-admin-secret}"
-SERVICE_USERS=(placement accel nova glance cyborg)
+# KEYSTONE_SERVICE_USERS: the service users to create (empty: none, as a cloud before
+# its services are registered; scripts/operating-guide.sh registers accel itself).
+read -ra SERVICE_USERS <<<"${KEYSTONE_SERVICE_USERS-placement accel nova glance cyborg}"
 
 die() { echo "keystone.sh: $*" >&2; exit 1; }
 
