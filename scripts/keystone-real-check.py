@@ -333,10 +333,23 @@ def scoped_tokens(app, sys_tok, dom_tok):
             ("/v2/device_profiles", "cyborg:device_profile:get_all"),
             ("/v2/accelerator_requests", "cyborg:arq:get_all"),
             ("/v2/devices", "cyborg:device:get_all"),
+            ("/v2/deployables", "cyborg:deployable:get_all"),
+            ("/v2/attributes", "cyborg:attribute:get_all"),
         ):
             expect_denied(f"[{n}] {what}: GET {path} 403", app.call("accel", "GET", path, tok), rule)
-        r = app.call("placement", "GET", "/resource_providers", tok)
-        expect_placement_denied(f"[{n}] {what}: Placement GET /resource_providers 403", r, "placement:resource_providers:list")
+        r = app.call("accel", "POST", "/v2/device_profiles", tok, body=[{"name": "scoped", "groups": [{"resources:FPGA": "1"}]}])
+        expect_denied(f"[{n}] {what}: POST /v2/device_profiles 403", r, "cyborg:device_profile:create")
+        r = app.call("accel", "POST", "/v2/accelerator_requests", tok, body={"device_profile_name": "dp1"})
+        expect_denied(f"[{n}] {what}: POST /v2/accelerator_requests 403", r, "cyborg:arq:create")
+        for path, rule in (
+            ("/resource_providers", "placement:resource_providers:list"),
+            ("/resource_classes", "placement:resource_classes:list"),
+            ("/traits", "placement:traits:list"),
+            ("/usages?project_id=any", "placement:usages"),
+            ("/allocation_candidates?resources=FPGA:1", "placement:allocation_candidates:list"),
+        ):
+            r = app.call("placement", "GET", path, tok)
+            expect_placement_denied(f"[{n}] {what}: Placement GET {path} 403", r, rule)
 
 
 def bind_body(arq, rp):
