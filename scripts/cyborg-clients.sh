@@ -6,7 +6,9 @@
 #     profile create|list|show|delete` and `openstack accelerator arq
 #     create|list|show|delete`;
 #   - osc-placement: `openstack resource provider|inventory|class ...`;
-#   - openstacksdk's accelerator proxy (scripts/cyborg-sdk-check.py).
+#   - openstacksdk's accelerator proxy (scripts/cyborg-sdk-check.py);
+#   - accel's own client commands finding the cloud the same way (`--os-cloud`,
+#     `OS_CLOUD`, the `OS_AUTH_URL` variables).
 # Each authenticates with a password against Keystone 30.0.0 (scripts/keystone.sh,
 # clouds.yaml: the admin, and `demo-member`, a member of project demo) and finds accel
 # through the catalog (placement at http://127.0.0.1:P, accelerator at
@@ -192,6 +194,33 @@ expect "resource provider show" "d['uuid'] == '$RP_UUID' and d['generation'] == 
 succeeds "resource provider delete" --os-placement-api-version 1.39 resource provider delete "$RP_UUID"
 expect "resource provider list after delete" "sorted(p['name'] for p in d) == ['compute-1', 'compute-1_FakeDevice']" \
   "$(osc --os-placement-api-version 1.39 resource provider list -f json)"
+
+echo "== accel's own client commands: --os-cloud, OS_CLOUD and the OS_AUTH_URL variables"
+# accel ARGS...: accel's client commands, finding the cloud as the OpenStack clients do.
+accel_cli() { "$ACCEL_BIN" "$@"; }
+expect "accel provider list --os-cloud admin" \
+  "sorted(p['name'] for p in d) == ['compute-1', 'compute-1_FakeDevice']" \
+  "$(accel_cli provider list --os-cloud admin -f json)"
+expect "accel device-profile create --os-cloud admin" 'd["name"] == "cli-dp" and d["groups"] == [{"resources:FPGA": "1"}]' \
+  "$(accel_cli device-profile create cli-dp --group resources:FPGA=1 --os-cloud admin -f json)"
+arq="$(OS_CLOUD=demo-member accel_cli arq create cli-dp -f json)"
+expect "OS_CLOUD=demo-member accel arq create" 'len(d) == 1 and d[0]["state"] == "Initial" and d[0]["device_profile_name"] == "cli-dp"' "$arq"
+CLI_ARQ="$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])[0]["uuid"])' "$arq")"
+# The admin through OS_AUTH_URL, OS_USERNAME, ... (keystone.sh's env file), no cloud named.
+expect "accel arq list with the admin's OS_* variables" "'$CLI_ARQ' in [a['uuid'] for a in d]" \
+  "$(set -a; . "$WORK/keystone/env"; unset OS_CLIENT_CONFIG_FILE; accel_cli arq list -f json)"
+if out="$(OS_CLOUD=demo-member accel_cli device-profile create cli-dp2 --group resources:FPGA=1 2>&1)"; then
+  echo "FAIL accel device-profile create as a member: succeeded: $out" >&2; FAILED=1
+elif grep -q "HTTP 403: Access was denied to the following resource: cyborg:device_profile:create" <<<"$out"; then
+  echo "ok   accel device-profile create as a member: 403 naming the rule"
+else
+  echo "FAIL accel device-profile create as a member: $out" >&2; FAILED=1
+fi
+if OS_CLOUD=demo-member accel_cli arq delete "$CLI_ARQ" >/dev/null && accel_cli device-profile delete cli-dp --os-cloud admin >/dev/null; then
+  echo "ok   accel arq delete (member), device-profile delete (admin)"
+else
+  echo "FAIL accel arq delete / device-profile delete" >&2; FAILED=1
+fi
 
 echo "== openstacksdk accelerator proxy as the admin, through the catalog"
 if "$PY" scripts/cyborg-sdk-check.py admin; then :; else FAILED=1; fi

@@ -98,12 +98,13 @@ def project_id(name):
 
 
 class Accel:
-    def __init__(self, name, port, new_defaults, roles_required):
+    def __init__(self, name, port, new_defaults, roles_required, user="accel", password="accel-secret"):
         self.name = name
         self.dir = os.path.join(WORK, name)
         os.makedirs(self.dir, exist_ok=True)
         self.placement = f"http://127.0.0.1:{port}"
         self.accel = f"http://127.0.0.1:{port + 1}"
+        self.metrics = f"http://127.0.0.1:{port + 2}"
         with open(os.path.join(self.dir, "accel.toml"), "w") as f:
             f.write(
                 f"""database = "sqlite://{self.dir}/accel.db"
@@ -117,8 +118,8 @@ enforce_new_defaults = {str(new_defaults).lower()}
 
 [keystone_authtoken]
 auth_url = "{KS_A}/v3"
-username = "accel"
-password = "accel-secret"
+username = "{user}"
+password = "{password}"
 project_name = "service"
 token_cache_time = {CACHE_TIME}
 service_token_roles_required = {str(roles_required).lower()}
@@ -287,9 +288,20 @@ def role_matrix(app, new, tokens, demo_id):
     expect(f"[{n}] other project's member lists no ARQ of demo", r, 200, lambda b: b["arqs"] == [])
     r = app.call("accel", "GET", f"/v2/accelerator_requests/{arqs['member']}", tokens["other"])
     expect(f"[{n}] other project's member: GET demo's ARQ 404", r, 404, lambda b: "not found" in fault(r).lower() or "could not be found" in fault(r))
+    # Identity headers are keystonemiddleware's to set: a client's own are ignored.
+    spoof = {"X-Roles": "admin", "X-Project-Id": demo_id, "X-Service-Roles": "service"}
+    r = app.call("accel", "GET", f"/v2/accelerator_requests/{arqs['member']}", tokens["other"], headers=spoof)
+    expect(f"[{n}] other project's member claiming demo in X-Project-Id: still 404", r, 404, lambda b: fault(r) is not None)
+    r = app.call("accel", "POST", "/v2/device_profiles", tokens["member"], headers=spoof, body=[{"name": "spoof", "groups": [{"resources:FPGA": "1"}]}])
+    expect_denied(f"[{n}] member claiming X-Roles admin: POST device_profiles 403", r, "cyborg:device_profile:create")
+    r = app.call("placement", "GET", "/resource_providers", tokens["member"], headers=spoof)
+    expect_placement_denied(f"[{n}] member claiming X-Roles admin: Placement 403", r, "placement:resource_providers:list")
     r = app.call("accel", "GET", "/v2/accelerator_requests", tokens["admin"])
-    expect(f"[{n}] admin lists every project's ARQs", r, 200, lambda b: len(b["arqs"]) >= len(arqs))
-    # Hardware reads: a project manager or an admin, in both modes (never a member).
+    expect(f"[{n}] admin lists every project's ARQs", r, 200, lambda b: set(arqs.values()) <= {a["uuid"] for a in b["arqs"]})
+    # Hardware reads: a project manager or an admin, in both modes (never a member). In
+    # legacy mode this is accel's one deliberate difference from upstream, whose
+    # deprecated admin_or_owner reopens them to every member (CVE-2026-40213; see
+    # crates/accel-core/src/policy/cyborg.rs).
     for who in ("admin", "manager"):
         for path, key in (("/v2/devices", "devices"), ("/v2/deployables", "deployables")):
             r = app.call("accel", "GET", path, tokens[who])
@@ -321,10 +333,23 @@ def scoped_tokens(app, sys_tok, dom_tok):
             ("/v2/device_profiles", "cyborg:device_profile:get_all"),
             ("/v2/accelerator_requests", "cyborg:arq:get_all"),
             ("/v2/devices", "cyborg:device:get_all"),
+            ("/v2/deployables", "cyborg:deployable:get_all"),
+            ("/v2/attributes", "cyborg:attribute:get_all"),
         ):
             expect_denied(f"[{n}] {what}: GET {path} 403", app.call("accel", "GET", path, tok), rule)
-        r = app.call("placement", "GET", "/resource_providers", tok)
-        expect_placement_denied(f"[{n}] {what}: Placement GET /resource_providers 403", r, "placement:resource_providers:list")
+        r = app.call("accel", "POST", "/v2/device_profiles", tok, body=[{"name": "scoped", "groups": [{"resources:FPGA": "1"}]}])
+        expect_denied(f"[{n}] {what}: POST /v2/device_profiles 403", r, "cyborg:device_profile:create")
+        r = app.call("accel", "POST", "/v2/accelerator_requests", tok, body={"device_profile_name": "dp1"})
+        expect_denied(f"[{n}] {what}: POST /v2/accelerator_requests 403", r, "cyborg:arq:create")
+        for path, rule in (
+            ("/resource_providers", "placement:resource_providers:list"),
+            ("/resource_classes", "placement:resource_classes:list"),
+            ("/traits", "placement:traits:list"),
+            ("/usages?project_id=any", "placement:usages"),
+            ("/allocation_candidates?resources=FPGA:1", "placement:allocation_candidates:list"),
+        ):
+            r = app.call("placement", "GET", path, tok)
+            expect_placement_denied(f"[{n}] {what}: Placement GET {path} 403", r, rule)
 
 
 def bind_body(arq, rp):
@@ -495,6 +520,118 @@ def unauthenticated(app):
     expect(f"[{n}] Placement root without a token 200", r, 200, lambda b: "versions" in b)
 
 
+def auth_posts():
+    """The password (POST /v3/auth/tokens) requests Keystone A has answered so far."""
+    with open(os.path.join(WORK, "keystone-a", "access.log")) as f:
+        return [line.split()[2] for line in f if line.startswith("POST /v3/auth/tokens ")]
+
+
+def expect_unavailable(what, r, api):
+    if api == "accel":
+        shape = lambda b: b["title"] == "Service Unavailable"
+    else:
+        shape = lambda b: placement_error(r) == "The Keystone service is temporarily unavailable."
+    expect(what, r, 503, shape)
+
+
+def own_credentials(tokens):
+    """accel's own credentials refused by Keystone: at start-up a configuration error
+    (exit non-zero naming the user, the project and Keystone's answer); later (a
+    rotated password) /readyz fails, requests get 503, the refusal is logged once and
+    the password is tried again with backoff, not once per request."""
+    port = BASE_PORT + 6
+    before = len(auth_posts())
+    bad = Accel("refused-at-start", port, True, True, user="accel-rot", password="wrong")
+    try:
+        rc = bad.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        bad.stop()
+        rc = None
+    with open(os.path.join(bad.dir, "accel.log")) as f:
+        out = f.read()
+    check("wrong password at start-up: accel serve exits non-zero", rc not in (None, 0), f"exit {rc}")
+    check(
+        "wrong password at start-up: the message names the user, the project and Keystone's answer",
+        'refused the credentials of user "accel-rot" in project "service" (401' in out
+        and "The request you have made requires authentication." in out,
+        out[-600:],
+    )
+    posts = auth_posts()[before:]
+    check(f"wrong password at start-up: Keystone asked once ({len(posts)} POST /v3/auth/tokens)", posts == ["401"], posts)
+
+    app = Accel("rotation", port, True, True, user="accel-rot", password="accel-rot-pw")
+    try:
+        app.wait_ready()
+        r = requests.get(f"{app.metrics}/readyz", timeout=10)
+        check("right password: /readyz 200", r.status_code == 200, f"{r.status_code} {r.text[:200]}")
+        fresh = [token("member") for _ in range(21)]
+        expect("right password: a member's request 200", app.call("accel", "GET", "/v2/accelerator_requests", fresh.pop()), 200, lambda b: "arqs" in b)
+        uid = user_id("accel-rot")
+        ks_admin("PATCH", f"/users/{uid}", {"user": {"password": "rotated-pw"}})
+        mark = len(auth_posts())
+        # Twenty requests with tokens accel has not validated yet: each needs its own token,
+        # which Keystone revoked with the password change.
+        statuses = []
+        for i, t in enumerate(fresh):
+            api = "accel" if i % 2 == 0 else "placement"
+            r = app.call(api, "GET", "/v2/device_profiles" if api == "accel" else "/resource_providers", t)
+            statuses.append(r.status_code)
+            if i < 2:
+                expect_unavailable(f"password rotated in Keystone: {api} request 503", r, api)
+        check("password rotated: all 20 requests 503", statuses == [503] * 20, statuses)
+        posts = auth_posts()[mark:]
+        check(
+            f"password rotated: 20 requests caused {len(posts)} password attempts (backoff, not one per request)",
+            1 <= len(posts) <= 4 and all(p == "401" for p in posts),
+            posts,
+        )
+        r = requests.get(f"{app.metrics}/readyz", timeout=10)
+        check(
+            "password rotated: /readyz 503 naming the refused credentials",
+            r.status_code == 503 and "Keystone refuses the service credentials (user accel-rot, project service)" in r.text,
+            f"{r.status_code} {r.text[:300]}",
+        )
+        with open(os.path.join(app.dir, "accel.log")) as f:
+            said = f.read().count("Keystone refused the service's own credentials")
+        check(f"password rotated: the refusal logged once ({said})", said == 1)
+        ks_admin("PATCH", f"/users/{uid}", {"user": {"password": "accel-rot-pw"}})
+        deadline = time.time() + 70
+        ready = None
+        while time.time() < deadline:
+            r = requests.get(f"{app.metrics}/readyz", timeout=10)
+            if r.status_code == 200:
+                ready = time.time()
+                break
+            time.sleep(0.5)
+        check(
+            "password restored: /readyz 200 again (next backoff attempt; the user was not locked out)",
+            ready is not None,
+            "still 503 after 70 s",
+        )
+        expect(
+            "password restored: a member's request 200",
+            app.call("accel", "GET", "/v2/accelerator_requests", token("member")),
+            200,
+            lambda b: "arqs" in b,
+        )
+    finally:
+        app.stop()
+
+    # The lockout policy is live: six wrong passwords lock a user, and then even the
+    # right one is refused. So accel's user, whose password was refused while accel kept
+    # serving requests, would have been locked had accel tried once per request.
+    for _ in range(6):
+        requests.post(
+            f"{KS_A}/v3/auth/tokens",
+            json={"auth": {"identity": {"methods": ["password"], "password": {"user": {"name": "lockme", "domain": {"id": "default"}, "password": "wrong"}}}}},
+        )
+    r = requests.post(
+        f"{KS_A}/v3/auth/tokens",
+        json={"auth": {"identity": {"methods": ["password"], "password": {"user": {"name": "lockme", "domain": {"id": "default"}, "password": "lockme-pw"}}}}},
+    )
+    check("Keystone's lockout policy is on: six wrong passwords lock a user (the right one then 401)", r.status_code == 401, f"{r.status_code} {r.text[:200]}")
+
+
 def main():
     apps = [Accel("new", BASE_PORT, True, True), Accel("legacy", BASE_PORT + 3, False, False)]
     try:
@@ -521,6 +658,7 @@ def main():
     finally:
         for app in apps:
             app.stop()
+    own_credentials(tokens)
     print(f"keystone-real: {PASSED[0]} checks passed, {len(FAILED)} failed")
     if FAILED:
         for f in FAILED:

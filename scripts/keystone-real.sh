@@ -5,10 +5,11 @@
 # scripts/keystone-real-check.py starts two accels on fresh SQLite databases
 # (enforce_new_defaults true and false) validating against A and checks token
 # validation, the policy matrix, service tokens, scopes, application credentials,
-# revocation, disabled users and expiry. Exits non-zero on any failed check.
+# revocation, disabled users and expiry; then accel's own credentials refused, at
+# start-up and after a password rotation. Exits non-zero on any failed check.
 #
 # Env: ACCEL_BIN (target/debug/accel), KEYSTONE_REAL_PORT (19610: Keystone A; +1 B;
-#      +2..+7 the two accels), KEYSTONE_REAL_DIR (${TMPDIR:-/tmp}/accel-keystone-real),
+#      +2..+10 the accels), KEYSTONE_REAL_DIR (${TMPDIR:-/tmp}/accel-keystone-real),
 #      KEYSTONE_VENV (see scripts/keystone.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,14 +22,18 @@ started=$(date +%s)
 
 rm -rf "$DIR"; mkdir -p "$DIR"
 cleanup() {
-  "$HERE/keystone.sh" stop "$DIR/keystone-b" || true
+  "$HERE/keystone.sh" stop "$DIR/keystone-b" &
   "$HERE/keystone.sh" stop "$DIR/keystone-a" || true
+  wait || true
 }
 trap cleanup EXIT
 
 # The personas: project demo's manager, member and reader (Keystone adds the implied
 # roles: manager > member > reader), a member of another project, a user whose only
-# role is `service`, a system-scoped and a domain-scoped admin.
+# role is `service`, a system-scoped and a domain-scoped admin, and accel-rot, a second
+# service user for accel whose password the checks change, and lockme. An account
+# lockout policy is on (6 failed passwords lock a user for 30 minutes), as operators set
+# one: accel retrying a refused password once per request would lock its own user.
 "$HERE/keystone.sh" start "$DIR/keystone-a" "$PORT" \
   --user manager manager-pw demo manager \
   --user member member-pw demo member \
@@ -36,7 +41,11 @@ trap cleanup EXIT
   --user other other-pw other member \
   --user svc svc-pw service service \
   --user sysadmin sysadmin-pw system admin \
-  --user domadmin domadmin-pw domain admin
+  --user domadmin domadmin-pw domain admin \
+  --user accel-rot accel-rot-pw service service,admin \
+  --user lockme lockme-pw demo member \
+  --set security_compliance.lockout_failure_attempts=6 \
+  --set security_compliance.lockout_duration=1800
 "$HERE/keystone.sh" start "$DIR/keystone-b" "$((PORT + 1))" --same-as "$DIR/keystone-a" --expiration 4
 PY="$("$HERE/keystone.sh" venv)/python"
 
