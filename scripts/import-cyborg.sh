@@ -13,7 +13,8 @@
 # made by upstream's own `cyborg-dbsync upgrade`, upstream is started on it and compared with accel
 # again (`accel import verify-cyborg`). Any difference fails. Not run: the export into a
 # PostgreSQL upstream database, as Cyborg 17.0.0's `cyborg-dbsync upgrade` fails on PostgreSQL
-# (its migration 6c77bd6afea5 adds an unnamed Enum column: "PostgreSQL Enum type requires a name").
+# (its migration 6c77bd6afea5 adds an unnamed Enum column: "PostgreSQL Enum type requires a name");
+# crates/accel-store/tests/import_cyborg.rs covers that path against upstream-shaped tables.
 #
 # Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_CYBORG_PORT (18981; +3 the
 #      Placement the conductor and agents use, +5 the fake Nova), ACCEL_TEST_PG
