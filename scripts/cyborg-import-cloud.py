@@ -2,16 +2,26 @@
 """Fills an upstream Cyborg 17.0.0 (scripts/upstream-cyborg.sh, started with CYBORG_HOSTS=0) for
 `accel import cyborg`'s test (scripts/import-cyborg.sh).
 
-Hardware goes straight into Cyborg's database, the way upstream-cyborg.sh seeds it (no agent runs
-here): per host a GPU device (4 PCI attach handles, attributes rc/trait0), an FPGA device with a
-region deployable under it (parent_id/root_id) and TEST_PCI handles, one device in maintenance,
-and one FPGA whose only handle is taken (binds to it fail). Device profiles and ARQs go through
-upstream's API; the conductor binds (Bound), fails to bind (BindFailed) and unbinds (Unbound) them
-over RPC, with a fake Nova answering its external events. No API path leaves an ARQ in
-BindStarted or Deleting without Nova racing it, so a few Initial ARQs are moved there in SQL, with
-the fields upstream sets in those states.
+Hardware: each host's fake FPGA is reported by upstream's own cyborg-agent with its fake driver
+(upstream-cyborg.sh's CYBORG_AGENT_HOSTS; the conductor wrote the device, control path id,
+deployable, attributes and 16 TEST_PCI attach handles, and the deployable's resource provider in
+Placement). The agents are stopped before this script runs, and what the fake driver cannot
+report is then seeded in Cyborg's database beside it: per host a GPU device (4 PCI attach
+handles, attributes rc/trait0; upstream's GPU drivers need the hardware), an FPGA device with a
+region deployable under it (parent_id/root_id, one with a bitstream_id: the fake driver reports
+one flat deployable and programming needs Glance), the last host's GPU in maintenance (an agent
+reports `enabled`), and a host whose only FPGA handle is taken (binds to it fail).
 
-  cyborg-import-cloud.py --url http://127.0.0.1:PORT --db DATABASE --nova-port N [--seed S]
+Device profiles and ARQs go through upstream's API; the conductor binds (Bound), fails to bind
+(BindFailed), unbinds (Unbound) and leaves one in BindStarted over RPC, with a fake Nova answering
+its external events. BindStarted is upstream's own doing: a bind naming a provider Placement knows
+but no deployable has (the host's compute node) is moved to BindStarted by the conductor before
+its deployable lookup fails, and nothing moves it back. Deleting is set in SQL, with the fields
+upstream keeps: Cyborg 17.0.0 never writes that state (it is in its constants and transition
+matrix only; a DELETE unbinds and removes the row in one call).
+
+  cyborg-import-cloud.py --url http://127.0.0.1:PORT --db DATABASE --nova-port N
+                         --placement http://127.0.0.1:PORT [--seed S]
 """
 import argparse
 import http.server
@@ -62,9 +72,13 @@ def u(rng):
 
 
 def seed_hardware(db, rng, hosts):
-    """Returns {host: {"gpu": rp, "fpga": rp}} and the rp of the FPGA with no free handle."""
+    """Returns {host: {"gpu": rp, "fpga": rp, "fake": rp}} and the rp of the FPGA with no free
+    handle; "fake" is the fake driver's deployable, reported by the host's agent."""
     c = db.cursor()
     out = {}
+    c.execute("SELECT v.hostname, d.rp_uuid FROM deployables d JOIN devices v ON v.id = d.device_id "
+              "WHERE d.driver_name = 'fake' AND d.name = CONCAT(v.hostname, '_FakeDevice')")
+    reported = dict(c.fetchall())
 
     # device_state set as upstream's agent report sets it: upstream heals a NULL one on the
     # next load, bumping updated_at.
@@ -109,14 +123,16 @@ def seed_hardware(db, rng, hosts):
         attribute(dep, "rc", "PGPU")
         attribute(dep, "trait0", "CUSTOM_NVIDIA_1EB8")
         handles(dep, cpid, 4, "PCI")
-        dev, cpid = device(host, "FPGA", "0xABCD", "miss model info", t=h + 10)
-        root, _ = deployable(dev, f"{host}_FakeDevice", 2, "fake", rp=False, t=h)
-        region, fpga_rp = deployable(dev, f"{host}_FakeDevice_region0", 2, "fake", parent=root, root=root,
-                                     t=h, bitstream=u(rng) if h == 0 else None)
+        dev, cpid = device(host, "FPGA", "0xABCD", "region model", t=h + 10)
+        root, _ = deployable(dev, f"{host}_RegionDevice", 2, "fake", rp=False, t=h)
+        region, fpga_rp = deployable(dev, f"{host}_RegionDevice_region0", 2, "fake", parent=root,
+                                     root=root, t=h, bitstream=u(rng) if h == 0 else None)
         attribute(region, "rc", "FPGA")
         attribute(region, "trait0", "CUSTOM_FAKE_DEVICE")
         handles(region, cpid, 2, "TEST_PCI")
-        out[host] = {"gpu": gpu_rp, "fpga": fpga_rp}
+        if host not in reported:
+            raise SystemExit(f"no fake-driver deployable reported for {host}")
+        out[host] = {"gpu": gpu_rp, "fpga": fpga_rp, "fake": reported[host]}
     dev, cpid = device("cyimp-host-full", "FPGA", "0xABCD", "full", t=99)
     dep, full_rp = deployable(dev, "cyimp-host-full_FakeDevice", 1, "fake", t=99)
     attribute(dep, "rc", "FPGA")
@@ -133,6 +149,7 @@ def main():
     ap.add_argument("--mysql-port", type=int, default=3306)
     ap.add_argument("--mysql-user", default="root")
     ap.add_argument("--nova-port", type=int, required=True)
+    ap.add_argument("--placement", required=True)
     ap.add_argument("--seed", type=int, default=28)
     ap.add_argument("--hosts", type=int, default=3)
     a = ap.parse_args()
@@ -191,14 +208,16 @@ def main():
     # BindFailed: the FPGA whose only handle is taken (upstream answers 404 and records it).
     for arq in arqs["fpga-two"][:2]:
         bind(arq, "cyimp-host-full", full_rp, ok=(202, 404))
-    # An FPGA region bound (two groups of one profile, one instance each).
-    bind(arqs["fpga-two"][2], host_names[0], hosts[host_names[0]]["fpga"])
-    # BindStarted and Deleting: moved in SQL (see the module doc).
+    # The agent-reported fake FPGA bound (two groups of one profile, one instance each).
+    bind(arqs["fpga-two"][2], host_names[0], hosts[host_names[0]]["fake"])
+    # BindStarted: a bind to host 1's compute node provider, which no deployable has (see the
+    # module doc); upstream answers 404 and leaves the ARQ there.
+    r = s.get(a.placement.rstrip("/") + "/resource_providers", params={"name": host_names[1]},
+              headers={"x-auth-token": "admin"}, timeout=60)
+    r.raise_for_status()
+    bind(gpu[5], host_names[1], r.json()["resource_providers"][0]["uuid"], ok=(202, 404))
+    # Deleting: set in SQL (see the module doc).
     c = db.cursor()
-    started = gpu[5]
-    c.execute("UPDATE extended_accelerator_requests SET state = 'BindStarted', hostname = %s, "
-              "device_rp_uuid = %s, instance_uuid = %s, updated_at = NOW() WHERE uuid = %s",
-              (host_names[1], hosts[host_names[1]]["gpu"], u(rng), started))
     c.execute("UPDATE extended_accelerator_requests SET state = 'Deleting', updated_at = NOW() "
               "WHERE uuid = %s", (gpu[6],))
     db.commit()

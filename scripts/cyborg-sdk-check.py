@@ -1,13 +1,12 @@
 #!/usr/bin/env python3
 """openstacksdk's accelerator proxy against accel (run by scripts/cyborg-clients.sh).
 
-Usage: cyborg-sdk-check.py ENDPOINT   (e.g. http://127.0.0.1:6666/accelerator)
+Usage: cyborg-sdk-check.py CLOUD   (a cloud of OS_CLIENT_CONFIG_FILE's clouds.yaml)
 
-The connection uses keystoneauth's admin_token plugin: a fixed endpoint for every
-service and a fixed X-Auth-Token, no Keystone. accel in noauth mode takes the token
-`admin` as an admin. Expects the fake device of host compute-1
-(`accel serve --fake-devices compute-1`) and no profiles or ARQs yet. Exits 1 on the
-first mismatch.
+The connection authenticates with the cloud's password against Keystone and finds the
+accelerator endpoint in the catalog, as a user's would. Expects an admin cloud, the
+fake device of host compute-1 (`accel serve --fake-devices compute-1`) and no profiles
+or ARQs yet. Exits 1 on the first mismatch.
 """
 
 import sys
@@ -25,12 +24,10 @@ def check(what, ok, detail=""):
         FAILED.append(what)
 
 
-def main(endpoint):
-    conn = openstack.connection.Connection(
-        auth_type="admin_token",
-        auth={"endpoint": endpoint, "token": "admin"},
-        accelerator_default_microversion="2.3",
-    )
+def main(cloud):
+    conn = openstack.connect(cloud=cloud, accelerator_default_microversion="2.3")
+    endpoint = conn.session.get_endpoint(service_type="accelerator", interface="public")
+    check("the catalog's accelerator endpoint", endpoint.endswith("/accelerator/v2"), endpoint)
     acc = conn.accelerator
     groups = [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]
 

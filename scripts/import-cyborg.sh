@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # `accel import cyborg` against the real upstream Cyborg 17.0.0 (issue 28): upstream runs on MariaDB
-# (scripts/upstream-cyborg.sh: API under gunicorn, conductor over RabbitMQ), is filled by
-# scripts/cyborg-import-cloud.py (hardware seeded in its database as upstream-cyborg.sh seeds it;
-# device profiles and ARQs through its API, bound, failed and unbound by its conductor; BindStarted
-# and Deleting set in SQL), and its database is imported into accel on SQLite, PostgreSQL and
+# (scripts/upstream-cyborg.sh: API under gunicorn, conductor over RabbitMQ, and one cyborg-agent
+# per host with upstream's fake driver, reporting through the conductor to a real Placement:
+# `accel serve`'s, on SQLite, holding the compute node providers nova-compute would have made),
+# is filled by scripts/cyborg-import-cloud.py (the agents' fake FPGAs, plus the hardware the fake
+# driver cannot report seeded in its database; device profiles and ARQs through its API, bound,
+# failed, unbound and left BindStarted by its conductor; Deleting, a state upstream never writes,
+# set in SQL), and its database is imported into accel on SQLite, PostgreSQL and
 # MariaDB, each import followed by `--verify` against the upstream API still running on the old
 # database (profiles, ARQs, Nova's per-instance polls, devices, deployables, attributes). Then the
 # way back: each accel database is exported (`accel export cyborg`) into a fresh upstream database
 # made by upstream's own `cyborg-dbsync upgrade`, upstream is started on it and compared with accel
-# again (`accel import verify-cyborg`). Any difference fails.
+# again (`accel import verify-cyborg`). Any difference fails. Not run: the export into a
+# PostgreSQL upstream database, as Cyborg 17.0.0's `cyborg-dbsync upgrade` fails on PostgreSQL
+# (its migration 6c77bd6afea5 adds an unnamed Enum column: "PostgreSQL Enum type requires a name");
+# crates/accel-store/tests/import_cyborg.rs covers that path against upstream-shaped tables.
 #
-# Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_CYBORG_PORT (18981; +3 its
-#      Placement stub, +5 the fake Nova), ACCEL_TEST_PG (postgres://postgres@127.0.0.1:5432/postgres),
-#      ACCEL_TEST_MYSQL (mysql://root@127.0.0.1:3306), CYBORG_VENV (as upstream-cyborg.sh),
-#      IMPORT_SEED (28).
+# Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_CYBORG_PORT (18981; +3 the
+#      Placement the conductor and agents use, +5 the fake Nova), ACCEL_TEST_PG
+#      (postgres://postgres@127.0.0.1:5432/postgres), ACCEL_TEST_MYSQL (mysql://root@127.0.0.1:3306),
+#      CYBORG_VENV (as upstream-cyborg.sh), IMPORT_SEED (28).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
@@ -34,6 +40,8 @@ export CYBORG_VENV="${CYBORG_VENV:-${TMPDIR:-/tmp}/accel-cyborg-venv}"
 export CYBORG_PORT="$PORT" CYBORG_HOSTS=0 CYBORG_WORKERS=1 CYBORG_THREADS=4
 export CYBORG_NOVA_URL="http://127.0.0.1:$NOVA_PORT/v2.1"
 UP="$CYBORG_VENV/bin/python"
+export CYBORG_PLACEMENT_URL="http://127.0.0.1:$((PORT + 3))"
+AGENT_HOSTS="cyimp-host-0 cyimp-host-1 cyimp-host-2"
 
 mysql_q() { mysql -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" -u "$MYSQL_USER" -e "$1"; }
 upstream() { CYBORG_DIR="$RUN/$1" CYBORG_DB="$2" "$HERE/upstream-cyborg.sh" "$3"; }
@@ -41,6 +49,7 @@ cleanup() {
   for d in "$RUN"/up "$RUN"/back-*; do
     [[ -d "$d" ]] && CYBORG_DIR="$d" "$HERE/upstream-cyborg.sh" stop >/dev/null 2>&1 || true
   done
+  [[ -f "$RUN/placement.pid" ]] && kill -TERM "$(cat "$RUN/placement.pid")" 2>/dev/null || true
   for db in $(psql "$PG_ADMIN" -Atc "SELECT datname FROM pg_database WHERE datname LIKE '${TAG}_%'" 2>/dev/null); do
     psql "$PG_ADMIN" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
   done
@@ -52,9 +61,22 @@ trap cleanup EXIT
 
 status=0
 start=$SECONDS
-upstream up "${TAG}_upstream" start >/dev/null
+# Placement for the conductor and the agents: accel's, with the compute node providers that
+# nova-compute would have created (the agents look theirs up by name and refuse to start without).
+ACCEL_LOG=warn setsid "$ACCEL_BIN" serve --database "sqlite://$RUN/placement.db" \
+  --placement-listen "127.0.0.1:$((PORT + 3))" --accelerator-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 --no-console >"$RUN/placement.log" 2>&1 </dev/null &
+echo $! >"$RUN/placement.pid"
+for _ in $(seq 1 200); do curl -fsS -o /dev/null "$CYBORG_PLACEMENT_URL/" 2>/dev/null && break; sleep 0.05; done
+for host in $AGENT_HOSTS; do
+  curl -fsS -o /dev/null -X POST -H 'x-auth-token: admin' -H 'content-type: application/json' \
+    "$CYBORG_PLACEMENT_URL/resource_providers" -d "{\"name\": \"$host\"}"
+done
+CYBORG_AGENT_HOSTS="$AGENT_HOSTS" upstream up "${TAG}_upstream" start >/dev/null
+# The agents' reports are in; stopped, they write nothing while the database is read.
+upstream up "${TAG}_upstream" stop-agents
 "$UP" "$HERE/cyborg-import-cloud.py" --url "http://127.0.0.1:$PORT" --db "${TAG}_upstream" \
-  --nova-port "$NOVA_PORT" --seed "$SEED" | sed "s/^/upstream: /"
+  --nova-port "$NOVA_PORT" --placement "$CYBORG_PLACEMENT_URL" --seed "$SEED" | sed "s/^/upstream: /"
 echo "upstream: started and filled in $((SECONDS - start)) s"
 SOURCE="$MYSQL_ADMIN/${TAG}_upstream"
 accel_db() {

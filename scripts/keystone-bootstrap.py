@@ -7,7 +7,8 @@ Reads one JSON document on stdin (written by scripts/keystone.sh):
   {"auth_url": ".../v3", "admin_password": "...", "region": "RegionOne",
    "roles": [...],
    "service_users": [{"name", "password"}],
-   "users": [{"name", "password", "project", "roles": [...]}],   project "system": system scope
+   "users": [{"name", "password", "project", "roles": [...]}],   project "system": system scope,
+                                                                  "domain": the Default domain
    "endpoints": [{"name", "type", "url"}]}
 Everything is created if missing, so running it twice changes nothing.
 """
@@ -73,7 +74,7 @@ def main():
 
     def user(name, password, project_name, roles):
         body = {"name": name, "password": password, "domain_id": DOMAIN, "enabled": True}
-        if project_name != "system":
+        if project_name not in ("system", "domain"):
             body["default_project_id"] = project(project_name)
         uid = ks.ensure("users", "user", body, name=name, domain_id=DOMAIN)
         for role in roles:
@@ -81,6 +82,8 @@ def main():
             role_ids[role] = rid
             if project_name == "system":
                 ks.call("PUT", f"/system/users/{uid}/roles/{rid}")
+            elif project_name == "domain":
+                ks.call("PUT", f"/domains/{DOMAIN}/users/{uid}/roles/{rid}")
             else:
                 ks.call("PUT", f"/projects/{project(project_name)}/users/{uid}/roles/{rid}")
         return uid

@@ -29,7 +29,8 @@
 #   --accelerator-url URL      = --endpoint cyborg accelerator URL
 #   --user NAME PASSWORD PROJECT ROLES
 #                              an extra user (repeat); ROLES comma-separated; the project is
-#                              created when missing; PROJECT "system" grants system scope
+#                              created when missing; PROJECT "system" grants the roles on
+#                              the system, "domain" on the Default domain
 #   --expiration SECONDS       [token] expiration (default 3600)
 #   --set SECTION.KEY=VALUE    any other keystone.conf option (repeat)
 #   --same-as DIR0             no database or bootstrap of its own: serve DIR0's database
@@ -38,17 +39,25 @@
 #
 # Env: KEYSTONE_VENV (${TMPDIR:-/tmp}/accel-keystone-venv; created from
 #      scripts/keystone.txt on first use, or when the pins change),
-#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1; gunicorn threads: 4).
+#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1; gunicorn threads: 4),
+#      KEYSTONE_SERVICE_USERS (the service users to create; default "placement accel
+#      nova glance cyborg"; empty: none).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${KEYSTONE_VENV:-${TMPDIR:-/tmp}/accel-keystone-venv}"
 ADMIN_PASSWORD="${ADMIN_PASSWORD:-admin-secret}"
-SERVICE_USERS=(placement accel nova glance cyborg)
+# KEYSTONE_SERVICE_USERS: the service users to create (empty: none, as a cloud before
+# its services are registered; scripts/operating-guide.sh registers accel itself).
+read -ra SERVICE_USERS <<<"${KEYSTONE_SERVICE_USERS-placement accel nova glance cyborg}"
 
 die() { echo "keystone.sh: $*" >&2; exit 1; }
 
 # The venv, made from the pins; rebuilt when scripts/keystone.txt changes.
 venv() {
+  mkdir -p "$(dirname "$VENV")"
+  # Scripts running at once (the checks, tempest, the Nova gate) build it once.
+  exec {lock}>"$VENV.lock"
+  flock "$lock"
   if [[ ! -x "$VENV/bin/keystone-manage" || ! -x "$VENV/bin/gunicorn" ]] \
      || ! cmp -s "$HERE/keystone.txt" "$VENV/keystone.txt"; then
     echo "keystone.sh: installing scripts/keystone.txt into $VENV" >&2
@@ -58,13 +67,15 @@ venv() {
     "$VENV/bin/pip" install -q -r "$HERE/keystone.txt" >&2
     cp "$HERE/keystone.txt" "$VENV/keystone.txt"
   fi
+  flock -u "$lock"
 }
 
 stop() {
   local dir="$1" pid
   [[ -f "$dir/keystone.pid" ]] || return 0
   pid="$(cat "$dir/keystone.pid")"
-  if kill -TERM "$pid" 2>/dev/null; then
+  # INT: gunicorn's quick shutdown (TERM waits for its workers' graceful timeout).
+  if kill -INT "$pid" 2>/dev/null; then
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
@@ -130,15 +141,22 @@ start() {
 
   local manage=("$VENV/bin/keystone-manage" --config-file "$dir/keystone.conf")
   if [[ -z "$same_as" ]]; then
-    "${manage[@]}" db_sync >>"$dir/manage.log" 2>&1 || die "db_sync failed: $dir/manage.log"
-    "${manage[@]}" fernet_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)" >>"$dir/manage.log" 2>&1 \
-      || die "fernet_setup failed: $dir/manage.log"
-    "${manage[@]}" credential_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)" >>"$dir/manage.log" 2>&1 \
-      || die "credential_setup failed: $dir/manage.log"
+    # The three are independent: run at once (each is mostly Python's start-up).
+    local owner=(--keystone-user "$(id -un)" --keystone-group "$(id -gn)") p1 p2 p3
+    "${manage[@]}" db_sync >"$dir/manage-db_sync.log" 2>&1 & p1=$!
+    "${manage[@]}" fernet_setup "${owner[@]}" >"$dir/manage-fernet_setup.log" 2>&1 & p2=$!
+    "${manage[@]}" credential_setup "${owner[@]}" >"$dir/manage-credential_setup.log" 2>&1 & p3=$!
+    wait "$p1" || die "db_sync failed: $dir/manage-db_sync.log"
+    wait "$p2" || die "fernet_setup failed: $dir/manage-fernet_setup.log"
+    wait "$p3" || die "credential_setup failed: $dir/manage-credential_setup.log"
+  fi
+  # bootstrap runs while gunicorn loads Keystone (neither needs the other).
+  local pb=""
+  if [[ -z "$same_as" ]]; then
     "${manage[@]}" bootstrap --bootstrap-password "$ADMIN_PASSWORD" \
       --bootstrap-region-id RegionOne --bootstrap-public-url "$url/v3" \
-      --bootstrap-internal-url "$url/v3" --bootstrap-admin-url "$url/v3" >>"$dir/manage.log" 2>&1 \
-      || die "bootstrap failed: $dir/manage.log"
+      --bootstrap-internal-url "$url/v3" --bootstrap-admin-url "$url/v3" >>"$dir/manage.log" 2>&1 &
+    pb=$!
   fi
 
   # keystone's WSGI entry point parses sys.argv with oslo.config, which would read
@@ -162,7 +180,10 @@ EOF
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
-  [[ -n "$ready" ]] || { tail -20 "$dir/gunicorn.log" >&2; die "Keystone on $url did not start: $dir/gunicorn.log"; }
+  if [[ -n "$pb" ]] && ! wait "$pb"; then
+    stop "$dir"; die "bootstrap failed: $dir/manage.log"
+  fi
+  [[ -n "$ready" ]] || { tail -20 "$dir/gunicorn.log" >&2; stop "$dir"; die "Keystone on $url did not start: $dir/gunicorn.log"; }
 
   # Passwords: the admin's, NAME-secret for the service users, the given ones for extras.
   local -A passwords=([admin]="$ADMIN_PASSWORD")
@@ -222,6 +243,8 @@ EOF
       echo "      user_domain_name: Default"
       if [[ "${projects[$u]}" == system ]]; then
         echo "      system_scope: all"
+      elif [[ "${projects[$u]}" == domain ]]; then
+        echo "      domain_name: Default"
       else
         echo "      project_name: \"${projects[$u]}\""
         echo "      project_domain_name: Default"

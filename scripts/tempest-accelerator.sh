@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
 # Upstream's cyborg-tempest-plugin API tests against accel in Keystone mode:
-# accel-fake-keystone (tokens, validation, a catalog listing the accelerator endpoint),
+# a real Keystone 30.0.0 (scripts/keystone.sh: the accounts below created in it, the
+# accelerator endpoint at .../accelerator/v2 and Placement in its catalog),
 # `accel serve --auth-strategy keystone --enforce-new-defaults --fake-devices HOST` on a
-# fresh SQLite database, tempest with pre-provisioned credentials (accounts.yaml, read
-# by tempest and by the fake Keystone alike), then
+# fresh SQLite database validating tokens with Keystone as the `accel` service user,
+# tempest with pre-provisioned credentials (accounts.yaml), then
 # `tempest run --regex '^cyborg_tempest_plugin\.tests\.api' --serial`.
 # Prints tempest's per-test lines and totals. Exits 0 when every failed test is one of
 # the documented deviations (scripts/tempest-accelerator-deviations.txt: tests that
 # assert upstream's 500 where accel answers a 4xx) and at least one test passed.
 #
-# Env: ACCEL_BIN (target/debug/accel), KEYSTONE_BIN (target/debug/accel-fake-keystone),
+# Env: ACCEL_BIN (target/debug/accel), KEYSTONE_VENV (scripts/keystone.sh's),
 #      TEMPEST_VENV (${TMPDIR:-/tmp}/accel-tempest-venv; created and filled from
-#      scripts/tempest-accelerator.txt when absent), TEMPEST_PORT (19550: fake Keystone;
+#      scripts/tempest-accelerator.txt when absent), TEMPEST_PORT (19550: Keystone;
 #      +1 accelerator API, +2 Placement), TEMPEST_DIR (${TMPDIR:-/tmp}/accel-tempest),
 #      TEMPEST_REGEX (default above), NEW_DEFAULTS (1: SRBAC tests run; 0: legacy
 #      policy, SRBAC tests skip), TEMPEST_BACKEND sqlite|postgres (sqlite),
 #      TEMPEST_PG_ADMIN (postgres://postgres@127.0.0.1:5432/postgres).
-# Build first: cargo build -p accel-cli -p accel-bench
+# Build first: cargo build -p accel-cli
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
 ACCEL="${ACCEL_BIN:-$ROOT/target/debug/accel}"
-KEYSTONE="${KEYSTONE_BIN:-$ROOT/target/debug/accel-fake-keystone}"
 VENV="${TEMPEST_VENV:-${TMPDIR:-/tmp}/accel-tempest-venv}"
 PORT="${TEMPEST_PORT:-19550}"
 APORT=$((PORT + 1)); PPORT=$((PORT + 2))
@@ -30,9 +30,7 @@ REGEX="${TEMPEST_REGEX:-^cyborg_tempest_plugin\.tests\.api}"
 NEW_DEFAULTS="${NEW_DEFAULTS:-1}"
 HOST=tempest-compute
 
-for b in "$ACCEL" "$KEYSTONE"; do
-  [[ -x "$b" ]] || { echo "$b is missing: cargo build -p accel-cli -p accel-bench" >&2; exit 2; }
-done
+[[ -x "$ACCEL" ]] || { echo "$ACCEL is missing: cargo build -p accel-cli" >&2; exit 2; }
 if [[ ! -x "$VENV/bin/tempest" ]]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q -r "$HERE/tempest-accelerator.txt"
@@ -47,6 +45,7 @@ rm -rf "$DIR"; mkdir -p "$DIR/etc" "$DIR/locks"
 PIDS=()
 DROP_DB=""
 cleanup() {
+  "$HERE/keystone.sh" stop "$DIR/keystone" || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ -n "$DROP_DB" ]]; then
@@ -58,8 +57,8 @@ trap cleanup EXIT
 # Personas: tempest asks for primary, admin, project admin/manager/member/reader,
 # a user with role `service`, and (scope test) a system admin. Both admins share the
 # personas' project: tempest allocates either as the project admin and then wants the
-# manager, member and reader in that admin's project. The fake Keystone adds the
-# implied roles (admin > manager > member > reader) to the tokens.
+# manager, member and reader in that admin's project. Keystone adds the implied roles
+# (admin > manager > member > reader) to the tokens.
 cat > "$DIR/accounts.yaml" <<'EOF'
 - username: tempest-primary
   password: secret
@@ -95,18 +94,19 @@ cat > "$DIR/accounts.yaml" <<'EOF'
   system: all
   roles: [admin]
 EOF
-# accel's own user (keystonemiddleware's [keystone_authtoken] credentials).
-cat > "$DIR/service-accounts.yaml" <<'EOF'
-- username: accel
-  password: accel-secret
-  project_name: service
-  roles: [service]
-EOF
-
-"$KEYSTONE" --listen "127.0.0.1:$PORT" --accounts "$DIR/accounts.yaml" \
-  --accounts "$DIR/service-accounts.yaml" \
-  --accelerator-url "http://127.0.0.1:$APORT/accelerator/v2" >"$DIR/keystone.log" 2>&1 &
-PIDS+=($!)
+# The same accounts in Keystone (accel's own user, `accel` in project `service` with
+# roles service and admin, is one of keystone.sh's service users).
+"$HERE/keystone.sh" start "$DIR/keystone" "$PORT" \
+  --accelerator-url "http://127.0.0.1:$APORT/accelerator/v2" \
+  --placement-url "http://127.0.0.1:$PPORT" \
+  --user tempest-primary secret tempest-alt member \
+  --user tempest-admin secret tempest-demo admin \
+  --user tempest-project-admin secret tempest-demo admin \
+  --user tempest-manager secret tempest-demo manager \
+  --user tempest-member secret tempest-demo member \
+  --user tempest-reader secret tempest-demo reader \
+  --user tempest-service secret service service \
+  --user tempest-system-admin secret system admin
 
 if [[ "${TEMPEST_BACKEND:-sqlite}" == postgres ]]; then
   PG_ADMIN="${TEMPEST_PG_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}"

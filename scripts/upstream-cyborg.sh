@@ -4,6 +4,7 @@
 #
 #   upstream-cyborg.sh start         fresh database, hardware seeded, API + conductor up
 #   upstream-cyborg.sh seed-arqs N   N resolved ARQs (the list benchmark's seed)
+#   upstream-cyborg.sh stop-agents   the cyborg-agents only (their report stays in the database)
 #   upstream-cyborg.sh stop
 #
 # What runs, and what stands in for the rest of a cloud:
@@ -17,14 +18,23 @@
 # - Nova: arq-load's fake events endpoint (CYBORG_NOVA_URL), reached through
 #   openstacksdk with keystoneauth's `none` plugin and an endpoint override;
 # - Placement: a version-document stub (the conductor discovers Placement at start;
-#   the benchmark's paths never call it);
-# - hardware: no agent; `start` writes CYBORG_HOSTS hosts `arq-bench-N`, each with one
+#   the benchmark's paths never call it), or CYBORG_PLACEMENT_URL, a real Placement in
+#   noauth2 mode (accel serve's or upstream's), reached with keystoneauth's admin_token
+#   plugin (token `admin`): what the agents and the conductor's report need;
+# - agents: CYBORG_AGENT_HOSTS (a space-separated list; needs CYBORG_PLACEMENT_URL holding a
+#   provider named after each, as nova-compute creates it) starts one cyborg-agent per host
+#   with upstream's fake driver ([agent] enabled_drivers = fake_driver, [DEFAULT] host and
+#   [agent] resource_provider_name the host); `start` returns once the conductor has written
+#   every host's report (a fake FPGA device with one deployable of 16 TEST_PCI handles whose
+#   resource provider it created in Placement);
+# - hardware (besides the agents): `start` writes CYBORG_HOSTS hosts `arq-bench-N`, each with one
 #   fake FPGA deployable of 16 TEST_PCI attach handles (what the fake driver reports),
 #   straight into the database, and leaves arq-load's `--target HOST=RP` arguments in
 #   $CYBORG_DIR/targets.
 #
 # Env: CYBORG_VENV (${TMPDIR:-/tmp}/accel-cyborg-venv, created when absent),
-#      CYBORG_PORT (19560; +3 the Placement stub), CYBORG_NOVA_URL
+#      CYBORG_PORT (19560; +3 the Placement stub), CYBORG_PLACEMENT_URL (unset: the stub),
+#      CYBORG_AGENT_HOSTS (none), CYBORG_NOVA_URL
 #      (http://127.0.0.1:19542/v2.1), CYBORG_DIR (${TMPDIR:-/tmp}/accel-cyborg),
 #      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
 #      MariaDB database, dropped and created by `start`).
@@ -39,8 +49,8 @@ HOSTS="${CYBORG_HOSTS:-16}"
 DB="${CYBORG_DB:-cyborg_bench}"
 NOVA_PROJECT=5eed900000004000800000000000000a   # arq-load's NOVA_PROJECT
 
-stop() {
-  for f in api conductor stub; do
+stop_pids() {
+  for f in "$@"; do
     [[ -f "$DIR/$f.pid" ]] || continue
     pid="$(cat "$DIR/$f.pid")"
     kill -TERM "$pid" 2>/dev/null || true
@@ -49,6 +59,8 @@ stop() {
     rm -f "$DIR/$f.pid"
   done
 }
+agent_pids() { (cd "$DIR" 2>/dev/null && ls agent-*.pid 2>/dev/null | sed 's/\.pid$//') || true; }
+stop() { stop_pids $(agent_pids) api conductor stub; }
 
 seed_arqs() {
   local n="$1"
@@ -69,6 +81,7 @@ SQL
 
 case "${1:-}" in
   stop) stop; exit 0 ;;
+  stop-agents) stop_pids $(agent_pids); exit 0 ;;
   seed-arqs) seed_arqs "${2:?seed-arqs N}"; exit 0 ;;
   start) ;;
   *) echo "usage: $0 start|seed-arqs N|stop" >&2; exit 2 ;;
@@ -106,8 +119,12 @@ connection = mysql+pymysql://root@127.0.0.1/$DB
 auth_type = none
 endpoint_override = $NOVA_URL
 [placement]
-auth_type = none
-endpoint_override = http://127.0.0.1:$STUB_PORT
+$(if [[ -n "${CYBORG_PLACEMENT_URL:-}" ]]; then
+  printf 'auth_type = admin_token\nendpoint = %s\ntoken = admin\nendpoint_override = %s' \
+    "$CYBORG_PLACEMENT_URL" "$CYBORG_PLACEMENT_URL"
+else
+  printf 'auth_type = none\nendpoint_override = http://127.0.0.1:%s' "$STUB_PORT"
+fi)
 [oslo_concurrency]
 lock_path = $DIR/locks
 EOF
@@ -156,8 +173,10 @@ db.commit()
 print(" ".join(out))
 EOF
 
-setsid "$VENV/bin/python" "$DIR/placement_stub.py" >"$DIR/stub.log" 2>&1 </dev/null &
-echo $! > "$DIR/stub.pid"
+if [[ -z "${CYBORG_PLACEMENT_URL:-}" ]]; then
+  setsid "$VENV/bin/python" "$DIR/placement_stub.py" >"$DIR/stub.log" 2>&1 </dev/null &
+  echo $! > "$DIR/stub.pid"
+fi
 setsid "$VENV/bin/cyborg-conductor" --config-file "$DIR/cyborg.conf" >"$DIR/conductor.log" 2>&1 </dev/null &
 echo $! > "$DIR/conductor.pid"
 setsid "$VENV/bin/gunicorn" --chdir "$DIR" -b "127.0.0.1:$PORT" -k gthread \
@@ -183,4 +202,29 @@ for _ in $(seq 1 "$(( ${CYBORG_WORKERS:-2} * 8 ))"); do
       -H 'x-user-id: admin' "http://127.0.0.1:$PORT/v2/$path" || true
   done
 done
+# The agents, once the conductor listens: each reports its fake device on start-up, and the
+# conductor writes the rows and the device's resource provider (under the host's) in Placement.
+AGENTS=(${CYBORG_AGENT_HOSTS:-})
+for host in "${AGENTS[@]}"; do
+  printf '[DEFAULT]\nhost = %s\nlog_file = %s\n[agent]\nenabled_drivers = fake_driver\nresource_provider_name = %s\n' \
+    "$host" "$DIR/agent-$host.log" "$host" > "$DIR/agent-$host.conf"
+  setsid "$VENV/bin/cyborg-agent" --config-file "$DIR/cyborg.conf" --config-file "$DIR/agent-$host.conf" \
+    >"$DIR/agent-$host.out" 2>&1 </dev/null &
+  echo $! > "$DIR/agent-$host.pid"
+done
+if (( ${#AGENTS[@]} )); then
+  hosts_sql="'$(IFS=,; echo "${AGENTS[*]}" | sed "s/,/','/g")'"
+  reported=0
+  for _ in $(seq 1 600); do
+    reported="$(mysql -uroot -h127.0.0.1 -N "$DB" -e "SELECT COUNT(DISTINCT v.hostname) FROM devices v
+      JOIN deployables d ON d.device_id = v.id JOIN attach_handles h ON h.deployable_id = d.id
+      WHERE v.hostname IN ($hosts_sql) AND d.rp_uuid IS NOT NULL")"
+    (( reported == ${#AGENTS[@]} )) && break
+    sleep 0.1
+  done
+  if (( reported != ${#AGENTS[@]} )); then
+    echo "only $reported of ${#AGENTS[@]} agents' reports landed; see $DIR/agent-*.log, $DIR/cyborg.log" >&2
+    exit 1
+  fi
+fi
 echo "upstream Cyborg on http://127.0.0.1:$PORT ($HOSTS hosts seeded; arq-load targets in $DIR/targets)"

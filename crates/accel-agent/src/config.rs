@@ -43,7 +43,7 @@ accel_settings::settings! {
     /// checks them and turns them into what the agent runs with.
     pub struct AgentConfig / AgentFlags / AgentFile {
         /// The accelerator API root.
-        server: String = value(DEFAULT_SERVER.into()),
+        server: String = optional("http://127.0.0.1:6666; with [keystone], the catalog's accelerator endpoint"),
             flag(long, env = "ACCEL_AGENT_SERVER", value_name = "URL");
         /// The compute node's provider name: Nova's hypervisor_hostname (checked at start-up).
         node: String = optional("none (required)"),
@@ -346,7 +346,12 @@ impl Settings {
             }
         }
         let settings = Settings {
-            server: c.server.trim_end_matches('/').to_owned(),
+            // Empty: the catalog's, found by `find_server` before the agent starts.
+            server: match (&c.server, &c.keystone) {
+                (Some(u), _) => u.trim_end_matches('/').to_owned(),
+                (None, Some(_)) => String::new(),
+                (None, None) => DEFAULT_SERVER.to_owned(),
+            },
             node: c.node.unwrap_or_default(),
             node_provider: c.node_provider,
             token: c
@@ -396,6 +401,30 @@ impl Settings {
             }
         }
         Ok(settings)
+    }
+
+    /// Fills an empty `server` with the accelerator endpoint of the `[keystone]`
+    /// session's catalog (service type `accelerator`, its `interface` and
+    /// `region_name`), as the OpenStack clients find a service.
+    pub async fn find_server(&mut self) -> Result<(), String> {
+        if !self.server.is_empty() {
+            return Ok(());
+        }
+        let Some(k) = &self.keystone else {
+            return Err("no server: pass --server URL or give a [keystone] table".into());
+        };
+        let session = accel_keystone::Session::new(k.clone())?;
+        let url = session
+            .endpoint("accelerator")
+            .await
+            .map_err(|e| format!("finding the accelerator API in Keystone's catalog: {e}"))?;
+        // The catalog names the versioned root (`.../v2`, devstack's
+        // `.../accelerator/v2`); the agent's paths start at `/v2`.
+        let url = url.trim_end_matches('/');
+        let url = url.strip_suffix("/v2").unwrap_or(url).to_owned();
+        tracing::info!(server = %url, "accelerator API found in Keystone's catalog");
+        self.server = url;
+        Ok(())
     }
 
     pub fn require_node(&self) -> Result<&str, String> {

@@ -115,12 +115,13 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
 }
 
 async fn agent(
-    settings: accel_agent::Settings,
+    mut settings: accel_agent::Settings,
     once: bool,
     paths: KubeletPaths,
 ) -> anyhow::Result<()> {
     use accel_agent::observe;
     use std::sync::Arc;
+    settings.find_server().await.map_err(anyhow::Error::msg)?;
     if once {
         let mut agent = accel_agent::Agent::new(settings)?;
         let node = agent.check_node().await?;

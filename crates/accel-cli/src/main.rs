@@ -240,6 +240,9 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         startup::schema_without_migrating(&store, &cfg.redacted_database()).await?;
     }
     let (policy, config) = (cfg.policy()?, cfg.server_config()?);
+    if let Some(k) = &config.keystone {
+        startup::own_keystone_credentials(k).await?;
+    }
     let accelerator_policy = cfg.accelerator_policy()?;
     let listener = tokio::net::TcpListener::bind(&cfg.placement_listen)
         .await

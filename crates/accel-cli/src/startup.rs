@@ -1,4 +1,5 @@
-//! How `accel serve` words a database it cannot open at start-up (issue 31 item 6).
+//! How `accel serve` words what stops it at start-up: a database it cannot open
+//! (issue 31 item 6), or Keystone refusing its own credentials (issue 29).
 //!
 //! The store retries only what an operator may be fixing while the server waits (a
 //! server not up yet, a login or database not created yet); everything else fails at
@@ -93,6 +94,27 @@ fn missing_sqlite_dir(url: &str) -> Option<PathBuf> {
         None => return None,
     };
     (!dir.is_dir()).then(|| dir.to_path_buf())
+}
+
+/// Asks Keystone for the validator's own token once, before serving. A refusal
+/// (wrong password, disabled user, unknown project) is a configuration error: the
+/// server stops with Keystone's answer instead of answering 503 to every request and
+/// trying the password again and again (an account lockout policy would lock the
+/// user). An unreachable Keystone is not: requests get 503 until it answers.
+#[cfg(feature = "server")]
+pub async fn own_keystone_credentials(
+    keystone: &accel_server::auth::keystone::Keystone,
+) -> anyhow::Result<()> {
+    match keystone.check_own_credentials().await {
+        Ok(()) => Ok(()),
+        Err(accel_keystone::TokenError::Refused(said)) => anyhow::bail!(
+            "{said}\n[keystone_authtoken] username, password, project_name and their domains must be a user Keystone accepts"
+        ),
+        Err(accel_keystone::TokenError::Unavailable(why)) => {
+            tracing::warn!(target: "accel::keystone", error = %why, "Keystone did not answer at start-up; requests that need a token validated get 503 until it does");
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]

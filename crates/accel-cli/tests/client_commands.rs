@@ -605,5 +605,40 @@ async fn os_cloud_and_the_os_variables_find_both_apis_in_keystones_catalog() {
         "{}",
         wrong.stderr
     );
+
+    // The agent: with a [keystone] table and no `server`, the catalog's accelerator
+    // endpoint (`.../accelerator/v2`, as devstack registers Cyborg's).
+    let fs = accel_agent::testing::FakeSysfs::new(dir.path().join("sys"));
+    accel_agent::testing::pac_opae(&fs, 0x5e, 2);
+    let agent_toml = dir.path().join("agent.toml");
+    std::fs::write(
+        &agent_toml,
+        format!(
+            "node = \"edge-1\"\nnode_provider = \"own\"\nsysfs_root = \"{}\"\n\
+             [keystone]\nauth_url = \"{auth_url}\"\nusername = \"accel\"\n\
+             password = \"secret\"\nproject_name = \"service\"\n",
+            fs.root.display()
+        ),
+    )
+    .unwrap();
+    let agent_toml = agent_toml.to_string_lossy().into_owned();
+    let reported = common::accel(
+        &["agent", "--once", "--config", &agent_toml],
+        &[("ACCEL_LOG", "info")],
+    )
+    .await;
+    assert!(reported.ok(), "{}", reported.stderr);
+    assert_eq!(
+        reported.stdout.trim(),
+        "reported: 1 added, 0 removed, 0 kept, 0 vanished"
+    );
+    assert!(
+        reported.stderr.contains(&format!(
+            "accelerator API found in Keystone's catalog server={}/accelerator",
+            server.accel
+        )),
+        "{}",
+        reported.stderr
+    );
     server.stop().await;
 }

@@ -953,3 +953,74 @@ async fn db_sync_as_a_step_of_its_own_and_the_upgrade_check() {
         assert!(out.contains("newer:          9999"), "{out}");
     }
 }
+
+/// A config file in keystone mode whose `[keystone_authtoken]` points at `auth_url`
+/// with `password`.
+fn keystone_config(dir: &Path, auth_url: &str, password: &str) -> std::path::PathBuf {
+    let path = dir.join("accel.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "auth_strategy = \"keystone\"\n\
+             [keystone_authtoken]\n\
+             auth_url = \"{auth_url}/v3\"\n\
+             username = \"accel\"\n\
+             password = \"{password}\"\n\
+             project_name = \"service\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+// A fake Keystone: these cases need one that refuses on cue and one that is not there;
+// scripts/keystone-real.sh tries the refusal against Keystone 30 itself.
+#[tokio::test]
+async fn keystone_refusing_the_service_credentials_stops_start_up_naming_them() {
+    use accel_testkit::keystone::{FakeKeystone, Subject};
+    let ks = FakeKeystone::start().await;
+    ks.add_user("secret", Subject::project("accel", "service", &["service"]));
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_url(dir.path());
+    let config = keystone_config(dir.path(), &ks.url, "wrong");
+    let out = accel()
+        .args(["serve", "--database", &db, "--config"])
+        .arg(&config)
+        .args(["--placement-listen", "127.0.0.1:0"])
+        .args(["--accelerator-listen", "127.0.0.1:0"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("refused the credentials of user \"accel\" in project \"service\" (401"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[keystone_authtoken] username, password"),
+        "{err}"
+    );
+    assert!(!err.contains("accel serve ready"), "{err}");
+    assert_eq!(ks.password_auths(), 1, "asked once, not retried");
+
+    // The right password serves; an unreachable Keystone does not stop start-up (it
+    // may come later): requests get 503 until it answers.
+    let config = keystone_config(dir.path(), &ks.url, "secret");
+    let mut s = serve(&["--database", &db, "--config", config.to_str().unwrap()]).await;
+    s.signal("TERM");
+    assert!(s.exit(Duration::from_secs(10)).await.0.success());
+    let gone = format!("http://127.0.0.1:{}", free_port());
+    let config = keystone_config(dir.path(), &gone, "secret");
+    let mut s = serve(&["--database", &db, "--config", config.to_str().unwrap()]).await;
+    assert_eq!(s.logged("Keystone did not answer at start-up"), 1);
+    let r = reqwest::Client::new()
+        .get(format!("{}/v2/device_profiles", s.accel))
+        .header("x-auth-token", "some-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    s.signal("TERM");
+    assert!(s.exit(Duration::from_secs(10)).await.0.success());
+}

@@ -8,6 +8,11 @@
 //! endpoint(): endpoint_override, else the catalog entry of the service type with
 //!             the configured interface (and region, when set)
 //! invalidate(t): the service answered 401 with t ─▶ the next token() authenticates
+//! refused:    Keystone answered 4xx to the password ─▶ said once at error, and no
+//!             new attempt before the backoff (1 s, doubling to 64 s) has passed;
+//!             token() fails at once meanwhile, so a wrong or rotated password is
+//!             not tried once per request (an account lockout policy would lock
+//!             the user)
 //! ```
 //!
 //! Its own crate because both sides use it: the server (events to Nova, and the token
@@ -18,7 +23,7 @@
 pub use accel_settings::Secret;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Password credentials and where the service is found (keystoneauth's options).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -126,6 +131,44 @@ struct Token {
     catalog: Value,
 }
 
+/// The first wait after Keystone refuses the credentials; doubled after each
+/// further refusal up to [`REFUSAL_BACKOFF_MAX`].
+const REFUSAL_BACKOFF: Duration = Duration::from_secs(1);
+const REFUSAL_BACKOFF_MAX: Duration = Duration::from_secs(64);
+
+/// Why no token could be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenError {
+    /// Keystone answered and refused the credentials (a wrong or rotated password,
+    /// a disabled user, an unknown project): a configuration error, asked again only
+    /// after a backoff.
+    Refused(String),
+    /// Keystone could not be reached, or failed (5xx, a body without a token).
+    Unavailable(String),
+}
+
+impl std::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenError::Refused(m) | TokenError::Unavailable(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<TokenError> for String {
+    fn from(e: TokenError) -> String {
+        e.to_string()
+    }
+}
+
+/// Keystone's last refusal of the credentials, and when to ask again.
+#[derive(Debug, Clone)]
+struct Refusal {
+    message: String,
+    retry_at: Instant,
+    backoff: Duration,
+}
+
 /// A session: the configuration, an HTTP client and the current token.
 pub struct Session {
     cfg: SessionConfig,
@@ -133,6 +176,9 @@ pub struct Session {
     catalog: bool,
     http: reqwest::Client,
     current: tokio::sync::Mutex<Option<Token>>,
+    /// Set while Keystone refuses the credentials (read by readiness checks without
+    /// waiting for a token request in flight).
+    refused: std::sync::Mutex<Option<Refusal>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -172,6 +218,7 @@ impl Session {
             cfg,
             http,
             current: tokio::sync::Mutex::new(None),
+            refused: std::sync::Mutex::new(None),
         })
     }
 
@@ -190,16 +237,73 @@ impl Session {
 
     /// A valid token, authenticating when there is none or it is about to expire.
     pub async fn token(&self) -> Result<String, String> {
+        Ok(self.try_token().await?)
+    }
+
+    /// [`Session::token`], saying whether Keystone refused the credentials or could
+    /// not answer. While refused, no new attempt is made before the backoff has
+    /// passed: the last refusal is returned at once.
+    pub async fn try_token(&self) -> Result<String, TokenError> {
         let mut cur = self.current.lock().await;
         if let Some(t) = cur.as_ref() {
             if t.expires_at > SystemTime::now() + MARGIN {
                 return Ok(t.id.clone());
             }
         }
-        let fresh = self.authenticate().await?;
-        let id = fresh.id.clone();
-        *cur = Some(fresh);
-        Ok(id)
+        if let Some(r) = self.lock_refused().as_ref() {
+            if Instant::now() < r.retry_at {
+                return Err(TokenError::Refused(r.message.clone()));
+            }
+        }
+        match self.authenticate().await {
+            Ok(fresh) => {
+                if self.lock_refused().take().is_some() {
+                    tracing::info!(target: "accel::keystone", user = %self.cfg.username, project = %self.cfg.project_name, "Keystone accepts the service's credentials again");
+                }
+                let id = fresh.id.clone();
+                *cur = Some(fresh);
+                Ok(id)
+            }
+            Err(TokenError::Refused(message)) => {
+                self.note_refusal(&message);
+                Err(TokenError::Refused(message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The message of Keystone's refusal of the credentials while it lasts (a
+    /// readiness check reads it); `None` once a token was had, or before any refusal.
+    pub fn refusal(&self) -> Option<String> {
+        self.lock_refused().as_ref().map(|r| r.message.clone())
+    }
+
+    /// Records a refusal: the first is said at error with its cause, later ones at
+    /// debug; each doubles the wait before the next attempt.
+    fn note_refusal(&self, message: &str) {
+        let mut refused = self.lock_refused();
+        let backoff = match refused.as_ref() {
+            None => {
+                tracing::error!(target: "accel::keystone", user = %self.cfg.username, project = %self.cfg.project_name, error = %message, "Keystone refused the service's own credentials; requests needing them fail with 503 and the password is tried again with backoff (up to every {} s) until Keystone accepts it", REFUSAL_BACKOFF_MAX.as_secs());
+                REFUSAL_BACKOFF
+            }
+            Some(r) => {
+                tracing::debug!(target: "accel::keystone", user = %self.cfg.username, error = %message, "Keystone still refuses the service's own credentials");
+                (r.backoff * 2).min(REFUSAL_BACKOFF_MAX)
+            }
+        };
+        *refused = Some(Refusal {
+            message: message.to_owned(),
+            retry_at: Instant::now() + backoff,
+            backoff,
+        });
+    }
+
+    fn lock_refused(&self) -> std::sync::MutexGuard<'_, Option<Refusal>> {
+        // A plain value: a panicking holder cannot leave it half-written.
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Forgets `used` (a service refused it), so the next [`Session::token`]
@@ -241,7 +345,7 @@ impl Session {
 
     /// `POST /v3/auth/tokens` with the password, scoped to the project. The catalog
     /// comes with it unless an `endpoint_override` makes it unneeded.
-    async fn authenticate(&self) -> Result<Token, String> {
+    async fn authenticate(&self) -> Result<Token, TokenError> {
         let c = &self.cfg;
         let body = json!({"auth": {
             "identity": {"methods": ["password"], "password": {"user": {
@@ -269,35 +373,45 @@ impl Session {
             .await
             .map_err(|e| {
                 tracing::warn!(target: "accel::outgoing", service = "keystone", method = "POST", url = %url, request_id = %request_id, error = %e, "outgoing call failed");
-                format!("POST {url}: {e}")
+                TokenError::Unavailable(format!("POST {url}: {e}"))
             })?;
         let status = resp.status();
         tracing::info!(target: "accel::outgoing", service = "keystone", method = "POST", url = %url, status = status.as_u16(), request_id = %request_id, duration_ms = started.elapsed().as_millis() as u64, user = %c.username, "outgoing call: token requested");
         if !status.is_success() {
             let said = resp.text().await.unwrap_or_default();
-            return Err(format!(
-                "Keystone at {url} refused the credentials of user {:?} in project {:?} ({status}): {}",
-                c.username,
-                c.project_name,
-                said.trim()
-            ));
+            let (user, project, said) = (&c.username, &c.project_name, said.trim());
+            // 4xx: Keystone judged the credentials (or the scope); 5xx: it failed.
+            return Err(if status.is_client_error() {
+                TokenError::Refused(format!(
+                    "Keystone at {url} refused the credentials of user {user:?} in project {project:?} ({status}): {said}"
+                ))
+            } else {
+                TokenError::Unavailable(format!(
+                    "Keystone at {url} failed to authenticate user {user:?} in project {project:?} ({status}): {said}"
+                ))
+            });
         }
+        let unavailable = TokenError::Unavailable;
         let id = resp
             .headers()
             .get("x-subject-token")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
-            .ok_or_else(|| format!("no X-Subject-Token in Keystone's answer from {url}"))?;
+            .ok_or_else(|| {
+                unavailable(format!(
+                    "no X-Subject-Token in Keystone's answer from {url}"
+                ))
+            })?;
         let body: Value = resp
             .json()
             .await
-            .map_err(|e| format!("token body from {url}: {e}"))?;
+            .map_err(|e| unavailable(format!("token body from {url}: {e}")))?;
         let token = body.get("token").cloned().unwrap_or(Value::Null);
         let expires_at = token
             .get("expires_at")
             .and_then(Value::as_str)
             .and_then(parse_timestamp)
-            .ok_or_else(|| format!("no expires_at in the token from {url}"))?;
+            .ok_or_else(|| unavailable(format!("no expires_at in the token from {url}")))?;
         Ok(Token {
             id,
             expires_at,

@@ -17,8 +17,10 @@
 use crate::accelerator::binder::{self, NovaEndpoint, WorkerConfig};
 use crate::accelerator::AccelState;
 use crate::external::ExternalPlacement;
+use crate::placement::AppState;
+use crate::serve::{serve_all, AcceleratorApi};
+use crate::state::{ServerConfig, Shared};
 use crate::supervisor::Backoff;
-use crate::{AcceleratorApi, AppState, ServerConfig};
 use accel_core::policy::Policy;
 use accel_store::Store;
 use anyhow::Context;
@@ -110,7 +112,7 @@ impl App {
         if let Some(w) = &workers {
             self.state.health.watch_workers(w.running());
         }
-        let served = crate::serve_all(
+        let served = serve_all(
             self.state.clone(),
             placement,
             accelerator.map(|listener| AcceleratorApi {
@@ -229,18 +231,15 @@ impl AppBuilder {
         if let Some(ext) = &self.external {
             tracing::info!(target: "accel", placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
         }
-        let state = Arc::new(AppState {
+        let shared = Arc::new(Shared {
             store: self.store,
-            policy: self.policy,
             config: self.config,
-            placement_index: Default::default(),
-            usage_cache: Default::default(),
-            creates: Default::default(),
             metrics: self.metrics,
             health: Default::default(),
         });
+        let state = Arc::new(AppState::new(shared.clone(), self.policy));
         let accel = Arc::new(AccelState {
-            app: state.clone(),
+            app: shared,
             policy: self.accelerator_policy,
             bind_timeout_secs: self.bind_timeout_secs,
             bind_wakeup: Default::default(),

@@ -5,26 +5,20 @@
 //! A server can serve when its database answers, its background workers run (a
 //! worker waiting out its restart backoff does not, see [`crate::supervisor`]) and it
 //! is not draining after a shutdown request. Readiness adds that the schema is the
-//! one this binary migrates to. Every check runs when asked, under a short timeout,
+//! one this binary migrates to and, in keystone mode, that Keystone accepts the
+//! service's own credentials (without them no token can be validated). Every check runs when asked, under a short timeout,
 //! so a probe sees the database go and come back without the server restarting; a
 //! failing check is logged with its cause, while the answer names only what failed
 //! (no driver message leaves the server).
 
-use crate::supervisor::Running;
-use crate::AppState;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use crate::state::Shared;
 use std::time::Duration;
 
 /// How long a check waits for the database.
 pub const DB_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The server's health state: draining, and the workers' handle once they run.
-#[derive(Default, Debug)]
-pub struct Health {
-    draining: AtomicBool,
-    workers: Mutex<Option<Running>>,
-}
+/// The draining flag and the workers' handle (kept with the shared state).
+pub use crate::state::Health;
 
 /// One check's result: its name and, when it failed, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,33 +27,8 @@ pub struct Check {
     pub failure: Option<String>,
 }
 
-impl Health {
-    /// From now on every check fails with "draining" (the listeners are closing).
-    pub fn set_draining(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// The supervised workers whose state the checks include.
-    pub fn watch_workers(&self, running: Running) {
-        *self.workers.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
-    }
-
-    fn stopped_workers(&self) -> Vec<&'static str> {
-        self.workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(Running::stopped)
-            .unwrap_or_default()
-    }
-}
-
 /// Runs the checks; `ready` adds the schema check of `/readyz`.
-pub async fn check(app: &AppState, ready: bool) -> Vec<Check> {
+pub async fn check(app: &Shared, ready: bool) -> Vec<Check> {
     let mut out = Vec::with_capacity(4);
     let draining = app.health.is_draining();
     out.push(Check {
@@ -103,6 +72,26 @@ pub async fn check(app: &AppState, ready: bool) -> Vec<Check> {
             name: "migrations",
             failure: schema,
         });
+    }
+    if ready {
+        if let Some(k) = &app.config.keystone {
+            let refused = tokio::time::timeout(DB_TIMEOUT, k.own_credentials_refused())
+                .await
+                .ok()
+                .flatten();
+            app.metrics.set_keystone_refused(refused.is_some());
+            // Keystone's answer is in the server's log (said once, at error).
+            out.push(Check {
+                name: "keystone",
+                failure: refused.map(|_| {
+                    let c = k.config();
+                    format!(
+                        "Keystone refuses the service credentials (user {}, project {})",
+                        c.username, c.project_name
+                    )
+                }),
+            });
+        }
     }
     let stopped = app.health.stopped_workers();
     // While draining the workers stop on purpose; "draining" already says so.

@@ -1,6 +1,6 @@
 //! The server's Prometheus metrics: one [`Metrics`] per server process, built with
 //! the `prometheus-client` crate, handed to every handler and worker through
-//! [`crate::AppState`], and served on a listener of its own (`--metrics-listen`,
+//! [`crate::state::Shared`], and served on a listener of its own (`--metrics-listen`,
 //! [`crate::observe::metrics_router`]) so the API ports stay byte-for-byte upstream's.
 //!
 //! Names follow Prometheus' conventions (prefix `accel_`, base units, `_total` on
@@ -150,6 +150,7 @@ pub struct Metrics {
     fpga_programs_pending: Gauge,
     devices_by_cleaning_state: Family<StateLabel, Gauge>,
     db_up: Gauge,
+    keystone_refused: Gauge,
     db_connections: Family<PoolLabels, Gauge>,
     db_waits: Counter,
     db_wait_seconds: Counter<f64, AtomicU64>,
@@ -216,6 +217,7 @@ impl Metrics {
             fpga_programs_pending: Gauge::default(),
             devices_by_cleaning_state: Family::default(),
             db_up: Gauge::default(),
+            keystone_refused: Gauge::default(),
             db_connections: Family::default(),
             db_waits: Counter::default(),
             db_wait_seconds: Counter::default(),
@@ -375,6 +377,11 @@ impl Metrics {
             m.outgoing.clone(),
         );
         r.register(
+            "accel_keystone_credentials_refused",
+            "1 while Keystone refuses the service's own [keystone_authtoken] credentials (set by readiness checks and scrapes), else 0",
+            m.keystone_refused.clone(),
+        );
+        r.register(
             "accel_db_up",
             "1 when the last database query of a scrape or health check succeeded, else 0",
             m.db_up.clone(),
@@ -452,6 +459,11 @@ impl Metrics {
         for (kind, v) in [("cached", cached), ("queried", queried)] {
             advance(&self.usage_answers.get_or_create(&KindLabel { kind }), v);
         }
+    }
+
+    /// Records whether Keystone refuses the service's own credentials.
+    pub fn set_keystone_refused(&self, refused: bool) {
+        self.keystone_refused.set(i64::from(refused));
     }
 
     /// Records whether the database answered (scrapes and health checks).

@@ -24,18 +24,17 @@
 //! The route label is a template from a fixed list (`/resource_providers/{uuid}`),
 //! never the raw path, so no uuid becomes a label value; a path no route matches is
 //! [`UNMATCHED`]. The user and project of the access log come from the API's own
-//! authentication, which notes them in a task-local ([`note_caller`]) that only
+//! authentication, which notes them in a task-local ([`crate::auth::note_caller`]) that only
 //! exists while the access log is on.
 
 use crate::health;
 use crate::metrics::{HttpLabels, RouteLabels};
-use crate::AppState;
+use crate::state::Shared;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -63,23 +62,8 @@ pub const UNMATCHED: &str = "unmatched";
 const HEALTHCHECK: &str = "/healthcheck";
 
 /// Wraps `router` (an API's whole router) in the observing layer.
-pub fn layer(router: axum::Router, app: Arc<AppState>, api: Api) -> axum::Router {
+pub fn layer(router: axum::Router, app: Arc<Shared>, api: Api) -> axum::Router {
     router.layer(axum::middleware::from_fn_with_state((app, api), observe))
-}
-
-tokio::task_local! {
-    static CALLER: RefCell<Option<(String, String)>>;
-}
-
-/// Called by authentication once it knows the caller: the access log names the user
-/// and project. Does nothing when no access log is written.
-pub(crate) fn note_caller(user: Option<&str>, project: Option<&str>) {
-    let _ = CALLER.try_with(|c| {
-        *c.borrow_mut() = Some((
-            user.unwrap_or("-").to_owned(),
-            project.unwrap_or("-").to_owned(),
-        ))
-    });
 }
 
 fn method_label(m: &Method) -> &'static str {
@@ -96,7 +80,7 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 async fn observe(
-    State((app, api)): State<(Arc<AppState>, Api)>,
+    State((app, api)): State<(Arc<Shared>, Api)>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -121,12 +105,7 @@ async fn observe(
             None,
         )
     } else if access {
-        CALLER
-            .scope(RefCell::new(None), async {
-                let resp = next.run(req).await;
-                (resp, CALLER.with(|c| c.borrow_mut().take()))
-            })
-            .await
+        crate::auth::noting_caller(next.run(req)).await
     } else {
         (next.run(req).await, None)
     };
@@ -183,7 +162,7 @@ fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// oslo.middleware's healthcheck answer (see the module docs).
-async fn healthcheck(app: &AppState, head: bool, headers: &HeaderMap) -> Response {
+async fn healthcheck(app: &Shared, head: bool, headers: &HeaderMap) -> Response {
     let checks = health::check(app, false).await;
     let reasons = health::failures(&checks);
     let healthy = reasons.is_empty();
@@ -369,28 +348,32 @@ pub fn route_of(api: Api, path: &str) -> &'static str {
     }
 }
 
+/// Brings the figures an API keeps in its own structures into the metrics before a
+/// scrape (Placement's index refreshes and usage answers), so this module needs
+/// nothing of the APIs.
+pub type BeforeScrape = Arc<dyn Fn() + Send + Sync>;
+
 /// The metrics port: `GET /metrics`, `/livez`, `/readyz`.
-pub fn metrics_router(app: Arc<AppState>) -> axum::Router {
+pub fn metrics_router(app: Arc<Shared>, before_scrape: BeforeScrape) -> axum::Router {
     use axum::routing::get;
     axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .with_state(app)
+        .with_state((app, before_scrape))
 }
 
-async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn metrics(
+    State((app, before_scrape)): State<(Arc<Shared>, BeforeScrape)>,
+    headers: HeaderMap,
+) -> Response {
     let openmetrics =
         header_str(&headers, "accept").is_some_and(|a| a.contains("application/openmetrics-text"));
-    let (relaxed, index, usage) = (
-        std::sync::atomic::Ordering::Relaxed,
-        &app.placement_index.stats,
-        &app.usage_cache,
-    );
-    app.metrics
-        .sync_index(index.full.load(relaxed), index.incremental.load(relaxed));
-    app.metrics
-        .sync_usage_cache(usage.cached.load(relaxed), usage.queried.load(relaxed));
+    before_scrape();
+    if let Some(k) = &app.config.keystone {
+        app.metrics
+            .set_keystone_refused(k.own_credentials_refused_now());
+    }
     app.metrics.refresh(&app.store, health::DB_TIMEOUT).await;
     let body = app.metrics.encode(openmetrics);
     let content_type = if openmetrics {
@@ -410,7 +393,7 @@ async fn livez() -> Response {
 }
 
 /// Kubernetes' readiness format: one `[+]`/`[-]` line per check, then the verdict.
-async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+async fn readyz(State((app, _)): State<(Arc<Shared>, BeforeScrape)>) -> Response {
     let checks = health::check(&app, true).await;
     let mut body = String::new();
     for c in &checks {

@@ -1,6 +1,11 @@
 //! Keystone auth mode, against the fake Keystone in `common::keystone`: both APIs on
 //! port 0 with a fresh database, tokens validated over HTTP, the validation cache,
 //! the service-token gate and the 401/503 renderings.
+//!
+//! Against Keystone 30.0.0 itself, `scripts/keystone-real.sh` (in the test command)
+//! checks the same behaviours once per run; the fake stays here where each test says
+//! why: speed on every backend, exact counts, a moved clock, or what a real Keystone
+//! cannot do on cue (an outage, a slow answer).
 
 mod common;
 
@@ -27,7 +32,7 @@ struct App {
     client: reqwest::Client,
     /// Seconds added to the validation cache's clock.
     clock_offset: Arc<AtomicU64>,
-    _server: TestServer,
+    server: TestServer,
 }
 
 /// A request's tokens and extra headers.
@@ -100,7 +105,7 @@ impl App {
             ks,
             client: reqwest::Client::new(),
             clock_offset,
-            _server: server,
+            server,
         }
     }
 
@@ -223,6 +228,7 @@ impl App {
     }
 }
 
+// Fake Keystone, for speed on every backend; Keystone 30 itself: keystone-real.sh's role matrix.
 #[tokio::test]
 async fn admin_token_reads_and_writes_device_profiles() {
     for backend in BACKENDS {
@@ -271,6 +277,7 @@ async fn admin_token_reads_and_writes_device_profiles() {
     }
 }
 
+// Fake Keystone, for speed on every backend; Keystone 30 itself: keystone-real.sh's isolation.
 #[tokio::test]
 async fn members_see_only_their_own_projects_arqs() {
     for backend in BACKENDS {
@@ -328,6 +335,7 @@ async fn members_see_only_their_own_projects_arqs() {
     }
 }
 
+// Fake Keystone: revoked and expired tokens without waiting; Keystone 30: keystone-real.sh.
 #[tokio::test]
 async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
     let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
@@ -380,6 +388,7 @@ async fn missing_invalid_and_expired_tokens_are_401_with_www_authenticate() {
     assert_eq!(r.status, 200);
 }
 
+// Fake Keystone, for speed; Keystone 30: keystone-real.sh (Placement's rules, both modes).
 #[tokio::test]
 async fn placement_api_in_keystone_mode() {
     let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
@@ -408,6 +417,7 @@ async fn placement_api_in_keystone_mode() {
     assert_eq!(denied.status, 403, "{}", denied.body);
 }
 
+// Fake Keystone: exact validation counts and a moved cache clock (Keystone 30: keystone-real.sh).
 #[tokio::test]
 async fn validations_are_cached_until_the_ttl_then_asked_again() {
     let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = 300).await;
@@ -431,6 +441,7 @@ async fn validations_are_cached_until_the_ttl_then_asked_again() {
     assert_eq!(app.ks.validations(), 2);
 }
 
+// Fake Keystone: counts every validation exactly, which a real Keystone's logs only approximate.
 #[tokio::test]
 async fn cache_disabled_asks_keystone_every_time() {
     let app = App::spawn(Backend::Sqlite, None, |c| c.token_cache_time = -1).await;
@@ -445,6 +456,7 @@ async fn cache_disabled_asks_keystone_every_time() {
     assert_eq!(r.status, 401);
 }
 
+// Fake Keystone: it forgets accel's own token and shortens its lifetime on cue.
 #[tokio::test]
 async fn own_token_is_renewed_when_refused_or_about_to_expire() {
     let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
@@ -471,6 +483,86 @@ async fn own_token_is_renewed_when_refused_or_about_to_expire() {
     }
 }
 
+// A fake Keystone: the password is changed on cue mid-test (scripts/keystone-real.sh
+// does the same against Keystone 30 itself).
+#[tokio::test]
+async fn a_rotated_service_password_fails_readiness_and_is_retried_with_backoff() {
+    let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
+    let readyz = |app: &App| {
+        let url = format!("{}/readyz", app.server.metrics);
+        let client = app.client.clone();
+        async move {
+            let r = client.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let admin = app.admin_token();
+    assert_eq!(
+        app.accel_get(&user(&admin), "/v2/device_profiles")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(readyz(&app).await.0, 200);
+    assert_eq!(app.ks.password_auths(), 1);
+
+    // The password changes in Keystone (which revokes the user's tokens).
+    app.ks.add_user(
+        "rotated",
+        Subject::project("accel", "service", &["service"]),
+    );
+    app.ks.revoke_user("accel");
+    for p in 0..20 {
+        let t = app.member_token(&format!("p{p}"));
+        let r = app.accel_get(&user(&t), "/v2/device_profiles").await;
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert_eq!(r.body["title"], "Service Unavailable");
+    }
+    // 20 requests, a handful of password attempts (the first, then one per backoff
+    // period of 1 s, 2 s, ...), not 20.
+    let tried = app.ks.password_auths() - 1;
+    assert!((1..=3).contains(&tried), "{tried} password attempts");
+    let (status, body) = readyz(&app).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("[-]keystone failed: Keystone refuses the service credentials (user accel, project service)"),
+        "{body}"
+    );
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.server.metrics))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("accel_keystone_credentials_refused 1"),
+        "{metrics}"
+    );
+
+    // The operator puts the old password back: readiness probes alone (no request
+    // reaches a server that is not ready) find it at the next attempt.
+    app.ks
+        .add_user("secret", Subject::project("accel", "service", &["service"]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = readyz(&app).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still not ready: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let t = app.member_token("after");
+    assert_eq!(
+        app.accel_get(&user(&t), "/v2/device_profiles").await.status,
+        200
+    );
+}
+
+// Fake Keystone, for speed on every backend; Keystone 30: keystone-real.sh's service tokens.
 #[tokio::test]
 async fn service_token_gates_bind() {
     for backend in BACKENDS {
@@ -542,6 +634,7 @@ async fn service_token_gates_bind() {
     }
 }
 
+// Fake Keystone: a custom service role on cue; Keystone 30: keystone-real.sh (roles optional).
 #[tokio::test]
 async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
     let app = App::spawn(Backend::Sqlite, Some("compute1"), |c| {
@@ -584,6 +677,7 @@ async fn service_token_without_role_is_not_a_service_when_roles_are_optional() {
     assert_eq!(still.status, 200, "an ARQ of no instance is not deleted");
 }
 
+// Fake Keystone: a token already expired, no wait; Keystone 30: keystone-real.sh (4 s tokens).
 #[tokio::test]
 async fn expired_user_token_is_accepted_with_a_service_token() {
     let app = App::spawn(Backend::Sqlite, None, |_| {}).await;
@@ -607,6 +701,7 @@ async fn expired_user_token_is_accepted_with_a_service_token() {
     assert_eq!(with_service.status, 200, "{}", with_service.body);
 }
 
+// Fake Keystone, for speed; Keystone 30 itself: keystone-real.sh (system and domain scopes).
 #[tokio::test]
 async fn system_scoped_admin_is_refused_by_project_scoped_rules() {
     let app = App::spawn(Backend::Sqlite, Some("compute1"), |_| {}).await;
@@ -617,6 +712,7 @@ async fn system_scoped_admin_is_refused_by_project_scoped_rules() {
     assert_eq!(r.status, 403, "{}", r.body);
 }
 
+// No Keystone at all: an outage, which a real Keystone cannot give on cue.
 #[tokio::test]
 async fn keystone_unreachable_is_503() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -645,6 +741,7 @@ async fn keystone_unreachable_is_503() {
     );
 }
 
+// No Keystone: a listener recording the TLS handshake, which a real Keystone over http cannot show.
 #[tokio::test]
 async fn keystone_over_https_speaks_tls() {
     // A listener that records the first bytes it is sent: an https auth_url must
@@ -673,6 +770,7 @@ async fn keystone_over_https_speaks_tls() {
     assert_eq!(bytes[1], 0x03, "not a TLS version: {bytes:?}");
 }
 
+// Fake Keystone: revokes the agent's tokens on cue and counts its password logins exactly.
 #[tokio::test]
 async fn the_agent_reports_with_its_own_keystone_session() {
     use accel_agent::config::{FakeDevice, Settings};
@@ -751,6 +849,7 @@ async fn the_agent_reports_with_its_own_keystone_session() {
 /// The external Placement client against a Placement in keystone mode: a password
 /// token, the endpoint from the catalog (interface and region), a fresh token when
 /// the old one is refused.
+// Fake Keystone: a catalog of several regions and interfaces; the client's tokens revoked on cue.
 #[tokio::test]
 async fn external_placement_push_with_a_password_token_and_the_catalog() {
     use accel_core::capacity::Limits;

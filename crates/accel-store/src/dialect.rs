@@ -26,12 +26,56 @@
 //! as blobs (MySQL reports them as BLOB types with a character set), so a blob that is
 //! valid UTF-8 is given back as text. The schema has no binary columns.
 
-use crate::Backend;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use sqlx::any::{AnyArguments, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Describe, Either, Execute, Executor};
+
+/// Which database engine a [`crate::Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    /// MariaDB 10.6+ or MySQL 8, through sqlx's MySQL driver.
+    MySql,
+}
+
+impl Backend {
+    /// The engine a database URL names (`sqlite:`, `postgres://`/`postgresql://`,
+    /// `mysql://`/`mariadb://`); `None` for any other scheme.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Some(Backend::MySql)
+        } else {
+            None
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, the unit of every `created_at`/`updated_at` column.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// In-memory counters of one [`crate::Store`] (shared by its clones).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Write transactions rerun after a provider race or deadlock.
+    pub(crate) write_retries: std::sync::atomic::AtomicU64,
+    /// Connection acquisitions that found no idle connection (a new connection was
+    /// opened, or the caller queued for one).
+    pub(crate) pool_waits: std::sync::atomic::AtomicU64,
+    /// Time spent in those acquisitions, in nanoseconds.
+    pub(crate) pool_wait_nanos: std::sync::atomic::AtomicU64,
+}
 
 /// An open transaction on one of the store's connections. Store functions take
 /// `&mut Tx` and run their queries on `&mut *tx`.

@@ -38,6 +38,7 @@ pub mod stats;
 pub mod testing;
 
 pub use dialect::Tx;
+pub use dialect::{now, Backend};
 pub use error::{db_cause, Conflict, Refusable, StoreError, PROVIDER_RACE};
 pub use migrate::Schema;
 
@@ -51,31 +52,6 @@ use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 pub use sqlx::Row;
 
-/// Which database engine a [`Store`] talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-    /// MariaDB 10.6+ or MySQL 8, through sqlx's MySQL driver.
-    MySql,
-}
-
-impl Backend {
-    /// The engine a database URL names (`sqlite:`, `postgres://`/`postgresql://`,
-    /// `mysql://`/`mariadb://`); `None` for any other scheme.
-    pub fn of_url(url: &str) -> Option<Backend> {
-        if url.starts_with("sqlite:") {
-            Some(Backend::Sqlite)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(Backend::Postgres)
-        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-            Some(Backend::MySql)
-        } else {
-            None
-        }
-    }
-}
-
 /// Handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -86,7 +62,7 @@ pub struct Store {
     readers: Option<AnyPool>,
     backend: Backend,
     /// Counters the server's metrics read ([`stats`]).
-    counters: std::sync::Arc<stats::Counters>,
+    counters: std::sync::Arc<dialect::Counters>,
     /// Bumped after each commit that queued a device cleaning (and by
     /// [`Store::cleanings_queued`]): the agents' long polls for cleanings wait on it,
     /// so a release on this process reaches its agent at once.
@@ -177,9 +153,9 @@ impl Store {
     /// Applies the migrations the database lacks, under the migration lock (several
     /// processes at once are safe); answers the versions this call applied.
     pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        let before = migrate::schema(self).await?;
-        migrate::run(self).await?;
-        let after = migrate::schema(self).await?;
+        let before = migrate::schema(self.backend, &self.pool).await?;
+        migrate::run(self.backend, &self.pool).await?;
+        let after = migrate::schema(self.backend, &self.pool).await?;
         Ok(after
             .applied
             .into_iter()
@@ -189,7 +165,7 @@ impl Store {
 
     /// The database's schema against this binary's ([`Schema`]).
     pub async fn schema(&self) -> Result<Schema, StoreError> {
-        migrate::schema(self).await
+        migrate::schema(self.backend, &self.pool).await
     }
 
     /// Writes Placement's standard resource classes and traits this binary knows
@@ -611,14 +587,6 @@ async fn control(conn: &mut AnyConnection, backend: Backend, sql: &str) -> Resul
         Backend::MySql => text(conn, &[sql]).await,
         Backend::Sqlite | Backend::Postgres => sqlx::query(sql).execute(conn).await.map(|_| ()),
     }
-}
-
-/// Seconds since the Unix epoch, the unit of every `created_at`/`updated_at` column.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// `($1, $2, $3), ($4, $5, $6), ...`: `rows` tuples of `cols` placeholders for a

@@ -25,7 +25,9 @@
 //! checksums each file into `_sqlx_migrations`, which existing databases (our own
 //! `accel_schema_migrations` table) do not have.
 
-use crate::{Backend, Store, StoreError};
+use crate::dialect::Backend;
+use crate::error::StoreError;
+use sqlx::AnyPool;
 use sqlx::Connection;
 
 struct Migration {
@@ -83,16 +85,16 @@ const MYSQL_LOCK: &str = "CONCAT('accel_migrations.', DATABASE())";
 /// How long a replica waits for another's migrations, in seconds.
 const MYSQL_LOCK_WAIT: i64 = 300;
 
-pub(crate) async fn run(store: &Store) -> Result<(), StoreError> {
-    let mut conn = store.pool.acquire().await?;
-    if store.backend == Backend::MySql {
+pub(crate) async fn run(backend: Backend, pool: &AnyPool) -> Result<(), StoreError> {
+    let mut conn = pool.acquire().await?;
+    if backend == Backend::MySql {
         return run_mysql(&mut conn).await;
     }
-    match store.backend {
+    match backend {
         Backend::Sqlite => sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?,
         Backend::Postgres | Backend::MySql => sqlx::query("BEGIN").execute(&mut *conn).await?,
     };
-    let result = apply(store.backend, &mut conn).await;
+    let result = apply(backend, &mut conn).await;
     match result {
         Ok(()) => {
             sqlx::query("COMMIT").execute(&mut *conn).await?;
@@ -170,7 +172,7 @@ async fn apply(backend: Backend, conn: &mut sqlx::AnyConnection) -> Result<(), S
         }
         sqlx::query(insert)
             .bind(m.version)
-            .bind(crate::now())
+            .bind(crate::dialect::now())
             .execute(&mut *conn)
             .await?;
         tracing::info!(version = m.version, "applied migration");
@@ -250,9 +252,9 @@ impl Schema {
 }
 
 /// The database's applied versions (none when accel's version table is absent).
-pub(crate) async fn schema(store: &Store) -> Result<Schema, StoreError> {
-    let mut conn = store.pool.acquire().await?;
-    let exists = match store.backend {
+pub(crate) async fn schema(backend: Backend, pool: &AnyPool) -> Result<Schema, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let exists = match backend {
         Backend::Sqlite => {
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' \
              AND name = 'accel_schema_migrations'"

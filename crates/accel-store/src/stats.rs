@@ -11,19 +11,7 @@
 use crate::{Store, StoreError, Tx};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Row};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// In-memory counters of one [`Store`] (shared by its clones).
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Write transactions rerun after a provider race or deadlock.
-    pub(crate) write_retries: AtomicU64,
-    /// Connection acquisitions that found no idle connection (a new connection was
-    /// opened, or the caller queued for one).
-    pub(crate) pool_waits: AtomicU64,
-    /// Time spent in those acquisitions, in nanoseconds.
-    pub(crate) pool_wait_nanos: AtomicU64,
-}
+use std::sync::atomic::Ordering;
 
 /// One pool's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

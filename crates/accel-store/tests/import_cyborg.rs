@@ -281,3 +281,67 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
     })
     .await;
 }
+
+/// Upstream Cyborg's tables on PostgreSQL, as its models declare them there (`SERIAL`
+/// ids, `TIMESTAMP` times, a `BOOLEAN` `in_use`). Cyborg 17.0.0's own `cyborg-dbsync
+/// upgrade` cannot make them on PostgreSQL (its migration 6c77bd6afea5 adds an Enum
+/// without a type name, which PostgreSQL refuses), so this is the only check of the
+/// import's and export's PostgreSQL paths on the upstream side.
+async fn cyborg_postgres(parts: &[&[&str]]) -> String {
+    use sqlx::Connection;
+    let url = accel_store::testing::fresh_postgres_url().await.unwrap();
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    for sql in parts.iter().flat_map(|p| p.iter()) {
+        let sql = sql
+            .replace("id INTEGER NOT NULL PRIMARY KEY", "id SERIAL PRIMARY KEY")
+            .replace("DATETIME", "TIMESTAMP");
+        sqlx::query(&sql).execute(&mut c).await.unwrap();
+    }
+    c.close().await.unwrap();
+    url
+}
+
+#[tokio::test]
+async fn a_cyborg_goes_back_into_and_comes_from_a_postgresql_upstream() {
+    let src = cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await;
+    let data = read(&src.url).await.unwrap();
+    let store = accel_store::testing::sqlite().await;
+    cyborg::import_cyborg(&store, &data, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let ours = cyborg::read_accel(&store).await.unwrap();
+    // The same export into an upstream-shaped SQLite and PostgreSQL reads back the same.
+    let lite = cyborg_source(&[CYBORG_DDL]).await;
+    let pg = cyborg_postgres(&[CYBORG_DDL]).await;
+    for url in [&lite.url, &pg] {
+        let target = Source::open_for_write(url).await.unwrap();
+        cyborg::export_cyborg(&ours, &target)
+            .await
+            .unwrap()
+            .unwrap();
+        target.close().await;
+    }
+    let from_pg = read(&pg).await.unwrap();
+    assert_eq!(from_pg, read(&lite.url).await.unwrap());
+    assert!(from_pg.handles[0].in_use && !from_pg.handles[1].in_use);
+    // And imported from PostgreSQL, the same accel data as from MariaDB's stand-in.
+    let again = accel_store::testing::sqlite().await;
+    cyborg::import_cyborg(&again, &from_pg, Options::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cyborg::read_accel(&again).await.unwrap(), ours);
+    // Upstream's next rows there get fresh ids (the sequences moved past the exported ones).
+    use sqlx::Connection;
+    let mut c = sqlx::AnyConnection::connect(&pg).await.unwrap();
+    let id: i32 = sqlx::query_scalar(
+        "INSERT INTO attributes (uuid, deployable_id, key, value) \
+         VALUES ('cccccccc-cccc-4ccc-8ccc-000000000002', 6, 'trait0', 'CUSTOM_Y') RETURNING id",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    c.close().await.unwrap();
+    assert_eq!(id, 10);
+}

@@ -49,8 +49,8 @@ pub mod microversion;
 mod profiles;
 mod render;
 
-use crate::auth::{self, Credentials};
-use crate::AppState;
+use crate::auth::Credentials;
+use crate::state::Shared;
 use accel_core::policy::{Policy, Target};
 use accel_store::accelerator::Scope;
 use axum::body::{Body, Bytes};
@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 /// What accelerator handlers reach: the shared application state and Cyborg's policy.
 pub struct AccelState {
-    pub app: Arc<AppState>,
+    pub app: Arc<Shared>,
     pub policy: Policy,
     /// How long a bind may take before it is failed (upstream `bind_timeout`, 60 s).
     pub bind_timeout_secs: i64,
@@ -263,7 +263,7 @@ async fn versioned(
     let creds = if public {
         Credentials::anonymous()
     } else {
-        match auth::authenticate(&st.app, headers).await {
+        match st.app.config.authenticate(headers).await {
             Ok(c) => c,
             // keystonemiddleware's 401 sits outside Cyborg's app: its own body, no
             // envelope, no version headers.
@@ -280,7 +280,7 @@ async fn versioned(
         Err(msg) => AccelError::not_acceptable(msg).into_response(),
         Ok(version) => {
             let result = async {
-                if let Some(m) = crate::query_too_long(query) {
+                if let Some(m) = crate::state::query_too_long(query) {
                     return Err(AccelError::bad_request(m));
                 }
                 let body = crate::listen::read_body(headers, body, &st.app.config.http)
@@ -292,7 +292,7 @@ async fn versioned(
                 let ctx = Ctx {
                     version,
                     is_admin: creds.policy.roles.iter().any(|r| r == "admin"),
-                    is_service: auth::is_service(&st.app, &creds),
+                    is_service: st.app.config.is_service(&creds),
                     creds,
                     query: form_urlencoded::parse(query.unwrap_or("").as_bytes())
                         .map(|(k, v)| (k.into_owned(), v.into_owned()))

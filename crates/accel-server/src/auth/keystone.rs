@@ -13,7 +13,10 @@
 //!
 //! Our own token comes from password auth (`POST /v3/auth/tokens`, a
 //! [`accel_keystone::Session`]) with the `[keystone_authtoken]` credentials and is
-//! renewed when it has less than two minutes left, or when Keystone refuses it. Validations are cached ([`super::cache`]) until
+//! renewed when it has less than two minutes left, or when Keystone refuses it. When
+//! Keystone refuses the password itself, `accel serve` stops at start-up; later (a
+//! rotated password) requests get 503, `/readyz` fails and the password is tried
+//! again with the session's backoff, never once per request. Validations are cached ([`super::cache`]) until
 //! the token expires or `token_cache_time` passes, whichever is first. A user token may
 //! be expired when a service token that passed the role check comes with it
 //! (keystonemiddleware's `allow_expired`, which lets Nova finish long operations).
@@ -26,7 +29,7 @@ use super::cache::TokenCache;
 use super::{Credentials, Rejection};
 use accel_core::policy;
 pub use accel_keystone::parse_timestamp;
-use accel_keystone::{Session, SessionConfig};
+use accel_keystone::{Session, SessionConfig, TokenError};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
@@ -191,6 +194,8 @@ enum Failure {
     Invalid,
     /// Keystone could not answer: 503.
     Unavailable(String),
+    /// Keystone refuses our own credentials: 503, said once by the session.
+    OwnCredentialsRefused,
 }
 
 /// What the validation cache reads the time from: `Instant::now`, or a test's clock.
@@ -286,6 +291,7 @@ impl Keystone {
                 tracing::error!(error = %why, "unable to validate token");
                 Rejection::Unavailable
             }
+            Failure::OwnCredentialsRefused => Rejection::Unavailable,
         }
     }
 
@@ -425,7 +431,31 @@ impl Keystone {
 
     /// Our own token, fetched or renewed when needed.
     async fn own_token(&self) -> Result<String, Failure> {
-        self.own.token().await.map_err(Failure::Unavailable)
+        self.own.try_token().await.map_err(|e| match e {
+            TokenError::Refused(_) => Failure::OwnCredentialsRefused,
+            TokenError::Unavailable(why) => Failure::Unavailable(why),
+        })
+    }
+
+    /// Asks Keystone for our own token now: `accel serve` stops on a refusal at
+    /// start-up (a configuration error), and goes on when Keystone is unreachable.
+    pub async fn check_own_credentials(&self) -> Result<(), TokenError> {
+        self.own.try_token().await.map(drop)
+    }
+
+    /// Whether Keystone refused our credentials last time it was asked.
+    pub fn own_credentials_refused_now(&self) -> bool {
+        self.own.refusal().is_some()
+    }
+
+    /// While Keystone refuses our credentials, its answer; asks again first when the
+    /// backoff has passed, so a readiness probe notices the fix even when no request
+    /// comes (a not-ready server gets none).
+    pub async fn own_credentials_refused(&self) -> Option<String> {
+        self.own.refusal()?;
+        // The answer is in `refusal()` either way.
+        let _ = self.own.try_token().await;
+        self.own.refusal()
     }
 
     async fn forget_own_token(&self, used: &str) {

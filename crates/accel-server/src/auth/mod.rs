@@ -31,7 +31,6 @@
 mod cache;
 pub mod keystone;
 
-use crate::AppState;
 use accel_core::policy;
 use axum::http::HeaderMap;
 
@@ -98,6 +97,34 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
+tokio::task_local! {
+    static CALLER: std::cell::RefCell<Option<(String, String)>>;
+}
+
+/// Called once the caller is known: the access log ([`crate::observe`]) names the
+/// user and project. Does nothing outside [`noting_caller`] (no access log written).
+pub(crate) fn note_caller(user: Option<&str>, project: Option<&str>) {
+    let _ = CALLER.try_with(|c| {
+        *c.borrow_mut() = Some((
+            user.unwrap_or("-").to_owned(),
+            project.unwrap_or("-").to_owned(),
+        ))
+    });
+}
+
+/// Runs `handler` where [`note_caller`] records, and returns its answer with the
+/// (user, project) noted, if any.
+pub(crate) async fn noting_caller<T>(
+    handler: impl std::future::Future<Output = T>,
+) -> (T, Option<(String, String)>) {
+    CALLER
+        .scope(std::cell::RefCell::new(None), async {
+            let out = handler.await;
+            (out, CALLER.with(|c| c.borrow_mut().take()))
+        })
+        .await
+}
+
 /// Why a request was not authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
@@ -109,24 +136,29 @@ pub enum Rejection {
 }
 
 /// Authenticates a request.
-pub async fn authenticate(app: &AppState, headers: &HeaderMap) -> Result<Credentials, Rejection> {
-    let result = authenticate_caller(app, headers).await;
+pub async fn authenticate(
+    strategy: AuthStrategy,
+    keystone: Option<&keystone::Keystone>,
+    headers: &HeaderMap,
+) -> Result<Credentials, Rejection> {
+    let result = authenticate_caller(strategy, keystone, headers).await;
     if let Ok(c) = &result {
         // The access log names the caller (crate::observe).
-        crate::observe::note_caller(c.user_id(), c.project_id());
+        note_caller(c.user_id(), c.project_id());
     }
     result
 }
 
 async fn authenticate_caller(
-    app: &AppState,
+    strategy: AuthStrategy,
+    keystone: Option<&keystone::Keystone>,
     headers: &HeaderMap,
 ) -> Result<Credentials, Rejection> {
-    match app.config.auth_strategy {
+    match strategy {
         AuthStrategy::Noauth => noauth(headers).ok_or(Rejection::Unauthorized {
             www_authenticate: None,
         }),
-        AuthStrategy::Keystone => match &app.config.keystone {
+        AuthStrategy::Keystone => match keystone {
             Some(k) => k.authenticate(headers).await,
             // A keystone-configured server without its validator refuses rather
             // than trusting headers.
@@ -141,9 +173,13 @@ async fn authenticate_caller(
 /// Whether the caller presented a service token that counts as a service's: its roles
 /// meet `[keystone_authtoken] service_token_roles` (Cyborg's `is_service_request`;
 /// `service` in noauth mode).
-pub fn is_service(app: &AppState, creds: &Credentials) -> bool {
+pub fn is_service(
+    strategy: AuthStrategy,
+    keystone: Option<&keystone::Keystone>,
+    creds: &Credentials,
+) -> bool {
     let roles = &creds.policy.service_roles;
-    match (&app.config.auth_strategy, &app.config.keystone) {
+    match (strategy, keystone) {
         (AuthStrategy::Keystone, Some(k)) => roles
             .iter()
             .any(|r| k.config().service_token_roles.contains(r)),

@@ -5,7 +5,7 @@
 //! transaction, each list bounded ([`ON_HOST`]).
 
 use super::html::{esc, name, when};
-use super::pages::{arq_cell, provider_row, HARDWARE};
+use super::pages::{arq_cell, device_link, provider_row, HARDWARE};
 use super::{now, Answer, Shared};
 use accel_store::accelerator::{cleaning, history};
 use accel_store::estate::{activity, hosts as estate_hosts, Page, Window};
@@ -215,24 +215,6 @@ fn on_host(h: &mut String, host: &str, more: &HostActivity) {
             );
         }
         h.push_str("</tbody></table>");
-    }
-}
-
-/// An ARQ's device, by its provider's name, linked to its page.
-pub(super) fn device_link(a: &activity::ArqView) -> String {
-    match (&a.device_rp_uuid, &a.device_name) {
-        (Some(u), Some(n)) => format!(
-            "<a href=\"/hosts/{}\" data-test=\"arq-device\" data-provider=\"{}\">{}</a>",
-            esc(u),
-            esc(u),
-            name(n)
-        ),
-        // A provider that no longer exists: its uuid is all there is.
-        (Some(u), None) => format!(
-            "<code data-test=\"arq-device\" data-provider=\"{0}\">{0}</code>",
-            esc(u)
-        ),
-        _ => String::new(),
     }
 }
 

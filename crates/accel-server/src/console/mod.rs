@@ -84,7 +84,7 @@ pub mod session;
 
 use crate::accelerator::AccelState;
 use crate::auth::Credentials;
-use crate::AppState;
+use crate::placement::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};

@@ -264,6 +264,24 @@ pub(crate) async fn hosts(
     Ok(state.0.page(&who, "Hosts", "/hosts", &h).await)
 }
 
+/// An ARQ's device, by its provider's name, linked to its page.
+pub(super) fn device_link(a: &activity::ArqView) -> String {
+    match (&a.device_rp_uuid, &a.device_name) {
+        (Some(u), Some(n)) => format!(
+            "<a href=\"/hosts/{}\" data-test=\"arq-device\" data-provider=\"{}\">{}</a>",
+            esc(u),
+            esc(u),
+            name(n)
+        ),
+        // A provider that no longer exists: its uuid is all there is.
+        (Some(u), None) => format!(
+            "<code data-test=\"arq-device\" data-provider=\"{0}\">{0}</code>",
+            esc(u)
+        ),
+        _ => String::new(),
+    }
+}
+
 /// An ARQ's short line: state, profile, host, attach handle.
 pub(super) fn arq_cell(a: &activity::ArqView) -> String {
     format!(
@@ -423,7 +441,7 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
             ev = esc(event),
             prof = esc(&a.profile),
             host = esc(a.hostname.as_deref().unwrap_or("")),
-            dev = match super::host::device_link(a) {
+            dev = match device_link(a) {
                 d if d.is_empty() => d,
                 d => format!(" {d}"),
             },

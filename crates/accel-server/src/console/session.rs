@@ -120,7 +120,7 @@ impl Console {
         match (&app.config.auth_strategy, &app.config.keystone) {
             (AuthStrategy::Noauth, _) => {
                 let creds = noauth_admin();
-                crate::observe::note_caller(creds.user_id(), creds.project_id());
+                crate::auth::note_caller(creds.user_id(), creds.project_id());
                 Ok(Who {
                     creds,
                     is_admin: true,
@@ -149,7 +149,7 @@ impl Console {
                 h.insert("x-auth-token", v);
                 match k.authenticate(&h).await {
                     Ok(creds) => {
-                        crate::observe::note_caller(creds.user_id(), creds.project_id());
+                        crate::auth::note_caller(creds.user_id(), creds.project_id());
                         let is_admin = creds.policy.roles.iter().any(|r| r == "admin");
                         Ok(Who {
                             creds,

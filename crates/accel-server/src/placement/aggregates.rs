@@ -2,8 +2,8 @@
 
 use super::error::{ApiError, ApiResult};
 use super::resource_providers::{exists, read_with, require, uncaught};
+use super::AppState;
 use super::{authorize, qs, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{mv, Aggregates, AggregatesPut};
 use accel_core::policy::placement as rules;
 use accel_store::placement::aggregates;

@@ -7,9 +7,9 @@
 
 use super::error::{ApiError, ApiResult, Code};
 use super::index::Prepared;
+use super::AppState;
 use super::{authorize, qs, Reply, Req};
 use crate::jsonschema::pyrepr;
-use crate::AppState;
 use accel_api::placement::mv;
 use accel_core::candidates::{self as engine, GroupPolicy, ProviderId};
 use accel_core::policy::placement as rules;
@@ -322,7 +322,7 @@ pub fn resolve_query(
     version: super::microversion::Version,
     index: &Prepared,
 ) -> ApiResult<Resolved> {
-    if let Some(m) = crate::query_too_long(Some(query)) {
+    if let Some(m) = crate::state::query_too_long(Some(query)) {
         return Err(ApiError::bad_request(m));
     }
     let req = Req::new(

@@ -8,8 +8,8 @@
 
 use super::error::{ApiError, ApiResult};
 use super::resource_providers::{not_found_as, read_with};
+use super::AppState;
 use super::{authorize, qs, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{
     self as api, mv, AllocationsPost, ConsumerAllocations, ConsumerAllocationsView, ConsumerUsage,
     ListAllocations, ProviderAllocationView, ProviderAllocations, Resources,

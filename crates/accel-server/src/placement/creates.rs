@@ -16,7 +16,7 @@
 //! create goes that way too. Each transaction runs in a task of its own: a client that goes away
 //! cancels nothing of the others'. Children (a parent given) are never combined.
 
-use crate::AppState;
+use super::AppState;
 use accel_store::placement::providers::{self, Provider};
 use accel_store::StoreError;
 use std::sync::{Arc, Mutex};

@@ -8,8 +8,8 @@ use super::error::{ApiError, ApiResult, Code};
 use super::resource_providers::{
     body_of_provider, exists, missing, not_found_as, provider_url, read_with,
 };
+use super::AppState;
 use super::{authorize, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
 use accel_core::capacity::Limits;
 use accel_core::policy::placement as rules;

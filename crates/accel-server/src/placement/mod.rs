@@ -32,15 +32,59 @@ mod usages;
 
 pub use request::{Reply, Req};
 
-use crate::auth::{self, Credentials};
-use crate::AppState;
+use crate::auth::Credentials;
+use crate::state::Shared;
 use accel_api::placement::{mv, ErrorItem, Errors};
+use accel_core::policy::Policy;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
 use error::{ApiError, ErrorFormat};
 use microversion::{Version, VersionError};
 use std::sync::Arc;
+
+/// The Placement API's state: its policy, candidate index, usage cache and create
+/// queue, over the state both APIs share (reached through `Deref`: `app.store`).
+pub struct AppState {
+    pub shared: Arc<Shared>,
+    pub policy: Policy,
+    /// The in-memory picture allocation candidates are searched in.
+    pub placement_index: index::Index,
+    /// Remembered `GET /usages` answers, forgotten as the change log names their projects.
+    pub usage_cache: usage_cache::UsageCache,
+    /// Concurrent root-provider creates waiting to be combined into one transaction.
+    pub creates: creates::Creates,
+}
+
+impl AppState {
+    pub fn new(shared: Arc<Shared>, policy: Policy) -> AppState {
+        AppState {
+            shared,
+            policy,
+            placement_index: Default::default(),
+            usage_cache: Default::default(),
+            creates: Default::default(),
+        }
+    }
+
+    /// Brings the metrics that count in Placement's own structures (index refreshes,
+    /// usage answers) up to date, before a scrape.
+    pub fn sync_metrics(&self) {
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let (index, usage) = (&self.placement_index.stats, &self.usage_cache);
+        self.metrics
+            .sync_index(index.full.load(relaxed), index.incremental.load(relaxed));
+        self.metrics
+            .sync_usage_cache(usage.cached.load(relaxed), usage.queried.load(relaxed));
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
 
 /// The Placement router: every request goes through [`handle`].
 pub fn router(state: Arc<AppState>) -> axum::Router {
@@ -69,7 +113,7 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     let creds = if path == "/" || path.is_empty() {
         Credentials::anonymous()
     } else {
-        match auth::authenticate(&app, &parts.headers).await {
+        match app.config.authenticate(&parts.headers).await {
             Ok(c) => c,
             Err(rejection) => {
                 let resp = error::rejection(&rejection, &request_id);
@@ -94,7 +138,7 @@ async fn handle(State(app): State<Arc<AppState>>, request: Request<Body>) -> Res
     };
 
     let result = async {
-        if let Some(m) = crate::query_too_long(parts.uri.query()) {
+        if let Some(m) = crate::state::query_too_long(parts.uri.query()) {
             return Err(ApiError::bad_request(m));
         }
         // Upstream checks this before dispatch, for every route.

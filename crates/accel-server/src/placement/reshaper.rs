@@ -8,8 +8,8 @@
 use super::allocations::{consumer_write, post_item_schema, UUID_PATTERN};
 use super::error::{ApiError, ApiResult, Code};
 use super::inventories::{from_record, put_all_schema};
+use super::AppState;
 use super::{authorize, Reply, Req};
-use crate::AppState;
 use accel_api::placement::Reshape;
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{ConsumerWrite, Refusal};

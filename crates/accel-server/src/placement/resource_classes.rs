@@ -6,8 +6,9 @@
 use super::error::{ApiError, ApiResult};
 use super::request::content_type;
 use super::resource_providers::uncaught;
+use super::AppState;
 use super::{authorize, Reply, Req};
-use crate::{jsonschema, AppState};
+use crate::jsonschema;
 use accel_api::placement::mv;
 use accel_api::placement::{self as api, ResourceClassName};
 use accel_core::policy::placement as rules;

@@ -1,8 +1,8 @@
 //! `/resource_providers` and `/resource_providers/{uuid}`.
 
 use super::error::{ApiError, ApiResult};
+use super::AppState;
 use super::{authorize, qs, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_core::policy::placement as rules;
 use accel_store::keyed;

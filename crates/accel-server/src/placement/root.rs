@@ -2,8 +2,8 @@
 
 use super::error::ApiResult;
 use super::microversion::Version;
+use super::AppState;
 use super::{Reply, Req};
-use crate::AppState;
 use accel_api::placement::{mv, Link, VersionDoc, Versions};
 use std::sync::Arc;
 

@@ -3,11 +3,11 @@
 use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
 use super::request::{accepts_json, content_type, Reply, Req};
+use super::AppState;
 use super::{
     aggregates, allocation_candidates, allocations, inventories, reshaper, resource_classes,
     resource_providers, root, traits, usages,
 };
-use crate::AppState;
 use accel_api::placement::mv;
 use axum::http::{Method, StatusCode};
 use futures::future::BoxFuture;

@@ -5,8 +5,8 @@
 
 use super::error::{ApiError, ApiResult};
 use super::resource_providers::{missing_provider, read_with, require, uncaught};
+use super::AppState;
 use super::{authorize, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{ProviderTraits, Traits};
 use accel_core::policy::placement as rules;
 use accel_store::keyed;

@@ -6,8 +6,8 @@
 use super::error::ApiResult;
 use super::resource_providers::{missing_provider, read_with};
 use super::usage_cache::Key;
+use super::AppState;
 use super::{authorize, authorize_target, Reply, Req};
-use crate::AppState;
 use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
 use accel_core::policy::placement as rules;
 use accel_core::policy::Target;

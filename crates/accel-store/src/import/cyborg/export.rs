@@ -105,12 +105,12 @@ pub(super) async fn write_upstream(tx: &mut Tx, d: &CyborgData) -> Result<(), St
                 r.push(s("Initial"));
             }
         }
-        insert_rows_with(tx, table, &cols, rows, |c, backend, n| {
-            if c == "created_at" || c == "updated_at" {
-                datetime(backend, n)
-            } else {
-                placeholder(backend, n)
-            }
+        insert_rows_with(tx, table, &cols, rows, |c, backend, n| match (c, backend) {
+            ("created_at" | "updated_at", _) => datetime(backend, n),
+            // Upstream's `in_use` is a Boolean: BOOLEAN on PostgreSQL, which takes no
+            // integer (MariaDB's TINYINT(1) and SQLite take accel's 0/1 as they are).
+            ("in_use", Backend::Postgres) => format!("(${n} <> 0)"),
+            _ => placeholder(backend, n),
         })
         .await?;
     }
