@@ -14,13 +14,18 @@
 # RabbitMQ (guest, 127.0.0.1:5672: a vhost of its own per run when rabbitmqctl works).
 # Builds nothing: cargo build -p accel-cli first.
 #
-# Env: ACCEL_BIN (target/debug/accel), NOVA_GATE_VENV (${TMPDIR:-/tmp}/accel-nova-venv;
-#      made from scripts/nova-gate.txt when absent or when the pins change), NOVA_GATE_PORT (19700: +0 Keystone,
-#      +1 Placement, +2 accelerator API, +3 accel metrics, +4 nova-api, +5 Glance,
-#      +6/+7 the agents' metrics, +8 the empty network service), NOVA_GATE_DIR (${TMPDIR:-/tmp}/accel-nova-gate: logs and
-#      configurations, emptied first), NOVA_GATE_STEPS (a regex: only the checker's
-#      steps whose names match), NOVA_GATE_KEEP=1 (leave everything running at the end,
-#      for a look; stop with `kill $(cat $NOVA_GATE_DIR/pids)`).
+# Env: ACCEL_BIN (target/debug/accel),
+#      NOVA_GATE_VENV (${TMPDIR:-/tmp}/accel-nova-venv; made from scripts/nova-gate.txt
+#        when absent or when the pins change),
+#      NOVA_GATE_PORT (19700: +0 Keystone, +1 Placement, +2 accelerator API, +3 accel
+#        metrics, +4 nova-api, +5 Glance, +6/+7 the agents' metrics, +8 the empty
+#        network service),
+#      NOVA_GATE_DIR (${TMPDIR:-/tmp}/accel-nova-gate: logs and configurations, emptied
+#        first),
+#      NOVA_GATE_STEPS (a regex: only the checker's steps whose names match),
+#      NOVA_GATE_PROGRAM_INTERVAL_MS (2000: the agents' look for programming requests),
+#      NOVA_GATE_KEEP=1 (leave everything running at the end, for a look; each pid in
+#        $NOVA_GATE_DIR/pids leads a process group: kill -- -PID).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
@@ -371,8 +376,6 @@ ACCEL_LOG=info bg agent-b "$ACCEL" agent --config "$DIR/agent-b.toml"
 
 step "checks (scripts/nova-gate.py)"
 rc=0
-NOVA_GATE_DIR="$DIR" NOVA_GATE_KS="$KS_URL" NOVA_GATE_PORT="$PORT" \
-  NOVA_GATE_VENV="$VENV" NOVA_GATE_NOVA_CONF="$DIR/nova" \
-  "$VENV/bin/python" "$HERE/nova-gate.py" || rc=$?
+NOVA_GATE_DIR="$DIR" NOVA_GATE_KS="$KS_URL" "$VENV/bin/python" "$HERE/nova-gate.py" || rc=$?
 step "done (status $rc); logs in $DIR"
 exit "$rc"
