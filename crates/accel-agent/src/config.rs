@@ -38,6 +38,17 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The drivers an agent can run: the values the `drivers` key accepts.
+pub const DRIVER_NAMES: &[&str] = &[
+    "nvidia",
+    "intel_fpga",
+    "xilinx",
+    "qat",
+    "nvme",
+    "nic",
+    "fake",
+];
+
 accel_settings::settings! {
     /// The agent's settings, resolved (flag, environment, file, default); [`Settings::load`]
     /// checks them and turns them into what the agent runs with.
@@ -390,13 +401,10 @@ impl Settings {
             }
         }
         if let Some(d) = &settings.drivers {
-            if let Some(bad) = d
-                .iter()
-                .find(|n| !crate::drivers::NAMES.contains(&n.as_str()))
-            {
+            if let Some(bad) = d.iter().find(|n| !DRIVER_NAMES.contains(&n.as_str())) {
                 return Err(format!(
                     "unknown driver {bad:?} in drivers; known: {}",
-                    crate::drivers::NAMES.join(", ")
+                    DRIVER_NAMES.join(", ")
                 ));
             }
         }

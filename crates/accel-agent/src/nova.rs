@@ -16,9 +16,8 @@
 //! Other keys (`physical_network`, `trusted`, `remote_managed`, ...) are tags and do not
 //! restrict matching.
 
-use crate::drivers::Host;
 use crate::model::FoundDevice;
-use crate::pci::{PciAddress, PciFunction};
+use crate::pci::{PciAddress, PciBus, PciFunction};
 use regex::Regex;
 use serde_json::Value;
 use std::path::Path;
@@ -193,7 +192,7 @@ impl Rule {
     }
 
     /// Whether the rule matches `f` (ids, address, devname).
-    pub fn matches(&self, host: &Host, f: &PciFunction) -> bool {
+    pub fn matches(&self, bus: &PciBus, f: &PciFunction) -> bool {
         if self.vendor.is_some_and(|v| v != f.vendor) || self.product.is_some_and(|p| p != f.device)
         {
             return false;
@@ -207,7 +206,7 @@ impl Rule {
             None => true,
             Some(name) => {
                 let has = |g: &PciFunction| g.path.join("net").join(name).exists();
-                has(f) || f.physfn.and_then(|p| host.bus.get(&p)).is_some_and(has)
+                has(f) || f.physfn.and_then(|p| bus.get(&p)).is_some_and(has)
             }
         }
     }
@@ -280,14 +279,14 @@ impl NovaPci {
     }
 
     /// Every (function, rule) of `device` that Nova claims.
-    pub fn conflicts(&self, host: &Host, device: &FoundDevice) -> Vec<Conflict> {
+    pub fn conflicts(&self, bus: &PciBus, device: &FoundDevice) -> Vec<Conflict> {
         let mut out = Vec::new();
         for a in &device.functions {
-            let Some(f) = host.bus.get(a) else {
+            let Some(f) = bus.get(a) else {
                 continue;
             };
             for r in &self.rules {
-                if r.matches(host, f) {
+                if r.matches(bus, f) {
                     out.push(Conflict {
                         device: device.address,
                         function: *a,

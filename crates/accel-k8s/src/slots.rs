@@ -30,10 +30,20 @@
 
 use crate::config::{Configuration, KubernetesConfig};
 use crate::device::{instance_hash, Device};
-use crate::usage::Claim;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
+
+/// A slot this node holds: which device it is on and, once kubelet's pod-resources
+/// API lists it, the pod (`<namespace>/<name>`) that has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `<instance>-<index>`, the key of the usage map.
+    pub slot: String,
+    /// [`crate::Device::id`] (the device's PCI address).
+    pub device: String,
+    pub pod: Option<String>,
+}
 
 /// Who holds a slot (seed 001's `deviceUsage` value).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

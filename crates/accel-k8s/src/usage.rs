@@ -24,16 +24,8 @@ use std::sync::Arc;
 /// A boxed future, so that [`UsageRecord`] can be a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A slot this node holds: which device it is on and, once kubelet's pod-resources
-/// API lists it, the pod (`<namespace>/<name>`) that has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// `<instance>-<index>`, the key of the usage map.
-    pub slot: String,
-    /// [`crate::Device::id`] (the device's PCI address).
-    pub device: String,
-    pub pod: Option<String>,
-}
+/// A slot this node holds (kept with the slot table, which lists them).
+pub use crate::slots::Claim;
 
 /// What is saved: seed 001's `deviceUsage` map of every slot, and the claims.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -407,15 +407,8 @@ pub fn all(config: &DriverSettings) -> Vec<Box<dyn Driver>> {
     ]
 }
 
-pub const NAMES: &[&str] = &[
-    "nvidia",
-    "intel_fpga",
-    "xilinx",
-    "qat",
-    "nvme",
-    "nic",
-    "fake",
-];
+/// The drivers' names (declared with the `drivers` key they are accepted in).
+pub use crate::config::DRIVER_NAMES as NAMES;
 
 /// The drivers named in `names` (all when `None`); an unknown name is an error.
 pub fn select(
@@ -518,7 +511,7 @@ pub fn discover(
                 continue;
             }
             if let Some(nova) = nova {
-                let conflicts = nova.conflicts(&host, &dev);
+                let conflicts = nova.conflicts(host.bus, &dev);
                 if !conflicts.is_empty() {
                     for c in &conflicts {
                         tracing::warn!(device = %c.device, function = %c.function, rule = %c.rule, "Nova's [pci] rules claim this device; accel leaves it to Nova");
