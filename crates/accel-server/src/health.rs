@@ -75,15 +75,15 @@ pub async fn check(app: &Shared, ready: bool) -> Vec<Check> {
     }
     if ready {
         if let Some(k) = &app.config.keystone {
+            // A retry Keystone is slow to answer leaves the last known state.
             let refused = tokio::time::timeout(DB_TIMEOUT, k.own_credentials_refused())
                 .await
-                .ok()
-                .flatten();
-            app.metrics.set_keystone_refused(refused.is_some());
+                .unwrap_or_else(|_| k.own_credentials_refused_now());
+            app.metrics.set_keystone_refused(refused);
             // Keystone's answer is in the server's log (said once, at error).
             out.push(Check {
                 name: "keystone",
-                failure: refused.map(|_| {
+                failure: refused.then(|| {
                     let c = k.config();
                     format!(
                         "Keystone refuses the service credentials (user {}, project {})",

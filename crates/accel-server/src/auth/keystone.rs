@@ -448,14 +448,16 @@ impl Keystone {
         self.own.refusal().is_some()
     }
 
-    /// While Keystone refuses our credentials, its answer; asks again first when the
+    /// Whether Keystone still refuses our credentials; asks again first when the
     /// backoff has passed, so a readiness probe notices the fix even when no request
     /// comes (a not-ready server gets none).
-    pub async fn own_credentials_refused(&self) -> Option<String> {
-        self.own.refusal()?;
-        // The answer is in `refusal()` either way.
+    pub async fn own_credentials_refused(&self) -> bool {
+        if !self.own_credentials_refused_now() {
+            return false;
+        }
+        // The outcome is in the session's refusal either way.
         let _ = self.own.try_token().await;
-        self.own.refusal()
+        self.own_credentials_refused_now()
     }
 
     async fn forget_own_token(&self, used: &str) {
