@@ -30,10 +30,22 @@ pub const PROVIDER_RACE: &str =
 /// `Ok(Ok(v))` done, `Ok(Err(r))` refused (nothing written), `Err` failed.
 pub type Refusable<T, R> = Result<Result<T, R>, StoreError>;
 
+/// A refusal an API shows its client, as data: which API's words it needs and what
+/// was refused. The store never words these; each API's error module does (upstream's
+/// sentences live there, one file per API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Placement(crate::placement::Refused),
+    Accelerator(crate::accelerator::Refused),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("not found: {0}")]
     NotFound(String),
+    /// Refused by the data, to be worded by the API ([`Refused`]).
+    #[error("refused: {0:?}")]
+    Refused(Refused),
     #[error("{1}")]
     Conflict(Conflict, String),
     #[error("{0}")]

@@ -158,6 +158,11 @@ impl From<accel_store::StoreError> for AccelError {
             StoreError::NotFound(m) => AccelError::not_found(m),
             StoreError::Invalid(m) => AccelError::bad_request(m),
             StoreError::Conflict(_, m) => AccelError::conflict(m),
+            StoreError::Refused(accel_store::Refused::Accelerator(r)) => refused(r),
+            StoreError::Refused(r @ accel_store::Refused::Placement(_)) => {
+                tracing::error!(refused = ?r, "a Placement refusal reached the accelerator API");
+                AccelError::internal(crate::listen::INTERNAL)
+            }
             // As Placement's: the driver's words go to the log, not to the client.
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable; answering 503");
@@ -173,6 +178,11 @@ impl From<accel_store::StoreError> for AccelError {
             }
         }
     }
+}
+
+/// The words of each refusal of the accelerator operations (upstream Cyborg's sentences).
+fn refused(r: accel_store::accelerator::Refused) -> AccelError {
+    match r {}
 }
 
 /// A request `auth` turned away, as keystonemiddleware answers in front of Cyborg (its

@@ -270,6 +270,11 @@ impl From<accel_store::StoreError> for ApiError {
                 ApiError::conflict(m).with_code(Code::ProviderCannotDeleteParent)
             }
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
+            StoreError::Refused(accel_store::Refused::Placement(r)) => refused(r),
+            StoreError::Refused(r @ accel_store::Refused::Accelerator(_)) => {
+                tracing::error!(refused = ?r, "an accelerator refusal reached the Placement API");
+                ApiError::internal(crate::listen::INTERNAL)
+            }
             // The database's own words stay in the log: a driver message tells a
             // client nothing it can act on and may describe the deployment.
             e if e.is_unavailable() => {
@@ -286,6 +291,11 @@ impl From<accel_store::StoreError> for ApiError {
             }
         }
     }
+}
+
+/// The words of each refusal of the Placement operations (upstream's sentences).
+fn refused(r: accel_store::placement::Refused) -> ApiError {
+    match r {}
 }
 
 const AUTH_REQUIRED: &str = "The request you have made requires authentication.";

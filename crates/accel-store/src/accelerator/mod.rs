@@ -68,6 +68,8 @@ pub mod profiles;
 mod programs;
 pub mod pushes;
 pub mod refusals;
+pub mod refused;
+pub use refused::Refused;
 pub mod report;
 
 /// A text column read as a typed state: a text no variant has is a decode error naming

@@ -15,6 +15,7 @@ pub mod classes;
 pub mod inventories;
 pub mod lookup;
 pub mod providers;
+pub mod refused;
 pub mod reshape;
 pub mod traits;
 
@@ -88,6 +89,7 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
         .await
 }
 pub mod world;
+pub use refused::Refused;
 
 /// Deletes row `id` of a name table (`resource_classes`, `traits`) unless `uses` (a
 /// `SELECT COUNT(*) ... = $1` over the rows that refer to it) finds it in use, which is
