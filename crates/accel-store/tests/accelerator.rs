@@ -65,7 +65,11 @@ async fn profiles_keep_group_order_and_refuse_duplicates() {
         .await
         .unwrap();
         assert_eq!(p.groups.len(), 2);
-        assert_eq!(p.groups[0].entries()[0].0, "trait:CUSTOM_B", "key order kept");
+        assert_eq!(
+            p.groups[0].entries()[0].0,
+            "trait:CUSTOM_B",
+            "key order kept"
+        );
         assert_eq!(p.stamps.updated, None);
         let dup = create_profile(&store, profile("dp1", &[&[("resources:FPGA", "1")]])).await;
         assert!(matches!(refusal(&dup), Some(Refused::ProfileNameTaken { name }) if name == "dp1"));
@@ -230,7 +234,10 @@ async fn bind_start_persists_a_job_and_instance_filters_work() {
             .await;
         assert!(matches!(
             refusal(&again),
-            Some(Refused::ArqBadState { state: ArqState::BindStarted, .. })
+            Some(Refused::ArqBadState {
+                state: ArqState::BindStarted,
+                ..
+            })
         ));
 
         let i = instance.clone();

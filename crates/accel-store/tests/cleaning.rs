@@ -5,11 +5,11 @@
 
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_store::accelerator::cleaning::{self, CleaningState, Outcome, TRAIT};
+use accel_store::accelerator::Refused;
 use accel_store::accelerator::{claims, kubernetes, report};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::{inventories, providers};
 use accel_store::testing::each_backend;
-use accel_store::accelerator::Refused;
 use accel_store::{Store, StoreError};
 use std::collections::BTreeMap;
 

@@ -211,12 +211,7 @@ pub(crate) async fn finish(
 pub(crate) async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::ADMIN_API)?;
     ctx.only_params(&["hostname"])?;
-    let rows = st
-        .app
-        .store
-        .cleanings()
-        .list(ctx.param("hostname"))
-        .await?;
+    let rows = st.app.store.cleanings().list(ctx.param("hostname")).await?;
     Ok(json_reply(
         StatusCode::OK,
         &DeviceCleanings {

@@ -588,9 +588,8 @@ impl Arqs<'_> {
                 let (name, project_id) = (name.clone(), project_id.clone());
                 move |tx| {
                     Box::pin(async move {
-                        let profile = super::profiles::by_name(tx, &name)
-                            .await?
-                            .ok_or_else(|| {
+                        let profile =
+                            super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
                                 Refused::NotFound(Kind::DeviceProfile, Key::Name(name.clone()))
                             })?;
                         if let Some(g) = only_group {
@@ -639,9 +638,7 @@ impl Arqs<'_> {
             .write_rerunning(|| {
                 let (scope, uuids) = (scope.clone(), uuids.to_vec());
                 move |tx| {
-                    Box::pin(
-                        async move { delete_by_uuids(tx, &scope, &uuids, bound_too).await },
-                    )
+                    Box::pin(async move { delete_by_uuids(tx, &scope, &uuids, bound_too).await })
                 }
             })
             .await
@@ -657,9 +654,7 @@ impl Arqs<'_> {
         self.0
             .write_rerunning(|| {
                 let (scope, instance) = (scope.clone(), instance.to_owned());
-                move |tx| {
-                    Box::pin(async move { delete_by_instance(tx, &scope, &instance).await })
-                }
+                move |tx| Box::pin(async move { delete_by_instance(tx, &scope, &instance).await })
             })
             .await
     }

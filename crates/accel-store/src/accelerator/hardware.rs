@@ -580,9 +580,7 @@ impl Hardware<'_> {
             .write_rerunning(|| {
                 let (key, value) = (key.to_owned(), value.to_owned());
                 move |tx| {
-                    Box::pin(
-                        async move { create_attribute(tx, deployable_id, &key, &value).await },
-                    )
+                    Box::pin(async move { create_attribute(tx, deployable_id, &key, &value).await })
                 }
             })
             .await

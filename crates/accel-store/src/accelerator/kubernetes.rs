@@ -35,9 +35,9 @@
 //! `KUBERNETES_POD`, with upstream's incomplete-consumer project and user.
 
 use super::hardware::{self, DeviceColumn};
+use super::refused::Refused;
 use crate::placement::allocations::{self, ConsumerWrite};
 use crate::placement::{inventories, providers};
-use super::refused::Refused;
 use crate::{placeholders, Store, StoreError, Tx};
 use sqlx::Row;
 use std::collections::{BTreeMap, BTreeSet};

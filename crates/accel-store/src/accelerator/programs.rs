@@ -276,9 +276,9 @@ impl Programs<'_> {
             .write_rerunning(|| {
                 let reason = reason.to_owned();
                 move |tx| {
-                    Box::pin(async move {
-                        abandon_program_request(tx, id, &reason, crate::now()).await
-                    })
+                    Box::pin(
+                        async move { abandon_program_request(tx, id, &reason, crate::now()).await },
+                    )
                 }
             })
             .await

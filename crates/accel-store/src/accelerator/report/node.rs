@@ -10,8 +10,8 @@
 //! Nova-managed tree, and the operator has to choose (`node_provider = "nova"`).
 
 use super::{compute_node, provider_uuid};
-use crate::placement::{providers, traits};
 use crate::accelerator::Refused;
+use crate::placement::{providers, traits};
 use crate::{StoreError, Tx};
 
 /// The trait on every node provider accel created and owns.

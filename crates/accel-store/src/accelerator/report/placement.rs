@@ -5,8 +5,8 @@
 //! batches the creation of new providers.
 
 use crate::accelerator::hardware::{self, Deployable, Device};
-use crate::placement::{classes, inventories, providers, traits};
 use crate::accelerator::Refused;
+use crate::placement::{classes, inventories, providers, traits};
 use crate::{placeholders, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus};
 use accel_core::capacity::Limits;

@@ -7,8 +7,8 @@ use super::{arq_holders, parents_first, provider_uuid, set_health};
 use crate::accelerator::hardware::{self, Deployable, Device};
 use crate::accelerator::history::{self, Kind};
 use crate::accelerator::new_uuid;
-use crate::placement::providers;
 use crate::accelerator::Refused;
+use crate::placement::providers;
 use crate::{StoreError, Tx};
 use accel_core::accelerator::{
     DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice, ReportedHandle,
