@@ -232,7 +232,7 @@ pub async fn list(tx: &mut Tx, scope: &Scope, f: &Filter) -> Result<Vec<Arq>, St
 }
 
 /// Whether any ARQ `scope` sees is associated with `instance`.
-pub async fn instance_has_arqs(
+pub(crate) async fn instance_has_arqs(
     tx: &mut Tx,
     scope: &Scope,
     instance: &str,

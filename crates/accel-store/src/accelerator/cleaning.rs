@@ -270,7 +270,7 @@ async fn lift(tx: &mut Tx, rp_uuid: &str) -> Result<(), StoreError> {
 /// Whether the host has a running cleaning that agent process `owner` does not hold
 /// yet (what [`take`] would hand it). A read: the agents' long polls ask it while they
 /// wait, and take only when it says yes.
-pub async fn waiting(tx: &mut Tx, host: &str, owner: &str) -> Result<bool, StoreError> {
+pub(crate) async fn waiting(tx: &mut Tx, host: &str, owner: &str) -> Result<bool, StoreError> {
     let row = sqlx::query(
         "SELECT 1 FROM device_cleanings WHERE hostname = $1 AND state = 'cleaning' \
          AND (owner IS NULL OR owner <> $2) LIMIT 1",

@@ -251,7 +251,7 @@ pub async fn list_devices(
     select(tx, DEVICE_SELECT, &f, device).await
 }
 
-pub async fn device_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Device, StoreError> {
+pub(crate) async fn device_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Device, StoreError> {
     by_uuid(tx, DEVICE_SELECT, device, Kind::Device, uuid).await
 }
 
@@ -324,11 +324,7 @@ pub async fn list_deployables(
     select(tx, DEPLOYABLE_SELECT, &f, deployable).await
 }
 
-pub async fn deployable_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Deployable, StoreError> {
-    by_uuid(tx, DEPLOYABLE_SELECT, deployable, Kind::Deployable, uuid).await
-}
-
-pub async fn deployables_of_device(
+pub(crate) async fn deployables_of_device(
     tx: &mut Tx,
     device_id: i64,
 ) -> Result<Vec<Deployable>, StoreError> {
@@ -342,7 +338,7 @@ pub async fn deployables_of_device(
 }
 
 /// The deployables of `device_ids` (a query per few hundred devices), by id.
-pub async fn deployables_of_devices(
+pub(crate) async fn deployables_of_devices(
     tx: &mut Tx,
     device_ids: &[i64],
 ) -> Result<Vec<Deployable>, StoreError> {
@@ -351,7 +347,7 @@ pub async fn deployables_of_devices(
 
 /// The attributes of each of `deployable_ids` (a query per few hundred deployables), in
 /// creation order.
-pub async fn attributes_of(
+pub(crate) async fn attributes_of(
     tx: &mut Tx,
     deployable_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Attribute>>, StoreError> {
@@ -385,7 +381,7 @@ pub async fn list_attributes(
     select(tx, ATTRIBUTE_SELECT, &f, attribute).await
 }
 
-pub async fn attribute_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Attribute, StoreError> {
+pub(crate) async fn attribute_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Attribute, StoreError> {
     by_uuid(tx, ATTRIBUTE_SELECT, attribute, Kind::Attribute, uuid).await
 }
 

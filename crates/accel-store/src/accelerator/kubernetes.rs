@@ -238,7 +238,7 @@ async fn stored_slots(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, Row3>,
 }
 
 /// The usage saved for `host` (free slots are absent) and the devices VMs hold.
-pub async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
+pub(crate) async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
     let usage = stored_slots(tx, host)
         .await?
         .into_iter()

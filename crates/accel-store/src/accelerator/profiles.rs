@@ -136,7 +136,7 @@ pub async fn list(tx: &mut Tx, names: Option<&[String]>) -> Result<Vec<Profile>,
     rows.iter().map(from_row).collect()
 }
 
-pub async fn by_uuid(tx: &mut Tx, uuid: &str) -> Result<Option<Profile>, StoreError> {
+pub(crate) async fn by_uuid(tx: &mut Tx, uuid: &str) -> Result<Option<Profile>, StoreError> {
     let row = sqlx::query(&format!("{SELECT} WHERE uuid = $1"))
         .bind(uuid)
         .fetch_optional(&mut *tx)
@@ -152,7 +152,7 @@ pub async fn by_name(tx: &mut Tx, name: &str) -> Result<Option<Profile>, StoreEr
     row.as_ref().map(from_row).transpose()
 }
 
-pub async fn by_id(tx: &mut Tx, id: i64) -> Result<Option<Profile>, StoreError> {
+pub(crate) async fn by_id(tx: &mut Tx, id: i64) -> Result<Option<Profile>, StoreError> {
     let row = sqlx::query(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(&mut *tx)

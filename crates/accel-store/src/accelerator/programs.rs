@@ -67,7 +67,7 @@ pub async fn program_request(
 }
 
 /// Programming request `id`, if it exists.
-pub async fn program_request_by_id(
+pub(crate) async fn program_request_by_id(
     tx: &mut Tx,
     id: i64,
 ) -> Result<Option<ProgramRequest>, StoreError> {
@@ -79,7 +79,10 @@ pub async fn program_request_by_id(
 }
 
 /// The requests the agent of `host` still has to carry out, oldest first.
-pub async fn pending_programs(tx: &mut Tx, host: &str) -> Result<Vec<ProgramRequest>, StoreError> {
+pub(crate) async fn pending_programs(
+    tx: &mut Tx,
+    host: &str,
+) -> Result<Vec<ProgramRequest>, StoreError> {
     let rows = sqlx::query(&format!(
         "SELECT {PROGRAM_COLUMNS} WHERE pr.hostname = $1 AND pr.state = 'pending' ORDER BY pr.id"
     ))
@@ -124,7 +127,7 @@ pub(super) async fn insert_program_request(
 /// `deployable_uuid` with Glance image `bitstream_id`, for the agent of the
 /// deployable's host; answers the request. [`Refused::NotFound`] for an unknown
 /// deployable.
-pub async fn request_program(
+pub(crate) async fn request_program(
     tx: &mut Tx,
     deployable_uuid: &str,
     bitstream_id: &str,
@@ -203,7 +206,7 @@ pub async fn finish_program_request(
 
 /// Gives up on programming request `id` if it is still pending (its caller stopped
 /// waiting): it ends `failed` with `reason`. True when this call ended it.
-pub async fn abandon_program_request(
+pub(crate) async fn abandon_program_request(
     tx: &mut Tx,
     id: i64,
     reason: &str,

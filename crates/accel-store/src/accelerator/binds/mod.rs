@@ -28,10 +28,7 @@ mod attempt;
 
 use super::events;
 use super::lease;
-pub use super::programs::{
-    abandon_program_request, finish_program_request, pending_programs, program_request,
-    program_request_by_id, request_program, ProgramRequest, ProgramState,
-};
+pub use super::programs::{finish_program_request, program_request, ProgramRequest, ProgramState};
 use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
 use attempt::{perform_locked, write_bound, Seen};

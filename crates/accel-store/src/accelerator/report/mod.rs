@@ -103,7 +103,7 @@ pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
 /// Applies an agent's report unless it equals (`digest`) the last one applied for the
 /// host and nothing is pending there (no vanished device waiting to be removed); `force`
 /// applies it anyway.
-pub async fn apply(
+pub(crate) async fn apply(
     tx: &mut Tx,
     hostname: &str,
     reported: &[ReportedDevice],
@@ -153,7 +153,7 @@ pub async fn apply(
 }
 
 /// The compute node provider named `hostname` and how many devices the host has.
-pub async fn host(
+pub(crate) async fn host(
     tx: &mut Tx,
     hostname: &str,
 ) -> Result<Option<(providers::Provider, usize)>, StoreError> {
@@ -172,7 +172,7 @@ pub async fn host(
 /// Creates a local stand-in for a compute node provider that lives in an external
 /// Placement (same uuid and name, no inventory, never pushed), unless a provider named
 /// `name` exists. Returns whether it was created.
-pub async fn compute_node_placeholder(
+pub(crate) async fn compute_node_placeholder(
     tx: &mut Tx,
     uuid: &str,
     name: &str,
@@ -185,7 +185,7 @@ pub async fn compute_node_placeholder(
 }
 
 /// Whether a compute node provider named `hostname` exists.
-pub async fn has_compute_node(tx: &mut Tx, hostname: &str) -> Result<bool, StoreError> {
+pub(crate) async fn has_compute_node(tx: &mut Tx, hostname: &str) -> Result<bool, StoreError> {
     Ok(compute_node(tx, hostname).await?.is_some())
 }
 
