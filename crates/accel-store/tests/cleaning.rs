@@ -192,21 +192,17 @@ async fn a_failed_cleaning_stays_reserved_until_retried_or_released() {
             .unwrap();
         assert!(counts.contains(&(CleaningState::Failed, 1)), "{counts:?}");
 
-        let u = rp_uuid();
-        store
-            .write(move |tx| Box::pin(async move { cleaning::retry(tx, &u).await }))
-            .await
-            .unwrap();
+        // An operator's retry wakes the agents' long polls on this process.
+        let mut signal = store.cleanings_signal();
+        signal.borrow_and_update();
+        store.cleanings().retry(&rp_uuid()).await.unwrap();
+        assert!(signal.has_changed().unwrap());
         assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
         let a = take(&store, "agent").await[0].attempt;
         finish(&store, a, Err("timed out after 1 s".into()))
             .await
             .unwrap();
-        let u = rp_uuid();
-        let released = store
-            .write(move |tx| Box::pin(async move { cleaning::release(tx, &u).await }))
-            .await
-            .unwrap();
+        let released = store.cleanings().release(&rp_uuid()).await.unwrap();
         assert_eq!(released[0].state, CleaningState::Clean);
         assert_eq!(seen(&store).await.0 .1, 0);
     })
