@@ -20,7 +20,7 @@
 //!   count, and details for those rows only; candidate questions (device profiles,
 //!   the explainer) run on the in-memory candidate index the Placement API uses. So a
 //!   page costs the same with 10 or 10,000 hosts.
-//! - **Refresh by polling** one token (`GET /changes`, `accel_store::estate::stamp`):
+//! - **Refresh by polling** one token (`GET /changes`, `Estate::stamp`):
 //!   the script fetches it every few seconds and, when it moved, re-fetches the page
 //!   and swaps `<main>`. No server push: nothing to hold open through proxies.
 //! - **Auth as the APIs'** ([`session`]): noauth acts as admin and a banner says so;

@@ -36,7 +36,8 @@ impl Estate<'_> {
                     let Some(tree) = hosts::tree(tx, &uuid).await? else {
                         return Ok(None);
                     };
-                    let (root_uuid, root_name) = (&tree.root().uuid, &tree.root().name);
+                    let root = tree.root();
+                    let (root_uuid, root_name) = (root.uuid.as_str(), root.name.as_str());
                     let cleanings = cleaning::list(tx, Some(root_name)).await?;
                     let consumers = activity::consumers_where(
                         tx,
