@@ -140,7 +140,12 @@ async fn hosts_are_paged_searched_and_shown_with_their_trees() {
             (2, 1, 1, 1)
         );
         assert_eq!(tree.last_report, None);
-        let on_host: Vec<&str> = host.consumers.items.iter().map(|c| c.uuid.as_str()).collect();
+        let on_host: Vec<&str> = host
+            .consumers
+            .items
+            .iter()
+            .map(|c| c.uuid.as_str())
+            .collect();
         assert_eq!((on_host, host.consumers.total), (vec![VM], 1));
         assert_eq!(host.arqs.total, 0);
         assert!(host.history.is_empty() && host.cleanings.is_empty());

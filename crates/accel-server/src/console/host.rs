@@ -19,8 +19,7 @@ const ON_HOST: u64 = 50;
 
 pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let Some(page) = read("the provider tree", state.0.estate().host(&uuid, ON_HOST)).await?
-    else {
+    let Some(page) = read("the provider tree", state.0.estate().host(&uuid, ON_HOST)).await? else {
         return Ok(super::error(
             StatusCode::NOT_FOUND,
             "No such resource provider.",

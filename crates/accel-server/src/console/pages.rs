@@ -302,7 +302,11 @@ pub(crate) async fn consumers(
         .admit(&headers, Rule::Placement(rules::ALLOCATIONS_LIST))
         .await?;
     let window = q.window();
-    let page = read("the consumers", state.0.estate().consumers(q.search(), window)).await?;
+    let page = read(
+        "the consumers",
+        state.0.estate().consumers(q.search(), window),
+    )
+    .await?;
     let mut h = list_head(
         "/consumers",
         &q.q,

@@ -121,9 +121,7 @@ impl Pushes<'_> {
         let (host, owner, error) = (host.to_owned(), owner.to_owned(), error.to_owned());
         self.0
             .write(move |tx| {
-                Box::pin(
-                    async move { failed(tx, &host, &owner, next_attempt, &error, now).await },
-                )
+                Box::pin(async move { failed(tx, &host, &owner, next_attempt, &error, now).await })
             })
             .await
     }

@@ -53,8 +53,7 @@ impl Estate<'_> {
                     .await?;
                     let arqs = activity::arqs_on_host(tx, root_name, shown).await?;
                     let history =
-                        history::of_devices(tx, &devices_shown(&tree, &uuid), shown as i64)
-                            .await?;
+                        history::of_devices(tx, &devices_shown(&tree, &uuid), shown as i64).await?;
                     Ok(Some(HostPage {
                         tree,
                         cleanings,
