@@ -54,9 +54,7 @@ impl UsageCache {
         store: &Store,
         key: Key,
     ) -> Result<Arc<Vec<TotalUsage>>, StoreError> {
-        let now = store
-            .read_one(|tx| Box::pin(async move { changes::version(tx).await }))
-            .await?;
+        let now = store.placement_version().await?;
         let behind = self.book().catch_up(&now);
         if let Some(from) = behind {
             let got = store
