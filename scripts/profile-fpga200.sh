@@ -29,7 +29,10 @@ sleep 3
 perf record -F 999 --call-graph dwarf,16384 -p "$PID" -o "$OUT/perf.data" -- sleep 12 2>/dev/null
 wait
 report() { perf report -i "$OUT/perf.data" "$@" --sort symbol --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'; }
-report --no-children | head -60 >"$OUT/flat.txt"
-report --children | head -150 >"$OUT/children.txt"
+# Whole reports first: `head` on a pipe would end the producer early (pipefail).
+report --no-children >"$OUT/flat.full"
+report --children >"$OUT/children.full"
+sed -n 1,60p "$OUT/flat.full" >"$OUT/flat.txt"
+sed -n 1,150p "$OUT/children.full" >"$OUT/children.txt"
 head -12 "$OUT/wrk.txt"
 echo "profile in $OUT (flat.txt, children.txt)"
