@@ -20,7 +20,7 @@ async fn apply(
     change: Change,
     invalid: Option<&str>,
 ) -> Result<Vec<(String, i64)>, R> {
-    let out = inventories::change(store, RP, change, invalid.map(str::to_owned))
+    let out = store.inventories().change(RP, change, invalid.map(str::to_owned))
         .await
         .unwrap();
     out.map(|(_, invs)| {
