@@ -43,7 +43,14 @@ async fn a_combined_create_answers_each_request_as_alone() {
             let rp = rp.as_ref().unwrap();
             assert_eq!((&rp.uuid, &rp.name, rp.generation), (uuid, name, 0));
             // What the database holds is what was answered (root of itself, no parent).
-            let stored = app.state.store.providers().get(uuid).await.unwrap().unwrap();
+            let stored = app
+                .state
+                .store
+                .providers()
+                .get(uuid)
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(&stored, rp);
             assert_eq!(stored.root_uuid, *uuid);
         }

@@ -12,13 +12,7 @@ pub enum Conflict {
     ProviderRace,
     /// A unique name or uuid already exists.
     Duplicate,
-    /// Removing inventory that allocations still use.
-    InventoryInUse,
-    /// Deleting a provider that has allocations.
-    ProviderInUse,
-    /// Deleting a provider that has children.
-    CannotDeleteParent,
-    /// Deleting a resource class or trait still referenced.
+    /// Deleting something still referenced.
     InUse,
 }
 

@@ -67,7 +67,10 @@ async fn capacity_generations_and_consumers() {
     each_backend(|store| async move {
         provider(&store, 4).await;
         assert_eq!(state(&store).await, (1, 0));
-        write(&store, vec![vcpu(A, 3, None)]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 3, None)])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (2, 3));
 
         // Over capacity: refused, nothing written.
@@ -93,7 +96,10 @@ async fn capacity_generations_and_consumers() {
         );
 
         // Replacing A's own allocation frees its old usage first.
-        write(&store, vec![vcpu(A, 4, Some(1))]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 4, Some(1))])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (3, 4));
 
         // Both consumers in one write: A shrinks, B fits in what A gave back.
@@ -104,7 +110,10 @@ async fn capacity_generations_and_consumers() {
         assert_eq!(state(&store).await, (4, 4));
 
         // Emptying A bumps the provider and deletes the consumer.
-        write(&store, vec![vcpu(A, 0, Some(3))]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 0, Some(3))])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (5, 2));
         let a = A.to_owned();
         let rows = store

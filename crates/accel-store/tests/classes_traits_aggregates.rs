@@ -344,7 +344,11 @@ async fn provider_writes_check_the_provider_and_the_generation_first() {
             refused(traits.set_for_provider(RP, 1, vec![]).await),
             Refused::ProviderGeneration { uuid: RP.into() }
         );
-        let unknown = vec!["CUSTOM_NOPE".into(), "HW_CPU_X86_SSE".into(), "CUSTOM_NOPE".into()];
+        let unknown = vec![
+            "CUSTOM_NOPE".into(),
+            "HW_CPU_X86_SSE".into(),
+            "CUSTOM_NOPE".into(),
+        ];
         assert_eq!(
             refused(traits.set_for_provider(RP, 0, unknown).await),
             Refused::UnknownTraits {
@@ -356,7 +360,10 @@ async fn provider_writes_check_the_provider_and_the_generation_first() {
             .await
             .unwrap();
         assert_eq!(g, 1);
-        assert_eq!(ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["HW_CPU_X86_SSE"]);
+        assert_eq!(
+            ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["HW_CPU_X86_SSE"]
+        );
         traits.clear_for_provider(RP).await.unwrap();
         let (rp, ts) = traits.of_provider(RP).await.unwrap().unwrap();
         assert_eq!((rp.generation, ts.len()), (2, 0));
@@ -364,7 +371,10 @@ async fn provider_writes_check_the_provider_and_the_generation_first() {
 
         let aggs = store.aggregates();
         assert_eq!(
-            refused(aggs.set_for_provider(RP, Some(0), vec![AGG1.into()], true).await),
+            refused(
+                aggs.set_for_provider(RP, Some(0), vec![AGG1.into()], true)
+                    .await
+            ),
             Refused::ProviderGeneration { uuid: RP.into() }
         );
         // Before 1.19 no generation is sent, and none is bumped.

@@ -20,7 +20,9 @@ async fn apply(
     change: Change,
     invalid: Option<&str>,
 ) -> Result<Vec<(String, i64)>, R> {
-    let out = store.inventories().change(RP, change, invalid.map(str::to_owned))
+    let out = store
+        .inventories()
+        .change(RP, change, invalid.map(str::to_owned))
         .await
         .unwrap();
     out.map(|(_, invs)| {

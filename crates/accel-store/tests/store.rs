@@ -256,6 +256,96 @@ async fn providers_trees_and_conflicts() {
     .await;
 }
 
+/// The API's provider operations: moving a child only from 1.37 on, deleting, and a
+/// filtered listing that names classes, traits and a tree.
+#[tokio::test]
+async fn provider_operations() {
+    each_backend(|store| async move {
+        let providers = store.providers();
+        providers.create(A, "root", None).await.unwrap();
+        providers.create(B, "child", Some(A)).await.unwrap();
+        providers.create(C, "other", None).await.unwrap();
+        let moved = |why| PlacementRefused::ProviderUpdate {
+            uuid: B.into(),
+            why,
+        };
+        let to_c = ParentChange::Set(C.to_owned());
+        assert_eq!(
+            refused(providers.update(B, "child", to_c.clone(), false).await),
+            moved(ParentRefusal::Reparent)
+        );
+        assert_eq!(
+            refused(
+                providers
+                    .update(B, "child", ParentChange::Clear, false)
+                    .await
+            ),
+            moved(ParentRefusal::Unparent)
+        );
+        assert_eq!(
+            refused(
+                providers
+                    .update(A, "child", ParentChange::Keep, false)
+                    .await
+            ),
+            PlacementRefused::ProviderNameTaken {
+                name: "child".into()
+            }
+        );
+        // A root never updated since its insert has an update time; a child has none.
+        let (rp, before) = providers.update(B, "kid", to_c, true).await.unwrap();
+        assert_eq!((rp.root_uuid.as_str(), before), (C, None));
+
+        let list = |q: providers::Query| {
+            let store = store.clone();
+            async move { store.providers().list(q).await }
+        };
+        let in_tree = |t: &str| providers::Query {
+            in_tree: Some(t.to_owned()),
+            ..Default::default()
+        };
+        let uuids =
+            |ps: Vec<providers::Provider>| ps.into_iter().map(|p| p.uuid).collect::<Vec<_>>();
+        assert_eq!(uuids(list(in_tree(B)).await.unwrap()), [B, C]);
+        assert!(list(in_tree("00000000-0000-0000-0000-000000000000"))
+            .await
+            .unwrap()
+            .is_empty());
+        let q = providers::Query {
+            resources: vec![("VCPU".into(), 1), ("CUSTOM_NOPE".into(), 1)],
+            required: vec![vec!["CUSTOM_NOT_A_TRAIT".into()]],
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(list(q).await),
+            PlacementRefused::ListUnknownClass {
+                name: "CUSTOM_NOPE".into()
+            }
+        );
+        let q = providers::Query {
+            required: vec![vec!["CUSTOM_Z".into(), "HW_CPU_X86_SSE".into()]],
+            forbidden: vec!["CUSTOM_A".into(), "CUSTOM_Z".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(list(q).await),
+            PlacementRefused::ListUnknownTraits {
+                names: vec!["CUSTOM_A".into(), "CUSTOM_Z".into()]
+            }
+        );
+
+        assert_eq!(
+            refused(providers.delete(C).await),
+            PlacementRefused::ProviderHasChildren { uuid: C.into() }
+        );
+        assert!(providers.delete(B).await.unwrap());
+        assert!(!providers.delete(B).await.unwrap());
+        assert!(!providers.exists(B).await.unwrap());
+        assert!(providers.exists(C).await.unwrap());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn generation_compare_and_swap() {
     each_backend(|store| async move {

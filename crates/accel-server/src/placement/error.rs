@@ -258,17 +258,8 @@ impl From<accel_store::StoreError> for ApiError {
             StoreError::Invalid(m) => ApiError::bad_request(m),
             StoreError::Conflict(Conflict::ProviderRace, _) => ApiError::concurrent(PROVIDER_RACE),
             StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::concurrent(m),
-            StoreError::Conflict(Conflict::InventoryInUse, m) => {
-                ApiError::conflict(m).with_code(Code::InventoryInUse)
-            }
             StoreError::Conflict(Conflict::Duplicate, m) => {
                 ApiError::conflict(m).with_code(Code::DuplicateName)
-            }
-            StoreError::Conflict(Conflict::ProviderInUse, m) => {
-                ApiError::conflict(m).with_code(Code::ProviderInUse)
-            }
-            StoreError::Conflict(Conflict::CannotDeleteParent, m) => {
-                ApiError::conflict(m).with_code(Code::ProviderCannotDeleteParent)
             }
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
             StoreError::Refused(accel_store::Refused::Placement(r)) => refused(r),
@@ -301,7 +292,8 @@ const PROVIDER_RACE: &str =
     "Another thread concurrently updated the resource provider data. Please retry your update";
 
 /// The words of a consumer generation swap lost to another writer.
-const CONSUMER_RACE: &str = "Another thread concurrently updated the data. Please retry your update";
+const CONSUMER_RACE: &str =
+    "Another thread concurrently updated the data. Please retry your update";
 
 /// The words of a provider generation swap lost to another writer.
 const PROVIDER_CHANGED: &str = "resource provider generation conflict";
@@ -402,7 +394,7 @@ pub(crate) fn invalid_inventory(i: &InvalidInventory) -> String {
 }
 
 /// The words of each refusal of the Placement operations (upstream's sentences).
-fn refused(r: Refused) -> ApiError {
+pub(crate) fn refused(r: Refused) -> ApiError {
     match r {
         Refused::NoProvider { uuid } => no_provider(&uuid),
         Refused::ProviderGeneration { .. } => ApiError::concurrent(

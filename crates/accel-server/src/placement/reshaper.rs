@@ -7,7 +7,7 @@
 
 use super::allocations::{consumer_write, post_item_schema, UUID_PATTERN};
 use super::error::{
-    consumer_generation, inventory_in_use, invalid_inventory, placement_refusal, race, ApiError,
+    consumer_generation, invalid_inventory, inventory_in_use, placement_refusal, race, ApiError,
     ApiResult, Code,
 };
 use super::inventories::{from_record, put_all_schema};

@@ -2,9 +2,9 @@
 //! provider has. Every list comes back sorted by name, on every backend. The API's
 //! operations on them are [`Traits`] ([`Store::traits`]).
 
+use super::lookup;
 use super::providers::{self, Provider};
 use super::refused::Refused;
-use super::lookup;
 use crate::{placeholders, Store, StoreError, Tx};
 use sqlx::Row;
 

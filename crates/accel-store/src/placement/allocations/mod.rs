@@ -119,11 +119,7 @@ impl Allocations<'_> {
     /// Replaces the allocations of every consumer in `writes` in one transaction,
     /// rerun up to `attempts` times in all after a lost provider-generation race
     /// ([`write`]'s rules).
-    pub async fn replace(
-        &self,
-        writes: &[ConsumerWrite],
-        attempts: u32,
-    ) -> Refusable<(), Refusal> {
+    pub async fn replace(&self, writes: &[ConsumerWrite], attempts: u32) -> Refusable<(), Refusal> {
         replace(self.0, writes, attempts).await
     }
 

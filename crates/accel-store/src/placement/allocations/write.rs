@@ -15,8 +15,8 @@
 //! unknown). A deadlock between writers is rerun the same way.
 
 use super::{ConsumerWrite, InvalidInventory, Refusable, Refusal, INCOMPLETE_ID};
-use crate::placement::refused::Refused;
 use crate::placement::lookup;
+use crate::placement::refused::Refused;
 use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::capacity::{Claim, Limits, Verdict};
 use sqlx::Row;
@@ -521,8 +521,15 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     }
     for c in visited.values() {
         let (id, generation) = (c.row.id, c.row.generation);
-        crate::placement::bump(tx, "consumers", id, generation, now, Refused::ConsumerChanged)
-            .await?;
+        crate::placement::bump(
+            tx,
+            "consumers",
+            id,
+            generation,
+            now,
+            Refused::ConsumerChanged,
+        )
+        .await?;
     }
     let with_allocs: BTreeSet<i64> = items
         .iter()

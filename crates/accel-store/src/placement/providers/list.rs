@@ -67,7 +67,13 @@ pub(crate) async fn list_named(tx: &mut Tx, q: Query) -> Result<Vec<Provider>, S
             .ok_or_else(|| Refused::ListUnknownClass { name: name.clone() })?;
         filter.resources.push((*id, *amount));
     }
-    let tnames: Vec<String> = q.required.iter().flatten().chain(&q.forbidden).cloned().collect();
+    let tnames: Vec<String> = q
+        .required
+        .iter()
+        .flatten()
+        .chain(&q.forbidden)
+        .cloned()
+        .collect();
     let t_ids = lookup::trait_ids(tx, &tnames).await?;
     let mut missing: Vec<String> = tnames
         .into_iter()

@@ -13,8 +13,8 @@ mod list;
 pub use batch::{create_many, create_roots, create_roots_alone, NewChild};
 pub use list::{list, Filter, Query};
 
-use super::refused::{ParentRefusal, Refused};
 use super::changes;
+use super::refused::{ParentRefusal, Refused};
 use crate::{placeholders, BoxFut, Store, StoreError, Tx};
 use sqlx::Row;
 
@@ -509,7 +509,10 @@ impl Providers<'_> {
 
     /// Creates the root providers `new` (uuid, name) together in one transaction
     /// ([`create_roots_alone`]).
-    pub async fn create_roots(&self, new: &[(String, String)]) -> Result<Vec<Provider>, StoreError> {
+    pub async fn create_roots(
+        &self,
+        new: &[(String, String)],
+    ) -> Result<Vec<Provider>, StoreError> {
         create_roots_alone(self.0, new).await
     }
 }
