@@ -3,7 +3,7 @@
 //! the class's presence), as upstream reports them.
 
 use accel_core::capacity::Limits;
-use accel_store::placement::inventories::{self, Change, ChangeRefusal as R, Inventory};
+use accel_store::placement::inventories::{Change, ChangeRefusal as R, Inventory};
 use accel_store::placement::providers;
 use accel_store::testing::each_backend;
 use accel_store::Store;

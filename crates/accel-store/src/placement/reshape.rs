@@ -13,7 +13,7 @@
 use super::allocations::{self, ConsumerWrite, Refusal};
 use super::inventories::{self, Inventory};
 use super::{lookup, providers};
-use crate::{Refusable, Store, StoreError, Tx};
+use crate::{Refusable, Store, Tx};
 
 /// The new inventories of one provider.
 #[derive(Debug, Clone)]
