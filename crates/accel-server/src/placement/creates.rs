@@ -12,7 +12,7 @@
 //! A combined transaction that fails (a uuid or name taken, also within the batch) is
 //! rolled back and its requests are run one by one, so each gets the answer it would
 //! have had alone. On MariaDB/MySQL the batch is one round trip (a stored procedure
-//! called inside its own transaction: `providers::create_roots_alone`), so a lone
+//! called inside its own transaction: `Store::providers().create_roots`), so a lone
 //! create goes that way too. Each transaction runs in a task of its own: a client that goes away
 //! cancels nothing of the others'. Children (a parent given) are never combined.
 

@@ -231,7 +231,7 @@ async fn create_roots_in_one_call(
 /// `START TRANSACTION`, the procedure call and `COMMIT` sent together (the rows as a
 /// hex literal, so nothing in a name needs escaping). Elsewhere, `Store::write`. A
 /// refused call (a taken uuid or name) rolls back and says why, as in a transaction.
-pub fn create_roots_alone<'a>(
+pub(crate) fn create_roots_alone<'a>(
     store: &'a crate::Store,
     new: &'a [(String, String)],
 ) -> crate::BoxFut<'a, Vec<Provider>> {

@@ -10,7 +10,8 @@
 mod batch;
 mod list;
 
-pub use batch::{create_many, create_roots, create_roots_alone, NewChild};
+use batch::create_roots_alone;
+pub use batch::{create_many, create_roots, NewChild};
 pub use list::{list, Filter, Query};
 
 use super::changes;
