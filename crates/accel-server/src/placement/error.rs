@@ -3,6 +3,11 @@
 //! `code` appears from 1.23 and comes from upstream's closed set. `detail` is built the
 //! way webob renders it upstream (status explanation, a blank line, the message), since
 //! clients and the gabbi suite match fragments of it.
+//!
+//! The store refuses as data ([`accel_store::placement::Refused`], allocation and
+//! inventory refusals, lost generation races); upstream's sentences for them are here
+//! ([`refused`] and the helpers handlers put their own words around), so the Placement
+//! API's words live in this file and its handlers.
 
 use crate::auth::Rejection;
 use crate::reply;
