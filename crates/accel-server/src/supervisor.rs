@@ -22,7 +22,7 @@
 //! worker waiting out its backoff after a failure counts as stopped, so `/healthcheck`
 //! and `/readyz` answer 503 until its next run starts.
 
-use futures::future::BoxFuture;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,8 +60,6 @@ impl Default for Backoff {
         }
     }
 }
-
-type Make = Arc<dyn Fn(Stop) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// Runs named workers until [`Supervisor::shutdown`], restarting any that fails.
 pub struct Supervisor {
@@ -127,9 +125,8 @@ impl Supervisor {
     pub fn spawn<F, Fut>(&mut self, name: &'static str, make: F)
     where
         F: Fn(Stop) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        let make: Make = Arc::new(move |stop| Box::pin(make(stop)));
         let stop = Stop(self.stop.subscribe());
         let up = self.running.add(name);
         self.tasks.spawn(guard(name, make, stop, self.backoff, up));
@@ -151,13 +148,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn guard(
+async fn guard<F, Fut>(
     name: &'static str,
-    make: Make,
+    make: F,
     mut stop: Stop,
     backoff: Backoff,
     up: Arc<AtomicBool>,
-) {
+) where
+    F: Fn(Stop) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
     let mut wait = backoff.first;
     loop {
         let started = tokio::time::Instant::now();

@@ -9,8 +9,7 @@ use accel_agent::config::Settings;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::Agent;
 use accel_server::external::{ExternalPlacement, PlacementConfig, Pusher};
-use accel_store::accelerator::pushes::{self, Push};
-use accel_store::keyed;
+use accel_store::accelerator::pushes::Push;
 use common::accel::{
     allocate_gpu, compute_node, delete_allocations, get, placement, tree, Server, TempDb,
 };
@@ -44,7 +43,8 @@ async fn remote_compute_node(remote: &Server, name: &str) -> String {
 
 async fn push_row(srv: &Server, host: &str) -> Push {
     srv.store
-        .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
+        .pushes()
+        .get(host)
         .await
         .unwrap()
         .expect("the host was marked")
@@ -283,11 +283,8 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
         g.up.store(true, Ordering::SeqCst);
         let claimed = srv
             .store
-            .write(move |tx| {
-                Box::pin(
-                    async move { pushes::claim(tx, "cn3", "crashed", now + 2, now + 122).await },
-                )
-            })
+            .pushes()
+            .claim("cn3", "crashed", now + 2, now + 122)
             .await
             .unwrap();
         assert!(claimed.is_some());
@@ -313,11 +310,7 @@ async fn a_remote_that_is_down_keeps_the_push_pending_and_a_restart_resumes_it()
 async fn wait_pushed(srv: &Server, host: &str) {
     let what = format!("{host} to be pushed");
     common::eventually(std::time::Duration::from_secs(20), &what, || async {
-        let row = srv
-            .store
-            .read(keyed(host, |tx, k| Box::pin(pushes::get(tx, k))))
-            .await
-            .unwrap();
+        let row = srv.store.pushes().get(host).await.unwrap();
         match &row {
             Some(r) if !r.pending() => Ok(()),
             _ => Err(format!("{row:?}")),

@@ -75,6 +75,10 @@ pub struct Counters {
     pub(crate) pool_waits: std::sync::atomic::AtomicU64,
     /// Time spent in those acquisitions, in nanoseconds.
     pub(crate) pool_wait_nanos: std::sync::atomic::AtomicU64,
+    /// Placement versions the SQLite probe answered, and those it could not (read
+    /// through the pool instead; `sqlite_probe.rs`).
+    pub(crate) version_probes: std::sync::atomic::AtomicU64,
+    pub(crate) version_probe_fallbacks: std::sync::atomic::AtomicU64,
 }
 
 /// An open transaction on one of the store's connections. Store functions take

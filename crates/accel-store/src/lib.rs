@@ -33,6 +33,7 @@ pub mod estate;
 pub mod import;
 mod migrate;
 pub mod placement;
+mod sqlite_probe;
 pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -67,6 +68,9 @@ pub struct Store {
     /// [`Store::cleanings_queued`]): the agents' long polls for cleanings wait on it,
     /// so a release on this process reaches its agent at once.
     cleanings: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// SQLite files only: the index's freshness check without a thread hand-off
+    /// ([`Store::placement_version`]).
+    version_probe: Option<std::sync::Arc<sqlite_probe::VersionProbe>>,
 }
 
 /// How long a request waits for a PostgreSQL connection: past it the database counts
@@ -258,12 +262,23 @@ impl Store {
                     .connect_lazy_with(readers_opts),
             );
         }
+        // The pool has created the file by now; an in-memory database has no file
+        // a second connection could open.
+        let version_probe = match readers {
+            Some(_) => url
+                .strip_prefix("sqlite://")
+                .and_then(|rest| rest.split('?').next())
+                .and_then(sqlite_probe::VersionProbe::open)
+                .map(std::sync::Arc::new),
+            None => None,
+        };
         let store = Store {
             pool,
             readers,
             backend,
             counters: Default::default(),
             cleanings: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            version_probe,
         };
         Ok(store)
     }

@@ -30,6 +30,10 @@ pub struct StoreCounters {
     pub write_retries: u64,
     pub pool_waits: u64,
     pub pool_wait_seconds: f64,
+    /// [`Store::placement_version`] answers from the SQLite file's probe, and the
+    /// times the probe could not answer (read through the pool instead).
+    pub version_probes: u64,
+    pub version_probe_fallbacks: u64,
 }
 
 /// Counts only the data knows, from one read snapshot.
@@ -90,6 +94,8 @@ impl Store {
             write_retries: c.write_retries.load(Ordering::Relaxed),
             pool_waits: c.pool_waits.load(Ordering::Relaxed),
             pool_wait_seconds: c.pool_wait_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            version_probes: c.version_probes.load(Ordering::Relaxed),
+            version_probe_fallbacks: c.version_probe_fallbacks.load(Ordering::Relaxed),
         }
     }
 

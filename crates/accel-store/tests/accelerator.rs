@@ -2,10 +2,19 @@
 
 use accel_core::accelerator::{fake_device, ArqState, DeviceProfile, DeviceStatus};
 use accel_store::accelerator::arqs::{self, Binding, Filter};
-use accel_store::accelerator::{hardware, profiles, report, Scope};
+use accel_store::accelerator::refused::{Key, Kind};
+use accel_store::accelerator::{hardware, profiles, report, Refused, Scope};
 use accel_store::placement::{inventories, providers, traits};
 use accel_store::testing::each_backend;
-use accel_store::{Conflict, Store, StoreError};
+use accel_store::{Store, StoreError};
+
+/// The accelerator refusal `r` failed with, if that is how it failed.
+fn refusal<T>(r: &Result<T, StoreError>) -> Option<&Refused> {
+    match r {
+        Err(StoreError::Refused(accel_store::Refused::Accelerator(r))) => Some(r),
+        _ => None,
+    }
+}
 
 fn profile(name: &str, groups: &[&[(&str, &str)]]) -> DeviceProfile {
     let groups = groups
@@ -20,9 +29,7 @@ fn profile(name: &str, groups: &[&[(&str, &str)]]) -> DeviceProfile {
 }
 
 async fn create_profile(store: &Store, p: DeviceProfile) -> Result<profiles::Profile, StoreError> {
-    store
-        .write(move |tx| Box::pin(async move { profiles::create(tx, &p).await }))
-        .await
+    store.profiles().create(&p).await
 }
 
 async fn create_arqs(store: &Store, name: &str, project: &str) -> Vec<arqs::Arq> {
@@ -58,14 +65,20 @@ async fn profiles_keep_group_order_and_refuse_duplicates() {
         .await
         .unwrap();
         assert_eq!(p.groups.len(), 2);
-        assert_eq!(p.groups[0].entries()[0].0, "trait:CUSTOM_B", "key order kept");
+        assert_eq!(
+            p.groups[0].entries()[0].0,
+            "trait:CUSTOM_B",
+            "key order kept"
+        );
         assert_eq!(p.stamps.updated, None);
         let dup = create_profile(&store, profile("dp1", &[&[("resources:FPGA", "1")]])).await;
-        assert!(matches!(dup, Err(StoreError::Conflict(Conflict::Duplicate, _))));
+        assert!(matches!(refusal(&dup), Some(Refused::ProfileNameTaken { name }) if name == "dp1"));
         let mut same_uuid = profile("dp2", &[&[("resources:FPGA", "1")]]);
         same_uuid.uuid = Some(p.uuid.parse().unwrap());
         let dup = create_profile(&store, same_uuid).await;
-        assert!(matches!(dup, Err(StoreError::Conflict(Conflict::Duplicate, d)) if d.starts_with("uuid")));
+        assert!(
+            matches!(refusal(&dup), Some(Refused::ProfileUuidTaken { uuid }) if *uuid == p.uuid)
+        );
         create_profile(&store, profile("dp3", &[&[("resources:FPGA", "1")]]))
             .await
             .unwrap();
@@ -137,18 +150,23 @@ async fn arqs_are_counted_scoped_and_block_profile_delete() {
             })
             .await;
         assert!(matches!(
-            in_use,
-            Err(StoreError::Conflict(Conflict::InUse, _))
+            refusal(&in_use),
+            Some(Refused::ProfileInUse { name, arqs }) if name == "dp" && *arqs > 0
         ));
 
         // A batch with one unknown uuid deletes nothing.
         let batch = vec![mine[0].uuid.clone(), theirs[0].uuid.clone()];
         let r = store
-            .write(move |tx| {
-                Box::pin(async move { arqs::delete_by_uuids(tx, &project("p1"), &batch).await })
-            })
+            .arqs()
+            .delete_listed(&project("p1"), &batch, true)
             .await;
-        assert!(matches!(r, Err(StoreError::NotFound(m)) if m.contains(&theirs[0].uuid)));
+        assert_eq!(
+            refusal(&r),
+            Some(&Refused::NotFound(
+                Kind::Arq,
+                Key::Uuid(theirs[0].uuid.clone())
+            ))
+        );
         let still = store
             .read(|tx| {
                 Box::pin(async move { arqs::list(tx, &project("p1"), &Filter::default()).await })
@@ -184,6 +202,18 @@ async fn bind_start_persists_a_job_and_instance_filters_work() {
         assert_eq!(started.state, ArqState::BindStarted);
         assert_eq!(started.instance_uuid.as_deref(), Some(instance.as_str()));
         assert_eq!(started.project_id.as_deref(), Some("p1"));
+        // Bound to an instance, it goes only when the caller may delete bound ARQs (Nova).
+        let r = store
+            .arqs()
+            .delete_listed(&project("p1"), std::slice::from_ref(&a[0].uuid), false)
+            .await;
+        assert_eq!(
+            refusal(&r),
+            Some(&Refused::ArqBound {
+                uuid: a[0].uuid.clone(),
+                instance: instance.clone()
+            })
+        );
         let u0 = a[0].uuid.clone();
         let job = store
             .read(move |tx| Box::pin(async move { arqs::bind_job(tx, &u0).await }))
@@ -202,9 +232,13 @@ async fn bind_start_persists_a_job_and_instance_filters_work() {
                 Box::pin(async move { arqs::start_bind(tx, &project("p1"), &u0, &b0, 1000).await })
             })
             .await;
-        assert!(
-            matches!(again, Err(StoreError::Invalid(m)) if m.starts_with("Bad state: BindStarted"))
-        );
+        assert!(matches!(
+            refusal(&again),
+            Some(Refused::ArqBadState {
+                state: ArqState::BindStarted,
+                ..
+            })
+        ));
 
         let i = instance.clone();
         let by_instance = store
@@ -281,7 +315,7 @@ async fn fake_report_fills_records_and_placement() {
             })
             .await;
         assert!(
-            matches!(refused, Err(StoreError::Invalid(_))),
+            matches!(refusal(&refused), Some(Refused::NoComputeNode { host, .. }) if host == "host1"),
             "no compute node provider yet"
         );
         for round in 0..2 {
@@ -426,7 +460,10 @@ async fn attributes_crud() {
                 Box::pin(async move { hardware::create_attribute(tx, 999_999, "k", "v").await })
             })
             .await;
-        assert!(matches!(missing, Err(StoreError::NotFound(_))));
+        assert_eq!(
+            refusal(&missing),
+            Some(&Refused::NotFound(Kind::Deployable, Key::Id(999_999)))
+        );
         let u = a.uuid.clone();
         store
             .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
@@ -436,7 +473,10 @@ async fn attributes_crud() {
         let gone = store
             .write(move |tx| Box::pin(async move { hardware::delete_attribute(tx, &u).await }))
             .await;
-        assert!(matches!(gone, Err(StoreError::NotFound(_))));
+        assert!(matches!(
+            refusal(&gone),
+            Some(Refused::NotFound(Kind::Attribute, _))
+        ));
     })
     .await;
 }
@@ -567,9 +607,10 @@ async fn a_patch_binds_all_its_arqs_or_none_and_an_unbind_later_in_it_drops_the_
             (a[0].uuid.clone(), bind(inst)),
             (missing.clone(), bind(inst)),
         ];
-        let r = arqs::patch(&store, &project("p1"), plan, 1000).await;
-        assert!(
-            matches!(&r, Err(StoreError::NotFound(m)) if m.contains(&missing)),
+        let r = patch(&store, plan).await;
+        assert_eq!(
+            refusal(&r),
+            Some(&Refused::NotFound(Kind::Arq, Key::Uuid(missing.clone()))),
             "{r:?}"
         );
         assert_eq!(
@@ -582,9 +623,7 @@ async fn a_patch_binds_all_its_arqs_or_none_and_an_unbind_later_in_it_drops_the_
             (a[0].uuid.clone(), bind(inst)),
             (a[1].uuid.clone(), bind(inst)),
         ];
-        arqs::patch(&store, &project("p1"), plan, 1000)
-            .await
-            .unwrap();
+        patch(&store, plan).await.unwrap();
         for arq in &a {
             let (state, job) = state_and_job(&store, &arq.uuid).await;
             assert_eq!(state, ArqState::BindStarted);
@@ -598,15 +637,24 @@ async fn a_patch_binds_all_its_arqs_or_none_and_an_unbind_later_in_it_drops_the_
             (a[0].uuid.clone(), bind(inst)),
             (a[0].uuid.clone(), arqs::Patch::Unbind),
         ];
-        arqs::patch(&store, &project("p1"), plan, 1000)
-            .await
-            .unwrap();
+        patch(&store, plan).await.unwrap();
         assert_eq!(
             state_and_job(&store, &a[0].uuid).await,
             (ArqState::Unbound, None)
         );
     })
     .await;
+}
+
+/// Project p1's patch, due by 1000; a bind refusal is worded as its debug text.
+async fn patch(
+    store: &Store,
+    plan: Vec<(String, arqs::Patch)>,
+) -> Result<Option<accel_store::accelerator::refusals::Refused>, StoreError> {
+    store
+        .arqs()
+        .patch(&project("p1"), plan, 1000, |r| format!("{r:?}"))
+        .await
 }
 
 async fn report_fake_host(store: &Store, host: &str) {

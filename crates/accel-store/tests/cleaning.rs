@@ -5,11 +5,12 @@
 
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_store::accelerator::cleaning::{self, CleaningState, Outcome, TRAIT};
+use accel_store::accelerator::Refused;
 use accel_store::accelerator::{claims, kubernetes, report};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::{inventories, providers};
 use accel_store::testing::each_backend;
-use accel_store::{Conflict, Store, StoreError};
+use accel_store::{Store, StoreError};
 use std::collections::BTreeMap;
 
 const HOST: &str = "host1";
@@ -140,7 +141,9 @@ async fn a_release_reserves_until_the_agent_says_clean() {
         assert!(
             matches!(
                 finish(&store, 1, Ok(())).await,
-                Err(StoreError::NotFound(_))
+                Err(StoreError::Refused(accel_store::Refused::Accelerator(
+                    Refused::NoRunningCleaning { attempt: 1, .. }
+                )))
             ),
             "an answer to a superseded take changes nothing"
         );
@@ -161,11 +164,14 @@ async fn a_failed_cleaning_stays_reserved_until_retried_or_released() {
         report(&store, device(true, true)).await;
         allocate(&store, "vm1", 4).await.unwrap();
         let u = rp_uuid();
-        let busy = store
-            .write(move |tx| Box::pin(async move { cleaning::retry(tx, &u).await }))
-            .await;
+        let busy = store.cleanings().retry(&u).await;
         assert!(
-            matches!(busy, Err(StoreError::Conflict(Conflict::InUse, _))),
+            matches!(
+                busy,
+                Err(StoreError::Refused(accel_store::Refused::Accelerator(
+                    Refused::ProviderInUse { .. }
+                )))
+            ),
             "a held device is not wiped under its tenant"
         );
         allocate(&store, "vm1", 0).await.unwrap();
@@ -186,21 +192,17 @@ async fn a_failed_cleaning_stays_reserved_until_retried_or_released() {
             .unwrap();
         assert!(counts.contains(&(CleaningState::Failed, 1)), "{counts:?}");
 
-        let u = rp_uuid();
-        store
-            .write(move |tx| Box::pin(async move { cleaning::retry(tx, &u).await }))
-            .await
-            .unwrap();
+        // An operator's retry wakes the agents' long polls on this process.
+        let mut signal = store.cleanings_signal();
+        signal.borrow_and_update();
+        store.cleanings().retry(&rp_uuid()).await.unwrap();
+        assert!(signal.has_changed().unwrap());
         assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
         let a = take(&store, "agent").await[0].attempt;
         finish(&store, a, Err("timed out after 1 s".into()))
             .await
             .unwrap();
-        let u = rp_uuid();
-        let released = store
-            .write(move |tx| Box::pin(async move { cleaning::release(tx, &u).await }))
-            .await
-            .unwrap();
+        let released = store.cleanings().release(&rp_uuid()).await.unwrap();
         assert_eq!(released[0].state, CleaningState::Clean);
         assert_eq!(seen(&store).await.0 .1, 0);
     })

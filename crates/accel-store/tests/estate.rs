@@ -1,12 +1,13 @@
-//! The console's estate reads on every backend: hosts paged and searched in SQL,
-//! trees parents first with usage, consumers with their allocations; devices' health
-//! reasons, their bounded history, the estate summary and the hosts' device filters.
+//! The console's estate reads (`Store::estate`) on every backend: hosts paged and
+//! searched in SQL, a host's page (its tree parents first with usage, the consumers
+//! on it), consumers with their allocations; devices' health reasons, their bounded
+//! history on their page, the estate summary and the hosts' device filters.
 
 use accel_core::accelerator::{fake_device, ReportedDevice};
 use accel_core::capacity::Limits;
 use accel_store::accelerator::{history, report};
 use accel_store::estate::hosts::{HealthFilter, HostFilter};
-use accel_store::estate::{activity, hosts, summary, Window};
+use accel_store::estate::{hosts, HostPage, Window};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite};
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::providers;
@@ -76,11 +77,13 @@ async fn estate(store: &Store, n: u32) {
 }
 
 async fn page(store: &Store, q: Option<&str>, offset: u64, limit: u64) -> (Vec<String>, i64) {
-    let q = q.map(str::to_owned);
+    let filter = HostFilter {
+        search: q.map(str::to_owned),
+        ..HostFilter::default()
+    };
     let p = store
-        .read(move |tx| {
-            Box::pin(async move { hosts::page(tx, q.as_deref(), Window { offset, limit }).await })
-        })
+        .estate()
+        .hosts(&filter, Window { offset, limit })
         .await
         .unwrap();
     (
@@ -117,12 +120,10 @@ async fn hosts_are_paged_searched_and_shown_with_their_trees() {
         assert_eq!(page(&store, Some(VM), 0, 50).await.0, ["host-1"]);
         assert_eq!(page(&store, Some("nowhere"), 0, 50).await, (vec![], 0));
 
-        // The tree from any of its providers: parents first, with depth and usage.
-        let tree = store
-            .read(|tx| Box::pin(async move { hosts::tree(tx, &uuid(12)).await }))
-            .await
-            .unwrap()
-            .unwrap();
+        // The host's page from any provider of its tree: the tree parents first, with
+        // depth and usage, and the consumer allocating from it.
+        let host = store.estate().host(&uuid(12), 50).await.unwrap().unwrap();
+        let tree = &host.tree;
         let shape: Vec<(usize, &str)> = tree
             .with_depth()
             .into_iter()
@@ -139,27 +140,26 @@ async fn hosts_are_paged_searched_and_shown_with_their_trees() {
             (2, 1, 1, 1)
         );
         assert_eq!(tree.last_report, None);
-        let none = store
-            .read(|tx| Box::pin(async move { hosts::tree(tx, &uuid(999)).await }))
-            .await
-            .unwrap();
+        let on_host: Vec<&str> = host
+            .consumers
+            .items
+            .iter()
+            .map(|c| c.uuid.as_str())
+            .collect();
+        assert_eq!((on_host, host.consumers.total), (vec![VM], 1));
+        assert_eq!(host.arqs.total, 0);
+        assert!(host.history.is_empty() && host.cleanings.is_empty());
+        let none = store.estate().host(&uuid(999), 50).await.unwrap();
         assert!(none.is_none());
 
         // The consumer with its allocation, found by the host it allocates from.
+        let window = Window {
+            offset: 0,
+            limit: 50,
+        };
         let consumers = store
-            .read(|tx| {
-                Box::pin(async move {
-                    activity::consumers(
-                        tx,
-                        Some("host-1_dev"),
-                        Window {
-                            offset: 0,
-                            limit: 50,
-                        },
-                    )
-                    .await
-                })
-            })
+            .estate()
+            .consumers(Some("host-1_dev"), window)
             .await
             .unwrap();
         assert_eq!(consumers.total, 1);
@@ -199,20 +199,13 @@ async fn reported(store: &Store) {
 }
 
 async fn filtered(store: &Store, filter: HostFilter) -> Vec<String> {
+    let window = Window {
+        offset: 0,
+        limit: 50,
+    };
     store
-        .read(move |tx| {
-            Box::pin(async move {
-                hosts::filtered(
-                    tx,
-                    &filter,
-                    Window {
-                        offset: 0,
-                        limit: 50,
-                    },
-                )
-                .await
-            })
-        })
+        .estate()
+        .hosts(&filter, window)
         .await
         .unwrap()
         .items
@@ -221,23 +214,23 @@ async fn filtered(store: &Store, filter: HostFilter) -> Vec<String> {
         .collect()
 }
 
-async fn history_of(store: &Store, device: &str) -> Vec<history::Event> {
-    let device = vec![device.to_owned()];
-    store
-        .read(move |tx| Box::pin(async move { history::of_devices(tx, &device, 1000).await }))
-        .await
-        .unwrap()
+/// The page of `host`'s fake device provider, every list whole.
+async fn device_page(store: &Store, host: &str) -> HostPage {
+    let rp = report::provider_uuid(&format!("{host}_FakeDevice"));
+    store.estate().host(&rp, 1000).await.unwrap().unwrap()
+}
+
+/// The history of the device behind `host`'s fake device provider, on its page.
+async fn history_of(store: &Store, host: &str) -> Vec<history::Event> {
+    device_page(store, host).await.history
 }
 
 /// The device behind `host`'s fake device provider.
 async fn device_of(store: &Store, host: &str) -> hosts::DeviceView {
-    let rp = report::provider_uuid(&format!("{host}_FakeDevice"));
-    let tree = store
-        .read(move |tx| Box::pin(async move { hosts::tree(tx, &rp).await }))
+    device_page(store, host)
         .await
-        .unwrap()
-        .unwrap();
-    tree.providers
+        .tree
+        .providers
         .iter()
         .find_map(|p| p.device.clone())
         .unwrap()
@@ -261,10 +254,7 @@ async fn health_reasons_history_the_summary_and_device_filters() {
         assert_eq!((well.health.as_str(), well.health_reason), ("ok", None));
 
         // The estate summary: one row (FPGA, 0xABCD), the sick device reserved too.
-        let rows = store
-            .read(|tx| Box::pin(async move { summary::devices(tx).await }))
-            .await
-            .unwrap();
+        let rows = store.estate().device_summary().await.unwrap();
         assert_eq!(rows.len(), 1, "{rows:?}");
         let r = &rows[0];
         assert_eq!(
@@ -304,8 +294,9 @@ async fn health_reasons_history_the_summary_and_device_filters() {
                 .map(|e| (e.kind.clone(), e.detail.clone()))
                 .collect()
         };
-        let h = history_of(&store, &sick.uuid).await;
+        let h = history_of(&store, "h2").await;
         assert_eq!(h.len(), 2, "{h:?}");
+        assert!(h.iter().all(|e| e.device_uuid == sick.uuid), "{h:?}");
         assert_eq!(h[0].kind, "health");
         assert_eq!(h[0].detail, "unhealthy: 2 fatal PCIe AER error(s)");
         assert_eq!(h[1].kind, "report");
@@ -322,7 +313,7 @@ async fn health_reasons_history_the_summary_and_device_filters() {
         let healed = device_of(&store, "h2").await;
         assert_eq!((healed.health.as_str(), healed.health_reason), ("ok", None));
         assert!(healed.health_since.unwrap() >= since);
-        let h = history_of(&store, &sick.uuid).await;
+        let h = history_of(&store, "h2").await;
         assert_eq!(kinds(&h[..1]), [("health".to_owned(), "ok".to_owned())]);
         // A report that changes nothing about the device records nothing.
         assert_eq!(h.len(), 3, "{h:?}");
@@ -347,8 +338,9 @@ async fn health_reasons_history_the_summary_and_device_filters() {
             })
             .await
             .unwrap();
-        let h = history_of(&store, &id).await;
+        let h = history_of(&store, "h2").await;
         assert_eq!(h.len() as i64, history::KEEP);
+        assert!(h.iter().all(|e| e.device_uuid == id));
         assert_eq!(h[0].detail, format!("bind {}", history::KEEP + 4));
         assert_eq!(h.last().unwrap().detail, "bind 5");
         assert_eq!(
@@ -356,7 +348,12 @@ async fn health_reasons_history_the_summary_and_device_filters() {
             Some(report::provider_uuid("h2_FakeDevice").as_str())
         );
         // The other device's history is its own.
-        assert_eq!(history_of(&store, &well.uuid).await.len(), 1);
+        assert_eq!(history_of(&store, "h1").await.len(), 1);
+        // The host's page (from a provider without a device) shows the history of
+        // every device of the host: here its one device's.
+        let root = device_page(&store, "h2").await.tree.root().uuid.clone();
+        let whole = store.estate().host(&root, 1000).await.unwrap().unwrap();
+        assert_eq!(whole.history, h);
 
         // A device no longer reported while in use: vanished, and the server says why.
         let held = ConsumerWrite {
@@ -382,7 +379,7 @@ async fn health_reasons_history_the_summary_and_device_filters() {
         let gone = device_of(&store, "h1").await;
         assert_eq!(gone.health, "vanished");
         assert_eq!(gone.health_reason.as_deref(), Some(report::VANISHED_REASON));
-        let h = history_of(&store, &well.uuid).await;
+        let h = history_of(&store, "h1").await;
         assert_eq!(h[0].kind, "health");
         assert!(
             h[0].detail.starts_with("vanished: no longer reported"),

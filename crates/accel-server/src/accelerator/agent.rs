@@ -42,13 +42,11 @@ use accel_api::agent::{
     self as wire, HostInfo, ProgramAnswer, ProgramRequest, Programs, ReportAnswer,
 };
 use accel_core::accelerator::{
-    fake_device, AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
+    AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds;
-use accel_store::accelerator::pushes;
-use accel_store::accelerator::report::{self, Summary};
-use accel_store::keyed;
+use accel_store::accelerator::report::Summary;
 use accel_store::{Store, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
@@ -58,14 +56,7 @@ use sha2::{Digest, Sha256};
 /// Reports Cyborg's fake device for `host` (creating the compute node provider when it
 /// is absent), as an agent on that host would at start-up.
 pub async fn report_fake_devices(store: &Store, host: &str) -> Result<Summary, StoreError> {
-    let host = host.to_owned();
-    store
-        .write(move |tx| {
-            Box::pin(
-                async move { report::replace_host(tx, &host, &[fake_device(&host)], true).await },
-            )
-        })
-        .await
+    store.reports().fake_devices(host).await
 }
 
 fn bad(what: impl std::fmt::Display) -> AccelError {
@@ -208,27 +199,19 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
         Some(ext) => remote_compute_node(st, ext, host).await?,
         None => None,
     };
-    let external = st.external.is_some();
-    let h = host.to_owned();
+    let placeholder = placeholder.as_ref().map(|(u, n)| (u.as_str(), n.as_str()));
     let s = st
         .app
         .store
-        .write_rerunning(|| {
-            let (placeholder, h) = (placeholder.clone(), h.clone());
-            let (devices, digest) = (devices.clone(), digest.clone());
-            move |tx| {
-                Box::pin(async move {
-                    if let Some((uuid, name)) = &placeholder {
-                        report::compute_node_placeholder(tx, uuid, name).await?;
-                    }
-                    let s = report::apply(tx, &h, &devices, &digest, force).await?;
-                    if external && !s.unchanged {
-                        pushes::mark(tx, &h, accel_store::now()).await?;
-                    }
-                    Ok(s)
-                })
-            }
-        })
+        .reports()
+        .apply(
+            host,
+            &devices,
+            &digest,
+            force,
+            placeholder,
+            st.external.is_some(),
+        )
         .await?;
     if let (Some(ext), false) = (&st.external, s.unchanged) {
         ext.wake.notify_one();
@@ -254,11 +237,7 @@ pub(crate) async fn show_host(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let found = st
-        .app
-        .store
-        .read(keyed(host, |tx, k| Box::pin(report::host(tx, k))))
-        .await?;
+    let found = st.app.store.reports().host(host).await?;
     let remote = match (&found, &st.external) {
         (None, Some(ext)) => remote_compute_node(st, ext, host).await?,
         _ => None,
@@ -308,21 +287,7 @@ pub(crate) async fn own_host(
             "node_provider = \"own\" cannot be used with an external Placement: the node provider must be the one Nova registered there",
         ));
     }
-    let h = host.to_owned();
-    let (rp, created, devices) = st
-        .app
-        .store
-        .write_rerunning(|| {
-            let h = h.clone();
-            move |tx| {
-                Box::pin(async move {
-                    let (rp, created) = report::ensure_owned(tx, &h).await?;
-                    let devices = report::host(tx, &h).await?.map_or(0, |(_, n)| n);
-                    Ok((rp, created, devices))
-                })
-            }
-        })
-        .await?;
+    let (rp, created, devices) = st.app.store.reports().own_host(host).await?;
     if created {
         tracing::info!(host = %host, uuid = %rp.uuid, "node provider created for an agent that owns it");
     }
@@ -364,13 +329,7 @@ pub(crate) async fn pending_programs(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let list = st
-        .app
-        .store
-        .read(keyed(host, |tx, k| {
-            Box::pin(binds::pending_programs(tx, k))
-        }))
-        .await?;
+    let list = st.app.store.programs().pending(host).await?;
     let programs = list.iter().map(render_program).collect();
     Ok(json_reply(StatusCode::OK, &Programs { programs }))
 }
@@ -415,20 +374,8 @@ pub(crate) async fn finish_program(
             ProgramAnswer::Done => Ok(()),
             ProgramAnswer::Failed { error } => Err(error),
         };
-    let h = host.to_owned();
     let outcome = if result.is_ok() { "done" } else { "failed" };
-    let (pr, recorded_at) = st
-        .app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let recorded_at = accel_store::stats::program_created_at(tx, id).await?;
-                let pr =
-                    binds::finish_program_request(tx, &h, id, result, accel_store::now()).await?;
-                Ok((pr, recorded_at))
-            })
-        })
-        .await?;
+    let (pr, recorded_at) = st.app.store.programs().finish(host, id, result).await?;
     let m = &st.app.metrics;
     let label = crate::metrics::OutcomeLabel { outcome };
     m.fpga_programs.get_or_create(&label).inc();
@@ -449,13 +396,7 @@ async fn remote_compute_node(
     ext: &ExternalPlacement,
     host: &str,
 ) -> AccelResult<Option<(String, String)>> {
-    let local = st
-        .app
-        .store
-        .read(keyed(host, |tx, k| {
-            Box::pin(report::has_compute_node(tx, k))
-        }))
-        .await?;
+    let local = st.app.store.reports().has_compute_node(host).await?;
     if local {
         return Ok(None);
     }

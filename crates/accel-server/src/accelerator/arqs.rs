@@ -19,7 +19,7 @@ use super::microversion::Version;
 use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
 use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
-use accel_store::accelerator::arqs::{self, Arq, Binding, Filter, Patch as Op};
+use accel_store::accelerator::arqs::{Arq, Binding, Filter, Patch as Op};
 use accel_store::accelerator::refusals::{Refusal, Refused};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
@@ -63,13 +63,12 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
         .device_profile_group_id
         .map(|g| usize::try_from(g).unwrap_or(usize::MAX));
     let project = ctx.creds.project_id().map(str::to_owned);
-    let created = arqs::create_from_profile(
-        &st.app.store,
-        &new.device_profile_name,
-        group,
-        project.as_deref(),
-    )
-    .await?;
+    let created = st
+        .app
+        .store
+        .arqs()
+        .create_from_profile(&new.device_profile_name, group, project.as_deref())
+        .await?;
     Ok(reply_list(ctx, StatusCode::CREATED, &created))
 }
 
@@ -99,11 +98,7 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
         instance,
         resolved_only: resolved && !whole_instance,
     };
-    let list = st
-        .app
-        .store
-        .read_one(move |tx| Box::pin(async move { arqs::list(tx, &scope, &f).await }))
-        .await?;
+    let list = st.app.store.arqs().list(&scope, &f).await?;
     if whole_instance && list.iter().any(|a| !a.state.is_resolved()) {
         return Err(AccelError::locked());
     }
@@ -114,12 +109,7 @@ pub async fn show(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Respons
     ctx.authorize(st, rules::ARQ_GET_ONE)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let (scope, u) = (ctx.scope(), uuid.to_owned());
-    let arq = st
-        .app
-        .store
-        .read(move |tx| Box::pin(async move { arqs::require(tx, &scope, &u).await }))
-        .await?;
+    let arq = st.app.store.arqs().show(&ctx.scope(), uuid).await?;
     Ok(json_reply(StatusCode::OK, &render::arq(ctx, &arq)))
 }
 
@@ -133,37 +123,11 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
     match (list, instance) {
         (Some(list), None) => {
             let uuids: Vec<String> = list.split(',').map(str::to_owned).collect();
-            let (sc, us) = (scope.clone(), uuids.clone());
-            let found = st
-                .app
-                .store
-                .read(move |tx| {
-                    Box::pin(async move {
-                        let mut out = Vec::with_capacity(us.len());
-                        for u in &us {
-                            out.push(arqs::require(tx, &sc, u).await?);
-                        }
-                        Ok(out)
-                    })
-                })
-                .await?;
             // Once bound, only Nova (with its service token) may delete an ARQ.
-            if let (Some(arq), false) = (
-                found.iter().find(|a| a.instance_uuid.is_some()),
-                ctx.is_service,
-            ) {
-                return Err(AccelError::forbidden(format!(
-                    "ARQ {} is bound to instance {}. Use the Compute API to manage instance accelerators.",
-                    arq.uuid,
-                    arq.instance_uuid.as_deref().unwrap_or_default()
-                )));
-            }
             st.app
                 .store
-                .write_rerunning(|| {
-                    let (scope, uuids) = (scope.clone(), uuids.clone());
-                    move |tx| Box::pin(async move { arqs::delete_by_uuids(tx, &scope, &uuids).await })
-                })
+                .arqs()
+                .delete_listed(&scope, &uuids, ctx.is_service)
                 .await?;
         }
         (None, Some(instance)) => {
@@ -171,13 +135,10 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
             if !ctx.is_service {
                 return Err(service_token_required());
             }
-            let i = instance.to_owned();
             st.app
                 .store
-                .write_rerunning(|| {
-                    let (scope, i) = (scope.clone(), i.clone());
-                    move |tx| Box::pin(async move { arqs::delete_by_instance(tx, &scope, &i).await })
-                })
+                .arqs()
+                .delete_of_instance(&scope, instance)
                 .await?;
         }
         // Upstream: ObjectActionError, a 500.
@@ -313,7 +274,13 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
     }
     let scope = ctx.scope();
     let deadline = accel_store::now() + st.bind_timeout_secs;
-    if let Some(refused) = arqs::patch(&st.app.store, &scope, plan, deadline).await? {
+    let refused = st
+        .app
+        .store
+        .arqs()
+        .patch(&scope, plan, deadline, super::error::bind_refusal)
+        .await?;
+    if let Some(refused) = refused {
         return Err(refuse(st, &refused));
     }
     st.bind_wakeup.notify_one();
@@ -325,7 +292,7 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
 /// (`AttachHandle not found`); a device of another host is the request's own
 /// inconsistency (400), an unhealthy device the device's state (409).
 fn refuse(st: &AccelState, refused: &Refused) -> AccelError {
-    let message = refused.message();
+    let message = super::error::bind_refusal(refused);
     let reason = refused.refusal.label();
     tracing::warn!(
         arq = %refused.arq_uuid,

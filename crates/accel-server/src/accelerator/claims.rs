@@ -13,16 +13,12 @@
 //! the work in one transaction (`accel_store::accelerator::claims`) through the same
 //! allocation write as every other claimer.
 
-use super::error::{AccelError, AccelResult};
+use super::error::{claim_refusal, AccelError, AccelResult};
 use super::{empty_reply, json_reply, AccelState, Ctx};
 use accel_api::agent::{ClaimDevices, ClaimPrepared};
 use accel_core::policy::cyborg as rules;
-use accel_store::accelerator::claims;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
-
-/// Provider-generation races are retried this many times, as a Placement claim is.
-const ATTEMPTS: u32 = 6;
 
 fn check_uid(uid: &str) -> AccelResult<()> {
     if accel_core::ids::is_uuid_like(uid) {
@@ -51,16 +47,13 @@ pub(crate) async fn prepare(
     if body.devices.is_empty() {
         return Err(AccelError::bad_request("Invalid claim: no device"));
     }
-    let (h, u, devices) = (host.to_owned(), uid.to_owned(), body.devices.clone());
     let changed = st
         .app
         .store
-        .write_retrying(ATTEMPTS, || {
-            let (h, u, d) = (h.clone(), u.clone(), devices.clone());
-            move |tx| Box::pin(async move { claims::prepare(tx, &h, &u, &d).await })
-        })
+        .claims()
+        .prepare(host, uid, &body.devices)
         .await?
-        .map_err(|r| AccelError::conflict(format!("Claim {uid}: {r}")))?;
+        .map_err(|r| AccelError::conflict(format!("Claim {uid}: {}", claim_refusal(&r))))?;
     if changed {
         tracing::info!(host = %host, claim = %uid, devices = ?body.devices, "claim prepared");
     }
@@ -83,15 +76,7 @@ pub(crate) async fn unprepare(
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
     check_uid(uid)?;
-    let u = uid.to_owned();
-    let freed = st
-        .app
-        .store
-        .write_rerunning(|| {
-            let u = u.clone();
-            move |tx| Box::pin(async move { claims::unprepare(tx, &u).await })
-        })
-        .await?;
+    let freed = st.app.store.claims().unprepare(uid).await?;
     if freed {
         tracing::info!(host = %host, claim = %uid, "claim unprepared");
     }

@@ -80,12 +80,7 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     if wait > 0 {
         wait_for_cleanings(st, host, &agent, std::time::Duration::from_secs(wait)).await?;
     }
-    let h = host.to_owned();
-    let jobs = st
-        .app
-        .store
-        .write(move |tx| Box::pin(async move { cleaning::take(tx, &h, &agent).await }))
-        .await?;
+    let jobs = st.app.store.cleanings().take(host, &agent).await?;
     let cleanings = jobs
         .into_iter()
         .map(|j| CleaningRequest {
@@ -148,12 +143,7 @@ async fn wait_for_cleanings(
     loop {
         // Marked seen before the look, so a cleaning queued after it still wakes us.
         signal.borrow_and_update();
-        let (h, a) = (host.to_owned(), agent.to_owned());
-        let waiting = st
-            .app
-            .store
-            .read(move |tx| Box::pin(async move { cleaning::waiting(tx, &h, &a).await }))
-            .await?;
+        let waiting = st.app.store.cleanings().waiting(host, agent).await?;
         let now = tokio::time::Instant::now();
         if waiting || now >= deadline || st.app.health.is_draining() {
             return Ok(());
@@ -194,14 +184,11 @@ pub(crate) async fn finish(
     } else {
         "failed"
     };
-    let (h, u) = (host.to_owned(), rp_uuid.to_owned());
-    let attempt = answer.attempt;
     let done = st
         .app
         .store
-        .write(move |tx| {
-            Box::pin(async move { cleaning::finish(tx, &h, &u, attempt, &outcome).await })
-        })
+        .cleanings()
+        .finish(host, rp_uuid, answer.attempt, &outcome)
         .await?;
     let m = &st.app.metrics;
     let l = crate::metrics::OutcomeLabel { outcome: label };
@@ -224,12 +211,7 @@ pub(crate) async fn finish(
 pub(crate) async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::ADMIN_API)?;
     ctx.only_params(&["hostname"])?;
-    let host = ctx.param("hostname").map(str::to_owned);
-    let rows = st
-        .app
-        .store
-        .read(move |tx| Box::pin(async move { cleaning::list(tx, host.as_deref()).await }))
-        .await?;
+    let rows = st.app.store.cleanings().list(ctx.param("hostname")).await?;
     Ok(json_reply(
         StatusCode::OK,
         &DeviceCleanings {
@@ -249,23 +231,11 @@ pub(crate) async fn act(
     ctx.authorize(st, rules::ADMIN_API)?;
     ctx.only_params(&[])?;
     super::require_uuid(uuid)?;
-    let (u, retry) = (uuid.to_owned(), action == "clean");
-    let rows = st
-        .app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                if retry {
-                    cleaning::retry(tx, &u).await
-                } else {
-                    cleaning::release(tx, &u).await
-                }
-            })
-        })
-        .await?;
-    if retry {
-        st.app.store.cleanings_queued();
-    }
+    let rows = if action == "clean" {
+        st.app.store.cleanings().retry(uuid).await?
+    } else {
+        st.app.store.cleanings().release(uuid).await?
+    };
     tracing::warn!(
         target: "accel::audit",
         action,

@@ -180,9 +180,169 @@ impl From<accel_store::StoreError> for AccelError {
     }
 }
 
-/// The words of each refusal of the accelerator operations (upstream Cyborg's sentences).
+/// The words of each refusal of the accelerator operations (upstream Cyborg's sentences)
+/// and its status.
 fn refused(r: accel_store::accelerator::Refused) -> AccelError {
-    match r {}
+    use accel_store::accelerator::refused::{Key, Kind};
+    use accel_store::accelerator::Refused as R;
+    match r {
+        R::NotFound(kind, key) => {
+            let kind = match kind {
+                Kind::Arq => "ExtArq",
+                Kind::DeviceProfile => "Device Profile",
+                Kind::Device => "Device",
+                Kind::Deployable => "Deployable",
+                Kind::Attribute => "Attribute",
+            };
+            let key = match key {
+                Key::Uuid(u) => format!("uuid={u}"),
+                Key::Name(n) => format!("name={n}"),
+                Key::Id(i) => format!("id={i}"),
+                Key::ProviderUuid(u) => format!("resource provider uuid={u}"),
+            };
+            AccelError::not_found(format!("{kind} not found with {key}"))
+        }
+        R::ArqBadState {
+            uuid,
+            state,
+            expected,
+        } => {
+            let expected: Vec<String> = expected.iter().map(|s| format!("'{s}'")).collect();
+            AccelError::bad_request(format!(
+                "Bad state: {state} for ARQ: {uuid}. Expected state(s): [{}]",
+                expected.join(", ")
+            ))
+        }
+        R::ArqBound { uuid, instance } => AccelError::forbidden(format!(
+            "ARQ {uuid} is bound to instance {instance}. Use the Compute API to manage instance accelerators."
+        )),
+        R::InstanceHasArqs { instance } => AccelError::patch(format!(
+            "Instance {instance} already has accelerator requests. Cannot bind additional ARQs."
+        )),
+        R::NoSuchGroup { profile, group } => {
+            AccelError::bad_request(format!("Device profile {profile} has no group {group}."))
+        }
+        R::ProfileNameTaken { name } => {
+            AccelError::conflict(format!("A device_profile with name {name} already exists."))
+        }
+        R::ProfileUuidTaken { uuid } => {
+            AccelError::conflict(format!("DeviceProfile with uuid {uuid} already exists."))
+        }
+        R::ProfileInUse { name, arqs } => AccelError::conflict(format!(
+            "Device profile {name} is in use by {arqs} accelerator request(s)."
+        )),
+        R::NoPendingProgram { host, id } => AccelError::not_found(format!(
+            "Host {host} has no pending programming request {id}"
+        )),
+        R::NoRunningCleaning {
+            host,
+            rp_uuid,
+            attempt,
+        } => AccelError::not_found(format!(
+            "Host {host} has no running cleaning {rp_uuid} (attempt {attempt})"
+        )),
+        R::NoDeviceProvider { uuid, or_device } => AccelError::not_found(if or_device {
+            format!("No device or device provider with uuid {uuid}")
+        } else {
+            format!("No device provider with uuid {uuid}")
+        }),
+        R::ProviderInUse { rp_uuid } => AccelError::conflict(format!(
+            "Device provider {rp_uuid} is in use; it is cleaned when released"
+        )),
+        R::DeployableTwice { name } => {
+            AccelError::bad_request(format!("deployable {name} is reported twice"))
+        }
+        R::BadParent { deployable, parent } => AccelError::bad_request(format!(
+            "deployable {deployable}: parent {parent} is not a top-level deployable of the same device"
+        )),
+        R::ControlPathTwice { cpid_info } => {
+            AccelError::bad_request(format!("control path {cpid_info} is reported twice"))
+        }
+        R::UnknownTrait { name, deployable } => AccelError::bad_request(format!(
+            "Unknown standard trait {name} on deployable {deployable}"
+        )),
+        R::ParentCycle => {
+            AccelError::bad_request("deployables of this host form a parent cycle")
+        }
+        R::BadInventory {
+            deployable,
+            key,
+            value,
+        } => AccelError::bad_request(format!(
+            "deployable {deployable}: attribute {key} must be a positive integer, not {value:?}"
+        )),
+        R::NoComputeNode { host, own_possible } => AccelError::bad_request(if own_possible {
+            format!("No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name, or, on a node without Nova, the agent's node_provider must be \"own\".")
+        } else {
+            format!("No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name.")
+        }),
+        R::NodeNotOwned {
+            name,
+            uuid,
+            owner_trait,
+        } => AccelError::conflict(format!(
+            "A resource provider named {name} exists ({uuid}) and accel does not own it (no {owner_trait}): it is Nova's compute node or was made by hand. Set node_provider = \"nova\" in the agent's configuration to report under it, or delete it first"
+        )),
+        R::HandleHeld { uuid } => AccelError::conflict(format!(
+            "Attach handle {uuid} is held by an accelerator request."
+        )),
+        R::DeployableHeld { name } => {
+            AccelError::conflict(format!("Deployable {name} is held by accelerator requests."))
+        }
+        R::SlotClaimedTwice => AccelError::bad_request("a slot is claimed twice"),
+        R::FreeSlotClaimed { slot } => AccelError::bad_request(format!(
+            "claim of slot {slot} which the usage shows free"
+        )),
+        R::PodsRefused { host, placement } => AccelError::conflict(format!(
+            "Placement refused the pods' allocations on host {host} ({placement}); a virtual \
+             machine may have taken the device since the last save. Retry: the next \
+             save reports it as held."
+        )),
+        R::NotAClaim { uid, consumer_type } => AccelError::bad_request(format!(
+            "consumer {uid} is not a Kubernetes claim (its type is {})",
+            consumer_type.as_deref().unwrap_or("unknown")
+        )),
+    }
+}
+
+/// The sentence of a claim the store refused to prepare (409 `Claim <uid>: ...`).
+pub fn claim_refusal(r: &accel_store::accelerator::claims::ClaimRefusal) -> String {
+    use accel_store::accelerator::claims::ClaimRefusal as C;
+    match r {
+        C::UnknownDevice(d) => format!("device {d} is not a device of this node"),
+        C::HeldByVm(d) => format!("device {d} is held by a virtual machine"),
+        C::HeldByPod(d) => format!("device {d} is held by another pod"),
+        C::Unavailable(d) => {
+            format!("device {d} is unavailable (unhealthy, gone, or in maintenance)")
+        }
+        C::Refused(placement) => format!(
+            "a device was taken by another consumer (a virtual machine or a pod) meanwhile; Placement refused the claim: {placement}"
+        ),
+    }
+}
+
+/// The sentence of a bind the `PATCH` refused
+/// ([`accel_store::accelerator::refusals`]): the API's error, the log's, and the one its
+/// failed bind job and the device's history keep.
+pub fn bind_refusal(r: &accel_store::accelerator::refusals::Refused) -> String {
+    use accel_store::accelerator::refusals::Refusal;
+    let (arq, rp, host) = (&r.arq_uuid, &r.device_rp_uuid, &r.hostname);
+    match &r.refusal {
+        Refusal::OtherHost { device_host } => format!(
+            "Cannot bind ARQ {arq}: device resource provider {rp} is a device of host {device_host}, not of {host}"
+        ),
+        Refusal::Unhealthy { health } => format!(
+            "Cannot bind ARQ {arq}: the device of resource provider {rp} on {host} is {health} (as its agent reports)"
+        ),
+        Refusal::NoFreeHandle {
+            deployable_id,
+            handles,
+            free,
+            promised,
+        } => format!(
+            "AttachHandle not found Matching deployable_id {deployable_id}: cannot bind ARQ {arq}: no free attach handle on device resource provider {rp} ({handles} handle(s), {free} free, {promised} promised to binds in progress)"
+        ),
+    }
 }
 
 /// A request `auth` turned away, as keystonemiddleware answers in front of Cyborg (its

@@ -8,9 +8,7 @@ use accel_api::accelerator::{self as wire, lenient, NewAttribute, PatchOp, Progr
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds::ProgramState;
-use accel_store::accelerator::hardware::{self, DeployableColumn, DeviceColumn};
-use accel_store::accelerator::{binds, pushes, report};
-use accel_store::keyed;
+use accel_store::accelerator::hardware::{DeployableColumn, DeviceColumn};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::Value;
@@ -93,11 +91,7 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
             }
         }
     }
-    let found = st
-        .app
-        .store
-        .read(move |tx| Box::pin(async move { hardware::list_devices(tx, &f).await }))
-        .await?;
+    let found = st.app.store.hardware().devices(&f).await?;
     let list: Vec<_> = found.iter().map(|d| render::device(ctx, d)).collect();
     Ok(json_reply(StatusCode::OK, &wire::Devices { devices: list }))
 }
@@ -105,13 +99,7 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
 pub async fn show_device(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::DEVICE_GET_ONE)?;
     ctx.only_params(&[])?;
-    let d = st
-        .app
-        .store
-        .read(keyed(uuid, |tx, k| {
-            Box::pin(hardware::device_by_uuid(tx, k))
-        }))
-        .await?;
+    let d = st.app.store.hardware().device(uuid).await?;
     Ok(json_reply(StatusCode::OK, &render::device(ctx, &d)))
 }
 
@@ -130,20 +118,10 @@ pub async fn set_device_status(
     ctx.authorize(st, rule)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let u = uuid.to_owned();
-    let external = st.external.is_some();
     st.app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let d = hardware::set_device_status(tx, &u, status).await?;
-                report::apply_status(tx, &d).await?;
-                if external {
-                    pushes::mark(tx, &d.hostname, accel_store::now()).await?;
-                }
-                Ok(())
-            })
-        })
+        .hardware()
+        .set_device_status(uuid, status, st.external.is_some())
         .await?;
     if let Some(ext) = &st.external {
         ext.wake.notify_one();
@@ -156,18 +134,7 @@ async fn render_deployables(
     ctx: &Ctx,
     f: Vec<(DeployableColumn, String)>,
 ) -> AccelResult<Vec<accel_api::accelerator::Deployable>> {
-    let (deps, attrs) = st
-        .app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                let deps = hardware::list_deployables(tx, &f).await?;
-                let ids: Vec<i64> = deps.iter().map(|d| d.id).collect();
-                let attrs = hardware::attributes_of(tx, &ids).await?;
-                Ok((deps, attrs))
-            })
-        })
-        .await?;
+    let (deps, attrs) = st.app.store.hardware().deployables(&f).await?;
     Ok(deps
         .iter()
         .map(|d| render::deployable(ctx, d, attrs.get(&d.id).map_or(&[], Vec::as_slice)))
@@ -256,11 +223,8 @@ pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response
     let found = st
         .app
         .store
-        .read(move |tx| {
-            Box::pin(
-                async move { hardware::list_attributes(tx, deployable_id, key.as_deref()).await },
-            )
-        })
+        .hardware()
+        .attributes(deployable_id, key.as_deref())
         .await?;
     let list: Vec<_> = found.iter().map(|a| render::attribute(ctx, a)).collect();
     Ok(json_reply(
@@ -273,13 +237,7 @@ pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResu
     ctx.authorize(st, rules::ATTRIBUTE_GET_ONE)?;
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
-    let a = st
-        .app
-        .store
-        .read(keyed(uuid, |tx, k| {
-            Box::pin(hardware::attribute_by_uuid(tx, k))
-        }))
-        .await?;
+    let a = st.app.store.hardware().attribute(uuid).await?;
     Ok(json_reply(StatusCode::OK, &render::attribute(ctx, &a)))
 }
 
@@ -319,11 +277,8 @@ pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Respons
     let a = st
         .app
         .store
-        .write(move |tx| {
-            Box::pin(
-                async move { hardware::create_attribute(tx, deployable_id, &key, &value).await },
-            )
-        })
+        .hardware()
+        .create_attribute(deployable_id, &key, &value)
         .await?;
     Ok(json_reply(StatusCode::CREATED, &render::attribute(ctx, &a)))
 }
@@ -335,12 +290,7 @@ pub async fn delete_attribute(
 ) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::ATTRIBUTE_DELETE)?;
     ctx.only_params(&[])?;
-    st.app
-        .store
-        .write(keyed(uuid, |tx, k| {
-            Box::pin(hardware::delete_attribute(tx, k))
-        }))
-        .await?;
+    st.app.store.hardware().delete_attribute(uuid).await?;
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }
 
@@ -396,27 +346,14 @@ pub async fn program_deployable(
     ctx.only_params(&[])?;
     require_uuid(uuid)?;
     let image = program_image(ctx.json_body()?)?;
-    let u = uuid.to_owned();
-    let asked = st
-        .app
-        .store
-        .write(move |tx| {
-            Box::pin(
-                async move { binds::request_program(tx, &u, &image, accel_store::now()).await },
-            )
-        })
-        .await?;
+    let asked = st.app.store.programs().request(uuid, &image).await?;
     let id = asked.id;
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(st.bind_timeout_secs.max(1) as u64);
     let mut tick = tokio::time::interval(PROGRAM_POLL);
     let done = loop {
         tick.tick().await;
-        let now_pr = st
-            .app
-            .store
-            .read(move |tx| Box::pin(async move { binds::program_request_by_id(tx, id).await }))
-            .await?;
+        let now_pr = st.app.store.programs().get(id).await?;
         match now_pr {
             Some(pr) if pr.state == ProgramState::Pending => {}
             Some(pr) => break pr,
@@ -427,16 +364,7 @@ pub async fn program_deployable(
                 "the agent of host {} did not program deployable {uuid} within {} s",
                 asked.hostname, st.bind_timeout_secs
             );
-            let r = reason.clone();
-            let gave_up = st
-                .app
-                .store
-                .write(move |tx| {
-                    Box::pin(async move {
-                        binds::abandon_program_request(tx, id, &r, accel_store::now()).await
-                    })
-                })
-                .await?;
+            let gave_up = st.app.store.programs().abandon(id, &reason).await?;
             if gave_up {
                 return Err(AccelError::internal(format!(
                     "FPGA programming failed: {reason}"

@@ -22,15 +22,11 @@ use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Ctx};
 use accel_api::agent::{KubernetesSaved, KubernetesShown, KubernetesUsage};
 use accel_core::policy::cyborg as rules;
-use accel_store::accelerator::kubernetes::{self as store, SlotClaim};
-use accel_store::keyed;
+use accel_store::accelerator::kubernetes::SlotClaim;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-/// Provider-generation races are retried this many times, as a Placement claim is.
-const RETRIES: usize = 5;
 
 fn bad(what: impl std::fmt::Display) -> AccelError {
     AccelError::bad_request(format!("Invalid Kubernetes usage: {what}"))
@@ -117,19 +113,12 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
     let (usage, claims) = parse(ctx.json_body()?)?;
-    let mut attempt = 0;
-    let outcome = loop {
-        let (h, u, c) = (host.to_owned(), usage.clone(), claims.clone());
-        let r = st
-            .app
-            .store
-            .write(move |tx| Box::pin(async move { store::save(tx, &h, &u, &c).await }))
-            .await;
-        match r {
-            Err(e) if e.is_retryable() && attempt < RETRIES => attempt += 1,
-            other => break other?,
-        }
-    };
+    let outcome = st
+        .app
+        .store
+        .kubernetes()
+        .save(host, &usage, &claims)
+        .await?;
     Ok(json_reply(
         StatusCode::OK,
         &KubernetesSaved {
@@ -144,11 +133,7 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
 pub(crate) async fn show(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::AGENT_REPORT)?;
     ctx.only_params(&[])?;
-    let saved = st
-        .app
-        .store
-        .read(keyed(host, |tx, k| Box::pin(store::load(tx, k))))
-        .await?;
+    let saved = st.app.store.kubernetes().load(host).await?;
     Ok(json_reply(
         StatusCode::OK,
         &KubernetesShown {

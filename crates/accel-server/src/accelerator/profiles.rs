@@ -6,8 +6,7 @@ use super::{empty_reply, is_uuid_like, json_reply, render, AccelState, Ctx};
 use accel_api::accelerator::{self as wire, Group, NewDeviceProfile};
 use accel_core::accelerator::{DeviceProfile, ProfileError};
 use accel_core::policy::cyborg as rules;
-use accel_store::accelerator::profiles::{self, Profile};
-use accel_store::{Conflict, StoreError};
+use accel_store::accelerator::refused::Key;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::Value;
@@ -18,11 +17,7 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     let names: Option<Vec<String>> = ctx
         .param("name")
         .map(|n| n.split(',').map(str::to_owned).collect());
-    let found = st
-        .app
-        .store
-        .read(move |tx| Box::pin(async move { profiles::list(tx, names.as_deref()).await }))
-        .await?;
+    let found = st.app.store.profiles().list(names.as_deref()).await?;
     let list: Vec<_> = found.iter().map(|p| render::profile(ctx, p)).collect();
     Ok(json_reply(
         StatusCode::OK,
@@ -30,10 +25,6 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
             device_profiles: list,
         },
     ))
-}
-
-fn not_found(by: &str, value: &str) -> AccelError {
-    AccelError::not_found(format!("Device Profile not found with {by}={value}"))
 }
 
 pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<Body>> {
@@ -46,21 +37,12 @@ pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<
             Version::DP_BY_NAME
         )));
     }
-    let key = id.to_owned();
-    let found = st
-        .app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                if by_uuid {
-                    profiles::by_uuid(tx, &key).await
-                } else {
-                    profiles::by_name(tx, &key).await
-                }
-            })
-        })
-        .await?
-        .ok_or_else(|| not_found(if by_uuid { "uuid" } else { "name" }, id))?;
+    let key = if by_uuid {
+        Key::Uuid(id.to_owned())
+    } else {
+        Key::Name(id.to_owned())
+    };
+    let found = st.app.store.profiles().show(&key).await?;
     Ok(json_reply(
         StatusCode::OK,
         &wire::DeviceProfileOne {
@@ -171,24 +153,7 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ctx.authorize(st, rules::DEVICE_PROFILE_CREATE)?;
     ctx.only_params(&[])?;
     let profile = parse_body(ctx.json_body()?)?;
-    let name = profile.name.clone();
-    let created = st
-        .app
-        .store
-        .write(move |tx| Box::pin(async move { profiles::create(tx, &profile).await }))
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, d) if d.starts_with("uuid ") => {
-                AccelError::conflict(format!(
-                    "DeviceProfile with uuid {} already exists.",
-                    &d["uuid ".len()..]
-                ))
-            }
-            StoreError::Conflict(Conflict::Duplicate, _) => {
-                AccelError::conflict(format!("A device_profile with name {name} already exists."))
-            }
-            e => e.into(),
-        })?;
+    let created = st.app.store.profiles().create(&profile).await?;
     Ok(json_reply(
         StatusCode::CREATED,
         &render::profile(ctx, &created),
@@ -204,36 +169,11 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
         Some(v) if !v.is_empty() => v.to_owned(),
         _ => return Err(AccelError::bad_request("Missing argument: \"value\"")),
     };
-    st.app
-        .store
-        .write_rerunning(|| {
-            let value = value.clone();
-            move |tx| {
-                Box::pin(async move {
-                    let targets: Vec<Profile> = if is_uuid_like(&value) {
-                        vec![profiles::by_uuid(tx, &value).await?.ok_or_else(|| {
-                            StoreError::NotFound(format!(
-                                "Device Profile not found with uuid={value}"
-                            ))
-                        })?]
-                    } else {
-                        let mut out = Vec::new();
-                        for name in value.split(',') {
-                            out.push(profiles::by_name(tx, name).await?.ok_or_else(|| {
-                                StoreError::NotFound(format!(
-                                    "Device Profile not found with name={name}"
-                                ))
-                            })?);
-                        }
-                        out
-                    };
-                    for p in &targets {
-                        profiles::delete(tx, p).await?;
-                    }
-                    Ok(())
-                })
-            }
-        })
-        .await?;
+    let keys: Vec<Key> = if is_uuid_like(&value) {
+        vec![Key::Uuid(value)]
+    } else {
+        value.split(',').map(|n| Key::Name(n.to_owned())).collect()
+    };
+    st.app.store.profiles().delete_all(&keys).await?;
     Ok(empty_reply(StatusCode::NO_CONTENT))
 }

@@ -1,14 +1,14 @@
 //! One host's page (`/hosts/{uuid}`, from any provider of its tree): the tree with
 //! every inventory in detail, its devices' cleanings, the instances, pods and ARQs on
 //! it, and the device history (`accel_store::accelerator::history`): one device's
-//! when the uuid is a device provider's, else all of the host's devices'. One read
-//! transaction, each list bounded ([`ON_HOST`]).
+//! when the uuid is a device provider's, else all of the host's devices'. One store
+//! read (`Estate::host`, one snapshot), each list bounded ([`ON_HOST`]).
 
 use super::html::{esc, name, when};
 use super::pages::{arq_cell, device_link, provider_row, HARDWARE};
-use super::{now, Answer, Shared};
+use super::{now, read, Answer, Shared};
 use accel_store::accelerator::{cleaning, history};
-use accel_store::estate::{activity, hosts as estate_hosts, Page, Window};
+use accel_store::estate::{hosts as estate_hosts, HostPage};
 use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode};
 use std::fmt::Write;
@@ -17,78 +17,15 @@ use std::fmt::Write;
 /// consumers and ARQs pages, searched by the host, list them all).
 const ON_HOST: u64 = 50;
 
-/// What one host's page shows besides its tree.
-struct HostActivity {
-    cleanings: Vec<cleaning::DeviceCleaning>,
-    consumers: Page<activity::ConsumerView>,
-    arqs: Page<activity::ArqView>,
-    history: Vec<history::Event>,
-}
-
 pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<String>) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let asked = uuid.clone();
-    let Some((host, more)) = state
-        .0
-        .read("the provider tree", move |tx| {
-            Box::pin(async move {
-                let Some(t) = estate_hosts::tree(tx, &uuid).await? else {
-                    return Ok(None);
-                };
-                let (root_uuid, root_name) = (t.root().uuid.clone(), t.root().name.clone());
-                let cleanings = cleaning::list(tx, Some(&root_name)).await?;
-                let consumers = activity::consumers_where(
-                    tx,
-                    activity::ConsumerFilter::Host {
-                        root_uuid: &root_uuid,
-                        hostname: &root_name,
-                    },
-                    Window {
-                        offset: 0,
-                        limit: ON_HOST,
-                    },
-                )
-                .await?;
-                let arqs = activity::arqs_on_host(tx, &root_name, ON_HOST).await?;
-                // A device provider's page: that device's history; a host's: all of
-                // its devices'.
-                let mine: Vec<String> = match t
-                    .providers
-                    .iter()
-                    .find(|p| p.uuid == uuid)
-                    .and_then(|p| p.device.as_ref())
-                {
-                    Some(d) => vec![d.uuid.clone()],
-                    None => {
-                        let mut v: Vec<String> = t
-                            .providers
-                            .iter()
-                            .filter_map(|p| p.device.as_ref().map(|d| d.uuid.clone()))
-                            .collect();
-                        v.sort();
-                        v.dedup();
-                        v
-                    }
-                };
-                let history = history::of_devices(tx, &mine, ON_HOST as i64).await?;
-                Ok(Some((
-                    t,
-                    HostActivity {
-                        cleanings,
-                        consumers,
-                        arqs,
-                        history,
-                    },
-                )))
-            })
-        })
-        .await?
-    else {
+    let Some(page) = read("the provider tree", state.0.estate().host(&uuid, ON_HOST)).await? else {
         return Ok(super::error(
             StatusCode::NOT_FOUND,
             "No such resource provider.",
         ));
     };
+    let host = &page.tree;
     let now = now();
     let root = host.root();
     let mut h = format!(
@@ -125,16 +62,16 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
         }
     }
     h.push_str("</tbody></table>");
-    cleaning_table(&mut h, &more.cleanings);
-    on_host(&mut h, &root.name, &more);
-    history_table(&mut h, &host, &asked, &more.history, now);
+    cleaning_table(&mut h, &page.cleanings);
+    on_host(&mut h, &root.name, &page);
+    history_table(&mut h, host, &uuid, &page.history, now);
     let title = format!("Provider tree of {}", root.name);
     Ok(state.0.page(&who, &title, "/hosts", &h).await)
 }
 
 /// The instances and pods on the host (allocating from its tree, or with ARQs bound
 /// to it) and its ARQs, each list linking to the whole list searched by the host.
-fn on_host(h: &mut String, host: &str, more: &HostActivity) {
+fn on_host(h: &mut String, host: &str, more: &HostPage) {
     let _ = write!(
         h,
         "<h2>Instances and pods on this host</h2><p class=\"muted\" data-test=\"host-consumers\" \

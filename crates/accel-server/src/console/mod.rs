@@ -20,7 +20,7 @@
 //!   count, and details for those rows only; candidate questions (device profiles,
 //!   the explainer) run on the in-memory candidate index the Placement API uses. So a
 //!   page costs the same with 10 or 10,000 hosts.
-//! - **Refresh by polling** one token (`GET /changes`, `accel_store::estate::stamp`):
+//! - **Refresh by polling** one token (`GET /changes`, `Estate::stamp`):
 //!   the script fetches it every few seconds and, when it moved, re-fetches the page
 //!   and swaps `<main>`. No server push: nothing to hold open through proxies.
 //! - **Auth as the APIs'** ([`session`]): noauth acts as admin and a banner says so;
@@ -291,18 +291,19 @@ impl Console {
         render(who, title, active, stamp(&self.app).await.as_deref(), body)
     }
 
-    /// One read transaction; a failure is logged and becomes a 503 page.
-    pub(crate) async fn read<T, F>(&self, what: &str, f: F) -> Result<T, Response>
-    where
-        T: Send,
-        F: for<'c> FnOnce(&'c mut accel_store::Tx) -> accel_store::BoxFut<'c, T> + Send,
-    {
-        self.app
-            .store
-            .read(f)
-            .await
-            .map_err(|e| store_failed(what, e))
+    /// The console's reads ([`accel_store::estate`]), each one page's snapshot.
+    pub(crate) fn estate(&self) -> accel_store::estate::Estate<'_> {
+        self.app.store.estate()
     }
+}
+
+/// The answer of the store read `read` (of `what`, for the log and the page); a
+/// failure is logged and becomes a 503 page.
+pub(crate) async fn read<T>(
+    what: &str,
+    read: impl std::future::Future<Output = Result<T, accel_store::StoreError>>,
+) -> Result<T, Response> {
+    read.await.map_err(|e| store_failed(what, e))
 }
 
 /// The refusal when policy says no: what the API would answer, as a page.
@@ -351,11 +352,7 @@ impl ListQuery {
 /// The change token of a page, or `None` when it cannot be read (the page then
 /// does not refresh; the failure is logged).
 pub(crate) async fn stamp(app: &AppState) -> Option<String> {
-    match app
-        .store
-        .read_one(|tx| Box::pin(accel_store::estate::stamp(tx)))
-        .await
-    {
+    match app.store.estate().stamp().await {
         Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!(target: "accel::console", error = %e, "console: reading the change token failed");

@@ -4,7 +4,7 @@
 //! filtered to those devices' hosts.
 
 use super::html::{esc, qv};
-use super::{names, Answer, Rule, Shared};
+use super::{names, read, Answer, Rule, Shared};
 use accel_core::policy::placement as rules;
 use accel_store::estate::summary;
 use axum::http::HeaderMap;
@@ -15,12 +15,7 @@ pub(crate) async fn overview(state: Shared, headers: HeaderMap) -> Answer {
         .0
         .admit(&headers, Rule::Placement(rules::RESOURCE_PROVIDERS_LIST))
         .await?;
-    let rows = state
-        .0
-        .read("the device summary", |tx| {
-            Box::pin(async move { summary::devices(tx).await })
-        })
-        .await?;
+    let rows = read("the device summary", state.0.estate().device_summary()).await?;
     let mut h = String::from(
         "<h2>Devices by type and vendor</h2><p class=\"muted\">Used: something is allocated on \
          the device. Free: healthy, nothing allocated, nothing reserved. Unhealthy: as its \

@@ -4,12 +4,12 @@
 //! read of one page, render.
 
 use super::html::{bar, esc, list_head, name, pager, when};
-use super::{names, now, stamp, Answer, ListQuery, Rule, Shared};
+use super::{names, now, read, stamp, Answer, ListQuery, Rule, Shared};
 use accel_core::accelerator::DeviceType;
 use accel_core::policy::{cyborg, placement as rules};
 use accel_store::accelerator::Scope;
 use accel_store::estate::hosts::{HealthFilter, HostFilter};
-use accel_store::estate::{activity, hosts as estate_hosts, Page};
+use accel_store::estate::{activity, hosts as estate_hosts, KubernetesPage};
 use axum::extract::Query;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -210,12 +210,7 @@ pub(crate) async fn hosts(
         health,
     };
     let window = list.window();
-    let page = state
-        .0
-        .read("the hosts", move |tx| {
-            Box::pin(async move { estate_hosts::filtered(tx, &filter, window).await })
-        })
-        .await?;
+    let page = read("the hosts", state.0.estate().hosts(&filter, window)).await?;
     let now = now();
     let (mut h, base) = hosts_form(&q.q, device_type, health);
     h.push_str(&pager(
@@ -306,13 +301,12 @@ pub(crate) async fn consumers(
         .0
         .admit(&headers, Rule::Placement(rules::ALLOCATIONS_LIST))
         .await?;
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
-    let page: Page<activity::ConsumerView> = state
-        .0
-        .read("the consumers", move |tx| {
-            Box::pin(async move { activity::consumers(tx, search_text.as_deref(), window).await })
-        })
-        .await?;
+    let window = q.window();
+    let page = read(
+        "the consumers",
+        state.0.estate().consumers(q.search(), window),
+    )
+    .await?;
     let mut h = list_head(
         "/consumers",
         &q.q,
@@ -380,15 +374,12 @@ pub(crate) async fn arqs(state: Shared, headers: HeaderMap, Query(q): Query<List
         Scope::Project(who.creds.project_id().unwrap_or_default().to_owned())
     };
     let now = now();
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
-    let page = state
-        .0
-        .read("the ARQs", move |tx| {
-            Box::pin(async move {
-                activity::arqs(tx, &scope, search_text.as_deref(), now, window).await
-            })
-        })
-        .await?;
+    let window = q.window();
+    let page = read(
+        "the ARQs",
+        state.0.estate().arqs(&scope, q.search(), now, window),
+    )
+    .await?;
     let mut h = list_head(
         "/arqs",
         &q.q,
@@ -465,18 +456,12 @@ pub(crate) async fn kubernetes(
     Query(q): Query<ListQuery>,
 ) -> Answer {
     let who = state.0.admit(&headers, HARDWARE).await?;
-    let (search_text, window) = (q.search().map(str::to_owned), q.window());
-    let (page, slots) = state
-        .0
-        .read("the Kubernetes slots", move |tx| {
-            Box::pin(async move {
-                let page =
-                    estate_hosts::kubernetes_hosts(tx, search_text.as_deref(), window).await?;
-                let slots = estate_hosts::kubernetes_slots(tx, &page.items).await?;
-                Ok((page, slots))
-            })
-        })
-        .await?;
+    let window = q.window();
+    let KubernetesPage { hosts: page, slots } = read(
+        "the Kubernetes slots",
+        state.0.estate().kubernetes(q.search(), window),
+    )
+    .await?;
     let mut h = list_head(
         "/kubernetes",
         &q.q,

@@ -14,7 +14,7 @@
 //! without a query per reason.
 
 use super::html::{esc, pager, qv};
-use super::{html, render, store_failed, Answer, Console, ListQuery, Rule, Shared, Who};
+use super::{html, read, render, store_failed, Answer, Console, ListQuery, Rule, Shared, Who};
 use crate::placement::index::Prepared;
 use crate::placement::{resolve_query, Resolved};
 use accel_api::placement::mv;
@@ -61,11 +61,7 @@ impl Console {
                 return Ok((index, names.clone()));
             }
         }
-        let by_id = self
-            .app
-            .store
-            .read_one(|tx| Box::pin(accel_store::estate::hosts::all_names(tx)))
-            .await?;
+        let by_id = self.estate().provider_names().await?;
         let names: Arc<Vec<String>> = Arc::new(
             index
                 .world
@@ -149,11 +145,7 @@ pub(crate) async fn profiles(
     let who = console
         .admit(&headers, Rule::Cyborg(cyborg::DEVICE_PROFILE_GET_ALL))
         .await?;
-    let all = console
-        .read("the device profiles", |tx| {
-            Box::pin(profiles::list(tx, None))
-        })
-        .await?;
+    let all = read("the device profiles", console.estate().profiles()).await?;
     // Profiles are few (tens): filtered and paged here, after one read.
     let needle = q.search().map(str::to_lowercase);
     let matching: Vec<&profiles::Profile> = all
@@ -356,11 +348,7 @@ pub(crate) async fn explain(
     let who = console
         .admit(&headers, Rule::Placement(rules::ALLOCATION_CANDIDATES_LIST))
         .await?;
-    let all = console
-        .read("the device profiles", |tx| {
-            Box::pin(profiles::list(tx, None))
-        })
-        .await?;
+    let all = read("the device profiles", console.estate().profiles()).await?;
     let names: Vec<String> = all.iter().map(|p| p.name.clone()).collect();
     let mut h = explain_form(&q, &names);
     if q.query.trim().is_empty() && q.profile.is_empty() {

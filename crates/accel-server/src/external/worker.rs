@@ -4,7 +4,6 @@
 //! a remotely allocated provider, is retried after 1, 2, 4 … `max_backoff_secs`.
 
 use super::{push, ExternalPlacement};
-use accel_store::accelerator::pushes;
 use accel_store::{Store, StoreError};
 use std::sync::Arc;
 
@@ -54,31 +53,21 @@ impl Pusher {
     /// One pass at time `now` (epoch seconds): each due host claimed, pushed and its
     /// result recorded.
     pub async fn step(&self, now: i64) -> Result<PushStep, StoreError> {
-        let due = self
-            .store
-            .read(move |tx| Box::pin(async move { pushes::due(tx, now, BATCH).await }))
-            .await?;
+        let pushes = self.store.pushes();
+        let due = pushes.due(now, BATCH).await?;
         let mut report = PushStep {
             due: due.len(),
             ..Default::default()
         };
         for host in due {
-            let (h, owner, lease_until) = (host.clone(), self.owner.clone(), now + self.lease_secs);
-            let claimed = self
-                .store
-                .write(move |tx| {
-                    Box::pin(async move { pushes::claim(tx, &h, &owner, now, lease_until).await })
-                })
+            let claimed = pushes
+                .claim(&host, &self.owner, now, now + self.lease_secs)
                 .await?;
             let Some(claimed) = claimed else {
                 report.skipped += 1;
                 continue;
             };
-            let h = host.clone();
-            let local = self
-                .store
-                .read(move |tx| Box::pin(async move { pushes::local_tree(tx, &h).await }))
-                .await?;
+            let local = pushes.local_tree(&host).await?;
             let error = match push(&self.external.client, &host, &local).await {
                 Ok(p) if p.held.is_empty() => {
                     tracing::info!(host = %host, created = p.created, updated = p.updated, deleted = p.deleted, "device providers pushed to the external Placement");
@@ -90,8 +79,6 @@ impl Pusher {
                 )),
                 Err(e) => Some(e.0),
             };
-            let owner = self.owner.clone();
-            let h = host.clone();
             let settle_at = accel_store::now().max(now);
             let outcome = if error.is_none() { "pushed" } else { "failed" };
             self.metrics
@@ -104,24 +91,16 @@ impl Pusher {
             match error {
                 None => {
                     report.pushed += 1;
-                    self.store
-                        .write(move |tx| {
-                            Box::pin(async move {
-                                pushes::succeeded(tx, &h, &owner, claimed.version, settle_at).await
-                            })
-                        })
+                    pushes
+                        .succeeded(&host, &self.owner, claimed.version, settle_at)
                         .await?;
                 }
                 Some(e) => {
                     report.retrying += 1;
                     let wait = self.backoff(claimed.attempts);
                     tracing::warn!(host = %host, error = %e, retry_in_s = wait, "push to the external Placement not complete");
-                    self.store
-                        .write(move |tx| {
-                            Box::pin(async move {
-                                pushes::failed(tx, &h, &owner, now + wait, &e, settle_at).await
-                            })
-                        })
+                    pushes
+                        .failed(&host, &self.owner, now + wait, &e, settle_at)
                         .await?;
                 }
             }
@@ -142,11 +121,9 @@ pub(crate) async fn run_loop(
     use anyhow::Context;
     let mut pusher = Pusher::new(store.clone(), ext.clone(), cfg.owner.clone());
     pusher.metrics = metrics;
-    let now = accel_store::now();
     let n = store
-        .write(move |tx| {
-            Box::pin(async move { accel_store::accelerator::pushes::mark_all(tx, now).await })
-        })
+        .pushes()
+        .mark_all(accel_store::now())
         .await
         .context("external Placement: marking every host")?;
     tracing::info!(hosts = n, "external Placement: every host will be checked");

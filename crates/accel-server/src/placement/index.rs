@@ -355,7 +355,7 @@ impl Index {
 impl Index {
     /// Whether `p` is the data as of now (one statement); counts a hit when it is.
     async fn fresh(&self, store: &Store, p: &Prepared) -> Result<bool, StoreError> {
-        let now = store.changes().version().await?;
+        let now = store.placement_version().await?;
         let fresh = now == p.version;
         if fresh {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);

@@ -54,7 +54,7 @@ impl UsageCache {
         store: &Store,
         key: Key,
     ) -> Result<Arc<Vec<TotalUsage>>, StoreError> {
-        let now = store.changes().version().await?;
+        let now = store.placement_version().await?;
         let behind = self.book().catch_up(&now);
         if let Some(from) = behind {
             let got = store.changes().projects_since(&from, &now).await?;

@@ -6,7 +6,8 @@
 //! same query, not one query per ARQ as upstream does.
 
 use super::profiles::Profile;
-use super::refusals::{self, Refused};
+use super::refusals::{self, Refused as BindRefused};
+use super::refused::{Key, Kind, Refused};
 use super::{new_uuid, Scope, Stamps};
 use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
@@ -231,7 +232,7 @@ pub async fn list(tx: &mut Tx, scope: &Scope, f: &Filter) -> Result<Vec<Arq>, St
 }
 
 /// Whether any ARQ `scope` sees is associated with `instance`.
-pub async fn instance_has_arqs(
+pub(crate) async fn instance_has_arqs(
     tx: &mut Tx,
     scope: &Scope,
     instance: &str,
@@ -248,10 +249,10 @@ pub async fn get(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Option<Arq>, 
 }
 
 fn not_found(uuid: &str) -> StoreError {
-    StoreError::NotFound(format!("ExtArq not found with uuid={uuid}"))
+    Refused::no_uuid(Kind::Arq, uuid)
 }
 
-/// Like [`get`], with upstream's not-found message.
+/// Like [`get`], refusing an ARQ `scope` cannot see ([`Refused::NotFound`]).
 pub async fn require(tx: &mut Tx, scope: &Scope, uuid: &str) -> Result<Arq, StoreError> {
     get(tx, scope, uuid).await?.ok_or_else(|| not_found(uuid))
 }
@@ -355,15 +356,29 @@ async fn release(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
 }
 
 /// Deletes the given ARQs, unbinding bound ones. Not idempotent, as upstream: the first
-/// uuid that `scope` cannot see is [`StoreError::NotFound`] and nothing is deleted.
-pub async fn delete_by_uuids(
+/// uuid that `scope` cannot see is [`Refused::NotFound`] and nothing is deleted; so is
+/// a bound ARQ unless `bound_too` ([`Refused::ArqBound`]: only Nova may delete those).
+async fn delete_by_uuids(
     tx: &mut Tx,
     scope: &Scope,
     uuids: &[String],
+    bound_too: bool,
 ) -> Result<(), StoreError> {
     let mut found = Vec::with_capacity(uuids.len());
     for uuid in uuids {
         found.push(require(tx, scope, uuid).await?);
+    }
+    if !bound_too {
+        if let Some((arq, instance)) = found
+            .iter()
+            .find_map(|a| a.instance_uuid.as_ref().map(|i| (a, i)))
+        {
+            return Err(Refused::ArqBound {
+                uuid: arq.uuid.clone(),
+                instance: instance.clone(),
+            }
+            .into());
+        }
     }
     unbind_and_delete(tx, &found).await
 }
@@ -400,7 +415,7 @@ pub struct Binding {
 /// and persists its bind job (state `pending`, `deadline` in epoch seconds) in the same
 /// transaction, so a bind accepted with 202 survives a restart. The state check is a
 /// conditional UPDATE: a concurrent bind of the same ARQ loses with
-/// [`StoreError::Invalid`] (upstream's `ARQBadState`). Returns the ARQ as it is now.
+/// [`Refused::ArqBadState`]. Returns the ARQ as it is now.
 pub async fn start_bind(
     tx: &mut Tx,
     scope: &Scope,
@@ -478,13 +493,12 @@ async fn insert_jobs(tx: &mut Tx, uuids: &[String], deadline: i64) -> Result<(),
 }
 
 fn bad_state(arq: &Arq, expected: &[ArqState]) -> StoreError {
-    let expected: Vec<String> = expected.iter().map(|s| format!("'{s}'")).collect();
-    StoreError::Invalid(format!(
-        "Bad state: {} for ARQ: {}. Expected state(s): [{}]",
-        arq.state,
-        arq.uuid,
-        expected.join(", ")
-    ))
+    Refused::ArqBadState {
+        uuid: arq.uuid.clone(),
+        state: arq.state,
+        expected: expected.to_vec(),
+    }
+    .into()
 }
 
 /// Unbinds an ARQ: clears hostname, device provider and instance (the project stays),
@@ -539,39 +553,6 @@ pub async fn bind_job(tx: &mut Tx, arq_uuid: &str) -> Result<Option<BindJob>, St
     .transpose()
 }
 
-/// `POST /accelerator_requests` as one transaction: the ARQs of profile `name` (only
-/// group `only_group` when given), for `project_id`, in creation order. An unknown
-/// profile is [`StoreError::NotFound`], a group the profile lacks
-/// [`StoreError::Invalid`], both in upstream's words.
-pub async fn create_from_profile(
-    store: &Store,
-    name: &str,
-    only_group: Option<usize>,
-    project_id: Option<&str>,
-) -> Result<Vec<Arq>, StoreError> {
-    let (name, project_id) = (name.to_owned(), project_id.map(str::to_owned));
-    store
-        .write_rerunning(|| {
-            let (name, project_id) = (name.clone(), project_id.clone());
-            move |tx| {
-                Box::pin(async move {
-                    let profile = super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
-                        StoreError::NotFound(format!("Device Profile not found with name={name}"))
-                    })?;
-                    if let Some(g) = only_group {
-                        if g >= profile.groups.len() {
-                            return Err(StoreError::Invalid(format!(
-                                "Device profile {name} has no group {g}."
-                            )));
-                        }
-                    }
-                    create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
-                })
-            }
-        })
-        .await
-}
-
 /// One ARQ's part of a `PATCH /accelerator_requests`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Patch {
@@ -579,116 +560,230 @@ pub enum Patch {
     Unbind,
 }
 
-/// A `PATCH /accelerator_requests` as one transaction: every ARQ's bind (with its job,
-/// due by `deadline`) or unbind, or none of them. As upstream, there is no hot-add: a
-/// patch whose first operation binds to an instance that already has ARQs is refused,
-/// and a bind to a provider with no deployable is [`StoreError::NotFound`]. A bind
-/// that cannot succeed ([`refusals`]) answers `Ok(Some(refused))`: nothing of the
-/// patch is applied but the refused ARQ's `BindFailed`.
-pub async fn patch(
-    store: &Store,
-    scope: &Scope,
-    plan: Vec<(String, Patch)>,
-    deadline: i64,
-) -> Result<Option<Refused>, StoreError> {
-    store
-        .write_rerunning(|| {
-            let (scope, plan) = (scope.clone(), plan.clone());
-            move |tx| Box::pin(async move {
-                if let Some((_, Patch::Bind(b))) = plan.first() {
-                    if instance_has_arqs(tx, &scope, &b.instance_uuid).await? {
-                        return Err(StoreError::Invalid(format!(
-                            "Couldn't apply patch. Reason: Instance {} already has accelerator requests. Cannot bind additional ARQs.",
-                            b.instance_uuid
-                        )));
-                    }
-                }
-                // A bind that cannot succeed is refused before any is started; the
-                // refused ARQ is recorded `BindFailed` and the refusal committed.
-                let bind_ops: Vec<(&str, &Binding)> = plan
-                    .iter()
-                    .filter_map(|(u, op)| match op {
-                        Patch::Bind(b) => Some((u.as_str(), b)),
-                        Patch::Unbind => None,
-                    })
-                    .collect();
-                let judged: Vec<refusals::Bind> = bind_ops
-                    .iter()
-                    .map(|(arq, b)| refusals::Bind {
-                        arq,
-                        hostname: &b.hostname,
-                        device_rp_uuid: &b.device_rp_uuid,
-                        instance_uuid: &b.instance_uuid,
-                    })
-                    .collect();
-                if let Some(refused) = refusals::check(tx, &judged).await? {
-                    let arq = require(tx, &scope, &refused.arq_uuid).await?;
-                    if let Some((_, b)) = bind_ops.iter().find(|(u, _)| *u == arq.uuid) {
-                        record_refusal(tx, &arq, b, &refused).await?;
-                    }
-                    return Ok(Some(refused));
-                }
-                // The ARQs to bind, read at once when each appears once in the plan
-                // (otherwise an earlier operation could change what was read).
-                let binds: Vec<String> = plan
-                    .iter()
-                    .filter(|(_, op)| matches!(op, Patch::Bind(_)))
-                    .map(|(u, _)| u.clone())
-                    .collect();
-                let once = plan.iter().enumerate().all(|(i, (u, _))| {
-                    plan.iter().skip(i + 1).all(|(v, _)| v != u)
-                });
-                let mut read = Vec::new();
-                if once && !binds.is_empty() {
-                    let mut w = Where::new(&scope);
-                    w.any_of("a.uuid", &binds);
-                    read = w.fetch(tx, SELECT, "").await?;
-                }
-                // Providers already found to carry a deployable in this patch.
-                let mut with_deployable: Vec<&str> = Vec::new();
-                let mut jobs = Vec::new();
-                for (uuid, op) in &plan {
-                    match op {
-                        Patch::Bind(b) => {
-                            if !with_deployable.contains(&b.device_rp_uuid.as_str()) {
-                                let deps = super::hardware::list_deployables(
-                                    tx,
-                                    &[(
-                                        super::hardware::DeployableColumn::RpUuid,
-                                        b.device_rp_uuid.clone(),
-                                    )],
-                                )
-                                .await?;
-                                if deps.is_empty() {
-                                    return Err(StoreError::NotFound(format!(
-                                        "Deployable not found with resource provider uuid={}",
-                                        b.device_rp_uuid
-                                    )));
+/// ARQ operations ([`Store::arqs`]). Every write is rerun after a deadlock
+/// ([`Store::write_rerunning`]), as upstream's `wrap_db_retry` reruns Cyborg's.
+pub struct Arqs<'s>(&'s Store);
+
+impl Store {
+    /// Operations on accelerator requests.
+    pub fn arqs(&self) -> Arqs<'_> {
+        Arqs(self)
+    }
+}
+
+impl Arqs<'_> {
+    /// `POST /accelerator_requests`: the ARQs of profile `name` (only group
+    /// `only_group` when given), for `project_id`, in creation order. An unknown
+    /// profile is [`Refused::NotFound`], a group the profile lacks
+    /// [`Refused::NoSuchGroup`].
+    pub async fn create_from_profile(
+        &self,
+        name: &str,
+        only_group: Option<usize>,
+        project_id: Option<&str>,
+    ) -> Result<Vec<Arq>, StoreError> {
+        let (name, project_id) = (name.to_owned(), project_id.map(str::to_owned));
+        self.0
+            .write_rerunning(|| {
+                let (name, project_id) = (name.clone(), project_id.clone());
+                move |tx| {
+                    Box::pin(async move {
+                        let profile =
+                            super::profiles::by_name(tx, &name).await?.ok_or_else(|| {
+                                Refused::NotFound(Kind::DeviceProfile, Key::Name(name.clone()))
+                            })?;
+                        if let Some(g) = only_group {
+                            if g >= profile.groups.len() {
+                                return Err(Refused::NoSuchGroup {
+                                    profile: name,
+                                    group: g,
                                 }
-                                with_deployable.push(&b.device_rp_uuid);
-                            }
-                            let arq = match read.iter().find(|a| &a.uuid == uuid) {
-                                Some(a) => a.clone(),
-                                None if once => return Err(not_found(uuid)),
-                                None => require(tx, &scope, uuid).await?,
-                            };
-                            begin_bind(tx, &arq, b, &mut jobs).await?;
-                            if !once {
-                                // A later operation may unbind this ARQ again.
-                                insert_jobs(tx, &jobs, deadline).await?;
-                                jobs.clear();
+                                .into());
                             }
                         }
-                        Patch::Unbind => {
-                            unbind(tx, &scope, uuid).await?;
-                        }
-                    }
+                        create_for_profile(tx, &profile, only_group, project_id.as_deref()).await
+                    })
                 }
-                insert_jobs(tx, &jobs, deadline).await?;
-                Ok(None)
             })
+            .await
+    }
+
+    /// The ARQs `scope` may see that match `f`, in creation order: one statement, so
+    /// one snapshot without a transaction.
+    pub async fn list(&self, scope: &Scope, f: &Filter) -> Result<Vec<Arq>, StoreError> {
+        let (scope, f) = (scope.clone(), f.clone());
+        self.0
+            .read_one(move |tx| Box::pin(async move { list(tx, &scope, &f).await }))
+            .await
+    }
+
+    /// One ARQ `scope` may see ([`Refused::NotFound`] otherwise).
+    pub async fn show(&self, scope: &Scope, uuid: &str) -> Result<Arq, StoreError> {
+        let (scope, uuid) = (scope.clone(), uuid.to_owned());
+        self.0
+            .read(move |tx| Box::pin(async move { require(tx, &scope, &uuid).await }))
+            .await
+    }
+
+    /// `DELETE /accelerator_requests?arqs=..`: all of `uuids` go, unbound first, or
+    /// none: the first that `scope` cannot see is [`Refused::NotFound`], and a bound
+    /// one is [`Refused::ArqBound`] unless `bound_too` (the caller is Nova).
+    pub async fn delete_listed(
+        &self,
+        scope: &Scope,
+        uuids: &[String],
+        bound_too: bool,
+    ) -> Result<(), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (scope, uuids) = (scope.clone(), uuids.to_vec());
+                move |tx| {
+                    Box::pin(async move { delete_by_uuids(tx, &scope, &uuids, bound_too).await })
+                }
+            })
+            .await
+    }
+
+    /// `DELETE /accelerator_requests?instance=..`: every ARQ of `instance` that `scope`
+    /// sees, unbound first; idempotent. Returns how many.
+    pub async fn delete_of_instance(
+        &self,
+        scope: &Scope,
+        instance: &str,
+    ) -> Result<usize, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (scope, instance) = (scope.clone(), instance.to_owned());
+                move |tx| Box::pin(async move { delete_by_instance(tx, &scope, &instance).await })
+            })
+            .await
+    }
+
+    /// A `PATCH /accelerator_requests` as one transaction: every ARQ's bind (with its
+    /// job, due by `deadline`) or unbind, or none of them. As upstream, there is no
+    /// hot-add: a patch whose first operation binds to an instance that already has
+    /// ARQs is [`Refused::InstanceHasArqs`], and a bind to a provider with no
+    /// deployable is [`Refused::NotFound`]. A bind that cannot succeed ([`refusals`])
+    /// answers `Ok(Some(refused))`: nothing of the patch is applied but the refused
+    /// ARQ's `BindFailed`, whose failed job (and the device's history) keeps the
+    /// refusal in the words `words` gives it (the API's).
+    pub async fn patch(
+        &self,
+        scope: &Scope,
+        plan: Vec<(String, Patch)>,
+        deadline: i64,
+        words: fn(&BindRefused) -> String,
+    ) -> Result<Option<BindRefused>, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (scope, plan) = (scope.clone(), plan.clone());
+                move |tx| Box::pin(async move { patch(tx, &scope, &plan, deadline, words).await })
+            })
+            .await
+    }
+}
+
+/// The transaction of [`Arqs::patch`].
+async fn patch(
+    tx: &mut Tx,
+    scope: &Scope,
+    plan: &[(String, Patch)],
+    deadline: i64,
+    words: fn(&BindRefused) -> String,
+) -> Result<Option<BindRefused>, StoreError> {
+    if let Some((_, Patch::Bind(b))) = plan.first() {
+        if instance_has_arqs(tx, scope, &b.instance_uuid).await? {
+            return Err(Refused::InstanceHasArqs {
+                instance: b.instance_uuid.clone(),
+            }
+            .into());
+        }
+    }
+    // A bind that cannot succeed is refused before any is started; the refused ARQ is
+    // recorded `BindFailed` and the refusal committed.
+    let bind_ops: Vec<(&str, &Binding)> = plan
+        .iter()
+        .filter_map(|(u, op)| match op {
+            Patch::Bind(b) => Some((u.as_str(), b)),
+            Patch::Unbind => None,
         })
-        .await
+        .collect();
+    let judged: Vec<refusals::Bind> = bind_ops
+        .iter()
+        .map(|(arq, b)| refusals::Bind {
+            arq,
+            hostname: &b.hostname,
+            device_rp_uuid: &b.device_rp_uuid,
+            instance_uuid: &b.instance_uuid,
+        })
+        .collect();
+    if let Some(refused) = refusals::check(tx, &judged).await? {
+        let arq = require(tx, scope, &refused.arq_uuid).await?;
+        if let Some((_, b)) = bind_ops.iter().find(|(u, _)| *u == arq.uuid) {
+            record_refusal(tx, &arq, b, &words(&refused), &refused.device_rp_uuid).await?;
+        }
+        return Ok(Some(refused));
+    }
+    // The ARQs to bind, read at once when each appears once in the plan (otherwise an
+    // earlier operation could change what was read).
+    let binds: Vec<String> = plan
+        .iter()
+        .filter(|(_, op)| matches!(op, Patch::Bind(_)))
+        .map(|(u, _)| u.clone())
+        .collect();
+    let once = plan
+        .iter()
+        .enumerate()
+        .all(|(i, (u, _))| plan.iter().skip(i + 1).all(|(v, _)| v != u));
+    let mut read = Vec::new();
+    if once && !binds.is_empty() {
+        let mut w = Where::new(scope);
+        w.any_of("a.uuid", &binds);
+        read = w.fetch(tx, SELECT, "").await?;
+    }
+    // Providers already found to carry a deployable in this patch.
+    let mut with_deployable: Vec<&str> = Vec::new();
+    let mut jobs = Vec::new();
+    for (uuid, op) in plan {
+        match op {
+            Patch::Bind(b) => {
+                if !with_deployable.contains(&b.device_rp_uuid.as_str()) {
+                    let deps = super::hardware::list_deployables(
+                        tx,
+                        &[(
+                            super::hardware::DeployableColumn::RpUuid,
+                            b.device_rp_uuid.clone(),
+                        )],
+                    )
+                    .await?;
+                    if deps.is_empty() {
+                        return Err(Refused::NotFound(
+                            Kind::Deployable,
+                            Key::ProviderUuid(b.device_rp_uuid.clone()),
+                        )
+                        .into());
+                    }
+                    with_deployable.push(&b.device_rp_uuid);
+                }
+                let arq = match read.iter().find(|a| &a.uuid == uuid) {
+                    Some(a) => a.clone(),
+                    None if once => return Err(not_found(uuid)),
+                    None => require(tx, scope, uuid).await?,
+                };
+                begin_bind(tx, &arq, b, &mut jobs).await?;
+                if !once {
+                    // A later operation may unbind this ARQ again.
+                    insert_jobs(tx, &jobs, deadline).await?;
+                    jobs.clear();
+                }
+            }
+            Patch::Unbind => {
+                unbind(tx, scope, uuid).await?;
+            }
+        }
+    }
+    insert_jobs(tx, &jobs, deadline).await?;
+    Ok(None)
 }
 
 /// Leaves `arq` as upstream leaves a bind whose handle it could not take: started
@@ -698,7 +793,8 @@ async fn record_refusal(
     tx: &mut Tx,
     arq: &Arq,
     b: &Binding,
-    refused: &Refused,
+    why: &str,
+    device_rp_uuid: &str,
 ) -> Result<(), StoreError> {
     let mut started = Vec::new();
     begin_bind(tx, arq, b, &mut started).await?;
@@ -717,15 +813,15 @@ async fn record_refusal(
     )
     .bind(&arq.uuid)
     .bind(now)
-    .bind(refused.message())
+    .bind(why)
     .execute(&mut *tx)
     .await?;
     // A refusal for another host's device is that device's history too.
     super::history::record_provider(
         tx,
-        &refused.device_rp_uuid,
+        device_rp_uuid,
         super::history::Kind::BindFailed,
-        &format!("bind refused: {}", refused.message()),
+        &format!("bind refused: {why}"),
     )
     .await
 }

@@ -23,31 +23,28 @@
 use super::kubernetes::{held_by_vm, holds_exactly, host_devices, HostDevice};
 use crate::placement::allocations::{self, ConsumerWrite};
 use crate::placement::inventories;
-use crate::{StoreError, Tx};
+use crate::{Refusable, Store, StoreError, Tx};
 use std::collections::BTreeSet;
 
 /// The consumer type of a prepared claim's allocations (declared beside the pods' in
 /// [`super::kubernetes`], which tells the two apart).
 pub use super::kubernetes::CLAIM_CONSUMER_TYPE as CONSUMER_TYPE;
 
-/// Why a claim cannot be prepared: the data says no, nothing was written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a claim cannot be prepared: the data says no, nothing was written. Each names
+/// the device's address (the accelerator API words them).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimRefusal {
     /// The host reported no device at this address.
-    #[error("device {0} is not a device of this node")]
     UnknownDevice(String),
     /// A virtual machine (an ARQ, or a non-Kubernetes consumer's allocation) holds it.
-    #[error("device {0} is held by a virtual machine")]
     HeldByVm(String),
     /// Another pod (a device plugin's, or another claim) holds it.
-    #[error("device {0} is held by another pod")]
     HeldByPod(String),
     /// Reserved in full: unhealthy, vanished or in maintenance.
-    #[error("device {0} is unavailable (unhealthy, gone, or in maintenance)")]
     Unavailable(String),
     /// Placement refused the allocation: another claimer took a device meanwhile
-    /// (a VM's or a pod's allocation committed between the check and the claim).
-    #[error("a device was taken by another consumer (a virtual machine or a pod) meanwhile; Placement refused the claim: {0}")]
+    /// (a VM's or a pod's allocation committed between the check and the claim); the
+    /// text is Placement's refusal, as data.
     Refused(String),
 }
 
@@ -165,10 +162,53 @@ pub async fn unprepare(tx: &mut Tx, uid: &str) -> Result<bool, StoreError> {
         .iter()
         .find(|a| a.consumer_type.as_deref() != Some(CONSUMER_TYPE))
     {
-        return Err(StoreError::Invalid(format!(
-            "consumer {uid} is not a Kubernetes claim (its type is {})",
-            other.consumer_type.as_deref().unwrap_or("unknown")
-        )));
+        return Err(super::Refused::NotAClaim {
+            uid: uid.to_owned(),
+            consumer_type: other.consumer_type.clone(),
+        }
+        .into());
     }
     allocations::delete_for_consumer(tx, uid).await
+}
+
+/// Runs of a claim's preparation: a lost provider-generation race or a deadlock reruns
+/// it, as a Placement allocation write is.
+const PREPARE_ATTEMPTS: u32 = 6;
+
+/// Kubernetes DRA claim operations ([`Store::claims`]).
+pub struct Claims<'s>(&'s Store);
+
+impl Store {
+    /// Operations on Kubernetes DRA claims.
+    pub fn claims(&self) -> Claims<'_> {
+        Claims(self)
+    }
+}
+
+impl Claims<'_> {
+    /// Allocates the devices at `addresses` of `host` to claim `uid` ([`prepare`]);
+    /// answers whether anything was written, or why it was refused.
+    pub async fn prepare(
+        &self,
+        host: &str,
+        uid: &str,
+        addresses: &[String],
+    ) -> Refusable<bool, ClaimRefusal> {
+        self.0
+            .write_retrying(PREPARE_ATTEMPTS, || {
+                let (host, uid, addresses) = (host.to_owned(), uid.to_owned(), addresses.to_vec());
+                move |tx| Box::pin(async move { prepare(tx, &host, &uid, &addresses).await })
+            })
+            .await
+    }
+
+    /// Frees claim `uid`'s devices ([`unprepare`]); answers whether it had any.
+    pub async fn unprepare(&self, uid: &str) -> Result<bool, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let uid = uid.to_owned();
+                move |tx| Box::pin(async move { unprepare(tx, &uid).await })
+            })
+            .await
+    }
 }

@@ -31,8 +31,9 @@
 //! changes nothing). A server restart loses nothing: every state is a row.
 
 use super::hardware;
+use super::refused::Refused;
 use crate::placement::changes;
-use crate::{placeholders, Conflict, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 use sqlx::Row;
 use std::collections::BTreeSet;
 
@@ -269,7 +270,7 @@ async fn lift(tx: &mut Tx, rp_uuid: &str) -> Result<(), StoreError> {
 /// Whether the host has a running cleaning that agent process `owner` does not hold
 /// yet (what [`take`] would hand it). A read: the agents' long polls ask it while they
 /// wait, and take only when it says yes.
-pub async fn waiting(tx: &mut Tx, host: &str, owner: &str) -> Result<bool, StoreError> {
+pub(crate) async fn waiting(tx: &mut Tx, host: &str, owner: &str) -> Result<bool, StoreError> {
     let row = sqlx::query(
         "SELECT 1 FROM device_cleanings WHERE hostname = $1 AND state = 'cleaning' \
          AND (owner IS NULL OR owner <> $2) LIMIT 1",
@@ -351,9 +352,12 @@ pub async fn finish(
     .await?
     .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "Host {host} has no running cleaning {rp_uuid} (attempt {attempt})"
-        )));
+        return Err(Refused::NoRunningCleaning {
+            host: host.to_owned(),
+            rp_uuid: rp_uuid.to_owned(),
+            attempt,
+        }
+        .into());
     }
     if state == CleaningState::Clean {
         lift(tx, rp_uuid).await?;
@@ -368,7 +372,7 @@ pub async fn finish(
 }
 
 /// The device providers `uuid` names: a device's uuid (all of its providers) or one
-/// provider's. `NotFound` when it names none.
+/// provider's. [`Refused::NoDeviceProvider`] when it names none.
 async fn providers_named(tx: &mut Tx, uuid: &str) -> Result<Vec<(i64, String)>, StoreError> {
     let rows = sqlx::query(
         "SELECT rp.id, rp.uuid FROM deployables d JOIN devices v ON v.id = d.device_id \
@@ -379,9 +383,11 @@ async fn providers_named(tx: &mut Tx, uuid: &str) -> Result<Vec<(i64, String)>, 
     .fetch_all(&mut *tx)
     .await?;
     if rows.is_empty() {
-        return Err(StoreError::NotFound(format!(
-            "No device or device provider with uuid {uuid}"
-        )));
+        return Err(Refused::NoDeviceProvider {
+            uuid: uuid.to_owned(),
+            or_device: true,
+        }
+        .into());
     }
     rows.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
@@ -389,8 +395,8 @@ async fn providers_named(tx: &mut Tx, uuid: &str) -> Result<Vec<(i64, String)>, 
 }
 
 /// An operator's retry: the providers `uuid` names are cleaned again (reserved, asked
-/// of the agent anew), whatever their state. `Conflict::InUse` while a consumer holds
-/// one: cleaning it would wipe a tenant's device.
+/// of the agent anew), whatever their state. [`Refused::ProviderInUse`] while a consumer
+/// holds one: cleaning it would wipe a tenant's device.
 pub async fn retry(tx: &mut Tx, uuid: &str) -> Result<Vec<DeviceCleaning>, StoreError> {
     let rps = providers_named(tx, uuid).await?;
     let mut out = Vec::new();
@@ -410,10 +416,7 @@ pub async fn retry(tx: &mut Tx, uuid: &str) -> Result<Vec<DeviceCleaning>, Store
             (r.try_get(0)?, r.try_get(1)?)
         };
         if in_use(tx, rp_id, &rp_uuid, dep).await? {
-            return Err(StoreError::conflict(
-                Conflict::InUse,
-                format!("Device provider {rp_uuid} is in use; it is cleaned when released"),
-            ));
+            return Err(Refused::ProviderInUse { rp_uuid }.into());
         }
         start(tx, &rp_uuid, &host).await?;
         reserve(tx, rp_id).await?;
@@ -478,7 +481,10 @@ pub async fn require(tx: &mut Tx, rp_uuid: &str) -> Result<DeviceCleaning, Store
         .bind(rp_uuid)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| StoreError::NotFound(format!("No device provider with uuid {rp_uuid}")))?;
+        .ok_or_else(|| Refused::NoDeviceProvider {
+            uuid: rp_uuid.to_owned(),
+            or_device: false,
+        })?;
     cleaning_row(&row)
 }
 
@@ -535,4 +541,86 @@ pub async fn counts(tx: &mut Tx) -> Result<Vec<(CleaningState, i64)>, StoreError
         }
     }
     Ok(out)
+}
+
+/// Device cleaning operations ([`Store::cleanings`]): the agents' takes and answers and
+/// the operator's retry and release. Every write is rerun after a deadlock.
+pub struct Cleanings<'s>(&'s Store);
+
+impl Store {
+    /// Operations on device cleanings.
+    pub fn cleanings(&self) -> Cleanings<'_> {
+        Cleanings(self)
+    }
+}
+
+impl Cleanings<'_> {
+    /// Whether `host` has a cleaning agent process `owner` does not hold yet.
+    pub async fn waiting(&self, host: &str, owner: &str) -> Result<bool, StoreError> {
+        let (host, owner) = (host.to_owned(), owner.to_owned());
+        self.0
+            .read(move |tx| Box::pin(async move { waiting(tx, &host, &owner).await }))
+            .await
+    }
+
+    /// Takes `host`'s cleanings for agent process `owner` ([`take`]).
+    pub async fn take(&self, host: &str, owner: &str) -> Result<Vec<CleaningJob>, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (host, owner) = (host.to_owned(), owner.to_owned());
+                move |tx| Box::pin(async move { take(tx, &host, &owner).await })
+            })
+            .await
+    }
+
+    /// The agent's answer for provider `rp_uuid`'s take `attempt` ([`finish`]).
+    pub async fn finish(
+        &self,
+        host: &str,
+        rp_uuid: &str,
+        attempt: i64,
+        outcome: &Outcome,
+    ) -> Result<DeviceCleaning, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (host, rp_uuid, outcome) =
+                    (host.to_owned(), rp_uuid.to_owned(), outcome.clone());
+                move |tx| {
+                    Box::pin(async move { finish(tx, &host, &rp_uuid, attempt, &outcome).await })
+                }
+            })
+            .await
+    }
+
+    /// Every device provider (of `host`, when given) with its cleaning.
+    pub async fn list(&self, host: Option<&str>) -> Result<Vec<DeviceCleaning>, StoreError> {
+        let host = host.map(str::to_owned);
+        self.0
+            .read(move |tx| Box::pin(async move { list(tx, host.as_deref()).await }))
+            .await
+    }
+
+    /// An operator's retry of the providers `uuid` names ([`retry`]); the agents'
+    /// long polls on this process are woken.
+    pub async fn retry(&self, uuid: &str) -> Result<Vec<DeviceCleaning>, StoreError> {
+        let rows = self
+            .0
+            .write_rerunning(|| {
+                let uuid = uuid.to_owned();
+                move |tx| Box::pin(async move { retry(tx, &uuid).await })
+            })
+            .await?;
+        self.0.cleanings_queued();
+        Ok(rows)
+    }
+
+    /// An operator's release of the providers `uuid` names ([`release`]).
+    pub async fn release(&self, uuid: &str) -> Result<Vec<DeviceCleaning>, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let uuid = uuid.to_owned();
+                move |tx| Box::pin(async move { release(tx, &uuid).await })
+            })
+            .await
+    }
 }

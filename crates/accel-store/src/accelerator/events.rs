@@ -250,9 +250,11 @@ pub async fn claim_for_delivery(
     now: i64,
     lease_until: i64,
 ) -> Result<Option<NovaEvent>, StoreError> {
-    let owner = owner.to_owned();
     store
-        .write(move |tx| Box::pin(async move { claim(tx, id, &owner, now, lease_until).await }))
+        .write_rerunning(|| {
+            let owner = owner.to_owned();
+            move |tx| Box::pin(async move { claim(tx, id, &owner, now, lease_until).await })
+        })
         .await
 }
 
@@ -266,21 +268,23 @@ pub async fn record_attempt(
     error: Option<String>,
     now: i64,
 ) -> Result<bool, StoreError> {
-    let owner = owner.to_owned();
     store
-        .write(move |tx| {
-            Box::pin(async move {
-                settle(
-                    tx,
-                    id,
-                    &owner,
-                    delivery,
-                    next_attempt,
-                    error.as_deref(),
-                    now,
-                )
-                .await
-            })
+        .write_rerunning(|| {
+            let (owner, error) = (owner.to_owned(), error.clone());
+            move |tx| {
+                Box::pin(async move {
+                    settle(
+                        tx,
+                        id,
+                        &owner,
+                        delivery,
+                        next_attempt,
+                        error.as_deref(),
+                        now,
+                    )
+                    .await
+                })
+            }
         })
         .await
 }

@@ -2,8 +2,9 @@
 //! `attach_handles`. The agent report ([`super::report`]) writes them; the API reads
 //! them and manages attributes.
 
+use super::refused::{Key, Kind, Refused};
 use super::{new_uuid, Stamps};
-use crate::{placeholders, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus, DeviceType};
 use sqlx::Row;
 use std::collections::HashMap;
@@ -158,20 +159,20 @@ async fn select<T>(
     q.fetch_all(&mut *tx).await?.iter().map(conv).collect()
 }
 
-/// The one row of `head` with `uuid`; upstream's "`kind` not found with uuid=..." when
-/// there is none.
+/// The one row of `head` with `uuid`; [`Refused::NotFound`] for `kind` when there is
+/// none.
 async fn by_uuid<T>(
     tx: &mut Tx,
     head: &str,
     conv: fn(&sqlx::any::AnyRow) -> Result<T, StoreError>,
-    kind: &str,
+    kind: Kind,
     uuid: &str,
 ) -> Result<T, StoreError> {
     select(tx, head, &[("uuid", Value::Text(uuid.into()))], conv)
         .await?
         .into_iter()
         .next()
-        .ok_or_else(|| StoreError::NotFound(format!("{kind} not found with uuid={uuid}")))
+        .ok_or_else(|| Refused::no_uuid(kind, uuid))
 }
 
 /// Runs `head WHERE col IN (ids) ORDER BY id`, a query per [`crate::BATCH_ROWS`] ids.
@@ -250,8 +251,8 @@ pub async fn list_devices(
     select(tx, DEVICE_SELECT, &f, device).await
 }
 
-pub async fn device_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Device, StoreError> {
-    by_uuid(tx, DEVICE_SELECT, device, "Device", uuid).await
+pub(crate) async fn device_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Device, StoreError> {
+    by_uuid(tx, DEVICE_SELECT, device, Kind::Device, uuid).await
 }
 
 /// Deployable columns `GET /deployables` may filter on (those upstream's DB layer
@@ -323,11 +324,7 @@ pub async fn list_deployables(
     select(tx, DEPLOYABLE_SELECT, &f, deployable).await
 }
 
-pub async fn deployable_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Deployable, StoreError> {
-    by_uuid(tx, DEPLOYABLE_SELECT, deployable, "Deployable", uuid).await
-}
-
-pub async fn deployables_of_device(
+pub(crate) async fn deployables_of_device(
     tx: &mut Tx,
     device_id: i64,
 ) -> Result<Vec<Deployable>, StoreError> {
@@ -341,7 +338,7 @@ pub async fn deployables_of_device(
 }
 
 /// The deployables of `device_ids` (a query per few hundred devices), by id.
-pub async fn deployables_of_devices(
+pub(crate) async fn deployables_of_devices(
     tx: &mut Tx,
     device_ids: &[i64],
 ) -> Result<Vec<Deployable>, StoreError> {
@@ -350,7 +347,7 @@ pub async fn deployables_of_devices(
 
 /// The attributes of each of `deployable_ids` (a query per few hundred deployables), in
 /// creation order.
-pub async fn attributes_of(
+pub(crate) async fn attributes_of(
     tx: &mut Tx,
     deployable_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Attribute>>, StoreError> {
@@ -384,13 +381,13 @@ pub async fn list_attributes(
     select(tx, ATTRIBUTE_SELECT, &f, attribute).await
 }
 
-pub async fn attribute_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Attribute, StoreError> {
-    by_uuid(tx, ATTRIBUTE_SELECT, attribute, "Attribute", uuid).await
+pub(crate) async fn attribute_by_uuid(tx: &mut Tx, uuid: &str) -> Result<Attribute, StoreError> {
+    by_uuid(tx, ATTRIBUTE_SELECT, attribute, Kind::Attribute, uuid).await
 }
 
 /// Adds an attribute to an existing deployable (by its integer id, as upstream's API
-/// takes it). A missing deployable is [`StoreError::NotFound`] (upstream: a 500 from
-/// the foreign key).
+/// takes it). A missing deployable is [`Refused::NotFound`] (upstream: a 500 from the
+/// foreign key).
 pub async fn create_attribute(
     tx: &mut Tx,
     deployable_id: i64,
@@ -402,9 +399,7 @@ pub async fn create_attribute(
         .fetch_optional(&mut *tx)
         .await?;
     if exists.is_none() {
-        return Err(StoreError::NotFound(format!(
-            "Deployable not found with id={deployable_id}"
-        )));
+        return Err(Refused::NotFound(Kind::Deployable, Key::Id(deployable_id)).into());
     }
     insert_attribute(tx, deployable_id, key, value).await
 }
@@ -436,9 +431,7 @@ pub async fn delete_attribute(tx: &mut Tx, uuid: &str) -> Result<(), StoreError>
         .await?
         .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "Attribute not found with uuid={uuid}"
-        )));
+        return Err(Refused::no_uuid(Kind::Attribute, uuid));
     }
     Ok(())
 }
@@ -468,9 +461,134 @@ pub async fn set_device_status(
         .await?
         .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "Device not found with uuid={uuid}"
-        )));
+        return Err(Refused::no_uuid(Kind::Device, uuid));
     }
     device_by_uuid(tx, uuid).await
+}
+
+/// Hardware record operations ([`Store::hardware`]): devices, deployables and their
+/// attributes, as the API lists and changes them.
+pub struct Hardware<'s>(&'s Store);
+
+impl Store {
+    /// Operations on hardware records.
+    pub fn hardware(&self) -> Hardware<'_> {
+        Hardware(self)
+    }
+}
+
+impl Hardware<'_> {
+    /// Devices matching every `(column, value)` pair, in creation order.
+    pub async fn devices(
+        &self,
+        filters: &[(DeviceColumn, String)],
+    ) -> Result<Vec<Device>, StoreError> {
+        let f = filters.to_vec();
+        self.0
+            .read(move |tx| Box::pin(async move { list_devices(tx, &f).await }))
+            .await
+    }
+
+    /// One device ([`Refused::NotFound`] when none has `uuid`).
+    pub async fn device(&self, uuid: &str) -> Result<Device, StoreError> {
+        let uuid = uuid.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { device_by_uuid(tx, &uuid).await }))
+            .await
+    }
+
+    /// Enables or disables (`Maintaining`) a device: its status, and `reserved` on each
+    /// of its provider inventories ([`super::report::apply_status`]). With
+    /// `mark_push`, its host is marked for a push to the external Placement in the
+    /// same transaction ([`super::pushes`]).
+    pub async fn set_device_status(
+        &self,
+        uuid: &str,
+        status: DeviceStatus,
+        mark_push: bool,
+    ) -> Result<(), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let uuid = uuid.to_owned();
+                move |tx| {
+                    Box::pin(async move {
+                        let d = set_device_status(tx, &uuid, status).await?;
+                        super::report::apply_status(tx, &d).await?;
+                        if mark_push {
+                            super::pushes::mark(tx, &d.hostname, crate::now()).await?;
+                        }
+                        Ok(())
+                    })
+                }
+            })
+            .await
+    }
+
+    /// The deployables matching `filters` ([`list_deployables`]), with the attributes
+    /// of each (by deployable id), from one snapshot.
+    pub async fn deployables(
+        &self,
+        filters: &[(DeployableColumn, String)],
+    ) -> Result<(Vec<Deployable>, HashMap<i64, Vec<Attribute>>), StoreError> {
+        let f = filters.to_vec();
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    let deps = list_deployables(tx, &f).await?;
+                    let ids: Vec<i64> = deps.iter().map(|d| d.id).collect();
+                    let attrs = attributes_of(tx, &ids).await?;
+                    Ok((deps, attrs))
+                })
+            })
+            .await
+    }
+
+    /// Attributes, of one deployable and with one key when given, in creation order.
+    pub async fn attributes(
+        &self,
+        deployable_id: Option<i64>,
+        key: Option<&str>,
+    ) -> Result<Vec<Attribute>, StoreError> {
+        let key = key.map(str::to_owned);
+        self.0
+            .read(move |tx| {
+                Box::pin(async move { list_attributes(tx, deployable_id, key.as_deref()).await })
+            })
+            .await
+    }
+
+    /// One attribute ([`Refused::NotFound`] when none has `uuid`).
+    pub async fn attribute(&self, uuid: &str) -> Result<Attribute, StoreError> {
+        let uuid = uuid.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { attribute_by_uuid(tx, &uuid).await }))
+            .await
+    }
+
+    /// Adds an attribute to deployable `deployable_id` ([`create_attribute`]).
+    pub async fn create_attribute(
+        &self,
+        deployable_id: i64,
+        key: &str,
+        value: &str,
+    ) -> Result<Attribute, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (key, value) = (key.to_owned(), value.to_owned());
+                move |tx| {
+                    Box::pin(async move { create_attribute(tx, deployable_id, &key, &value).await })
+                }
+            })
+            .await
+    }
+
+    /// Deletes an attribute ([`Refused::NotFound`] when none has `uuid`).
+    pub async fn delete_attribute(&self, uuid: &str) -> Result<(), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let uuid = uuid.to_owned();
+                move |tx| Box::pin(async move { delete_attribute(tx, &uuid).await })
+            })
+            .await
+    }
 }

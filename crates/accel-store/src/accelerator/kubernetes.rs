@@ -35,9 +35,10 @@
 //! `KUBERNETES_POD`, with upstream's incomplete-consumer project and user.
 
 use super::hardware::{self, DeviceColumn};
+use super::refused::Refused;
 use crate::placement::allocations::{self, ConsumerWrite};
 use crate::placement::{inventories, providers};
-use crate::{placeholders, Conflict, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 use sqlx::Row;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -237,7 +238,7 @@ async fn stored_slots(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, Row3>,
 }
 
 /// The usage saved for `host` (free slots are absent) and the devices VMs hold.
-pub async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
+pub(crate) async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
     let usage = stored_slots(tx, host)
         .await?
         .into_iter()
@@ -266,20 +267,22 @@ pub async fn save(
             .fetch_optional(&mut *tx)
             .await?;
     if compute.is_none() {
-        return Err(StoreError::Invalid(format!(
-            "No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name."
-        )));
+        return Err(Refused::NoComputeNode {
+            host: host.to_owned(),
+            own_possible: false,
+        }
+        .into());
     }
     let by_slot: BTreeMap<&str, &SlotClaim> = claims.iter().map(|c| (c.slot.as_str(), c)).collect();
     if by_slot.len() != claims.len() {
-        return Err(StoreError::Invalid("a slot is claimed twice".into()));
+        return Err(Refused::SlotClaimedTwice.into());
     }
     for c in claims {
         if usage.get(&c.slot).is_none_or(|u| u.is_empty()) {
-            return Err(StoreError::Invalid(format!(
-                "claim of slot {} which the usage shows free",
-                c.slot
-            )));
+            return Err(Refused::FreeSlotClaimed {
+                slot: c.slot.clone(),
+            }
+            .into());
         }
     }
     let mut out = Outcome::default();
@@ -394,14 +397,11 @@ pub async fn save(
             Err(r) => Some(r),
         };
         if let Some(r) = refused {
-            return Err(StoreError::conflict(
-                Conflict::ConcurrentUpdate,
-                format!(
-                    "Placement refused the pods' allocations on host {host} ({r:?}); a virtual \
-                     machine may have taken the device since the last save. Retry: the next \
-                     save reports it as held."
-                ),
-            ));
+            return Err(Refused::PodsRefused {
+                host: host.to_owned(),
+                placement: format!("{r:?}"),
+            }
+            .into());
         }
         out.allocations_changed += writes.len();
     }
@@ -456,4 +456,50 @@ pub(super) async fn holds_exactly(
         })
         .collect();
     Ok(have == want)
+}
+
+/// Runs of a slot-usage save: a lost provider-generation race or a deadlock reruns it,
+/// as a Placement allocation write is.
+const SAVE_ATTEMPTS: u32 = 6;
+
+/// Kubernetes slot usage operations ([`Store::kubernetes`]).
+pub struct Kubernetes<'s>(&'s Store);
+
+impl Store {
+    /// Operations on hosts' Kubernetes slot usage.
+    pub fn kubernetes(&self) -> Kubernetes<'_> {
+        Kubernetes(self)
+    }
+}
+
+impl Kubernetes<'_> {
+    /// The usage saved for `host` and the devices VMs hold ([`load`]).
+    pub async fn load(&self, host: &str) -> Result<Saved, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { load(tx, &host).await }))
+            .await
+    }
+
+    /// Stores `host`'s `usage` and allocates the devices of `claims` to their pods
+    /// ([`save`]), rerun from scratch after a lost provider-generation race or a
+    /// deadlock.
+    pub async fn save(
+        &self,
+        host: &str,
+        usage: &BTreeMap<String, String>,
+        claims: &[SlotClaim],
+    ) -> Result<Outcome, StoreError> {
+        self.0
+            .rerun(
+                SAVE_ATTEMPTS,
+                StoreError::is_retryable,
+                || {
+                    let (host, usage, claims) = (host.to_owned(), usage.clone(), claims.to_vec());
+                    move |tx| Box::pin(async move { save(tx, &host, &usage, &claims).await })
+                },
+                |_| true,
+            )
+            .await
+    }
 }

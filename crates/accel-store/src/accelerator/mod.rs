@@ -2,12 +2,18 @@
 //! control-path ids, deployables, attributes, attach handles), accelerator requests and
 //! their durable bind jobs.
 //!
-//! As in [`crate::placement`], functions take an open transaction so a handler composes
-//! them in one [`crate::Store::write`]. Invariants kept here:
+//! The API calls operations on [`crate::Store`], grouped per resource, each its own
+//! snapshot or transaction ([`crate::Store::arqs`], [`crate::Store::profiles`],
+//! [`crate::Store::hardware`], [`crate::Store::reports`], [`crate::Store::programs`],
+//! [`crate::Store::cleanings`], [`crate::Store::kubernetes`], [`crate::Store::claims`];
+//! the bind worker's in [`binds`] and [`events`]); every write is rerun there after a
+//! deadlock, as upstream's `wrap_db_retry` reruns Cyborg's. What an operation refuses
+//! comes back as data ([`Refused`]), worded by the accelerator API. The functions under
+//! them take an open transaction. Invariants kept here:
 //! - every ARQ query that a tenant can reach is scoped in SQL by [`Scope`] (an ARQ with
 //!   no project is visible to admins only), and lists filter in SQL on indexed columns
 //!   (`instance_uuid`, `project_id`), never by loading every ARQ;
-//! - a profile referenced by ARQs cannot be deleted ([`crate::Conflict::InUse`]);
+//! - a profile referenced by ARQs cannot be deleted ([`Refused::ProfileInUse`]);
 //! - a host's hardware report replaces that host's records and reconciles its Placement
 //!   providers in the caller's transaction ([`report::replace_host`]), so a failed
 //!   report leaves both as they were;

@@ -1,8 +1,9 @@
 //! `device_profiles`: named, ordered request groups, stored as JSON text
 //! (`[{"resources:FPGA": "1", ...}, ...]`, key order kept).
 
+use super::refused::{Key, Kind, Refused};
 use super::{new_uuid, Stamps};
-use crate::{Conflict, StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::{DeviceProfile, Group};
 use sqlx::Row;
 
@@ -64,9 +65,8 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<Profile, StoreError> {
     })
 }
 
-/// Stores a new profile. A taken name is [`Conflict::Duplicate`] with the name as
-/// detail; a taken client-supplied uuid is [`Conflict::Duplicate`] too, with detail
-/// `uuid <uuid>`.
+/// Stores a new profile. A taken name is [`Refused::ProfileNameTaken`], a taken
+/// client-supplied uuid [`Refused::ProfileUuidTaken`].
 pub async fn create(tx: &mut Tx, p: &DeviceProfile) -> Result<Profile, StoreError> {
     let uuid = p.uuid.map(|u| u.to_string()).unwrap_or_else(new_uuid);
     let taken: Vec<(String, String)> =
@@ -78,14 +78,14 @@ pub async fn create(tx: &mut Tx, p: &DeviceProfile) -> Result<Profile, StoreErro
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<_, sqlx::Error>>()?;
+    let name_taken = || Refused::ProfileNameTaken {
+        name: p.name.clone(),
+    };
     if taken.iter().any(|(_, n)| *n == p.name) {
-        return Err(StoreError::conflict(Conflict::Duplicate, p.name.clone()));
+        return Err(name_taken().into());
     }
     if !taken.is_empty() {
-        return Err(StoreError::conflict(
-            Conflict::Duplicate,
-            format!("uuid {uuid}"),
-        ));
+        return Err(Refused::ProfileUuidTaken { uuid }.into());
     }
     sqlx::query(
         "INSERT INTO device_profiles (uuid, name, description, groups, created_at) \
@@ -102,7 +102,7 @@ pub async fn create(tx: &mut Tx, p: &DeviceProfile) -> Result<Profile, StoreErro
         // A concurrent creator won between our check and insert.
         let e = StoreError::Db(e);
         if e.is_unique_violation() {
-            StoreError::conflict(Conflict::Duplicate, p.name.clone())
+            name_taken().into()
         } else {
             e
         }
@@ -136,7 +136,7 @@ pub async fn list(tx: &mut Tx, names: Option<&[String]>) -> Result<Vec<Profile>,
     rows.iter().map(from_row).collect()
 }
 
-pub async fn by_uuid(tx: &mut Tx, uuid: &str) -> Result<Option<Profile>, StoreError> {
+pub(crate) async fn by_uuid(tx: &mut Tx, uuid: &str) -> Result<Option<Profile>, StoreError> {
     let row = sqlx::query(&format!("{SELECT} WHERE uuid = $1"))
         .bind(uuid)
         .fetch_optional(&mut *tx)
@@ -152,7 +152,7 @@ pub async fn by_name(tx: &mut Tx, name: &str) -> Result<Option<Profile>, StoreEr
     row.as_ref().map(from_row).transpose()
 }
 
-pub async fn by_id(tx: &mut Tx, id: i64) -> Result<Option<Profile>, StoreError> {
+pub(crate) async fn by_id(tx: &mut Tx, id: i64) -> Result<Option<Profile>, StoreError> {
     let row = sqlx::query(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -160,8 +160,8 @@ pub async fn by_id(tx: &mut Tx, id: i64) -> Result<Option<Profile>, StoreError> 
     row.as_ref().map(from_row).transpose()
 }
 
-/// Deletes a profile no ARQ references ([`Conflict::InUse`] otherwise, naming how many
-/// ARQs still use it).
+/// Deletes a profile no ARQ references ([`Refused::ProfileInUse`] otherwise, with how
+/// many ARQs still use it).
 pub async fn delete(tx: &mut Tx, p: &Profile) -> Result<(), StoreError> {
     let users: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM extended_accelerator_requests WHERE device_profile_id = $1",
@@ -170,17 +170,86 @@ pub async fn delete(tx: &mut Tx, p: &Profile) -> Result<(), StoreError> {
     .fetch_one(&mut *tx)
     .await?;
     if users > 0 {
-        return Err(StoreError::conflict(
-            Conflict::InUse,
-            format!(
-                "Device profile {} is in use by {users} accelerator request(s).",
-                p.name
-            ),
-        ));
+        return Err(Refused::ProfileInUse {
+            name: p.name.clone(),
+            arqs: users,
+        }
+        .into());
     }
     sqlx::query("DELETE FROM device_profiles WHERE id = $1")
         .bind(p.id)
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// The profile `key` names (its uuid or its name), [`Refused::NotFound`] when none.
+async fn require(tx: &mut Tx, key: &Key) -> Result<Profile, StoreError> {
+    let found = match key {
+        Key::Uuid(u) => by_uuid(tx, u).await?,
+        Key::Name(n) => by_name(tx, n).await?,
+        Key::Id(i) => by_id(tx, *i).await?,
+        Key::ProviderUuid(_) => None,
+    };
+    found.ok_or_else(|| Refused::NotFound(Kind::DeviceProfile, key.clone()).into())
+}
+
+/// Device profile operations ([`Store::profiles`]).
+pub struct Profiles<'s>(&'s Store);
+
+impl Store {
+    /// Operations on device profiles.
+    pub fn profiles(&self) -> Profiles<'_> {
+        Profiles(self)
+    }
+}
+
+impl Profiles<'_> {
+    /// Every profile, or those named in `names`, in creation order.
+    pub async fn list(&self, names: Option<&[String]>) -> Result<Vec<Profile>, StoreError> {
+        let names = names.map(<[String]>::to_vec);
+        self.0
+            .read(move |tx| Box::pin(async move { list(tx, names.as_deref()).await }))
+            .await
+    }
+
+    /// The profile `key` names ([`Refused::NotFound`] when none).
+    pub async fn show(&self, key: &Key) -> Result<Profile, StoreError> {
+        let key = key.clone();
+        self.0
+            .read(move |tx| Box::pin(async move { require(tx, &key).await }))
+            .await
+    }
+
+    /// Stores a new profile ([`create`]'s refusals).
+    pub async fn create(&self, p: &DeviceProfile) -> Result<Profile, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let p = p.clone();
+                move |tx| Box::pin(async move { create(tx, &p).await })
+            })
+            .await
+    }
+
+    /// Deletes every profile `keys` name, or none: the first missing one is
+    /// [`Refused::NotFound`], one still in use [`Refused::ProfileInUse`].
+    pub async fn delete_all(&self, keys: &[Key]) -> Result<(), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let keys = keys.to_vec();
+                move |tx| {
+                    Box::pin(async move {
+                        let mut targets = Vec::with_capacity(keys.len());
+                        for k in &keys {
+                            targets.push(require(tx, k).await?);
+                        }
+                        for p in &targets {
+                            delete(tx, p).await?;
+                        }
+                        Ok(())
+                    })
+                }
+            })
+            .await
+    }
 }

@@ -5,7 +5,8 @@
 //! with [`finish_program_request`].
 
 use super::lease;
-use crate::{StoreError, Tx};
+use super::refused::{Kind, Refused};
+use crate::{Store, StoreError, Tx};
 use sqlx::Row;
 
 /// A programming request the agent should carry out: for a bind (`arq_uuid`), or
@@ -66,7 +67,7 @@ pub async fn program_request(
 }
 
 /// Programming request `id`, if it exists.
-pub async fn program_request_by_id(
+pub(crate) async fn program_request_by_id(
     tx: &mut Tx,
     id: i64,
 ) -> Result<Option<ProgramRequest>, StoreError> {
@@ -78,7 +79,10 @@ pub async fn program_request_by_id(
 }
 
 /// The requests the agent of `host` still has to carry out, oldest first.
-pub async fn pending_programs(tx: &mut Tx, host: &str) -> Result<Vec<ProgramRequest>, StoreError> {
+pub(crate) async fn pending_programs(
+    tx: &mut Tx,
+    host: &str,
+) -> Result<Vec<ProgramRequest>, StoreError> {
     let rows = sqlx::query(&format!(
         "SELECT {PROGRAM_COLUMNS} WHERE pr.hostname = $1 AND pr.state = 'pending' ORDER BY pr.id"
     ))
@@ -121,8 +125,9 @@ pub(super) async fn insert_program_request(
 
 /// Records a request, without an ARQ, to program the deployable with uuid
 /// `deployable_uuid` with Glance image `bitstream_id`, for the agent of the
-/// deployable's host; answers the request. `NotFound` for an unknown deployable.
-pub async fn request_program(
+/// deployable's host; answers the request. [`Refused::NotFound`] for an unknown
+/// deployable.
+pub(crate) async fn request_program(
     tx: &mut Tx,
     deployable_uuid: &str,
     bitstream_id: &str,
@@ -135,9 +140,7 @@ pub async fn request_program(
     .bind(deployable_uuid)
     .fetch_optional(&mut *tx)
     .await?
-    .ok_or_else(|| {
-        StoreError::NotFound(format!("Deployable not found with uuid={deployable_uuid}"))
-    })?;
+    .ok_or_else(|| Refused::no_uuid(Kind::Deployable, deployable_uuid))?;
     let (dep_id, host): (i64, String) = (row.try_get(0)?, row.try_get(1)?);
     let id = insert_program_request(
         tx,
@@ -160,7 +163,8 @@ pub async fn request_program(
 /// Ends programming request `id` of `host` (the agent's answer): `Ok(())` done,
 /// `Err(reason)` failed. A done request that named a bitstream records it on the
 /// deployable. A bind job waiting on the request becomes due again. Answers the
-/// request as it now is; `NotFound` when `host` has no pending request `id`.
+/// request as it now is; [`Refused::NoPendingProgram`] when `host` has no pending
+/// request `id`.
 pub async fn finish_program_request(
     tx: &mut Tx,
     host: &str,
@@ -185,9 +189,11 @@ pub async fn finish_program_request(
     .await?
     .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "Host {host} has no pending programming request {id}"
-        )));
+        return Err(Refused::NoPendingProgram {
+            host: host.to_owned(),
+            id,
+        }
+        .into());
     }
     let pr = program_request_by_id(tx, id)
         .await?
@@ -200,7 +206,7 @@ pub async fn finish_program_request(
 
 /// Gives up on programming request `id` if it is still pending (its caller stopped
 /// waiting): it ends `failed` with `reason`. True when this call ended it.
-pub async fn abandon_program_request(
+pub(crate) async fn abandon_program_request(
     tx: &mut Tx,
     id: i64,
     reason: &str,
@@ -230,4 +236,85 @@ pub(super) async fn set_bitstream(
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// Programming request operations ([`Store::programs`]): the API's
+/// `PATCH /v2/deployables/{uuid}/program` and the agent's side.
+pub struct Programs<'s>(&'s Store);
+
+impl Store {
+    /// Operations on programming requests.
+    pub fn programs(&self) -> Programs<'_> {
+        Programs(self)
+    }
+}
+
+impl Programs<'_> {
+    /// Records a request to program deployable `deployable_uuid` with Glance image
+    /// `bitstream_id` ([`request_program`]).
+    pub async fn request(
+        &self,
+        deployable_uuid: &str,
+        bitstream_id: &str,
+    ) -> Result<ProgramRequest, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (d, b) = (deployable_uuid.to_owned(), bitstream_id.to_owned());
+                move |tx| Box::pin(async move { request_program(tx, &d, &b, crate::now()).await })
+            })
+            .await
+    }
+
+    /// Programming request `id`, if it exists.
+    pub async fn get(&self, id: i64) -> Result<Option<ProgramRequest>, StoreError> {
+        self.0
+            .read(move |tx| Box::pin(async move { program_request_by_id(tx, id).await }))
+            .await
+    }
+
+    /// Gives up on request `id` if it is still pending ([`abandon_program_request`]);
+    /// true when this call ended it.
+    pub async fn abandon(&self, id: i64, reason: &str) -> Result<bool, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let reason = reason.to_owned();
+                move |tx| {
+                    Box::pin(
+                        async move { abandon_program_request(tx, id, &reason, crate::now()).await },
+                    )
+                }
+            })
+            .await
+    }
+
+    /// The requests the agent of `host` has to carry out, oldest first.
+    pub async fn pending(&self, host: &str) -> Result<Vec<ProgramRequest>, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { pending_programs(tx, &host).await }))
+            .await
+    }
+
+    /// The agent's answer to request `id` of `host` ([`finish_program_request`]), with
+    /// when the request was recorded (for the duration metric).
+    pub async fn finish(
+        &self,
+        host: &str,
+        id: i64,
+        result: Result<(), String>,
+    ) -> Result<(ProgramRequest, Option<i64>), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let (host, result) = (host.to_owned(), result.clone());
+                move |tx| {
+                    Box::pin(async move {
+                        let recorded_at = crate::stats::program_created_at(tx, id).await?;
+                        let pr =
+                            finish_program_request(tx, &host, id, result, crate::now()).await?;
+                        Ok((pr, recorded_at))
+                    })
+                }
+            })
+            .await
+    }
 }

@@ -13,10 +13,14 @@
 //! the row stays pending and any replica, or the restarted server, pushes it once the
 //! lease has run out. A change made while a push runs bumps `version`, so
 //! [`succeeded`] with the older version leaves the host pending and due at once.
+//!
+//! [`mark`] runs inside the writes that change a tree; the pusher's steps are
+//! operations of their own ([`Store::pushes`]), each one transaction, since a push
+//! talks to the remote between them and must hold no transaction meanwhile.
 
 use super::lease;
 use crate::placement::{inventories, providers, traits};
-use crate::{StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use accel_core::capacity::Limits;
 use sqlx::Row;
 use std::collections::HashMap;
@@ -39,6 +43,95 @@ impl Push {
     /// Whether the remote may lag behind the local tree.
     pub fn pending(&self) -> bool {
         self.version > self.pushed_version
+    }
+}
+
+/// The pusher's operations on the outbox ([`Store::pushes`]).
+pub struct Pushes<'s>(&'s Store);
+
+impl Store {
+    /// Operations on the external-Placement outbox, each its own transaction.
+    pub fn pushes(&self) -> Pushes<'_> {
+        Pushes(self)
+    }
+}
+
+impl Pushes<'_> {
+    /// Marks every host ([`mark_all`]); answers how many.
+    pub async fn mark_all(&self, now: i64) -> Result<usize, StoreError> {
+        self.0.write(move |tx| Box::pin(mark_all(tx, now))).await
+    }
+
+    /// At most `limit` hosts due at `now` ([`due`]).
+    pub async fn due(&self, now: i64, limit: i64) -> Result<Vec<String>, StoreError> {
+        self.0.read(move |tx| Box::pin(due(tx, now, limit))).await
+    }
+
+    /// Takes `host` for one push by `owner` until `lease_until` ([`claim`]); `None`
+    /// when it is no longer pending, due and free.
+    pub async fn claim(
+        &self,
+        host: &str,
+        owner: &str,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let (host, owner) = (host.to_owned(), owner.to_owned());
+        self.0
+            .write(move |tx| {
+                Box::pin(async move { claim(tx, &host, &owner, now, lease_until).await })
+            })
+            .await
+    }
+
+    /// What a push of `host` copies ([`local_tree`]), in one snapshot.
+    pub async fn local_tree(&self, host: &str) -> Result<LocalTree, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { local_tree(tx, &host).await }))
+            .await
+    }
+
+    /// Records that `owner` pushed `version` of `host` ([`succeeded`]).
+    pub async fn succeeded(
+        &self,
+        host: &str,
+        owner: &str,
+        version: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let (host, owner) = (host.to_owned(), owner.to_owned());
+        self.0
+            .write(move |tx| {
+                Box::pin(async move { succeeded(tx, &host, &owner, version, now).await })
+            })
+            .await
+    }
+
+    /// Records `owner`'s failed push of `host`, tried again at `next_attempt`
+    /// ([`failed`]).
+    pub async fn failed(
+        &self,
+        host: &str,
+        owner: &str,
+        next_attempt: i64,
+        error: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let (host, owner, error) = (host.to_owned(), owner.to_owned(), error.to_owned());
+        self.0
+            .write(move |tx| {
+                Box::pin(async move { failed(tx, &host, &owner, next_attempt, &error, now).await })
+            })
+            .await
+    }
+
+    /// The row of `host`, if it was ever marked.
+    pub async fn get(&self, host: &str) -> Result<Option<Push>, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { get(tx, &host).await }))
+            .await
     }
 }
 

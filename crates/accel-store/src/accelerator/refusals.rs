@@ -15,8 +15,9 @@
 //!   accel's worker takes it later, so the count stands in for the take.
 //!
 //! A refused ARQ ends as upstream leaves it: the patch's host, device and instance
-//! recorded, state `BindFailed`, and a failed bind job whose error is the refusal, so
-//! the console's ARQ page shows why. The other ARQs of the patch are left as they
+//! recorded, state `BindFailed`, and a failed bind job whose error is the refusal (in
+//! the API's words, which the caller gives: `Arqs::patch`), so the console's ARQ page
+//! shows why. The other ARQs of the patch are left as they
 //! were (the whole patch is refused before any of them is touched). No Nova event is
 //! recorded: the `PATCH`'s error is Nova's answer.
 //!
@@ -64,29 +65,6 @@ pub struct Refused {
     pub hostname: String,
     pub device_rp_uuid: String,
     pub refusal: Refusal,
-}
-
-impl Refused {
-    /// The sentence of the API's error, the log and the bind job's error.
-    pub fn message(&self) -> String {
-        let (arq, rp, host) = (&self.arq_uuid, &self.device_rp_uuid, &self.hostname);
-        match &self.refusal {
-            Refusal::OtherHost { device_host } => format!(
-                "Cannot bind ARQ {arq}: device resource provider {rp} is a device of host {device_host}, not of {host}"
-            ),
-            Refusal::Unhealthy { health } => format!(
-                "Cannot bind ARQ {arq}: the device of resource provider {rp} on {host} is {health} (as its agent reports)"
-            ),
-            Refusal::NoFreeHandle {
-                deployable_id,
-                handles,
-                free,
-                promised,
-            } => format!(
-                "AttachHandle not found Matching deployable_id {deployable_id}: cannot bind ARQ {arq}: no free attach handle on device resource provider {rp} ({handles} handle(s), {free} free, {promised} promised to binds in progress)"
-            ),
-        }
-    }
 }
 
 /// The device behind a provider, as far as a bind needs it.

@@ -4,7 +4,7 @@
 //! ARQs are project-scoped here as in the API ([`Scope`]): a project member's page
 //! is filtered in SQL, so another project's ARQ is never read.
 
-use super::{bind_all, count, like, Page, Window};
+use super::{bind_all, count, like, Estate, Page, Window};
 use crate::accelerator::Scope;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -133,10 +133,49 @@ fn arq_from_row(r: &sqlx::any::AnyRow) -> Result<ArqView, StoreError> {
     })
 }
 
-/// A page of the ARQs `scope` sees, matching `search` (instance, host, device
-/// provider or ARQ uuid, profile name, device provider name), failed and stuck ones first (a bind past its
-/// deadline at `now`), then binding, then the rest; newest first within each.
-pub async fn arqs(
+impl Estate<'_> {
+    /// A page of the ARQs `scope` sees, matching `search` (instance, host, device
+    /// provider or ARQ uuid, profile name, device provider name), failed and stuck
+    /// ones first (a bind past its deadline at `now`), then binding, then the rest;
+    /// newest first within each.
+    pub async fn arqs(
+        &self,
+        scope: &Scope,
+        search: Option<&str>,
+        now: i64,
+        window: Window,
+    ) -> Result<Page<ArqView>, StoreError> {
+        let (scope, search) = (scope.clone(), search.map(str::to_owned));
+        self.0
+            .read(move |tx| {
+                Box::pin(async move { arqs(tx, &scope, search.as_deref(), now, window).await })
+            })
+            .await
+    }
+
+    /// A page of consumers by uuid, matching `search` (a consumer uuid, or a host or
+    /// provider name, or a provider uuid, it allocates from), each with its
+    /// allocations, its ARQs (as an instance) and whether it is a pod's. Instances
+    /// that have ARQs but no allocation are listed too (project from their ARQs, no
+    /// user).
+    pub async fn consumers(
+        &self,
+        search: Option<&str>,
+        window: Window,
+    ) -> Result<Page<ConsumerView>, StoreError> {
+        let search = search.map(str::to_owned);
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    consumers_where(tx, ConsumerFilter::Search(search.as_deref()), window).await
+                })
+            })
+            .await
+    }
+}
+
+/// [`Estate::arqs`]'s read.
+async fn arqs(
     tx: &mut Tx,
     scope: &Scope,
     search: Option<&str>,
@@ -189,7 +228,7 @@ pub async fn arqs(
 
 /// The newest ARQs bound or binding to the host `hostname` (any project: the host
 /// page is an admin's), at most `limit`, and how many there are.
-pub async fn arqs_on_host(
+pub(crate) async fn arqs_on_host(
     tx: &mut Tx,
     hostname: &str,
     limit: u64,
@@ -231,7 +270,7 @@ async fn arqs_of(tx: &mut Tx, instances: &[String]) -> Result<Vec<ArqView>, Stor
 
 /// Which consumers a consumers page lists.
 #[derive(Debug, Clone, Copy)]
-pub enum ConsumerFilter<'a> {
+pub(crate) enum ConsumerFilter<'a> {
     /// All, or those matching a search: a consumer uuid, or a host or provider name,
     /// or a provider uuid, it allocates from or its ARQs name.
     Search(Option<&'a str>),
@@ -289,20 +328,8 @@ fn consumer_uuids(filter: ConsumerFilter) -> (String, Vec<String>) {
     }
 }
 
-/// A page of consumers by uuid, matching `search` (a consumer uuid, or a host or
-/// provider name, or a provider uuid, it allocates from), each with its allocations,
-/// its ARQs (as an instance) and whether it is a pod's. Instances that have ARQs but
-/// no allocation are listed too (project from their ARQs, no user).
-pub async fn consumers(
-    tx: &mut Tx,
-    search: Option<&str>,
-    window: Window,
-) -> Result<Page<ConsumerView>, StoreError> {
-    consumers_where(tx, ConsumerFilter::Search(search), window).await
-}
-
-/// A page of the consumers `filter` keeps, as [`consumers`].
-pub async fn consumers_where(
+/// A page of the consumers `filter` keeps, as [`Estate::consumers`] shows them.
+pub(crate) async fn consumers_where(
     tx: &mut Tx,
     filter: ConsumerFilter<'_>,
     window: Window,

@@ -7,7 +7,7 @@
 //! providers ([`crate::placement::world::load_providers`], the same reads the candidate
 //! search uses), and the devices and reports of those hosts.
 
-use super::{bind_all, count, like, Page, Window};
+use super::{bind_all, count, like, Estate, Page, Window};
 use crate::placement::world;
 use crate::{placeholders, StoreError, Tx};
 use sqlx::Row;
@@ -190,21 +190,48 @@ pub struct HostFilter {
     pub health: Option<HealthFilter>,
 }
 
-/// One page of hosts, by root name, matching `search` (see [`roots_where`]).
-pub async fn page(
-    tx: &mut Tx,
-    search: Option<&str>,
-    window: Window,
-) -> Result<Page<HostView>, StoreError> {
-    let filter = HostFilter {
-        search: search.map(str::to_owned),
-        ..HostFilter::default()
-    };
-    filtered(tx, &filter, window).await
+impl Estate<'_> {
+    /// One page of hosts, by root name, that `filter` keeps, with their trees.
+    pub async fn hosts(
+        &self,
+        filter: &HostFilter,
+        window: Window,
+    ) -> Result<Page<HostView>, StoreError> {
+        let filter = filter.clone();
+        self.0
+            .read(move |tx| Box::pin(async move { filtered(tx, &filter, window).await }))
+            .await
+    }
+
+    /// Every provider's name by id: one scan (the candidate pages name providers of
+    /// the whole index, and keep this per index version).
+    pub async fn provider_names(&self) -> Result<HashMap<i64, String>, StoreError> {
+        self.0.read_one(|tx| Box::pin(all_names(tx))).await
+    }
+
+    /// A page of the hosts that have Kubernetes slots, by name, matching `search`
+    /// (a node, a pod's `namespace/name`, or a device address), with their held
+    /// slots.
+    pub async fn kubernetes(
+        &self,
+        search: Option<&str>,
+        window: Window,
+    ) -> Result<KubernetesPage, StoreError> {
+        let search = search.map(str::to_owned);
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    let hosts = kubernetes_hosts(tx, search.as_deref(), window).await?;
+                    let slots = kubernetes_slots(tx, &hosts.items).await?;
+                    Ok(KubernetesPage { hosts, slots })
+                })
+            })
+            .await
+    }
 }
 
 /// One page of hosts, by root name, that `filter` keeps.
-pub async fn filtered(
+async fn filtered(
     tx: &mut Tx,
     filter: &HostFilter,
     window: Window,
@@ -227,7 +254,7 @@ pub async fn filtered(
 }
 
 /// The tree of the root provider `uuid` (or of the root of the provider `uuid`).
-pub async fn tree(tx: &mut Tx, uuid: &str) -> Result<Option<HostView>, StoreError> {
+pub(crate) async fn tree(tx: &mut Tx, uuid: &str) -> Result<Option<HostView>, StoreError> {
     let root: Option<i64> =
         sqlx::query_scalar("SELECT root_provider_id FROM resource_providers WHERE uuid = $1")
             .bind(uuid)
@@ -403,9 +430,8 @@ async fn last_reports(tx: &mut Tx, hosts: &[String]) -> Result<HashMap<String, i
     Ok(out)
 }
 
-/// Every provider's name by id: one scan (the candidate pages name providers of the
-/// whole index, and keep this per index version).
-pub async fn all_names(tx: &mut Tx) -> Result<HashMap<i64, String>, StoreError> {
+/// [`Estate::provider_names`]'s read.
+async fn all_names(tx: &mut Tx) -> Result<HashMap<i64, String>, StoreError> {
     let mut out = HashMap::new();
     for r in sqlx::query("SELECT id, name FROM resource_providers")
         .fetch_all(&mut *tx)
@@ -417,7 +443,7 @@ pub async fn all_names(tx: &mut Tx) -> Result<HashMap<i64, String>, StoreError> 
 }
 
 /// Hostnames that have Kubernetes slots, a page of them by name, matching `search`.
-pub async fn kubernetes_hosts(
+async fn kubernetes_hosts(
     tx: &mut Tx,
     search: Option<&str>,
     window: Window,
@@ -445,6 +471,15 @@ pub async fn kubernetes_hosts(
     Ok(Page { items, total })
 }
 
+/// A page of Kubernetes nodes ([`Estate::kubernetes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesPage {
+    /// The page's hostnames.
+    pub hosts: Page<String>,
+    /// The held slots of those hosts, by host then slot.
+    pub slots: Vec<SlotView>,
+}
+
 /// One held Kubernetes slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotView {
@@ -458,7 +493,7 @@ pub struct SlotView {
 }
 
 /// The held slots of `hosts`, by host then slot.
-pub async fn kubernetes_slots(tx: &mut Tx, hosts: &[String]) -> Result<Vec<SlotView>, StoreError> {
+async fn kubernetes_slots(tx: &mut Tx, hosts: &[String]) -> Result<Vec<SlotView>, StoreError> {
     let mut out = Vec::new();
     for chunk in hosts.chunks(500) {
         let sql = format!(

@@ -10,13 +10,40 @@
 //! uuids, which a person types or pastes.
 //!
 //! The console renders these rows; it never writes, so nothing here needs a write
-//! transaction or a `touch`.
+//! transaction or a `touch`. It reads through [`Store::estate`]: one operation per
+//! page, each in its own snapshot, so a page's lists agree with each other.
 
-use crate::{StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 
 pub mod activity;
+mod host;
 pub mod hosts;
+mod profiles;
 pub mod summary;
+
+pub use host::HostPage;
+pub use hosts::KubernetesPage;
+
+/// The console's reads ([`Store::estate`]); each page is one of them.
+pub struct Estate<'s>(&'s Store);
+
+impl Store {
+    /// The console's reads of the estate.
+    pub fn estate(&self) -> Estate<'_> {
+        Estate(self)
+    }
+}
+
+impl Estate<'_> {
+    /// A token that changes whenever anything the console shows changes: the
+    /// Placement change version (every provider, inventory, trait or allocation write
+    /// bumps it) and counts and latest stamps of ARQs, bind jobs, Nova events, agent
+    /// reports, Kubernetes slots and device history (health, binds, cleanings). Pages
+    /// poll it and reload only when it moved.
+    pub async fn stamp(&self) -> Result<String, StoreError> {
+        self.0.read_one(|tx| Box::pin(stamp(tx))).await
+    }
+}
 
 /// One page of a list and how many rows the whole filtered list has.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,12 +93,8 @@ fn bind_all<'q>(
     q
 }
 
-/// A token that changes whenever anything the console shows changes: the Placement
-/// change version (every provider, inventory, trait or allocation write bumps it)
-/// and counts and latest stamps of ARQs, bind jobs, Nova events, agent reports,
-/// Kubernetes slots and device history (health, binds, cleanings). Pages poll it
-/// and reload only when it moved.
-pub async fn stamp(tx: &mut Tx) -> Result<String, StoreError> {
+/// [`Estate::stamp`]'s read.
+async fn stamp(tx: &mut Tx) -> Result<String, StoreError> {
     use sqlx::Row;
     let placement: i64 = crate::placement::changes::version(tx).await?.iter().sum();
     let row = sqlx::query(

@@ -6,6 +6,7 @@
 //! per (type, vendor), however many hosts there are, and the database does the
 //! counting.
 
+use super::Estate;
 use crate::{StoreError, Tx};
 use sqlx::Row;
 
@@ -30,8 +31,15 @@ pub struct DeviceCount {
     pub reserved: i64,
 }
 
-/// The summary, by type then vendor.
-pub async fn devices(tx: &mut Tx) -> Result<Vec<DeviceCount>, StoreError> {
+impl Estate<'_> {
+    /// Devices by type and vendor ([`DeviceCount`]), by type then vendor.
+    pub async fn device_summary(&self) -> Result<Vec<DeviceCount>, StoreError> {
+        self.0.read(|tx| Box::pin(devices(tx))).await
+    }
+}
+
+/// [`Estate::device_summary`]'s read.
+async fn devices(tx: &mut Tx) -> Result<Vec<DeviceCount>, StoreError> {
     // COUNT(CASE ..) rather than SUM: a BIGINT on every backend (MySQL's SUM is a
     // DECIMAL).
     let rows = sqlx::query(

@@ -346,7 +346,7 @@ pub async fn projects_since(
 }
 
 /// Change-log operations ([`Store::changes`]): what the Placement API's caches read to
-/// know what moved.
+/// know what moved (the version itself is [`Store::placement_version`]).
 pub struct Changes<'s>(&'s Store);
 
 impl Store {
@@ -357,11 +357,6 @@ impl Store {
 }
 
 impl Changes<'_> {
-    /// The version as of now ([`version`]): one statement, outside any transaction.
-    pub async fn version(&self) -> Result<Version, StoreError> {
-        self.0.read_one(|tx| Box::pin(version(tx))).await
-    }
-
     /// The project changes between two versions ([`projects_since`]): one statement.
     pub async fn projects_since(
         &self,

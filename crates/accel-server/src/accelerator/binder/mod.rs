@@ -162,10 +162,6 @@ pub fn default_concurrency(database: Option<&str>) -> usize {
     }
 }
 
-/// Runs of one bind transaction: a deadlock or serialization failure (more likely with
-/// instances performed at once) reruns the whole transaction, as Placement's writers do.
-const PERFORM_ATTEMPTS: u32 = 5;
-
 /// Performs bind jobs.
 pub struct Binder {
     store: Store,
@@ -441,54 +437,55 @@ impl Binder {
         Ok(report)
     }
 
-    /// [`binds::take_and_perform`], rerun after a deadlock or serialization failure
-    /// (the transaction rolled back, so the jobs are as they were); other failures,
-    /// and the last retryable one, are counted and returned, and the jobs are leased
-    /// to this server for a lease's length so that they are tried again then rather
-    /// than at once.
+    /// [`binds::take_and_perform`] (which reruns its transaction after a deadlock or
+    /// serialization failure: the jobs are as they were); each rerun is counted, and a
+    /// failure, the last retryable one included, is counted and returned, and the jobs
+    /// are leased to this server for a lease's length so that they are tried again then
+    /// rather than at once.
     async fn perform(
         &self,
         instance: Option<String>,
         ids: Vec<i64>,
         now: i64,
     ) -> Result<binds::InstanceBind, StoreError> {
-        let count = |outcome: &'static str| {
-            self.metrics
-                .bind_transaction_failures
-                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
-                .inc();
+        let count = |outcome: &'static str, n: u32| {
+            if n > 0 {
+                self.metrics
+                    .bind_transaction_failures
+                    .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                    .inc_by(u64::from(n));
+            }
         };
         let lease_until = now + self.lease_secs;
-        let deliver_until = self.handoff.as_ref().map(|_| lease_until);
-        let mut attempt = 1;
-        loop {
-            let run = binds::take_and_perform(
-                &self.store,
-                &self.owner,
-                instance.clone(),
-                ids.clone(),
-                now,
-                lease_until,
-                deliver_until,
-            );
-            match run.await {
-                Err(e) if e.is_retryable() && attempt < PERFORM_ATTEMPTS => {
-                    count("retried");
-                    tracing::info!(error = %e, attempt, jobs = ?ids, "bind transaction lost a race; running it again");
-                    attempt += 1;
+        let take = binds::Take {
+            owner: self.owner.clone(),
+            instance,
+            ids,
+            now,
+            lease_until,
+            deliver_until: self.handoff.as_ref().map(|_| lease_until),
+        };
+        let mut runs = 0;
+        let done = binds::take_and_perform(&self.store, &take, &mut runs).await;
+        let ids = take.ids;
+        match done {
+            Ok(done) => {
+                if runs > 1 {
+                    count("retried", runs - 1);
+                    tracing::info!(runs, jobs = ?ids, "bind transaction lost a race and ran again");
                 }
-                Err(e) => {
-                    count("failed");
-                    tracing::warn!(error = %e, attempt, jobs = ?ids, lease_s = self.lease_secs, "bind transaction failed; the jobs are taken again when their lease ends");
-                    if let Err(e) =
-                        binds::claim_all(&self.store, ids.clone(), &self.owner, now, lease_until)
-                            .await
-                    {
-                        tracing::debug!(error = %e, "leasing the failed jobs failed too; they are due at once");
-                    }
-                    return Err(e);
+                Ok(done)
+            }
+            Err(e) => {
+                count("retried", runs.saturating_sub(1));
+                count("failed", 1);
+                tracing::warn!(error = %e, runs, jobs = ?ids, lease_s = self.lease_secs, "bind transaction failed; the jobs are taken again when their lease ends");
+                if let Err(e) =
+                    binds::claim_all(&self.store, ids.clone(), &self.owner, now, lease_until).await
+                {
+                    tracing::debug!(error = %e, "leasing the failed jobs failed too; they are due at once");
                 }
-                done => return done,
+                Err(e)
             }
         }
     }

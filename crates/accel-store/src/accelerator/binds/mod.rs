@@ -28,10 +28,7 @@ mod attempt;
 
 use super::events;
 use super::lease;
-pub use super::programs::{
-    abandon_program_request, finish_program_request, pending_programs, program_request,
-    program_request_by_id, request_program, ProgramRequest, ProgramState,
-};
+pub use super::programs::{finish_program_request, program_request, ProgramRequest, ProgramState};
 use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::ArqState;
 use attempt::{perform_locked, write_bound, Seen};
@@ -406,18 +403,20 @@ pub async fn claim_all(
     now: i64,
     lease_until: i64,
 ) -> Result<Vec<i64>, StoreError> {
-    let owner = owner.to_owned();
     store
-        .write(move |tx| {
-            Box::pin(async move {
-                let mut got = Vec::with_capacity(ids.len());
-                for id in ids {
-                    if claim(tx, id, &owner, now, lease_until).await? {
-                        got.push(id);
+        .write_rerunning(|| {
+            let (ids, owner) = (ids.clone(), owner.to_owned());
+            move |tx| {
+                Box::pin(async move {
+                    let mut got = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        if claim(tx, id, &owner, now, lease_until).await? {
+                            got.push(id);
+                        }
                     }
-                }
-                Ok(got)
-            })
+                    Ok(got)
+                })
+            }
         })
         .await
 }
@@ -430,16 +429,18 @@ pub async fn perform_all(
     ids: Vec<i64>,
     now: i64,
 ) -> Result<Vec<Performed>, StoreError> {
-    let owner = owner.to_owned();
     store
-        .write(move |tx| {
-            Box::pin(async move {
-                let mut out = Vec::with_capacity(ids.len());
-                for id in ids {
-                    out.push(perform(tx, &owner, id, now).await?);
-                }
-                Ok(out)
-            })
+        .write_rerunning(|| {
+            let (ids, owner) = (ids.clone(), owner.to_owned());
+            move |tx| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        out.push(perform(tx, &owner, id, now).await?);
+                    }
+                    Ok(out)
+                })
+            }
         })
         .await
 }
@@ -465,73 +466,111 @@ pub struct InstanceBind {
     pub events: Vec<events::NovaEvent>,
 }
 
-/// Takes `owner`'s due jobs `ids` (one instance's: `instance`, as [`due`] named it, or
-/// `None` to read it here) and performs them in one transaction: the claim ([`claim`]'s compare-and-swap) and the perform commit
-/// together, so a bind costs one commit and no other worker can see the job between
-/// the two. The instance's ARQ rows are locked first, as [`perform`] does; a job another
-/// worker holds or finished is left alone (`not_taken`). When the instance's last ARQ
+/// Runs of one [`take_and_perform`] transaction: a deadlock or serialization failure
+/// (more likely with instances performed at once) reruns the whole transaction, as
+/// Placement's writers do.
+pub const PERFORM_ATTEMPTS: u32 = 5;
+
+/// One instance's due jobs for [`take_and_perform`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    /// The worker taking them.
+    pub owner: String,
+    /// The instance, as [`due`] named it, or `None` to read it in the transaction.
+    pub instance: Option<String>,
+    pub ids: Vec<i64>,
+    pub now: i64,
+    /// The jobs' lease.
+    pub lease_until: i64,
+    /// Record the instance's event taken by `owner` until then (the caller delivers
+    /// it), or pending (any sender's due pass takes it).
+    pub deliver_until: Option<i64>,
+}
+
+/// Takes `owner`'s due jobs (one instance's) and performs them in one transaction: the
+/// claim ([`claim`]'s compare-and-swap) and the perform commit together, so a bind
+/// costs one commit and no other worker can see the job between the two. The
+/// instance's ARQ rows are locked first, as [`perform`] does; a job another worker
+/// holds or finished is left alone (`not_taken`). When the instance's last ARQ
 /// resolves, its event is recorded in the same transaction, and with `deliver_until` it
 /// is recorded as taken by `owner` until then (the caller posts it without claiming it
 /// again; should it not, the lease runs out and any sender takes it).
+///
+/// The transaction is rerun from scratch after a retryable failure
+/// ([`StoreError::is_retryable`]), at most [`PERFORM_ATTEMPTS`] runs; `runs` counts
+/// those that began (the bind worker's metrics tell reruns from failures).
 pub async fn take_and_perform(
     store: &Store,
-    owner: &str,
-    instance: Option<String>,
-    ids: Vec<i64>,
-    now: i64,
-    lease_until: i64,
-    deliver_until: Option<i64>,
+    take: &Take,
+    runs: &mut u32,
 ) -> Result<InstanceBind, StoreError> {
-    let owner = owner.to_owned();
     store
-        .write(move |tx| {
-            Box::pin(async move {
-                match &instance {
-                    Some(i) => lock_instance(tx, i).await?,
-                    None => lock_instances_of(tx, &ids).await?,
-                }
-                lease::take_all(tx, &JOBS, &ids, &owner, now, lease_until).await?;
-                let mine: Vec<JobRow> = job_rows(tx, &ids)
-                    .await?
-                    .into_iter()
-                    .filter(|j| j.owner.as_deref() == Some(owner.as_str()) && j.state.is_active())
-                    .collect();
-                let mut seen = Seen::new(mine.len());
-                let mut out = InstanceBind {
-                    performed: Vec::with_capacity(mine.len()),
-                    not_taken: ids.len() - mine.len(),
-                    events: Vec::new(),
-                };
-                let mut taken = Vec::new();
-                for job in mine {
-                    out.performed
-                        .push(perform_locked(tx, job, now, &mut seen, &mut taken).await?);
-                }
-                write_bound(tx, &taken, now).await?;
-                let mut instances: Vec<String> = Vec::new();
-                for p in out.performed.iter().filter(|p| p.resolved()) {
-                    if let Some(i) = &p.instance_uuid {
-                        if !instances.contains(i) {
-                            instances.push(i.clone());
-                        }
-                    }
-                }
-                let lease = deliver_until.map(|until| (owner.as_str(), until));
-                for instance in instances {
-                    if let Some(ev) = record_if_resolved(tx, &instance, now, lease).await? {
-                        if let Some(p) = out
-                            .performed
-                            .iter_mut()
-                            .rev()
-                            .find(|p| p.instance_uuid.as_ref() == Some(&instance))
-                        {
-                            p.event_recorded = true;
-                        }
-                        out.events.push(ev);
-                    }
-                }
-                Ok(out)
-            })
-        })
+        .rerun(
+            PERFORM_ATTEMPTS,
+            StoreError::is_retryable,
+            || {
+                *runs += 1;
+                let take = take.clone();
+                move |tx| Box::pin(async move { take_and_perform_once(tx, take).await })
+            },
+            |_| true,
+        )
         .await
+}
+
+/// One run of [`take_and_perform`]'s transaction.
+async fn take_and_perform_once(tx: &mut Tx, take: Take) -> Result<InstanceBind, StoreError> {
+    let Take {
+        owner,
+        instance,
+        ids,
+        now,
+        lease_until,
+        deliver_until,
+    } = take;
+    match &instance {
+        Some(i) => lock_instance(tx, i).await?,
+        None => lock_instances_of(tx, &ids).await?,
+    }
+    lease::take_all(tx, &JOBS, &ids, &owner, now, lease_until).await?;
+    let mine: Vec<JobRow> = job_rows(tx, &ids)
+        .await?
+        .into_iter()
+        .filter(|j| j.owner.as_deref() == Some(owner.as_str()) && j.state.is_active())
+        .collect();
+    let mut seen = Seen::new(mine.len());
+    let mut out = InstanceBind {
+        performed: Vec::with_capacity(mine.len()),
+        not_taken: ids.len() - mine.len(),
+        events: Vec::new(),
+    };
+    let mut taken = Vec::new();
+    for job in mine {
+        out.performed
+            .push(perform_locked(tx, job, now, &mut seen, &mut taken).await?);
+    }
+    write_bound(tx, &taken, now).await?;
+    let mut instances: Vec<String> = Vec::new();
+    for p in out.performed.iter().filter(|p| p.resolved()) {
+        if let Some(i) = &p.instance_uuid {
+            if !instances.contains(i) {
+                instances.push(i.clone());
+            }
+        }
+    }
+    let lease = deliver_until.map(|until| (owner.as_str(), until));
+    for instance in instances {
+        if let Some(ev) = record_if_resolved(tx, &instance, now, lease).await? {
+            if let Some(p) = out
+                .performed
+                .iter_mut()
+                .rev()
+                .find(|p| p.instance_uuid.as_ref() == Some(&instance))
+            {
+                p.event_recorded = true;
+            }
+            out.events.push(ev);
+        }
+    }
+    Ok(out)
 }

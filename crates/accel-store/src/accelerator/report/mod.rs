@@ -22,9 +22,10 @@
 use super::hardware::{self, Device};
 use super::history::{self, Kind};
 use super::new_uuid;
+use super::refused::Refused;
 use crate::placement::allocations;
 use crate::placement::providers;
-use crate::{StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, ReportedDeployable, ReportedDevice};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
@@ -67,10 +68,10 @@ pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
     for dev in reported {
         for d in &dev.deployables {
             if !names.insert(d.name.as_str()) {
-                return Err(StoreError::Invalid(format!(
-                    "deployable {} is reported twice",
-                    d.name
-                )));
+                return Err(Refused::DeployableTwice {
+                    name: d.name.clone(),
+                }
+                .into());
             }
             if let Some(p) = &d.parent {
                 let ok = dev
@@ -78,10 +79,11 @@ pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
                     .iter()
                     .any(|q| q.name == *p && q.parent.is_none());
                 if !ok {
-                    return Err(StoreError::Invalid(format!(
-                        "deployable {}: parent {p} is not a top-level deployable of the same device",
-                        d.name
-                    )));
+                    return Err(Refused::BadParent {
+                        deployable: d.name.clone(),
+                        parent: p.clone(),
+                    }
+                    .into());
                 }
             }
         }
@@ -89,10 +91,10 @@ pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
     let mut cpids = HashSet::new();
     for dev in reported {
         if !cpids.insert(dev.cpid_info.as_str()) {
-            return Err(StoreError::Invalid(format!(
-                "control path {} is reported twice",
-                dev.cpid_info
-            )));
+            return Err(Refused::ControlPathTwice {
+                cpid_info: dev.cpid_info.clone(),
+            }
+            .into());
         }
     }
     Ok(())
@@ -101,7 +103,7 @@ pub fn validate(reported: &[ReportedDevice]) -> Result<(), StoreError> {
 /// Applies an agent's report unless it equals (`digest`) the last one applied for the
 /// host and nothing is pending there (no vanished device waiting to be removed); `force`
 /// applies it anyway.
-pub async fn apply(
+pub(crate) async fn apply(
     tx: &mut Tx,
     hostname: &str,
     reported: &[ReportedDevice],
@@ -151,7 +153,7 @@ pub async fn apply(
 }
 
 /// The compute node provider named `hostname` and how many devices the host has.
-pub async fn host(
+pub(crate) async fn host(
     tx: &mut Tx,
     hostname: &str,
 ) -> Result<Option<(providers::Provider, usize)>, StoreError> {
@@ -170,7 +172,7 @@ pub async fn host(
 /// Creates a local stand-in for a compute node provider that lives in an external
 /// Placement (same uuid and name, no inventory, never pushed), unless a provider named
 /// `name` exists. Returns whether it was created.
-pub async fn compute_node_placeholder(
+pub(crate) async fn compute_node_placeholder(
     tx: &mut Tx,
     uuid: &str,
     name: &str,
@@ -183,7 +185,7 @@ pub async fn compute_node_placeholder(
 }
 
 /// Whether a compute node provider named `hostname` exists.
-pub async fn has_compute_node(tx: &mut Tx, hostname: &str) -> Result<bool, StoreError> {
+pub(crate) async fn has_compute_node(tx: &mut Tx, hostname: &str) -> Result<bool, StoreError> {
     Ok(compute_node(tx, hostname).await?.is_some())
 }
 
@@ -221,9 +223,11 @@ pub async fn replace_host(
             providers::create(tx, &new_uuid(), hostname, None).await?
         }
         None => {
-            return Err(StoreError::Invalid(format!(
-                "No compute node resource provider named {hostname}; the agent's host name must be Nova's hypervisor host name, or, on a node without Nova, the agent's node_provider must be \"own\"."
-            )))
+            return Err(Refused::NoComputeNode {
+                host: hostname.to_owned(),
+                own_possible: true,
+            }
+            .into())
         }
     };
 
@@ -441,4 +445,107 @@ async fn arq_holders(tx: &mut Tx, deployable_id: i64) -> Result<i64, StoreError>
     .bind(deployable_id)
     .fetch_one(&mut *tx)
     .await?)
+}
+
+/// Operations on the agents' reports ([`Store::reports`]): what a host's agent says it
+/// has, and the node provider it reports under. Every write is rerun after a deadlock.
+pub struct Reports<'s>(&'s Store);
+
+impl Store {
+    /// Operations on hosts' hardware reports.
+    pub fn reports(&self) -> Reports<'_> {
+        Reports(self)
+    }
+}
+
+impl Reports<'_> {
+    /// Reports Cyborg's fake device for `host` (creating the compute node provider
+    /// when it is absent), as an agent on that host would at start-up.
+    pub async fn fake_devices(&self, host: &str) -> Result<Summary, StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let host = host.to_owned();
+                move |tx| {
+                    Box::pin(async move {
+                        let fake = [accel_core::accelerator::fake_device(&host)];
+                        replace_host(tx, &host, &fake, true).await
+                    })
+                }
+            })
+            .await
+    }
+
+    /// An agent's report for `host` ([`apply`], `digest` and `force` as there), in one
+    /// transaction with the local placeholder of the compute node an external Placement
+    /// holds (`placeholder`: its uuid and name, [`compute_node_placeholder`]) and, with
+    /// `mark_push`, the host's mark for a push when the report changed anything.
+    pub async fn apply(
+        &self,
+        host: &str,
+        devices: &[ReportedDevice],
+        digest: &str,
+        force: bool,
+        placeholder: Option<(&str, &str)>,
+        mark_push: bool,
+    ) -> Result<Summary, StoreError> {
+        let placeholder = placeholder.map(|(u, n)| (u.to_owned(), n.to_owned()));
+        self.0
+            .write_rerunning(|| {
+                let (host, devices, digest) =
+                    (host.to_owned(), devices.to_vec(), digest.to_owned());
+                let placeholder = placeholder.clone();
+                move |tx| {
+                    Box::pin(async move {
+                        if let Some((uuid, name)) = &placeholder {
+                            compute_node_placeholder(tx, uuid, name).await?;
+                        }
+                        let s = apply(tx, &host, &devices, &digest, force).await?;
+                        if mark_push && !s.unchanged {
+                            super::pushes::mark(tx, &host, crate::now()).await?;
+                        }
+                        Ok(s)
+                    })
+                }
+            })
+            .await
+    }
+
+    /// The compute node provider named `host` and how many devices the host has.
+    pub async fn host(
+        &self,
+        host: &str,
+    ) -> Result<Option<(providers::Provider, usize)>, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { self::host(tx, &host).await }))
+            .await
+    }
+
+    /// Whether a compute node provider named `host` exists.
+    pub async fn has_compute_node(&self, host: &str) -> Result<bool, StoreError> {
+        let host = host.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { has_compute_node(tx, &host).await }))
+            .await
+    }
+
+    /// The node provider accel owns for `host` ([`ensure_owned`]): the provider,
+    /// whether this call created it, and how many devices the host has.
+    pub async fn own_host(
+        &self,
+        host: &str,
+    ) -> Result<(providers::Provider, bool, usize), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let host = host.to_owned();
+                move |tx| {
+                    Box::pin(async move {
+                        let (rp, created) = ensure_owned(tx, &host).await?;
+                        let devices = self::host(tx, &host).await?.map_or(0, |(_, n)| n);
+                        Ok((rp, created, devices))
+                    })
+                }
+            })
+            .await
+    }
 }

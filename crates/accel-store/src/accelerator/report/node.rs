@@ -10,15 +10,16 @@
 //! Nova-managed tree, and the operator has to choose (`node_provider = "nova"`).
 
 use super::{compute_node, provider_uuid};
+use crate::accelerator::Refused;
 use crate::placement::{providers, traits};
-use crate::{Conflict, StoreError, Tx};
+use crate::{StoreError, Tx};
 
 /// The trait on every node provider accel created and owns.
 pub const OWNER_TRAIT: &str = "CUSTOM_OWNER_ACCEL";
 
 /// The node provider accel owns for `name`, created (with [`OWNER_TRAIT`]) when no
 /// provider has that name; answers it and whether this call created it. A provider
-/// of that name without the trait is a [`Conflict::Duplicate`] naming the fix.
+/// of that name without the trait is [`Refused::NodeNotOwned`].
 pub async fn ensure_owned(
     tx: &mut Tx,
     name: &str,
@@ -31,13 +32,12 @@ pub async fn ensure_owned(
         if owned {
             return Ok((rp, false));
         }
-        return Err(StoreError::conflict(
-            Conflict::Duplicate,
-            format!(
-                "A resource provider named {name} exists ({}) and accel does not own it (no {OWNER_TRAIT}): it is Nova's compute node or was made by hand. Set node_provider = \"nova\" in the agent's configuration to report under it, or delete it first",
-                rp.uuid
-            ),
-        ));
+        return Err(Refused::NodeNotOwned {
+            name: name.to_owned(),
+            uuid: rp.uuid,
+            owner_trait: OWNER_TRAIT,
+        }
+        .into());
     }
     let rp = providers::create(tx, &provider_uuid(name), name, None).await?;
     let (t, _) = traits::ensure(tx, OWNER_TRAIT).await?;

@@ -5,6 +5,7 @@
 //! batches the creation of new providers.
 
 use crate::accelerator::hardware::{self, Deployable, Device};
+use crate::accelerator::Refused;
 use crate::placement::{classes, inventories, providers, traits};
 use crate::{placeholders, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus};
@@ -62,9 +63,11 @@ impl Names {
                     id
                 }
                 None => {
-                    return Err(StoreError::Invalid(format!(
-                        "Unknown standard trait {name} on deployable {deployable}"
-                    )))
+                    return Err(Refused::UnknownTrait {
+                        name: name.to_owned(),
+                        deployable: deployable.to_owned(),
+                    }
+                    .into())
                 }
             };
             ids.push(id);
@@ -120,9 +123,7 @@ pub(super) async fn sync_devices(
             })
             .collect();
         if level.is_empty() {
-            return Err(StoreError::Invalid(
-                "deployables of this host form a parent cycle".into(),
-            ));
+            return Err(Refused::ParentCycle.into());
         }
         let mut new: Vec<(
             &Deployable,
@@ -206,10 +207,12 @@ async fn desired(
             match a.value.parse::<i64>() {
                 Ok(n) if n > 0 => wanted.push((rc, n)),
                 _ => {
-                    return Err(StoreError::Invalid(format!(
-                        "deployable {}: attribute {} must be a positive integer, not {:?}",
-                        d.name, a.key, a.value
-                    )))
+                    return Err(Refused::BadInventory {
+                        deployable: d.name.clone(),
+                        key: a.key.clone(),
+                        value: a.value.clone(),
+                    }
+                    .into())
                 }
             }
         }

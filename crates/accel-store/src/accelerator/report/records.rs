@@ -7,8 +7,9 @@ use super::{arq_holders, parents_first, provider_uuid, set_health};
 use crate::accelerator::hardware::{self, Deployable, Device};
 use crate::accelerator::history::{self, Kind};
 use crate::accelerator::new_uuid;
+use crate::accelerator::Refused;
 use crate::placement::providers;
-use crate::{Conflict, StoreError, Tx};
+use crate::{StoreError, Tx};
 use accel_core::accelerator::{
     DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
@@ -252,10 +253,10 @@ async fn remove_handle(tx: &mut Tx, id: i64, uuid: &str) -> Result<(), StoreErro
     .fetch_one(&mut *tx)
     .await?;
     if holders > 0 {
-        return Err(StoreError::conflict(
-            Conflict::InUse,
-            format!("Attach handle {uuid} is held by an accelerator request."),
-        ));
+        return Err(Refused::HandleHeld {
+            uuid: uuid.to_owned(),
+        }
+        .into());
     }
     sqlx::query("DELETE FROM attach_handles WHERE id = $1")
         .bind(id)
@@ -266,10 +267,10 @@ async fn remove_handle(tx: &mut Tx, id: i64, uuid: &str) -> Result<(), StoreErro
 
 pub(super) async fn remove_deployable(tx: &mut Tx, d: &Deployable) -> Result<(), StoreError> {
     if arq_holders(tx, d.id).await? > 0 {
-        return Err(StoreError::conflict(
-            Conflict::InUse,
-            format!("Deployable {} is held by accelerator requests.", d.name),
-        ));
+        return Err(Refused::DeployableHeld {
+            name: d.name.clone(),
+        }
+        .into());
     }
     for table in ["attach_handles", "attributes"] {
         sqlx::query(&format!("DELETE FROM {table} WHERE deployable_id = $1"))
