@@ -6,8 +6,8 @@ mod common;
 
 use accel_server::metrics::OutcomeLabel;
 use accel_server::placement::creates::create_together;
-use accel_store::placement::providers;
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::Refused;
+use accel_store::StoreError;
 use common::{TestApp, BACKENDS};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -43,12 +43,13 @@ async fn a_combined_create_answers_each_request_as_alone() {
             let rp = rp.as_ref().unwrap();
             assert_eq!((&rp.uuid, &rp.name, rp.generation), (uuid, name, 0));
             // What the database holds is what was answered (root of itself, no parent).
-            let u = uuid.clone();
             let stored = app
                 .state
                 .store
-                .read(move |tx| Box::pin(async move { providers::require(tx, &u).await }))
+                .providers()
+                .get(uuid)
                 .await
+                .unwrap()
                 .unwrap();
             assert_eq!(&stored, rp);
             assert_eq!(stored.root_uuid, *uuid);
@@ -72,7 +73,12 @@ async fn a_combined_create_answers_each_request_as_alone() {
         assert!(got[0].is_ok(), "{:?}", got[0]);
         for refused in &got[1..] {
             assert!(
-                matches!(refused, Err(StoreError::Conflict(Conflict::Duplicate, _))),
+                matches!(
+                    refused,
+                    Err(StoreError::Refused(accel_store::Refused::Placement(
+                        Refused::ProviderExists { .. }
+                    )))
+                ),
                 "{refused:?}"
             );
         }

@@ -6,26 +6,15 @@ pub enum Conflict {
     /// A generation compare-and-swap lost (provider or consumer) where the client has
     /// to decide what to do: not retried.
     ConcurrentUpdate,
-    /// An allocation claim lost a provider-generation race ([`PROVIDER_RACE`]):
-    /// rerunning the whole transaction may succeed, so writers retry it
-    /// ([`StoreError::is_retryable`]) before answering 409 with the same words.
+    /// An allocation claim lost a provider-generation race: rerunning the whole
+    /// transaction may succeed, so writers retry it ([`StoreError::is_retryable`])
+    /// before the API answers 409 (in upstream's words, which the API owns).
     ProviderRace,
     /// A unique name or uuid already exists.
     Duplicate,
-    /// Removing inventory that allocations still use.
-    InventoryInUse,
-    /// Deleting a provider that has allocations.
-    ProviderInUse,
-    /// Deleting a provider that has children.
-    CannotDeleteParent,
-    /// Deleting a resource class or trait still referenced.
+    /// Deleting something still referenced.
     InUse,
 }
-
-/// The message of a lost provider-generation race, upstream's
-/// `ResourceProviderConcurrentUpdateDetected` text.
-pub const PROVIDER_RACE: &str =
-    "Another thread concurrently updated the resource provider data. Please retry your update";
 
 /// `Ok(Ok(v))` done, `Ok(Err(r))` refused (nothing written), `Err` failed.
 pub type Refusable<T, R> = Result<Result<T, R>, StoreError>;
@@ -61,9 +50,9 @@ impl StoreError {
         StoreError::Conflict(kind, detail.into())
     }
 
-    /// A lost provider-generation race, worded as upstream ([`PROVIDER_RACE`]).
+    /// A lost provider-generation race ([`Conflict::ProviderRace`]).
     pub fn provider_race() -> Self {
-        StoreError::conflict(Conflict::ProviderRace, PROVIDER_RACE)
+        StoreError::conflict(Conflict::ProviderRace, "lost a provider generation race")
     }
 
     /// True for errors after which rerunning the whole transaction may succeed: a lost

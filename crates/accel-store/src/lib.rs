@@ -40,7 +40,7 @@ pub mod testing;
 
 pub use dialect::Tx;
 pub use dialect::{now, Backend};
-pub use error::{db_cause, Conflict, Refusable, Refused, StoreError, PROVIDER_RACE};
+pub use error::{db_cause, Conflict, Refusable, Refused, StoreError};
 pub use migrate::Schema;
 
 use std::future::Future;

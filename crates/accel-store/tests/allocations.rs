@@ -2,7 +2,9 @@
 //! concurrent writers that must never over-allocate.
 
 use accel_core::capacity::Limits;
-use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusable, Refusal};
+use accel_store::placement::allocations::{
+    self as allocs, ConsumerWrite, InvalidInventory, Refusable, Refusal,
+};
 use accel_store::placement::inventories::{self, Inventory};
 use accel_store::placement::providers;
 use accel_store::testing::each_backend;
@@ -44,7 +46,7 @@ fn vcpu(consumer: &str, n: i64, generation: Option<i64>) -> ConsumerWrite {
 }
 
 async fn write(store: &Store, w: Vec<ConsumerWrite>) -> Refusable<(), Refusal> {
-    allocs::replace(store, &w, u32::MAX).await
+    store.allocations().replace(&w, u32::MAX).await
 }
 
 async fn state(store: &Store) -> (i64, i64) {
@@ -65,20 +67,39 @@ async fn capacity_generations_and_consumers() {
     each_backend(|store| async move {
         provider(&store, 4).await;
         assert_eq!(state(&store).await, (1, 0));
-        write(&store, vec![vcpu(A, 3, None)]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 3, None)])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (2, 3));
 
         // Over capacity: refused, nothing written.
         let r = write(&store, vec![vcpu(B, 2, None)]).await.unwrap();
-        assert!(matches!(r, Err(Refusal::InvalidInventory(m)) if m.contains("exceed the capacity")));
+        assert_eq!(
+            r,
+            Err(Refusal::InvalidInventory(InvalidInventory::Exceeds {
+                class: "VCPU".into(),
+                provider: RP.into(),
+                capacity: true
+            }))
+        );
         assert_eq!(state(&store).await, (2, 3));
 
         // Wrong consumer generation.
         let r = write(&store, vec![vcpu(A, 1, None)]).await.unwrap();
-        assert!(matches!(r, Err(Refusal::ConsumerGeneration(m)) if m.ends_with("expected 1 but got None")));
+        assert_eq!(
+            r,
+            Err(Refusal::ConsumerGeneration {
+                expected: Some(1),
+                got: None
+            })
+        );
 
         // Replacing A's own allocation frees its old usage first.
-        write(&store, vec![vcpu(A, 4, Some(1))]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 4, Some(1))])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (3, 4));
 
         // Both consumers in one write: A shrinks, B fits in what A gave back.
@@ -89,7 +110,10 @@ async fn capacity_generations_and_consumers() {
         assert_eq!(state(&store).await, (4, 4));
 
         // Emptying A bumps the provider and deletes the consumer.
-        write(&store, vec![vcpu(A, 0, Some(3))]).await.unwrap().unwrap();
+        write(&store, vec![vcpu(A, 0, Some(3))])
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(state(&store).await, (5, 2));
         let a = A.to_owned();
         let rows = store

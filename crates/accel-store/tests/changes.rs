@@ -207,7 +207,7 @@ async fn roots_created_alone_in_one_round_trip_commit_or_leave_nothing() {
             .iter()
             .map(|n| (uuid::Uuid::new_v4().to_string(), n.to_string()))
             .collect();
-        let made = providers::create_roots_alone(&store, &new).await.unwrap();
+        let made = store.providers().create_roots(&new).await.unwrap();
         let v1 = logged_and_stored(&store, v0, &new, &made).await;
         // A taken name: refused, nothing committed, and the connection it used is
         // clean (the next write commits on its own).
@@ -215,9 +215,7 @@ async fn roots_created_alone_in_one_round_trip_commit_or_leave_nothing() {
             (uuid::Uuid::new_v4().to_string(), "fresh".to_owned()),
             (uuid::Uuid::new_v4().to_string(), names[1].to_owned()),
         ];
-        let err = providers::create_roots_alone(&store, &clash)
-            .await
-            .unwrap_err();
+        let err = store.providers().create_roots(&clash).await.unwrap_err();
         assert!(err.is_unique_violation(), "{err:?}");
         assert_eq!(version(&store).await, v1);
         for _ in 0..4 {
@@ -327,7 +325,7 @@ async fn allocation_writes_name_the_projects_whose_usage_changed() {
             .unwrap();
         let write = |w: ConsumerWrite| {
             let store = store.clone();
-            async move { allocs::replace(&store, &[w], 3).await.unwrap().unwrap() }
+            async move { store.allocations().replace(&[w], 3).await.unwrap().unwrap() }
         };
         const C1: &str = "c1c1c1c1-0000-4000-8000-000000000001";
         const C2: &str = "c2c2c2c2-0000-4000-8000-000000000002";

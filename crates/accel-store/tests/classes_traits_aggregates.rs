@@ -1,8 +1,16 @@
 //! Resource classes, traits and provider aggregates, on SQLite and PostgreSQL alike.
 
-use accel_store::placement::{aggregates, classes, providers, traits};
+use accel_store::placement::{aggregates, classes, providers, traits, Refused};
 use accel_store::testing::each_backend;
-use accel_store::{Conflict, Store, StoreError};
+use accel_store::{Store, StoreError};
+
+/// The placement refusal `r` failed with.
+fn refused<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Refused {
+    match r {
+        Err(StoreError::Refused(accel_store::Refused::Placement(r))) => r,
+        other => panic!("expected a placement refusal, got {other:?}"),
+    }
+}
 
 const RP: &str = "7e4e8a3a-0f5e-4a43-9a50-3c2b1d9a4b5c";
 const AGG1: &str = "0b8d5e0c-2a7f-4c41-8a0b-6f5e2d1c3b4a";
@@ -37,7 +45,12 @@ async fn custom_classes_get_ids_from_10000_and_standard_ones_are_fixed() {
         let dup = store
             .write(|tx| Box::pin(async move { classes::create(tx, "CUSTOM_A").await }))
             .await;
-        assert!(matches!(dup, Err(StoreError::Conflict(Conflict::Duplicate, _))));
+        assert_eq!(
+            refused(dup),
+            Refused::ClassExists {
+                name: "CUSTOM_A".into()
+            }
+        );
 
         let all = store
             .read(|tx| Box::pin(async move { classes::list(tx).await }))
@@ -56,11 +69,21 @@ async fn custom_classes_get_ids_from_10000_and_standard_ones_are_fixed() {
                 })
             })
             .await;
-        assert!(matches!(r, Err(StoreError::Invalid(_))));
+        assert_eq!(
+            refused(r),
+            Refused::StandardClassUpdate {
+                name: "VCPU".into()
+            }
+        );
         let r = store
             .write(|tx| Box::pin(async move { classes::delete(tx, "VCPU").await }))
             .await;
-        assert!(matches!(r, Err(StoreError::Invalid(_))));
+        assert_eq!(
+            refused(r),
+            Refused::StandardClassDelete {
+                name: "VCPU".into()
+            }
+        );
 
         // Renaming onto a taken name is refused; onto a free one works.
         let r = store
@@ -71,7 +94,12 @@ async fn custom_classes_get_ids_from_10000_and_standard_ones_are_fixed() {
                 })
             })
             .await;
-        assert!(matches!(r, Err(StoreError::Conflict(Conflict::Duplicate, _))));
+        assert_eq!(
+            refused(r),
+            Refused::ClassNameTaken {
+                name: "CUSTOM_B".into()
+            }
+        );
         store
             .write(|tx| {
                 Box::pin(async move {
@@ -103,7 +131,12 @@ async fn custom_classes_get_ids_from_10000_and_standard_ones_are_fixed() {
         let r = store
             .write(|tx| Box::pin(async move { classes::delete(tx, "CUSTOM_B").await }))
             .await;
-        assert!(matches!(r, Err(StoreError::Conflict(Conflict::InUse, _))));
+        assert_eq!(
+            refused(r),
+            Refused::ClassInUse {
+                name: "CUSTOM_B".into()
+            }
+        );
         store
             .write(|tx| Box::pin(async move { classes::delete(tx, "CUSTOM_C").await }))
             .await
@@ -111,7 +144,12 @@ async fn custom_classes_get_ids_from_10000_and_standard_ones_are_fixed() {
         let r = store
             .write(|tx| Box::pin(async move { classes::delete(tx, "CUSTOM_C").await }))
             .await;
-        assert!(matches!(r, Err(StoreError::NotFound(_))));
+        assert_eq!(
+            refused(r),
+            Refused::NoClass {
+                name: "CUSTOM_C".into()
+            }
+        );
     })
     .await;
 }
@@ -171,10 +209,7 @@ async fn provider_traits_are_sorted_and_bump_the_generation_only_on_change() {
         let mut stale = rp.clone();
         stale.generation = 0;
         let r = set(&["CUSTOM_A"], stale).await;
-        assert!(matches!(
-            r,
-            Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _))
-        ));
+        assert_eq!(refused(r), Refused::ProviderChanged);
         let listed = store
             .read(move |tx| Box::pin(async move { traits::for_provider(tx, rp.id).await }))
             .await
@@ -220,11 +255,21 @@ async fn provider_traits_are_sorted_and_bump_the_generation_only_on_change() {
         let r = store
             .write(|tx| Box::pin(async move { traits::delete(tx, "CUSTOM_A").await }))
             .await;
-        assert!(matches!(r, Err(StoreError::Conflict(Conflict::InUse, _))));
+        assert_eq!(
+            refused(r),
+            Refused::TraitInUse {
+                name: "CUSTOM_A".into()
+            }
+        );
         let r = store
             .write(|tx| Box::pin(async move { traits::delete(tx, "HW_CPU_X86_SSE").await }))
             .await;
-        assert!(matches!(r, Err(StoreError::Invalid(_))));
+        assert_eq!(
+            refused(r),
+            Refused::StandardTrait {
+                name: "HW_CPU_X86_SSE".into()
+            }
+        );
         let rp = reload(&store).await;
         assert_eq!(set(&[], rp).await.unwrap(), 2);
         store
@@ -272,16 +317,86 @@ async fn aggregates_are_created_on_first_use_and_replaced_as_a_set() {
         let mut stale = reload(&store).await;
         stale.generation = 0;
         let r = set(vec![], stale, true).await;
-        assert!(matches!(
-            r,
-            Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _))
-        ));
+        assert_eq!(refused(r), Refused::ProviderChanged);
         let rp = reload(&store).await;
         let got = store
             .read(move |tx| Box::pin(async move { aggregates::for_provider(tx, rp.id).await }))
             .await
             .unwrap();
         assert_eq!(got, [AGG1]);
+    })
+    .await;
+}
+
+/// The API's operations on a provider's traits and aggregates check the provider and
+/// the generation the client sent before writing, and refuse unknown traits.
+#[tokio::test]
+async fn provider_writes_check_the_provider_and_the_generation_first() {
+    each_backend(|store| async move {
+        const NONE: &str = "00000000-0000-0000-0000-000000000000";
+        provider(&store).await;
+        let traits = store.traits();
+        assert_eq!(
+            refused(traits.set_for_provider(NONE, 0, vec![]).await),
+            Refused::NoProvider { uuid: NONE.into() }
+        );
+        assert_eq!(
+            refused(traits.set_for_provider(RP, 1, vec![]).await),
+            Refused::ProviderGeneration { uuid: RP.into() }
+        );
+        let unknown = vec![
+            "CUSTOM_NOPE".into(),
+            "HW_CPU_X86_SSE".into(),
+            "CUSTOM_NOPE".into(),
+        ];
+        assert_eq!(
+            refused(traits.set_for_provider(RP, 0, unknown).await),
+            Refused::UnknownTraits {
+                names: vec!["CUSTOM_NOPE".into()]
+            }
+        );
+        let (g, ts) = traits
+            .set_for_provider(RP, 0, vec!["HW_CPU_X86_SSE".into()])
+            .await
+            .unwrap();
+        assert_eq!(g, 1);
+        assert_eq!(
+            ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["HW_CPU_X86_SSE"]
+        );
+        traits.clear_for_provider(RP).await.unwrap();
+        let (rp, ts) = traits.of_provider(RP).await.unwrap().unwrap();
+        assert_eq!((rp.generation, ts.len()), (2, 0));
+        assert!(traits.of_provider(NONE).await.unwrap().is_none());
+
+        let aggs = store.aggregates();
+        assert_eq!(
+            refused(
+                aggs.set_for_provider(RP, Some(0), vec![AGG1.into()], true)
+                    .await
+            ),
+            Refused::ProviderGeneration { uuid: RP.into() }
+        );
+        // Before 1.19 no generation is sent, and none is bumped.
+        assert_eq!(
+            aggs.set_for_provider(RP, None, vec![AGG1.into()], false)
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            aggs.set_for_provider(RP, Some(2), vec![AGG2.into()], true)
+                .await
+                .unwrap(),
+            3
+        );
+        let (_, got) = aggs.of_provider(RP).await.unwrap().unwrap();
+        assert_eq!(got, [AGG2]);
+
+        // A class is created once; a second ensure finds it.
+        let classes = store.classes();
+        assert!(classes.ensure("CUSTOM_ONCE").await.unwrap());
+        assert!(!classes.ensure("CUSTOM_ONCE").await.unwrap());
     })
     .await;
 }

@@ -3,7 +3,7 @@
 //! the class's presence), as upstream reports them.
 
 use accel_core::capacity::Limits;
-use accel_store::placement::inventories::{self, Change, ChangeRefusal as R, Inventory};
+use accel_store::placement::inventories::{Change, ChangeRefusal as R, Inventory};
 use accel_store::placement::providers;
 use accel_store::testing::each_backend;
 use accel_store::Store;
@@ -20,7 +20,9 @@ async fn apply(
     change: Change,
     invalid: Option<&str>,
 ) -> Result<Vec<(String, i64)>, R> {
-    let out = inventories::change(store, RP, change, invalid.map(str::to_owned))
+    let out = store
+        .inventories()
+        .change(RP, change, invalid.map(str::to_owned))
         .await
         .unwrap();
     out.map(|(_, invs)| {

@@ -2,9 +2,17 @@
 //! `ACCEL_TEST_MYSQL` is set).
 
 use accel_store::placement::providers::{self, Filter, ParentChange};
-use accel_store::placement::traits;
+use accel_store::placement::{traits, ParentRefusal, Refused as PlacementRefused};
 use accel_store::testing::{self, each_backend};
 use accel_store::{Conflict, Store, StoreError};
+
+/// The placement refusal `r` failed with.
+fn refused<T: std::fmt::Debug>(r: Result<T, StoreError>) -> PlacementRefused {
+    match r {
+        Err(StoreError::Refused(accel_store::Refused::Placement(r))) => r,
+        other => panic!("expected a placement refusal, got {other:?}"),
+    }
+}
 
 async fn create(
     store: &Store,
@@ -148,39 +156,46 @@ async fn providers_trees_and_conflicts() {
         assert_eq!(child.root_uuid, A);
         assert_eq!(child.parent_uuid.as_deref(), Some(A));
         // Duplicate name and uuid.
-        match create(&store, A, "root", None).await {
-            Err(StoreError::Conflict(Conflict::Duplicate, what)) => {
-                assert!(what.contains("uuid") && what.contains("name"), "{what}")
+        assert_eq!(
+            refused(create(&store, A, "root", None).await),
+            PlacementRefused::ProviderExists {
+                uuid: Some(A.into()),
+                name: Some("root".into())
             }
-            other => panic!("expected duplicate, got {other:?}"),
-        }
+        );
         // Each alone, and a taken name outranks a bad parent (the insert runs first on
         // MySQL and SQLite; the check, then).
         let dup = |uuid: &'static str, name: &'static str, parent: Option<&'static str>| {
             let store = store.clone();
             async move {
-                match create(&store, uuid, name, parent).await {
-                    Err(StoreError::Conflict(Conflict::Duplicate, what)) => what,
+                match refused(create(&store, uuid, name, parent).await) {
+                    PlacementRefused::ProviderExists { uuid, name } => (uuid, name),
                     other => panic!("expected duplicate, got {other:?}"),
                 }
             }
         };
-        assert_eq!(dup(A, "other", None).await, format!("uuid: {A}"));
-        assert_eq!(dup(C, "root", None).await, "name: root");
-        assert_eq!(dup(C, "root", Some(C)).await, "name: root");
+        let name_taken = (None, Some("root".to_owned()));
+        assert_eq!(dup(A, "other", None).await, (Some(A.to_owned()), None));
+        assert_eq!(dup(C, "root", None).await, name_taken);
+        assert_eq!(dup(C, "root", Some(C)).await, name_taken);
         assert_eq!(
             dup(C, "root", Some("00000000-0000-0000-0000-000000000000")).await,
-            "name: root"
+            name_taken
         );
         // Unknown parent and self-parent are refused and write nothing.
-        assert!(matches!(
-            create(&store, C, "x", Some(C)).await,
-            Err(StoreError::Invalid(_))
-        ));
-        assert!(matches!(
-            create(&store, C, "x", Some("00000000-0000-0000-0000-000000000000")).await,
-            Err(StoreError::Invalid(_))
-        ));
+        let bad_parent = |why| PlacementRefused::ProviderCreate {
+            uuid: C.into(),
+            name: "x".into(),
+            why,
+        };
+        assert_eq!(
+            refused(create(&store, C, "x", Some(C)).await),
+            bad_parent(ParentRefusal::Itself)
+        );
+        assert_eq!(
+            refused(create(&store, C, "x", Some("00000000-0000-0000-0000-000000000000")).await),
+            bad_parent(ParentRefusal::Missing)
+        );
         // A parent cannot be deleted; a loop cannot be made.
         let err = store
             .write(|tx| {
@@ -190,10 +205,10 @@ async fn providers_trees_and_conflicts() {
                 })
             })
             .await;
-        assert!(matches!(
-            err,
-            Err(StoreError::Conflict(Conflict::CannotDeleteParent, _))
-        ));
+        assert_eq!(
+            refused(err),
+            PlacementRefused::ProviderHasChildren { uuid: A.into() }
+        );
         let err = store
             .write(|tx| {
                 Box::pin(async move {
@@ -202,7 +217,13 @@ async fn providers_trees_and_conflicts() {
                 })
             })
             .await;
-        assert!(matches!(err, Err(StoreError::Invalid(m)) if m.contains("loop")));
+        assert_eq!(
+            refused(err),
+            PlacementRefused::ProviderUpdate {
+                uuid: A.into(),
+                why: ParentRefusal::Loop
+            }
+        );
         // Un-parenting moves the subtree's root.
         let moved = store
             .write(|tx| {
@@ -235,6 +256,96 @@ async fn providers_trees_and_conflicts() {
     .await;
 }
 
+/// The API's provider operations: moving a child only from 1.37 on, deleting, and a
+/// filtered listing that names classes, traits and a tree.
+#[tokio::test]
+async fn provider_operations() {
+    each_backend(|store| async move {
+        let providers = store.providers();
+        providers.create(A, "root", None).await.unwrap();
+        providers.create(B, "child", Some(A)).await.unwrap();
+        providers.create(C, "other", None).await.unwrap();
+        let moved = |why| PlacementRefused::ProviderUpdate {
+            uuid: B.into(),
+            why,
+        };
+        let to_c = ParentChange::Set(C.to_owned());
+        assert_eq!(
+            refused(providers.update(B, "child", to_c.clone(), false).await),
+            moved(ParentRefusal::Reparent)
+        );
+        assert_eq!(
+            refused(
+                providers
+                    .update(B, "child", ParentChange::Clear, false)
+                    .await
+            ),
+            moved(ParentRefusal::Unparent)
+        );
+        assert_eq!(
+            refused(
+                providers
+                    .update(A, "child", ParentChange::Keep, false)
+                    .await
+            ),
+            PlacementRefused::ProviderNameTaken {
+                name: "child".into()
+            }
+        );
+        // A root never updated since its insert has an update time; a child has none.
+        let (rp, before) = providers.update(B, "kid", to_c, true).await.unwrap();
+        assert_eq!((rp.root_uuid.as_str(), before), (C, None));
+
+        let list = |q: providers::Query| {
+            let store = store.clone();
+            async move { store.providers().list(q).await }
+        };
+        let in_tree = |t: &str| providers::Query {
+            in_tree: Some(t.to_owned()),
+            ..Default::default()
+        };
+        let uuids =
+            |ps: Vec<providers::Provider>| ps.into_iter().map(|p| p.uuid).collect::<Vec<_>>();
+        assert_eq!(uuids(list(in_tree(B)).await.unwrap()), [B, C]);
+        assert!(list(in_tree("00000000-0000-0000-0000-000000000000"))
+            .await
+            .unwrap()
+            .is_empty());
+        let q = providers::Query {
+            resources: vec![("VCPU".into(), 1), ("CUSTOM_NOPE".into(), 1)],
+            required: vec![vec!["CUSTOM_NOT_A_TRAIT".into()]],
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(list(q).await),
+            PlacementRefused::ListUnknownClass {
+                name: "CUSTOM_NOPE".into()
+            }
+        );
+        let q = providers::Query {
+            required: vec![vec!["CUSTOM_Z".into(), "HW_CPU_X86_SSE".into()]],
+            forbidden: vec!["CUSTOM_A".into(), "CUSTOM_Z".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(list(q).await),
+            PlacementRefused::ListUnknownTraits {
+                names: vec!["CUSTOM_A".into(), "CUSTOM_Z".into()]
+            }
+        );
+
+        assert_eq!(
+            refused(providers.delete(C).await),
+            PlacementRefused::ProviderHasChildren { uuid: C.into() }
+        );
+        assert!(providers.delete(B).await.unwrap());
+        assert!(!providers.delete(B).await.unwrap());
+        assert!(!providers.exists(B).await.unwrap());
+        assert!(providers.exists(C).await.unwrap());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn generation_compare_and_swap() {
     each_backend(|store| async move {
@@ -248,10 +359,7 @@ async fn generation_compare_and_swap() {
         let stale = store
             .write(move |tx| Box::pin(async move { providers::bump_generation(tx, id, 0).await }))
             .await;
-        assert!(matches!(
-            stale,
-            Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _))
-        ));
+        assert_eq!(refused(stale), PlacementRefused::ProviderChanged);
     })
     .await;
 }
@@ -339,10 +447,7 @@ async fn only_a_provider_race_is_rerun() {
             .await;
         assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
         match result {
-            Err(e @ StoreError::Conflict(Conflict::ProviderRace, _)) => {
-                assert!(e.is_retryable());
-                assert_eq!(e.to_string(), accel_store::PROVIDER_RACE);
-            }
+            Err(e @ StoreError::Conflict(Conflict::ProviderRace, _)) => assert!(e.is_retryable()),
             other => panic!("expected the race, got {other:?}"),
         }
         let other = StoreError::conflict(Conflict::ConcurrentUpdate, "consumer");

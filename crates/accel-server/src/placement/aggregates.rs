@@ -1,18 +1,13 @@
 //! `/resource_providers/{uuid}/aggregates` (1.1 on; generations from 1.19).
 
-use super::error::{ApiError, ApiResult};
-use super::resource_providers::{exists, read_with, require, uncaught};
+use super::error::{no_provider, race, ApiError, ApiResult};
+use super::resource_providers::exists;
 use super::AppState;
 use super::{authorize, qs, Reply, Req};
 use accel_api::placement::{mv, Aggregates, AggregatesPut};
 use accel_core::policy::placement as rules;
-use accel_store::placement::aggregates;
-use accel_store::{Conflict, StoreError};
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-const GENERATION_CHANGED: &str =
-    "Resource provider's generation already changed. Please update the generation and try again.";
 
 /// Upstream's aggregate list schema.
 fn list_schema() -> Value {
@@ -51,11 +46,12 @@ fn render(req: &Req, uuids: Vec<String>, generation: i64) -> ApiResult<Reply> {
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_AGGREGATES_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, uuids) = read_with(&app, &uuid, |tx, id| {
-        Box::pin(aggregates::for_provider(tx, id))
-    })
-    .await
-    .map_err(uncaught)?;
+    let (rp, uuids) = app
+        .store
+        .aggregates()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| no_provider(&uuid))?;
     render(&req, uuids, rp.generation)
 }
 
@@ -72,27 +68,15 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let normalized: Vec<String> = given.iter().map(|u| qs::normalize_uuid(u)).collect();
     let generation = app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await?;
-                if let Some(g) = expected {
-                    if g != rp.generation {
-                        return Ok(Err(()));
-                    }
-                }
-                let gen =
-                    aggregates::set_for_provider(tx, &rp, &normalized, with_generation).await?;
-                Ok(Ok(gen))
-            })
-        })
+        .aggregates()
+        .set_for_provider(&uuid, expected, normalized, with_generation)
         .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::ConcurrentUpdate, _) => ApiError::concurrent(
+        .map_err(|e| match race(&e) {
+            Some(_) => ApiError::concurrent(
                 "Update conflict: Another thread concurrently updated the data. Please retry your update",
             ),
-            e => e.into(),
-        })?
-        .map_err(|()| ApiError::concurrent(GENERATION_CHANGED))?;
+            None => e.into(),
+        })?;
     // Upstream answers with the list as the client sent it.
     render(&req, given, generation)
 }

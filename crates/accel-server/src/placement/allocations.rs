@@ -2,12 +2,11 @@
 //! `/resource_providers/{uuid}/allocations`.
 //!
 //! Every write replaces the full allocation set of each named consumer in one
-//! transaction (`accel_store::placement::allocations::replace`); a write that loses a
+//! transaction (`Store::allocations().replace`); a write that loses a
 //! provider-generation race is rerun from scratch up to
 //! `allocation_conflict_retry_count` times, as upstream retries, before answering 409.
 
-use super::error::{ApiError, ApiResult};
-use super::resource_providers::{not_found_as, read_with};
+use super::error::{consumer_generation, invalid_inventory, race, ApiError, ApiResult};
 use super::AppState;
 use super::{authorize, qs, Reply, Req};
 use accel_api::placement::{
@@ -15,11 +14,7 @@ use accel_api::placement::{
     ListAllocations, ProviderAllocationView, ProviderAllocations, Resources,
 };
 use accel_core::policy::placement as rules;
-use accel_store::keyed;
-use accel_store::placement::allocations::{
-    self as store, AllocationRow, ConsumerWrite, Refusable, Refusal,
-};
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::allocations::{AllocationRow, ConsumerWrite, Refusable, Refusal};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -229,10 +224,8 @@ fn claim_outcome(result: &Refusable<(), Refusal>) -> &'static str {
     match result {
         Ok(Ok(())) => "committed",
         Ok(Err(Refusal::InvalidInventory(_))) => "capacity_refused",
-        Ok(Err(Refusal::ConsumerGeneration(_)))
-        | Err(StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, _)) => {
-            "generation_conflict"
-        }
+        Ok(Err(Refusal::ConsumerGeneration { .. })) => "generation_conflict",
+        Err(e) if race(e).is_some() => "generation_conflict",
         Ok(Err(_)) => "invalid",
         Err(_) => "error",
     }
@@ -241,22 +234,25 @@ fn claim_outcome(result: &Refusable<(), Refusal>) -> &'static str {
 fn write_error(result: Refusable<(), Refusal>, class_prefix: &str) -> ApiResult<()> {
     match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(Refusal::ConsumerGeneration(m))) => Err(ApiError::concurrent(m)),
+        Ok(Err(Refusal::ConsumerGeneration { expected, got })) => {
+            Err(ApiError::concurrent(consumer_generation(expected, got)))
+        }
         Ok(Err(Refusal::NoSuchProvider(u))) => Err(ApiError::bad_request(format!(
             "Allocation for resource provider '{u}' that does not exist."
         ))),
         Ok(Err(Refusal::NoSuchClass(n))) => Err(ApiError::bad_request(format!(
             "{class_prefix}No such resource class {n}."
         ))),
-        Ok(Err(Refusal::InvalidInventory(m))) => Err(ApiError::conflict(format!(
-            "Unable to allocate inventory: {m}"
+        Ok(Err(Refusal::InvalidInventory(i))) => Err(ApiError::conflict(format!(
+            "Unable to allocate inventory: {}",
+            invalid_inventory(&i)
         ))),
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, m)) => {
-            Err(ApiError::concurrent(format!(
+        Err(e) => Err(match race(&e) {
+            Some(m) => ApiError::concurrent(format!(
                 "Inventory and/or allocations changed while attempting to allocate: {m}"
-            )))
-        }
-        Err(e) => Err(e.into()),
+            )),
+            None => e.into(),
+        }),
     }
 }
 
@@ -290,12 +286,11 @@ pub async fn put_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             ..Default::default()
         }
     };
-    let result = store::replace(
-        &app.store,
-        &[write],
-        app.config.allocation_conflict_retry_count,
-    )
-    .await;
+    let result = app
+        .store
+        .allocations()
+        .replace(&[write], app.config.allocation_conflict_retry_count)
+        .await;
     app.metrics.claim(claim_outcome(&result));
     write_error(
         result,
@@ -311,12 +306,11 @@ pub async fn post_many(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .into_iter()
         .map(|(c, v)| consumer_write(&req, &c, v))
         .collect();
-    let result = store::replace(
-        &app.store,
-        &writes,
-        app.config.allocation_conflict_retry_count,
-    )
-    .await;
+    let result = app
+        .store
+        .allocations()
+        .replace(&writes, app.config.allocation_conflict_retry_count)
+        .await;
     app.metrics.claim(claim_outcome(&result));
     write_error(result, "Unable to allocate inventory ")?;
     Ok(Reply::no_content())
@@ -331,12 +325,7 @@ fn last_modified(rows: &[AllocationRow]) -> i64 {
 
 pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATIONS_LIST)?;
-    let rows = app
-        .store
-        .read(keyed(req.param(0), |tx, k| {
-            Box::pin(store::for_consumer(tx, k))
-        }))
-        .await?;
+    let rows = app.store.allocations().of_consumer(req.param(0)).await?;
     let mut out = ConsumerAllocationsView::default();
     for r in &rows {
         let entry = out
@@ -370,12 +359,15 @@ pub async fn for_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_ALLOCATIONS_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, rows) = read_with(&app, &uuid, |tx, id| Box::pin(store::for_provider(tx, id)))
-        .await
-        .map_err(|e| {
-            not_found_as(e, |m| {
-                ApiError::not_found(format!("Resource provider '{uuid}' not found: {m}"))
-            })
+    let (rp, rows) = app
+        .store
+        .allocations()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "Resource provider '{uuid}' not found: No resource provider with uuid {uuid} found"
+            ))
         })?;
     let mut body = ProviderAllocations {
         allocations: api::Map::new(),
@@ -397,12 +389,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn delete_consumer(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::ALLOCATIONS_DELETE)?;
     let uuid = req.param(0).to_owned();
-    let deleted = app
-        .store
-        .write(keyed(&uuid, |tx, k| {
-            Box::pin(store::delete_for_consumer(tx, k))
-        }))
-        .await?;
+    let deleted = app.store.allocations().delete_consumer(&uuid).await?;
     if !deleted {
         return Err(ApiError::not_found(format!(
             "No allocations for consumer '{uuid}'"

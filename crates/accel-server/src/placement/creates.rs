@@ -12,12 +12,12 @@
 //! A combined transaction that fails (a uuid or name taken, also within the batch) is
 //! rolled back and its requests are run one by one, so each gets the answer it would
 //! have had alone. On MariaDB/MySQL the batch is one round trip (a stored procedure
-//! called inside its own transaction: `providers::create_roots_alone`), so a lone
+//! called inside its own transaction: `Store::providers().create_roots`), so a lone
 //! create goes that way too. Each transaction runs in a task of its own: a client that goes away
 //! cancels nothing of the others'. Children (a parent given) are never combined.
 
 use super::AppState;
-use accel_store::placement::providers::{self, Provider};
+use accel_store::placement::providers::Provider;
 use accel_store::StoreError;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, Semaphore};
@@ -116,7 +116,7 @@ pub async fn create_together(
     // On MariaDB/MySQL even one create goes this way: it is one procedure call there.
     let mysql = app.store.backend() == accel_store::Backend::MySql;
     if n > 1 || (mysql && n == 1) {
-        let combined = providers::create_roots_alone(&app.store, &new).await;
+        let combined = app.store.providers().create_roots(&new).await;
         match combined {
             Ok(created) => {
                 if n > 1 {
@@ -139,11 +139,7 @@ pub async fn create_together(
     }
     let mut out = Vec::with_capacity(n);
     for (u, name) in new {
-        let alone = app
-            .store
-            .write(move |tx| Box::pin(async move { providers::create(tx, &u, &name, None).await }))
-            .await;
-        out.push(alone);
+        out.push(app.store.providers().create(&u, &name, None).await);
     }
     out
 }

@@ -3,9 +3,17 @@
 //! `code` appears from 1.23 and comes from upstream's closed set. `detail` is built the
 //! way webob renders it upstream (status explanation, a blank line, the message), since
 //! clients and the gabbi suite match fragments of it.
+//!
+//! The store refuses as data ([`accel_store::placement::Refused`], allocation and
+//! inventory refusals, lost generation races); upstream's sentences for them are here
+//! ([`refused`] and the helpers handlers put their own words around), so the Placement
+//! API's words live in this file and its handlers.
 
 use crate::auth::Rejection;
 use crate::reply;
+use accel_store::placement::allocations::InvalidInventory;
+use accel_store::placement::{ParentRefusal, Refused};
+use accel_store::{Conflict, StoreError};
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::json;
@@ -250,24 +258,13 @@ fn html_escape(s: &str) -> String {
 
 impl From<accel_store::StoreError> for ApiError {
     fn from(e: accel_store::StoreError) -> Self {
-        use accel_store::{Conflict, StoreError};
         match e {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Invalid(m) => ApiError::bad_request(m),
-            StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, m) => {
-                ApiError::concurrent(m)
-            }
-            StoreError::Conflict(Conflict::InventoryInUse, m) => {
-                ApiError::conflict(m).with_code(Code::InventoryInUse)
-            }
+            StoreError::Conflict(Conflict::ProviderRace, _) => ApiError::concurrent(PROVIDER_RACE),
+            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::concurrent(m),
             StoreError::Conflict(Conflict::Duplicate, m) => {
                 ApiError::conflict(m).with_code(Code::DuplicateName)
-            }
-            StoreError::Conflict(Conflict::ProviderInUse, m) => {
-                ApiError::conflict(m).with_code(Code::ProviderInUse)
-            }
-            StoreError::Conflict(Conflict::CannotDeleteParent, m) => {
-                ApiError::conflict(m).with_code(Code::ProviderCannotDeleteParent)
             }
             StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
             StoreError::Refused(accel_store::Refused::Placement(r)) => refused(r),
@@ -293,9 +290,203 @@ impl From<accel_store::StoreError> for ApiError {
     }
 }
 
+/// Upstream's `ResourceProviderConcurrentUpdateDetected` text: the words of a lost
+/// provider-generation race ([`accel_store::Conflict::ProviderRace`], the store's
+/// signal to rerun a claim).
+const PROVIDER_RACE: &str =
+    "Another thread concurrently updated the resource provider data. Please retry your update";
+
+/// The words of a consumer generation swap lost to another writer.
+const CONSUMER_RACE: &str =
+    "Another thread concurrently updated the data. Please retry your update";
+
+/// The words of a provider generation swap lost to another writer.
+const PROVIDER_CHANGED: &str = "resource provider generation conflict";
+
+/// The detail of a lost generation race, for the handlers that put it after their own
+/// words; `None` when `e` is not one.
+pub(crate) fn race(e: &StoreError) -> Option<&str> {
+    match e {
+        StoreError::Conflict(Conflict::ProviderRace, _) => Some(PROVIDER_RACE),
+        StoreError::Conflict(Conflict::ConcurrentUpdate, m) => Some(m.as_str()),
+        StoreError::Refused(accel_store::Refused::Placement(Refused::ProviderChanged)) => {
+            Some(PROVIDER_CHANGED)
+        }
+        StoreError::Refused(accel_store::Refused::Placement(Refused::ConsumerChanged)) => {
+            Some(CONSUMER_RACE)
+        }
+        _ => None,
+    }
+}
+
+/// The refusal `e` carries, when it is a Placement one.
+pub(crate) fn placement_refusal(e: &StoreError) -> Option<&Refused> {
+    match e {
+        StoreError::Refused(accel_store::Refused::Placement(r)) => Some(r),
+        _ => None,
+    }
+}
+
+/// The wording of upstream's `ObjectActionError`, which every refused provider create or
+/// update carries inside its 400 detail.
+fn object_action(action: &str, reason: &str) -> String {
+    format!("Object action {action} failed because: {reason}")
+}
+
+/// Why upstream's provider object refuses a parent.
+fn parent_reason(why: ParentRefusal) -> &'static str {
+    match why {
+        ParentRefusal::Missing => "parent provider UUID does not exist.",
+        ParentRefusal::Itself => "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.",
+        ParentRefusal::Loop => "creating loop in the provider tree is not allowed.",
+        ParentRefusal::Reparent => "re-parenting a provider is not currently allowed.",
+        ParentRefusal::Unparent => "un-parenting a provider is not currently allowed.",
+    }
+}
+
+/// Upstream's 400 for a provider create its object layer refuses.
+pub(crate) fn provider_create_refused(uuid: &str, name: &str, reason: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "Unable to create resource provider \"{name}\", {uuid}: {}",
+        object_action("create", reason)
+    ))
+}
+
+/// Upstream's 404 for a provider its handler looks up first and does not catch.
+pub(crate) fn no_provider(uuid: &str) -> ApiError {
+    ApiError::not_found(format!("No resource provider with uuid {uuid} found")).without_vary()
+}
+
+/// Upstream's sentence for an inventory change that drops classes still allocated.
+pub(crate) fn inventory_in_use(uuid: &str, classes: &[String]) -> String {
+    format!(
+        "Inventory for '{}' on resource provider '{uuid}' in use.",
+        classes.join(", ")
+    )
+}
+
+/// Upstream's sentence for a consumer generation that is not the client's
+/// (`expected` `None`: no such consumer; `got` `None`: the client sent null).
+pub(crate) fn consumer_generation(expected: Option<i64>, got: Option<i64>) -> String {
+    let expected = expected.map_or_else(|| "null".to_owned(), |g| g.to_string());
+    let got = got.map_or_else(|| "None".to_owned(), |g| g.to_string());
+    format!("consumer generation conflict - expected {expected} but got {got}")
+}
+
+/// Upstream's `InvalidInventory` family of sentences.
+pub(crate) fn invalid_inventory(i: &InvalidInventory) -> String {
+    match i {
+        InvalidInventory::Missing { classes, providers } => format!(
+            "Inventory for '{}' on resource provider '{}' invalid.",
+            classes.join(", "),
+            providers.join(", ")
+        ),
+        InvalidInventory::Exceeds {
+            class,
+            provider,
+            capacity,
+        } => {
+            let tail = if *capacity {
+                "would exceed the capacity"
+            } else {
+                "would violate inventory constraints"
+            };
+            format!(
+                "Unable to create allocation for '{class}' on resource provider '{provider}'. The requested amount {tail}."
+            )
+        }
+    }
+}
+
 /// The words of each refusal of the Placement operations (upstream's sentences).
-fn refused(r: accel_store::placement::Refused) -> ApiError {
-    match r {}
+pub(crate) fn refused(r: Refused) -> ApiError {
+    match r {
+        Refused::NoProvider { uuid } => no_provider(&uuid),
+        Refused::ProviderGeneration { .. } => ApiError::concurrent(
+            "Resource provider's generation already changed. Please update the generation and try again.",
+        ),
+        Refused::ProviderChanged => ApiError::concurrent(PROVIDER_CHANGED),
+        Refused::ConsumerChanged => ApiError::concurrent(CONSUMER_RACE),
+        Refused::ProviderCreate { uuid, name, why } => {
+            provider_create_refused(&uuid, &name, parent_reason(why))
+        }
+        Refused::ProviderUpdate { uuid, why } => {
+            // upstream names a missing new parent a failed "create" even here
+            let action = if why == ParentRefusal::Missing {
+                "create"
+            } else {
+                "update"
+            };
+            ApiError::bad_request(format!(
+                "Unable to save resource provider {uuid}: {}",
+                object_action(action, parent_reason(why))
+            ))
+        }
+        Refused::ProviderExists { uuid, name } => {
+            let what: Vec<String> = [("uuid", uuid), ("name", name)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| format!("{k}: {v}")))
+                .collect();
+            ApiError::conflict(format!(
+                "Conflicting resource provider {} already exists.",
+                what.join(", ")
+            ))
+            .with_code(Code::DuplicateName)
+        }
+        Refused::ProviderNameTaken { name } => ApiError::conflict(format!(
+            "Conflicting resource provider {name} already exists."
+        ))
+        .with_code(Code::DuplicateName),
+        Refused::ProviderHasChildren { uuid } => ApiError::conflict(format!(
+            "Unable to delete parent resource provider {uuid}: It has child resource providers."
+        ))
+        .with_code(Code::ProviderCannotDeleteParent),
+        Refused::ProviderInUse { uuid } => ApiError::conflict(format!(
+            "Unable to delete resource provider {uuid}: Resource provider has allocations."
+        ))
+        .with_code(Code::ProviderInUse),
+        Refused::ListUnknownClass { name } => ApiError::bad_request(format!(
+            "Invalid resource class in resources parameter: No such resource class {name}."
+        )),
+        Refused::ListUnknownTraits { names } => ApiError::bad_request(format!(
+            "Invalid trait(s) in \"required\" parameter: No such trait(s): {}.",
+            names.join(", ")
+        )),
+        Refused::NoClass { name } => {
+            ApiError::not_found(format!("No such resource class {name}.")).without_vary()
+        }
+        Refused::ClassExists { name } => {
+            ApiError::conflict(format!("Conflicting resource class already exists: {name}"))
+        }
+        Refused::ClassNameTaken { name } => {
+            ApiError::conflict(format!("Resource class already exists: {name}"))
+        }
+        Refused::ClassIdRace { name } => ApiError::conflict(format!(
+            "Max retries of DB transaction exceeded attempting to create resource class: {name}, please try again."
+        )),
+        Refused::StandardClassUpdate { name } => {
+            ApiError::bad_request(format!("Cannot update standard resource class {name}"))
+        }
+        Refused::StandardClassDelete { name } => ApiError::bad_request(format!(
+            "Error in delete resource class: Cannot delete standard resource class {name}."
+        )),
+        Refused::ClassInUse { name } => ApiError::conflict(format!(
+            "Error in delete resource class: Cannot delete resource class {name}. Class is in use in inventory."
+        )),
+        Refused::NoTrait { name } => ApiError::not_found(format!("No such trait(s): {name}.")),
+        Refused::StandardTrait { name } => {
+            ApiError::bad_request(format!("Cannot delete standard trait {name}."))
+        }
+        Refused::TraitInUse { name } => ApiError::conflict(format!(
+            "The trait {name} is in use by a resource provider."
+        )),
+        Refused::UnknownTraits { names } => {
+            ApiError::bad_request(format!("No such trait {}", names.join(", ")))
+        }
+        Refused::InventoryInUse { uuid, classes } => {
+            ApiError::conflict(inventory_in_use(&uuid, &classes)).with_code(Code::InventoryInUse)
+        }
+    }
 }
 
 const AUTH_REQUIRED: &str = "The request you have made requires authentication.";

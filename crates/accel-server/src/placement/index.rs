@@ -31,15 +31,15 @@
 
 use accel_core::candidates::{self as engine, ProviderId};
 use accel_core::chunks::Chunks;
-use accel_store::placement::changes::{self, Delta, Version};
-use accel_store::placement::world::{self, World, WorldProvider};
+use accel_store::placement::changes::Version;
+use accel_store::placement::world::{Refresh, World, WorldProvider};
 use accel_store::{Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Resource class and trait names by id, as `world::load_names` reads them.
-type NameMaps = (HashMap<i64, String>, HashMap<i64, String>);
+type NameMaps = accel_store::placement::world::Names;
 
 /// One consistent picture of the placement data, ready to search. Everything but the
 /// changed providers is shared with the picture it was patched from.
@@ -304,20 +304,6 @@ pub struct Index {
     pub stats: IndexStats,
 }
 
-/// What the read transaction found.
-enum Step {
-    Changed {
-        version: Version,
-        changed: Vec<i64>,
-        loaded: Vec<WorldProvider>,
-        names: Option<NameMaps>,
-    },
-    Full {
-        version: Version,
-        world: World,
-    },
-}
-
 impl Index {
     /// The picture of the database as of now (see the module docs).
     pub async fn current(&self, store: &Store) -> Result<Arc<Prepared>, StoreError> {
@@ -339,43 +325,13 @@ impl Index {
                 return Ok(p.clone());
             }
         }
-        let step = store
-            .read(move |tx| {
-                Box::pin(async move {
-                    let version = changes::version(tx).await?;
-                    let Some(known) = known else {
-                        let world = world::load(tx).await?;
-                        return Ok(Step::Full { version, world });
-                    };
-                    match changes::since(tx, &known, &version).await? {
-                        Delta::Some { providers, names } => {
-                            let loaded = world::load_providers(tx, Some(&providers)).await?;
-                            let names = if names {
-                                Some(world::load_names(tx).await?)
-                            } else {
-                                None
-                            };
-                            Ok(Step::Changed {
-                                version,
-                                changed: providers,
-                                loaded,
-                                names,
-                            })
-                        }
-                        Delta::Reload => {
-                            let world = world::load(tx).await?;
-                            Ok(Step::Full { version, world })
-                        }
-                    }
-                })
-            })
-            .await?;
+        let step = store.world().refresh(known).await?;
         let prepared = match step {
-            Step::Full { version, world } => {
+            Refresh::Full { version, world } => {
                 self.stats.full.fetch_add(1, Ordering::Relaxed);
                 Prepared::build(version, world)?
             }
-            Step::Changed {
+            Refresh::Changed {
                 version,
                 changed,
                 loaded,

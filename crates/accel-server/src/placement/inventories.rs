@@ -1,20 +1,19 @@
 //! `/resource_providers/{uuid}/inventories[/{resource_class}]`.
 //!
-//! Every write is a full-set replacement in the store (`inventories::replace`) inside
-//! one transaction, guarded by the provider generation the client sent (or, for
+//! Every write is a full-set replacement in the store (`Store::inventories().change`)
+//! inside one transaction, guarded by the provider generation the client sent (or, for
 //! `DELETE` of one class, the generation just read).
 
-use super::error::{ApiError, ApiResult, Code};
-use super::resource_providers::{
-    body_of_provider, exists, missing, not_found_as, provider_url, read_with,
-};
+use super::error::{inventory_in_use, placement_refusal, race, ApiError, ApiResult, Code};
+use super::resource_providers::{body_of_provider, exists, provider_url};
 use super::AppState;
 use super::{authorize, Reply, Req};
 use accel_api::placement::{self as api, mv, InventoriesPut, InventoryRecord};
 use accel_core::capacity::Limits;
 use accel_core::policy::placement as rules;
-use accel_store::placement::inventories::{self, Change, ChangeRefusal as Refusal, Inventory};
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::inventories::{Change, ChangeRefusal as Refusal, Inventory};
+use accel_store::placement::Refused;
+use accel_store::StoreError;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -130,9 +129,12 @@ fn rp_not_found(uuid: &str) -> ApiError {
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, invs) = read_with(&app, &uuid, |tx, id| Box::pin(inventories::list(tx, id)))
-        .await
-        .map_err(|e| not_found_as(e, |_| rp_not_found(&uuid)))?;
+    let (rp, invs) = app
+        .store
+        .inventories()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| rp_not_found(&uuid))?;
     let (body, modified) = render_all(&invs, rp.generation);
     Ok(Reply::typed(&body)?.modified_if(modified))
 }
@@ -141,9 +143,12 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_INVENTORIES_SHOW)?;
     let uuid = req.param(0).to_owned();
     let rc = req.param(1).to_owned();
-    let (rp, invs) = read_with(&app, &uuid, |tx, id| Box::pin(inventories::list(tx, id)))
-        .await
-        .map_err(|e| not_found_as(e, |_| rp_not_found(&uuid)))?;
+    let (rp, invs) = app
+        .store
+        .inventories()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| rp_not_found(&uuid))?;
     let inv = invs
         .into_iter()
         .find(|i| i.rc_name == rc)
@@ -172,15 +177,26 @@ enum Op {
     DeleteAll,
 }
 
-/// Runs `op` through the store's one inventory write ([`inventories::change`]); a body
-/// whose capacity is invalid for this microversion is refused there, in upstream's
-/// order.
+/// How an inventory write failed, as its handlers word it.
+enum Failed {
+    /// Refused before writing.
+    Refused(Refusal),
+    /// It would drop classes still allocated: upstream's sentence.
+    InUse(String),
+    /// It lost a generation race.
+    Raced,
+    /// Anything else (a missing provider among them).
+    Other(StoreError),
+}
+
+/// Runs `op` through the store's one inventory write; a body whose capacity is invalid
+/// for this microversion is refused there, in upstream's order.
 async fn apply(
     app: &AppState,
     uuid: &str,
     op: Op,
     req: &Req,
-) -> accel_store::Refusable<(i64, Vec<Inventory>), Refusal> {
+) -> Result<(i64, Vec<Inventory>), Failed> {
     let parse = |class: &str, rec: &InventoryRecord| from_record(class, -1, rec);
     let change = match op {
         Op::ReplaceAll {
@@ -211,7 +227,22 @@ async fn apply(
     let invalid = records
         .iter()
         .find_map(|inv| check_capacity(req, uuid, inv).err());
-    inventories::change(&app.store, uuid, change, invalid).await
+    match app.store.inventories().change(uuid, change, invalid).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(r)) => Err(Failed::Refused(r)),
+        Err(e) => Err(match placement_refusal(&e) {
+            Some(Refused::InventoryInUse { uuid, classes }) => {
+                Failed::InUse(inventory_in_use(uuid, classes))
+            }
+            _ if race(&e).is_some() => Failed::Raced,
+            _ => Failed::Other(e),
+        }),
+    }
+}
+
+/// Upstream's 409 for classes still allocated, as its object layer raises it.
+fn in_use(m: String) -> ApiError {
+    ApiError::conflict(m).with_code(Code::InventoryInUse)
 }
 
 fn generation_conflict() -> ApiError {
@@ -224,10 +255,12 @@ fn unexpected(r: Refusal) -> ApiError {
     ApiError::internal(format!("unexpected inventory refusal: {r:?}"))
 }
 
+/// A failure of a write that looked the provider up first: one gone meanwhile is
+/// worded as the lookup words it.
 fn other(uuid: &str, e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound(_) => rp_not_found(uuid),
-        e => e.into(),
+    match placement_refusal(&e) {
+        Some(Refused::NoProvider { .. }) => rp_not_found(uuid),
+        _ => e.into(),
     }
 }
 
@@ -238,27 +271,27 @@ pub async fn replace_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let generation = data.resource_provider_generation;
     let records: Vec<(String, InventoryRecord)> = data.inventories.into_iter().collect();
     match apply(&app, &uuid, Op::ReplaceAll { generation, records }, &req).await {
-        Ok(Ok((generation, invs))) => {
+        Ok((generation, invs)) => {
             let (body, modified) = render_all(&invs, generation);
             Ok(Reply::typed(&body)?.modified_if(modified))
         }
-        Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
-        Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::Generation)) => Err(generation_conflict()),
+        Err(Failed::Refused(Refusal::UnknownClass(c))) => Err(ApiError::bad_request(format!(
             "Unknown resource class in inventory for resource provider {uuid}: No such resource class {c}."
         ))),
-        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to update inventory for resource provider {uuid}: {m}"
         ))),
-        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => {
+        Err(Failed::InUse(m)) => {
             Err(ApiError::conflict(format!("update conflict: {m}")).with_code(Code::InventoryInUse))
         }
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(
+        Err(Failed::Raced) => Err(ApiError::concurrent(
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
-        Ok(Err(r)) => Err(unexpected(r)),
-        // The body was accepted without looking the provider up first.
-        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
-        Err(e) => Err(other(&uuid, e)),
+        Err(Failed::Refused(r)) => Err(unexpected(r)),
+        // The body was accepted without looking the provider up first: a missing
+        // provider is the lookup's 404.
+        Err(Failed::Other(e)) => Err(e.into()),
     }
 }
 
@@ -269,7 +302,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         body_of_provider(&app, &req, &uuid, &record_schema(false, true)).await?;
     let class = data.resource_class.clone().unwrap_or_default();
     match apply(&app, &uuid, Op::Create { class: class.clone(), record: data }, &req).await {
-        Ok(Ok((generation, invs))) => {
+        Ok((generation, invs)) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
@@ -279,23 +312,24 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
                 .header("location", format!("{}/inventories/{class}", provider_url(&uuid)))
                 .modified(inv.modified))
         }
-        Ok(Err(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::UnknownClass(c) | Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
             "Unable to create inventory for resource provider {uuid}: No such resource class {c}."
         ))),
-        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to create inventory for resource provider {uuid}: {m}"
         ))),
-        Ok(Err(Refusal::Exists(c))) => Err(ApiError::concurrent(format!(
+        Err(Failed::Refused(Refusal::Exists(c))) => Err(ApiError::concurrent(format!(
             "Update conflict: Inventory for {c} on resource provider {uuid} already exists."
         ))),
-        Ok(Err(Refusal::Generation)) | Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => {
+        Err(Failed::Refused(Refusal::Generation)) | Err(Failed::Raced) => {
             Err(ApiError::concurrent(
                 "Update conflict: Another thread concurrently updated the data. Please retry your update",
             ))
         }
-        // The body was accepted without looking the provider up first.
-        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
-        Err(e) => Err(other(&uuid, e)),
+        Err(Failed::InUse(m)) => Err(in_use(m)),
+        // The body was accepted without looking the provider up first: a missing
+        // provider is the lookup's 404.
+        Err(Failed::Other(e)) => Err(e.into()),
     }
 }
 
@@ -307,31 +341,32 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         body_of_provider(&app, &req, &uuid, &record_schema(true, false)).await?;
     let generation = data.resource_provider_generation.unwrap_or(-1);
     match apply(&app, &uuid, Op::Update { class: class.clone(), generation, record: data }, &req).await {
-        Ok(Ok((generation, invs))) => {
+        Ok((generation, invs)) => {
             let inv = invs
                 .iter()
                 .find(|i| i.rc_name == class)
                 .ok_or_else(|| ApiError::internal("inventory vanished after update"))?;
             Ok(Reply::typed(&render_one(inv, generation))?.modified(inv.modified))
         }
-        Ok(Err(Refusal::Generation)) => Err(generation_conflict()),
+        Err(Failed::Refused(Refusal::Generation)) => Err(generation_conflict()),
         // Upstream's object layer raises this `NotFound` and the handler lets it through.
-        Ok(Err(Refusal::UnknownClass(c))) => {
+        Err(Failed::Refused(Refusal::UnknownClass(c))) => {
             Err(ApiError::not_found(format!("No such resource class {c}.")).without_vary())
         }
-        Ok(Err(Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::Missing(c))) => Err(ApiError::bad_request(format!(
             "No inventory record with resource class for resource provider {uuid}: No inventory of class {c} found."
         ))),
-        Ok(Err(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
+        Err(Failed::Refused(Refusal::Invalid(m))) => Err(ApiError::bad_request(format!(
             "Unable to update inventory for resource provider {uuid}: {m}"
         ))),
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(
+        Err(Failed::Raced) => Err(ApiError::concurrent(
             "update conflict: Another thread concurrently updated the data. Please retry your update",
         )),
-        Ok(Err(r)) => Err(unexpected(r)),
-        // The body was accepted without looking the provider up first.
-        Err(StoreError::NotFound(_)) => Err(missing(&uuid)),
-        Err(e) => Err(other(&uuid, e)),
+        Err(Failed::Refused(r)) => Err(unexpected(r)),
+        Err(Failed::InUse(m)) => Err(in_use(m)),
+        // The body was accepted without looking the provider up first: a missing
+        // provider is the lookup's 404.
+        Err(Failed::Other(e)) => Err(e.into()),
     }
 }
 
@@ -341,21 +376,21 @@ pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let class = req.param(1).to_owned();
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::Delete { class: class.clone() }, &req).await {
-        Ok(Ok(_)) => Ok(Reply::no_content()),
-        Ok(Err(Refusal::UnknownClass(c))) => Err(ApiError::not_found(format!(
+        Ok(_) => Ok(Reply::no_content()),
+        Err(Failed::Refused(Refusal::UnknownClass(c))) => Err(ApiError::not_found(format!(
             "No inventory of class {c} found for delete: No such resource class {c}."
         ))),
-        Ok(Err(Refusal::Missing(c))) => Err(ApiError::not_found(format!(
+        Err(Failed::Refused(Refusal::Missing(c))) => Err(ApiError::not_found(format!(
             "No inventory of class {c} found for delete: No inventory of class {c} found for delete"
         ))),
-        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => Err(ApiError::concurrent(format!(
+        Err(Failed::InUse(m)) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: {m}"
         ))),
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(format!(
+        Err(Failed::Raced) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory of class {class}: Another thread concurrently updated the data. Please retry your update"
         ))),
-        Ok(Err(r)) => Err(unexpected(r)),
-        Err(e) => Err(other(&uuid, e)),
+        Err(Failed::Refused(r)) => Err(unexpected(r)),
+        Err(Failed::Other(e)) => Err(other(&uuid, e)),
     }
 }
 
@@ -364,14 +399,12 @@ pub async fn delete_all(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let uuid = req.param(0).to_owned();
     exists(&app, &uuid).await?;
     match apply(&app, &uuid, Op::DeleteAll, &req).await {
-        Ok(Ok(_)) => Ok(Reply::no_content()),
-        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => {
-            Err(ApiError::conflict(m).with_code(Code::InventoryInUse))
-        }
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate, _)) => Err(ApiError::concurrent(format!(
+        Ok(_) => Ok(Reply::no_content()),
+        Err(Failed::InUse(m)) => Err(in_use(m)),
+        Err(Failed::Raced) => Err(ApiError::concurrent(format!(
             "Unable to delete inventory for resource provider {uuid} because the inventory was updated by another process. Please retry your request."
         ))),
-        Ok(Err(r)) => Err(unexpected(r)),
-        Err(e) => Err(other(&uuid, e)),
+        Err(Failed::Refused(r)) => Err(unexpected(r)),
+        Err(Failed::Other(e)) => Err(other(&uuid, e)),
     }
 }

@@ -52,13 +52,6 @@ pub struct TraitQuery {
     pub forbidden: Vec<String>,
 }
 
-impl TraitQuery {
-    /// Every trait named, required or forbidden.
-    pub fn names(&self) -> impl Iterator<Item = &String> {
-        self.required.iter().flatten().chain(self.forbidden.iter())
-    }
-}
-
 /// One `required` value.
 pub fn trait_value(val: &str, allow_forbidden: bool, allow_any: bool) -> ApiResult<TraitQuery> {
     if let Some(rest) = val.strip_prefix("in:") {

@@ -1,20 +1,23 @@
 //! `POST /reshaper` (1.30): atomically replace the inventories of some providers and
 //! the allocations of some consumers.
 //!
-//! The transaction itself, in upstream's order, is the store's
-//! [`accel_store::placement::reshape`]; this handler parses the body and words the
+//! The transaction itself, in upstream's order, is the store's `Store::reshape`
+//! ([`accel_store::placement::reshape`]); this handler parses the body and words the
 //! refusals.
 
 use super::allocations::{consumer_write, post_item_schema, UUID_PATTERN};
-use super::error::{ApiError, ApiResult, Code};
+use super::error::{
+    consumer_generation, invalid_inventory, inventory_in_use, placement_refusal, race, ApiError,
+    ApiResult, Code,
+};
 use super::inventories::{from_record, put_all_schema};
 use super::AppState;
 use super::{authorize, Reply, Req};
 use accel_api::placement::Reshape;
 use accel_core::policy::placement as rules;
 use accel_store::placement::allocations::{ConsumerWrite, Refusal};
-use accel_store::placement::reshape::{self, ProviderInventories, ReshapeRefusal as Refused};
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::reshape::{ProviderInventories, ReshapeRefusal as Refused};
+use accel_store::placement::Refused as StoreRefused;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -65,7 +68,7 @@ pub async fn reshape(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .map(|(c, v)| consumer_write(&req, &c, v))
         .collect();
     let attempts = app.config.allocation_conflict_retry_count;
-    let result = reshape::reshape(&app.store, &invs, &writes, attempts).await;
+    let result = app.store.reshape(&invs, &writes, attempts).await;
     match result {
         Ok(Ok(())) => Ok(Reply::no_content()),
         Ok(Err(Refused::ProviderNotFound(u))) => Err(ApiError::bad_request(format!(
@@ -76,23 +79,27 @@ pub async fn reshape(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             "resource provider generation conflict for provider {rp}: actual: {actual}, given: {given}"
         ))),
         Ok(Err(Refused::Allocation(r))) => Err(match r {
-            Refusal::ConsumerGeneration(m) => ApiError::concurrent(m),
+            Refusal::ConsumerGeneration { expected, got } => {
+                ApiError::concurrent(consumer_generation(expected, got))
+            }
             Refusal::NoSuchProvider(u) => ApiError::bad_request(format!(
                 "Allocation for resource provider '{u}' that does not exist."
             )),
             Refusal::NoSuchClass(n) => ApiError::bad_request(format!(
                 "malformed reshaper data: No such resource class {n}."
             )),
-            Refusal::InvalidInventory(m) => {
-                ApiError::new(StatusCode::CONFLICT, format!("Unable to allocate inventory: {m}"))
-            }
+            Refusal::InvalidInventory(i) => ApiError::new(
+                StatusCode::CONFLICT,
+                format!("Unable to allocate inventory: {}", invalid_inventory(&i)),
+            ),
         }),
-        Err(StoreError::Conflict(Conflict::InventoryInUse, m)) => {
-            Err(ApiError::conflict(format!("update conflict: {m}")).with_code(Code::InventoryInUse))
-        }
-        Err(StoreError::Conflict(Conflict::ConcurrentUpdate | Conflict::ProviderRace, m)) => {
-            Err(ApiError::concurrent(format!("update conflict: {m}")))
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(match (placement_refusal(&e), race(&e)) {
+            (Some(StoreRefused::InventoryInUse { uuid, classes }), _) => ApiError::conflict(
+                format!("update conflict: {}", inventory_in_use(uuid, classes)),
+            )
+            .with_code(Code::InventoryInUse),
+            (_, Some(m)) => ApiError::concurrent(format!("update conflict: {m}")),
+            _ => e.into(),
+        }),
     }
 }

@@ -5,16 +5,13 @@
 
 use super::error::{ApiError, ApiResult};
 use super::request::content_type;
-use super::resource_providers::uncaught;
 use super::AppState;
 use super::{authorize, Reply, Req};
 use crate::jsonschema;
 use accel_api::placement::mv;
 use accel_api::placement::{self as api, ResourceClassName};
 use accel_core::policy::placement as rules;
-use accel_store::keyed;
-use accel_store::placement::classes::{self, ResourceClass};
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::classes::ResourceClass;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -65,10 +62,7 @@ fn modified(rc: &ResourceClass) -> i64 {
 
 pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_LIST)?;
-    let rcs = app
-        .store
-        .read(|tx| Box::pin(async move { classes::list(tx).await }))
-        .await?;
+    let rcs = app.store.classes().list().await?;
     let at = rcs
         .iter()
         .map(modified)
@@ -83,29 +77,13 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_CREATE)?;
     let ResourceClassName { name } = req.body(&schema())?;
-    let rc = app
-        .store
-        .write(keyed(&name, |tx, k| Box::pin(classes::create(tx, k))))
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, _) => {
-                ApiError::conflict(format!("Conflicting resource class already exists: {name}"))
-            }
-            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::conflict(m),
-            e => e.into(),
-        })?;
+    let rc = app.store.classes().create(&name).await?;
     Ok(Reply::status(StatusCode::CREATED).header("location", url(&rc.name)))
 }
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_SHOW)?;
-    let rc = app
-        .store
-        .read(keyed(req.param(0), |tx, k| {
-            Box::pin(classes::require(tx, k))
-        }))
-        .await
-        .map_err(uncaught)?;
+    let rc = app.store.classes().require(req.param(0)).await?;
     Ok(Reply::typed(&render(&rc))?.modified(modified(&rc)))
 }
 
@@ -130,25 +108,7 @@ async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_UPDATE)?;
     let name = req.param(0).to_owned();
     let ResourceClassName { name: new_name } = req.body(&schema())?;
-    let (n, nn) = (name.clone(), new_name.clone());
-    let rc = app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rc = classes::require(tx, &n).await?;
-                classes::rename(tx, &rc, &nn).await
-            })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, _) => {
-                ApiError::conflict(format!("Resource class already exists: {new_name}"))
-            }
-            StoreError::Invalid(_) => {
-                ApiError::bad_request(format!("Cannot update standard resource class {name}"))
-            }
-            e => uncaught(e),
-        })?;
+    let rc = app.store.classes().rename(&name, &new_name).await?;
     Reply::typed(&render(&rc))
 }
 
@@ -158,26 +118,7 @@ async fn create_or_verify(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let name = req.param(0).to_owned();
     // Upstream validates the name by formatting it into a JSON document.
     extract_json(format!("{{\"name\": \"{name}\"}}").as_bytes(), &schema())?;
-    let n = name.clone();
-    let created = app
-        .store
-        .write(move |tx| {
-            Box::pin(async move {
-                if classes::get(tx, &n).await?.is_some() {
-                    return Ok(false);
-                }
-                match classes::create(tx, &n).await {
-                    Ok(_) => Ok(true),
-                    Err(StoreError::Conflict(Conflict::Duplicate, _)) => Ok(false),
-                    Err(e) => Err(e),
-                }
-            })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::ConcurrentUpdate, m) => ApiError::conflict(m),
-            e => e.into(),
-        })?;
+    let created = app.store.classes().ensure(&name).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -188,19 +129,6 @@ async fn create_or_verify(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_CLASSES_DELETE)?;
-    app.store
-        .write(keyed(req.param(0), |tx, k| {
-            Box::pin(classes::delete(tx, k))
-        }))
-        .await
-        .map_err(|e| match e {
-            StoreError::Invalid(m) => {
-                ApiError::bad_request(format!("Error in delete resource class: {m}"))
-            }
-            StoreError::Conflict(Conflict::InUse, m) => {
-                ApiError::conflict(format!("Error in delete resource class: {m}"))
-            }
-            e => uncaught(e),
-        })?;
+    app.store.classes().delete(req.param(0)).await?;
     Ok(Reply::no_content())
 }

@@ -1,14 +1,11 @@
 //! `/resource_providers` and `/resource_providers/{uuid}`.
 
-use super::error::{ApiError, ApiResult};
+use super::error::{no_provider, provider_create_refused, ApiError, ApiResult};
 use super::AppState;
 use super::{authorize, qs, Reply, Req};
 use accel_api::placement::{mv, ProviderCreate, ProviderUpdate};
 use accel_core::policy::placement as rules;
-use accel_store::keyed;
-use accel_store::placement::lookup;
-use accel_store::placement::providers::{self, ParentChange, Provider};
-use accel_store::{BoxFut, Conflict, StoreError, Tx};
+use accel_store::placement::providers::{ParentChange, Provider, Query};
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -142,78 +139,13 @@ fn post_schema(req: &Req, with_uuid: bool) -> Value {
     json!({"type": "object", "properties": props, "required": ["name"], "additionalProperties": false})
 }
 
-/// The wording of upstream's `ObjectActionError`, which every refused provider create or
-/// update carries inside its 400 detail.
-fn object_action(action: &str, reason: &str) -> String {
-    format!("Object action {action} failed because: {reason}")
-}
-
-/// Looks a provider up inside a transaction, with upstream's 404 wording.
-pub(crate) async fn require(tx: &mut Tx, uuid: &str) -> Result<Provider, StoreError> {
-    providers::get(tx, uuid)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("No resource provider with uuid {uuid} found")))
-}
-
-/// A store error from a lookup upstream does not catch in its handler: its `NotFound`
-/// reaches upstream's dispatcher, which answers 404 without `Vary`.
-pub(crate) fn uncaught(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound(m) => ApiError::not_found(m).without_vary(),
-        e => e.into(),
-    }
-}
-
-/// A store error whose `NotFound` a handler words itself (`word` gets the store's
-/// message); every other error maps as usual.
-pub(crate) fn not_found_as(e: StoreError, word: impl FnOnce(String) -> ApiError) -> ApiError {
-    match e {
-        StoreError::NotFound(m) => word(m),
-        e => e.into(),
-    }
-}
-
-/// Upstream's 404 for the provider of a sub-resource read (usages, traits): its words,
-/// then the lookup's.
-pub(crate) fn missing_provider(uuid: &str) -> impl FnOnce(StoreError) -> ApiError + '_ {
-    move |e| {
-        not_found_as(e, |m| {
-            ApiError::not_found(format!("No resource provider with uuid {uuid} found: {m}"))
-        })
-    }
-}
-
-/// A provider and what `then` reads of it (given the provider's id), in one read
-/// snapshot: the shape of every `/resource_providers/{uuid}/...` GET. A missing
-/// provider is [`require`]'s `NotFound`, which each handler words as upstream's does.
-pub(crate) async fn read_with<T, F>(
-    app: &AppState,
-    uuid: &str,
-    then: F,
-) -> Result<(Provider, T), StoreError>
-where
-    T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut Tx, i64) -> BoxFut<'c, T> + Send + 'static,
-{
-    let u = uuid.to_owned();
-    app.store
-        .read(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                let v = then(tx, rp.id).await?;
-                Ok((rp, v))
-            })
-        })
-        .await
-}
-
 /// Upstream loads the provider (404) before it reads a body, outside any `try`: its
 /// `NotFound` reaches the dispatcher, which answers without `Vary`.
 /// A sub-resource write's body, read as upstream reads it after loading the provider
 /// (a missing provider's 404 outranks a bad body's 400), but with the provider looked
 /// up only when the body is refused: an accepted body goes to the write, whose
-/// transaction finds a missing provider as well, and that answers it with
-/// [`missing`]. One statement less on every accepted write.
+/// transaction finds a missing provider as well (and refuses it the same way). One
+/// statement less on every accepted write.
 pub(crate) async fn body_of_provider<T: serde::de::DeserializeOwned>(
     app: &AppState,
     req: &Req,
@@ -229,21 +161,14 @@ pub(crate) async fn body_of_provider<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// The 404 [`exists`] answers for a missing provider.
-pub(crate) fn missing(uuid: &str) -> ApiError {
-    uncaught(StoreError::NotFound(format!(
-        "No resource provider with uuid {uuid} found"
-    )))
-}
-
-/// One statement, outside any transaction.
+/// Upstream's 404 for a missing provider, before anything else is read. One
+/// statement, outside any transaction.
 pub(crate) async fn exists(app: &AppState, uuid: &str) -> ApiResult<()> {
-    let u = uuid.to_owned();
-    app.store
-        .read_one(move |tx| Box::pin(async move { require(tx, &u).await }))
-        .await
-        .map(drop)
-        .map_err(uncaught)
+    if app.store.providers().exists(uuid).await? {
+        Ok(())
+    } else {
+        Err(no_provider(uuid))
+    }
 }
 
 pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
@@ -257,33 +182,12 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let parent = data.parent_provider_uuid.as_deref().map(qs::normalize_uuid);
     // Upstream's provider object refuses an empty name before it reaches the database.
     if name.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "Unable to create resource provider \"\", {uuid}: {}",
-            object_action("create", "name is required")
-        )));
+        return Err(provider_create_refused(&uuid, "", "name is required"));
     }
-    let (n, u, p) = (name.clone(), uuid.clone(), parent.clone());
-    let created = match p {
-        None => super::creates::create_root(&app, u, n).await,
-        Some(p) => {
-            app.store
-                .write(move |tx| {
-                    Box::pin(async move { providers::create(tx, &u, &n, Some(&p)).await })
-                })
-                .await
-        }
+    let rp = match parent {
+        None => super::creates::create_root(&app, uuid, name).await?,
+        Some(p) => app.store.providers().create(&uuid, &name, Some(&p)).await?,
     };
-    let rp = created.map_err(|e| match e {
-        StoreError::Conflict(Conflict::Duplicate, what) => ApiError::from(StoreError::Conflict(
-            Conflict::Duplicate,
-            format!("Conflicting resource provider {what} already exists."),
-        )),
-        StoreError::Invalid(m) => ApiError::bad_request(format!(
-            "Unable to create resource provider \"{name}\", {uuid}: {}",
-            object_action("create", &m)
-        )),
-        e => e.into(),
-    })?;
     let location = provider_url(&rp.uuid);
     if req.mv(mv::PROVIDER_CREATE_BODY) {
         Ok(Reply::typed(&ProviderView::new(&req, &rp))?
@@ -296,39 +200,24 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_SHOW)?;
+    let uuid = req.param(0);
     let rp = app
         .store
-        .read(keyed(req.param(0), |tx, k| Box::pin(require(tx, k))))
-        .await
-        .map_err(uncaught)?;
+        .providers()
+        .get(uuid)
+        .await?
+        .ok_or_else(|| no_provider(uuid))?;
     Ok(Reply::typed(&ProviderView::new(&req, &rp))?.modified(rp.modified))
 }
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_DELETE)?;
-    let uuid = req.param(0).to_owned();
-    let u = uuid.clone();
-    app.store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = providers::get(tx, &u).await?.ok_or_else(|| {
-                    StoreError::NotFound(format!("No resource provider with uuid {u} found for delete"))
-                })?;
-                providers::delete(tx, &rp).await
-            })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::CannotDeleteParent, _) => ApiError::from(StoreError::Conflict(
-                Conflict::CannotDeleteParent,
-                format!("Unable to delete parent resource provider {uuid}: It has child resource providers."),
-            )),
-            StoreError::Conflict(Conflict::ProviderInUse, m) => ApiError::from(StoreError::Conflict(
-                Conflict::ProviderInUse,
-                format!("Unable to delete resource provider {uuid}: {m}"),
-            )),
-            e => e.into(),
-        })?;
+    let uuid = req.param(0);
+    if !app.store.providers().delete(uuid).await? {
+        return Err(ApiError::not_found(format!(
+            "No resource provider with uuid {uuid} found for delete"
+        )));
+    }
     Ok(Reply::no_content())
 }
 
@@ -343,56 +232,11 @@ pub async fn update(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         Some(None) => ParentChange::Clear,
         Some(Some(p)) => ParentChange::Set(qs::normalize_uuid(&p)),
     };
-    let allow_reparent = req.mv(mv::REPARENT);
-    let (u, n) = (uuid.clone(), name.clone());
-    let rp = app
+    let (rp, before) = app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &u).await?;
-                if !allow_reparent {
-                    match &parent {
-                        ParentChange::Set(p)
-                            if rp.parent_uuid.is_some()
-                                && rp.parent_uuid.as_deref() != Some(p.as_str()) =>
-                        {
-                            return Err(StoreError::Invalid(
-                                "re-parenting a provider is not currently allowed.".into(),
-                            ));
-                        }
-                        ParentChange::Clear if rp.parent_uuid.is_some() => {
-                            return Err(StoreError::Invalid(
-                                "un-parenting a provider is not currently allowed.".into(),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
-                let before = providers::updated_at(tx, rp.id).await?;
-                Ok((providers::update(tx, &rp, &n, parent).await?, before))
-            })
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::Duplicate, _) => ApiError::from(StoreError::Conflict(
-                Conflict::Duplicate,
-                format!("Conflicting resource provider {name} already exists."),
-            )),
-            StoreError::Invalid(m) => {
-                // upstream names a missing new parent a failed "create" even here
-                let action = if m.starts_with("parent provider UUID does not exist") {
-                    "create"
-                } else {
-                    "update"
-                };
-                ApiError::bad_request(format!(
-                    "Unable to save resource provider {uuid}: {}",
-                    object_action(action, &m)
-                ))
-            }
-            e => e.into(),
-        })?;
-    let (rp, before) = rp;
+        .providers()
+        .update(&uuid, &name, parent, req.mv(mv::REPARENT))
+        .await?;
     let reply = Reply::typed(&ProviderView::new(&req, &rp))?;
     // upstream reports the update time loaded before this update (none for a child
     // never written since its creation), and says no-cache either way
@@ -429,68 +273,32 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     if LIST_FILTERS.iter().all(|k| req.query_last(k).is_none()) {
         return list_all(&app, &req).await;
     }
-    let mut filter = providers::Filter::default();
     let aggs = if req.query_last("member_of").is_some() {
         qs::member_of(&req, "member_of", "")?
     } else {
         qs::AggQuery::default()
     };
-    filter.member_of = aggs.required;
-    filter.forbidden_aggregates = aggs.forbidden;
     let traits = if req.query_last("required").is_some() {
         qs::traits(&req, "required")?
     } else {
         qs::TraitQuery::default()
     };
-    filter.name = req.query_last("name").map(str::to_owned);
-    filter.uuid = req.query_last("uuid").map(qs::normalize_uuid);
-    let in_tree = req.query_last("in_tree").map(qs::normalize_uuid);
     let resources = match req.query_last("resources") {
         Some(r) => qs::resources(r)?,
         None => Vec::new(),
     };
+    let query = Query {
+        name: req.query_last("name").map(str::to_owned),
+        uuid: req.query_last("uuid").map(qs::normalize_uuid),
+        in_tree: req.query_last("in_tree").map(qs::normalize_uuid),
+        required: traits.required,
+        forbidden: traits.forbidden,
+        member_of: aggs.required,
+        forbidden_aggregates: aggs.forbidden,
+        resources,
+    };
     let modified_now = accel_store::now();
-    let rps = app
-        .store
-        .read(move |tx| {
-            Box::pin(async move {
-                if let Some(t) = in_tree {
-                    match providers::get(tx, &t).await? {
-                        Some(rp) => filter.in_tree = Some(rp.root_id),
-                        None => return Ok(Vec::new()),
-                    }
-                }
-                let names: Vec<String> = resources.iter().map(|(n, _)| n.clone()).collect();
-                let rc_ids = lookup::resource_class_ids(tx, &names).await?;
-                for (name, amount) in &resources {
-                    let id = rc_ids.get(name).ok_or_else(|| {
-                        StoreError::Invalid(format!(
-                            "Invalid resource class in resources parameter: No such resource class {name}."
-                        ))
-                    })?;
-                    filter.resources.push((*id, *amount));
-                }
-                let tnames: Vec<String> = traits.names().cloned().collect();
-                let t_ids = lookup::trait_ids(tx, &tnames).await?;
-                let mut missing: Vec<&String> = tnames.iter().filter(|n| !t_ids.contains_key(*n)).collect();
-                missing.sort();
-                missing.dedup();
-                if !missing.is_empty() {
-                    let list = missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
-                    return Err(StoreError::Invalid(format!(
-                        "Invalid trait(s) in \"required\" parameter: No such trait(s): {list}."
-                    )));
-                }
-                filter.required = traits
-                    .required
-                    .iter()
-                    .map(|any| any.iter().map(|t| t_ids[t]).collect())
-                    .collect();
-                filter.forbidden = traits.forbidden.iter().map(|t| t_ids[t]).collect();
-                providers::list(tx, &filter).await
-            })
-        })
-        .await?;
+    let rps = app.store.providers().list(query).await?;
     let modified = rps.iter().map(|r| r.modified).max().unwrap_or(modified_now);
     let shape = Shape::at(&req);
     listing(

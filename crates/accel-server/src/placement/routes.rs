@@ -10,7 +10,7 @@ use super::{
 };
 use accel_api::placement::mv;
 use axum::http::{Method, StatusCode};
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, FutureExt};
 use std::sync::Arc;
 
 pub type Handler = fn(Arc<AppState>, Req) -> BoxFuture<'static, ApiResult<Reply>>;
@@ -67,7 +67,7 @@ impl MethodRoute {
 
 macro_rules! h {
     ($f:path) => {
-        |app, req| Box::pin($f(app, req))
+        |app, req| $f(app, req).boxed()
     };
 }
 

@@ -3,22 +3,17 @@
 //! Trait lists are sorted by name everywhere, so answers do not depend on the
 //! database's row order.
 
-use super::error::{ApiError, ApiResult};
-use super::resource_providers::{missing_provider, read_with, require, uncaught};
+use super::error::{race, ApiError, ApiResult};
 use super::AppState;
 use super::{authorize, Reply, Req};
 use accel_api::placement::{ProviderTraits, Traits};
 use accel_core::policy::placement as rules;
-use accel_store::keyed;
-use accel_store::placement::lookup;
-use accel_store::placement::traits::{self, Filter, Trait};
-use accel_store::{Conflict, StoreError};
+use accel_store::placement::traits::{Filter, Trait};
+use accel_store::StoreError;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-const GENERATION_CHANGED: &str =
-    "Resource provider's generation already changed. Please update the generation and try again.";
 const CONCURRENT: &str = "Another thread concurrently updated the data. Please retry your update";
 
 fn url(name: &str) -> String {
@@ -86,10 +81,7 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             }
         };
     }
-    let ts = app
-        .store
-        .read(move |tx| Box::pin(async move { traits::list(tx, &filter).await }))
-        .await?;
+    let ts = app.store.traits().list(filter).await?;
     let (traits, at) = serialize(&ts);
     Ok(Reply::typed(&Traits { traits })?.modified(at))
 }
@@ -99,7 +91,8 @@ pub async fn show(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let name = req.param(0).to_owned();
     let t = app
         .store
-        .read(keyed(&name, |tx, k| Box::pin(traits::get(tx, k))))
+        .traits()
+        .get(&name)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("No such trait(s): {name}.")))?;
     Ok(Reply::no_content().modified(t.modified))
@@ -113,10 +106,7 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
             "The trait is invalid. A valid trait must be no longer than 255 characters, start with the prefix \"CUSTOM_\" and use following characters: \"A\"-\"Z\", \"0\"-\"9\" and \"_\"",
         ));
     }
-    let (t, created) = app
-        .store
-        .write(keyed(&name, |tx, k| Box::pin(traits::ensure(tx, k))))
-        .await?;
+    let (t, created) = app.store.traits().ensure(&name).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -129,22 +119,23 @@ pub async fn create(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
 
 pub async fn delete(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::TRAITS_DELETE)?;
-    app.store
-        .write(keyed(req.param(0), |tx, k| Box::pin(traits::delete(tx, k))))
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(Conflict::InUse, m) => ApiError::conflict(m),
-            e => e.into(),
-        })?;
+    app.store.traits().delete(req.param(0)).await?;
     Ok(Reply::no_content())
 }
 
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_LIST)?;
     let uuid = req.param(0).to_owned();
-    let (rp, ts) = read_with(&app, &uuid, |tx, id| Box::pin(traits::for_provider(tx, id)))
-        .await
-        .map_err(missing_provider(&uuid))?;
+    let (rp, ts) = app
+        .store
+        .traits()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found"
+            ))
+        })?;
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,
@@ -168,12 +159,11 @@ fn set_schema() -> Value {
     })
 }
 
-/// Maps a lost compare-and-swap to upstream's wording; an unknown provider is a
-/// `NotFound` upstream's handler does not catch.
+/// A lost compare-and-swap in upstream's words; every other error as usual.
 fn concurrent(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Conflict(Conflict::ConcurrentUpdate, _) => ApiError::concurrent(CONCURRENT),
-        e => uncaught(e),
+    match race(&e) {
+        Some(_) => ApiError::concurrent(CONCURRENT),
+        None => e.into(),
     }
 }
 
@@ -181,49 +171,12 @@ pub async fn set_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> 
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_UPDATE)?;
     let uuid = req.param(0).to_owned();
     let data: ProviderTraits = req.body(&set_schema())?;
-    let generation = data.resource_provider_generation;
-    let names = data.traits;
-    enum Fail {
-        Generation,
-        Missing(Vec<String>),
-    }
-    let outcome = app
+    let (gen, ts) = app
         .store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await?;
-                if rp.generation != generation {
-                    return Ok(Err(Fail::Generation));
-                }
-                let ids = lookup::trait_ids(tx, &names).await?;
-                let mut missing: Vec<String> = names
-                    .iter()
-                    .filter(|n| !ids.contains_key(*n))
-                    .cloned()
-                    .collect();
-                if !missing.is_empty() {
-                    missing.sort();
-                    missing.dedup();
-                    return Ok(Err(Fail::Missing(missing)));
-                }
-                let want: Vec<i64> = ids.values().copied().collect();
-                let gen = traits::set_for_provider(tx, &rp, &want).await?;
-                let ts = traits::for_provider(tx, rp.id).await?;
-                Ok(Ok((gen, ts)))
-            })
-        })
+        .traits()
+        .set_for_provider(&uuid, data.resource_provider_generation, data.traits)
         .await
         .map_err(concurrent)?;
-    let (gen, ts) = match outcome {
-        Ok(v) => v,
-        Err(Fail::Generation) => return Err(ApiError::concurrent(GENERATION_CHANGED)),
-        Err(Fail::Missing(m)) => {
-            return Err(ApiError::bad_request(format!(
-                "No such trait {}",
-                m.join(", ")
-            )))
-        }
-    };
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,
@@ -234,14 +187,9 @@ pub async fn set_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> 
 
 pub async fn delete_for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_TRAITS_DELETE)?;
-    let uuid = req.param(0).to_owned();
     app.store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rp = require(tx, &uuid).await?;
-                traits::set_for_provider(tx, &rp, &[]).await
-            })
-        })
+        .traits()
+        .clear_for_provider(req.param(0))
         .await
         .map_err(concurrent)?;
     Ok(Reply::no_content())

@@ -21,8 +21,8 @@
 //! What it costs where a project is written as often as it is read: the version read,
 //! and the log read when the log moved, on top of the totals statement.
 
-use accel_store::placement::allocations::{self as store, TotalUsage, TypeFilter};
-use accel_store::placement::changes::{self, ProjectChanges, Version, SHARDS};
+use accel_store::placement::allocations::{TotalUsage, TypeFilter};
+use accel_store::placement::changes::{ProjectChanges, Version, SHARDS};
 use accel_store::{Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,11 +57,7 @@ impl UsageCache {
         let now = store.placement_version().await?;
         let behind = self.book().catch_up(&now);
         if let Some(from) = behind {
-            let got = store
-                .read_one(move |tx| {
-                    Box::pin(async move { changes::projects_since(tx, &from, &now).await })
-                })
-                .await?;
+            let got = store.changes().projects_since(&from, &now).await?;
             self.book().absorb(&now, got);
         }
         if let Some(lines) = self.book().answer(&key) {
@@ -69,13 +65,9 @@ impl UsageCache {
             return Ok(lines);
         }
         self.queried.fetch_add(1, Ordering::Relaxed);
-        let asked = key.clone();
         let totals = store
-            .read_one(move |tx| {
-                Box::pin(async move {
-                    store::totals(tx, &asked.project, asked.user.as_deref(), &asked.filter).await
-                })
-            })
+            .usages()
+            .totals(&key.project, key.user.as_deref(), &key.filter)
             .await?;
         let lines = Arc::new(totals.lines);
         // An answer naming no project (nothing counted) could not be forgotten when

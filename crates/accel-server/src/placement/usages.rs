@@ -3,26 +3,30 @@
 //! Usage is always `SUM(allocations.used)`; both views are "modified now". Project
 //! totals go through [`super::usage_cache`].
 
-use super::error::ApiResult;
-use super::resource_providers::{missing_provider, read_with};
+use super::error::{ApiError, ApiResult};
 use super::usage_cache::Key;
 use super::AppState;
 use super::{authorize, authorize_target, Reply, Req};
 use accel_api::placement::{self as api, mv, ProviderUsages, Resources, Usage, Usages};
 use accel_core::policy::placement as rules;
 use accel_core::policy::Target;
-use accel_store::placement::allocations::{self as store, TypeFilter};
+use accel_store::placement::allocations::TypeFilter;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     authorize(&app, &req, rules::RESOURCE_PROVIDERS_USAGES)?;
     let uuid = req.param(0).to_owned();
-    let (rp, usages) = read_with(&app, &uuid, |tx, id| {
-        Box::pin(store::provider_usages(tx, id))
-    })
-    .await
-    .map_err(missing_provider(&uuid))?;
+    let (rp, usages) = app
+        .store
+        .usages()
+        .of_provider(&uuid)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found"
+            ))
+        })?;
     let body = ProviderUsages {
         resource_provider_generation: rp.generation,
         usages: usages.into_iter().collect(),

@@ -1,8 +1,9 @@
 //! Provider aggregates: uuids with no other meaning to Placement, created on first
-//! use (`placement_aggregates`) and linked to providers.
+//! use (`placement_aggregates`) and linked to providers. The API's operations on them
+//! are [`Aggregates`] ([`Store::aggregates`]).
 
 use super::providers::{self, Provider};
-use crate::{placeholders, StoreError, Tx};
+use crate::{placeholders, Store, StoreError, Tx};
 
 /// The aggregate uuids of one provider, sorted.
 pub async fn for_provider(tx: &mut Tx, rp_id: i64) -> Result<Vec<String>, StoreError> {
@@ -79,5 +80,40 @@ pub async fn set_for_provider(
         providers::bump_generation(tx, rp.id, rp.generation).await
     } else {
         Ok(rp.generation)
+    }
+}
+
+/// Aggregate operations ([`Store::aggregates`]).
+pub struct Aggregates<'s>(&'s Store);
+
+impl Store {
+    /// Operations on provider aggregates.
+    pub fn aggregates(&self) -> Aggregates<'_> {
+        Aggregates(self)
+    }
+}
+
+impl Aggregates<'_> {
+    /// Provider `uuid` and its aggregate uuids, `None` when there is no such provider.
+    pub async fn of_provider(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<(Provider, Vec<String>)>, StoreError> {
+        providers::read_of(self.0, uuid, |tx, id| Box::pin(for_provider(tx, id))).await
+    }
+
+    /// Replaces the aggregates of provider `uuid` with `uuids` ([`set_for_provider`]),
+    /// if its generation is still `expected` when given; answers the generation after.
+    pub async fn set_for_provider(
+        &self,
+        uuid: &str,
+        expected: Option<i64>,
+        uuids: Vec<String>,
+        bump: bool,
+    ) -> Result<i64, StoreError> {
+        providers::write_at(self.0, uuid, expected, move |tx, rp| {
+            Box::pin(async move { set_for_provider(tx, &rp, &uuids, bump).await })
+        })
+        .await
     }
 }

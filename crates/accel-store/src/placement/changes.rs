@@ -29,7 +29,7 @@
 //! at or below [`PROJECTS`]), for readers that remember usage totals per project
 //! (`GET /usages`); [`since`] leaves those out and [`projects_since`] reads only them.
 
-use crate::{StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use sqlx::Row;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -343,4 +343,29 @@ pub async fn projects_since(
         return Ok(None);
     }
     Ok(Some(out))
+}
+
+/// Change-log operations ([`Store::changes`]): what the Placement API's caches read to
+/// know what moved (the version itself is [`Store::placement_version`]).
+pub struct Changes<'s>(&'s Store);
+
+impl Store {
+    /// Reads of the placement change log.
+    pub fn changes(&self) -> Changes<'_> {
+        Changes(self)
+    }
+}
+
+impl Changes<'_> {
+    /// The project changes between two versions ([`projects_since`]): one statement.
+    pub async fn projects_since(
+        &self,
+        from: &Version,
+        to: &Version,
+    ) -> Result<Option<ProjectChanges>, StoreError> {
+        let (from, to) = (*from, *to);
+        self.0
+            .read_one(move |tx| Box::pin(async move { projects_since(tx, &from, &to).await }))
+            .await
+    }
 }

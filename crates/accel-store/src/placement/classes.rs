@@ -1,7 +1,9 @@
 //! Resource classes: the standard catalogue (ids = upstream index) and custom
-//! `CUSTOM_*` classes, whose ids start at [`standard::CUSTOM_RC_BASE_ID`].
+//! `CUSTOM_*` classes, whose ids start at [`standard::CUSTOM_RC_BASE_ID`]. The API's
+//! operations on them are [`Classes`] ([`Store::classes`]).
 
-use crate::{Conflict, StoreError, Tx};
+use super::refused::Refused;
+use crate::{Store, StoreError, Tx};
 use accel_core::standard;
 use sqlx::Row;
 
@@ -32,8 +34,10 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<ResourceClass, sqlx::Error> {
     })
 }
 
-fn not_found(name: &str) -> StoreError {
-    StoreError::NotFound(format!("No such resource class {name}."))
+fn not_found(name: &str) -> Refused {
+    Refused::NoClass {
+        name: name.to_owned(),
+    }
 }
 
 /// Every class, standard ones first (by id, as upstream lists them).
@@ -52,13 +56,13 @@ pub async fn get(tx: &mut Tx, name: &str) -> Result<Option<ResourceClass>, Store
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
-/// Like [`get`], but a missing class is upstream's "No such resource class" 404.
+/// Like [`get`], but a missing class is refused ([`Refused::NoClass`]).
 pub async fn require(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError> {
-    get(tx, name).await?.ok_or_else(|| not_found(name))
+    Ok(get(tx, name).await?.ok_or_else(|| not_found(name))?)
 }
 
 /// Creates a custom class with the next free id (>= 10000). An existing name is
-/// [`Conflict::Duplicate`] with the name as detail.
+/// refused ([`Refused::ClassExists`]).
 ///
 /// Ids are chosen as `max + 1`; a concurrent creator on PostgreSQL may take the same
 /// id first, in which case the insert does nothing and the next id is tried.
@@ -72,7 +76,10 @@ pub async fn create(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError
     let now = crate::now();
     for _ in 0..100 {
         if get(tx, name).await?.is_some() {
-            return Err(StoreError::conflict(Conflict::Duplicate, name.to_owned()));
+            return Err(Refused::ClassExists {
+                name: name.to_owned(),
+            }
+            .into());
         }
         let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM resource_classes")
             .fetch_one(&mut *tx)
@@ -99,26 +106,26 @@ pub async fn create(tx: &mut Tx, name: &str) -> Result<ResourceClass, StoreError
             });
         }
     }
-    Err(StoreError::conflict(
-        Conflict::ConcurrentUpdate,
-        format!("Max retries of DB transaction exceeded attempting to create resource class: {name}, please try again."),
-    ))
+    Err(Refused::ClassIdRace {
+        name: name.to_owned(),
+    }
+    .into())
 }
 
 /// Renames a custom class (microversions 1.2 to 1.6).
 ///
-/// Errors: standard class -> [`StoreError::Invalid`]; name taken ->
-/// [`Conflict::Duplicate`].
+/// Refusals: a standard class ([`Refused::StandardClassUpdate`]), a name taken
+/// ([`Refused::ClassNameTaken`]).
 pub async fn rename(
     tx: &mut Tx,
     rc: &ResourceClass,
     new_name: &str,
 ) -> Result<ResourceClass, StoreError> {
     if rc.is_standard() {
-        return Err(StoreError::Invalid(format!(
-            "Cannot update standard resource class {}.",
-            rc.name
-        )));
+        return Err(Refused::StandardClassUpdate {
+            name: rc.name.clone(),
+        }
+        .into());
     }
     let other: Option<i64> =
         sqlx::query_scalar("SELECT id FROM resource_classes WHERE name = $1 AND id <> $2")
@@ -127,10 +134,10 @@ pub async fn rename(
             .fetch_optional(&mut *tx)
             .await?;
     if other.is_some() {
-        return Err(StoreError::conflict(
-            Conflict::Duplicate,
-            new_name.to_owned(),
-        ));
+        return Err(Refused::ClassNameTaken {
+            name: new_name.to_owned(),
+        }
+        .into());
     }
     let now = crate::now();
     sqlx::query("UPDATE resource_classes SET name = $1, updated_at = $2 WHERE id = $3")
@@ -149,22 +156,100 @@ pub async fn rename(
 
 /// Deletes a custom class that no inventory uses.
 ///
-/// Errors: missing -> [`StoreError::NotFound`]; standard -> [`StoreError::Invalid`];
-/// in use -> [`Conflict::InUse`]. Messages are upstream's.
+/// Refusals: missing ([`Refused::NoClass`]), standard
+/// ([`Refused::StandardClassDelete`]), in use ([`Refused::ClassInUse`]).
 pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
     let rc = require(tx, name).await?;
     if rc.is_standard() {
-        return Err(StoreError::Invalid(format!(
-            "Cannot delete standard resource class {name}."
-        )));
+        return Err(Refused::StandardClassDelete {
+            name: name.to_owned(),
+        }
+        .into());
     }
     super::delete_unused_name(
         tx,
         "resource_classes",
         "SELECT COUNT(*) FROM inventories WHERE resource_class_id = $1",
         rc.id,
-        format!("Cannot delete resource class {name}. Class is in use in inventory."),
+        Refused::ClassInUse {
+            name: name.to_owned(),
+        },
         not_found(name),
     )
     .await
+}
+
+/// Resource class operations ([`Store::classes`]).
+pub struct Classes<'s>(&'s Store);
+
+impl Store {
+    /// Operations on resource classes.
+    pub fn classes(&self) -> Classes<'_> {
+        Classes(self)
+    }
+}
+
+impl Classes<'_> {
+    /// Every class, standard ones first.
+    pub async fn list(&self) -> Result<Vec<ResourceClass>, StoreError> {
+        self.0.read(|tx| Box::pin(list(tx))).await
+    }
+
+    /// One class by name ([`Refused::NoClass`] when absent).
+    pub async fn require(&self, name: &str) -> Result<ResourceClass, StoreError> {
+        let name = name.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { require(tx, &name).await }))
+            .await
+    }
+
+    /// Creates a custom class ([`create`]).
+    pub async fn create(&self, name: &str) -> Result<ResourceClass, StoreError> {
+        let name = name.to_owned();
+        self.0
+            .write(move |tx| Box::pin(async move { create(tx, &name).await }))
+            .await
+    }
+
+    /// Creates the custom class unless it exists; true when this call created it.
+    pub async fn ensure(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.0
+            .write(move |tx| {
+                Box::pin(async move {
+                    if get(tx, &name).await?.is_some() {
+                        return Ok(false);
+                    }
+                    match create(tx, &name).await {
+                        Ok(_) => Ok(true),
+                        Err(StoreError::Refused(crate::Refused::Placement(
+                            Refused::ClassExists { .. },
+                        ))) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await
+    }
+
+    /// Renames custom class `name` to `new_name` ([`rename`]).
+    pub async fn rename(&self, name: &str, new_name: &str) -> Result<ResourceClass, StoreError> {
+        let (n, nn) = (name.to_owned(), new_name.to_owned());
+        self.0
+            .write(move |tx| {
+                Box::pin(async move {
+                    let rc = require(tx, &n).await?;
+                    rename(tx, &rc, &nn).await
+                })
+            })
+            .await
+    }
+
+    /// Deletes a custom class no inventory uses ([`delete`]).
+    pub async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.0
+            .write(move |tx| Box::pin(async move { delete(tx, &name).await }))
+            .await
+    }
 }

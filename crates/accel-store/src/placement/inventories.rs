@@ -6,7 +6,8 @@
 //! caller's transaction.
 
 use super::providers::{self, Provider};
-use crate::{Conflict, StoreError, Tx};
+use super::refused::Refused;
+use crate::{Store, StoreError, Tx};
 use accel_core::capacity::Limits;
 use sqlx::Row;
 use std::collections::HashMap;
@@ -102,7 +103,7 @@ pub async fn usage(tx: &mut Tx, rp_id: i64) -> Result<HashMap<i64, i64>, StoreEr
 
 /// Replaces the provider's whole inventory with `new` (keyed by class id) and bumps
 /// its generation from `rp.generation`. Classes dropped while allocated are refused
-/// with [`Conflict::InventoryInUse`] naming them; nothing is written then.
+/// with [`Refused::InventoryInUse`] naming them; nothing is written then.
 pub async fn replace(tx: &mut Tx, rp: &Provider, new: &[Inventory]) -> Result<i64, StoreError> {
     let old = list(tx, rp.id).await?;
     Ok(replace_listed(tx, rp, &old, new).await?.0)
@@ -133,14 +134,11 @@ pub async fn replace_listed(
         .map(|o| o.rc_name.as_str())
         .collect();
     if !in_use.is_empty() {
-        return Err(StoreError::conflict(
-            Conflict::InventoryInUse,
-            format!(
-                "Inventory for '{}' on resource provider '{}' in use.",
-                in_use.join(", "),
-                rp.uuid
-            ),
-        ));
+        return Err(Refused::InventoryInUse {
+            uuid: rp.uuid.clone(),
+            classes: in_use.iter().map(|c| (*c).to_owned()).collect(),
+        }
+        .into());
     }
     let now = crate::now();
     for o in &dropped {
@@ -249,10 +247,10 @@ pub enum ChangeRefusal {
 /// found in the body itself (a capacity below zero); it is reported after the
 /// generation check and before the class lookup, in upstream's order (its handlers
 /// check capacity before the object layer resolves the class). A missing provider is
-/// [`StoreError::NotFound`]; dropping a class still allocated is
-/// [`Conflict::InventoryInUse`].
-pub async fn change(
-    store: &crate::Store,
+/// [`Refused::NoProvider`]; dropping a class still allocated is
+/// [`Refused::InventoryInUse`].
+async fn change(
+    store: &Store,
     rp_uuid: &str,
     change: Change,
     invalid: Option<String>,
@@ -367,4 +365,35 @@ fn changed(
         }
         Change::DeleteAll => Vec::new(),
     })
+}
+
+/// Inventory operations ([`Store::inventories`]).
+pub struct Inventories<'s>(&'s Store);
+
+impl Store {
+    /// Operations on provider inventories.
+    pub fn inventories(&self) -> Inventories<'_> {
+        Inventories(self)
+    }
+}
+
+impl Inventories<'_> {
+    /// Provider `uuid` and its inventories, `None` when there is no such provider.
+    pub async fn of_provider(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<(Provider, Vec<Inventory>)>, StoreError> {
+        providers::read_of(self.0, uuid, |tx, id| Box::pin(list(tx, id))).await
+    }
+
+    /// Applies `change` to provider `uuid`'s inventories in one transaction
+    /// ([`change`]'s rules).
+    pub async fn change(
+        &self,
+        uuid: &str,
+        change: Change,
+        invalid: Option<String>,
+    ) -> crate::Refusable<(i64, Vec<Inventory>), ChangeRefusal> {
+        self::change(self.0, uuid, change, invalid).await
+    }
 }

@@ -1,12 +1,17 @@
 //! Placement's tables: resource providers, classes, traits, aggregates, inventories,
 //! consumers and allocations.
 //!
-//! Functions take an open transaction (`&mut Tx`) so several compose in one atomic
-//! unit through [`crate::Store::write`]. The writes a handler makes as a whole (an
-//! allocation replace, a reshape, an inventory change) are one function each that
-//! takes the [`crate::Store`] and runs its own transaction: [`allocations::replace`],
-//! [`reshape::reshape`], [`inventories::change`]. Names (resource classes, traits)
-//! are resolved to ids here; callers pass validated names from `accel_core::names`.
+//! The API's operations are grouped per resource, each a handle on the [`Store`] that
+//! opens its own snapshot or transaction (and reruns it where upstream does):
+//! [`Store::providers`], [`Store::inventories`], [`Store::allocations`],
+//! [`Store::usages`], [`Store::traits`], [`Store::classes`], [`Store::aggregates`],
+//! [`Store::reshape`], [`Store::changes`] and [`Store::world`]. What they refuse is a
+//! [`Refused`] (worded by the Placement API, not here).
+//!
+//! Beneath them, functions take an open transaction (`&mut Tx`) so several compose in
+//! one atomic unit (an agent's report composes them with its own writes). Names
+//! (resource classes, traits) are resolved to ids here; callers pass validated names
+//! from `accel_core::names`.
 
 pub mod aggregates;
 pub mod allocations;
@@ -19,21 +24,21 @@ pub mod refused;
 pub mod reshape;
 pub mod traits;
 
-use crate::{Conflict, Store, StoreError, Tx};
+use crate::{Store, StoreError, Tx};
 use accel_core::standard;
 
 /// The generation compare-and-swap of a provider or consumer row: moves row `id` of
 /// `table` from generation `expected` to the next, stamping `updated_at` with `now`.
-/// A writer that read an older generation changes nothing and gets
-/// [`Conflict::ConcurrentUpdate`] with `detail`; this, not a lock, is what keeps
-/// concurrent writers (and replicas) from overwriting each other.
+/// A writer that read an older generation changes nothing and is refused with `lost`
+/// ([`Refused::ProviderChanged`] or [`Refused::ConsumerChanged`]); this, not a lock,
+/// is what keeps concurrent writers (and replicas) from overwriting each other.
 pub(crate) async fn bump(
     tx: &mut Tx,
     table: &str,
     id: i64,
     expected: i64,
     now: i64,
-    detail: &str,
+    lost: Refused,
 ) -> Result<i64, StoreError> {
     let n = sqlx::query(&format!(
         "UPDATE {table} SET generation = $1, updated_at = $2 WHERE id = $3 AND generation = $4"
@@ -46,7 +51,7 @@ pub(crate) async fn bump(
     .await?
     .rows_affected();
     if n != 1 {
-        return Err(StoreError::conflict(Conflict::ConcurrentUpdate, detail));
+        return Err(lost.into());
     }
     Ok(expected + 1)
 }
@@ -89,26 +94,25 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
         .await
 }
 pub mod world;
-pub use refused::Refused;
+pub use refused::{ParentRefusal, Refused};
 
 /// Deletes row `id` of a name table (`resource_classes`, `traits`) unless `uses` (a
 /// `SELECT COUNT(*) ... = $1` over the rows that refer to it) finds it in use, which is
-/// [`crate::Conflict::InUse`] with upstream's message `in_use`; a row gone meanwhile is
-/// `missing`. Bumps the names version.
+/// refused with `in_use`; a row gone meanwhile is `missing`. Bumps the names version.
 pub(crate) async fn delete_unused_name(
     tx: &mut crate::Tx,
     table: &str,
     uses: &str,
     id: i64,
-    in_use: String,
-    missing: StoreError,
+    in_use: Refused,
+    missing: Refused,
 ) -> Result<(), StoreError> {
     let used: i64 = sqlx::query_scalar(uses)
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
     if used > 0 {
-        return Err(StoreError::conflict(crate::Conflict::InUse, in_use));
+        return Err(in_use.into());
     }
     let n = sqlx::query(&format!("DELETE FROM {table} WHERE id = $1"))
         .bind(id)
@@ -116,7 +120,7 @@ pub(crate) async fn delete_unused_name(
         .await?
         .rows_affected();
     if n != 1 {
-        return Err(missing);
+        return Err(missing.into());
     }
     changes::touch_names(tx).await
 }

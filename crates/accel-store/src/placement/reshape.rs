@@ -8,12 +8,12 @@
 //! interim inventory (the new records plus every old one, so nothing allocated
 //! disappears); replace the allocations (capacity is checked against the interim
 //! inventory); then set the final inventories, which refuses to drop a class still in
-//! use ([`crate::Conflict::InventoryInUse`]).
+//! use ([`super::Refused::InventoryInUse`]).
 
 use super::allocations::{self, ConsumerWrite, Refusal};
 use super::inventories::{self, Inventory};
 use super::{lookup, providers};
-use crate::{Refusable, Store, StoreError, Tx};
+use crate::{Refusable, Store, Tx};
 
 /// The new inventories of one provider.
 #[derive(Debug, Clone)]
@@ -37,30 +37,23 @@ pub enum ReshapeRefusal {
     Allocation(Refusal),
 }
 
-/// Runs the reshape as one transaction, rerun up to `attempts` times in all when it
-/// loses a provider-generation race.
-pub async fn reshape(
-    store: &Store,
-    invs: &[ProviderInventories],
-    writes: &[ConsumerWrite],
-    attempts: u32,
-) -> Refusable<(), ReshapeRefusal> {
-    store
-        .write_retrying(attempts, || {
+impl Store {
+    /// Runs the reshape as one transaction, rerun up to `attempts` times in all when
+    /// it loses a provider-generation race.
+    pub async fn reshape(
+        &self,
+        invs: &[ProviderInventories],
+        writes: &[ConsumerWrite],
+        attempts: u32,
+    ) -> Refusable<(), ReshapeRefusal> {
+        self.write_retrying(attempts, || {
             let (i, w) = (invs.to_vec(), writes.to_vec());
             move |tx: &mut Tx| -> crate::BoxFut<'_, Result<(), ReshapeRefusal>> {
                 Box::pin(async move { reshape_tx(tx, &i, &w).await })
             }
         })
         .await
-}
-
-/// A provider by uuid with the API's 404 wording (it was there when the transaction
-/// started; this reads its generation after an inventory write moved it on).
-async fn reload(tx: &mut Tx, uuid: &str) -> Result<providers::Provider, StoreError> {
-    providers::get(tx, uuid)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("No resource provider with uuid {uuid} found")))
+    }
 }
 
 async fn reshape_tx(
@@ -114,7 +107,7 @@ async fn reshape_tx(
                     interim.push(old);
                 }
             }
-            let current = reload(tx, &rp.uuid).await?;
+            let current = providers::require(tx, &rp.uuid).await?;
             inventories::replace(tx, &current, &interim).await?;
         }
         finals.push(list);
@@ -123,7 +116,7 @@ async fn reshape_tx(
         return Ok(Err(ReshapeRefusal::Allocation(r)));
     }
     for (rp, list) in rps.iter().zip(&finals) {
-        let current = reload(tx, &rp.uuid).await?;
+        let current = providers::require(tx, &rp.uuid).await?;
         inventories::replace(tx, &current, list).await?;
     }
     Ok(Ok(()))

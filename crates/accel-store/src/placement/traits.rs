@@ -1,8 +1,11 @@
 //! Traits: the os-traits catalogue plus `CUSTOM_*` traits, and the traits each
-//! provider has. Every list comes back sorted by name, on every backend.
+//! provider has. Every list comes back sorted by name, on every backend. The API's
+//! operations on them are [`Traits`] ([`Store::traits`]).
 
+use super::lookup;
 use super::providers::{self, Provider};
-use crate::{placeholders, StoreError, Tx};
+use super::refused::Refused;
+use crate::{placeholders, Store, StoreError, Tx};
 use sqlx::Row;
 
 /// A trait row.
@@ -110,8 +113,10 @@ pub async fn ids_by_name(tx: &mut Tx, names: &[&str]) -> Result<Vec<(String, i64
     Ok(out)
 }
 
-fn not_found(name: &str) -> StoreError {
-    StoreError::NotFound(format!("No such trait(s): {name}."))
+fn not_found(name: &str) -> Refused {
+    Refused::NoTrait {
+        name: name.to_owned(),
+    }
 }
 
 /// Creates the trait unless it exists; returns it and whether this call created it.
@@ -135,21 +140,24 @@ pub async fn ensure(tx: &mut Tx, name: &str) -> Result<(Trait, bool), StoreError
 
 /// Deletes a custom trait no provider has.
 ///
-/// Errors: missing -> [`StoreError::NotFound`]; standard -> [`StoreError::Invalid`];
-/// in use -> [`Conflict::InUse`]. Messages are upstream's.
+/// Refusals: missing ([`Refused::NoTrait`]), standard ([`Refused::StandardTrait`]),
+/// in use ([`Refused::TraitInUse`]).
 pub async fn delete(tx: &mut Tx, name: &str) -> Result<(), StoreError> {
     let t = get(tx, name).await?.ok_or_else(|| not_found(name))?;
     if !name.starts_with(accel_core::names::CUSTOM_PREFIX) {
-        return Err(StoreError::Invalid(format!(
-            "Cannot delete standard trait {name}."
-        )));
+        return Err(Refused::StandardTrait {
+            name: name.to_owned(),
+        }
+        .into());
     }
     super::delete_unused_name(
         tx,
         "traits",
         "SELECT COUNT(*) FROM resource_provider_traits WHERE trait_id = $1",
         t.id,
-        format!("The trait {name} is in use by a resource provider."),
+        Refused::TraitInUse {
+            name: name.to_owned(),
+        },
         not_found(name),
     )
     .await
@@ -223,4 +231,94 @@ pub async fn insert_many_on_new(tx: &mut Tx, rows: &[(i64, i64)]) -> Result<(), 
 async fn insert_links(tx: &mut Tx, rp_id: i64, ids: &[i64]) -> Result<(), StoreError> {
     let rows: Vec<(i64, i64)> = ids.iter().map(|t| (rp_id, *t)).collect();
     insert_many_on_new(tx, &rows).await
+}
+
+/// Trait operations ([`Store::traits`]).
+pub struct Traits<'s>(&'s Store);
+
+impl Store {
+    /// Operations on traits.
+    pub fn traits(&self) -> Traits<'_> {
+        Traits(self)
+    }
+}
+
+impl Traits<'_> {
+    /// The traits matching `f`, sorted by name.
+    pub async fn list(&self, f: Filter) -> Result<Vec<Trait>, StoreError> {
+        self.0
+            .read(move |tx| Box::pin(async move { list(tx, &f).await }))
+            .await
+    }
+
+    /// One trait by name, `None` when absent.
+    pub async fn get(&self, name: &str) -> Result<Option<Trait>, StoreError> {
+        let name = name.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { get(tx, &name).await }))
+            .await
+    }
+
+    /// Creates the trait unless it exists ([`ensure`]).
+    pub async fn ensure(&self, name: &str) -> Result<(Trait, bool), StoreError> {
+        let name = name.to_owned();
+        self.0
+            .write(move |tx| Box::pin(async move { ensure(tx, &name).await }))
+            .await
+    }
+
+    /// Deletes a custom trait no provider has ([`delete`]).
+    pub async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.0
+            .write(move |tx| Box::pin(async move { delete(tx, &name).await }))
+            .await
+    }
+
+    /// Provider `uuid` and its traits, `None` when there is no such provider.
+    pub async fn of_provider(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<(Provider, Vec<Trait>)>, StoreError> {
+        providers::read_of(self.0, uuid, |tx, id| Box::pin(for_provider(tx, id))).await
+    }
+
+    /// Replaces the traits of provider `uuid` with the traits `names`, if its
+    /// generation is still `generation`; answers the new generation and traits.
+    /// Refusals: no provider, another generation, unknown traits
+    /// ([`Refused::UnknownTraits`]).
+    pub async fn set_for_provider(
+        &self,
+        uuid: &str,
+        generation: i64,
+        names: Vec<String>,
+    ) -> Result<(i64, Vec<Trait>), StoreError> {
+        providers::write_at(self.0, uuid, Some(generation), move |tx, rp| {
+            Box::pin(async move {
+                let ids = lookup::trait_ids(tx, &names).await?;
+                let mut missing: Vec<String> = names
+                    .iter()
+                    .filter(|n| !ids.contains_key(*n))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    missing.sort();
+                    missing.dedup();
+                    return Err(Refused::UnknownTraits { names: missing }.into());
+                }
+                let want: Vec<i64> = ids.values().copied().collect();
+                let gen = set_for_provider(tx, &rp, &want).await?;
+                Ok((gen, for_provider(tx, rp.id).await?))
+            })
+        })
+        .await
+    }
+
+    /// Removes every trait of provider `uuid` (no generation check, as upstream).
+    pub async fn clear_for_provider(&self, uuid: &str) -> Result<(), StoreError> {
+        providers::write_at(self.0, uuid, None, |tx, rp| {
+            Box::pin(async move { set_for_provider(tx, &rp, &[]).await.map(drop) })
+        })
+        .await
+    }
 }

@@ -5,7 +5,8 @@
 //! search sees one instant of the database. Claims never trust this picture: they
 //! re-check capacity inside their own write transaction.
 
-use crate::{placeholders, StoreError, Tx};
+use super::changes::{self, Delta, Version};
+use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::candidates::Inventory;
 use sqlx::Row;
 use std::collections::HashMap;
@@ -47,9 +48,7 @@ pub async fn load(tx: &mut Tx) -> Result<World, StoreError> {
 }
 
 /// Resource class and trait names by id.
-pub async fn load_names(
-    tx: &mut Tx,
-) -> Result<(HashMap<i64, String>, HashMap<i64, String>), StoreError> {
+pub async fn load_names(tx: &mut Tx) -> Result<Names, StoreError> {
     let rc_names = super::lookup::resource_class_names(tx).await?;
     let mut trait_names = HashMap::new();
     for r in sqlx::query("SELECT id, name FROM traits")
@@ -207,4 +206,69 @@ async fn run(
         q = q.bind(*id);
     }
     Ok(q.fetch_all(&mut *tx).await?)
+}
+
+/// Class and trait names by id: `(classes, traits)`.
+pub type Names = (HashMap<i64, String>, HashMap<i64, String>);
+
+/// What changed since a picture of the world was taken ([`Worlds::refresh`]).
+pub enum Refresh {
+    /// The providers logged as changed (`changed`, sorted ids) as they are now
+    /// (`loaded`: those that still exist, by id), and the names when they changed.
+    Changed {
+        version: Version,
+        changed: Vec<i64>,
+        loaded: Vec<WorldProvider>,
+        names: Option<Names>,
+    },
+    /// Everything, when there was no picture or the log no longer reaches back to it.
+    Full { version: Version, world: World },
+}
+
+/// Reads of the whole world ([`Store::world`]): the candidate index's input.
+pub struct Worlds<'s>(&'s Store);
+
+impl Store {
+    /// Reads of every provider at once.
+    pub fn world(&self) -> Worlds<'_> {
+        Worlds(self)
+    }
+}
+
+impl Worlds<'_> {
+    /// What changed since the picture of version `known` (everything when `None`),
+    /// with the version now, in one read snapshot.
+    pub async fn refresh(&self, known: Option<Version>) -> Result<Refresh, StoreError> {
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    let version = changes::version(tx).await?;
+                    let Some(known) = known else {
+                        let world = load(tx).await?;
+                        return Ok(Refresh::Full { version, world });
+                    };
+                    match changes::since(tx, &known, &version).await? {
+                        Delta::Some { providers, names } => {
+                            let loaded = load_providers(tx, Some(&providers)).await?;
+                            let names = if names {
+                                Some(load_names(tx).await?)
+                            } else {
+                                None
+                            };
+                            Ok(Refresh::Changed {
+                                version,
+                                changed: providers,
+                                loaded,
+                                names,
+                            })
+                        }
+                        Delta::Reload => {
+                            let world = load(tx).await?;
+                            Ok(Refresh::Full { version, world })
+                        }
+                    }
+                })
+            })
+            .await
+    }
 }

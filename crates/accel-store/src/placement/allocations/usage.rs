@@ -14,7 +14,8 @@
 //! (`EXPLAIN ANALYZE`, 500 consumers: 1.0 + 2.3 ms against 1.4 + 4.5 ms). SQLite has
 //! no `ROLLUP` and keeps the portable statement.
 
-use crate::{StoreError, Tx};
+use crate::placement::providers::{self, Provider};
+use crate::{Store, StoreError, Tx};
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -257,4 +258,39 @@ async fn totals_rolled_up(
         }
     };
     Ok(Totals { project, lines })
+}
+
+/// Usage operations ([`Store::usages`]).
+pub struct Usages<'s>(&'s Store);
+
+impl Store {
+    /// Operations on usage sums.
+    pub fn usages(&self) -> Usages<'_> {
+        Usages(self)
+    }
+}
+
+impl Usages<'_> {
+    /// Provider `uuid` and its usage per class ([`provider_usages`]), `None` when there
+    /// is no such provider.
+    pub async fn of_provider(
+        &self,
+        uuid: &str,
+    ) -> Result<Option<(Provider, Vec<(String, i64)>)>, StoreError> {
+        providers::read_of(self.0, uuid, |tx, id| Box::pin(provider_usages(tx, id))).await
+    }
+
+    /// The usage totals of a project ([`totals`]): one statement, outside any
+    /// transaction.
+    pub async fn totals(
+        &self,
+        project: &str,
+        user: Option<&str>,
+        filter: &TypeFilter,
+    ) -> Result<Totals, StoreError> {
+        let (p, u, f) = (project.to_owned(), user.map(str::to_owned), filter.clone());
+        self.0
+            .read_one(move |tx| Box::pin(async move { totals(tx, &p, u.as_deref(), &f).await }))
+            .await
+    }
 }

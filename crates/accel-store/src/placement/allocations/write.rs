@@ -14,8 +14,9 @@
 //! [`crate::Conflict::ProviderRace`], and the transaction is rerun (and then refused as
 //! unknown). A deadlock between writers is rerun the same way.
 
-use super::{ConsumerWrite, Refusable, Refusal, CONSUMER_RACE, INCOMPLETE_ID};
+use super::{ConsumerWrite, InvalidInventory, Refusable, Refusal, INCOMPLETE_ID};
 use crate::placement::lookup;
+use crate::placement::refused::Refused;
 use crate::{placeholders, Store, StoreError, Tx};
 use accel_core::capacity::{Claim, Limits, Verdict};
 use sqlx::Row;
@@ -161,10 +162,6 @@ async fn consumer(tx: &mut Tx, uuid: &str) -> Result<Option<ConsumerRow>, StoreE
     })
 }
 
-fn got(g: Option<i64>) -> String {
-    g.map_or_else(|| "None".to_owned(), |g| g.to_string())
-}
-
 /// Ensures projects, users, types and consumers exist (checking consumer generations
 /// where asked), then resolves every allocation's provider, as upstream does before
 /// its write transaction.
@@ -182,20 +179,12 @@ pub async fn prepare(tx: &mut Tx, writes: &[ConsumerWrite]) -> Refusable<Prepare
         let user_id = external_id(tx, "users", &u).await?;
         let existing = consumer(tx, &w.uuid).await?;
         if w.check_generation {
-            let conflict = match &existing {
-                Some(c) if Some(c.generation) != w.generation => Some(format!(
-                    "consumer generation conflict - expected {} but got {}",
-                    c.generation,
-                    got(w.generation)
-                )),
-                None if w.generation.is_some() => Some(format!(
-                    "consumer generation conflict - expected null but got {}",
-                    got(w.generation)
-                )),
-                _ => None,
-            };
-            if let Some(m) = conflict {
-                return Ok(Err(Refusal::ConsumerGeneration(m)));
+            let expected = existing.as_ref().map(|c| c.generation);
+            if expected != w.generation {
+                return Ok(Err(Refusal::ConsumerGeneration {
+                    expected,
+                    got: w.generation,
+                }));
             }
         }
         let type_id = match &w.consumer_type {
@@ -233,11 +222,10 @@ pub async fn prepare(tx: &mut Tx, writes: &[ConsumerWrite]) -> Refusable<Prepare
                             .ok_or_else(|| StoreError::NotFound(format!("consumer {}", w.uuid)))?;
                         // The client's "expect a new consumer" no longer holds.
                         if w.check_generation {
-                            return Ok(Err(Refusal::ConsumerGeneration(format!(
-                                "consumer generation conflict - expected {} but got {}",
-                                c.generation,
-                                got(w.generation)
-                            ))));
+                            return Ok(Err(Refusal::ConsumerGeneration {
+                                expected: Some(c.generation),
+                                got: w.generation,
+                            }));
                         }
                         c
                     }
@@ -469,15 +457,10 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
                 class_names.push((id, &i.rc_name));
             }
         }
-        let class_str = class_names
-            .iter()
-            .map(|(_, n)| *n)
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Ok(Err(Refusal::InvalidInventory(format!(
-            "Inventory for '{class_str}' on resource provider '{}' invalid.",
-            missing.join(", ")
-        ))));
+        return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Missing {
+            classes: class_names.iter().map(|(_, n)| (*n).to_owned()).collect(),
+            providers: missing.iter().map(|p| (*p).to_owned()).collect(),
+        })));
     }
     let mut sums: HashMap<(i64, i64), i64> = HashMap::new();
     for i in items {
@@ -489,10 +472,10 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
             continue;
         }
         let Some(room) = rooms.get(&key) else {
-            return Ok(Err(Refusal::InvalidInventory(format!(
-                "Inventory for '{}' on resource provider '{}' invalid.",
-                i.rc_name, i.rp_uuid
-            ))));
+            return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Missing {
+                classes: vec![i.rc_name.clone()],
+                providers: vec![i.rp_uuid.clone()],
+            })));
         };
         let verdict = room.judge(&Claim {
             used: remaining.get(&key).copied().unwrap_or(0),
@@ -500,15 +483,16 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
             claim_total: *all,
             before: prev_usage.get(&key).copied(),
         });
-        let tail = match verdict {
+        let capacity = match verdict {
             Verdict::Fits => continue,
-            Verdict::Constraints => "would violate inventory constraints",
-            Verdict::Capacity => "would exceed the capacity",
+            Verdict::Constraints => false,
+            Verdict::Capacity => true,
         };
-        return Ok(Err(Refusal::InvalidInventory(format!(
-            "Unable to create allocation for '{}' on resource provider '{}'. The requested amount {tail}.",
-            i.rc_name, i.rp_uuid
-        ))));
+        return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Exceeds {
+            class: i.rc_name.clone(),
+            provider: i.rp_uuid.clone(),
+            capacity,
+        })));
     }
 
     let rows: Vec<&Item> = items.iter().filter(|i| i.used > 0).collect();
@@ -537,7 +521,15 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     }
     for c in visited.values() {
         let (id, generation) = (c.row.id, c.row.generation);
-        crate::placement::bump(tx, "consumers", id, generation, now, CONSUMER_RACE).await?;
+        crate::placement::bump(
+            tx,
+            "consumers",
+            id,
+            generation,
+            now,
+            Refused::ConsumerChanged,
+        )
+        .await?;
     }
     let with_allocs: BTreeSet<i64> = items
         .iter()

@@ -3,9 +3,10 @@
 //! into one transaction ([`create_roots`], and on MySQL [`create_roots_alone`]: the
 //! whole transaction in one round trip through migration 12's procedure).
 
-use super::{same_as_parent, Provider};
+use super::Provider;
 use crate::placement::changes;
-use crate::{Conflict, StoreError, Tx};
+use crate::placement::refused::{ParentRefusal, Refused};
+use crate::{StoreError, Tx};
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -24,8 +25,13 @@ pub struct NewChild<'a> {
 /// 409 when any uuid or name is taken; nothing is created then. Returns the providers
 /// in `new`'s order.
 pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provider>, StoreError> {
-    if new.iter().any(|c| c.parent.uuid == c.uuid) {
-        return Err(same_as_parent());
+    if let Some(c) = new.iter().find(|c| c.parent.uuid == c.uuid) {
+        return Err(Refused::ProviderCreate {
+            uuid: c.uuid.to_owned(),
+            name: c.name.to_owned(),
+            why: ParentRefusal::Itself,
+        }
+        .into());
     }
     let now = crate::now();
     let mut ids: HashMap<&str, i64> = HashMap::with_capacity(new.len());
@@ -44,11 +50,17 @@ pub async fn create_many(tx: &mut Tx, new: &[NewChild<'_>]) -> Result<Vec<Provid
         }
         if let Some(r) = q.fetch_optional(&mut *tx).await? {
             let (u, n): (String, String) = (r.try_get("uuid")?, r.try_get("name")?);
-            let what = match chunk.iter().find(|c| c.uuid == u) {
-                Some(_) => format!("uuid: {u}"),
-                None => format!("name: {n}"),
+            let taken = match chunk.iter().find(|c| c.uuid == u) {
+                Some(_) => Refused::ProviderExists {
+                    uuid: Some(u),
+                    name: None,
+                },
+                None => Refused::ProviderExists {
+                    uuid: None,
+                    name: Some(n),
+                },
             };
-            return Err(StoreError::conflict(Conflict::Duplicate, what));
+            return Err(taken.into());
         }
         let rows: Vec<NewRow<'_>> = chunk
             .iter()
@@ -219,7 +231,7 @@ async fn create_roots_in_one_call(
 /// `START TRANSACTION`, the procedure call and `COMMIT` sent together (the rows as a
 /// hex literal, so nothing in a name needs escaping). Elsewhere, `Store::write`. A
 /// refused call (a taken uuid or name) rolls back and says why, as in a transaction.
-pub fn create_roots_alone<'a>(
+pub(crate) fn create_roots_alone<'a>(
     store: &'a crate::Store,
     new: &'a [(String, String)],
 ) -> crate::BoxFut<'a, Vec<Provider>> {

@@ -2,6 +2,8 @@
 //! (the unfiltered listing is answered from the candidate index, not here).
 
 use super::{Provider, SELECT};
+use crate::placement::lookup;
+use crate::placement::refused::Refused;
 use crate::{StoreError, Tx};
 use sqlx::Row;
 
@@ -20,6 +22,75 @@ pub struct Filter {
     pub forbidden_aggregates: Vec<String>,
     /// (resource class id, amount): each must fit on the provider itself.
     pub resources: Vec<(i64, i64)>,
+}
+
+/// A listing's filters as the client names them: classes and traits by name, the
+/// tree by one of its providers' uuid ([`super::Providers::list`]).
+#[derive(Debug, Default, Clone)]
+pub struct Query {
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    /// A provider of the tree to stay in.
+    pub in_tree: Option<String>,
+    /// AND of any-of lists of trait names.
+    pub required: Vec<Vec<String>>,
+    pub forbidden: Vec<String>,
+    /// AND of any-of lists of aggregate uuids (direct membership).
+    pub member_of: Vec<Vec<String>>,
+    pub forbidden_aggregates: Vec<String>,
+    /// (resource class name, amount), in request order.
+    pub resources: Vec<(String, i64)>,
+}
+
+/// The providers `q` asks for: its names resolved to ids, then [`list`]. An unknown
+/// tree answers nothing; an unknown class (the first in request order) or traits are
+/// refused ([`Refused::ListUnknownClass`], [`Refused::ListUnknownTraits`]).
+pub(crate) async fn list_named(tx: &mut Tx, q: Query) -> Result<Vec<Provider>, StoreError> {
+    let mut filter = Filter {
+        name: q.name,
+        uuid: q.uuid,
+        member_of: q.member_of,
+        forbidden_aggregates: q.forbidden_aggregates,
+        ..Filter::default()
+    };
+    if let Some(t) = q.in_tree {
+        match super::get(tx, &t).await? {
+            Some(rp) => filter.in_tree = Some(rp.root_id),
+            None => return Ok(Vec::new()),
+        }
+    }
+    let names: Vec<String> = q.resources.iter().map(|(n, _)| n.clone()).collect();
+    let rc_ids = lookup::resource_class_ids(tx, &names).await?;
+    for (name, amount) in &q.resources {
+        let id = rc_ids
+            .get(name)
+            .ok_or_else(|| Refused::ListUnknownClass { name: name.clone() })?;
+        filter.resources.push((*id, *amount));
+    }
+    let tnames: Vec<String> = q
+        .required
+        .iter()
+        .flatten()
+        .chain(&q.forbidden)
+        .cloned()
+        .collect();
+    let t_ids = lookup::trait_ids(tx, &tnames).await?;
+    let mut missing: Vec<String> = tnames
+        .into_iter()
+        .filter(|n| !t_ids.contains_key(n))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(Refused::ListUnknownTraits { names: missing }.into());
+    }
+    filter.required = q
+        .required
+        .iter()
+        .map(|any| any.iter().map(|t| t_ids[t]).collect())
+        .collect();
+    filter.forbidden = q.forbidden.iter().map(|t| t_ids[t]).collect();
+    list(tx, &filter).await
 }
 
 /// An AND of any-of groups with each group's members and the groups themselves sorted

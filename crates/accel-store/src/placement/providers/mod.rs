@@ -3,15 +3,20 @@
 //! A provider's `root_provider_id` is denormalised (upstream does the same) so that
 //! tree queries are one indexed lookup. Re-parenting (1.37) rewrites the root of the
 //! whole moved subtree in the same transaction.
+//!
+//! The API's operations on providers are [`Providers`] ([`Store::providers`]); the
+//! functions taking a transaction compose with other writes (an agent's report).
 
 mod batch;
 mod list;
 
-pub use batch::{create_many, create_roots, create_roots_alone, NewChild};
-pub use list::{list, Filter};
+use batch::create_roots_alone;
+pub use batch::{create_many, create_roots, NewChild};
+pub use list::{list, Filter, Query};
 
 use super::changes;
-use crate::{placeholders, Conflict, StoreError, Tx};
+use super::refused::{ParentRefusal, Refused};
+use crate::{placeholders, BoxFut, Store, StoreError, Tx};
 use sqlx::Row;
 
 /// A provider as the API shows it.
@@ -58,11 +63,17 @@ pub async fn get(tx: &mut Tx, uuid: &str) -> Result<Option<Provider>, StoreError
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
-/// Like [`get`] but a missing provider is [`StoreError::NotFound`].
+/// Like [`get`] but a missing provider is refused ([`Refused::NoProvider`]).
 pub async fn require(tx: &mut Tx, uuid: &str) -> Result<Provider, StoreError> {
-    get(tx, uuid)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("resource provider {uuid}")))
+    get(tx, uuid).await?.ok_or_else(|| no_provider(uuid))
+}
+
+/// The refusal of an operation on a provider that does not exist.
+pub(crate) fn no_provider(uuid: &str) -> StoreError {
+    Refused::NoProvider {
+        uuid: uuid.to_owned(),
+    }
+    .into()
 }
 
 /// Which of `uuid` and `name` are already taken (for the duplicate message).
@@ -102,12 +113,19 @@ pub async fn create(
     let parent = match parent_uuid {
         None => None,
         Some(p) => {
-            let found = if p == uuid {
-                Err(same_as_parent())
-            } else {
-                get(tx, p).await?.ok_or_else(|| {
-                    StoreError::Invalid("parent provider UUID does not exist.".into())
+            let refused = |why| {
+                StoreError::from(Refused::ProviderCreate {
+                    uuid: uuid.to_owned(),
+                    name: name.to_owned(),
+                    why,
                 })
+            };
+            let found = if p == uuid {
+                Err(refused(ParentRefusal::Itself))
+            } else {
+                get(tx, p)
+                    .await?
+                    .ok_or_else(|| refused(ParentRefusal::Missing))
             };
             match found {
                 Ok(parent) => Some(parent),
@@ -129,24 +147,15 @@ pub async fn create(
     }
 }
 
-fn same_as_parent() -> StoreError {
-    StoreError::Invalid(
-        "parent provider UUID cannot be same as UUID. Please set parent provider UUID to None if there is no parent.".into(),
-    )
-}
-
-/// Upstream's 409 when the uuid or the name is taken.
+/// Upstream's 409 when the uuid or the name is taken ([`Refused::ProviderExists`]).
 async fn check_free(tx: &mut Tx, uuid: &str, name: &str) -> Result<(), StoreError> {
     let (dup_uuid, dup_name) = taken(tx, uuid, name).await?;
     if dup_uuid || dup_name {
-        let mut what = Vec::new();
-        if dup_uuid {
-            what.push(format!("uuid: {uuid}"));
+        return Err(Refused::ProviderExists {
+            uuid: dup_uuid.then(|| uuid.to_owned()),
+            name: dup_name.then(|| name.to_owned()),
         }
-        if dup_name {
-            what.push(format!("name: {name}"));
-        }
-        return Err(StoreError::conflict(Conflict::Duplicate, what.join(", ")));
+        .into());
     }
     Ok(())
 }
@@ -248,7 +257,10 @@ pub async fn update(
                 .fetch_optional(&mut *tx)
                 .await?;
         if other.is_some() {
-            return Err(StoreError::conflict(Conflict::Duplicate, name.to_owned()));
+            return Err(Refused::ProviderNameTaken {
+                name: name.to_owned(),
+            }
+            .into());
         }
     }
     let now = crate::now();
@@ -259,13 +271,19 @@ pub async fn update(
         .execute(&mut *tx)
         .await?;
     changes::touch(tx, &[rp.id]).await?;
+    let refused = |why| {
+        StoreError::from(Refused::ProviderUpdate {
+            uuid: rp.uuid.clone(),
+            why,
+        })
+    };
     let new_parent = match parent {
         ParentChange::Keep => None,
         ParentChange::Clear => Some(None),
         ParentChange::Set(p) => {
-            let parent = get(tx, &p).await?.ok_or_else(|| {
-                StoreError::Invalid("parent provider UUID does not exist.".into())
-            })?;
+            let parent = get(tx, &p)
+                .await?
+                .ok_or_else(|| refused(ParentRefusal::Missing))?;
             Some(Some(parent))
         }
     };
@@ -275,9 +293,7 @@ pub async fn update(
             let new_root = match &new_parent {
                 Some(p) => {
                     if p.id == rp.id || subtree.contains(&p.id) {
-                        return Err(StoreError::Invalid(
-                            "creating loop in the provider tree is not allowed.".into(),
-                        ));
+                        return Err(refused(ParentRefusal::Loop));
                     }
                     p.root_id
                 }
@@ -336,7 +352,10 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
             .fetch_one(&mut *tx)
             .await?;
     if children > 0 {
-        return Err(StoreError::conflict(Conflict::CannotDeleteParent, ""));
+        return Err(Refused::ProviderHasChildren {
+            uuid: rp.uuid.clone(),
+        }
+        .into());
     }
     let allocs: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM allocations WHERE resource_provider_id = $1")
@@ -344,10 +363,10 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
             .fetch_one(&mut *tx)
             .await?;
     if allocs > 0 {
-        return Err(StoreError::conflict(
-            Conflict::ProviderInUse,
-            "Resource provider has allocations.",
-        ));
+        return Err(Refused::ProviderInUse {
+            uuid: rp.uuid.clone(),
+        }
+        .into());
     }
     for table in [
         "inventories",
@@ -367,10 +386,7 @@ pub async fn delete(tx: &mut Tx, rp: &Provider) -> Result<(), StoreError> {
         .await?
         .rows_affected();
     if n != 1 {
-        return Err(StoreError::NotFound(format!(
-            "resource provider {}",
-            rp.uuid
-        )));
+        return Err(no_provider(&rp.uuid));
     }
     changes::touch(tx, &[rp.id]).await
 }
@@ -384,9 +400,173 @@ pub async fn bump_generation(tx: &mut Tx, id: i64, expected: i64) -> Result<i64,
         id,
         expected,
         crate::now(),
-        "resource provider generation conflict",
+        Refused::ProviderChanged,
     )
     .await?;
     changes::touch(tx, &[id]).await?;
     Ok(next)
+}
+
+/// Provider operations ([`Store::providers`]).
+pub struct Providers<'s>(&'s Store);
+
+impl Store {
+    /// Operations on resource providers.
+    pub fn providers(&self) -> Providers<'_> {
+        Providers(self)
+    }
+}
+
+impl Providers<'_> {
+    /// One provider by uuid, `None` when absent.
+    pub async fn get(&self, uuid: &str) -> Result<Option<Provider>, StoreError> {
+        let uuid = uuid.to_owned();
+        self.0
+            .read(move |tx| Box::pin(async move { get(tx, &uuid).await }))
+            .await
+    }
+
+    /// Whether provider `uuid` exists: one statement, outside any transaction.
+    pub async fn exists(&self, uuid: &str) -> Result<bool, StoreError> {
+        let uuid = uuid.to_owned();
+        self.0
+            .read_one(move |tx| Box::pin(async move { Ok(get(tx, &uuid).await?.is_some()) }))
+            .await
+    }
+
+    /// Creates provider `uuid` named `name`, under `parent` when given ([`create`]).
+    pub async fn create(
+        &self,
+        uuid: &str,
+        name: &str,
+        parent: Option<&str>,
+    ) -> Result<Provider, StoreError> {
+        let (u, n, p) = (uuid.to_owned(), name.to_owned(), parent.map(str::to_owned));
+        self.0
+            .write(move |tx| Box::pin(async move { create(tx, &u, &n, p.as_deref()).await }))
+            .await
+    }
+
+    /// Renames and re-parents provider `uuid` ([`update`]); before microversion 1.37
+    /// (`allow_reparent` false) a child keeps its parent. Answers the provider and its
+    /// update time before this update (`None` when never updated since its insert).
+    pub async fn update(
+        &self,
+        uuid: &str,
+        name: &str,
+        parent: ParentChange,
+        allow_reparent: bool,
+    ) -> Result<(Provider, Option<i64>), StoreError> {
+        let (u, n) = (uuid.to_owned(), name.to_owned());
+        self.0
+            .write(move |tx| {
+                Box::pin(async move {
+                    let rp = require(tx, &u).await?;
+                    if !allow_reparent {
+                        let why = match &parent {
+                            ParentChange::Set(p)
+                                if rp.parent_uuid.is_some()
+                                    && rp.parent_uuid.as_deref() != Some(p.as_str()) =>
+                            {
+                                Some(ParentRefusal::Reparent)
+                            }
+                            ParentChange::Clear if rp.parent_uuid.is_some() => {
+                                Some(ParentRefusal::Unparent)
+                            }
+                            _ => None,
+                        };
+                        if let Some(why) = why {
+                            return Err(Refused::ProviderUpdate { uuid: u, why }.into());
+                        }
+                    }
+                    let before = updated_at(tx, rp.id).await?;
+                    Ok((update(tx, &rp, &n, parent).await?, before))
+                })
+            })
+            .await
+    }
+
+    /// Deletes provider `uuid` ([`delete`]); false when there is none.
+    pub async fn delete(&self, uuid: &str) -> Result<bool, StoreError> {
+        let uuid = uuid.to_owned();
+        self.0
+            .write(move |tx| {
+                Box::pin(async move {
+                    match get(tx, &uuid).await? {
+                        Some(rp) => delete(tx, &rp).await.map(|()| true),
+                        None => Ok(false),
+                    }
+                })
+            })
+            .await
+    }
+
+    /// The providers a filtered listing asks for ([`Query`]), in one snapshot.
+    pub async fn list(&self, q: Query) -> Result<Vec<Provider>, StoreError> {
+        self.0
+            .read(move |tx| Box::pin(list::list_named(tx, q)))
+            .await
+    }
+
+    /// Creates the root providers `new` (uuid, name) together in one transaction
+    /// ([`create_roots_alone`]).
+    pub async fn create_roots(
+        &self,
+        new: &[(String, String)],
+    ) -> Result<Vec<Provider>, StoreError> {
+        create_roots_alone(self.0, new).await
+    }
+}
+
+/// A provider and what `then` reads of it (given its id) in one read snapshot, `None`
+/// when the provider is absent: every per-provider read of the API
+/// (`/resource_providers/{uuid}/...`).
+pub(crate) async fn read_of<T, F>(
+    store: &Store,
+    uuid: &str,
+    then: F,
+) -> Result<Option<(Provider, T)>, StoreError>
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut Tx, i64) -> BoxFut<'c, T> + Send + 'static,
+{
+    let uuid = uuid.to_owned();
+    store
+        .read(move |tx| {
+            Box::pin(async move {
+                let Some(rp) = get(tx, &uuid).await? else {
+                    return Ok(None);
+                };
+                let v = then(tx, rp.id).await?;
+                Ok(Some((rp, v)))
+            })
+        })
+        .await
+}
+
+/// A write on provider `uuid` that checks the generation the client sent first
+/// (`expected`, when given): a missing provider is [`Refused::NoProvider`], another
+/// generation [`Refused::ProviderGeneration`]. `then` gets the provider.
+pub(crate) async fn write_at<T, F>(
+    store: &Store,
+    uuid: &str,
+    expected: Option<i64>,
+    then: F,
+) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut Tx, Provider) -> BoxFut<'c, T> + Send + 'static,
+{
+    let uuid = uuid.to_owned();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rp = require(tx, &uuid).await?;
+                if expected.is_some_and(|g| g != rp.generation) {
+                    return Err(Refused::ProviderGeneration { uuid }.into());
+                }
+                then(tx, rp).await
+            })
+        })
+        .await
 }
