@@ -159,9 +159,11 @@ impl From<accel_store::StoreError> for AccelError {
             StoreError::Invalid(m) => AccelError::bad_request(m),
             StoreError::Conflict(_, m) => AccelError::conflict(m),
             StoreError::Refused(accel_store::Refused::Accelerator(r)) => refused(r),
-            StoreError::Refused(r @ accel_store::Refused::Placement(_)) => {
-                tracing::error!(refused = ?r, "a Placement refusal reached the accelerator API");
-                AccelError::internal(crate::listen::INTERNAL)
+            // A Placement write under an accelerator request (an agent's report, a
+            // claim): Placement's words and status, in Cyborg's envelope.
+            StoreError::Refused(accel_store::Refused::Placement(r)) => {
+                let e = crate::placement::error::refused(r);
+                AccelError::new(e.status, e.message)
             }
             // As Placement's: the driver's words go to the log, not to the client.
             e if e.is_unavailable() => {
@@ -315,8 +317,9 @@ pub fn claim_refusal(r: &accel_store::accelerator::claims::ClaimRefusal) -> Stri
         C::Unavailable(d) => {
             format!("device {d} is unavailable (unhealthy, gone, or in maintenance)")
         }
-        C::Refused(placement) => format!(
-            "a device was taken by another consumer (a virtual machine or a pod) meanwhile; Placement refused the claim: {placement}"
+        C::Refused(r) => format!(
+            "a device was taken by another consumer (a virtual machine or a pod) meanwhile; Placement refused the claim: {}",
+            crate::placement::allocations::refusal_words(r)
         ),
     }
 }

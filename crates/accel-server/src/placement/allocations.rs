@@ -231,6 +231,15 @@ fn claim_outcome(result: &Refusable<(), Refusal>) -> &'static str {
     }
 }
 
+/// The sentence Placement answers `r` with, for another API that reports it (a DRA
+/// claim the allocation write refused).
+pub(crate) fn refusal_words(r: &Refusal) -> String {
+    match write_error(Ok(Err(r.clone())), "") {
+        Err(e) => e.message,
+        Ok(()) => String::new(),
+    }
+}
+
 fn write_error(result: Refusable<(), Refusal>, class_prefix: &str) -> ApiResult<()> {
     match result {
         Ok(Ok(())) => Ok(()),

@@ -19,7 +19,7 @@ mod routes;
 mod aggregates;
 mod allocation_candidates;
 pub use allocation_candidates::{resolve_query, Resolved};
-mod allocations;
+pub(crate) mod allocations;
 pub mod creates;
 mod inventories;
 mod reshaper;

@@ -32,7 +32,7 @@ pub use super::kubernetes::CLAIM_CONSUMER_TYPE as CONSUMER_TYPE;
 
 /// Why a claim cannot be prepared: the data says no, nothing was written. Each names
 /// the device's address (the accelerator API words them).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ClaimRefusal {
     /// The host reported no device at this address.
     UnknownDevice(String),
@@ -43,9 +43,8 @@ pub enum ClaimRefusal {
     /// Reserved in full: unhealthy, vanished or in maintenance.
     Unavailable(String),
     /// Placement refused the allocation: another claimer took a device meanwhile
-    /// (a VM's or a pod's allocation committed between the check and the claim); the
-    /// text is Placement's refusal, as data.
-    Refused(String),
+    /// (a VM's or a pod's allocation committed between the check and the claim).
+    Refused(allocations::Refusal),
 }
 
 /// Allocates the devices at `addresses` of `host` to the consumer `uid`, whole; see the
@@ -113,7 +112,7 @@ pub async fn prepare(
             }
         }
     }
-    Ok(Err(ClaimRefusal::Refused(format!("{r:?}"))))
+    Ok(Err(ClaimRefusal::Refused(r)))
 }
 
 enum Holder {
