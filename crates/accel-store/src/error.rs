@@ -19,14 +19,7 @@ pub enum Conflict {
 /// `Ok(Ok(v))` done, `Ok(Err(r))` refused (nothing written), `Err` failed.
 pub type Refusable<T, R> = Result<Result<T, R>, StoreError>;
 
-/// A refusal an API shows its client, as data: which API's words it needs and what
-/// was refused. The store never words these; each API's error module does (upstream's
-/// sentences live there, one file per API).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refused {
-    Placement(crate::placement::Refused),
-    Accelerator(crate::accelerator::Refused),
-}
+use crate::refused::{self, Refused};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -165,5 +158,17 @@ pub fn db_cause(e: &sqlx::Error) -> String {
             }
             text
         }
+    }
+}
+
+impl From<refused::placement::Refused> for StoreError {
+    fn from(r: refused::placement::Refused) -> Self {
+        StoreError::Refused(Refused::Placement(r))
+    }
+}
+
+impl From<refused::accelerator::Refused> for StoreError {
+    fn from(r: refused::accelerator::Refused) -> Self {
+        StoreError::Refused(Refused::Accelerator(r))
     }
 }

@@ -33,6 +33,7 @@ pub mod estate;
 pub mod import;
 mod migrate;
 pub mod placement;
+pub mod refused;
 mod sqlite_probe;
 pub mod stats;
 #[cfg(any(test, feature = "testing"))]
@@ -40,8 +41,9 @@ pub mod testing;
 
 pub use dialect::Tx;
 pub use dialect::{now, Backend};
-pub use error::{db_cause, Conflict, Refusable, Refused, StoreError};
+pub use error::{db_cause, Conflict, Refusable, StoreError};
 pub use migrate::Schema;
+pub use refused::Refused;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,7 +72,8 @@ pub struct Store {
     cleanings: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// SQLite files only: the index's freshness check without a thread hand-off
     /// ([`Store::placement_version`]).
-    version_probe: Option<std::sync::Arc<sqlite_probe::VersionProbe>>,
+    version_probe:
+        Option<std::sync::Arc<sqlite_probe::VersionProbe<{ placement::changes::SHARDS }>>>,
 }
 
 /// How long a request waits for a PostgreSQL connection: past it the database counts

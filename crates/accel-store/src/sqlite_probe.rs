@@ -18,30 +18,32 @@
 //! Anything unexpected (the file cannot be opened read-only, a busy or failed
 //! statement, a poisoned lock) answers `None` and the caller reads through sqlx as
 //! before: the probe is a shortcut, never the only way.
+//!
+//! A leaf of the crate (it knows the change log's table, not the store): the store
+//! holds one, and `Store::placement_version` (`placement/changes.rs`) asks it.
 
 use std::sync::Mutex;
 use std::time::Duration;
-
-use crate::placement::changes::{Version, SHARDS};
 
 /// How long a probe statement waits for a lock. Readers of a WAL database take none
 /// in the normal case; a longer wait would hold the async worker that asks.
 const BUSY_WAIT: Duration = Duration::from_millis(50);
 
-/// A read-only connection to a SQLite file and what it saw last.
+/// A read-only connection to a SQLite file and what it saw last: the version vector
+/// of the change log's `N` shards.
 #[derive(Debug)]
-pub(crate) struct VersionProbe {
-    inner: Mutex<Probe>,
+pub(crate) struct VersionProbe<const N: usize> {
+    inner: Mutex<Probe<N>>,
 }
 
 #[derive(Debug)]
-struct Probe {
+struct Probe<const N: usize> {
     conn: rusqlite::Connection,
     /// `(data_version, the vector read right after it)`.
-    seen: Option<(i64, Version)>,
+    seen: Option<(i64, [i64; N])>,
 }
 
-impl VersionProbe {
+impl<const N: usize> VersionProbe<N> {
     /// Opens the probe on the SQLite file at `path` (which must exist), or `None`
     /// (logged) when it cannot.
     pub(crate) fn open(path: &str) -> Option<Self> {
@@ -67,7 +69,7 @@ impl VersionProbe {
     }
 
     /// The placement change version now, or `None` when the probe cannot tell.
-    pub(crate) fn version(&self) -> Option<Version> {
+    pub(crate) fn version(&self) -> Option<[i64; N]> {
         let mut p = self.inner.lock().ok()?;
         match p.read() {
             Ok(v) => Some(v),
@@ -80,8 +82,8 @@ impl VersionProbe {
     }
 }
 
-impl Probe {
-    fn read(&mut self) -> rusqlite::Result<Version> {
+impl<const N: usize> Probe<N> {
+    fn read(&mut self) -> rusqlite::Result<[i64; N]> {
         let mark: i64 = self
             .conn
             .prepare_cached("PRAGMA data_version")?
@@ -91,7 +93,7 @@ impl Probe {
                 return Ok(v);
             }
         }
-        let mut v = [0; SHARDS];
+        let mut v = [0; N];
         let mut stmt = self
             .conn
             .prepare_cached("SELECT shard, seq FROM placement_change_shards")?;
@@ -104,27 +106,5 @@ impl Probe {
         }
         self.seen = Some((mark, v));
         Ok(v)
-    }
-}
-
-impl crate::Store {
-    /// The placement change version now: the candidate index's freshness check. On a
-    /// SQLite file the probe answers on this thread; elsewhere (and when it cannot),
-    /// one statement on a reader connection.
-    pub async fn placement_version(&self) -> Result<Version, crate::StoreError> {
-        use std::sync::atomic::Ordering::Relaxed;
-        if let Some(probe) = &self.version_probe {
-            match probe.version() {
-                Some(v) => {
-                    self.counters.version_probes.fetch_add(1, Relaxed);
-                    return Ok(v);
-                }
-                None => {
-                    self.counters.version_probe_fallbacks.fetch_add(1, Relaxed);
-                }
-            }
-        }
-        self.read_one(|tx| Box::pin(crate::placement::changes::version(tx)))
-            .await
     }
 }

@@ -167,13 +167,3 @@ async fn gauges(tx: &mut Tx) -> Result<Gauges, StoreError> {
         .await?,
     })
 }
-
-/// When programming request `id` was recorded, in the caller's transaction.
-pub async fn program_created_at(tx: &mut Tx, id: i64) -> Result<Option<i64>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT created_at FROM program_requests WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?,
-    )
-}

@@ -446,8 +446,8 @@ pub async fn handles_of(tx: &mut Tx, deployable_id: i64) -> Result<Vec<AttachHan
     .await
 }
 
-/// Sets a device's status and returns it; the caller reconciles Placement
-/// ([`super::report::apply_status`]).
+/// Sets a device's status and returns it; the caller reconciles Placement (the
+/// report module's `apply_status`, through `Hardware::set_device_status` there).
 pub async fn set_device_status(
     tx: &mut Tx,
     uuid: &str,
@@ -468,7 +468,7 @@ pub async fn set_device_status(
 
 /// Hardware record operations ([`Store::hardware`]): devices, deployables and their
 /// attributes, as the API lists and changes them.
-pub struct Hardware<'s>(&'s Store);
+pub struct Hardware<'s>(pub(crate) &'s Store);
 
 impl Store {
     /// Operations on hardware records.
@@ -494,33 +494,6 @@ impl Hardware<'_> {
         let uuid = uuid.to_owned();
         self.0
             .read(move |tx| Box::pin(async move { device_by_uuid(tx, &uuid).await }))
-            .await
-    }
-
-    /// Enables or disables (`Maintaining`) a device: its status, and `reserved` on each
-    /// of its provider inventories ([`super::report::apply_status`]). With
-    /// `mark_push`, its host is marked for a push to the external Placement in the
-    /// same transaction ([`super::pushes`]).
-    pub async fn set_device_status(
-        &self,
-        uuid: &str,
-        status: DeviceStatus,
-        mark_push: bool,
-    ) -> Result<(), StoreError> {
-        self.0
-            .write_rerunning(|| {
-                let uuid = uuid.to_owned();
-                move |tx| {
-                    Box::pin(async move {
-                        let d = set_device_status(tx, &uuid, status).await?;
-                        super::report::apply_status(tx, &d).await?;
-                        if mark_push {
-                            super::pushes::mark(tx, &d.hostname, crate::now()).await?;
-                        }
-                        Ok(())
-                    })
-                }
-            })
             .await
     }
 

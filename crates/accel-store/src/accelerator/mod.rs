@@ -74,8 +74,15 @@ pub mod profiles;
 mod programs;
 pub mod pushes;
 pub mod refusals;
-pub mod refused;
+pub use crate::refused::accelerator as refused;
 pub use refused::Refused;
+
+impl Refused {
+    /// No `kind` with uuid `uuid`.
+    pub(crate) fn no_uuid(kind: refused::Kind, uuid: &str) -> crate::StoreError {
+        Refused::NotFound(kind, refused::Key::Uuid(uuid.to_owned())).into()
+    }
+}
 pub mod report;
 
 /// A text column read as a typed state: a text no variant has is a decode error naming

@@ -308,7 +308,7 @@ impl Programs<'_> {
                 let (host, result) = (host.to_owned(), result.clone());
                 move |tx| {
                     Box::pin(async move {
-                        let recorded_at = crate::stats::program_created_at(tx, id).await?;
+                        let recorded_at = created_at(tx, id).await?;
                         let pr =
                             finish_program_request(tx, &host, id, result, crate::now()).await?;
                         Ok((pr, recorded_at))
@@ -317,4 +317,14 @@ impl Programs<'_> {
             })
             .await
     }
+}
+
+/// When programming request `id` was recorded, in the caller's transaction.
+async fn created_at(tx: &mut Tx, id: i64) -> Result<Option<i64>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT created_at FROM program_requests WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?,
+    )
 }

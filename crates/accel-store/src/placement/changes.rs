@@ -56,7 +56,7 @@ tokio::task_local! {
     static TOUCHED: RefCell<BTreeSet<i64>>;
     /// The providers some consumer let go of in this transaction (an allocation
     /// deleted, an ARQ unbound or deleted): candidates for a cleaning
-    /// (`accelerator::cleaning::after_release`, run before the commit).
+    /// (the cleaning module's `after_release`, run before the commit).
     static RELEASED: RefCell<BTreeSet<i64>>;
 }
 
@@ -367,5 +367,26 @@ impl Changes<'_> {
         self.0
             .read_one(move |tx| Box::pin(async move { projects_since(tx, &from, &to).await }))
             .await
+    }
+}
+
+impl Store {
+    /// The placement change version now: the candidate index's freshness check. On a
+    /// SQLite file the store's probe answers on this thread (`sqlite_probe.rs`);
+    /// elsewhere, and when it cannot, one statement on a reader connection.
+    pub async fn placement_version(&self) -> Result<Version, StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(probe) = &self.version_probe {
+            match probe.version() {
+                Some(v) => {
+                    self.counters.version_probes.fetch_add(1, Relaxed);
+                    return Ok(v);
+                }
+                None => {
+                    self.counters.version_probe_fallbacks.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        self.read_one(|tx| Box::pin(version(tx))).await
     }
 }

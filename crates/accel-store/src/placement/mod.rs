@@ -20,7 +20,7 @@ pub mod classes;
 pub mod inventories;
 pub mod lookup;
 pub mod providers;
-pub mod refused;
+pub use crate::refused::placement as refused;
 pub mod reshape;
 pub mod traits;
 

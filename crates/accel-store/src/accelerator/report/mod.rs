@@ -26,7 +26,7 @@ use super::refused::Refused;
 use crate::placement::allocations;
 use crate::placement::providers;
 use crate::{Store, StoreError, Tx};
-use accel_core::accelerator::{DeviceHealth, ReportedDeployable, ReportedDevice};
+use accel_core::accelerator::{DeviceHealth, DeviceStatus, ReportedDeployable, ReportedDevice};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
 
@@ -543,6 +543,37 @@ impl Reports<'_> {
                         let (rp, created) = ensure_owned(tx, &host).await?;
                         let devices = self::host(tx, &host).await?.map_or(0, |(_, n)| n);
                         Ok((rp, created, devices))
+                    })
+                }
+            })
+            .await
+    }
+}
+
+/// The one hardware operation that reconciles Placement, here beside the reconciling
+/// it shares with the agents' reports, so that hardware records never need the report.
+impl hardware::Hardware<'_> {
+    /// Enables or disables (`Maintaining`) a device: its status, and `reserved` on each
+    /// of its provider inventories ([`apply_status`]). With
+    /// `mark_push`, its host is marked for a push to the external Placement in the
+    /// same transaction ([`super::pushes`]).
+    pub async fn set_device_status(
+        &self,
+        uuid: &str,
+        status: DeviceStatus,
+        mark_push: bool,
+    ) -> Result<(), StoreError> {
+        self.0
+            .write_rerunning(|| {
+                let uuid = uuid.to_owned();
+                move |tx| {
+                    Box::pin(async move {
+                        let d = hardware::set_device_status(tx, &uuid, status).await?;
+                        apply_status(tx, &d).await?;
+                        if mark_push {
+                            super::pushes::mark(tx, &d.hostname, crate::now()).await?;
+                        }
+                        Ok(())
                     })
                 }
             })

@@ -3,7 +3,7 @@
 
 use accel_core::accelerator::ArqState;
 
-/// A refusal of a accelerator operation ([`crate::StoreError::Refused`]).
+/// A refusal of a accelerator operation ([`crate::StoreError::Refused`], through [`super::Refused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     /// No record of `kind` with `key` (that the caller may see): upstream's
@@ -101,17 +101,4 @@ pub enum Key {
     Id(i64),
     /// A deployable's resource provider.
     ProviderUuid(String),
-}
-
-impl Refused {
-    /// No `kind` with uuid `uuid`.
-    pub(crate) fn no_uuid(kind: Kind, uuid: &str) -> crate::StoreError {
-        Refused::NotFound(kind, Key::Uuid(uuid.to_owned())).into()
-    }
-}
-
-impl From<Refused> for crate::StoreError {
-    fn from(r: Refused) -> Self {
-        crate::StoreError::Refused(crate::error::Refused::Accelerator(r))
-    }
 }

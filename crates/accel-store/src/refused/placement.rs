@@ -1,7 +1,7 @@
 //! What the placement operations refuse, as data: the Placement API's error module
 //! words each variant (upstream's sentences are there, not here).
 
-/// A refusal of a placement operation ([`crate::StoreError::Refused`]).
+/// A refusal of a placement operation ([`crate::StoreError::Refused`], through [`super::Refused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     /// No provider has this uuid.
@@ -76,10 +76,4 @@ pub enum ParentRefusal {
     Reparent,
     /// Making a child a root before microversion 1.37.
     Unparent,
-}
-
-impl From<Refused> for crate::StoreError {
-    fn from(r: Refused) -> Self {
-        crate::StoreError::Refused(crate::error::Refused::Placement(r))
-    }
 }
