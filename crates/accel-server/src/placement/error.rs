@@ -357,6 +357,14 @@ pub(crate) fn no_provider(uuid: &str) -> ApiError {
     ApiError::not_found(format!("No resource provider with uuid {uuid} found")).without_vary()
 }
 
+/// Upstream's 404 where the handler catches the lookup's `NotFound` and words it again
+/// (a provider's traits, its usages): the sentence twice.
+pub(crate) fn provider_not_found_caught(uuid: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found"
+    ))
+}
+
 /// Upstream's sentence for an inventory change that drops classes still allocated.
 pub(crate) fn inventory_in_use(uuid: &str, classes: &[String]) -> String {
     format!(

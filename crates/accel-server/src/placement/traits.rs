@@ -131,11 +131,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .traits()
         .of_provider(&uuid)
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found"
-            ))
-        })?;
+        .ok_or_else(|| super::error::provider_not_found_caught(&uuid))?;
     let (traits, at) = serialize(&ts);
     let body = ProviderTraits {
         traits,

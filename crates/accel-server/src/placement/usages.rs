@@ -3,7 +3,7 @@
 //! Usage is always `SUM(allocations.used)`; both views are "modified now". Project
 //! totals go through [`super::usage_cache`].
 
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::usage_cache::Key;
 use super::AppState;
 use super::{authorize, authorize_target, Reply, Req};
@@ -22,11 +22,7 @@ pub async fn for_provider(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
         .usages()
         .of_provider(&uuid)
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found"
-            ))
-        })?;
+        .ok_or_else(|| super::error::provider_not_found_caught(&uuid))?;
     let body = ProviderUsages {
         resource_provider_generation: rp.generation,
         usages: usages.into_iter().collect(),
