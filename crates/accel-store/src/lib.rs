@@ -39,7 +39,10 @@ pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(any(test, feature = "testing"))]
 pub use dialect::Tx;
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) use dialect::Tx;
 pub use dialect::{now, Backend};
 pub use error::{db_cause, Conflict, Refusable, StoreError};
 pub use migrate::Schema;
@@ -138,6 +141,7 @@ pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Se
 /// shape of most handlers' reads and writes:
 /// `store.read(keyed(uuid, |tx, k| Box::pin(f(tx, k))))`. The key is copied into the
 /// transaction's future, which must own what it borrows.
+#[cfg(any(test, feature = "testing"))]
 pub fn keyed<T, F>(key: &str, f: F) -> impl for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send
 where
     T: Send + 'static,
@@ -145,6 +149,20 @@ where
 {
     let key = key.to_owned();
     move |tx| Box::pin(async move { f(tx, &key).await })
+}
+
+/// The transaction API the store's operations are built on ([`Store::write`],
+/// [`Store::read`] and their kin): `pub` for the test suites (feature `testing`: the
+/// store's own and the server's set up and inspect data in their own transactions),
+/// the crate's own otherwise, so that no shipped caller opens a transaction; callers
+/// use the operations (`store.traits().get(..)`).
+macro_rules! testing_pub {
+    ($(#[$m:meta])* async fn $($rest:tt)*) => {
+        #[cfg(any(test, feature = "testing"))]
+        $(#[$m])* pub async fn $($rest)*
+        #[cfg(not(any(test, feature = "testing")))]
+        $(#[$m])* pub(crate) async fn $($rest)*
+    };
 }
 
 impl Store {
@@ -355,14 +373,16 @@ impl Store {
         self.backend
     }
 
-    /// Runs `f` inside one write transaction, committing on `Ok` and rolling back on
-    /// `Err`: [`Store::write_or_refuse`] for writes that never refuse.
-    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
-    {
-        self.transaction(f, |_| true).await
+    testing_pub! {
+        /// Runs `f` inside one write transaction, committing on `Ok` and rolling back on
+        /// `Err`: [`Store::write_or_refuse`] for writes that never refuse.
+        async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+        where
+            T: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+        {
+            self.transaction(f, |_| true).await
+        }
     }
 
     /// Says that a device cleaning was queued (every commit that marks one calls it;
@@ -376,16 +396,18 @@ impl Store {
         self.cleanings.subscribe()
     }
 
-    /// The write transaction whose closure may refuse: commits on `Ok(Ok(v))` and rolls
-    /// back both on a refusal `Ok(Err(r))` (the data says no: nothing is written, and
-    /// the caller words `r`) and on a failure `Err(e)`.
-    pub async fn write_or_refuse<T, R, F>(&self, f: F) -> Refusable<T, R>
-    where
-        T: Send,
-        R: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
-    {
-        self.transaction(f, Result::is_ok).await
+    testing_pub! {
+        /// The write transaction whose closure may refuse: commits on `Ok(Ok(v))` and rolls
+        /// back both on a refusal `Ok(Err(r))` (the data says no: nothing is written, and
+        /// the caller words `r`) and on a failure `Err(e)`.
+        async fn write_or_refuse<T, R, F>(&self, f: F) -> Refusable<T, R>
+        where
+            T: Send,
+            R: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
+        {
+            self.transaction(f, Result::is_ok).await
+        }
     }
 
     /// The one place a write transaction begins and ends: `f`'s `Ok(v)` commits when
@@ -441,45 +463,49 @@ impl Store {
         result
     }
 
-    /// [`Store::write_or_refuse`] rerun from scratch while it fails with a retryable
-    /// error ([`StoreError::is_retryable`]), at most `attempts` runs in all. `attempt`
-    /// builds each run's closure (each takes its own copy of the request).
-    pub async fn write_retrying<T, R, F>(
-        &self,
-        attempts: u32,
-        attempt: impl FnMut() -> F + Send,
-    ) -> Refusable<T, R>
-    where
-        T: Send,
-        R: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
-    {
-        self.rerun(attempts, StoreError::is_retryable, attempt, Result::is_ok)
-            .await
+    testing_pub! {
+        /// [`Store::write_or_refuse`] rerun from scratch while it fails with a retryable
+        /// error ([`StoreError::is_retryable`]), at most `attempts` runs in all. `attempt`
+        /// builds each run's closure (each takes its own copy of the request).
+        async fn write_retrying<T, R, F>(
+            &self,
+            attempts: u32,
+            attempt: impl FnMut() -> F + Send,
+        ) -> Refusable<T, R>
+        where
+            T: Send,
+            R: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, Result<T, R>> + Send,
+        {
+            self.rerun(attempts, StoreError::is_retryable, attempt, Result::is_ok)
+                .await
+        }
     }
 
-    /// [`Store::write`] rerun from scratch while the database rolls it back to break
-    /// a lock conflict ([`StoreError::is_deadlock`]: deadlock, lock wait timeout,
-    /// Galera certification failure), at most [`DEADLOCK_ATTEMPTS`] runs in all.
-    ///
-    /// Upstream wraps the writers that can meet another writer's locks in `oslo.db`'s
-    /// `wrap_db_retry(retry_on_deadlock=True)` (Placement: the allocation write, the
-    /// standard class and trait sync; Cyborg: every ARQ, device profile, device,
-    /// deployable and attach-handle update or delete); accel reruns the same writes
-    /// (the allocation write through [`Store::write_retrying`]). A write whose
-    /// closure refuses (`NotFound`, a conflict) is not rerun: the data said no.
-    pub async fn write_rerunning<T, F>(
-        &self,
-        attempt: impl FnMut() -> F + Send,
-    ) -> Result<T, StoreError>
-    where
-        T: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
-    {
-        self.rerun(DEADLOCK_ATTEMPTS, StoreError::is_deadlock, attempt, |_| {
-            true
-        })
-        .await
+    testing_pub! {
+        /// [`Store::write`] rerun from scratch while the database rolls it back to break
+        /// a lock conflict ([`StoreError::is_deadlock`]: deadlock, lock wait timeout,
+        /// Galera certification failure), at most [`DEADLOCK_ATTEMPTS`] runs in all.
+        ///
+        /// Upstream wraps the writers that can meet another writer's locks in `oslo.db`'s
+        /// `wrap_db_retry(retry_on_deadlock=True)` (Placement: the allocation write, the
+        /// standard class and trait sync; Cyborg: every ARQ, device profile, device,
+        /// deployable and attach-handle update or delete); accel reruns the same writes
+        /// (the allocation write through [`Store::write_retrying`]). A write whose
+        /// closure refuses (`NotFound`, a conflict) is not rerun: the data said no.
+        async fn write_rerunning<T, F>(
+            &self,
+            attempt: impl FnMut() -> F + Send,
+        ) -> Result<T, StoreError>
+        where
+            T: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+        {
+            self.rerun(DEADLOCK_ATTEMPTS, StoreError::is_deadlock, attempt, |_| {
+                true
+            })
+            .await
+        }
     }
 
     /// The loop of [`Store::write_retrying`] and [`Store::write_rerunning`]: runs each
@@ -515,52 +541,56 @@ impl Store {
         }
     }
 
-    /// Runs `f` in a read-only snapshot (a transaction, so several queries agree).
-    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
-    {
-        let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
-        // PostgreSQL's default READ COMMITTED (and the MySQL sessions' READ COMMITTED)
-        // gives each statement its own snapshot; a read of several queries must see
-        // one instant.
-        match self.backend {
-            Backend::Sqlite => sqlx::query("BEGIN").execute(tx.raw()).await?,
-            Backend::Postgres => {
-                sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .execute(tx.raw())
-                    .await?
+    testing_pub! {
+        /// Runs `f` in a read-only snapshot (a transaction, so several queries agree).
+        async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+        where
+            T: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+        {
+            let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
+            // PostgreSQL's default READ COMMITTED (and the MySQL sessions' READ COMMITTED)
+            // gives each statement its own snapshot; a read of several queries must see
+            // one instant.
+            match self.backend {
+                Backend::Sqlite => sqlx::query("BEGIN").execute(tx.raw()).await?,
+                Backend::Postgres => {
+                    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                        .execute(tx.raw())
+                        .await?
+                }
+                Backend::MySql => {
+                    text(
+                        tx.raw(),
+                        &[
+                            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+                        ],
+                    )
+                    .await?;
+                    Default::default()
+                }
+            };
+            let result = f(&mut tx).await;
+            if control(tx.raw(), self.backend, "ROLLBACK").await.is_err() {
+                let _ = tx.into_inner().detach().close().await;
             }
-            Backend::MySql => {
-                text(
-                    tx.raw(),
-                    &[
-                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-                        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
-                    ],
-                )
-                .await?;
-                Default::default()
-            }
-        };
-        let result = f(&mut tx).await;
-        if control(tx.raw(), self.backend, "ROLLBACK").await.is_err() {
-            let _ = tx.into_inner().detach().close().await;
+            result
         }
-        result
     }
 
-    /// Runs `f` on a reader connection without a transaction. For a single statement
-    /// only (one statement is its own snapshot); saves the `BEGIN`/`ROLLBACK` round
-    /// trips on hot paths such as the candidate index's version check.
-    pub async fn read_one<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send,
-        F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
-    {
-        let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
-        f(&mut tx).await
+    testing_pub! {
+        /// Runs `f` on a reader connection without a transaction. For a single statement
+        /// only (one statement is its own snapshot); saves the `BEGIN`/`ROLLBACK` round
+        /// trips on hot paths such as the candidate index's version check.
+        async fn read_one<T, F>(&self, f: F) -> Result<T, StoreError>
+        where
+            T: Send,
+            F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, T> + Send,
+        {
+            let mut tx = Tx::new(self.acquire(self.reader()).await?, self.backend);
+            f(&mut tx).await
+        }
     }
 
     /// The pool reads use: the SQLite file's read-only readers, else the one pool.
