@@ -217,8 +217,6 @@ pub(crate) fn consumer_write(req: &Req, uuid: &str, data: ConsumerAllocations) -
     }
 }
 
-/// Words a refusal or failure of an allocation write as upstream does; `class_prefix`
-/// starts the unknown-class message.
 /// The `outcome` label of `accel_allocation_claims_total` for one write's result.
 fn claim_outcome(result: &Refusable<(), Refusal>) -> &'static str {
     match result {
@@ -240,6 +238,8 @@ pub(crate) fn refusal_words(r: &Refusal) -> String {
     }
 }
 
+/// Words a refusal or failure of an allocation write as upstream does; `class_prefix`
+/// starts the unknown-class message.
 fn write_error(result: Refusable<(), Refusal>, class_prefix: &str) -> ApiResult<()> {
     match result {
         Ok(Ok(())) => Ok(()),
