@@ -24,6 +24,12 @@
 //!   `--lifetime` seconds later (ARQs by instance, then the allocations), so deletes
 //!   run at the boot rate and the cloud stays in a steady state.
 //!
+//! - **upstream** (`--cyborg-relay`, `scripts/cloud-upstream.sh`): the same scenario
+//!   against upstream Placement + Cyborg. Nodes' reports go through a relay that makes
+//!   the cyborg-agent's `report_data` RPC to Cyborg's conductor with the same cards, so
+//!   the conductor, not this command, creates the device providers in Placement; the
+//!   identity headers are the ones Cyborg reads without keystonemiddleware.
+//!
 //! Only requests sent during `--duration` count. With `--json` the last line is one
 //! object: per call type its rate, p50/p99/p99.9 and errors; the boots' target and
 //! achieved rates and failures by reason; and, when this command started the server
@@ -86,6 +92,21 @@ pub struct CloudArgs {
     /// Concurrent requests of the setup.
     #[arg(long, default_value_t = 16)]
     pub setup_clients: usize,
+    /// The accelerator API is upstream Cyborg: agents' reports go to this relay
+    /// (`scripts/cloud-cyborg-relay.py`), which sends them to Cyborg's conductor as
+    /// cyborg-agents do, and the identity headers are those Cyborg reads without
+    /// keystonemiddleware (Nova's service role among its roles).
+    #[arg(long)]
+    pub cyborg_relay: Option<String>,
+    /// Serve the fake Nova's external events on this address (with `--database` it
+    /// picks a free port by itself); a Cyborg started beforehand is pointed at it.
+    #[arg(long)]
+    pub nova_listen: Option<String>,
+    /// Processes to report as the server (CPU seconds during the window, summed peak
+    /// RSS) when this command did not start it: an upstream deployment's API workers
+    /// and conductor, say.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
@@ -126,10 +147,37 @@ struct Record {
     boots_failed: BTreeMap<String, usize>,
 }
 
+/// Where a node's agent sends its device report.
+enum Agents {
+    /// accel's agent API.
+    Accel(agent::Client),
+    /// Upstream Cyborg, through the relay to its conductor (`--cyborg-relay`).
+    Relay { http: Http, devices: usize },
+}
+
+impl Agents {
+    async fn report(&self, host: &str, report: &agent::DeviceReport) -> Result<(), String> {
+        match self {
+            Agents::Accel(c) => c
+                .report(host, report, false)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Agents::Relay { http, devices } => {
+                let req = Request::new(Method::POST, format!("/report/{host}"))
+                    .query("devices", devices.to_string());
+                let r = http.send(&req).await.map_err(|e| e.to_string())?;
+                let status = r.status;
+                r.success().map(|_| ()).map_err(|e| format!("{status} {e}"))
+            }
+        }
+    }
+}
+
 struct Sim {
     placement: Http,
     nova: accelerator::Client,
-    agent: agent::Client,
+    agent: Agents,
     record: Mutex<Record>,
     /// Whether requests now count (the measured window).
     measuring: AtomicBool,
@@ -441,9 +489,8 @@ async fn setup(
                     r.success().map_err(|e| e.to_string())?;
                 }
                 sim.agent
-                    .report(&n.name, &crate::fake_report(&n.name, devices, 1), false)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .report(&n.name, &crate::fake_report(&n.name, devices, 1))
+                    .await?;
                 Ok(())
             }
         })
@@ -471,30 +518,54 @@ async fn setup(
 pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     // The fake Nova reaches the simulation through this cell once it exists.
     let sim_cell: Arc<std::sync::OnceLock<Arc<Sim>>> = Arc::default();
-    let started = match &args.database {
-        Some(db) => {
-            let cell = sim_cell.clone();
-            let nova = server::fake_nova(move |instance| {
-                if let Some(sim) = cell.get() {
-                    sim.event(instance);
-                }
-            })
-            .await?;
-            Some(server::Server::start(db, args.accel_bin.as_deref(), &nova).await?)
+    let cell = sim_cell.clone();
+    let on_event = move |instance: &str| {
+        if let Some(sim) = cell.get() {
+            sim.event(instance);
         }
-        None => None,
+    };
+    let nova = match (&args.nova_listen, &args.database) {
+        (Some(addr), _) => Some(server::fake_nova(addr, on_event).await?),
+        (None, Some(_)) => Some(server::fake_nova("127.0.0.1:0", on_event).await?),
+        (None, None) => None,
+    };
+    let started = match (&args.database, &nova) {
+        (Some(db), Some(nova)) => {
+            Some(server::Server::start(db, args.accel_bin.as_deref(), nova).await?)
+        }
+        _ => None,
     };
     let (placement_url, accel_url) = match &started {
         Some(s) => (s.placement.clone(), s.accelerator.clone()),
         None => (args.placement_url.clone(), args.accelerator_url.clone()),
     };
     let pool = args.max_in_flight.min(512);
+    // Without keystonemiddleware upstream Cyborg reads the service check from the
+    // user's own roles and the admin check from X-Roles.
+    let upstream = args.cyborg_relay.is_some();
     let nova_headers = vec![
         ("x-user-id", USER.to_owned()),
         ("x-project-id", PROJECT.to_owned()),
-        ("x-roles", "member,reader".to_owned()),
+        (
+            "x-roles",
+            if upstream {
+                "member,reader,service"
+            } else {
+                "member,reader"
+            }
+            .to_owned(),
+        ),
         ("x-service-roles", "service".to_owned()),
     ];
+    let admin_headers = if upstream {
+        vec![
+            ("x-user-id", "admin".to_owned()),
+            ("x-project-id", "admin".to_owned()),
+            ("x-roles", "admin,member,reader".to_owned()),
+        ]
+    } else {
+        Vec::new()
+    };
     let sim = Arc::new(Sim {
         placement: http(&placement_url, "admin", pool, Vec::new())?,
         nova: accelerator::Client::new(http(
@@ -504,7 +575,18 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
             nova_headers,
         )?)
         .with_microversion(None),
-        agent: agent::Client::new(http(&accel_url, "admin", pool, Vec::new())?),
+        agent: match &args.cyborg_relay {
+            Some(relay) => Agents::Relay {
+                http: http(relay, "admin", pool, Vec::new())?,
+                devices: args.devices,
+            },
+            None => Agents::Accel(agent::Client::new(http(
+                &accel_url,
+                "admin",
+                pool,
+                Vec::new(),
+            )?)),
+        },
         record: Mutex::new(Record::default()),
         measuring: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
@@ -518,7 +600,7 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         binding: Mutex::default(),
     });
     let _ = sim_cell.set(sim.clone());
-    let admin = accelerator::Client::new(http(&accel_url, "admin", 4, Vec::new())?);
+    let admin = accelerator::Client::new(http(&accel_url, "admin", 4, admin_headers)?);
     setup(&sim, &args, &admin).await?;
 
     let period = Duration::from_secs(args.period.max(1));
@@ -542,14 +624,24 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
                 sim.spawn_limited(async move { s1.periodic(&n1, full).await });
                 let (s2, n2, r2) = (sim.clone(), node.name.clone(), report.clone());
                 sim.spawn_limited(async move {
-                    let _ = s2.timed("report", s2.agent.report(&n2, &r2, false)).await;
+                    let _ = s2.timed("report", s2.agent.report(&n2, &r2)).await;
                 });
                 let jitter = 1.0 + 0.1 * (rng.gen::<f64>() - 0.5);
                 tokio::time::sleep(period.mul_f64(jitter)).await;
             }
         }));
     }
-    let cpu_before = started.as_ref().map(|s| s.cpu_seconds());
+    let server_cpu = || match &started {
+        Some(s) => Some(s.cpu_seconds()),
+        None if !args.server_pids.is_empty() => Some(
+            args.server_pids
+                .iter()
+                .map(|p| server::cpu_seconds(*p))
+                .sum(),
+        ),
+        None => None,
+    };
+    let cpu_before = server_cpu();
     sim.measuring.store(true, Ordering::SeqCst);
     let window = Instant::now();
     // Boots, open loop: arrival k at k / rate, whatever the answers take.
@@ -575,9 +667,15 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     let elapsed = window.elapsed();
     sim.measuring.store(false, Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
-    let server_stats = started
-        .as_ref()
-        .map(|s| (s.cpu_seconds() - cpu_before.unwrap_or(0.0), s.peak_rss_mb()));
+    let peak_rss = match &started {
+        Some(s) => s.peak_rss_mb(),
+        None => args
+            .server_pids
+            .iter()
+            .map(|p| server::peak_rss_mb(*p))
+            .sum(),
+    };
+    let server_stats = server_cpu().map(|after| (after - cpu_before.unwrap_or(0.0), peak_rss));
     for b in background {
         b.abort();
     }

@@ -76,29 +76,14 @@ impl Server {
         })
     }
 
-    fn proc_file(&self, name: &str) -> String {
-        let pid = self.child.id().unwrap_or(0);
-        std::fs::read_to_string(format!("/proc/{pid}/{name}")).unwrap_or_default()
-    }
-
-    /// User and system CPU seconds so far (`/proc/PID/stat`, at 100 ticks a second,
-    /// Linux's `USER_HZ`).
+    /// User and system CPU seconds so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = self.proc_file("stat");
-        // Fields after the parenthesised command name; utime and stime are 14 and 15.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (tick(11) + tick(12)) / 100.0
+        cpu_seconds(self.child.id().unwrap_or(0))
     }
 
-    /// Peak resident memory in MB (`VmHWM`).
+    /// Peak resident memory in MB.
     pub fn peak_rss_mb(&self) -> f64 {
-        self.proc_file("status")
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
+        peak_rss_mb(self.child.id().unwrap_or(0))
     }
 
     pub async fn stop(mut self) {
@@ -111,29 +96,70 @@ impl Server {
     }
 }
 
-/// Nova's `os-server-external-events` on 127.0.0.1:0: calls `on_event` with each
+fn proc_file(pid: u32, name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/{name}")).unwrap_or_default()
+}
+
+/// Process `pid`'s user and system CPU seconds so far (`/proc/PID/stat`, at 100
+/// ticks a second, Linux's `USER_HZ`); 0 when it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = proc_file(pid, "stat");
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// Process `pid`'s peak resident memory in MB (`VmHWM`); 0 when it is gone.
+pub fn peak_rss_mb(pid: u32) -> f64 {
+    proc_file(pid, "status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Nova's `os-server-external-events` on `listen` (`127.0.0.1:0`: a free port): calls `on_event` with each
 /// event's server uuid and answers every event 200, as Nova does for an instance it
 /// knows. Returns the compute API root to give accel (`--nova-url`).
 pub async fn fake_nova(
+    listen: &str,
     on_event: impl Fn(&str) + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<String> {
     use serde_json::{json, Value};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("the fake Nova's address {listen}"))?;
     let addr = listener.local_addr()?;
-    let app = axum::Router::new().route(
-        "/v2.1/os-server-external-events",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let on_event = on_event.clone();
-            async move {
-                let mut events = body["events"].as_array().cloned().unwrap_or_default();
-                for e in &mut events {
-                    on_event(e["server_uuid"].as_str().unwrap_or_default());
-                    e["code"] = 200.into();
+    // The version document answers keystoneauth's discovery (upstream Cyborg's
+    // openstacksdk adapter asks for it before its first event).
+    let href = format!("http://{addr}/v2.1/");
+    let version = move || {
+        let href = href.clone();
+        async move {
+            axum::Json(json!({"version": {"id": "v2.1", "status": "CURRENT",
+                "version": "2.96", "min_version": "2.1",
+                "links": [{"rel": "self", "href": href}]}}))
+        }
+    };
+    let app = axum::Router::new()
+        .route("/v2.1", axum::routing::get(version.clone()))
+        .route("/v2.1/", axum::routing::get(version))
+        .route(
+            "/v2.1/os-server-external-events",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let on_event = on_event.clone();
+                async move {
+                    let mut events = body["events"].as_array().cloned().unwrap_or_default();
+                    for e in &mut events {
+                        on_event(e["server_uuid"].as_str().unwrap_or_default());
+                        e["code"] = 200.into();
+                    }
+                    axum::Json(json!({ "events": events }))
                 }
-                axum::Json(json!({ "events": events }))
-            }
-        }),
-    );
+            }),
+        );
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(format!("http://{addr}/v2.1"))
 }
