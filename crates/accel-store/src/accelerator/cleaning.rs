@@ -99,13 +99,20 @@ pub(super) async fn note_arqs_released(tx: &mut Tx, ids: &[i64]) -> Result<(), S
         return Ok(());
     }
     let set = placeholders(1, ids.len());
+    // Three joins from the ARQs to the providers' uuid index, not `rp.uuid IN (..
+    // UNION ..)`: MariaDB runs a union under IN as a dependent subquery, once for
+    // every provider row (50,000 at 10,000 nodes), and this statement held the
+    // 10,000-node cloud to 37 boots/s there (docs/benchmarks.md).
     let sql = format!(
-        "SELECT rp.id FROM resource_providers rp WHERE rp.uuid IN (\
-         SELECT a.device_rp_uuid FROM extended_accelerator_requests a WHERE a.id IN ({set}) \
-         UNION SELECT d.rp_uuid FROM deployables d JOIN extended_accelerator_requests a \
-         ON a.deployable_id = d.id WHERE a.id IN ({set}) \
-         UNION SELECT d.rp_uuid FROM deployables d JOIN attach_handles h ON h.deployable_id = d.id \
-         JOIN extended_accelerator_requests a ON a.attach_handle_id = h.id WHERE a.id IN ({set}))"
+        "SELECT rp.id FROM extended_accelerator_requests a \
+         JOIN resource_providers rp ON rp.uuid = a.device_rp_uuid WHERE a.id IN ({set}) \
+         UNION SELECT rp.id FROM extended_accelerator_requests a \
+         JOIN deployables d ON d.id = a.deployable_id \
+         JOIN resource_providers rp ON rp.uuid = d.rp_uuid WHERE a.id IN ({set}) \
+         UNION SELECT rp.id FROM extended_accelerator_requests a \
+         JOIN attach_handles h ON h.id = a.attach_handle_id \
+         JOIN deployables d ON d.id = h.deployable_id \
+         JOIN resource_providers rp ON rp.uuid = d.rp_uuid WHERE a.id IN ({set})"
     );
     let mut q = sqlx::query_scalar::<_, i64>(&sql);
     for id in ids {
