@@ -11,7 +11,8 @@
 //! - **periodic** (per node, as nova-compute's resource tracker every 60 s, jittered
 //!   by up to 10 % as Nova's periodic tasks are): `GET /resource_providers?in_tree=`
 //!   and the node's inventories; every fifth run (300 s,
-//!   `resource_provider_association_refresh`) also its traits and aggregates.
+//!   `resource_provider_association_refresh`) also its traits and aggregates, each
+//!   node starting at a random point of that five-run cycle.
 //! - **report** (per node, as the agent every 60 s): the same device report, which
 //!   the server answers as unchanged.
 //! - **boots**, open loop at `--boot-rate` (arrivals on a fixed schedule, not a closed
@@ -616,7 +617,10 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
             let node = node(n);
             let offset = period.mul_f64(rng.gen::<f64>());
             tokio::time::sleep_until(begin + offset).await;
-            let mut runs = 0u64;
+            // Where in its five-run cycle (the 300 s refresh) each node starts: spread,
+            // as in a cloud whose nodes did not all start together, so that a window
+            // shortly after the setup does not see every node's full refresh at once.
+            let mut runs: u64 = rng.gen_range(0..5);
             while !stop.load(Ordering::Relaxed) {
                 let full = runs.is_multiple_of(5);
                 runs += 1;
