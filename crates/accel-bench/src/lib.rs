@@ -11,6 +11,7 @@
 //! non-zero: numbers from a run that did not do the work are not numbers.
 
 pub mod cloud;
+pub mod fake_nova;
 
 use accel_api::agent::{AttachHandle, ControlPathId, Deployable, Device, DeviceReport, KeyValue};
 use std::future::Future;

@@ -49,7 +49,7 @@ use accel_api::http::{Auth, Endpoint, Http, Method, Options, Request};
 use accel_bench::{fake_report, run_phase, PhaseStats, TABLE_HEADER};
 use anyhow::{bail, Context};
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -332,46 +332,16 @@ impl Driver {
     }
 }
 
-/// Counts the `accelerator-request-bound` events Nova would receive.
+/// Counts the `accelerator-request-bound` events Nova would receive and wakes the
+/// cycle waiting for each.
 async fn fake_nova(addr: &str, nova: Arc<Nova>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the fake Nova to {addr}"))?;
-    // The version document answers keystoneauth's discovery (upstream Cyborg's
-    // openstacksdk adapter asks for it before its first POST).
-    let href = format!("http://{addr}/v2.1/");
-    let version = move || {
-        let href = href.clone();
-        async move {
-            axum::Json(json!({"version": {"id": "v2.1", "status": "CURRENT",
-                "version": "2.96", "min_version": "2.1",
-                "links": [{"rel": "self", "href": href}]}}))
+    accel_bench::fake_nova::serve(addr, move |instance: &str| {
+        nova.received.fetch_add(1, Ordering::SeqCst);
+        if let Some(w) = nova.waiters.lock().unwrap().remove(instance) {
+            let _ = w.send(());
         }
-    };
-    let app = axum::Router::new()
-        .route("/v2.1", axum::routing::get(version.clone()))
-        .route("/v2.1/", axum::routing::get(version))
-        .route(
-            "/v2.1/os-server-external-events",
-            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-                let nova = nova.clone();
-                async move {
-                    let mut events = body["events"].as_array().cloned().unwrap_or_default();
-                    nova.received.fetch_add(events.len(), Ordering::SeqCst);
-                    for e in &mut events {
-                        let waiter = e["server_uuid"]
-                            .as_str()
-                            .and_then(|i| nova.waiters.lock().unwrap().remove(i));
-                        if let Some(w) = waiter {
-                            let _ = w.send(());
-                        }
-                        e["code"] = 200.into();
-                    }
-                    axum::Json(json!({ "events": events }))
-                }
-            }),
-        );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    })
+    .await?;
     Ok(())
 }
 
