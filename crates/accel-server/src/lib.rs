@@ -17,6 +17,7 @@ pub mod auth;
 pub mod console;
 mod cors;
 pub mod external;
+pub mod front;
 pub mod health;
 mod heartbeat;
 pub mod jsonschema;
