@@ -94,13 +94,8 @@ impl Api for Cyborg {
         error::rejection(r)
     }
 
-    fn version(headers: &HeaderMap) -> Result<Version, String> {
-        microversion::parse(
-            headers
-                .get_all("openstack-api-version")
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        )
+    fn version<'a>(values: impl Iterator<Item = &'a str>) -> Result<Version, String> {
+        microversion::parse(values)
     }
 
     fn version_refused(message: String, _: &Head) -> Response<Body> {

@@ -5,8 +5,9 @@
 //!
 //! What differs between the APIs is a trait, [`Api`]: the version and its parsing, the
 //! error type and its envelope, the route table, the headers every answer carries. The
-//! order of the steps is a contract clients observe (a 401 before a 406, a 404 before a
-//! 413), so [`handle`] runs one fixed sequence and each API fills its hooks:
+//! order of the steps is a contract clients observe (a 401 before a 406; Placement's 404
+//! before a 413, Cyborg's 413 before a 404), so [`handle`] runs one sequence and each
+//! API fills its hooks, choosing where the sequence lets it choose:
 //!
 //! ```text
 //! request id ─▶ CORS preflight (Api::CORS) ─▶ Api::enter (prefixes, documents before auth)
@@ -28,7 +29,7 @@ use crate::auth::{Credentials, Rejection};
 use crate::state::Shared;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::http::{HeaderValue, Method, Response, StatusCode};
 use futures::future::BoxFuture;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -71,7 +72,11 @@ pub trait Api: Sized + Send + Sync + 'static {
     fn public(target: &Self::Target) -> bool;
     /// The answer to a request authentication refused.
     fn rejection(r: &Rejection, head: &Head) -> Response<Body>;
-    fn version(headers: &HeaderMap) -> Result<Self::Version, Self::VersionError>;
+    /// The version the values of `OpenStack-API-Version` ask for, in the API's service
+    /// type (none: the API's oldest).
+    fn version<'a>(
+        values: impl Iterator<Item = &'a str>,
+    ) -> Result<Self::Version, Self::VersionError>;
     /// The answer to a refused version header (before [`Api::stamp`] with no version).
     fn version_refused(e: Self::VersionError, head: &Head) -> Response<Body>;
     /// An error of the API with `status` and `message` (the query and body limits).
@@ -147,7 +152,8 @@ async fn answer<A: Api>(st: &Arc<A::State>, head: &Head, body: Body) -> Response
             Err(rejection) => return A::rejection(&rejection, head),
         }
     };
-    let version = match A::version(&head.parts.headers) {
+    let values = head.parts.headers.get_all("openstack-api-version").iter();
+    let version = match A::version(values.filter_map(|v| v.to_str().ok())) {
         Ok(v) => v,
         Err(e) => {
             let mut resp = A::version_refused(e, head);

@@ -16,7 +16,7 @@ use crate::front::{Api, Handler, Head, Reply};
 use crate::state::Shared;
 use accel_api::placement::{mv, ErrorItem, Errors};
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::http::{HeaderValue, Method, Response, StatusCode};
 use std::ops::ControlFlow;
 
 /// The Placement API, as the front door knows it.
@@ -54,13 +54,8 @@ impl Api for Placement {
         error::rejection(r, &head.request_id)
     }
 
-    fn version(headers: &HeaderMap) -> Result<Version, VersionError> {
-        microversion::from_headers(
-            headers
-                .get_all("openstack-api-version")
-                .iter()
-                .filter_map(|v| v.to_str().ok()),
-        )
+    fn version<'a>(values: impl Iterator<Item = &'a str>) -> Result<Version, VersionError> {
+        microversion::from_headers(values)
     }
 
     fn version_refused(e: VersionError, head: &Head) -> Response<Body> {
