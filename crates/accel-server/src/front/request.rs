@@ -161,3 +161,39 @@ impl Reply {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_pairs_are_decoded_in_order() {
+        let pairs = query_pairs("a=1&b=x%20y&a=2+3");
+        let want = [("a", "1"), ("b", "x y"), ("a", "2 3")];
+        let got: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn cache_headers_only_where_the_api_asks_for_them() {
+        let reply = || Reply::typed(&serde_json::json!({})).unwrap().modified(0);
+        let plain = reply().into_response(false);
+        assert_eq!(plain.headers()["content-type"], "application/json");
+        assert!(plain.headers().get("last-modified").is_none());
+        assert!(plain.headers().get("cache-control").is_none());
+        let cached = reply().into_response(true);
+        assert_eq!(
+            cached.headers()["last-modified"],
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+        assert_eq!(cached.headers()["cache-control"], "no-cache");
+        let unknown = Reply::no_content().modified_if(None).into_response(true);
+        assert_eq!(unknown.status(), StatusCode::NO_CONTENT);
+        assert!(unknown.headers().get("content-type").is_none());
+        assert!(unknown.headers().get("last-modified").is_none());
+        assert_eq!(unknown.headers()["cache-control"], "no-cache");
+    }
+}
