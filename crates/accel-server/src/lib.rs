@@ -1,6 +1,7 @@
 //! The accel API server: the Placement API and the accelerator (Cyborg v2) API, each
-//! with its own router, listener and error format, sharing one store, one policy engine
-//! and one auth layer.
+//! with its own router, listener and error format, sharing one store, one policy engine,
+//! one auth layer and one HTTP front door ([`front`]) that gives both APIs' handlers one
+//! signature.
 //!
 //! Besides the listeners, `accel serve` runs the accelerator API's background workers
 //! ([`accelerator::binder`]). The Nova workflow, a client of both APIs, is
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod console;
 mod cors;
 pub mod external;
+pub mod front;
 pub mod health;
 mod heartbeat;
 pub mod jsonschema;

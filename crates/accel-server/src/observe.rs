@@ -318,7 +318,7 @@ pub fn route_of(api: Api, path: &str) -> &'static str {
             if path == HEALTHCHECK {
                 return HEALTHCHECK;
             }
-            // The accelerator router's own normalisation (accelerator::handle).
+            // The accelerator API's own normalisation (`Cyborg::enter`, accelerator/api.rs).
             let mut p = path;
             if let Some(rest) = p.strip_prefix("/accelerator") {
                 if rest.is_empty() || rest.starts_with('/') {

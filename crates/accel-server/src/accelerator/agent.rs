@@ -36,7 +36,7 @@
 //! a report that changed anything marks the host for a push in its transaction.
 
 use super::error::{AccelError, AccelResult};
-use super::{json_reply, AccelState, Ctx};
+use super::{json_reply, AccelState, Reply, Req};
 use crate::external::ExternalPlacement;
 use accel_api::agent::{
     self as wire, HostInfo, ProgramAnswer, ProgramRequest, Programs, ReportAnswer,
@@ -48,10 +48,10 @@ use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds;
 use accel_store::accelerator::report::Summary;
 use accel_store::{Store, StoreError};
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 /// Reports Cyborg's fake device for `host` (creating the compute node provider when it
 /// is absent), as an agent on that host would at start-up.
@@ -170,15 +170,16 @@ fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
     })
 }
 
-pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&["force"])?;
-    let force = match ctx.param("force") {
+pub(crate) async fn report(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&["force"])?;
+    let force = match req.query_last("force") {
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => return Err(bad(format!("force must be true or false, not {other}"))),
     };
-    let body = ctx.json_body()?;
+    let body = req.json_body()?;
     for d in list(&body, "devices")? {
         check_device(d)?;
     }
@@ -191,12 +192,12 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
         .into_iter()
         .map(device)
         .collect::<AccelResult<Vec<_>>>()?;
-    let digest: String = Sha256::digest(&ctx.body)
+    let digest: String = Sha256::digest(&req.body)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
     let placeholder = match &st.external {
-        Some(ext) => remote_compute_node(st, ext, host).await?,
+        Some(ext) => remote_compute_node(&st, ext, host).await?,
         None => None,
     };
     let placeholder = placeholder.as_ref().map(|(u, n)| (u.as_str(), n.as_str()));
@@ -230,16 +231,13 @@ pub(crate) async fn report(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResul
 }
 
 /// `GET /v2/agent/hosts/{host}`: the compute node provider the agent reports under.
-pub(crate) async fn show_host(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn show_host(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     let found = st.app.store.reports().host(host).await?;
     let remote = match (&found, &st.external) {
-        (None, Some(ext)) => remote_compute_node(st, ext, host).await?,
+        (None, Some(ext)) => remote_compute_node(&st, ext, host).await?,
         _ => None,
     };
     let info = |compute_node_uuid: String, devices: i64| HostInfo {
@@ -269,14 +267,11 @@ pub(crate) async fn show_host(
 /// accel owns for `host`, created when absent (201) or as it is (200); 409 when a
 /// provider of that name is not accel's. Refused with an external Placement, where
 /// the node's provider has to be the one Nova registered there.
-pub(crate) async fn own_host(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
-    let body = ctx.json_body()?;
+pub(crate) async fn own_host(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
+    let body = req.json_body()?;
     if body.get("node_provider").and_then(Value::as_str) != Some("own") {
         return Err(AccelError::bad_request(
             "The body must be {\"node_provider\": \"own\"}",
@@ -322,13 +317,10 @@ fn render_program(pr: &binds::ProgramRequest) -> ProgramRequest {
 /// `GET /v2/agent/hosts/{host}/programs`: the programming requests the host's agent
 /// has to carry out (for binds whose profile names a bitstream or function the region
 /// lacks, and for `PATCH /v2/deployables/{uuid}/program`), oldest first.
-pub(crate) async fn pending_programs(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn pending_programs(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     let list = st.app.store.programs().pending(host).await?;
     let programs = list.iter().map(render_program).collect();
     Ok(json_reply(StatusCode::OK, &Programs { programs }))
@@ -338,18 +330,15 @@ pub(crate) async fn pending_programs(
 /// `{"state": "failed", "error": "<why>"}`: the agent's answer. A bind waiting on it
 /// is performed at once; 404 when the host has no such pending request (it was
 /// abandoned, or answered before).
-pub(crate) async fn finish_program(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-    id: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn finish_program(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    let id = req.param(1);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     let id: i64 = id
         .parse()
         .map_err(|_| AccelError::bad_request(format!("Invalid programming request id {id}")))?;
-    let body = ctx.json_body()?;
+    let body = req.json_body()?;
     match body.get("state").and_then(Value::as_str) {
         Some("done") => {}
         Some("failed") => {

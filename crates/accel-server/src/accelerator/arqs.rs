@@ -16,14 +16,14 @@
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
-use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use super::{json_reply, render, require_uuid, AccelState, Reply, Req};
 use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{Arq, Binding, Filter, Patch as Op};
 use accel_store::accelerator::refusals::{Refusal, Refused};
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 fn service_token_required() -> AccelError {
     AccelError::forbidden(
@@ -31,15 +31,15 @@ fn service_token_required() -> AccelError {
     )
 }
 
-fn reply_list(ctx: &Ctx, status: StatusCode, list: &[Arq]) -> Response<Body> {
-    let arqs: Vec<_> = list.iter().map(|a| render::arq(ctx, a)).collect();
+fn reply_list(req: &Req, status: StatusCode, list: &[Arq]) -> Reply {
+    let arqs: Vec<_> = list.iter().map(|a| render::arq(req, a)).collect();
     json_reply(status, &wire::Arqs { arqs })
 }
 
-pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ARQ_CREATE)?;
-    ctx.only_params(&[])?;
-    let body = ctx.json_body()?;
+pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::ARQ_CREATE)?;
+    req.only_params(&[])?;
+    let body = req.json_body()?;
     // The object and the name are checked first, with upstream's texts; what is left
     // to refuse is the group id, which `NewArqs` reads as WSME does ("1" is 1).
     let obj = body
@@ -62,24 +62,24 @@ pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     let group = new
         .device_profile_group_id
         .map(|g| usize::try_from(g).unwrap_or(usize::MAX));
-    let project = ctx.creds.project_id().map(str::to_owned);
+    let project = req.creds.project_id().map(str::to_owned);
     let created = st
         .app
         .store
         .arqs()
         .create_from_profile(&new.device_profile_name, group, project.as_deref())
         .await?;
-    Ok(reply_list(ctx, StatusCode::CREATED, &created))
+    Ok(reply_list(&req, StatusCode::CREATED, &created))
 }
 
-pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ARQ_GET_ALL)?;
-    ctx.only_params(&["bind_state", "instance"])?;
-    let instance = ctx.param("instance").map(str::to_owned);
+pub async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::ARQ_GET_ALL)?;
+    req.only_params(&["bind_state", "instance"])?;
+    let instance = req.query_last("instance").map(str::to_owned);
     if let Some(i) = &instance {
         require_uuid(i)?;
     }
-    let resolved = match ctx.param("bind_state") {
+    let resolved = match req.query_last("bind_state") {
         None => false,
         Some("resolved") => true,
         // Upstream: ARQBadState, a 500.
@@ -89,7 +89,7 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
             )))
         }
     };
-    let scope = ctx.scope();
+    let scope = req.scope();
     // With an instance and `bind_state=resolved`, every ARQ of the instance is read
     // and checked here: all resolved is the answer, any other is 423. One statement,
     // so no transaction is needed for one snapshot.
@@ -102,24 +102,26 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     if whole_instance && list.iter().any(|a| !a.state.is_resolved()) {
         return Err(AccelError::locked());
     }
-    Ok(reply_list(ctx, StatusCode::OK, &list))
+    Ok(reply_list(&req, StatusCode::OK, &list))
 }
 
-pub async fn show(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ARQ_GET_ONE)?;
-    ctx.only_params(&[])?;
+pub async fn show(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::ARQ_GET_ONE)?;
+    req.only_params(&[])?;
     require_uuid(uuid)?;
-    let arq = st.app.store.arqs().show(&ctx.scope(), uuid).await?;
-    Ok(json_reply(StatusCode::OK, &render::arq(ctx, &arq)))
+    let arq = st.app.store.arqs().show(&req.scope(), uuid).await?;
+    Ok(json_reply(StatusCode::OK, &render::arq(&req, &arq)))
 }
 
 /// `?arqs=u1,u2` (or the uuid in the path) or `?instance=`, exactly one of them.
-pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ARQ_DELETE)?;
-    ctx.only_params(&["arqs", "instance"])?;
-    let list = id.or(ctx.param("arqs")).filter(|s| !s.is_empty());
-    let instance = ctx.param("instance").filter(|s| !s.is_empty());
-    let scope = ctx.scope();
+pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let id = req.params.first().map(String::as_str);
+    req.authorize(&st, rules::ARQ_DELETE)?;
+    req.only_params(&["arqs", "instance"])?;
+    let list = id.or(req.query_last("arqs")).filter(|s| !s.is_empty());
+    let instance = req.query_last("instance").filter(|s| !s.is_empty());
+    let scope = req.scope();
     match (list, instance) {
         (Some(list), None) => {
             let uuids: Vec<String> = list.split(',').map(str::to_owned).collect();
@@ -127,12 +129,12 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
             st.app
                 .store
                 .arqs()
-                .delete_listed(&scope, &uuids, ctx.is_service)
+                .delete_listed(&scope, &uuids, req.is_service())
                 .await?;
         }
         (None, Some(instance)) => {
             require_uuid(instance)?;
-            if !ctx.is_service {
+            if !req.is_service() {
                 return Err(service_token_required());
             }
             st.app
@@ -148,7 +150,7 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
             ))
         }
     }
-    Ok(empty_reply(StatusCode::NO_CONTENT))
+    Ok(Reply::status(StatusCode::NO_CONTENT))
 }
 
 /// One ARQ's operations, read as [`PatchOp`]s one by one so that the first bad one
@@ -177,7 +179,7 @@ fn read_ops(patch: Value) -> AccelResult<Vec<PatchOp>> {
 /// Upstream's `_validate_arq_patch`: all ops add or all remove; paths limited to
 /// hostname, device_rp_uuid, instance_uuid and (2.1+, admin only) project_id; an add
 /// needs the first three.
-fn validate(ctx: &Ctx, ops: &[PatchOp]) -> AccelResult<Op> {
+fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
     let add = ops.iter().all(|o| o.op == "add");
     if !add && !ops.iter().all(|o| o.op == "remove") {
         return Err(AccelError::patch("Every op must be add or remove"));
@@ -187,7 +189,7 @@ fn validate(ctx: &Ctx, ops: &[PatchOp]) -> AccelResult<Op> {
         ("device_rp_uuid", None),
         ("instance_uuid", None),
     ];
-    let allow_project = ctx.version >= Version::PROJECT_ID;
+    let allow_project = req.version >= Version::PROJECT_ID;
     if allow_project {
         fields.push(("project_id", None));
     }
@@ -200,7 +202,7 @@ fn validate(ctx: &Ctx, ops: &[PatchOp]) -> AccelResult<Op> {
                     Version::PROJECT_ID
                 )));
             }
-            if !ctx.is_admin {
+            if !req.is_admin() {
                 return Err(AccelError::denied(rules::ARQ_UPDATE));
             }
         }
@@ -244,16 +246,17 @@ fn validate(ctx: &Ctx, ops: &[PatchOp]) -> AccelResult<Op> {
         // Absent: the caller's project (`ExtARQ` keeps it when the token has none).
         project_id: get("project_id")
             .filter(|p| !p.is_empty())
-            .or_else(|| ctx.creds.project_id().map(str::to_owned)),
+            .or_else(|| req.creds.project_id().map(str::to_owned)),
     }))
 }
 
 /// `PATCH /accelerator_requests` with `{arq_uuid: [ops]}`; also accepted on the item
 /// URL (openstacksdk sends the same map there) and, on the item URL, a bare op list.
-pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ARQ_UPDATE)?;
-    ctx.only_params(&[])?;
-    let body = ctx.json_body()?;
+pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let id = req.params.first().map(String::as_str);
+    req.authorize(&st, rules::ARQ_UPDATE)?;
+    req.only_params(&[])?;
+    let body = req.json_body()?;
     let map: Map<String, Value> = match (body, id) {
         (Value::Object(m), _) if !m.is_empty() => m,
         (list @ Value::Array(_), Some(id)) => std::iter::once((id.to_owned(), list)).collect(),
@@ -266,13 +269,13 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
     let mut plan: Vec<(String, Op)> = Vec::with_capacity(map.len());
     for (uuid, ops) in map {
         require_uuid(&uuid)?;
-        let op = validate(ctx, &read_ops(ops)?)?;
+        let op = validate(&req, &read_ops(ops)?)?;
         plan.push((uuid, op));
     }
-    if !ctx.is_service {
+    if !req.is_service() {
         return Err(service_token_required());
     }
-    let scope = ctx.scope();
+    let scope = req.scope();
     let deadline = accel_store::now() + st.bind_timeout_secs;
     let refused = st
         .app
@@ -281,10 +284,10 @@ pub async fn patch(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<
         .patch(&scope, plan, deadline, super::error::bind_refusal)
         .await?;
     if let Some(refused) = refused {
-        return Err(refuse(st, &refused));
+        return Err(refuse(&st, &refused));
     }
     st.bind_wakeup.notify_one();
-    Ok(empty_reply(StatusCode::ACCEPTED))
+    Ok(Reply::status(StatusCode::ACCEPTED))
 }
 
 /// A bind the store refused ([`accel_store::accelerator::refusals`]): logged, counted,

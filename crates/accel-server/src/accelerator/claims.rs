@@ -14,11 +14,11 @@
 //! allocation write as every other claimer.
 
 use super::error::{claim_refusal, AccelError, AccelResult};
-use super::{empty_reply, json_reply, AccelState, Ctx};
+use super::{json_reply, AccelState, Reply, Req};
 use accel_api::agent::{ClaimDevices, ClaimPrepared};
 use accel_core::policy::cyborg as rules;
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
+use std::sync::Arc;
 
 fn check_uid(uid: &str) -> AccelResult<()> {
     if accel_core::ids::is_uuid_like(uid) {
@@ -30,16 +30,13 @@ fn check_uid(uid: &str) -> AccelResult<()> {
     }
 }
 
-pub(crate) async fn prepare(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-    uid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn prepare(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    let uid = req.param(1);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     check_uid(uid)?;
-    let body: ClaimDevices = serde_json::from_value(ctx.json_body()?).map_err(|e| {
+    let body: ClaimDevices = serde_json::from_value(req.json_body()?).map_err(|e| {
         AccelError::bad_request(format!(
             "Invalid claim: {e}; expected {{\"devices\": [\"<PCI address>\", ...]}}"
         ))
@@ -67,18 +64,15 @@ pub(crate) async fn prepare(
     ))
 }
 
-pub(crate) async fn unprepare(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-    uid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn unprepare(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    let uid = req.param(1);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     check_uid(uid)?;
     let freed = st.app.store.claims().unprepare(uid).await?;
     if freed {
         tracing::info!(host = %host, claim = %uid, "claim unprepared");
     }
-    Ok(empty_reply(StatusCode::NO_CONTENT))
+    Ok(Reply::status(StatusCode::NO_CONTENT))
 }

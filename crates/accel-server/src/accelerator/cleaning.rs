@@ -14,15 +14,15 @@
 //! put a device back in front of tenants (or take it away) by hand.
 
 use super::error::{AccelError, AccelResult};
-use super::{json_reply, AccelState, Ctx};
+use super::{json_reply, AccelState, Reply, Req};
 use accel_api::agent::{
     CleaningAnswer, CleaningRequest, Cleanings, DeviceCleaning, DeviceCleanings,
 };
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::cleaning::{self, Outcome};
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 pub(crate) fn render(c: &cleaning::DeviceCleaning) -> DeviceCleaning {
     DeviceCleaning {
@@ -55,17 +55,18 @@ const RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 /// `S` seconds for a cleaning to be queued (woken at once by a release on this process,
 /// and looking in the database every [`RECHECK`] for other replicas'), so a released
 /// device reaches its agent without the agent asking every second.
-pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&["agent", "wait"])?;
-    let agent = ctx
-        .param("agent")
+pub(crate) async fn take(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&["agent", "wait"])?;
+    let agent = req
+        .query_last("agent")
         .filter(|a| !a.is_empty() && a.len() <= 255)
         .ok_or_else(|| {
             AccelError::bad_request("agent must name the agent process (1 to 255 characters)")
         })?
         .to_owned();
-    let wait = match ctx.param("wait") {
+    let wait = match req.query_last("wait") {
         None => 0,
         Some(w) => w
             .parse::<u64>()
@@ -78,7 +79,7 @@ pub(crate) async fn take(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
             })?,
     };
     if wait > 0 {
-        wait_for_cleanings(st, host, &agent, std::time::Duration::from_secs(wait)).await?;
+        wait_for_cleanings(&st, host, &agent, std::time::Duration::from_secs(wait)).await?;
     }
     let jobs = st.app.store.cleanings().take(host, &agent).await?;
     let cleanings = jobs
@@ -159,16 +160,13 @@ async fn wait_for_cleanings(
 /// `PUT /v2/agent/hosts/{host}/cleanings/{rp_uuid}`: the agent's answer. Clean lifts
 /// the reservation (as far as the device's health and status allow); an error leaves
 /// the device reserved as `clean_failed`. 404 when that take is no longer running.
-pub(crate) async fn finish(
-    st: &AccelState,
-    ctx: &Ctx,
-    host: &str,
-    rp_uuid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn finish(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    let rp_uuid = req.param(1);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     super::require_uuid(rp_uuid)?;
-    let answer: CleaningAnswer = serde_json::from_value(ctx.json_body()?)
+    let answer: CleaningAnswer = serde_json::from_value(req.json_body()?)
         .map_err(|e| AccelError::bad_request(format!("Invalid cleaning answer: {e}")))?;
     if answer.error.as_deref().is_some_and(|e| e.trim().is_empty()) {
         return Err(AccelError::bad_request(
@@ -208,10 +206,15 @@ pub(crate) async fn finish(
 }
 
 /// `GET /v2/device_cleanings[?hostname=]`.
-pub(crate) async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ADMIN_API)?;
-    ctx.only_params(&["hostname"])?;
-    let rows = st.app.store.cleanings().list(ctx.param("hostname")).await?;
+pub(crate) async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::ADMIN_API)?;
+    req.only_params(&["hostname"])?;
+    let rows = st
+        .app
+        .store
+        .cleanings()
+        .list(req.query_last("hostname"))
+        .await?;
     Ok(json_reply(
         StatusCode::OK,
         &DeviceCleanings {
@@ -222,14 +225,11 @@ pub(crate) async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bod
 
 /// `POST /v2/device_cleanings/{uuid}/clean` (retry) or `.../release` (offer again
 /// after a manual check); `uuid` is a device's (all its providers) or one provider's.
-pub(crate) async fn act(
-    st: &AccelState,
-    ctx: &Ctx,
-    uuid: &str,
-    action: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ADMIN_API)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn act(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    let action = req.param(1);
+    req.authorize(&st, rules::ADMIN_API)?;
+    req.only_params(&[])?;
     super::require_uuid(uuid)?;
     let rows = if action == "clean" {
         st.app.store.cleanings().retry(uuid).await?
@@ -240,8 +240,8 @@ pub(crate) async fn act(
         target: "accel::audit",
         action,
         uuid = %uuid,
-        user = ctx.creds.user_id().unwrap_or_default(),
-        project = ctx.creds.project_id().unwrap_or_default(),
+        user = req.creds.user_id().unwrap_or_default(),
+        project = req.creds.project_id().unwrap_or_default(),
         providers = rows.len(),
         "device cleaning changed by an operator"
     );

@@ -22,6 +22,8 @@ pub struct AccelError {
     pub message: String,
     /// Render the body as given instead of as a fault (upstream's 423 is `null`).
     pub raw_body: Option<String>,
+    /// The `Allow` header of a 405: the methods the path is served with.
+    pub allow: Option<String>,
 }
 
 pub type AccelResult<T> = Result<T, AccelError>;
@@ -32,6 +34,7 @@ impl AccelError {
             status,
             message: message.into(),
             raw_body: None,
+            allow: None,
         }
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
@@ -72,7 +75,14 @@ impl AccelError {
             status: StatusCode::LOCKED,
             message: String::new(),
             raw_body: Some("null".into()),
+            allow: None,
         }
+    }
+
+    /// A 405 naming the methods `allow` the path is served with.
+    pub fn with_allow(mut self, allow: String) -> Self {
+        self.allow = Some(allow);
+        self
     }
 
     pub fn into_response(self) -> Response<Body> {
@@ -91,7 +101,11 @@ impl AccelError {
                 )
             }
         };
-        envelope(self.status, &inner)
+        let mut resp = envelope(self.status, &inner);
+        if let Some(v) = self.allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+            resp.headers_mut().insert("allow", v);
+        }
+        resp
     }
 }
 

@@ -3,16 +3,16 @@
 //! (CVE-2026-40213's secure defaults); the agent report fills the records.
 
 use super::error::{AccelError, AccelResult};
-use super::{empty_reply, json_reply, render, require_uuid, AccelState, Ctx};
+use super::{json_reply, render, require_uuid, AccelState, Reply, Req};
 use accel_api::accelerator::{self as wire, lenient, NewAttribute, PatchOp, ProgramImage};
 use accel_core::accelerator::DeviceStatus;
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds::ProgramState;
 use accel_store::accelerator::hardware::{DeployableColumn, DeviceColumn};
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `(field, value)` filters, and the query's other parameters.
@@ -20,10 +20,10 @@ type Filters<'a> = (Vec<(String, String)>, Vec<(&'a str, &'a str)>);
 
 /// WSME's array-of-filters query syntax: `filters.field=f&filters.value=v`, or indexed
 /// `filters[0].field=...&filters[0].value=...`. Returns the pairs and the other params.
-fn filters(ctx: &Ctx) -> AccelResult<Filters<'_>> {
+fn filters(req: &Req) -> AccelResult<Filters<'_>> {
     let mut slots: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
     let mut rest = Vec::new();
-    for (k, v) in &ctx.query {
+    for (k, v) in &req.query {
         let Some(tail) = k.strip_prefix("filters") else {
             rest.push((k.as_str(), v.as_str()));
             continue;
@@ -62,9 +62,9 @@ fn filters(ctx: &Ctx) -> AccelResult<Filters<'_>> {
     Ok((pairs, rest))
 }
 
-pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_GET_ALL)?;
-    let (pairs, rest) = filters(ctx)?;
+pub async fn list_devices(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::DEVICE_GET_ALL)?;
+    let (pairs, rest) = filters(&req)?;
     let mut f: Vec<(DeviceColumn, String)> = Vec::new();
     for (k, v) in rest {
         match k {
@@ -92,31 +92,29 @@ pub async fn list_devices(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Bo
         }
     }
     let found = st.app.store.hardware().devices(&f).await?;
-    let list: Vec<_> = found.iter().map(|d| render::device(ctx, d)).collect();
+    let list: Vec<_> = found.iter().map(|d| render::device(&req, d)).collect();
     Ok(json_reply(StatusCode::OK, &wire::Devices { devices: list }))
 }
 
-pub async fn show_device(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_GET_ONE)?;
-    ctx.only_params(&[])?;
+pub async fn show_device(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::DEVICE_GET_ONE)?;
+    req.only_params(&[])?;
     let d = st.app.store.hardware().device(uuid).await?;
-    Ok(json_reply(StatusCode::OK, &render::device(ctx, &d)))
+    Ok(json_reply(StatusCode::OK, &render::device(&req, &d)))
 }
 
 /// `POST /devices/{uuid}/enable|disable`: the status, and `reserved` on every one of
 /// the device's provider inventories (total while maintaining, 0 when enabled).
-pub async fn set_device_status(
-    st: &AccelState,
-    ctx: &Ctx,
-    uuid: &str,
-    action: &str,
-) -> AccelResult<Response<Body>> {
+pub async fn set_device_status(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    let action = req.param(1);
     let (rule, status) = match action {
         "enable" => (rules::DEVICE_ENABLE, DeviceStatus::Enabled),
         _ => (rules::DEVICE_DISABLE, DeviceStatus::Maintaining),
     };
-    ctx.authorize(st, rule)?;
-    ctx.only_params(&[])?;
+    req.authorize(&st, rule)?;
+    req.only_params(&[])?;
     require_uuid(uuid)?;
     st.app
         .store
@@ -126,24 +124,24 @@ pub async fn set_device_status(
     if let Some(ext) = &st.external {
         ext.wake.notify_one();
     }
-    Ok(empty_reply(StatusCode::OK))
+    Ok(Reply::status(StatusCode::OK))
 }
 
 async fn render_deployables(
     st: &AccelState,
-    ctx: &Ctx,
+    req: &Req,
     f: Vec<(DeployableColumn, String)>,
 ) -> AccelResult<Vec<accel_api::accelerator::Deployable>> {
     let (deps, attrs) = st.app.store.hardware().deployables(&f).await?;
     Ok(deps
         .iter()
-        .map(|d| render::deployable(ctx, d, attrs.get(&d.id).map_or(&[], Vec::as_slice)))
+        .map(|d| render::deployable(req, d, attrs.get(&d.id).map_or(&[], Vec::as_slice)))
         .collect())
 }
 
-pub async fn list_deployables(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEPLOYABLE_GET_ALL)?;
-    let (pairs, rest) = filters(ctx)?;
+pub async fn list_deployables(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::DEPLOYABLE_GET_ALL)?;
+    let (pairs, rest) = filters(&req)?;
     if let Some((k, _)) = rest.first() {
         return Err(AccelError::bad_request(format!(
             "Unknown argument: \"{k}\""
@@ -174,50 +172,47 @@ pub async fn list_deployables(st: &AccelState, ctx: &Ctx) -> AccelResult<Respons
             }
         }
     }
-    let list = render_deployables(st, ctx, f).await?;
+    let list = render_deployables(&st, &req, f).await?;
     Ok(json_reply(
         StatusCode::OK,
         &wire::Deployables { deployables: list },
     ))
 }
 
-pub async fn show_deployable(
-    st: &AccelState,
-    ctx: &Ctx,
-    uuid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEPLOYABLE_GET_ONE)?;
-    ctx.only_params(&[])?;
+pub async fn show_deployable(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::DEPLOYABLE_GET_ONE)?;
+    req.only_params(&[])?;
     require_uuid(uuid)?;
     Ok(json_reply(
         StatusCode::OK,
-        &one_deployable(st, ctx, uuid).await?,
+        &one_deployable(&st, &req, uuid).await?,
     ))
 }
 
 async fn one_deployable(
     st: &AccelState,
-    ctx: &Ctx,
+    req: &Req,
     uuid: &str,
 ) -> AccelResult<accel_api::accelerator::Deployable> {
-    render_deployables(st, ctx, vec![(DeployableColumn::Uuid, uuid.to_owned())])
+    render_deployables(st, req, vec![(DeployableColumn::Uuid, uuid.to_owned())])
         .await?
         .into_iter()
         .next()
         .ok_or_else(|| AccelError::not_found(format!("Deployable not found with uuid={uuid}")))
 }
 
-pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ATTRIBUTE_GET_ALL)?;
-    ctx.only_params(&["deployable_id", "key"])?;
-    let deployable_id = match ctx.param("deployable_id").filter(|s| !s.is_empty()) {
+pub async fn list_attributes(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::ATTRIBUTE_GET_ALL)?;
+    req.only_params(&["deployable_id", "key"])?;
+    let deployable_id = match req.query_last("deployable_id").filter(|s| !s.is_empty()) {
         None => None,
         Some(d) => Some(d.trim().parse::<i64>().map_err(|_| {
             AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. Expected an integer."))
         })?),
     };
-    let key = ctx
-        .param("key")
+    let key = req
+        .query_last("key")
         .filter(|s| !s.is_empty())
         .map(str::to_owned);
     let found = st
@@ -226,19 +221,20 @@ pub async fn list_attributes(st: &AccelState, ctx: &Ctx) -> AccelResult<Response
         .hardware()
         .attributes(deployable_id, key.as_deref())
         .await?;
-    let list: Vec<_> = found.iter().map(|a| render::attribute(ctx, a)).collect();
+    let list: Vec<_> = found.iter().map(|a| render::attribute(&req, a)).collect();
     Ok(json_reply(
         StatusCode::OK,
         &wire::Attributes { attributes: list },
     ))
 }
 
-pub async fn show_attribute(st: &AccelState, ctx: &Ctx, uuid: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ATTRIBUTE_GET_ONE)?;
-    ctx.only_params(&[])?;
+pub async fn show_attribute(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::ATTRIBUTE_GET_ONE)?;
+    req.only_params(&[])?;
     require_uuid(uuid)?;
     let a = st.app.store.hardware().attribute(uuid).await?;
-    Ok(json_reply(StatusCode::OK, &render::attribute(ctx, &a)))
+    Ok(json_reply(StatusCode::OK, &render::attribute(&req, &a)))
 }
 
 /// The attribute a `POST /attributes` body names, each field checked in turn so the
@@ -266,32 +262,32 @@ fn attribute_body(body: &Value) -> AccelResult<NewAttribute> {
 
 /// `POST /attributes` with a flat `{"deployable_id": 1, "key": "k", "value": "v"}`.
 /// API-made attributes are not pushed to Placement, as upstream.
-pub async fn create_attribute(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ATTRIBUTE_CREATE)?;
-    ctx.only_params(&[])?;
+pub async fn create_attribute(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::ATTRIBUTE_CREATE)?;
+    req.only_params(&[])?;
     let NewAttribute {
         deployable_id,
         key,
         value,
-    } = attribute_body(&ctx.json_body()?)?;
+    } = attribute_body(&req.json_body()?)?;
     let a = st
         .app
         .store
         .hardware()
         .create_attribute(deployable_id, &key, &value)
         .await?;
-    Ok(json_reply(StatusCode::CREATED, &render::attribute(ctx, &a)))
+    Ok(json_reply(
+        StatusCode::CREATED,
+        &render::attribute(&req, &a),
+    ))
 }
 
-pub async fn delete_attribute(
-    st: &AccelState,
-    ctx: &Ctx,
-    uuid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::ATTRIBUTE_DELETE)?;
-    ctx.only_params(&[])?;
+pub async fn delete_attribute(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::ATTRIBUTE_DELETE)?;
+    req.only_params(&[])?;
     st.app.store.hardware().delete_attribute(uuid).await?;
-    Ok(empty_reply(StatusCode::NO_CONTENT))
+    Ok(Reply::status(StatusCode::NO_CONTENT))
 }
 
 /// The Glance image a program patch names: upstream's body is
@@ -337,15 +333,12 @@ fn program_image(body: Value) -> AccelResult<String> {
 /// recorded for the deployable's agent, which fetches, verifies and programs the image
 /// and answers; the call waits at most the bind timeout for it. A failed or timed-out
 /// programming answers 500 with the reason, as upstream's `FPGAProgramError`.
-pub async fn program_deployable(
-    st: &AccelState,
-    ctx: &Ctx,
-    uuid: &str,
-) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEPLOYABLE_PROGRAM)?;
-    ctx.only_params(&[])?;
+pub async fn program_deployable(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let uuid = req.param(0);
+    req.authorize(&st, rules::DEPLOYABLE_PROGRAM)?;
+    req.only_params(&[])?;
     require_uuid(uuid)?;
-    let image = program_image(ctx.json_body()?)?;
+    let image = program_image(req.json_body()?)?;
     let asked = st.app.store.programs().request(uuid, &image).await?;
     let id = asked.id;
     let deadline =
@@ -380,7 +373,7 @@ pub async fn program_deployable(
     }
     Ok(json_reply(
         StatusCode::OK,
-        &one_deployable(st, ctx, uuid).await?,
+        &one_deployable(&st, &req, uuid).await?,
     ))
 }
 

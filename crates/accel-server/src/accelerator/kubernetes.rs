@@ -19,14 +19,14 @@
 //! store does the work in one transaction (`accel_store::accelerator::kubernetes`).
 
 use super::error::{AccelError, AccelResult};
-use super::{json_reply, AccelState, Ctx};
+use super::{json_reply, AccelState, Reply, Req};
 use accel_api::agent::{KubernetesSaved, KubernetesShown, KubernetesUsage};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::kubernetes::SlotClaim;
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 fn bad(what: impl std::fmt::Display) -> AccelError {
     AccelError::bad_request(format!("Invalid Kubernetes usage: {what}"))
@@ -109,10 +109,11 @@ fn parse(body: Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)>
     Ok((usage, claims))
 }
 
-pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
-    let (usage, claims) = parse(ctx.json_body()?)?;
+pub(crate) async fn save(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
+    let (usage, claims) = parse(req.json_body()?)?;
     let outcome = st
         .app
         .store
@@ -130,9 +131,10 @@ pub(crate) async fn save(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<
     ))
 }
 
-pub(crate) async fn show(st: &AccelState, ctx: &Ctx, host: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::AGENT_REPORT)?;
-    ctx.only_params(&[])?;
+pub(crate) async fn show(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
     let saved = st.app.store.kubernetes().load(host).await?;
     Ok(json_reply(
         StatusCode::OK,

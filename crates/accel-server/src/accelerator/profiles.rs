@@ -2,23 +2,23 @@
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
-use super::{empty_reply, is_uuid_like, json_reply, render, AccelState, Ctx};
+use super::{is_uuid_like, json_reply, render, AccelState, Reply, Req};
 use accel_api::accelerator::{self as wire, Group, NewDeviceProfile};
 use accel_core::accelerator::{DeviceProfile, ProfileError};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::refused::Key;
-use axum::body::Body;
-use axum::http::{Response, StatusCode};
+use axum::http::StatusCode;
 use serde_json::Value;
+use std::sync::Arc;
 
-pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_PROFILE_GET_ALL)?;
-    ctx.only_params(&["name"])?;
-    let names: Option<Vec<String>> = ctx
-        .param("name")
+pub async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::DEVICE_PROFILE_GET_ALL)?;
+    req.only_params(&["name"])?;
+    let names: Option<Vec<String>> = req
+        .query_last("name")
         .map(|n| n.split(',').map(str::to_owned).collect());
     let found = st.app.store.profiles().list(names.as_deref()).await?;
-    let list: Vec<_> = found.iter().map(|p| render::profile(ctx, p)).collect();
+    let list: Vec<_> = found.iter().map(|p| render::profile(&req, p)).collect();
     Ok(json_reply(
         StatusCode::OK,
         &wire::DeviceProfiles {
@@ -27,11 +27,12 @@ pub async fn list(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
     ))
 }
 
-pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_PROFILE_GET_ONE)?;
-    ctx.only_params(&[])?;
+pub async fn show(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let id = req.param(0);
+    req.authorize(&st, rules::DEVICE_PROFILE_GET_ONE)?;
+    req.only_params(&[])?;
     let by_uuid = is_uuid_like(id);
-    if !by_uuid && ctx.version < Version::DP_BY_NAME {
+    if !by_uuid && req.version < Version::DP_BY_NAME {
         return Err(AccelError::not_acceptable(format!(
             "Request not acceptable. The minimal required API version should be {}",
             Version::DP_BY_NAME
@@ -46,7 +47,7 @@ pub async fn show(st: &AccelState, ctx: &Ctx, id: &str) -> AccelResult<Response<
     Ok(json_reply(
         StatusCode::OK,
         &wire::DeviceProfileOne {
-            device_profile: render::profile_shown(ctx, &found),
+            device_profile: render::profile_shown(&req, &found),
         },
     ))
 }
@@ -149,23 +150,24 @@ fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
         .map_err(|e| AccelError::bad_request(e.to_string()))
 }
 
-pub async fn create(st: &AccelState, ctx: &Ctx) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_PROFILE_CREATE)?;
-    ctx.only_params(&[])?;
-    let profile = parse_body(ctx.json_body()?)?;
+pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    req.authorize(&st, rules::DEVICE_PROFILE_CREATE)?;
+    req.only_params(&[])?;
+    let profile = parse_body(req.json_body()?)?;
     let created = st.app.store.profiles().create(&profile).await?;
     Ok(json_reply(
         StatusCode::CREATED,
-        &render::profile(ctx, &created),
+        &render::profile(&req, &created),
     ))
 }
 
 /// `DELETE /device_profiles/{uuid|name}` or `?value=uuid` / `?value=n1,n2`: all named
 /// profiles go, or none (upstream deletes those before the first missing one).
-pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult<Response<Body>> {
-    ctx.authorize(st, rules::DEVICE_PROFILE_DELETE)?;
-    ctx.only_params(&["value"])?;
-    let value = match id.or(ctx.param("value")) {
+pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let id = req.params.first().map(String::as_str);
+    req.authorize(&st, rules::DEVICE_PROFILE_DELETE)?;
+    req.only_params(&["value"])?;
+    let value = match id.or(req.query_last("value")) {
         Some(v) if !v.is_empty() => v.to_owned(),
         _ => return Err(AccelError::bad_request("Missing argument: \"value\"")),
     };
@@ -175,5 +177,5 @@ pub async fn delete(st: &AccelState, ctx: &Ctx, id: Option<&str>) -> AccelResult
         value.split(',').map(|n| Key::Name(n.to_owned())).collect()
     };
     st.app.store.profiles().delete_all(&keys).await?;
-    Ok(empty_reply(StatusCode::NO_CONTENT))
+    Ok(Reply::status(StatusCode::NO_CONTENT))
 }

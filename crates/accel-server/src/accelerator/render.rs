@@ -4,7 +4,7 @@
 
 use super::error::py_dumps;
 use super::microversion::Version;
-use super::Ctx;
+use super::Req;
 use accel_api::accelerator::{self as wire, Group, Link};
 use accel_store::accelerator::arqs::Arq;
 use accel_store::accelerator::hardware::{Attribute, Deployable, Device};
@@ -91,7 +91,7 @@ fn groups(p: &Profile) -> Vec<Group> {
 }
 
 /// A device profile in list and create responses.
-pub fn profile(ctx: &Ctx, p: &Profile) -> wire::DeviceProfile {
+pub fn profile(req: &Req, p: &Profile) -> wire::DeviceProfile {
     wire::DeviceProfile {
         uuid: p.uuid.clone(),
         name: p.name.clone(),
@@ -99,13 +99,13 @@ pub fn profile(ctx: &Ctx, p: &Profile) -> wire::DeviceProfile {
         groups: groups(p),
         created_at: created(p.stamps),
         updated_at: updated(p.stamps),
-        links: self_link(ctx.link("device_profiles", &p.uuid)),
+        links: self_link(req.link("device_profiles", &p.uuid)),
     }
 }
 
 /// `GET /device_profiles/{id}` builds its dict by hand upstream: `str(datetime)` with
 /// a space, and the text `None` for a missing `updated_at`.
-pub fn profile_shown(ctx: &Ctx, p: &Profile) -> wire::DeviceProfileShown {
+pub fn profile_shown(req: &Req, p: &Profile) -> wire::DeviceProfileShown {
     wire::DeviceProfileShown {
         name: p.name.clone(),
         description: p.description.clone(),
@@ -116,12 +116,12 @@ pub fn profile_shown(ctx: &Ctx, p: &Profile) -> wire::DeviceProfileShown {
             .stamps
             .updated
             .map_or_else(|| "None".to_owned(), |u| iso(u, ' ')),
-        links: self_link(ctx.link("device_profiles", &p.uuid)),
+        links: self_link(req.link("device_profiles", &p.uuid)),
     }
 }
 
 /// An ARQ. `attach_handle_*` are filled only when Bound (`""`, `null`, `{}` otherwise).
-pub fn arq(ctx: &Ctx, a: &Arq) -> wire::Arq {
+pub fn arq(req: &Req, a: &Arq) -> wire::Arq {
     let (ah_type, ah_uuid, ah_info) = match &a.attach_handle {
         Some(h) => (
             h.attach_type.clone(),
@@ -145,12 +145,12 @@ pub fn arq(ctx: &Ctx, a: &Arq) -> wire::Arq {
         attach_handle_info: ah_info,
         created_at: created(a.stamps),
         updated_at: updated(a.stamps),
-        links: self_link(ctx.link("accelerator_requests", &a.uuid)),
+        links: self_link(req.link("accelerator_requests", &a.uuid)),
     }
 }
 
 /// A device; `status` only from 2.3.
-pub fn device(ctx: &Ctx, d: &Device) -> wire::Device {
+pub fn device(req: &Req, d: &Device) -> wire::Device {
     wire::Device {
         uuid: d.uuid.clone(),
         device_type: d.device_type.as_str().to_owned(),
@@ -159,16 +159,16 @@ pub fn device(ctx: &Ctx, d: &Device) -> wire::Device {
         std_board_info: d.std_board_info.clone(),
         vendor_board_info: d.vendor_board_info.clone(),
         hostname: Some(d.hostname.clone()),
-        status: (ctx.version >= Version::DEVICE_STATUS).then(|| d.status.as_str().to_owned()),
+        status: (req.version >= Version::DEVICE_STATUS).then(|| d.status.as_str().to_owned()),
         created_at: created(d.stamps),
         updated_at: updated(d.stamps),
-        links: self_link(ctx.link("devices", &d.uuid)),
+        links: self_link(req.link("devices", &d.uuid)),
     }
 }
 
 /// A deployable; `attributes_list` is JSON *text* of `[{key: value}, ...]`, and
 /// `device_id` the device's integer id, as upstream.
-pub fn deployable(ctx: &Ctx, d: &Deployable, attrs: &[Attribute]) -> wire::Deployable {
+pub fn deployable(req: &Req, d: &Deployable, attrs: &[Attribute]) -> wire::Deployable {
     let list = Value::Array(
         attrs
             .iter()
@@ -190,18 +190,18 @@ pub fn deployable(ctx: &Ctx, d: &Deployable, attrs: &[Attribute]) -> wire::Deplo
         updated_at: updated(d.stamps),
         links: vec![
             Link {
-                href: ctx.link("deployables", &d.uuid),
+                href: req.link("deployables", &d.uuid),
                 rel: "self".into(),
             },
             Link {
-                href: ctx.bookmark("deployables", &d.uuid),
+                href: req.bookmark("deployables", &d.uuid),
                 rel: "bookmark".into(),
             },
         ],
     }
 }
 
-pub fn attribute(ctx: &Ctx, a: &Attribute) -> wire::Attribute {
+pub fn attribute(req: &Req, a: &Attribute) -> wire::Attribute {
     wire::Attribute {
         uuid: a.uuid.clone(),
         deployable_id: a.deployable_id,
@@ -209,7 +209,7 @@ pub fn attribute(ctx: &Ctx, a: &Attribute) -> wire::Attribute {
         value: a.value.clone(),
         created_at: created(a.stamps),
         updated_at: updated(a.stamps),
-        links: self_link(ctx.link("attributes", &a.uuid)),
+        links: self_link(req.link("attributes", &a.uuid)),
     }
 }
 

@@ -325,16 +325,7 @@ pub fn resolve_query(
     if let Some(m) = crate::state::query_too_long(Some(query)) {
         return Err(ApiError::bad_request(m));
     }
-    let req = Req::new(
-        axum::http::Method::GET,
-        query,
-        axum::http::HeaderMap::new(),
-        axum::body::Bytes::new(),
-        version,
-        crate::auth::Credentials::anonymous(),
-        Vec::new(),
-        String::new(),
-    );
+    let req = Req::from_query(query, version);
     req.validate_query(&schema(&req))?;
     let parsed = parse(&req)?;
     resolve(app, &req, &parsed, index)

@@ -256,6 +256,13 @@ fn html_escape(s: &str) -> String {
         .replace('\'', "&#x27;")
 }
 
+/// A reply that could not be serialised is ours, not the caller's.
+impl From<serde_json::Error> for ApiError {
+    fn from(e: serde_json::Error) -> Self {
+        ApiError::internal(e.to_string())
+    }
+}
+
 impl From<accel_store::StoreError> for ApiError {
     fn from(e: accel_store::StoreError) -> Self {
         match e {

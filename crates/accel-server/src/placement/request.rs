@@ -1,57 +1,35 @@
-//! What a handler receives ([`Req`]) and returns ([`Reply`]).
+//! What a Placement handler receives ([`Req`], the front door's request at a Placement
+//! microversion) beyond the shared context: the version test, and the query and body
+//! readers that word their refusals as upstream's schema checks do.
 
 use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
+use super::Placement;
 use crate::auth::Credentials;
+use crate::front::{query_pairs, Request};
 use crate::jsonschema;
-use accel_api::placement::mv;
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method};
 use serde_json::Value;
 
-/// One parsed request.
-pub struct Req {
-    pub method: Method,
-    /// Query pairs in order, decoded.
-    pub query: Vec<(String, String)>,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    pub version: Version,
-    pub creds: Credentials,
-    /// Path parameters in route order (`{uuid}`, `{name}`, ...).
-    pub params: Vec<String>,
-    pub request_id: String,
-}
+/// One Placement request, as the front door built it.
+pub type Req = Request<Placement>;
 
 impl Req {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        method: Method,
-        query: &str,
-        headers: HeaderMap,
-        body: Bytes,
-        version: Version,
-        creds: Credentials,
-        params: Vec<String>,
-        request_id: String,
-    ) -> Self {
-        let query = form_urlencoded::parse(query.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        Req {
-            method,
-            query,
-            headers,
-            body,
+    /// A request carrying only `query`, read at `version`: how the console asks a
+    /// question in a query string exactly as a Placement handler would read it.
+    pub fn from_query(query: &str, version: Version) -> Self {
+        Request {
+            method: Method::GET,
+            request_id: String::new(),
+            creds: Credentials::anonymous(),
             version,
-            creds,
-            params,
-            request_id,
+            query: query_pairs(query),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            params: Vec::new(),
+            local: (),
         }
-    }
-
-    pub fn param(&self, i: usize) -> &str {
-        self.params.get(i).map(String::as_str).unwrap_or("")
     }
 
     /// The request's microversion is `v` or newer (`req.mv(mv::TRAITS)`).
@@ -66,24 +44,6 @@ impl Req {
             m.insert(k.clone(), Value::String(v.clone()));
         }
         m
-    }
-
-    /// Every value given for `key`, in order.
-    pub fn query_all(&self, key: &str) -> Vec<&str> {
-        self.query
-            .iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// The last value given for `key`.
-    pub fn query_last(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
     }
 
     /// Validates the query string against a JSON schema, as upstream does.
@@ -150,100 +110,4 @@ pub fn content_type(headers: &HeaderMap) -> String {
                 .to_ascii_lowercase()
         })
         .unwrap_or_default()
-}
-
-/// A successful answer. Its body is already JSON bytes: an `accel_api::placement`
-/// response type, or the hand-written writers of the large listings.
-pub struct Reply {
-    pub status: StatusCode,
-    pub raw: Option<Vec<u8>>,
-    pub headers: Vec<(&'static str, String)>,
-    /// Seconds since the epoch; rendered as `last-modified` (with `cache-control:
-    /// no-cache`) from 1.15.
-    pub last_modified: Option<i64>,
-    /// `cache-control: no-cache` from 1.15 even without `last_modified`.
-    pub no_cache: bool,
-}
-
-impl Reply {
-    /// A 200 whose body is the typed `view` (an `accel_api::placement` response).
-    pub fn typed(view: &impl serde::Serialize) -> ApiResult<Self> {
-        Self::serialized(view).map_err(|e| ApiError::internal(e.to_string()))
-    }
-    /// A 200 whose body is `view` serialised directly.
-    pub fn serialized(view: &impl serde::Serialize) -> Result<Self, serde_json::Error> {
-        let mut r = Self::status(StatusCode::OK);
-        r.raw = Some(serde_json::to_vec(view)?);
-        Ok(r)
-    }
-    pub fn status(status: StatusCode) -> Self {
-        Reply {
-            status,
-            raw: None,
-            headers: Vec::new(),
-            last_modified: None,
-            no_cache: false,
-        }
-    }
-    pub fn no_content() -> Self {
-        Self::status(StatusCode::NO_CONTENT)
-    }
-    pub fn with_status(mut self, status: StatusCode) -> Self {
-        self.status = status;
-        self
-    }
-    pub fn header(mut self, k: &'static str, v: impl Into<String>) -> Self {
-        self.headers.push((k, v.into()));
-        self
-    }
-    pub fn modified(mut self, at: i64) -> Self {
-        self.last_modified = Some(at);
-        self
-    }
-    /// `last-modified` when there is a time to report; upstream sends only
-    /// `cache-control` when there is none (a provider without inventories).
-    pub fn modified_if(mut self, at: Option<i64>) -> Self {
-        self.last_modified = at;
-        self.no_cache = true;
-        self
-    }
-    /// Composite views (candidates, usages, root) are "modified now".
-    pub fn modified_now(self) -> Self {
-        self.modified(accel_store::now())
-    }
-
-    pub fn into_response(self, version: Version) -> Response<Body> {
-        let mut resp = match self.raw {
-            Some(raw) => {
-                let mut r = Response::new(Body::from(raw));
-                *r.status_mut() = self.status;
-                r.headers_mut()
-                    .insert("content-type", HeaderValue::from_static("application/json"));
-                r
-            }
-            None => {
-                let mut r = Response::new(Body::empty());
-                *r.status_mut() = self.status;
-                r
-            }
-        };
-        let h = resp.headers_mut();
-        for (k, v) in &self.headers {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                h.insert(*k, v);
-            }
-        }
-        if version.at_least(mv::LAST_MODIFIED) {
-            if let Some(at) = self.last_modified {
-                let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
-                if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(t)) {
-                    h.insert("last-modified", v);
-                }
-            }
-            if self.last_modified.is_some() || self.no_cache {
-                h.insert("cache-control", HeaderValue::from_static("no-cache"));
-            }
-        }
-        resp
-    }
 }

@@ -109,7 +109,7 @@ async fn rename(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let name = req.param(0).to_owned();
     let ResourceClassName { name: new_name } = req.body(&schema())?;
     let rc = app.store.classes().rename(&name, &new_name).await?;
-    Reply::typed(&render(&rc))
+    Ok(Reply::typed(&render(&rc))?)
 }
 
 /// 1.7 on: create the class unless it exists (201 / 204).

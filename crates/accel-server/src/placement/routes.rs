@@ -2,18 +2,16 @@
 
 use super::error::{ApiError, ApiResult};
 use super::microversion::Version;
-use super::request::{accepts_json, content_type, Reply, Req};
-use super::AppState;
+use super::request::{accepts_json, content_type, Req};
 use super::{
     aggregates, allocation_candidates, allocations, inventories, reshaper, resource_classes,
     resource_providers, root, traits, usages,
 };
 use accel_api::placement::mv;
 use axum::http::{Method, StatusCode};
-use futures::future::{BoxFuture, FutureExt};
-use std::sync::Arc;
+use futures::future::FutureExt;
 
-pub type Handler = fn(Arc<AppState>, Req) -> BoxFuture<'static, ApiResult<Reply>>;
+pub type Handler = crate::front::Handler<super::Placement>;
 
 /// What upstream checks about the request's media types before the handler runs.
 #[derive(Clone, Copy)]

@@ -1,0 +1,303 @@
+//! The accelerator API behind the front door ([`crate::front`]): Cyborg's WSGI pipeline,
+//! in its order, as the door's hooks.
+//!
+//! ```text
+//! path ─▶ strip "/accelerator" (DevStack mount) ─▶ "/" public root document
+//!      ─▶ strip "v2" (Pecan prepends it when absent) ─▶ "/v2" public version document
+//!      ─▶ auth (401, keystonemiddleware's body) ─▶ microversion (406 + min/max headers)
+//!      ─▶ query length, body ─▶ route table ([`route`]: 404 / 405) ─▶ handler
+//! ```
+//!
+//! Every `/v2` answer past authentication carries `OpenStack-API-Minimum-Version`,
+//! `-Maximum-Version`, `Vary` and, once the version parsed, `OpenStack-API-Version:
+//! accelerator 2.x`; `/` and a 401 carry none.
+
+use super::error::{self, AccelError};
+use super::microversion::{self, Version};
+use super::{agent, arqs, claims, cleaning, hardware, kubernetes, profiles, render};
+use super::{json_reply, AccelResult, AccelState, Caller, Req};
+use crate::auth::{Credentials, Rejection};
+use crate::front::{Api, Handler, Head, Reply};
+use crate::state::Shared;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use futures::future::FutureExt;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// The accelerator API, as the front door knows it.
+pub struct Cyborg;
+
+/// A `/v2` path, split, and the `scheme://host` its links are made of.
+pub struct Target {
+    segs: Vec<String>,
+    host_url: String,
+}
+
+impl Api for Cyborg {
+    type State = AccelState;
+    type Version = Version;
+    /// The 406's message.
+    type VersionError = String;
+    type Error = AccelError;
+    type Target = Target;
+    type Route = Handler<Cyborg>;
+    type Local = Caller;
+
+    const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-openstack-request-id"];
+    const ROUTE_BEFORE_BODY: bool = false;
+
+    fn shared(st: &AccelState) -> &Shared {
+        &st.app
+    }
+
+    fn enter(head: &Head) -> ControlFlow<Response<Body>, Target> {
+        let mut path = head.parts.uri.path();
+        if let Some(rest) = path.strip_prefix("/accelerator") {
+            if rest.is_empty() || rest.starts_with('/') {
+                path = rest;
+            }
+        }
+        let path = path.trim_end_matches('/');
+        let path = path.strip_suffix(".json").unwrap_or(path);
+        let mut segs: Vec<String> = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let host_url = host_url(&head.parts.headers);
+        if segs.is_empty() {
+            return ControlFlow::Break(if head.parts.method == Method::GET {
+                json_reply(StatusCode::OK, &render::root_document(&host_url)).into_response(false)
+            } else {
+                AccelError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "The method specified is not allowed for this resource.",
+                )
+                .into_response()
+            });
+        }
+        if segs[0] == "v2" {
+            segs.remove(0);
+        }
+        ControlFlow::Continue(Target { segs, host_url })
+    }
+
+    /// The `/v2` version document.
+    fn public(target: &Target) -> bool {
+        target.segs.is_empty()
+    }
+
+    /// keystonemiddleware's 401 sits outside Cyborg's app: its own body, no envelope,
+    /// no version headers.
+    fn rejection(r: &Rejection, _: &Head) -> Response<Body> {
+        error::rejection(r)
+    }
+
+    fn version<'a>(values: impl Iterator<Item = &'a str>) -> Result<Version, String> {
+        microversion::parse(values)
+    }
+
+    fn version_refused(message: String, _: &Head) -> Response<Body> {
+        AccelError::not_acceptable(message).into_response()
+    }
+
+    fn error(status: StatusCode, message: String) -> AccelError {
+        AccelError::new(status, message)
+    }
+
+    fn route(
+        target: &Target,
+        method: &Method,
+        _: Version,
+    ) -> AccelResult<(Handler<Cyborg>, Vec<String>)> {
+        let segs: Vec<&str> = target.segs.iter().map(String::as_str).collect();
+        route(&segs, method)
+    }
+
+    fn handler(route: &Handler<Cyborg>) -> Handler<Cyborg> {
+        *route
+    }
+
+    fn local(st: &AccelState, target: Target, creds: &Credentials) -> Caller {
+        Caller {
+            is_admin: creds.policy.roles.iter().any(|r| r == "admin"),
+            is_service: st.app.config.is_service(creds),
+            host_url: target.host_url,
+        }
+    }
+
+    fn reply(reply: Reply, _: Version, _: &Head) -> Response<Body> {
+        reply.into_response(false)
+    }
+
+    fn refusal(e: AccelError, _: Version, _: &Head) -> Response<Body> {
+        e.into_response()
+    }
+
+    fn stamp(resp: &mut Response<Body>, version: Option<Version>, _vary: bool) {
+        let h = resp.headers_mut();
+        if let Some(version) = version {
+            if let Ok(v) = HeaderValue::from_str(&format!("accelerator {version}")) {
+                h.insert("openstack-api-version", v);
+            }
+        }
+        h.insert(
+            "openstack-api-minimum-version",
+            HeaderValue::from_static("2.0"),
+        );
+        h.insert(
+            "openstack-api-maximum-version",
+            HeaderValue::from_static("2.3"),
+        );
+        h.insert("vary", HeaderValue::from_static("OpenStack-API-Version"));
+    }
+}
+
+/// `scheme://host` for links, as Pecan's `host_url`.
+fn host_url(headers: &HeaderMap) -> String {
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let scheme = h("x-forwarded-proto").unwrap_or("http");
+    let host = h("x-forwarded-host")
+        .or_else(|| h("host"))
+        .unwrap_or("localhost");
+    format!("{scheme}://{host}")
+}
+
+/// `GET /v2`: the version document.
+async fn v2_document(_: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    Ok(json_reply(
+        StatusCode::OK,
+        &render::v2_document(req.host_url()),
+    ))
+}
+
+macro_rules! h {
+    ($f:path) => {
+        (|st, req| $f(st, req).boxed()) as Handler<Cyborg>
+    };
+}
+
+/// The route table: one `match` on path segments and method, to the handler and its
+/// path parameters; a path served with other methods is a 405 naming them.
+fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<String>)> {
+    use Method as M;
+    let m = method.clone();
+    let refuse = |allowed: &[Method]| {
+        let allow: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        Err(AccelError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "The method specified is not allowed for this resource.",
+        )
+        .with_allow(allow.join(", ")))
+    };
+    let (handler, params): (Handler<Cyborg>, Vec<&str>) = match *segs {
+        [] => match m {
+            M::GET => (h!(v2_document), vec![]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["device_profiles"] => match m {
+            M::GET => (h!(profiles::list), vec![]),
+            M::POST => (h!(profiles::create), vec![]),
+            M::DELETE => (h!(profiles::delete), vec![]),
+            _ => return refuse(&[M::GET, M::POST, M::DELETE]),
+        },
+        ["device_profiles", id] => match m {
+            M::GET => (h!(profiles::show), vec![id]),
+            M::DELETE => (h!(profiles::delete), vec![id]),
+            _ => return refuse(&[M::GET, M::DELETE]),
+        },
+        ["accelerator_requests"] => match m {
+            M::GET => (h!(arqs::list), vec![]),
+            M::POST => (h!(arqs::create), vec![]),
+            M::PATCH => (h!(arqs::patch), vec![]),
+            M::DELETE => (h!(arqs::delete), vec![]),
+            _ => return refuse(&[M::GET, M::POST, M::PATCH, M::DELETE]),
+        },
+        ["accelerator_requests", id] => match m {
+            M::GET => (h!(arqs::show), vec![id]),
+            M::PATCH => (h!(arqs::patch), vec![id]),
+            M::DELETE => (h!(arqs::delete), vec![id]),
+            _ => return refuse(&[M::GET, M::PATCH, M::DELETE]),
+        },
+        ["devices"] => match m {
+            M::GET => (h!(hardware::list_devices), vec![]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["devices", id] => match m {
+            M::GET => (h!(hardware::show_device), vec![id]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["devices", id, action @ ("enable" | "disable")] => match m {
+            M::POST => (h!(hardware::set_device_status), vec![id, action]),
+            _ => return refuse(&[M::POST]),
+        },
+        ["deployables"] => match m {
+            M::GET => (h!(hardware::list_deployables), vec![]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["deployables", id] => match m {
+            M::GET => (h!(hardware::show_deployable), vec![id]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["deployables", id, "program"] => match m {
+            M::PATCH => (h!(hardware::program_deployable), vec![id]),
+            _ => return refuse(&[M::PATCH]),
+        },
+        ["attributes"] => match m {
+            M::GET => (h!(hardware::list_attributes), vec![]),
+            M::POST => (h!(hardware::create_attribute), vec![]),
+            _ => return refuse(&[M::GET, M::POST]),
+        },
+        ["attributes", id] => match m {
+            M::GET => (h!(hardware::show_attribute), vec![id]),
+            M::DELETE => (h!(hardware::delete_attribute), vec![id]),
+            _ => return refuse(&[M::GET, M::DELETE]),
+        },
+        ["agent", "hosts", host] => match m {
+            M::GET => (h!(agent::show_host), vec![host]),
+            M::PUT => (h!(agent::own_host), vec![host]),
+            _ => return refuse(&[M::GET, M::PUT]),
+        },
+        ["agent", "hosts", host, "devices"] => match m {
+            M::PUT => (h!(agent::report), vec![host]),
+            _ => return refuse(&[M::PUT]),
+        },
+        ["agent", "hosts", host, "programs"] => match m {
+            M::GET => (h!(agent::pending_programs), vec![host]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["agent", "hosts", host, "programs", id] => match m {
+            M::PUT => (h!(agent::finish_program), vec![host, id]),
+            _ => return refuse(&[M::PUT]),
+        },
+        ["agent", "hosts", host, "cleanings"] => match m {
+            M::GET => (h!(cleaning::take), vec![host]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["agent", "hosts", host, "cleanings", rp] => match m {
+            M::PUT => (h!(cleaning::finish), vec![host, rp]),
+            _ => return refuse(&[M::PUT]),
+        },
+        ["device_cleanings"] => match m {
+            M::GET => (h!(cleaning::list), vec![]),
+            _ => return refuse(&[M::GET]),
+        },
+        ["device_cleanings", id, action @ ("clean" | "release")] => match m {
+            M::POST => (h!(cleaning::act), vec![id, action]),
+            _ => return refuse(&[M::POST]),
+        },
+        ["agent", "hosts", host, "kubernetes"] => match m {
+            M::GET => (h!(kubernetes::show), vec![host]),
+            M::PUT => (h!(kubernetes::save), vec![host]),
+            _ => return refuse(&[M::GET, M::PUT]),
+        },
+        ["agent", "hosts", host, "kubernetes", "claims", uid] => match m {
+            M::PUT => (h!(claims::prepare), vec![host, uid]),
+            M::DELETE => (h!(claims::unprepare), vec![host, uid]),
+            _ => return refuse(&[M::PUT, M::DELETE]),
+        },
+        _ => return Err(AccelError::not_found("The resource could not be found.")),
+    };
+    Ok((handler, params.into_iter().map(str::to_owned).collect()))
+}
