@@ -53,9 +53,11 @@ stop_pids() {
   for f in "$@"; do
     [[ -f "$DIR/$f.pid" ]] || continue
     pid="$(cat "$DIR/$f.pid")"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null || true
+    # Each was started with setsid: its process group holds it and its children
+    # (gunicorn's workers), which must not outlive it.
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     rm -f "$DIR/$f.pid"
   done
 }
