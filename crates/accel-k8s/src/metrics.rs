@@ -129,6 +129,8 @@ impl KubeletMetrics {
             Err(AllocError::Unhealthy(_)) => "unhealthy",
             Err(AllocError::SameDevice(..)) => "same_device",
             Err(AllocError::NotEnoughDevices { .. }) => "not_enough_devices",
+            Err(AllocError::Withheld(_)) => "withheld",
+            Err(AllocError::Unconfirmed(_)) => "unconfirmed",
         };
         self.allocations
             .get_or_create(&AllocationLabels {

@@ -117,6 +117,47 @@ pub fn container_response(domain: &str, grants: &[Grant]) -> pb::ContainerAlloca
     }
 }
 
+impl Plugin {
+    /// Saves `grants` through the run loop before kubelet hears of them: the server
+    /// applies its one hand-out rule (a device being cleaned, reserved or a VM's is
+    /// given to no pod, issue 41) in the transaction that records the grant. A grant
+    /// it withholds, or a save that fails, is undone (each granted slot back to its
+    /// usage `before`) and the Allocate refused.
+    async fn confirm(
+        &self,
+        grants: Vec<Vec<Grant>>,
+        before: &BTreeMap<String, Usage>,
+    ) -> Result<Vec<Vec<Grant>>, AllocError> {
+        let refusal = match self.shared.confirm().await {
+            None => return Ok(grants),
+            Some(Ok(held)) => match grants
+                .iter()
+                .flatten()
+                .find(|g| held.contains(&g.device.id))
+            {
+                None => return Ok(grants),
+                Some(g) => AllocError::Withheld(g.device.id.clone()),
+            },
+            Some(Err(e)) => AllocError::Unconfirmed(e),
+        };
+        let undo: BTreeMap<String, Usage> = grants
+            .iter()
+            .flatten()
+            .map(|g| {
+                let was = before.get(&g.slot).cloned().unwrap_or(Usage::Free);
+                (g.slot.clone(), was)
+            })
+            .collect();
+        self.shared.write(|t| (t.restore(&undo), true));
+        if matches!(refusal, AllocError::Unconfirmed(_)) {
+            // The refused save named nothing: save again without the grant, so the
+            // server's answer withdraws what it withholds.
+            let _ = self.shared.confirm().await;
+        }
+        Err(refusal)
+    }
+}
+
 fn status(e: AllocError) -> Status {
     match e {
         AllocError::UnknownResource(_) => Status::not_found(e.to_string()),
@@ -126,7 +167,9 @@ fn status(e: AllocError) -> Status {
         AllocError::SlotTaken { .. }
         | AllocError::Unhealthy(_)
         | AllocError::SameDevice(..)
-        | AllocError::NotEnoughDevices { .. } => Status::resource_exhausted(e.to_string()),
+        | AllocError::NotEnoughDevices { .. }
+        | AllocError::Withheld(_) => Status::resource_exhausted(e.to_string()),
+        AllocError::Unconfirmed(_) => Status::unavailable(e.to_string()),
     }
 }
 
@@ -211,11 +254,16 @@ impl DevicePlugin for Plugin {
             .map(|c| c.devices_ids)
             .collect();
         let started = Instant::now();
-        let result = self.shared.write(|t| {
+        let (result, before) = self.shared.write(|t| {
+            let before = t.usage();
             let r = t.allocate(&self.key, &containers, started);
             let changed = r.is_ok();
-            (r, changed)
+            ((r, before), changed)
         });
+        let result = match result {
+            Ok(grants) => self.confirm(grants, &before).await,
+            Err(e) => Err(e),
+        };
         if let Some(m) = &self.metrics {
             let r = result.as_ref().map(|_| ());
             m.allocate(&self.resource_name(), started.elapsed(), r);

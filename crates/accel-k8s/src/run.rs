@@ -101,6 +101,10 @@ pub async fn run_with(
         config.reclaim_grace,
     );
     let mut syncer = Syncer::new(shared.clone(), record);
+    // Every Allocate's grant is saved (and so checked by the server's hand-out rule)
+    // before kubelet hears of it; the saves stay in this one loop, in order.
+    let (saver, mut grants) = tokio::sync::mpsc::channel(16);
+    shared.set_saver(saver);
     let refresh = |found: Vec<crate::Device>| {
         let changed = shared.write(|t| {
             let changed = t.set_devices(&found);
@@ -137,6 +141,13 @@ pub async fn run_with(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            Some(reply) = grants.recv() => {
+                let saved = syncer.confirm(reclaimer.pods()).await;
+                if let Err(e) = &saved {
+                    tracing::warn!(error = %e, "a grant's usage save failed; the Allocate is refused");
+                }
+                let _ = reply.send(saved);
+            }
             _ = devices.tick() => {
                 let source = source.clone();
                 let found = tokio::task::spawn_blocking(move || source.devices()).await?;

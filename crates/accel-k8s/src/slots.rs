@@ -140,6 +140,13 @@ pub enum AllocError {
     SameDevice(String, String),
     #[error("the request needs {needed} distinct devices but only {available} have a free slot")]
     NotEnoughDevices { needed: usize, available: usize },
+    /// The server's answer to the grant's save: the device is being cleaned, failed its
+    /// cleaning, is reserved in full, or a virtual machine holds it (issue 41).
+    #[error("device {0} is being cleaned, reserved, or held by a virtual machine (the server withheld it)")]
+    Withheld(String),
+    /// The grant's save did not reach the server or was refused as a whole.
+    #[error("the server did not confirm the grant: {0}")]
+    Unconfirmed(String),
 }
 
 #[derive(Debug, Clone)]

@@ -1,19 +1,31 @@
-//! The one slot table of the node behind a mutex, and the change counter every
-//! ListAndWatch stream follows.
+//! The one slot table of the node behind a mutex, the change counter every
+//! ListAndWatch stream follows, and the way an Allocate asks the run loop to save its
+//! grant at once ([`Shared::confirm`]).
 //!
 //! The lock is a std mutex held only for pure [`SlotTable`] calls (never across an
 //! await); a write that changed what kubelet sees bumps the counter, which wakes every
 //! stream, instance-level and pooled alike.
 
 use crate::slots::SlotTable;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::watch;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What a save answers: the device ids the server withholds (a virtual machine holds
+/// them, or they are being cleaned or reserved), or why the save failed.
+pub type Saved = Result<BTreeSet<String>, String>;
+
+/// How long an Allocate waits for its grant's save before refusing.
+pub const CONFIRM_WAIT: Duration = Duration::from_secs(5);
 
 /// Shared by every plugin server, the device refresher and the reclaimer.
 #[derive(Debug)]
 pub struct Shared {
     table: Mutex<SlotTable>,
     version: watch::Sender<u64>,
+    /// The run loop's save queue, once it runs with a usage record.
+    saver: Mutex<Option<mpsc::Sender<oneshot::Sender<Saved>>>>,
 }
 
 impl Shared {
@@ -21,6 +33,7 @@ impl Shared {
         Arc::new(Shared {
             table: Mutex::new(table),
             version: watch::channel(0).0,
+            saver: Mutex::new(None),
         })
     }
 
@@ -45,5 +58,33 @@ impl Shared {
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
+    }
+
+    /// Makes [`Shared::confirm`] ask `saver` (the run loop, which saves the whole table
+    /// and answers): from then on every grant is saved before kubelet hears of it.
+    pub fn set_saver(&self, saver: mpsc::Sender<oneshot::Sender<Saved>>) {
+        *self.saver.lock().unwrap_or_else(|p| p.into_inner()) = Some(saver);
+    }
+
+    /// Saves the table now through the run loop and answers what the server withholds;
+    /// `None` without a saver (plugins run without a server keep grants local).
+    pub async fn confirm(&self) -> Option<Saved> {
+        let saver = self
+            .saver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let (reply, answer) = oneshot::channel();
+        if saver.send(reply).await.is_err() {
+            return Some(Err("the usage saver has stopped".into()));
+        }
+        Some(match tokio::time::timeout(CONFIRM_WAIT, answer).await {
+            Ok(Ok(saved)) => saved,
+            Ok(Err(_)) => Err("the usage saver dropped the request".into()),
+            Err(_) => Err(format!(
+                "no answer from the server within {} s",
+                CONFIRM_WAIT.as_secs()
+            )),
+        })
     }
 }

@@ -113,6 +113,22 @@ impl Syncer {
     /// name, device id)` to `<namespace>/<pod>`), then marks the devices VMs hold.
     /// Returns whether that changed what kubelet sees.
     pub async fn step(&mut self, pods: &HashMap<(String, String), String>) -> Result<bool, String> {
+        self.save(pods).await.map(|(changed, _)| changed)
+    }
+
+    /// [`Syncer::step`] for an Allocate waiting on its grant ([`Shared::confirm`]):
+    /// answers the device ids the server withholds.
+    pub async fn confirm(
+        &mut self,
+        pods: &HashMap<(String, String), String>,
+    ) -> Result<BTreeSet<String>, String> {
+        self.save(pods).await.map(|(_, held)| held)
+    }
+
+    async fn save(
+        &mut self,
+        pods: &HashMap<(String, String), String>,
+    ) -> Result<(bool, BTreeSet<String>), String> {
         if !self.restored {
             return Err("usage not restored yet".into());
         }
@@ -142,10 +158,11 @@ impl Syncer {
             report.usage.insert(slot.clone(), u.clone());
         }
         let held = self.record.save(report).await?;
-        Ok(self.shared.write(|t| {
+        let changed = self.shared.write(|t| {
             let changed = t.set_vm_held(&held);
             (changed, changed)
-        }))
+        });
+        Ok((changed, held))
     }
 }
 

@@ -231,10 +231,28 @@ pub(crate) async fn act(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ADMIN_API)?;
     req.only_params(&[])?;
     super::require_uuid(uuid)?;
-    let rows = if action == "clean" {
-        st.app.store.cleanings().retry(uuid).await?
+    let result = if action == "clean" {
+        st.app.store.cleanings().retry(uuid).await
     } else {
-        st.app.store.cleanings().release(uuid).await?
+        st.app.store.cleanings().release(uuid).await
+    };
+    let rows = match result {
+        Ok(rows) => rows,
+        Err(e) => {
+            // A refused action is an operator's too: logged with who asked and why.
+            let e = AccelError::from(e);
+            tracing::warn!(
+                target: "accel::audit",
+                action,
+                uuid = %uuid,
+                user = req.creds.user_id().unwrap_or_default(),
+                project = req.creds.project_id().unwrap_or_default(),
+                status = e.status.as_u16(),
+                reason = %e.message,
+                "device cleaning action refused"
+            );
+            return Err(e);
+        }
     };
     tracing::warn!(
         target: "accel::audit",

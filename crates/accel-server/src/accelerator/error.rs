@@ -265,6 +265,13 @@ fn refused(r: accel_store::accelerator::Refused) -> AccelError {
         R::ProviderInUse { rp_uuid } => AccelError::conflict(format!(
             "Device provider {rp_uuid} is in use; it is cleaned when released"
         )),
+        R::ReleasingInUse { rp_uuid } => AccelError::conflict(format!(
+            "Device provider {rp_uuid} is in use; it is not withheld, and is cleaned when released"
+        )),
+        R::NoCleaningRule { rp_uuid } => AccelError::conflict(format!(
+            "Device provider {rp_uuid} has no cleaning rule: no [[cleaning]] rule of its agent \
+             matches it, so nothing would clean it"
+        )),
         R::DeployableTwice { name } => {
             AccelError::bad_request(format!("deployable {name} is reported twice"))
         }

@@ -210,11 +210,43 @@ async fn vm_held(
             out.push(address.clone());
             continue;
         }
-        if held_by_vm(tx, d, ours).await? {
+        if held_by_vm(tx, d, ours).await? || reserved_for_no_pod(tx, d, ours).await? {
             out.push(address.clone());
         }
     }
     Ok(out)
+}
+
+/// Whether the device's whole inventory is reserved (unhealthy, vanished, disabled
+/// through the accelerator API) while none of this host's pods holds it: the one
+/// hand-out rule (cleaning/withheld.rs) gives it to no new pod.
+async fn reserved_for_no_pod(
+    tx: &mut Tx,
+    d: &HostDevice,
+    ours: &BTreeSet<String>,
+) -> Result<bool, StoreError> {
+    let mut any = false;
+    for rp in &d.providers {
+        for i in inventories::list(tx, rp.id).await? {
+            if i.capacity() > 0 {
+                return Ok(false);
+            }
+            any = true;
+        }
+    }
+    if !any {
+        return Ok(false);
+    }
+    for rp in &d.providers {
+        if allocations::for_provider(tx, rp.id)
+            .await?
+            .iter()
+            .any(|a| ours.contains(&a.consumer_uuid))
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 type Row3 = (String, Option<String>, Option<String>);

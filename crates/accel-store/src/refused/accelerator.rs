@@ -39,6 +39,12 @@ pub enum Refused {
     NoDeviceProvider { uuid: String, or_device: bool },
     /// Cleaning a device provider a consumer still holds.
     ProviderInUse { rp_uuid: String },
+    /// Releasing (offering again) a device provider a consumer still holds: it is
+    /// not withheld, and releasing it would skip the cleaning its release queues.
+    ReleasingInUse { rp_uuid: String },
+    /// Cleaning a device provider no `[[cleaning]]` rule of its agent matches:
+    /// nothing would clean it, and it would stay out of service.
+    NoCleaningRule { rp_uuid: String },
     /// A hardware report naming a deployable twice.
     DeployableTwice { name: String },
     /// A hardware report whose deployable's parent is not a top-level deployable of

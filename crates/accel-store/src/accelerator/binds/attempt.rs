@@ -3,6 +3,7 @@
 //! ARQ to `Bound` (batched per transaction, [`write_bound`]) or `BindFailed` ([`fail`]).
 //! The transaction around it (locks, the take, the Nova event) is the parent module's.
 
+use super::super::cleaning::withheld;
 use super::super::history::{self, Kind};
 use super::super::profiles;
 use super::super::programs::{insert_program_request, set_bitstream, NewProgram, ProgramState};
@@ -208,6 +209,15 @@ async fn attempt(tx: &mut Tx, job: &JobRow, now: i64, seen: &mut Seen) -> Result
             "no deployable with resource provider {rp}"
         )));
     };
+    // The one hand-out rule (cleaning/withheld.rs), before anything is programmed:
+    // upstream refuses a bind with no free attach handle, and Nova puts the server
+    // in ERROR and frees its claim; so does a device given to no one now.
+    if let Some(why) = withheld::for_bind(tx, rp).await? {
+        return Ok(Step::Fail(format!(
+            "no free attach handle on the deployable of provider {rp}: {}",
+            why.as_str()
+        )));
+    }
     let group = seen
         .groups(job)?
         .and_then(|g| g.get(job.group as usize))

@@ -462,6 +462,25 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
             providers: missing.iter().map(|p| (*p).to_owned()).collect(),
         })));
     }
+    // The one hand-out rule (accelerator/cleaning/withheld.rs): a device provider
+    // being cleaned, or whose cleaning failed, is given to no one, even where an
+    // inventory write lowered its reservation; refused in upstream's capacity words.
+    let claimed: Vec<&str> = items
+        .iter()
+        .filter(|i| i.used > 0)
+        .map(|i| i.rp_uuid.as_str())
+        .collect();
+    let withheld = crate::accelerator::cleaning::withheld::cleaning_of(tx, &claimed).await?;
+    if let Some(i) = items
+        .iter()
+        .find(|i| i.used > 0 && withheld.iter().any(|(w, _)| *w == i.rp_uuid))
+    {
+        return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Exceeds {
+            class: i.rc_name.clone(),
+            provider: i.rp_uuid.clone(),
+            capacity: true,
+        })));
+    }
     let mut sums: HashMap<(i64, i64), i64> = HashMap::new();
     for i in items {
         let rc = rc_ids[&i.rc_name];

@@ -30,6 +30,12 @@
 //! and the cleaning restarts at once (`attempt` + 1; an answer naming an older attempt
 //! changes nothing). A server restart loses nothing: every state is a row.
 
+mod operator;
+pub mod withheld;
+
+pub use operator::{release, retry};
+pub use withheld::Withheld;
+
 use super::hardware;
 use super::refused::Refused;
 use crate::placement::changes;
@@ -93,7 +99,9 @@ pub struct Outcome {
 }
 
 /// Notes the providers the ARQs `ids` hold (bound, binding, or by handle), before an
-/// unbind or delete lets go of them.
+/// unbind or delete lets go of them. An ARQ whose bind failed names a provider it
+/// never held: its deletion queues no cleaning (issue 41: cleanings are counted by
+/// releases of a held device).
 pub(super) async fn note_arqs_released(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
     if ids.is_empty() {
         return Ok(());
@@ -106,6 +114,7 @@ pub(super) async fn note_arqs_released(tx: &mut Tx, ids: &[i64]) -> Result<(), S
     let sql = format!(
         "SELECT rp.id FROM extended_accelerator_requests a \
          JOIN resource_providers rp ON rp.uuid = a.device_rp_uuid WHERE a.id IN ({set}) \
+         AND a.state IN ('BindStarted', 'Bound') \
          UNION SELECT rp.id FROM extended_accelerator_requests a \
          JOIN deployables d ON d.id = a.deployable_id \
          JOIN resource_providers rp ON rp.uuid = d.rp_uuid WHERE a.id IN ({set}) \
@@ -376,81 +385,6 @@ pub async fn finish(
     };
     super::history::record_provider(tx, rp_uuid, super::history::Kind::Cleaning, &detail).await?;
     require(tx, rp_uuid).await
-}
-
-/// The device providers `uuid` names: a device's uuid (all of its providers) or one
-/// provider's. [`Refused::NoDeviceProvider`] when it names none.
-async fn providers_named(tx: &mut Tx, uuid: &str) -> Result<Vec<(i64, String)>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT rp.id, rp.uuid FROM deployables d JOIN devices v ON v.id = d.device_id \
-         JOIN resource_providers rp ON rp.uuid = d.rp_uuid \
-         WHERE v.uuid = $1 OR d.rp_uuid = $1 ORDER BY rp.id",
-    )
-    .bind(uuid)
-    .fetch_all(&mut *tx)
-    .await?;
-    if rows.is_empty() {
-        return Err(Refused::NoDeviceProvider {
-            uuid: uuid.to_owned(),
-            or_device: true,
-        }
-        .into());
-    }
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
-}
-
-/// An operator's retry: the providers `uuid` names are cleaned again (reserved, asked
-/// of the agent anew), whatever their state. [`Refused::ProviderInUse`] while a consumer
-/// holds one: cleaning it would wipe a tenant's device.
-pub async fn retry(tx: &mut Tx, uuid: &str) -> Result<Vec<DeviceCleaning>, StoreError> {
-    let rps = providers_named(tx, uuid).await?;
-    let mut out = Vec::new();
-    for (rp_id, rp_uuid) in rps {
-        sqlx::query("UPDATE resource_providers SET updated_at = updated_at WHERE id = $1")
-            .bind(rp_id)
-            .execute(&mut *tx)
-            .await?;
-        let (host, dep): (String, i64) = {
-            let r = sqlx::query(
-                "SELECT v.hostname, d.id FROM deployables d JOIN devices v ON v.id = d.device_id \
-                 WHERE d.rp_uuid = $1",
-            )
-            .bind(&rp_uuid)
-            .fetch_one(&mut *tx)
-            .await?;
-            (r.try_get(0)?, r.try_get(1)?)
-        };
-        if in_use(tx, rp_id, &rp_uuid, dep).await? {
-            return Err(Refused::ProviderInUse { rp_uuid }.into());
-        }
-        start(tx, &rp_uuid, &host).await?;
-        reserve(tx, rp_id).await?;
-        out.push(require(tx, &rp_uuid).await?);
-    }
-    Ok(out)
-}
-
-/// An operator's release after a manual check: the providers `uuid` names become
-/// `clean` and are offered again as far as the report allows.
-pub async fn release(tx: &mut Tx, uuid: &str) -> Result<Vec<DeviceCleaning>, StoreError> {
-    let rps = providers_named(tx, uuid).await?;
-    let mut out = Vec::new();
-    let now = crate::now();
-    for (_, rp_uuid) in rps {
-        sqlx::query(
-            "UPDATE device_cleanings SET state = 'clean', owner = NULL, finished_at = $1, \
-             updated_at = $1 WHERE rp_uuid = $2 AND state <> 'clean'",
-        )
-        .bind(now)
-        .bind(&rp_uuid)
-        .execute(&mut *tx)
-        .await?;
-        lift(tx, &rp_uuid).await?;
-        out.push(require(tx, &rp_uuid).await?);
-    }
-    Ok(out)
 }
 
 const LIST_COLUMNS: &str = "v.uuid, v.hostname, d.name, d.rp_uuid, \
