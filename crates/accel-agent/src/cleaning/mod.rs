@@ -376,10 +376,10 @@ mod tests {
             cleaning: Vec<CleaningFile>,
         }
         let docs = [
-            ("README.md", include_str!("../../../README.md")),
+            ("README.md", include_str!("../../../../README.md")),
             (
                 "docs/cleaning.md",
-                include_str!("../../../docs/cleaning.md"),
+                include_str!("../../../../docs/cleaning.md"),
             ),
         ];
         let mut methods = Vec::new();
