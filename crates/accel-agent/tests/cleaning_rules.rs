@@ -1,14 +1,15 @@
 //! `[[cleaning]]` rules checked for real (issue 41 item 3), over fake sysfs trees and
 //! programs on a PATH each test controls: `accel agent check` names every device a
-//! rule cannot work for and why. The agent's start-up check is in
-//! `cleaning_startup.rs`.
+//! rule cannot work for and why, and every documented example passes on devices it
+//! matches. The agent's start-up check is in `cleaning_startup.rs`, the NVMe helper
+//! the examples use in `nvme_helper.rs`.
 
 use accel_agent::check::Check;
 use accel_agent::cleaning::resolve::SearchPath;
 use accel_agent::cleaning::{validate, CleaningFile};
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, Settings};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A host: its sysfs tree at `<dir>/sys`, and `<dir>/bin`, the only directory on the
 /// PATH the rules' programs are looked up on.
@@ -258,4 +259,77 @@ fn a_keystone_catalog_names_the_image_service_for_check() {
     );
     let c = Agent::offline(s).unwrap().check_with(&host.search());
     assert!(c.problems().is_empty(), "{:#?}", c.problems());
+}
+
+/// The `[[cleaning]]` TOML blocks of the README and docs/cleaning.md.
+fn documented_blocks() -> Vec<(&'static str, String)> {
+    let docs = [
+        ("README.md", include_str!("../../../README.md")),
+        (
+            "docs/cleaning.md",
+            include_str!("../../../docs/cleaning.md"),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, text) in docs {
+        for b in text.split("```toml\n").skip(1) {
+            let b = b.split("```").next().unwrap_or_default();
+            if b.contains("[[cleaning]]") {
+                out.push((name, b.to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// Every documented example passes the check on a host with devices it matches: GPUs
+/// with reset files, an NVMe drive passed through (bound to vfio-pci: no node), an
+/// Intel PAC; the vendor tools as stand-ins, the NVMe helper the one in packaging/.
+#[test]
+fn every_documented_rule_passes_the_check_on_devices_it_matches() {
+    let host = Host::new();
+    for gpu in testing::two_gpus(&host.fs) {
+        host.fs.reset_file(&gpu);
+    }
+    let drive = testing::nvme(&host.fs, 0x5a, "vfio-pci");
+    testing::pac_opae(&host.fs, 0x5e, 0);
+    for tool in ["nvidia-smi", "nvme", "fpgaconf"] {
+        host.stand_in(tool);
+    }
+    let helper =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/sbin/accel-nvme-clean");
+    std::os::unix::fs::symlink(&helper, host.bin().join("accel-nvme-clean")).unwrap();
+
+    let blocks = documented_blocks();
+    assert!(blocks.len() >= 4, "{blocks:#?}");
+    let mut methods = Vec::new();
+    for (name, block) in &blocks {
+        let mut s = host.settings(block);
+        s.glance_url = Some("http://127.0.0.1:9".into());
+        let c = Agent::offline(s).unwrap().check_with(&host.search());
+        assert!(
+            c.problems().is_empty(),
+            "{name}: {:#?}\n{block}",
+            c.problems()
+        );
+        assert!(
+            c.unmatched_rules.is_empty(),
+            "{name}: rule(s) {:?} match no device of the test host\n{block}",
+            c.unmatched_rules
+        );
+        methods.extend(c.cleaning.iter().map(|d| d.method));
+        // The NVMe examples reach the passed-through drive.
+        if block.contains("\"SSD\"") {
+            assert!(
+                c.cleaning.iter().any(|d| d.device == drive),
+                "{name}\n{block}"
+            );
+        }
+    }
+    for m in ["pci-reset", "fpga-default", "command"] {
+        assert!(
+            methods.contains(&m),
+            "no documented example of {m} was checked"
+        );
+    }
 }
