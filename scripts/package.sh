@@ -100,6 +100,10 @@ configuration of the accel-serve unit (Keystone, PostgreSQL, policy defaults)
 .I /etc/accel/agent.toml
 configuration of the accel-agent unit
 .TP
+.I /usr/sbin/accel-nvme-clean
+wipes an NVMe drive passed through to VMs (bound to vfio-pci) by its PCI address, for a
+[[cleaning]] rule; its header says how (README: "Devices cleaned between tenants")
+.TP
 .I /usr/share/accel/
 Prometheus alert rules, Grafana dashboard, Kubernetes manifests
 .SH ENVIRONMENT
@@ -131,6 +135,8 @@ done
 install -D -m 0640 packaging/etc/serve.toml "$STAGE/etc/accel/serve.toml"
 install -D -m 0600 packaging/etc/agent.toml "$STAGE/etc/accel/agent.toml"
 install -D -m 0644 README.md "$STAGE/usr/share/doc/accel/README.md"
+# The [[cleaning]] helper of docs/cleaning.md's NVMe example, on the agent unit's PATH.
+install -D -m 0755 packaging/sbin/accel-nvme-clean "$STAGE/usr/sbin/accel-nvme-clean"
 mkdir -p "$STAGE/usr/share/man/man1"
 manpage "$BIN" | gzip -9n > "$STAGE/usr/share/man/man1/accel.1.gz"
 chmod 0644 "$STAGE/usr/share/man/man1/accel.1.gz"
@@ -201,6 +207,8 @@ done
 echo "man page accel(1): $(zcat "$SCRATCH/usr/share/man/man1/accel.1.gz" | grep -c '^\.SS') command sections"
 [[ "$(stat -c %a "$SCRATCH/etc/accel/serve.toml")" == 640 ]] || die "serve.toml is not mode 0640"
 [[ "$(stat -c %a "$SCRATCH/etc/accel/agent.toml")" == 600 ]] || die "agent.toml is not mode 0600"
+[[ -x "$SCRATCH/usr/sbin/accel-nvme-clean" ]] || die "accel-nvme-clean is not installed executable"
+sh -n "$SCRATCH/usr/sbin/accel-nvme-clean" || die "accel-nvme-clean does not parse"
 
 if command -v systemd-analyze >/dev/null; then
   say "systemd-analyze verify (the package's units, its binary)"

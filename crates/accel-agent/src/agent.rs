@@ -137,6 +137,9 @@ pub struct Agent {
     /// server hands a restarted agent the cleanings its predecessor held.
     agent_id: String,
     cleanings: cleaning::Running,
+    /// Whether the settings had a `[keystone]` table, whose catalog names Glance
+    /// (kept by [`Agent::offline`], which drops the table itself).
+    pub(crate) keystone_catalog: bool,
 }
 
 impl Agent {
@@ -161,6 +164,7 @@ impl Agent {
             settings.auth().map_err(AgentError::Config)?,
         )
         .map_err(|e| AgentError::Config(format!("server: {e}")))?;
+        let settings_keystone = settings.keystone.is_some();
         Ok(Agent {
             settings,
             drivers,
@@ -178,6 +182,7 @@ impl Agent {
                     .unwrap_or(0)
             ),
             cleanings: cleaning::Running::default(),
+            keystone_catalog: settings_keystone,
         })
     }
 
@@ -500,11 +505,7 @@ impl Agent {
                 )),
                 (Some(_), Some(r)) => Ok(r),
             };
-            let device_node =
-                crate::kubernetes::device_nodes(&self.settings.sysfs_root, &job.address)
-                    .into_iter()
-                    .map(|n| n.host_path)
-                    .find(|p| !p.starts_with("/dev/vfio"));
+            let device_node = cleaning::device_node(&self.settings.sysfs_root, &job.address);
             tracing::info!(provider = %job.rp_uuid, address = %job.address, attempt = job.attempt, "cleaning a released device");
             match rule {
                 Err(e) => {
@@ -598,20 +599,7 @@ impl Agent {
     /// Fetches, verifies and programs one request's bitstream; answers the function id
     /// the driver reports.
     async fn program(&self, node: &str, job: &ProgramJob) -> Result<Option<String>, String> {
-        let glance_url = match (&self.settings.glance_url, self.client.auth()) {
-            (Some(u), _) => u.clone(),
-            (None, Auth::Keystone(s)) => s.endpoint("image").await?,
-            (None, Auth::Token(_)) => {
-                return Err("the agent has no glance_url, so it cannot fetch bitstreams".into())
-            }
-        };
-        let token = self
-            .client
-            .auth()
-            .token()
-            .await
-            .map_err(|e| e.to_string())?;
-        let glance = Glance::new(&glance_url, &token);
+        let (glance, glance_url) = self.glance().await?;
         let image = match (&job.bitstream_id, &job.function_id) {
             (Some(b), _) => glance.image(b).await,
             (None, Some(f)) => glance.image_for_function(f).await,
@@ -646,6 +634,36 @@ impl Agent {
             }
         }
         Ok(function)
+    }
+
+    /// The image service bitstreams come from (`glance_url`, else the Keystone
+    /// catalog's), with a token, and its URL.
+    pub(crate) async fn glance(&self) -> Result<(Glance, String), String> {
+        let glance_url = match (&self.settings.glance_url, self.client.auth()) {
+            (Some(u), _) => u.clone(),
+            (None, Auth::Keystone(s)) => s.endpoint("image").await?,
+            (None, Auth::Token(_)) => {
+                return Err("the agent has no glance_url, so it cannot fetch bitstreams".into())
+            }
+        };
+        let token = self
+            .client
+            .auth()
+            .token()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((Glance::new(&glance_url, &token), glance_url))
+    }
+
+    /// How the enabled driver `name` programs its devices (`NotSupported` when it is
+    /// not enabled: programming would fail with "driver ... is not enabled").
+    pub(crate) fn programming(&self, name: &str) -> drivers::Programming {
+        self.drivers
+            .iter()
+            .find(|d| d.name() == name)
+            .map_or(drivers::Programming::NotSupported, |d| {
+                d.programming(&self.settings.driver.tools)
+            })
     }
 
     /// Logs and counts one call to the image service.

@@ -8,9 +8,14 @@
 //! ([`crate::drivers::Verdict`], from each driver's [`crate::drivers::Judgement`]),
 //! and the providers are read from the very report body the agent would send
 //! ([`crate::model::Report::body`]), so `check` cannot drift from what the agent does.
+//! Each device a `[[cleaning]]` rule matches is listed with whether the rule can work
+//! for it, resolved as the agent resolves it at start-up ([`crate::cleaning::resolve`],
+//! without the image service's word on `fpga-default` images).
 
+use crate::cleaning::resolve::{Resolution, SearchPath};
 use crate::config::Settings;
-use crate::drivers::{Discovery, Verdict};
+use crate::drivers::Verdict;
+use crate::model::FoundDevice;
 use crate::model::Report;
 use crate::pci::PciBus;
 use crate::pci_ids::PciIds;
@@ -38,6 +43,25 @@ pub struct Check {
     /// Sysfs entries skipped, each naming its path.
     pub skipped: Vec<String>,
     pub failed_drivers: Vec<FailedDriver>,
+    /// Each device a `[[cleaning]]` rule matches.
+    pub cleaning: Vec<Cleaning>,
+    /// The indexes of the `[[cleaning]]` rules no device here matches.
+    pub unmatched_rules: Vec<usize>,
+}
+
+/// A device, the `[[cleaning]]` rule that cleans it, and whether it can.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cleaning {
+    /// The device's control address (the one `pci-reset` resets).
+    pub device: String,
+    pub providers: Vec<String>,
+    /// The rule's index in `[[cleaning]]`.
+    pub rule: usize,
+    pub method: &'static str,
+    /// Why the rule cannot work for the device; empty when it can.
+    pub problems: Vec<String>,
+    /// What `check` could not verify.
+    pub unverified: Vec<String>,
 }
 
 /// One PCI function and what discovery decided for it.
@@ -100,12 +124,19 @@ impl Agent {
     /// no Keystone session, which `check` never uses anyway (a `[keystone]` table in
     /// the file it shares with the agent is not read).
     pub fn offline(mut settings: Settings) -> Result<Agent, AgentError> {
-        settings.keystone = None;
-        Agent::new(settings)
+        let catalog = settings.keystone.take().is_some();
+        let mut agent = Agent::new(settings)?;
+        agent.keystone_catalog = catalog;
+        Ok(agent)
     }
 
     /// One discovery pass, explained. Calls no server and no Keystone.
     pub fn check(&self) -> Check {
+        self.check_with(&SearchPath::current())
+    }
+
+    /// [`Agent::check`] with the `[[cleaning]]` rules' programs looked up on `search`.
+    pub fn check_with(&self, search: &SearchPath) -> Check {
         let d = self.discover();
         let s = &self.settings;
         let bus = PciBus::scan(&Sysfs::new(&s.sysfs_root));
@@ -116,6 +147,11 @@ impl Agent {
             .collect();
         let ids = PciIds::for_sysfs(&s.sysfs_root, &wanted);
         let node = (!s.node.is_empty()).then(|| s.node.clone());
+        let providers = providers(node.as_deref().unwrap_or(NO_NODE), s.model, &d.devices);
+        let resolved = self.resolve_cleaning(&d.devices, search, false);
+        let unmatched_rules = (0..s.cleaning.len())
+            .filter(|i| !resolved.iter().any(|r| r.rule == *i))
+            .collect();
         Check {
             model: match s.model {
                 crate::model::Model::Accel => "accel",
@@ -127,7 +163,9 @@ impl Agent {
                 .iter()
                 .filter_map(|v| function(&bus, &ids, v))
                 .collect(),
-            providers: providers(node.as_deref().unwrap_or(NO_NODE), s.model, &d),
+            cleaning: resolved.iter().map(|r| cleaning(r, &providers)).collect(),
+            unmatched_rules,
+            providers,
             conflicts: d
                 .conflicts
                 .iter()
@@ -149,6 +187,35 @@ impl Agent {
             node,
         }
     }
+}
+
+fn cleaning(r: &Resolution, providers: &[Provider]) -> Cleaning {
+    let device = r.device.address.to_string();
+    Cleaning {
+        providers: providers
+            .iter()
+            .filter(|p| p.device == device)
+            .map(|p| p.name.clone())
+            .collect(),
+        device,
+        rule: r.rule,
+        method: r.method,
+        problems: r.problems.iter().map(ToString::to_string).collect(),
+        unverified: r.unverified.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The names of each device's providers in the report body, by control address.
+pub(crate) fn provider_names(
+    node: &str,
+    model: crate::model::Model,
+    devices: &[FoundDevice],
+) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in providers(node, model, devices) {
+        out.entry(p.device).or_default().push(p.name);
+    }
+    out
 }
 
 fn function(bus: &PciBus, ids: &PciIds, v: &Verdict) -> Option<Function> {
@@ -176,8 +243,8 @@ fn function(bus: &PciBus, ids: &PciIds, v: &Verdict) -> Option<Function> {
 /// The providers of the report body the agent would send: a deployable is a provider,
 /// its `rc` attribute the class of its `num_accelerators`, `inventory:<class>`
 /// attributes further inventories, `traitN` attributes its traits.
-fn providers(node: &str, model: crate::model::Model, d: &Discovery) -> Vec<Provider> {
-    let report = Report::new(node, d.devices.clone()).modelled(model);
+fn providers(node: &str, model: crate::model::Model, devices: &[FoundDevice]) -> Vec<Provider> {
+    let report = Report::new(node, devices.to_vec()).modelled(model);
     let body = report.body();
     let mut out = Vec::new();
     for (dev, wire) in report.devices.iter().zip(&body.devices) {
@@ -211,9 +278,21 @@ fn providers(node: &str, model: crate::model::Model, d: &Discovery) -> Vec<Provi
 
 impl Check {
     /// What makes `check` exit non-zero: functions both accel and Nova would take,
-    /// and drivers that could not tell what the host has (the agent would not report).
+    /// drivers that could not tell what the host has (the agent would not report),
+    /// and devices a `[[cleaning]]` rule cannot work for (the agent would not start).
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        for c in &self.cleaning {
+            for p in &c.problems {
+                out.push(format!(
+                    "device {} ({}): cleaning[{}] ({}) cannot work: {p}",
+                    c.device,
+                    c.providers.join(", "),
+                    c.rule,
+                    c.method
+                ));
+            }
+        }
         if !self.conflicts.is_empty() {
             out.push(format!(
                 "{} function(s) claimed by both accel and Nova's [pci] rules: remove them from Nova's device_spec or from accel's drivers",
@@ -228,6 +307,42 @@ impl Check {
             ));
         }
         out
+    }
+
+    /// The `[[cleaning]]` section: each matched device and its rule's verdict.
+    fn cleaning_text(&self, o: &mut String) {
+        if self.cleaning.is_empty() && self.unmatched_rules.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            o,
+            "Devices [[cleaning]] rules clean: {}",
+            self.cleaning.len()
+        );
+        for c in &self.cleaning {
+            let verdict = if c.problems.is_empty() {
+                "ok"
+            } else {
+                "cannot work"
+            };
+            let _ = writeln!(
+                o,
+                "  device {} ({}) cleaning[{}] {}: {verdict}",
+                c.device,
+                c.providers.join(", "),
+                c.rule,
+                c.method
+            );
+            for p in &c.problems {
+                let _ = writeln!(o, "      problem: {p}");
+            }
+            for u in &c.unverified {
+                let _ = writeln!(o, "      {u}");
+            }
+        }
+        for i in &self.unmatched_rules {
+            let _ = writeln!(o, "  cleaning[{i}] matches no device here");
+        }
     }
 
     /// The devices the providers belong to, in order.
@@ -322,6 +437,7 @@ impl Check {
                 c.device, c.function, c.rule
             );
         }
+        self.cleaning_text(&mut o);
         if self.problems().is_empty() {
             let _ = writeln!(o, "ok: {} device(s), no conflict", self.devices().len());
         }

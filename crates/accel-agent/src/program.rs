@@ -105,6 +105,17 @@ impl Image {
     }
 }
 
+/// Why [`Glance::lookup`] has no image.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The image service answered 404: there is no such image.
+    #[error("the image service has no such image")]
+    NotFound,
+    /// It could not be asked, or gave no usable answer: nothing is known.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// An incremental hash of one of the algorithms Glance records.
 enum Hasher {
     Md5(Md5),
@@ -180,6 +191,32 @@ impl Glance {
             .await
             .map_err(|e| format!("image {id}: not a Glance image record: {e}"))?;
         Image::from_json(&v).ok_or_else(|| format!("image {id}: the record has no id"))
+    }
+
+    /// `GET /v2/images/{id}`, telling "no such image" (404) apart from not being able
+    /// to ask: the start-up check of `fpga-default` rules refuses only the first.
+    pub async fn lookup(&self, id: &str) -> Result<Image, LookupError> {
+        let url = format!("{}/v2/images/{id}", self.base);
+        let resp = self
+            .http
+            .get(&url)
+            .header("x-auth-token", &self.token)
+            .send()
+            .await
+            .map_err(|e| LookupError::Unavailable(format!("cannot reach {url}: {e}")))?;
+        match resp.status().as_u16() {
+            404 => return Err(LookupError::NotFound),
+            s if !(200..300).contains(&s) => {
+                return Err(LookupError::Unavailable(format!("{url} answered {s}")))
+            }
+            _ => {}
+        }
+        let v: Value = resp
+            .json()
+            .await
+            .map_err(|e| LookupError::Unavailable(format!("{url}: not a Glance image: {e}")))?;
+        Image::from_json(&v)
+            .ok_or_else(|| LookupError::Unavailable(format!("{url}: the record has no id")))
     }
 
     /// The one image whose `accel:function_id` property is `function_id`.

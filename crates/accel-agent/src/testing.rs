@@ -50,6 +50,19 @@ impl FakeSysfs {
         }
     }
 
+    /// Gives the function at `address` the `reset` file the kernel shows for a function
+    /// it can reset (FLR and the like), which `pci-reset` writes.
+    pub fn reset_file(&self, address: &str) {
+        write(
+            &self
+                .root
+                .join("bus/pci/devices")
+                .join(address)
+                .join("reset"),
+            "",
+        );
+    }
+
     /// Removes a function (a device that went away).
     pub fn remove(&self, address: &str) {
         let _ = std::fs::remove_dir_all(self.root.join("bus/pci/devices").join(address));
@@ -333,6 +346,17 @@ pub fn pci_ids(dir: &Path) -> PathBuf {
          C 06  Bridge\n\
          \t00  Host bridge",
     );
+    path
+}
+
+/// An executable `dir/name` that exits 0: a vendor tool's stand-in on a PATH a test
+/// controls (the rules' programs are looked up, not run, by the check).
+pub fn stand_in(dir: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    write(&path, "#!/bin/sh\nexit 0");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .expect("make the stand-in executable");
     path
 }
 

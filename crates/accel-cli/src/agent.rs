@@ -58,9 +58,10 @@ enum AgentCommand {
     /// Explain what the agent sees: every PCI function it looked at (ids and names,
     /// kernel driver, NUMA node) and what it decided for each and why, then the
     /// providers it would report (classes, inventories, traits, health) and every
-    /// conflict with Nova's [pci] rules. Exits non-zero on a conflict or a failed
-    /// driver. Contacts neither the server nor Keystone; --node only names the
-    /// providers.
+    /// conflict with Nova's [pci] rules, and whether each [[cleaning]] rule can work
+    /// for each device it matches. Exits non-zero on a conflict, a failed driver or a
+    /// rule that cannot work. Contacts neither the server nor Keystone (nor Glance);
+    /// --node only names the providers.
     #[command(
         after_help = "Examples:\n  accel agent check\n  accel agent check --nova-config /etc/nova/nova.conf --node compute-1\n  accel agent check --config /etc/accel/agent.toml --format json"
     )]
@@ -124,6 +125,7 @@ async fn agent(
     settings.find_server().await.map_err(anyhow::Error::msg)?;
     if once {
         let mut agent = accel_agent::Agent::new(settings)?;
+        agent.check_cleaning().await?;
         let node = agent.check_node().await?;
         tracing::info!(node = %agent.settings.node, compute_node = %node.compute_node_uuid, "compute node found");
         let o = agent.step().await?;
@@ -159,6 +161,9 @@ async fn agent(
             )
         })?;
     let agent = accel_agent::Agent::new(settings)?.observe(probes.clone());
+    // A [[cleaning]] rule that cannot work for a device stops the agent here, naming
+    // the device and the reason, before anything is served or sent.
+    agent.check_cleaning().await?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         commit = crate::COMMIT,

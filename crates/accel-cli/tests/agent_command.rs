@@ -310,3 +310,108 @@ async fn a_malformed_cleaning_rule_stops_the_agent_naming_the_key() {
         assert!(run.stderr.contains(key), "{text}: {}", run.stderr);
     }
 }
+
+/// Issue 41 item 3: `[[cleaning]]` rules resolved against the devices they match, on a
+/// PATH the test controls. A missing program, `{device}` on a drive passed through
+/// (bound to vfio-pci: no node) and `pci-reset` on a function without a `reset` file
+/// each fail `check` and stop the agent at start-up (`--once` and long-running alike,
+/// before any server is asked), naming the device and the reason.
+#[tokio::test]
+async fn check_and_start_up_fail_naming_each_device_a_cleaning_rule_cannot_work_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    let gpus = testing::two_gpus(&fs);
+    let drive = testing::nvme(&fs, 0x5a, "vfio-pci");
+    let qat = testing::qat(&fs, 0x3d, 2);
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    testing::stand_in(&bin, "nvme");
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "[[cleaning]]\nmethod = \"command\"\ncommand = [\"no-such-wiper\", \"{address}\"]\n\
+         [cleaning.selector]\ndevice_type = \"GPU\"\n\
+         [[cleaning]]\nmethod = \"command\"\ncommand = [\"nvme\", \"format\", \"{device}\"]\n\
+         [cleaning.selector]\ndevice_type = \"SSD\"\n\
+         [[cleaning]]\nmethod = \"pci-reset\"\n[cleaning.selector]\ndevice_type = \"QAT\"\n",
+    )
+    .unwrap();
+    let (config, root) = (config.to_str().unwrap(), fs.root.to_str().unwrap());
+    let env = [("ACCEL_LOG", "warn"), ("PATH", bin.to_str().unwrap())];
+    let expected: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "device {g} (cn1_{g}): cleaning[0] (command) cannot work: command: \"no-such-wiper\" is not on the PATH ({})",
+                bin.display()
+            )
+        })
+        .chain([
+            format!("device {drive} (cn1_{drive}): cleaning[1] (command) cannot work: command: the argument \"{{device}}\" names {{device}}, but the function has no device node (it is bound to vfio-pci, for passthrough)"),
+            format!(
+                "device {qat} (cn1_{qat}): cleaning[2] (pci-reset) cannot work: pci-reset: {} does not exist",
+                fs.root.join(format!("bus/pci/devices/{qat}/reset")).display()
+            ),
+        ])
+        .collect();
+
+    let check = common::accel(
+        &[
+            "agent",
+            "check",
+            "--config",
+            config,
+            "--sysfs-root",
+            root,
+            "--node",
+            "cn1",
+        ],
+        &env,
+    )
+    .await;
+    assert_eq!(check.code, Some(1), "{}{}", check.stdout, check.stderr);
+    assert!(
+        check.stdout.contains("Devices [[cleaning]] rules clean: 4"),
+        "{}",
+        check.stdout
+    );
+    for e in &expected {
+        assert!(check.stderr.contains(e.as_str()), "{e}\n{}", check.stderr);
+        let device = e.split(' ').nth(1).unwrap();
+        assert!(
+            check
+                .stdout
+                .contains(&format!("  device {device} (cn1_{device}) cleaning[")),
+            "{}",
+            check.stdout
+        );
+    }
+
+    let agent = ["--config", config, "--sysfs-root", root, "--node", "cn1"];
+    let server = ["--server", "http://127.0.0.1:9"];
+    let once = [&["agent", "--once"][..], &agent, &server].concat();
+    let long = [
+        &["agent", "--metrics-listen", "127.0.0.1:0"][..],
+        &agent,
+        &server,
+    ]
+    .concat();
+    for args in [once, long] {
+        let run = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            common::accel(&args, &env),
+        )
+        .await
+        .expect("the agent stops at start-up");
+        assert_eq!(run.code, Some(1), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("4 [[cleaning]] problem(s), so the agent does not start"),
+            "{}",
+            run.stderr
+        );
+        for e in &expected {
+            assert!(run.stderr.contains(e.as_str()), "{e}\n{}", run.stderr);
+        }
+    }
+}

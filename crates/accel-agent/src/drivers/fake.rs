@@ -105,6 +105,10 @@ impl Driver for Fake {
             .collect()
     }
 
+    fn programming(&self, _tools: &crate::config::ProgramTools) -> super::Programming {
+        super::Programming::InProcess
+    }
+
     fn program(
         &self,
         _host: &Host,

@@ -161,6 +161,10 @@ impl Driver for IntelFpga {
         "intel_fpga"
     }
 
+    fn programming(&self, tools: &crate::config::ProgramTools) -> super::Programming {
+        super::Programming::Tool(tools.fpgaconf())
+    }
+
     /// OPAE's `fpgaconf` loads the green bitstream into the card's PR region; the AFU
     /// id the region's port then shows in sysfs is the function it carries.
     fn program(

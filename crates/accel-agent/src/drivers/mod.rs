@@ -130,6 +130,18 @@ pub enum ProgramError {
     Failed(String),
 }
 
+/// How a driver programs its devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Programming {
+    /// It does not ([`ProgramError::NotSupported`]).
+    NotSupported,
+    /// By running this vendor tool (`fpgaconf`, `xbutil`; a bare name is looked up on
+    /// the PATH).
+    Tool(std::path::PathBuf),
+    /// Within the agent (the `fake` driver).
+    InProcess,
+}
+
 /// A driver that could not tell what devices the host has this time: the agent keeps
 /// the devices it found last (issue 14: a failing driver never reports its devices
 /// removed), marking those in `unhealthy` so.
@@ -189,6 +201,13 @@ pub trait Driver: Send + Sync {
         _bitstream: &Path,
     ) -> Result<Option<String>, ProgramError> {
         Err(ProgramError::NotSupported(self.name()))
+    }
+
+    /// How [`Driver::program`] loads a bitstream, so that a `fpga-default` cleaning
+    /// rule can be checked before a region needs it ([`crate::cleaning::resolve`]).
+    /// Says the truth of `program`: a driver that overrides one overrides both.
+    fn programming(&self, _tools: &crate::config::ProgramTools) -> Programming {
+        Programming::NotSupported
     }
 
     /// The device's health; by default [`pci_health`].

@@ -32,6 +32,10 @@ impl Driver for Xilinx {
         "xilinx"
     }
 
+    fn programming(&self, tools: &crate::config::ProgramTools) -> super::Programming {
+        super::Programming::Tool(tools.xbutil())
+    }
+
     fn program(
         &self,
         host: &Host,

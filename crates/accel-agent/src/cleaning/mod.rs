@@ -21,15 +21,23 @@
 //! command is run without a shell (no quoting surprises) and killed when the timeout
 //! ends. The agent process's id is sent with each fetch: the server hands a new
 //! process the cleanings a dead one held, so an agent restart resumes them.
+//!
+//! A rule that validates can still never work on a given host (a program that is not
+//! installed, `{device}` on a drive passed through to VMs): [`resolve`] checks each
+//! rule against each device it matches, for `accel agent check` and at start-up.
+
+pub mod resolve;
+mod running;
+pub mod startup;
+
+pub use running::Running;
 
 use accel_api::agent::{CleaningAnswer, CleaningRequest};
 use accel_k8s::config::{ConfigurationFile, Selector, SelectorFile};
 use accel_k8s::KubernetesFile;
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
 
 /// The trait of a device that is cleaned on release (the server's rule reads it; the
 /// device plugins hold such a device from its release until the server says clean).
@@ -66,6 +74,17 @@ pub enum Method {
     /// The Glance image the region is programmed with.
     FpgaDefault(String),
     Command(Vec<String>),
+}
+
+impl Method {
+    /// The `method` key's value.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Method::PciReset => "pci-reset",
+            Method::FpgaDefault(_) => "fpga-default",
+            Method::Command(_) => "command",
+        }
+    }
 }
 
 /// A validated rule.
@@ -152,6 +171,16 @@ pub fn rule_for<'a>(rules: &'a [Rule], device: &accel_k8s::Device) -> Option<&'a
     rules.iter().find(|r| r.selector.matches(device))
 }
 
+/// The device node `{device}` stands for: the first node the kernel created for the
+/// function at `address` that is not VFIO's (`/dev/nvme0`, `/dev/dri/renderD128`).
+/// A function bound to `vfio-pci` has none: its host driver is not attached.
+pub fn device_node(sysfs_root: &Path, address: &str) -> Option<String> {
+    crate::kubernetes::device_nodes(sysfs_root, address)
+        .into_iter()
+        .map(|n| n.host_path)
+        .find(|p| !p.starts_with("/dev/vfio"))
+}
+
 /// `args` with `{address}` and `{device}` (the device's first device node) filled in.
 pub fn fill(args: &[String], address: &str, device: Option<&str>) -> Result<Vec<String>, String> {
     args.iter()
@@ -214,61 +243,6 @@ pub fn pci_reset(sysfs_root: &Path, address: &str) -> Result<(), String> {
         .join("reset");
     std::fs::write(&path, "1")
         .map_err(|e| format!("pci-reset: writing 1 to {}: {e}", path.display()))
-}
-
-/// The cleanings this agent process runs in their own tasks (a wipe may take hours;
-/// the report loop must go on), by `(provider, attempt)`.
-#[derive(Default)]
-pub struct Running {
-    keys: HashMap<tokio::task::Id, (String, i64)>,
-    tasks: JoinSet<()>,
-}
-
-impl Running {
-    /// Forgets the tasks that ended (their cleaning was answered, or will be run again
-    /// when the server hands it back); a task that panicked is logged.
-    pub fn reap(&mut self) {
-        while let Some(r) = self.tasks.try_join_next_with_id() {
-            let id = match r {
-                Ok((id, ())) => id,
-                Err(e) => {
-                    tracing::error!("a cleaning task failed: {e}");
-                    e.id()
-                }
-            };
-            self.keys.remove(&id);
-        }
-    }
-
-    pub fn contains(&self, rp_uuid: &str, attempt: i64) -> bool {
-        self.keys
-            .values()
-            .any(|(u, a)| u == rp_uuid && *a == attempt)
-    }
-
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    pub fn spawn(
-        &mut self,
-        rp_uuid: String,
-        attempt: i64,
-        task: impl std::future::Future<Output = ()> + Send + 'static,
-    ) {
-        let h = self.tasks.spawn(task);
-        self.keys.insert(h.id(), (rp_uuid, attempt));
-    }
-
-    /// Waits until every running cleaning has ended (tests, and a clean stop).
-    pub async fn drain(&mut self) {
-        while self.tasks.join_next().await.is_some() {}
-        self.keys.clear();
-    }
 }
 
 /// Runs a `pci-reset` or `command` rule, then its verification, by `deadline`.
@@ -376,10 +350,10 @@ mod tests {
             cleaning: Vec<CleaningFile>,
         }
         let docs = [
-            ("README.md", include_str!("../../../README.md")),
+            ("README.md", include_str!("../../../../README.md")),
             (
                 "docs/cleaning.md",
-                include_str!("../../../docs/cleaning.md"),
+                include_str!("../../../../docs/cleaning.md"),
             ),
         ];
         let mut methods = Vec::new();
@@ -394,11 +368,7 @@ mod tests {
             for b in blocks {
                 let rules: Rules = toml::from_str(b).unwrap_or_else(|e| panic!("{name}: {e}\n{b}"));
                 let valid = validate(rules.cleaning).unwrap_or_else(|e| panic!("{name}: {e}\n{b}"));
-                methods.extend(valid.into_iter().map(|r| match r.method {
-                    Method::PciReset => "pci-reset",
-                    Method::FpgaDefault(_) => "fpga-default",
-                    Method::Command(_) => "command",
-                }));
+                methods.extend(valid.into_iter().map(|r| r.method.name()));
             }
         }
         for m in ["pci-reset", "fpga-default", "command"] {
