@@ -130,6 +130,7 @@ impl KubeletMetrics {
             Err(AllocError::SameDevice(..)) => "same_device",
             Err(AllocError::NotEnoughDevices { .. }) => "not_enough_devices",
             Err(AllocError::Withheld(_)) => "withheld",
+            Err(AllocError::HolderGone(_)) => "holder_gone",
             Err(AllocError::Unconfirmed(_)) => "unconfirmed",
         };
         self.allocations

@@ -9,7 +9,7 @@
 
 use crate::metrics::KubeletMetrics;
 use crate::proto::deviceplugin as pb;
-use crate::slots::{Advertised, AllocError, Grant, ResourceKey, Usage};
+use crate::slots::{Advertised, AllocError, Grant, ResourceKey, Usage, CLEANED_ON_RELEASE};
 use crate::state::Shared;
 use pb::device_plugin_server::DevicePlugin;
 use std::collections::BTreeMap;
@@ -128,6 +128,13 @@ impl Plugin {
         grants: Vec<Vec<Grant>>,
         before: &BTreeMap<String, Usage>,
     ) -> Result<Vec<Vec<Grant>>, AllocError> {
+        if let Some(gone) = self.holders_gone(&grants, before).await {
+            self.undo(&grants, before);
+            self.shared.write(|t| (t.free_slots(&gone), true));
+            // Saved now: the server releases the device and queues its cleaning.
+            let _ = self.shared.confirm().await;
+            return Err(AllocError::HolderGone(gone[0].clone()));
+        }
         let refusal = match self.shared.confirm().await {
             None => return Ok(grants),
             Some(Ok(held)) => match grants
@@ -140,6 +147,19 @@ impl Plugin {
             },
             Some(Err(e)) => AllocError::Unconfirmed(e),
         };
+        self.undo(&grants, before);
+        if matches!(refusal, AllocError::Unconfirmed(_)) {
+            // The refused save named nothing: save again without the grant, so the
+            // server's answer withdraws what it withholds.
+            let _ = self.shared.confirm().await;
+        }
+        Err(refusal)
+    }
+}
+
+impl Plugin {
+    /// Each granted slot back to its usage `before` the Allocate.
+    fn undo(&self, grants: &[Vec<Grant>], before: &BTreeMap<String, Usage>) {
         let undo: BTreeMap<String, Usage> = grants
             .iter()
             .flatten()
@@ -149,12 +169,46 @@ impl Plugin {
             })
             .collect();
         self.shared.write(|t| (t.restore(&undo), true));
-        if matches!(refusal, AllocError::Unconfirmed(_)) {
-            // The refused save named nothing: save again without the grant, so the
-            // server's answer withdraws what it withholds.
-            let _ = self.shared.confirm().await;
+    }
+
+    /// The slots of `grants` that repeat a grant this node held already, on a device
+    /// cleaned on release, and that no pod holds any more. kubelet repeats a grant for
+    /// one pod (an init container's devices re-offered to its app container: that
+    /// pod is listed), but it also hands a new pod an id it freed before the reclaimer
+    /// saw the old pod go; for a device cleaned between tenants the two must not be
+    /// taken for one another. `None` when every repeat is listed (or there is none,
+    /// or no pod-resources socket: plugins run without kubelet). A listing that fails
+    /// counts every repeat as gone: a device is refused rather than handed over
+    /// uncleaned.
+    async fn holders_gone(
+        &self,
+        grants: &[Vec<Grant>],
+        before: &BTreeMap<String, Usage>,
+    ) -> Option<Vec<String>> {
+        let repeats: Vec<&Grant> = grants
+            .iter()
+            .flatten()
+            .filter(|g| before.get(&g.slot).is_some_and(|u| *u != Usage::Free))
+            .filter(|g| g.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE))
+            .collect();
+        if repeats.is_empty() {
+            return None;
         }
-        Err(refusal)
+        let socket = self.shared.pod_resources()?;
+        let listed = crate::podresources::listed(&socket).await;
+        let resource = self.resource_name();
+        let gone: Vec<String> = repeats
+            .iter()
+            .filter(|g| match &listed {
+                Ok(l) => !l.contains_key(&(resource.clone(), g.id.clone())),
+                Err(_) => true,
+            })
+            .map(|g| g.slot.clone())
+            .collect();
+        if let Err(e) = &listed {
+            tracing::warn!(error = %e, "pod-resources unavailable: a repeated grant of a cleaned device is refused");
+        }
+        (!gone.is_empty()).then_some(gone)
     }
 }
 
@@ -168,7 +222,8 @@ fn status(e: AllocError) -> Status {
         | AllocError::Unhealthy(_)
         | AllocError::SameDevice(..)
         | AllocError::NotEnoughDevices { .. }
-        | AllocError::Withheld(_) => Status::resource_exhausted(e.to_string()),
+        | AllocError::Withheld(_)
+        | AllocError::HolderGone(_) => Status::resource_exhausted(e.to_string()),
         AllocError::Unconfirmed(_) => Status::unavailable(e.to_string()),
     }
 }

@@ -105,6 +105,7 @@ pub async fn run_with(
     // before kubelet hears of it; the saves stay in this one loop, in order.
     let (saver, mut grants) = tokio::sync::mpsc::channel(16);
     shared.set_saver(saver);
+    shared.set_pod_resources(options.pod_resources_socket.clone());
     let refresh = |found: Vec<crate::Device>| {
         let changed = shared.write(|t| {
             let changed = t.set_devices(&found);

@@ -144,6 +144,10 @@ pub enum AllocError {
     /// cleaning, is reserved in full, or a virtual machine holds it (issue 41).
     #[error("device {0} is being cleaned, reserved, or held by a virtual machine (the server withheld it)")]
     Withheld(String),
+    /// A repeated grant of a slot whose pod kubelet no longer lists, on a device
+    /// cleaned on release: the old holder is gone, so the device is cleaned first.
+    #[error("slot {0} was held for a pod that kubelet no longer lists; its device is cleaned before it is given again")]
+    HolderGone(String),
     /// The grant's save did not reach the server or was refused as a whole.
     #[error("the server did not confirm the grant: {0}")]
     Unconfirmed(String),
@@ -615,6 +619,34 @@ impl SlotTable {
             }
         }
         changed |= self.drop_gone();
+        changed
+    }
+
+    /// Frees `slots` (`<instance>-<index>`) whose holder is gone, as [`reclaim`]
+    /// does after the grace: a device cleaned on release is then held until the
+    /// server's answer says it is clean. Returns whether anything changed.
+    ///
+    /// [`reclaim`]: SlotTable::reclaim
+    pub fn free_slots(&mut self, slots: &[String]) -> bool {
+        let mut changed = false;
+        for inst_name_and in self.pools.iter_mut().flat_map(|p| p.instances.iter_mut()) {
+            let (name, inst) = inst_name_and;
+            let mut freed = false;
+            for (i, s) in inst.slots.iter_mut().enumerate() {
+                if s.usage != Usage::Free && slots.contains(&format!("{name}-{i}")) {
+                    s.usage = Usage::Free;
+                    s.seen = None;
+                    freed = true;
+                }
+            }
+            if freed
+                && inst.free() == inst.slots.len()
+                && inst.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE)
+            {
+                inst.vm_held = true;
+            }
+            changed |= freed;
+        }
         changed
     }
 

@@ -8,6 +8,7 @@
 
 use crate::slots::SlotTable;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -26,6 +27,8 @@ pub struct Shared {
     version: watch::Sender<u64>,
     /// The run loop's save queue, once it runs with a usage record.
     saver: Mutex<Option<mpsc::Sender<oneshot::Sender<Saved>>>>,
+    /// kubelet's pod-resources socket, once the run loop knows it.
+    pod_resources: Mutex<Option<PathBuf>>,
 }
 
 impl Shared {
@@ -34,6 +37,7 @@ impl Shared {
             table: Mutex::new(table),
             version: watch::channel(0).0,
             saver: Mutex::new(None),
+            pod_resources: Mutex::new(None),
         })
     }
 
@@ -64,6 +68,19 @@ impl Shared {
     /// and answers): from then on every grant is saved before kubelet hears of it.
     pub fn set_saver(&self, saver: mpsc::Sender<oneshot::Sender<Saved>>) {
         *self.saver.lock().unwrap_or_else(|p| p.into_inner()) = Some(saver);
+    }
+
+    /// Where [`Shared::pod_resources`] asks kubelet which pods hold which devices.
+    pub fn set_pod_resources(&self, socket: PathBuf) {
+        *self.pod_resources.lock().unwrap_or_else(|p| p.into_inner()) = Some(socket);
+    }
+
+    /// kubelet's pod-resources socket, when the run loop set one.
+    pub fn pod_resources(&self) -> Option<PathBuf> {
+        self.pod_resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Saves the table now through the run loop and answers what the server withholds;

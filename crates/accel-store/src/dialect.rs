@@ -31,6 +31,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use sqlx::any::{AnyArguments, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Describe, Either, Execute, Executor};
+use std::collections::BTreeSet;
 
 /// Which database engine a [`crate::Store`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,15 +84,57 @@ pub struct Counters {
 
 /// An open transaction on one of the store's connections. Store functions take
 /// `&mut Tx` and run their queries on `&mut *tx`.
+///
+/// A write transaction also carries what its commit must act on ([`Written`]): the
+/// store functions that change providers or let go of them note it here, on the
+/// transaction itself, so the note cannot outlive or escape the transaction it
+/// belongs to.
 #[derive(Debug)]
 pub struct Tx {
     conn: PoolConnection<Any>,
     backend: Backend,
+    /// `None` on a read transaction.
+    written: Option<Written>,
+}
+
+/// What a write transaction noted for its commit (`Store::transaction`).
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    /// Ids for the Placement change log (`placement::changes`): providers, and the
+    /// `NAMES` / `PROJECTS - id` markers.
+    pub(crate) touched: BTreeSet<i64>,
+    /// Providers some consumer let go of: candidates for a cleaning, decided before
+    /// the commit (`accelerator::cleaning::after_release`).
+    pub(crate) released: BTreeSet<i64>,
+    /// Whether a cleaning was queued: the agents' long polls are woken after commit.
+    pub(crate) cleanings_queued: bool,
 }
 
 impl Tx {
+    /// A read transaction (or a single read statement).
     pub(crate) fn new(conn: PoolConnection<Any>, backend: Backend) -> Self {
-        Tx { conn, backend }
+        Tx {
+            conn,
+            backend,
+            written: None,
+        }
+    }
+
+    /// A write transaction: its changes are noted for its commit.
+    pub(crate) fn writing(conn: PoolConnection<Any>, backend: Backend) -> Self {
+        Tx {
+            conn,
+            backend,
+            written: Some(Written::default()),
+        }
+    }
+
+    /// What this write transaction noted; an error on a read transaction (`what` says
+    /// what was attempted).
+    pub(crate) fn written(&mut self, what: &str) -> Result<&mut Written, crate::StoreError> {
+        self.written.as_mut().ok_or_else(|| {
+            crate::StoreError::Config(format!("{what} was made outside Store::write"))
+        })
     }
 
     /// The database engine this transaction runs on, for the few statements whose

@@ -417,35 +417,34 @@ impl Store {
         V: Send,
         F: for<'c> FnOnce(&'c mut Tx) -> BoxFut<'c, V> + Send,
     {
-        let mut tx = Tx::new(self.acquire(&self.pool).await?, self.backend);
+        let mut tx = Tx::writing(self.acquire(&self.pool).await?, self.backend);
         let begin = match self.backend {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres | Backend::MySql => "BEGIN",
         };
         control(tx.raw(), self.backend, begin).await?;
-        let (result, touched) = placement::changes::collecting(async {
-            let result = f(&mut tx).await;
-            match result {
-                // A device whose last consumer let go is reserved for its cleaning in
-                // the transaction that released it: no window in which it is offered.
-                Ok(v) if commits(&v) => {
-                    let released = placement::changes::take_released();
-                    accelerator::cleaning::after_release(&mut tx, &released)
-                        .await
-                        .map(|marked| (v, !marked.is_empty()))
-                }
-                Ok(v) => Ok((v, false)),
-                Err(e) => Err(e),
+        let result = match f(&mut tx).await {
+            // A device whose last consumer let go is reserved for its cleaning in
+            // the transaction that released it: no window in which it is offered.
+            Ok(v) if commits(&v) => {
+                let released = placement::changes::take_released(&mut tx);
+                accelerator::cleaning::after_release(&mut tx, &released)
+                    .await
+                    .map(|_| v)
             }
-        })
-        .await;
+            other => other,
+        };
         let result = match result {
             // Placement changes are logged inside the transaction they belong to.
-            Ok((v, queued)) if commits(&v) => {
-                match placement::changes::flush(&mut tx, &touched).await {
+            Ok(v) if commits(&v) => {
+                let written = tx
+                    .written("a commit")
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                match placement::changes::flush(&mut tx, &written.touched).await {
                     Ok(()) => {
                         control(tx.raw(), self.backend, "COMMIT").await?;
-                        if queued {
+                        if written.cleanings_queued {
                             self.cleanings_queued();
                         }
                         return Ok(v);
@@ -453,7 +452,7 @@ impl Store {
                     Err(e) => Err(e),
                 }
             }
-            other => other.map(|(v, _)| v),
+            other => other,
         };
         // The connection is unusable if rollback fails; closing it is the safe answer
         // and the pool replaces it.

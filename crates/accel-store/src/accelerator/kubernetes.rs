@@ -440,7 +440,7 @@ pub async fn save(
 
     // A device a pod let go of is reserved for its cleaning now (not only at commit),
     // so this answer already tells the agent not to offer it.
-    let released = crate::placement::changes::take_released();
+    let released = crate::placement::changes::take_released(tx);
     if !super::cleaning::after_release(tx, &released)
         .await?
         .is_empty()

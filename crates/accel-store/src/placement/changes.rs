@@ -6,8 +6,8 @@
 //! which providers they touched:
 //!
 //! - during the transaction, store functions call [`touch`] / [`touch_names`], which
-//!   only note the ids in memory (a task-local set scoped to the `Store::write` call:
-//!   no statement, no shared lock);
+//!   only note the ids in memory (on the write transaction itself, `Tx`: no
+//!   statement, no shared lock);
 //! - just before `COMMIT`, [`flush`] writes them to `placement_changes` under one new
 //!   `(shard, seq)`: it increments the sequence of one of [`SHARDS`] rows of
 //!   `placement_change_shards`, chosen by the smallest touched provider id. That is two
@@ -31,9 +31,7 @@
 
 use crate::{Store, StoreError, Tx};
 use sqlx::Row;
-use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::future::Future;
 
 /// Number of sequence rows writers spread over.
 pub const SHARDS: usize = 16;
@@ -51,57 +49,30 @@ const KEEP_PER_SHARD: i64 = 4096;
 /// A shard is pruned on every this many sequence numbers (likewise).
 const PRUNE_EVERY: i64 = 512;
 
-tokio::task_local! {
-    /// The ids touched by the write transaction running in this task.
-    static TOUCHED: RefCell<BTreeSet<i64>>;
-    /// The providers some consumer let go of in this transaction (an allocation
-    /// deleted, an ARQ unbound or deleted): candidates for a cleaning
-    /// (the cleaning module's `after_release`, run before the commit).
-    static RELEASED: RefCell<BTreeSet<i64>>;
-}
-
-/// Runs `fut` (a write transaction's body) with empty touch and release sets, and
-/// returns its output with the ids it touched. `fut` reads the released ids itself
-/// ([`take_released`]) before it ends.
-pub(crate) async fn collecting<T>(fut: impl Future<Output = T>) -> (T, BTreeSet<i64>) {
-    RELEASED
-        .scope(
-            RefCell::new(BTreeSet::new()),
-            TOUCHED.scope(RefCell::new(BTreeSet::new()), async move {
-                let out = fut.await;
-                let ids = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
-                (out, ids)
-            }),
-        )
-        .await
-}
-
 /// Records that a consumer let go of the providers `ids` (called where allocations
 /// are deleted and ARQs unbound): whether that was their last consumer is decided
 /// at the end of the transaction, when every write of it is in.
-pub fn released(ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
-    RELEASED
-        .try_with(|t| t.borrow_mut().extend(ids))
-        .map_err(|_| StoreError::Config("a release was made outside Store::write".into()))
+pub fn released(tx: &mut Tx, ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
+    tx.written("a release")?.released.extend(ids);
+    Ok(())
 }
 
 /// The providers released so far in this transaction, emptying the set.
-pub(crate) fn take_released() -> BTreeSet<i64> {
-    RELEASED
-        .try_with(|t| std::mem::take(&mut *t.borrow_mut()))
+pub(crate) fn take_released(tx: &mut Tx) -> BTreeSet<i64> {
+    tx.written("a release")
+        .map(|w| std::mem::take(&mut w.released))
         .unwrap_or_default()
 }
 
-fn note(ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
-    TOUCHED
-        .try_with(|t| t.borrow_mut().extend(ids))
-        .map_err(|_| StoreError::Config("a placement change was made outside Store::write".into()))
+fn note(tx: &mut Tx, ids: impl IntoIterator<Item = i64>) -> Result<(), StoreError> {
+    tx.written("a placement change")?.touched.extend(ids);
+    Ok(())
 }
 
 /// Records that the providers `ids` changed (their existence, tree, inventories,
 /// usage, traits or aggregates). `tx` is taken to keep the call inside a transaction.
-pub async fn touch(_tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
-    note(ids.iter().copied())
+pub async fn touch(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
+    note(tx, ids.iter().copied())
 }
 
 /// Records that every provider holding allocations of `consumer` changed (called
@@ -113,12 +84,12 @@ pub async fn touch_consumer_providers(tx: &mut Tx, consumer: &str) -> Result<(),
     .bind(consumer)
     .fetch_all(&mut *tx)
     .await?;
-    note(ids)
+    note(tx, ids)
 }
 
 /// Records that the usage totals of the consumer projects `ids` changed.
-pub async fn touch_projects(_tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
-    note(ids.iter().map(|id| PROJECTS - id))
+pub async fn touch_projects(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
+    note(tx, ids.iter().map(|id| PROJECTS - id))
 }
 
 /// Records that resource class or trait names changed.

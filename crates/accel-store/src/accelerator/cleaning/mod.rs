@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   any write transaction ── deletes an allocation / unbinds or deletes an ARQ
-//!        │  changes::released(provider ids)
+//!        │  changes::released(tx, provider ids)
 //!        ▼  before COMMIT (Store::transaction): after_release
 //!   provider with TRAIT, no allocation, no ARQ left ──▶ state cleaning,
 //!        inventories reserved = total, generation + 1, touched (candidate index)
@@ -128,7 +128,7 @@ pub(super) async fn note_arqs_released(tx: &mut Tx, ids: &[i64]) -> Result<(), S
         q = q.bind(*id);
     }
     let rps = q.fetch_all(&mut *tx).await?;
-    changes::released(rps)
+    changes::released(tx, rps)
 }
 
 /// Run before every commit with the providers the transaction released: each that
@@ -182,6 +182,9 @@ pub(crate) async fn after_release(
         )
         .await?;
         marked.push(uuid);
+    }
+    if !marked.is_empty() {
+        tx.written("a cleaning")?.cleanings_queued = true;
     }
     Ok(marked)
 }

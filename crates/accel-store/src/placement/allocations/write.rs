@@ -417,7 +417,7 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
                 }
             }
             crate::placement::changes::touch(tx, &providers).await?;
-            crate::placement::changes::released(providers)?;
+            crate::placement::changes::released(tx, providers)?;
             sqlx::query("DELETE FROM allocations WHERE consumer_id = $1")
                 .bind(uuid)
                 .execute(&mut *tx)
@@ -605,6 +605,7 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
         .collect::<Result<Vec<i64>, _>>()?;
     crate::placement::changes::touch_consumer_providers(tx, consumer_uuid).await?;
     crate::placement::changes::released(
+        tx,
         rows.iter()
             .map(|r| r.try_get::<i64, _>(2))
             .collect::<Result<Vec<i64>, _>>()?,
