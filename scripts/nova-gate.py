@@ -778,10 +778,76 @@ def fpga_programs():
     check(want in traits, f"region traits {traits} lack {want}")
 
 
+def cleaning_state(rp):
+    rows = get(accel, "/device_cleanings")["device_cleanings"]
+    states = [c["state"] for c in rows if c["rp_uuid"] == rp]
+    check(len(states) == 1, f"device cleanings of {rp}: {rows}")
+    return states[0]
+
+
+@step("a server booted onto a device that is being cleaned ends in ERROR, never ACTIVE on it (even with its reservation lowered by hand); unforced it lands on the other host; once clean the device serves again")
+def boot_while_cleaning():
+    verify()
+    if "gate-qat" not in FLAVORS:
+        ok(accel.post("/device_profiles", json=[{"name": "gate-qat", "groups": [
+            {"resources:CUSTOM_ACCELERATOR_QAT": "1"}]}], raise_exc=False), "create profile gate-qat")
+        flavor("gate-qat", "gate-qat")
+    rp = device_rp("compute-a", "CUSTOM_ACCELERATOR_QAT")
+    check(cleaning_state(rp) == "clean", f"compute-a's QAT starts {cleaning_state(rp)}")
+    hold = os.path.join(DIR, "hold-cleaning")
+    open(hold, "w").close()   # the cleaner waits while this file exists
+    try:
+        first = boot("gate-qat-tenant", "gate-qat", host="compute-a")
+        EXPECT[first] = 1
+        wait_server(first, "ACTIVE")
+        verify(first, True, "compute-a")
+        ok(compute.delete(f"/servers/{first}", raise_exc=False), "delete the first tenant")
+        wait_gone(first)
+        verify(first, False)
+        del EXPECT[first]
+        wait("the released QAT being cleaned", lambda: cleaning_state(rp) == "cleaning", 30)
+
+        def refused(name):
+            sid = boot(name, "gate-qat", host="compute-a")
+            EXPECT[sid] = 1
+            wait_server(sid, "ERROR", task_none=False)
+            check(not records(sid), f"{name}: the driver was asked to spawn it")
+            check(not [a for a in arqs(sid) if a["state"] == "Bound"], f"{name}: ARQs Bound {arqs(sid)}")
+            delete_errored(sid)
+
+        # Placement's reservation keeps the scheduler off it.
+        refused("gate-qat-while-cleaning")
+        # The reservation lowered by hand: the scheduler is offered the device, and its
+        # claim is refused by the cleaning itself (issue 41's one rule).
+        invs = get(placement, f"/resource_providers/{rp}/inventories")
+        inv = dict(invs["inventories"]["CUSTOM_ACCELERATOR_QAT"], reserved=0)
+        ok(placement.put(f"/resource_providers/{rp}/inventories/CUSTOM_ACCELERATOR_QAT",
+                         json={**inv, "resource_provider_generation": invs["resource_provider_generation"]},
+                         raise_exc=False), "lower the reservation")
+        refused("gate-qat-reservation-lowered")
+        check(cleaning_state(rp) == "cleaning", "the cleaning ended while the cleaner was held")
+        # Not forced onto compute-a: the other host's QAT serves.
+        other = boot("gate-qat-other", "gate-qat")
+        EXPECT[other] = 1
+        s = wait_server(other, "ACTIVE")
+        check(host_of(s) == "compute-b", f"unforced server on {host_of(s)}")
+        verify(other, True, "compute-b")
+    finally:
+        os.remove(hold)
+    wait("the QAT clean again", lambda: cleaning_state(rp) == "clean", 60)
+    with open(os.path.join(DIR, "cleaned.log")) as f:
+        cleaned = f.read().split()
+    check(cleaned.count("start") == cleaned.count("end") >= 1, f"cleaner log: {cleaned}")
+    after = boot("gate-qat-after", "gate-qat", host="compute-a")
+    EXPECT[after] = 1
+    wait_server(after, "ACTIVE")
+    verify(after, True, "compute-a")
+
+
 ALL = [boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
        unlock, rebuild, refused, shelve, shelve_offload, unshelve_other, unshelve_back,
        evacuate, evacuate_source_back, start_evacuated, bind_refused, reschedule, fpga_fails,
-       fpga_programs, second_bind, delete_all]
+       fpga_programs, second_bind, boot_while_cleaning, delete_all]
 
 
 def main():

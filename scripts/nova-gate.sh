@@ -367,8 +367,27 @@ interface_id = "6e4c8e2e-4c4a-4b0e-9a8a-1b2c3d4e5f60"
 [[fake.devices]]
 type = "AICHIP"
 count = 1
+
+# One QAT device cleaned on release (issue 41): the cleaner waits while the gate holds
+# the file hold-cleaning in the gate's directory.
+[[fake.devices]]
+type = "QAT"
+count = 1
+
+[[cleaning]]
+method = "command"
+command = ["sh", "$DIR/cleaner.sh", "{address}"]
+timeout_seconds = 120
+[cleaning.selector]
+device_type = "QAT"
 EOF
 }
+cat > "$DIR/cleaner.sh" <<'EOF'
+d=$(dirname "$0")
+echo start >> "$d/cleaned.log"
+while [ -f "$d/hold-cleaning" ]; do sleep 0.1; done
+echo end >> "$d/cleaned.log"
+EOF
 agent_conf compute-a $((PORT + 6)) > "$DIR/agent-a.toml"
 agent_conf compute-b $((PORT + 7)) > "$DIR/agent-b.toml"
 ACCEL_LOG=info bg agent-a "$ACCEL" agent --config "$DIR/agent-a.toml"

@@ -356,6 +356,43 @@ async fn provider_list_show_tree_and_usage() {
     }
 }
 
+/// Gives the device provider `rp` the trait an agent's `[[cleaning]]` rule gives it
+/// (the server's built-in fake devices have no agent).
+async fn give_cleaning_rule(placement: &str, rp: &str) {
+    let client = reqwest::Client::new();
+    let req = |m: reqwest::Method, path: String| {
+        client
+            .request(m, format!("{placement}{path}"))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", "placement 1.39")
+    };
+    let t = "CUSTOM_ACCEL_CLEANED_ON_RELEASE";
+    let made = req(reqwest::Method::PUT, format!("/traits/{t}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(made.status().is_success(), "{}", made.status());
+    let path = format!("/resource_providers/{rp}/traits");
+    let traits: Value = req(reqwest::Method::GET, path.clone())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut names = traits["traits"].as_array().unwrap().clone();
+    names.push(Value::from(t));
+    let put = req(reqwest::Method::PUT, path)
+        .json(&serde_json::json!({
+            "traits": names,
+            "resource_provider_generation": traits["resource_provider_generation"],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+}
+
 #[tokio::test]
 async fn device_list_clean_release() {
     for backend in BACKENDS {
@@ -375,7 +412,77 @@ async fn device_list_clean_release() {
             table.stdout
         );
 
+        // No [[cleaning]] rule matches the device: nothing would clean it, so asking
+        // for a cleaning is refused and changes nothing (issue 41).
+        let no_rule = s.accel(&["device", "clean", &rp]).await;
+        assert!(
+            !no_rule.ok()
+                && no_rule.stderr.contains("HTTP 409")
+                && no_rule.stderr.contains("has no cleaning rule"),
+            "{}",
+            no_rule.stderr
+        );
+        let list = s.accel(&["device", "list", "-f", "json"]).await.json();
+        assert_eq!(state(&list), "clean");
+
+        give_cleaning_rule(&s.placement, &rp).await;
+        let placement = |method: reqwest::Method, path: String, body: Option<Value>| {
+            let mut r = reqwest::Client::new()
+                .request(method, format!("{}{path}", s.placement))
+                .header("x-auth-token", "admin")
+                .header("openstack-api-version", "placement 1.39");
+            if let Some(b) = body {
+                r = r.json(&b);
+            }
+            async move { r.send().await.unwrap().status().as_u16() }
+        };
+
+        // A device in use is neither cleaned nor released under its tenant.
+        let held = placement(
+            reqwest::Method::PUT,
+            format!("/allocations/{INSTANCE}"),
+            Some(serde_json::json!({
+                "allocations": {&rp: {"resources": {"FPGA": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(held, 204);
+        for action in ["clean", "release"] {
+            let refused = s.accel(&["device", action, &rp]).await;
+            assert!(
+                !refused.ok()
+                    && refused.stderr.contains("HTTP 409")
+                    && refused.stderr.contains("is in use"),
+                "{action}: {}",
+                refused.stderr
+            );
+        }
+        let list = s.accel(&["device", "list", "-f", "json"]).await.json();
+        assert_eq!(state(&list), "clean");
+        assert_eq!(
+            placement(
+                reqwest::Method::DELETE,
+                format!("/allocations/{INSTANCE}"),
+                None
+            )
+            .await,
+            204
+        );
+        // Its tenant gone, the release started a cleaning; the operator releases it
+        // after a manual check, then asks for a cleaning again.
+        let list = s.accel(&["device", "list", "-f", "json"]).await.json();
+        assert_eq!(state(&list), "cleaning", "{list}");
+        let released = s
+            .accel(&["device", "release", &rp, "-f", "json"])
+            .await
+            .json();
+        assert_eq!(state(&released), "clean", "{released}");
+
         // An operator asks for a cleaning (nothing holds the device), then releases it.
+        // (The release re-applied the agent's report, which carries no rule here.)
+        give_cleaning_rule(&s.placement, &rp).await;
         let cleaning = s
             .accel(&["device", "clean", &rp, "-f", "json"])
             .await

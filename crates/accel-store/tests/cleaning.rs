@@ -377,3 +377,71 @@ async fn release_and_claim_race_never_lands_a_claim_on_an_uncleaned_device() {
     })
     .await;
 }
+
+/// Issue 41: the operator's actions refuse what could hurt, and a claim is refused on
+/// a device being cleaned even when an inventory write lowered its reservation.
+#[tokio::test]
+async fn operator_refusals_and_a_claim_on_a_cleaning_device_with_its_reservation_lowered() {
+    each_backend(|store| async move {
+        report(&store, device(true, true)).await;
+        allocate(&store, "vm1", 4).await.unwrap();
+        let u = rp_uuid();
+        let held = store.cleanings().release(&u).await;
+        assert!(
+            matches!(
+                held,
+                Err(StoreError::Refused(accel_store::Refused::Accelerator(
+                    Refused::ReleasingInUse { .. }
+                )))
+            ),
+            "a held device is not released under its tenant: {held:?}"
+        );
+        assert_eq!(seen(&store).await.1.state, CleaningState::Clean);
+
+        allocate(&store, "vm1", 0).await.unwrap();
+        assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
+        // Someone lowers the reservation behind the cleaning's back.
+        let lowered = rp_uuid();
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    let rp = providers::require(tx, &lowered).await?;
+                    let mut inv = inventories::list(tx, rp.id).await?;
+                    inv[0].limits.reserved = 0;
+                    inventories::replace(tx, &rp, &inv).await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen(&store).await.0 .1, 0);
+        let refused = allocate(&store, "vm2", 1).await;
+        assert!(
+            matches!(refused, Err(Refusal::InvalidInventory(_))),
+            "a device being cleaned is claimed by no one: {refused:?}"
+        );
+        assert_eq!(seen(&store).await.1.state, CleaningState::Cleaning);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cleaning_a_device_no_rule_matches_is_refused_and_changes_nothing() {
+    each_backend(|store| async move {
+        report(&store, device(false, true)).await;
+        let refused = store.cleanings().retry(&rp_uuid()).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Refused(accel_store::Refused::Accelerator(
+                    Refused::NoCleaningRule { .. }
+                )))
+            ),
+            "{refused:?}"
+        );
+        let ((total, reserved), c) = seen(&store).await;
+        assert_eq!((c.state, reserved), (CleaningState::Clean, 0));
+        assert!(total > 0);
+        allocate(&store, "vm1", 1).await.unwrap();
+    })
+    .await;
+}
