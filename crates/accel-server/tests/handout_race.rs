@@ -114,7 +114,7 @@ enum Path4 {
     Bind,
     Placement,
     Dra(accel_agent::client::Client),
-    Plugin(FakeKubelet, accel_k8s::testing::Registered, String),
+    Plugin(Box<(FakeKubelet, accel_k8s::testing::Registered, String)>),
 }
 
 impl Path4 {
@@ -123,7 +123,7 @@ impl Path4 {
             Path4::Bind => "bind naming the provider",
             Path4::Placement => "Placement claim",
             Path4::Dra(_) => "DRA prepare",
-            Path4::Plugin(..) => "device-plugin Allocate",
+            Path4::Plugin(_) => "device-plugin Allocate",
         }
     }
 
@@ -171,11 +171,11 @@ impl Path4 {
                     Err(e) => panic!("prepare: {e}"),
                 }
             }
-            Path4::Plugin(kubelet, plugin, id) => match plugin.allocate(&[id.as_str()]).await {
+            Path4::Plugin(p) => match p.1.allocate(&[p.2.as_str()]).await {
                 Ok(_) => {
                     // Kubelet lists the pod's container: the slot stays held.
-                    kubelet.set_pods(vec![(resource_of(id), vec![id.clone()])]);
-                    Some(id.clone())
+                    p.0.set_pods(vec![(resource_of(&p.2), vec![p.2.clone()])]);
+                    Some(p.2.clone())
                 }
                 Err(_) => None,
             },
@@ -198,7 +198,7 @@ impl Path4 {
             Path4::Dra(client) => client.unprepare_claim(NODE, handle).await.unwrap(),
             // The pod ends: after the grace the slot is freed and its save releases
             // the device.
-            Path4::Plugin(kubelet, ..) => kubelet.set_pods(vec![]),
+            Path4::Plugin(p) => p.0.set_pods(vec![]),
         }
     }
 }
@@ -243,7 +243,7 @@ async fn race(srv: &Server, dir: &Path, path: &Path4, rounds: usize, first: usiz
             );
             // kubelet asks again at once too; a device plugin's refusal is local and
             // takes microseconds, so that path waits a millisecond between asks.
-            if matches!(path, Path4::Plugin(..)) {
+            if matches!(path, Path4::Plugin(_)) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             } else {
                 tokio::task::yield_now().await;
@@ -365,7 +365,7 @@ async fn no_hand_out_overlaps_a_cleaning_and_every_release_cleans() {
         race(
             &srv,
             dir.path(),
-            &Path4::Plugin(kubelet, plugin, id),
+            &Path4::Plugin(Box::new((kubelet, plugin, id))),
             rounds,
             3_000_000,
         )
