@@ -236,23 +236,12 @@ pub(crate) async fn act(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     } else {
         st.app.store.cleanings().release(uuid).await
     };
-    let rows = match result {
-        Ok(rows) => rows,
-        Err(e) => {
-            // A refused action is an operator's too: logged with who asked and why.
-            let e = AccelError::from(e);
-            tracing::warn!(
-                target: "accel::audit",
-                action,
-                uuid = %uuid,
-                user = req.creds.user_id().unwrap_or_default(),
-                project = req.creds.project_id().unwrap_or_default(),
-                status = e.status.as_u16(),
-                reason = %e.message,
-                "device cleaning action refused"
-            );
-            return Err(e);
-        }
+    // Refused or not, the action is an operator's: logged with who asked, and why a
+    // refusal was given.
+    let result = result.map_err(AccelError::from);
+    let (outcome, detail) = match &result {
+        Ok(rows) => ("done", format!("{} provider(s)", rows.len())),
+        Err(e) => ("refused", format!("{} {}", e.status.as_u16(), e.message)),
     };
     tracing::warn!(
         target: "accel::audit",
@@ -260,9 +249,11 @@ pub(crate) async fn act(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         uuid = %uuid,
         user = req.creds.user_id().unwrap_or_default(),
         project = req.creds.project_id().unwrap_or_default(),
-        providers = rows.len(),
-        "device cleaning changed by an operator"
+        outcome,
+        detail = %detail,
+        "device cleaning action by an operator"
     );
+    let rows = result?;
     Ok(json_reply(
         StatusCode::OK,
         &DeviceCleanings {
