@@ -72,7 +72,7 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
             ..Settings::new(&server.accel, "cn1", &fs.root)
         };
         let (metrics, p) = probes();
-        let mut agent = Agent::new(settings.clone()).unwrap().observe(p.clone());
+        let agent = Agent::new(settings.clone()).unwrap().observe(p.clone());
         assert_eq!(agent.step().await.unwrap().added, 8);
 
         break_bus(&fs, true);
@@ -95,7 +95,7 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
 
         // A restarted agent has no earlier picture: it sends nothing.
         let (metrics2, p2) = probes();
-        let mut fresh = Agent::new(settings.clone()).unwrap().observe(p2.clone());
+        let fresh = Agent::new(settings.clone()).unwrap().observe(p2.clone());
         match fresh.step().await {
             Err(AgentError::DriversFailed(d)) => assert_eq!(d, "nvidia"),
             other => panic!("{other:?}"),
@@ -180,7 +180,7 @@ async fn a_panicking_or_failing_driver_keeps_its_devices_marking_those_it_knows_
         inner: Fake::default(),
         mode: mode.clone(),
     };
-    let mut agent = Agent::with_drivers(settings, vec![Box::new(flaky)]).unwrap();
+    let agent = Agent::with_drivers(settings, vec![Box::new(flaky)]).unwrap();
     assert_eq!(agent.step().await.unwrap().added, 2);
 
     mode.store(1, Ordering::SeqCst);
