@@ -25,8 +25,8 @@ use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
 use crate::nova::NovaPci;
 use crate::observe::{Beat, Health as Probes, Held};
-use crate::programming::Handover;
 use crate::sysfs::Sysfs;
+use accel_api::agent::CleaningRequest;
 pub use accel_supervisor::Backoff;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,6 +97,16 @@ const NO_COMPUTE_NODE: &str = "No compute node resource provider";
 /// Whether a report was refused because the server has no provider for the node.
 fn refused_for_no_compute_node<T>(sent: &Result<T, ClientError>) -> bool {
     matches!(sent, Err(ClientError::Status { status: 400, message, .. }) if message.contains(NO_COMPUTE_NODE))
+}
+
+/// An `fpga-default` cleaning, handed by the cleaning worker to the programming worker.
+#[derive(Debug)]
+pub struct Handover {
+    pub(crate) node: String,
+    pub(crate) job: CleaningRequest,
+    pub(crate) rule: cleaning::Rule,
+    pub(crate) device_node: Option<String>,
+    pub(crate) started: Instant,
 }
 
 pub struct Agent {
@@ -418,12 +428,5 @@ impl Agent {
     /// The next handed-over cleaning, if one waits.
     pub(crate) fn next_handover(&self) -> Option<Handover> {
         self.handover.1.try_lock().ok()?.try_recv().ok()
-    }
-
-    /// Reports every interval, carries out programming requests and cleanings, until
-    /// `shutdown` resolves: the node's workers over this agent alone (no metrics port,
-    /// no kubelet plugins; see [`crate::node`]).
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
-        crate::node::run_agent(Arc::new(self), shutdown).await
     }
 }

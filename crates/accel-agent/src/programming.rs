@@ -1,6 +1,6 @@
 //! The programming worker's side of [`Agent`]: the server's programming requests
 //! ([`Agent::program_step`]) and the `fpga-default` cleanings the cleaning worker
-//! hands over ([`Handover`]), each fetched from Glance, checked and programmed by the
+//! hands over ([`crate::agent::Handover`]), each fetched from Glance, checked and programmed by the
 //! device's driver (see [`crate::program`]).
 //!
 //! ```text
@@ -14,30 +14,19 @@
 //! next release goes on, and the worker's liveness is held for the rule's timeout (see
 //! [`crate::observe::Beat::hold`]) rather than read as stuck.
 
-use crate::agent::{Agent, AgentError};
+use crate::agent::{Agent, AgentError, Handover};
 use crate::cleaning;
 use crate::client::Auth;
 use crate::drivers;
 use crate::pci::PciBus;
 use crate::program::{self, Glance, ProgramJob};
 use crate::sysfs::Sysfs;
-use accel_api::agent::CleaningRequest;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one programming request may hold the programming worker before its
 /// liveness fails: a download and a vendor tool's run, bounded by the client's
 /// timeouts and the tool's own.
 pub const PROGRAM_BOUND: Duration = Duration::from_secs(15 * 60);
-
-/// An `fpga-default` cleaning, handed by the cleaning worker to the programming worker.
-#[derive(Debug)]
-pub struct Handover {
-    pub(crate) node: String,
-    pub(crate) job: CleaningRequest,
-    pub(crate) rule: cleaning::Rule,
-    pub(crate) device_node: Option<String>,
-    pub(crate) started: Instant,
-}
 
 impl Agent {
     /// Carries out the `fpga-default` cleanings handed over so far, then the server's

@@ -2,11 +2,10 @@
 //! holds for this process ([`Agent::clean_step`], a long poll in the worker), and the
 //! start of each new one: `pci-reset` and `command` rules in their own task (a wipe
 //! may take hours), `fpga-default` handed to the programming worker
-//! ([`crate::programming::Handover`]). Nothing here waits for a cleaning to end.
+//! ([`Handover`]). Nothing here waits for a cleaning to end.
 
 use super::{answer, device_node, rule_for, run_rule, Method};
-use crate::agent::{Agent, AgentError};
-use crate::programming::Handover;
+use crate::agent::{Agent, AgentError, Handover};
 use accel_api::agent::CleaningRequest;
 use std::time::Instant;
 

@@ -29,8 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-pub use workers::run_agent;
-
 /// Where kubelet and the container runtime are (`accel agent`'s flags).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Kubelet {
@@ -282,7 +280,10 @@ impl Node {
             .as_ref()
             .map_or_else(|| "all".into(), |d| d.join(","));
         let listen = self.listener.as_ref().and_then(|l| l.local_addr().ok());
-        tracing::info!(version = env!("CARGO_PKG_VERSION"), commit = self.commit, node = %s.node, server = %s.server, metrics_listen = ?listen, drivers = %drivers, kubernetes = self.kubernetes().is_some(), "accel agent starting");
+        let listen = listen
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "none".into());
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), commit = self.commit, node = %s.node, server = %s.server, metrics_listen = %listen, drivers = %drivers, kubernetes = self.kubernetes().is_some(), "accel agent starting");
         let port = self
             .listener
             .take()

@@ -7,9 +7,8 @@
 //!
 //! A failed step is logged and retried at the next tick: it never stops a worker.
 
-use crate::agent::{Agent, CLEANING_WAIT_SECONDS};
+use crate::agent::{Agent, Handover, CLEANING_WAIT_SECONDS};
 use crate::observe::Beat;
-use crate::programming::Handover;
 use accel_supervisor::{Stop, Supervisor};
 use std::future::Future;
 use std::sync::Arc;
@@ -56,12 +55,17 @@ pub(crate) fn spawn(agent: &Arc<Agent>, sup: &mut Supervisor) {
     }
 }
 
-/// [`Agent::run`]: the three workers alone, until `shutdown`.
-pub async fn run_agent(agent: Arc<Agent>, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let mut sup = Supervisor::default();
-    spawn(&agent, &mut sup);
-    shutdown.await;
-    sup.shutdown().await;
+impl Agent {
+    /// Reports every interval, carries out programming requests and cleanings, until
+    /// `shutdown` resolves: this agent's three workers alone (no metrics port, no
+    /// kubelet plugins; [`crate::Node`] runs those too).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let agent = Arc::new(self);
+        let mut sup = Supervisor::default();
+        spawn(&agent, &mut sup);
+        shutdown.await;
+        sup.shutdown().await;
+    }
 }
 
 /// Holds `beat` (when the agent has probes) for `bound`.
