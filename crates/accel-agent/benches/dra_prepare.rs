@@ -8,12 +8,11 @@
 //! `cargo bench -p accel-agent --bench dra_prepare [-- ROUNDS]` (default 300).
 
 use accel_agent::config::{NodeProvider, Settings};
-use accel_agent::dra::{KubeApi, ServerClaims};
-use accel_agent::kubernetes::AgentDevices;
+use accel_agent::dra::KubeApi;
 use accel_agent::testing::{bdf, FakeSysfs};
-use accel_agent::Agent;
+use accel_agent::Node;
 use accel_k8s::config::KubernetesConfig;
-use accel_k8s::dra::{self, serve, Driver};
+use accel_k8s::dra::{self, serve};
 use accel_k8s::proto::dra_v1 as v1;
 use accel_k8s::testing::{bench_count, latency_summary};
 use accel_testkit::server::{Backend, TestServer};
@@ -50,7 +49,8 @@ async fn main() {
         kubernetes: Some(kubernetes.clone()),
         ..Settings::new(&server.accel, NODE, &fs.root)
     };
-    let mut agent = Agent::new(settings.clone()).unwrap();
+    let node = Node::builder(settings).build().unwrap();
+    let agent = node.agent();
     agent.check_node().await.unwrap();
     assert_eq!(agent.step().await.unwrap().added, GPU_BUSES.len() as i64);
 
@@ -72,13 +72,8 @@ async fn main() {
     );
     let (addr, _stop) = accel_testkit::serve_fake(app).await;
     let client = accel_agent::client::Client::new(&server.accel, "admin").unwrap();
-    let driver = Arc::new(Driver::new(
-        NODE,
-        kubernetes,
-        Arc::new(AgentDevices::new(Agent::new(settings).unwrap())),
-        Arc::new(KubeApi::new(&format!("http://{addr}"), None).unwrap()),
-        Arc::new(ServerClaims::new(client.clone(), NODE)),
-    ));
+    let api = KubeApi::new(&format!("http://{addr}"), None).unwrap();
+    let driver = node.dra(api).unwrap().driver();
     let (registry, plugins) = (dir.path().join("registry"), dir.path().join("plugins"));
     let (r2, p2) = (registry.clone(), plugins.clone());
     tokio::spawn(async move { serve::serve(driver, &r2, &p2, std::future::pending()).await });

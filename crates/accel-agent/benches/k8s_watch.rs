@@ -9,13 +9,11 @@
 //! 50 re-plug events).
 
 use accel_agent::config::Settings;
-use accel_agent::kubernetes::AgentDevices;
 use accel_agent::testing::{bdf, FakeSysfs};
-use accel_agent::Agent;
+use accel_agent::Node;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::proto::deviceplugin as dp;
 use accel_k8s::testing::{bench_count, latency_summary, list_and_watch};
-use std::sync::Arc;
 use std::time::Instant;
 
 const GPU_BUSES: [u8; 8] = [0x17, 0x31, 0x4b, 0x65, 0x98, 0xb1, 0xca, 0xe3];
@@ -52,7 +50,7 @@ async fn main() {
     .unwrap();
     kubernetes.cdi_dir = dir.path().join("cdi");
     let settings = Settings::new("http://127.0.0.1:9", "bench-node", &fs.root);
-    let source = Arc::new(AgentDevices::new(Agent::new(settings).unwrap()));
+    let source = Node::builder(settings).build().unwrap().devices();
     let kubelet = dir.path().join("device-plugins");
     std::fs::create_dir_all(&kubelet).unwrap();
     let options = accel_k8s::Options {

@@ -1,8 +1,9 @@
-//! The agent's cycle: discover, build the report, send it. [`Agent::step`] is one
-//! cycle (tests call it); [`Agent::run`] repeats it every interval until shutdown, and
-//! between reports carries out the server's programming requests
-//! ([`Agent::program_step`], see [`crate::program`]) and cleanings
-//! ([`Agent::clean_step`], see [`crate::cleaning`]).
+//! The agent's report: discover, build the report, send it. [`Agent::step`] is one
+//! report (tests call it; the reporting worker repeats it, see [`crate::node`]). The
+//! same `Agent`, shared by every worker, carries out the server's programming requests
+//! ([`Agent::program_step`], [`crate::programming`]) and cleanings
+//! ([`Agent::clean_step`], [`crate::cleaning`]), and is the one device discoverer of
+//! the reports, the kubelet device plugins and the DRA driver ([`Agent::discover`]).
 //!
 //! Reports are full (the server diffs them, so a lost report costs nothing), and
 //! byte-identical while nothing changes, which lets the server skip them after one
@@ -17,20 +18,21 @@
 //! devices are gone" on the server.
 
 use crate::cleaning;
-use crate::client::{Auth, Client, ClientError, NodeInfo, ReportOutcome};
+use crate::client::{Client, ClientError, NodeInfo, ReportOutcome};
 use crate::config::{NodeProvider, Settings};
 use crate::drivers::{self, Discovery, Driver};
 use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
 use crate::nova::NovaPci;
-use crate::observe::Health as Probes;
-use crate::pci::PciBus;
-use crate::program::{self, Glance, ProgramJob};
+use crate::observe::{Beat, Health as Probes, Held};
 use crate::sysfs::Sysfs;
 use accel_api::agent::CleaningRequest;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+pub use accel_supervisor::Backoff;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 /// A forced (full) report every this many reports.
 pub const FULL_EVERY: u64 = 10;
@@ -38,15 +40,6 @@ pub const FULL_EVERY: u64 = 10;
 /// How long the server may hold one look for cleanings (`wait`): under the agent's
 /// 60 s request timeout, and long enough that an idle node asks three times a minute.
 pub const CLEANING_WAIT_SECONDS: u64 = 20;
-
-/// One look for cleanings in flight: when it was asked, and the node with the answer.
-type CleaningLook = std::pin::Pin<
-    Box<
-        dyn std::future::Future<
-                Output = (Instant, Result<(String, Vec<CleaningRequest>), ClientError>),
-            > + Send,
-    >,
->;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -98,23 +91,6 @@ pub fn cause_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// How the agent waits for its server at start-up: `first`, doubled after each
-/// failed attempt up to `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    pub first: Duration,
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            first: Duration::from_secs(1),
-            max: Duration::from_secs(60),
-        }
-    }
-}
-
 /// How the server's refusals begin when no provider has the node's name.
 const NO_COMPUTE_NODE: &str = "No compute node resource provider";
 
@@ -123,20 +99,40 @@ fn refused_for_no_compute_node<T>(sent: &Result<T, ClientError>) -> bool {
     matches!(sent, Err(ClientError::Status { status: 400, message, .. }) if message.contains(NO_COMPUTE_NODE))
 }
 
+/// An `fpga-default` cleaning, handed by the cleaning worker to the programming worker.
+#[derive(Debug)]
+pub struct Handover {
+    pub(crate) node: String,
+    pub(crate) job: CleaningRequest,
+    pub(crate) rule: cleaning::Rule,
+    pub(crate) device_node: Option<String>,
+    pub(crate) started: Instant,
+}
+
 pub struct Agent {
     pub settings: Settings,
-    drivers: Vec<Box<dyn Driver>>,
+    pub(crate) drivers: Vec<Box<dyn Driver>>,
     nova: Option<NovaPci>,
-    client: Client,
-    reports: u64,
+    pub(crate) client: Client,
+    reports: AtomicU64,
     probes: Option<Arc<Probes>>,
     /// The devices of each driver at its last successful discovery, kept for the
     /// passes in which it fails.
     last_seen: Mutex<HashMap<&'static str, Vec<FoundDevice>>>,
     /// This process's name in the server's cleaning takes: unique per start, so the
     /// server hands a restarted agent the cleanings its predecessor held.
-    agent_id: String,
-    cleanings: cleaning::Running,
+    pub(crate) agent_id: String,
+    /// The cleanings running in their own tasks (`pci-reset`, `command`).
+    pub(crate) cleanings: tokio::sync::Mutex<cleaning::Running>,
+    /// The `fpga-default` cleanings handed to the programming worker, not answered yet.
+    pub(crate) handed: Mutex<HashSet<(String, i64)>>,
+    /// The channel of those cleanings, from the cleaning worker to the programming one.
+    pub(crate) handover: (
+        mpsc::UnboundedSender<Handover>,
+        tokio::sync::Mutex<mpsc::UnboundedReceiver<Handover>>,
+    ),
+    /// The programming worker's liveness, held while it programs (set by the node).
+    pub(crate) programming_beat: OnceLock<Arc<Beat>>,
     /// Whether the settings had a `[keystone]` table, whose catalog names Glance
     /// (kept by [`Agent::offline`], which drops the table itself).
     pub(crate) keystone_catalog: bool,
@@ -165,12 +161,13 @@ impl Agent {
         )
         .map_err(|e| AgentError::Config(format!("server: {e}")))?;
         let settings_keystone = settings.keystone.is_some();
+        let (tx, rx) = mpsc::unbounded_channel();
         Ok(Agent {
             settings,
             drivers,
             nova,
             client,
-            reports: 0,
+            reports: AtomicU64::new(0),
             probes: None,
             last_seen: Mutex::new(HashMap::new()),
             agent_id: format!(
@@ -181,7 +178,10 @@ impl Agent {
                     .map(|d| d.as_nanos())
                     .unwrap_or(0)
             ),
-            cleanings: cleaning::Running::default(),
+            cleanings: Default::default(),
+            handed: Default::default(),
+            handover: (tx, tokio::sync::Mutex::new(rx)),
+            programming_beat: OnceLock::new(),
             keystone_catalog: settings_keystone,
         })
     }
@@ -289,11 +289,11 @@ impl Agent {
     }
 
     /// The metrics of the probes this agent records in, if any.
-    fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+    pub(crate) fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
         self.probes.as_ref().map(|p| p.metrics().clone())
     }
 
-    fn probe(&self, f: impl FnOnce(&Probes)) {
+    pub(crate) fn probe(&self, f: impl FnOnce(&Probes)) {
         if let Some(p) = &self.probes {
             f(p);
         }
@@ -344,7 +344,7 @@ impl Agent {
     }
 
     /// Discover and report once.
-    pub async fn step(&mut self) -> Result<ReportOutcome, AgentError> {
+    pub async fn step(&self) -> Result<ReportOutcome, AgentError> {
         let (report, discovery) = self.report()?;
         if !discovery.unknown.is_empty() {
             let e = AgentError::DriversFailed(discovery.unknown.join(", "));
@@ -354,7 +354,10 @@ impl Agent {
             });
             return Err(e);
         }
-        let force = self.reports.is_multiple_of(FULL_EVERY);
+        let force = self
+            .reports
+            .load(Ordering::Relaxed)
+            .is_multiple_of(FULL_EVERY);
         let started = Instant::now();
         let mut sent = self
             .client
@@ -394,7 +397,7 @@ impl Agent {
             },
             other => other.into(),
         })?;
-        self.reports += 1;
+        self.reports.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             node = %report.node,
             outcome = if outcome.unchanged { "unchanged" } else { "accepted" },
@@ -412,376 +415,18 @@ impl Agent {
         Ok(outcome)
     }
 
-    /// Carries out the server's pending programming requests, one at a time, and
-    /// answers each; answers how many it handled. After a successful programming the
-    /// host is reported (forced) before the answer, so the region's new function
-    /// trait is in Placement when the bind resolves.
-    pub async fn program_step(&mut self) -> Result<usize, AgentError> {
-        let node = self
-            .settings
-            .require_node()
-            .map_err(AgentError::Config)?
-            .to_owned();
-        let jobs = self.client.pending_programs(&node).await?;
-        for job in &jobs {
-            let result = self.program(&node, job).await;
-            self.probe(|p| p.metrics().program(result.is_ok()));
-            match &result {
-                Ok(function) => {
-                    tracing::info!(request = job.id, deployable = %job.deployable_name, function = function.as_deref().unwrap_or("unknown"), "programmed");
-                    // The new function trait first; a failed report is retried by the
-                    // next one and does not undo the programming.
-                    if let Err(e) = self.step().await {
-                        tracing::warn!("report after programming failed: {e}");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(request = job.id, deployable = %job.deployable_name, "programming failed: {e}")
-                }
-            }
-            let answer = result.map(|_| ());
-            let answered = self.client.finish_program(&node, job.id, &answer).await;
-            self.probe(|p| p.metrics().call("program_answer", answered.is_ok()));
-            match answered {
-                Ok(()) => {
-                    tracing::info!(request = job.id, outcome = "ok", "programming answer sent")
-                }
-                // A request abandoned by the server (its caller gave up) is gone: 404.
-                Err(e) => tracing::warn!(
-                    request = job.id,
-                    outcome = "failed",
-                    "answer not taken: {e}"
-                ),
-            }
-        }
-        Ok(jobs.len())
+    /// The probes this agent records in, if any (the node's health).
+    pub fn probes(&self) -> Option<&Arc<Probes>> {
+        self.probes.as_ref()
     }
 
-    /// Takes the cleanings the server holds for this process and starts each that is
-    /// not already running: `pci-reset` and `command` rules in their own task,
-    /// `fpga-default` here (it reprograms through [`Agent::program`]); answers how
-    /// many it started.
-    pub async fn clean_step(&mut self) -> Result<usize, AgentError> {
-        let node = self
-            .settings
-            .require_node()
-            .map_err(AgentError::Config)?
-            .to_owned();
-        self.cleanings.reap();
-        // Without rules no device carries the trait; the server is not asked.
-        if self.settings.cleaning.is_empty() {
-            return Ok(0);
-        }
-        let jobs = self.client.cleanings(&node, &self.agent_id, None).await?;
-        Ok(self.start_cleanings(&node, jobs).await)
+    /// Holds the programming worker's liveness for `bound` (a programming in flight).
+    pub(crate) fn hold(&self, bound: Duration) -> Option<Held> {
+        self.programming_beat.get().map(|b| b.hold(bound))
     }
 
-    /// Starts the cleanings of `jobs` this process is not already running (a fetch
-    /// answers every cleaning the process holds); answers how many it started.
-    async fn start_cleanings(&mut self, node: &str, jobs: Vec<CleaningRequest>) -> usize {
-        let node = node.to_owned();
-        let new: Vec<_> = jobs
-            .into_iter()
-            .filter(|j| !self.cleanings.contains(&j.rp_uuid, j.attempt))
-            .collect();
-        if new.is_empty() {
-            return 0;
-        }
-        let devices = self.discover().devices;
-        for job in &new {
-            let started = Instant::now();
-            let found = devices
-                .iter()
-                .find(|d| d.address.to_string() == job.address);
-            let rule = found.and_then(|d| {
-                let k = crate::kubernetes::to_device(&self.settings.sysfs_root, d);
-                cleaning::rule_for(&self.settings.cleaning, &k).cloned()
-            });
-            let rule = match (found, rule) {
-                (None, _) => Err(format!("device {} is not on this node now", job.address)),
-                (Some(_), None) => Err(format!(
-                    "no [[cleaning]] rule of this agent matches the device at {}",
-                    job.address
-                )),
-                (Some(_), Some(r)) => Ok(r),
-            };
-            let device_node = cleaning::device_node(&self.settings.sysfs_root, &job.address);
-            tracing::info!(provider = %job.rp_uuid, address = %job.address, attempt = job.attempt, "cleaning a released device");
-            match rule {
-                Err(e) => {
-                    cleaning::answer(
-                        &self.client,
-                        self.metrics().as_deref(),
-                        &node,
-                        job,
-                        &Err(e),
-                        started.elapsed(),
-                    )
-                    .await
-                }
-                Ok(rule) => match &rule.method {
-                    cleaning::Method::FpgaDefault(image) => {
-                        let deadline = started + rule.timeout;
-                        let pj = ProgramJob {
-                            id: 0,
-                            deployable_name: job.name.clone(),
-                            bitstream_id: Some(image.clone()),
-                            function_id: None,
-                        };
-                        let result = match tokio::time::timeout(
-                            rule.timeout,
-                            self.program(&node, &pj),
-                        )
-                        .await
-                        {
-                            Err(_) => Err("fpga-default: timed out".to_owned()),
-                            Ok(Err(e)) => Err(format!("fpga-default: {e}")),
-                            Ok(Ok(_)) => {
-                                if let Err(e) = self.step().await {
-                                    tracing::warn!("report after the default image failed: {e}");
-                                }
-                                cleaning::verify(
-                                    &rule,
-                                    &job.address,
-                                    device_node.as_deref(),
-                                    deadline,
-                                )
-                                .await
-                            }
-                        };
-                        cleaning::answer(
-                            &self.client,
-                            self.metrics().as_deref(),
-                            &node,
-                            job,
-                            &result,
-                            started.elapsed(),
-                        )
-                        .await;
-                    }
-                    _ => {
-                        let (client, node, job2) = (self.client.clone(), node.clone(), job.clone());
-                        let metrics = self.metrics();
-                        let root = self.settings.sysfs_root.clone();
-                        self.cleanings
-                            .spawn(job.rp_uuid.clone(), job.attempt, async move {
-                                let deadline = started + rule.timeout;
-                                let r = cleaning::run_rule(
-                                    &rule,
-                                    &root,
-                                    &job2.address,
-                                    device_node.as_deref(),
-                                    deadline,
-                                )
-                                .await;
-                                cleaning::answer(
-                                    &client,
-                                    metrics.as_deref(),
-                                    &node,
-                                    &job2,
-                                    &r,
-                                    started.elapsed(),
-                                )
-                                .await;
-                            });
-                    }
-                },
-            }
-        }
-        new.len()
-    }
-
-    /// Waits for every cleaning this agent started to be answered (or given up).
-    pub async fn cleanings_done(&mut self) {
-        self.cleanings.drain().await;
-    }
-
-    /// Fetches, verifies and programs one request's bitstream; answers the function id
-    /// the driver reports.
-    async fn program(&self, node: &str, job: &ProgramJob) -> Result<Option<String>, String> {
-        let (glance, glance_url) = self.glance().await?;
-        let image = match (&job.bitstream_id, &job.function_id) {
-            (Some(b), _) => glance.image(b).await,
-            (None, Some(f)) => glance.image_for_function(f).await,
-            (None, None) => {
-                return Err("the request names neither a bitstream nor a function".into())
-            }
-        };
-        self.glance_call(
-            "glance_image",
-            &glance_url,
-            job,
-            image.as_ref().map(|i| i.id.as_str()),
-        );
-        let image = image?;
-        let file = glance.download(&image, &self.settings.program_dir).await;
-        self.glance_call(
-            "glance_download",
-            &glance_url,
-            job,
-            file.as_ref().map(|_| image.id.as_str()),
-        );
-        let file = file?;
-        let result = self.program_file(node, job, &file);
-        let _ = std::fs::remove_file(&file);
-        let function = result?;
-        if let (Some(want), Some(got)) = (&job.function_id, &function) {
-            if accel_core::accelerator::id_part(want) != accel_core::accelerator::id_part(got) {
-                return Err(format!(
-                    "image {} programmed function {got}, not the requested {want}",
-                    image.id
-                ));
-            }
-        }
-        Ok(function)
-    }
-
-    /// The image service bitstreams come from (`glance_url`, else the Keystone
-    /// catalog's), with a token, and its URL.
-    pub(crate) async fn glance(&self) -> Result<(Glance, String), String> {
-        let glance_url = match (&self.settings.glance_url, self.client.auth()) {
-            (Some(u), _) => u.clone(),
-            (None, Auth::Keystone(s)) => s.endpoint("image").await?,
-            (None, Auth::Token(_)) => {
-                return Err("the agent has no glance_url, so it cannot fetch bitstreams".into())
-            }
-        };
-        let token = self
-            .client
-            .auth()
-            .token()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok((Glance::new(&glance_url, &token), glance_url))
-    }
-
-    /// How the enabled driver `name` programs its devices (`NotSupported` when it is
-    /// not enabled: programming would fail with "driver ... is not enabled").
-    pub(crate) fn programming(&self, name: &str) -> drivers::Programming {
-        self.drivers
-            .iter()
-            .find(|d| d.name() == name)
-            .map_or(drivers::Programming::NotSupported, |d| {
-                d.programming(&self.settings.driver.tools)
-            })
-    }
-
-    /// Logs and counts one call to the image service.
-    fn glance_call(&self, call: &str, url: &str, job: &ProgramJob, r: Result<&str, &String>) {
-        self.probe(|p| p.metrics().call(call, r.is_ok()));
-        match r {
-            Ok(image) => tracing::info!(
-                call,
-                glance = url,
-                request = job.id,
-                image,
-                outcome = "ok",
-                "image service call"
-            ),
-            Err(e) => {
-                tracing::warn!(call, glance = url, request = job.id, outcome = "failed", error = %e, "image service call")
-            }
-        }
-    }
-
-    fn program_file(
-        &self,
-        node: &str,
-        job: &ProgramJob,
-        file: &std::path::Path,
-    ) -> Result<Option<String>, String> {
-        let sysfs = Sysfs::new(&self.settings.sysfs_root);
-        let devices = self.discover().devices;
-        let (device, region) =
-            program::locate(&devices, node, &job.deployable_name).ok_or_else(|| {
-                format!(
-                    "no FPGA region on this host is deployable {}",
-                    job.deployable_name
-                )
-            })?;
-        let driver = self
-            .drivers
-            .iter()
-            .find(|d| d.name() == device.driver)
-            .ok_or_else(|| format!("driver {} is not enabled", device.driver))?;
-        let bus = PciBus::scan(&sysfs);
-        let host = drivers::Host::new(&sysfs, &bus, &self.settings.driver);
-        driver
-            .program(&host, device, region, file)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Reports every interval and looks for programming requests every program
-    /// interval, until `shutdown` resolves. Cleanings are a long poll (see
-    /// [`CLEANING_WAIT_SECONDS`]): the server answers as soon as a device of this node
-    /// is released, so the wait for the agent is not the program interval. A failed
-    /// report or look is logged and retried at the next tick; it never stops the agent.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(Duration::from_secs(self.settings.interval_seconds));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut programs = tokio::time::interval(self.settings.program_interval);
-        programs.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut look: Option<CleaningLook> = None;
-        let mut next_look = Instant::now();
-        loop {
-            self.probe(|p| p.beat());
-            if look.is_none() {
-                look = self.look_for_cleanings(next_look);
-            }
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tick.tick() => {
-                    if let Err(e) = self.step().await {
-                        tracing::error!("report failed: {e}");
-                    }
-                }
-                _ = programs.tick() => {
-                    if let Err(e) = self.program_step().await {
-                        tracing::warn!("looking for programming requests failed: {e}");
-                    }
-                }
-                (asked, answer) = async { look.as_mut().expect("enabled only when set").await }, if look.is_some() => {
-                    look = None;
-                    let started = match answer {
-                        Ok((node, jobs)) => self.start_cleanings(&node, jobs).await,
-                        Err(e) => {
-                            tracing::warn!("looking for cleanings failed: {e}");
-                            0
-                        }
-                    };
-                    // An answer that came back early with nothing new (an error, or a
-                    // server that does not hold long polls) waits out the program
-                    // interval before the next look, so a failing server is not hammered.
-                    next_look = if started == 0 && asked.elapsed() < self.settings.program_interval {
-                        asked + self.settings.program_interval
-                    } else {
-                        Instant::now()
-                    };
-                }
-            }
-        }
-    }
-
-    /// The next long poll for cleanings, starting at `at`; `None` without rules (no
-    /// device carries the trait, so the server is not asked) or without a node.
-    fn look_for_cleanings(&mut self, at: Instant) -> Option<CleaningLook> {
-        if self.settings.cleaning.is_empty() {
-            return None;
-        }
-        let node = self.settings.require_node().ok()?.to_owned();
-        // Reaped before the look: a cleaning that ends while the look waits is still
-        // counted as running when its answer comes, so it is not started twice.
-        self.cleanings.reap();
-        let (client, agent) = (self.client.clone(), self.agent_id.clone());
-        Some(Box::pin(async move {
-            tokio::time::sleep_until(at.into()).await;
-            let asked = Instant::now();
-            let answer = client
-                .cleanings(&node, &agent, Some(CLEANING_WAIT_SECONDS))
-                .await
-                .map(|jobs| (node, jobs));
-            (asked, answer)
-        }))
+    /// The next handed-over cleaning, if one waits.
+    pub(crate) fn next_handover(&self) -> Option<Handover> {
+        self.handover.1.try_lock().ok()?.try_recv().ok()
     }
 }

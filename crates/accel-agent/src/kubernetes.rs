@@ -73,16 +73,18 @@ use accel_k8s::usage::BoxFuture;
 use accel_k8s::{Device, DeviceNode, DeviceSource, Recorded, UsageRecord, UsageReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Discovery as a [`DeviceSource`]: every call is one discovery pass (the plugins'
 /// run loop calls it on a blocking thread).
 pub struct AgentDevices {
-    agent: Agent,
+    agent: Arc<Agent>,
 }
 
 impl AgentDevices {
-    /// Uses its own [`Agent`] (drivers, Nova rules) built from the same settings.
-    pub fn new(agent: Agent) -> AgentDevices {
+    /// Discovers through `agent`, the node's one discoverer (its drivers, Nova rules
+    /// and the devices each driver found last), shared with the reports.
+    pub fn new(agent: Arc<Agent>) -> AgentDevices {
         AgentDevices { agent }
     }
 }

@@ -25,14 +25,17 @@ pub mod drivers;
 pub mod kubernetes;
 pub mod metrics;
 pub mod model;
+pub mod node;
 pub mod nova;
 pub mod observe;
 pub mod pci;
 pub mod pci_ids;
 pub mod program;
+pub mod programming;
 pub mod sysfs;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use agent::{Agent, AgentError};
 pub use config::{AgentConfig, AgentFile, AgentFlags, Settings};
+pub use node::{Node, NodeBuilder};

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  Agent::step ──▶ Health (server reached? last report accepted?) ──▶ /readyz
-//!  Agent::run loop ──▶ Health::beat ───────────────────────────────▶ /livez
+//!  each worker ──▶ its Beat (and Beat::hold while a long job runs) ─▶ /livez
+//!  the supervisor ──▶ Running (workers waiting out a restart) ─────▶ /readyz
 //!  Agent, accel_k8s ──▶ Metrics (one registry) ────────────────────▶ /metrics
 //!  accel_k8s Registrar ──▶ KubeletMetrics::all_registered ─────────▶ /readyz
 //! ```
@@ -12,10 +13,13 @@
 //! no web framework and no database driver. The server takes a bound listener and a
 //! shutdown future, like every server of accel, so tests bind port 0.
 //!
-//! Liveness is "the agent's loop answers": the loop beats on every tick (at least
-//! once per programming interval, one second by default), so a beat older than
-//! [`Health::stale_after`] means the loop is stuck (a call that never returns, a
-//! deadlock), and kubelet should restart the agent. Readiness lists every check with
+//! Liveness is "every worker's loop answers": each worker (see [`crate::node`]) beats
+//! its own [`Beat`] around every step, so a beat older than [`Health::stale_after`]
+//! means that worker is stuck (a call that never returns, a deadlock), and kubelet
+//! should restart the agent. A step that may run long by design (a programming, an
+//! `fpga-default` cleaning, a long poll) [`Beat::hold`]s its beat for its own bound, so
+//! a card being re-programmed never reads as a stuck agent. Before the workers start
+//! (the wait for the server), [`Health::beat`] is the one beat. Readiness lists every check with
 //! `[+]` or `[-]` and the reason, as the Kubernetes components' `?verbose` output does.
 
 use crate::metrics::Metrics;
@@ -44,6 +48,63 @@ pub struct Health {
     metrics: Arc<Metrics>,
     /// Whether the kubelet plugins are part of readiness (`[kubernetes]` is on).
     kubelet: bool,
+    /// Each worker's beat, once the workers run.
+    workers: Mutex<Vec<Arc<Beat>>>,
+    /// Which supervised workers run now (a failed one waits out its backoff).
+    running: Mutex<Option<accel_supervisor::Running>>,
+}
+
+/// One worker's liveness: when it last beat, and until when a long step holds it.
+#[derive(Debug)]
+pub struct Beat {
+    name: &'static str,
+    started: Instant,
+    at_ms: AtomicU64,
+    held_until_ms: AtomicU64,
+}
+
+/// A hold on a [`Beat`]; dropping it beats (the long step ended).
+#[derive(Debug)]
+pub struct Held(Arc<Beat>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.held_until_ms.store(0, Ordering::Relaxed);
+        self.0.beat();
+    }
+}
+
+impl Beat {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The worker's loop is alive.
+    pub fn beat(&self) {
+        self.at_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// The worker starts a step that may take up to `bound` (its own timeout): its
+    /// silence counts from the end of the bound, until the hold is dropped.
+    pub fn hold(self: &Arc<Self>, bound: Duration) -> Held {
+        self.beat();
+        let until = self.now_ms().saturating_add(bound.as_millis() as u64);
+        self.held_until_ms.store(until, Ordering::Relaxed);
+        Held(self.clone())
+    }
+
+    /// How long the worker has been silent past its beat and its hold.
+    fn silent(&self) -> Duration {
+        let last = self
+            .at_ms
+            .load(Ordering::Relaxed)
+            .max(self.held_until_ms.load(Ordering::Relaxed));
+        Duration::from_millis(self.now_ms().saturating_sub(last))
+    }
 }
 
 /// One readiness check's state.
@@ -65,6 +126,30 @@ impl Health {
             report: Mutex::new(Check::Pending("no report sent yet".into())),
             metrics,
             kubelet,
+            workers: Mutex::new(Vec::new()),
+            running: Mutex::new(None),
+        }
+    }
+
+    /// The beat of worker `name`, which `/livez` checks from now on.
+    pub fn worker(&self, name: &'static str) -> Arc<Beat> {
+        let beat = Arc::new(Beat {
+            name,
+            started: self.started,
+            at_ms: AtomicU64::new(0),
+            held_until_ms: AtomicU64::new(0),
+        });
+        beat.beat();
+        if let Ok(mut w) = self.workers.lock() {
+            w.push(beat.clone());
+        }
+        beat
+    }
+
+    /// The supervisor's view of its workers, for `/readyz`.
+    pub fn supervised(&self, running: accel_supervisor::Running) {
+        if let Ok(mut r) = self.running.lock() {
+            *r = Some(running);
         }
     }
 
@@ -102,8 +187,31 @@ impl Health {
         }
     }
 
-    /// `/livez`: `Err` with the reason when the loop has not beaten for too long.
+    /// `/livez`: `Err` with the reason when a worker (before the workers run, the
+    /// agent's loop) has not beaten for too long.
     pub fn live(&self) -> Result<(), String> {
+        let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
+        let stuck: Vec<String> = workers
+            .iter()
+            .filter(|b| b.silent() > self.stale_after)
+            .map(|b| {
+                format!(
+                    "worker {} has not run for {}s",
+                    b.name,
+                    b.silent().as_secs()
+                )
+            })
+            .collect();
+        if !stuck.is_empty() {
+            return Err(format!(
+                "{} (limit {}s)",
+                stuck.join(", "),
+                self.stale_after.as_secs()
+            ));
+        }
+        if !workers.is_empty() {
+            return Ok(());
+        }
         let now = self.started.elapsed();
         let beat = Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
         let silent = now.saturating_sub(beat);
@@ -126,6 +234,20 @@ impl Health {
                 .unwrap_or_else(|_| Check::Failed("state poisoned".into()))
         };
         let mut out = vec![("server", get(&self.server)), ("report", get(&self.report))];
+        if let Some(running) = self.running.lock().ok().and_then(|r| r.clone()) {
+            let stopped = running.stopped();
+            out.push((
+                "workers",
+                if stopped.is_empty() {
+                    Check::Ok
+                } else {
+                    Check::Failed(format!(
+                        "restarting after a failure: {}",
+                        stopped.join(", ")
+                    ))
+                },
+            ));
+        }
         if self.kubelet {
             out.push((
                 "kubelet",

@@ -72,7 +72,7 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
             ..Settings::new(&server.accel, "cn1", &fs.root)
         };
         let (metrics, p) = probes();
-        let mut agent = Agent::new(settings.clone()).unwrap().observe(p.clone());
+        let agent = Agent::new(settings.clone()).unwrap().observe(p.clone());
         assert_eq!(agent.step().await.unwrap().added, 8);
 
         break_bus(&fs, true);
@@ -95,7 +95,7 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
 
         // A restarted agent has no earlier picture: it sends nothing.
         let (metrics2, p2) = probes();
-        let mut fresh = Agent::new(settings.clone()).unwrap().observe(p2.clone());
+        let fresh = Agent::new(settings.clone()).unwrap().observe(p2.clone());
         match fresh.step().await {
             Err(AgentError::DriversFailed(d)) => assert_eq!(d, "nvidia"),
             other => panic!("{other:?}"),
@@ -128,7 +128,7 @@ async fn an_unreadable_pci_bus_keeps_the_devices_and_a_fresh_agent_does_not_repo
 }
 
 /// The fake driver, failing on demand: 0 works, 1 panics, 2 fails naming its first
-/// device unhealthy.
+/// device unhealthy, 3 panics once where discovery does not catch it (`health`).
 struct Flaky {
     inner: Fake,
     mode: Arc<AtomicU8>,
@@ -159,6 +159,13 @@ impl Driver for Flaky {
     }
 
     fn health(&self, host: &Host, device: &FoundDevice) -> Health {
+        if self
+            .mode
+            .compare_exchange(3, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            panic!("a driver bug outside discovery's guard");
+        }
         self.inner.health(host, device)
     }
 
@@ -180,7 +187,7 @@ async fn a_panicking_or_failing_driver_keeps_its_devices_marking_those_it_knows_
         inner: Fake::default(),
         mode: mode.clone(),
     };
-    let mut agent = Agent::with_drivers(settings, vec![Box::new(flaky)]).unwrap();
+    let agent = Agent::with_drivers(settings, vec![Box::new(flaky)]).unwrap();
     assert_eq!(agent.step().await.unwrap().added, 2);
 
     mode.store(1, Ordering::SeqCst);
@@ -201,5 +208,70 @@ async fn a_panicking_or_failing_driver_keeps_its_devices_marking_those_it_knows_
     let o = agent.step().await.unwrap();
     assert_eq!((o.removed, o.vanished), (0, 0), "{o:?}");
     assert_eq!(agent.check_node().await.unwrap().devices, 2);
+    server.stop().await;
+}
+
+/// Issue 40: a worker that dies (a fake driver panicking where discovery does not
+/// catch it) is restarted by the node's supervisor, `/readyz` says so while it waits
+/// out its backoff, and its reports go on afterwards.
+#[tokio::test]
+async fn a_worker_that_panics_is_restarted_and_readyz_says_so() {
+    use accel_agent::observe::Check;
+    let server = TestServer::spawn(BACKENDS[0]).await;
+    compute_node(&server, "cn3").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = Settings::new(&server.accel, "cn3", dir.path());
+    settings.driver.fake = vec![toml::from_str("type = \"GPU\"\ncount = 2").unwrap()];
+    settings.interval_seconds = 1;
+    let mode = Arc::new(AtomicU8::new(0));
+    let flaky = Flaky {
+        inner: Fake::default(),
+        mode: mode.clone(),
+    };
+    let node = accel_agent::Node::builder(settings)
+        .drivers(vec![Box::new(flaky)])
+        .backoff(accel_agent::agent::Backoff {
+            first: Duration::from_secs(2),
+            max: Duration::from_secs(60),
+        })
+        .build()
+        .unwrap();
+    let health = node.health().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(node.run(async {
+        let _ = stopped.await;
+    }));
+    let check = |name: &str| {
+        let checks = health.checks();
+        checks.into_iter().find(|(n, _)| *n == name).map(|(_, c)| c)
+    };
+    let wait = Duration::from_secs(20);
+    accel_testkit::eventually(wait, "the first report", || async {
+        (check("report") == Some(Check::Ok)).then_some(())
+    })
+    .await;
+    assert_eq!(check("workers"), Some(Check::Ok));
+
+    mode.store(3, Ordering::SeqCst);
+    let down = accel_testkit::eventually(wait, "the reporting worker down", || async {
+        match check("workers") {
+            Some(Check::Failed(why)) => Some(why),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(down.contains("reporting"), "{down}");
+    let answer = accel_agent::observe::answer(&health, &hyper::Method::GET, "/readyz", "");
+    assert_eq!(answer.status(), 503);
+    accel_testkit::eventually(wait, "the reporting worker restarted", || async {
+        (check("workers") == Some(Check::Ok)).then_some(())
+    })
+    .await;
+    let sent = health.metrics().prometheus_text();
+    assert_eq!(mode.load(Ordering::SeqCst), 0, "the panic happened once");
+    assert!(health.live().is_ok());
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert!(sent.contains("accel_agent_reports_total"), "{sent}");
     server.stop().await;
 }

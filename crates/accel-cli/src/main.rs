@@ -195,7 +195,8 @@ fn resolved(r: anyhow::Result<()>) {
     }
 }
 
-#[cfg(feature = "server")]
+/// Logs to stderr as `format` says, filtered by `ACCEL_LOG` (default `info`).
+#[cfg(any(feature = "server", feature = "agent"))]
 fn init_tracing(format: &str) {
     let asked = std::env::var("ACCEL_LOG").unwrap_or_default();
     let mut filter = tracing_subscriber::EnvFilter::try_from_env("ACCEL_LOG")
@@ -219,7 +220,7 @@ fn init_tracing(format: &str) {
 }
 
 /// ANSI colours only on a terminal, and never with `NO_COLOR` set (no-color.org).
-#[cfg(feature = "server")]
+#[cfg(any(feature = "server", feature = "agent"))]
 fn colour() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -688,7 +688,7 @@ async fn kill_9_during_a_cleaning_never_offers_the_device_before_it_is_clean() {
         let proxy = accel_testkit::Forwarder::start(&a.accel).await;
         let cleaner = FakeCleaner::new(dir.path().join(format!("cleaner-{i}")));
         let settings = || cleaner.settings(&proxy.url, node, 60);
-        let mut agent = Agent::new(settings()).unwrap();
+        let agent = Agent::new(settings()).unwrap();
         agent.step().await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(agent.run(async move {

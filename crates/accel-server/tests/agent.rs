@@ -49,7 +49,7 @@ async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
         testing::bridge_and_virtio(&fs);
         testing::gpu_with_vfs(&fs, 0x41, 4);
 
-        let mut a = agent(&srv, "cn1", dir.path());
+        let a = agent(&srv, "cn1", dir.path());
         let refused = a.step().await;
         assert!(
             matches!(refused, Err(AgentError::NoComputeNode { .. })),
@@ -161,7 +161,7 @@ async fn agent_once_builds_the_seed_003_tree_and_restarts_change_nothing() {
         // Unchanged: skipped. A restarted agent forces a full report: same tree.
         let o = a.step().await.unwrap();
         assert!(o.unchanged);
-        let mut restarted = agent(&srv, "cn1", dir.path());
+        let restarted = agent(&srv, "cn1", dir.path());
         let o = restarted.step().await.unwrap();
         assert_eq!((o.added, o.removed, o.kept, o.unchanged), (0, 0, 12, false));
         assert_eq!(tree(&srv, &cn_uuid).await, t, "no duplicates, same uuids");
@@ -178,7 +178,7 @@ async fn removed_devices_go_when_free_and_wait_while_allocated() {
         let gpus = testing::eight_gpus(&fs);
         let cn = compute_node(&srv, "cn2").await;
         let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
-        let mut a = agent(&srv, "cn2", dir.path());
+        let a = agent(&srv, "cn2", dir.path());
         a.step().await.unwrap();
 
         let busy = uuid3(&format!("cn2_{}", gpus[0]));
@@ -277,7 +277,7 @@ async fn cyborg_model_reports_devices_as_upstream_cyborg_does() {
         let cn_uuid = cn["uuid"].as_str().unwrap().to_owned();
         let mut settings = Settings::new(&srv.accel, "cn3", dir.path());
         settings.model = accel_agent::model::Model::Cyborg;
-        let mut a = Agent::new(settings).unwrap();
+        let a = Agent::new(settings).unwrap();
         a.step().await.unwrap();
 
         let t = tree(&srv, &cn_uuid).await;

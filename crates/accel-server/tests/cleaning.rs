@@ -54,7 +54,7 @@ async fn fixture(backend: common::Backend, timeout_seconds: u64) -> Fixture {
     let srv = Server::start(&db.url, None, Some(workers(None))).await;
     compute_node(&srv, NODE).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = Agent::new(settings(&srv.accel, dir.path(), timeout_seconds)).unwrap();
+    let agent = Agent::new(settings(&srv.accel, dir.path(), timeout_seconds)).unwrap();
     agent.step().await.unwrap();
     Fixture {
         srv,
@@ -257,7 +257,7 @@ async fn a_restarted_agent_resumes_the_cleaning() {
     for backend in BACKENDS {
         let Fixture {
             srv,
-            mut agent,
+            agent,
             dir,
             db: _db,
         } = fixture(backend, 60).await;
@@ -289,7 +289,7 @@ async fn a_server_replaced_mid_cleaning_takes_the_answer() {
         compute_node(&first, NODE).await;
         let dir = tempfile::tempdir().unwrap();
         let proxy = Forwarder::start(&first.accel).await;
-        let mut agent = Agent::new(settings(&proxy.url, dir.path(), 60)).unwrap();
+        let agent = Agent::new(settings(&proxy.url, dir.path(), 60)).unwrap();
         agent.step().await.unwrap();
         allocate_gpu(&first, &vm(1), &rp()).await;
         delete_allocations(&first, &vm(1)).await;

@@ -7,12 +7,11 @@ mod common;
 mod fake_kube;
 
 use accel_agent::config::{NodeProvider, Settings};
-use accel_agent::dra::{KubeApi, ServerClaims};
-use accel_agent::kubernetes::AgentDevices;
+use accel_agent::dra::KubeApi;
 use accel_agent::testing::{self, FakeSysfs};
-use accel_agent::Agent;
+use accel_agent::{Agent, Node};
 use accel_k8s::config::KubernetesConfig;
-use accel_k8s::dra::{self, serve, Driver};
+use accel_k8s::dra::{self, serve};
 use accel_k8s::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use common::accel::{allocate_gpu, get, placement, Server, TempDb};
 use common::BACKENDS;
@@ -61,15 +60,23 @@ struct Running {
     task: JoinHandle<std::io::Result<()>>,
 }
 
+/// The node's DRA parts over the fake Kubernetes API at `api`, through the builder.
+fn dra_of(settings: &Settings, api: &str, token: Option<&str>) -> accel_agent::node::Dra {
+    let node = Node::builder(settings.clone()).build().unwrap();
+    node.dra(KubeApi::new(api, token).unwrap()).unwrap()
+}
+
+/// The node's one agent, built as `accel agent` builds it.
+fn agent_of(settings: &Settings) -> Arc<Agent> {
+    Node::builder(settings.clone())
+        .build()
+        .unwrap()
+        .agent()
+        .clone()
+}
+
 fn start(settings: &Settings, api: &str, registry: &Path, plugins: &Path) -> Running {
-    let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
-    let driver = Arc::new(Driver::new(
-        NODE,
-        settings.kubernetes.clone().unwrap(),
-        Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap())),
-        Arc::new(KubeApi::new(api, Some("token")).unwrap()),
-        Arc::new(ServerClaims::new(client, NODE)),
-    ));
+    let driver = dra_of(settings, api, Some("token")).driver();
     let (stop, stopped) = oneshot::channel::<()>();
     let (registry, plugins) = (registry.to_path_buf(), plugins.to_path_buf());
     let task = tokio::spawn(async move {
@@ -133,7 +140,7 @@ async fn claims_are_prepared_in_placement_and_unprepared() {
         let srv = Server::start(&db.url, None, None).await;
         let dir = tempfile::tempdir().unwrap();
         let settings = node(dir.path(), &srv);
-        let mut agent = Agent::new(settings.clone()).unwrap();
+        let agent = agent_of(&settings);
         agent.check_node().await.unwrap();
         assert_eq!(agent.step().await.unwrap().added, 2);
 
@@ -350,7 +357,7 @@ async fn a_device_is_never_a_vms_and_a_claims_at_once() {
         let srv = Server::start(&db.url, None, None).await;
         let dir = tempfile::tempdir().unwrap();
         let settings = node(dir.path(), &srv);
-        let mut agent = Agent::new(settings.clone()).unwrap();
+        let agent = agent_of(&settings);
         agent.check_node().await.unwrap();
         agent.step().await.unwrap();
         let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
@@ -417,21 +424,13 @@ async fn the_nodes_resource_slice_follows_its_devices() {
         let srv = Server::start(&db.url, None, None).await;
         let dir = tempfile::tempdir().unwrap();
         let settings = node(dir.path(), &srv);
-        let mut agent = Agent::new(settings.clone()).unwrap();
+        let agent = agent_of(&settings);
         agent.check_node().await.unwrap();
         agent.step().await.unwrap();
         let store: SliceStore = Arc::default();
         let (addr, _stop) = common::serve_fake(slice_api(store.clone())).await;
-        let api = Arc::new(KubeApi::new(&format!("http://{addr}"), None).unwrap());
         let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
-        let claims = Arc::new(ServerClaims::new(client.clone(), NODE));
-        let mut p = Publisher::new(
-            NODE,
-            settings.kubernetes.clone().unwrap(),
-            Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap())),
-            api,
-            claims,
-        );
+        let mut p: Publisher = dra_of(&settings, &format!("http://{addr}"), None).publisher();
         let only = || {
             let st = store.lock().unwrap();
             assert_eq!(st.items.len(), 1, "one slice: {:?}", st.items);
@@ -516,20 +515,12 @@ async fn a_deleted_slice_comes_back_through_the_watch() {
     let srv = Server::start(&db.url, None, None).await;
     let dir = tempfile::tempdir().unwrap();
     let settings = node(dir.path(), &srv);
-    let mut agent = Agent::new(settings.clone()).unwrap();
+    let agent = agent_of(&settings);
     agent.check_node().await.unwrap();
     agent.step().await.unwrap();
     let store: SliceStore = Arc::default();
     let (addr, _stop) = common::serve_fake(slice_api(store.clone())).await;
-    let api = Arc::new(KubeApi::new(&format!("http://{addr}"), None).unwrap());
-    let client = accel_agent::client::Client::new(&settings.server, &settings.token).unwrap();
-    let p = Publisher::new(
-        NODE,
-        settings.kubernetes.clone().unwrap(),
-        Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap())),
-        api,
-        Arc::new(ServerClaims::new(client, NODE)),
-    );
+    let p: Publisher = dra_of(&settings, &format!("http://{addr}"), None).publisher();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(run(p, Duration::from_secs(3600), async {
         let _ = stopped.await;
@@ -602,7 +593,7 @@ async fn a_hundred_claims_at_once_and_a_device_that_vanishes() {
             })
             .collect();
         settings.sysfs_root = fs.root.clone();
-        let mut agent = Agent::new(settings.clone()).unwrap();
+        let agent = agent_of(&settings);
         agent.check_node().await.unwrap();
         assert_eq!(agent.step().await.unwrap().added, N as i64);
 

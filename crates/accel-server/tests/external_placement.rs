@@ -109,7 +109,7 @@ async fn the_remote_gets_the_same_tree_and_loses_removed_devices() {
         let fs = FakeSysfs::new(dir.path());
         let gpus = testing::eight_gpus(&fs);
         let pac = testing::pac_dfl(&fs, 0xaf, 2);
-        let mut a = agent(&srv, "cn1", dir.path());
+        let a = agent(&srv, "cn1", dir.path());
         assert_eq!(a.check_node().await.unwrap().compute_node_uuid, cn);
         let err = agent(&srv, "cn9", dir.path())
             .check_node()
@@ -205,7 +205,7 @@ async fn a_device_allocated_remotely_stays_reserved_until_free() {
         let dir = tempfile::tempdir().unwrap();
         let fs = FakeSysfs::new(dir.path());
         let gpus = testing::eight_gpus(&fs);
-        let mut a = agent(&srv, "cn2", dir.path());
+        let a = agent(&srv, "cn2", dir.path());
         a.step().await.unwrap();
         let pusher = Pusher::new(srv.store.clone(), ext.clone(), "pusher-1");
         let now = accel_store::now();
@@ -351,7 +351,7 @@ async fn the_running_server_pushes_what_it_had_before_and_each_change() {
         assert_eq!(t[&format!("cn4_{}", gpus[3])].1.as_deref(), Some("cn4"));
         // A report wakes the pusher.
         fs.remove(&gpus[3]);
-        let mut a = agent(&srv, "cn4", dir.path());
+        let a = agent(&srv, "cn4", dir.path());
         assert_eq!(a.step().await.unwrap().removed, 1);
         wait_pushed(&srv, "cn4").await;
         let t = tree(&remote, &cn).await;

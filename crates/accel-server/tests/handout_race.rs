@@ -16,8 +16,8 @@ mod common;
 
 use accel_agent::cleaning::{validate, CleaningFile};
 use accel_agent::config::Settings;
-use accel_agent::kubernetes::{AgentDevices, ServerUsage};
-use accel_agent::Agent;
+use accel_agent::kubernetes::ServerUsage;
+use accel_agent::{Agent, Node};
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing::FakeKubelet;
 use accel_store::accelerator::report;
@@ -334,7 +334,7 @@ async fn no_hand_out_overlaps_a_cleaning_and_every_release_cleans() {
         compute_node(&srv, NODE).await;
         let dir = tempfile::tempdir().unwrap();
         let settings = settings(&srv.accel, dir.path());
-        let mut agent = Agent::new(settings.clone()).unwrap();
+        let agent = Agent::new(settings.clone()).unwrap();
         agent.step().await.unwrap();
         let (stop_agent, agent_stopped) = oneshot::channel::<()>();
         let agent_task = tokio::spawn(agent.run(async {
@@ -353,7 +353,7 @@ async fn no_hand_out_overlaps_a_cleaning_and_every_release_cleans() {
         let kdir: PathBuf = dir.path().join("kubelet");
         std::fs::create_dir(&kdir).unwrap();
         let kubelet = FakeKubelet::start(&kdir);
-        let source = Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap()));
+        let source = Node::builder(settings.clone()).build().unwrap().devices();
         let record = Arc::new(ServerUsage::new(&settings.server, &settings.token, NODE));
         let options = accel_k8s::Options {
             kubelet_dir: kubelet.dir.clone(),

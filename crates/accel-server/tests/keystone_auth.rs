@@ -817,7 +817,7 @@ async fn the_agent_reports_with_its_own_keystone_session() {
             }))
             .unwrap(),
         );
-        let mut agent = accel_agent::Agent::new(settings.clone()).unwrap();
+        let agent = accel_agent::Agent::new(settings.clone()).unwrap();
         let before = app.ks.password_auths();
         agent.check_node().await.unwrap();
         let o = agent.step().await.unwrap();

@@ -7,9 +7,8 @@
 mod common;
 
 use accel_agent::config::{NodeProvider, Settings};
-use accel_agent::kubernetes::{AgentDevices, ServerUsage};
 use accel_agent::testing::{self, FakeSysfs};
-use accel_agent::Agent;
+use accel_agent::{Agent, Node};
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing as kubelet;
 use accel_store::accelerator::kubernetes::pod_consumer;
@@ -55,10 +54,19 @@ fn host(dir: &Path, srv: &Server) -> Settings {
     }
 }
 
+/// The node's one agent, built as `accel agent` builds it.
+fn agent_of(settings: &Settings) -> Arc<Agent> {
+    Node::builder(settings.clone())
+        .build()
+        .unwrap()
+        .agent()
+        .clone()
+}
+
 /// The compute node, and the agent's first report of the two GPUs.
 async fn reported(srv: &Server, settings: &Settings) {
     compute_node(srv, NODE).await;
-    let o = Agent::new(settings.clone()).unwrap().step().await.unwrap();
+    let o = agent_of(settings).step().await.unwrap();
     assert_eq!(o.added, 2);
 }
 
@@ -70,16 +78,18 @@ struct Plugins {
 
 impl Plugins {
     fn start(settings: &Settings, kubelet: &FakeKubelet) -> Plugins {
-        let source = Arc::new(AgentDevices::new(Agent::new(settings.clone()).unwrap()));
-        let record = Arc::new(ServerUsage::new(&settings.server, &settings.token, NODE));
-        let options = accel_k8s::Options {
-            kubelet_dir: kubelet.dir.clone(),
-            pod_resources_socket: kubelet.pod_resources_socket(),
-            device_interval: Duration::from_millis(50),
-            watch_interval: Duration::from_millis(20),
-            reclaim_interval: Duration::from_millis(50),
-            ..accel_k8s::Options::new(NODE)
-        };
+        let node = Node::builder(settings.clone())
+            .plugin_options(accel_k8s::Options {
+                kubelet_dir: kubelet.dir.clone(),
+                pod_resources_socket: kubelet.pod_resources_socket(),
+                device_interval: Duration::from_millis(50),
+                watch_interval: Duration::from_millis(20),
+                reclaim_interval: Duration::from_millis(50),
+                ..accel_k8s::Options::new(NODE)
+            })
+            .build()
+            .unwrap();
+        let (source, (record, options)) = (node.devices(), node.plugins());
         let config = settings.kubernetes.clone().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(accel_k8s::run_with(
@@ -284,7 +294,7 @@ async fn a_node_without_nova_owns_its_provider_and_the_plugins_serve_its_devices
         let nova = host(dir.path(), &srv);
         // "nova" (the default) never creates the node's provider.
         assert_eq!(nova.node_provider, NodeProvider::Nova);
-        let e = Agent::new(nova.clone()).unwrap().check_node().await;
+        let e = agent_of(&nova).check_node().await;
         assert!(
             matches!(&e, Err(accel_agent::agent::AgentError::NoComputeNode { message, .. }) if message.contains("node_provider = \"own\"")),
             "{e:?}"
@@ -296,13 +306,13 @@ async fn a_node_without_nova_owns_its_provider_and_the_plugins_serve_its_devices
             node_provider: NodeProvider::Own,
             ..nova
         };
-        let mut agent = Agent::new(own.clone()).unwrap();
+        let agent = agent_of(&own);
         let node = agent.check_node().await.unwrap();
         let uuid = accel_store::accelerator::report::provider_uuid(NODE);
         assert_eq!(node.compute_node_uuid, uuid);
         assert_eq!(agent.step().await.unwrap().added, 2);
         // Asked again (an agent restart): the same provider, now with its devices.
-        let again = Agent::new(own.clone()).unwrap().check_node().await.unwrap();
+        let again = agent_of(&own).check_node().await.unwrap();
         assert_eq!(
             (again.compute_node_uuid.as_str(), again.devices),
             (uuid.as_str(), 2)
@@ -356,7 +366,7 @@ async fn a_node_without_nova_owns_its_provider_and_the_plugins_serve_its_devices
             node: "nova-node".into(),
             ..own
         };
-        let e = Agent::new(other).unwrap().check_node().await.unwrap_err();
+        let e = agent_of(&other).check_node().await.unwrap_err();
         assert!(e.to_string().contains("accel does not own it"), "{e}");
         srv.stop().await;
     }

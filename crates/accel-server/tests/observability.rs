@@ -192,7 +192,7 @@ async fn traffic_moves_the_metrics_and_promtool_accepts_them() {
         let dir = tempfile::tempdir().unwrap();
         let fs = FakeSysfs::new(dir.path());
         testing::qat(&fs, 0x3d, 4);
-        let mut agent = Agent::new(Settings::new(&srv.accel, "cn2", dir.path())).unwrap();
+        let agent = Agent::new(Settings::new(&srv.accel, "cn2", dir.path())).unwrap();
         agent.step().await.unwrap();
 
         // What the metrics say now (the event's outcome may land just after the

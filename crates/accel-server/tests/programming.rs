@@ -30,6 +30,9 @@ type Images = Arc<Mutex<HashMap<String, (Value, Vec<u8>)>>>;
 struct FakeGlance {
     images: Images,
     downloads: Arc<Mutex<HashMap<String, usize>>>,
+    /// Images whose file is held until released, and how often each was asked for.
+    held: Arc<Mutex<HashMap<String, Arc<tokio::sync::Notify>>>>,
+    asked: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl FakeGlance {
@@ -54,6 +57,11 @@ impl FakeGlance {
             move |Path(id): Path<String>| {
                 let g = g.clone();
                 async move {
+                    *g.asked.lock().unwrap().entry(id.clone()).or_default() += 1;
+                    let gate = g.held.lock().unwrap().get(&id).cloned();
+                    if let Some(gate) = gate {
+                        gate.notified().await;
+                    }
                     let bytes = g.images.lock().unwrap().get(&id).map(|(_, b)| b.clone());
                     match bytes {
                         Some(b) => {
@@ -114,6 +122,22 @@ impl FakeGlance {
         id
     }
 
+    /// Holds `id`'s file until [`FakeGlance::release`].
+    fn hold(&self, id: &str) {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        self.held.lock().unwrap().insert(id.to_owned(), gate);
+    }
+
+    fn release(&self, id: &str) {
+        if let Some(gate) = self.held.lock().unwrap().remove(id) {
+            gate.notify_one();
+        }
+    }
+
+    fn asked(&self, id: &str) -> usize {
+        self.asked.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+
     fn downloads(&self, id: &str) -> usize {
         self.downloads.lock().unwrap().get(id).copied().unwrap_or(0)
     }
@@ -150,7 +174,7 @@ async fn agent(srv: &Server, glance: &str, dir: &std::path::Path) -> Agent {
     settings.driver.fake = vec![fake_fpga()];
     settings.glance_url = Some(glance.to_owned());
     settings.program_dir = dir.join("bitstreams");
-    let mut a = Agent::new(settings).unwrap();
+    let a = Agent::new(settings).unwrap();
     a.step().await.unwrap();
     a
 }
@@ -497,6 +521,8 @@ async fn a_released_region_is_cleaned_by_programming_the_default_image() {
             "cleaning"
         );
         assert_eq!(a.clean_step().await.unwrap(), 1);
+        // Handed over to the programming worker's step (issue 40), which answers it.
+        assert_eq!(a.program_step().await.unwrap(), 0);
         let now = srv.admin_get("/v2/device_cleanings").await.1;
         assert_eq!(cleaning(&now), "clean", "{backend:?}: {now}");
         assert_eq!(
@@ -506,4 +532,126 @@ async fn a_released_region_is_cleaned_by_programming_the_default_image() {
         );
         assert!(region_traits(&srv).await.contains(&FUNCTION_TRAIT.into()));
     }
+}
+
+/// The reports the agent sent so far (`accel_agent_reports_total`, every outcome).
+fn reports_sent(health: &accel_agent::observe::Health) -> u64 {
+    health
+        .metrics()
+        .prometheus_text()
+        .lines()
+        .filter(|l| l.starts_with("accel_agent_reports_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Issue 40: an `fpga-default` cleaning that outlasts the liveness limit runs beside
+/// the node's other work: the reports and another card's programming go on, `/livez`
+/// stays 200, and the cleaning ends once its image comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_fpga_default_cleaning_neither_blocks_the_agent_nor_fails_livez() {
+    let (srv, glance, mut a, _kept) = fixture(common::Backend::Sqlite).await;
+    let default = glance.add(FUNCTION, false, false);
+    glance.hold(&default);
+    a.settings.cleaning =
+        accel_agent::cleaning::validate(vec![accel_agent::cleaning::CleaningFile {
+            method: "fpga-default".into(),
+            image: Some(default.clone()),
+            timeout_seconds: Some(60),
+            ..Default::default()
+        }])
+        .unwrap();
+    // A second card, whose region the test releases.
+    a.settings.driver.fake.push(fake_fpga());
+    a.settings.interval_seconds = 1;
+    a.settings.program_interval = Duration::from_millis(50);
+    let limit = Duration::from_millis(300);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap();
+    let node = accel_agent::Node::builder(a.settings.clone())
+        .metrics(listener)
+        .stale_after(limit)
+        .build()
+        .unwrap();
+    let health = node.health().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(node.run(async {
+        let _ = stopped.await;
+    }));
+
+    // Card 1's region is released and its cleaning starts: its image is held.
+    let card1 = report::provider_uuid(&format!("{NODE}_00fa:01:00.0_region0"));
+    let consumer = "0c5a7a3e-2d0b-4f7e-9d8c-1b2a3c4d5e70";
+    let path = format!("/allocations/{consumer}");
+    let body = json!({
+        "allocations": {card1.clone(): {"resources": {"CUSTOM_ACCELERATOR_FPGA": 1}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": null,
+        "consumer_type": "INSTANCE",
+    });
+    let traits = format!("/resource_providers/{card1}/traits");
+    common::eventually(
+        Duration::from_secs(20),
+        "the cleaning trait reported",
+        || async {
+            let (_, v) = placement(&srv, reqwest::Method::GET, &traits, None).await;
+            v.to_string()
+                .contains(accel_agent::cleaning::TRAIT)
+                .then_some(())
+        },
+    )
+    .await;
+    let (s, v) = placement(&srv, reqwest::Method::PUT, &path, Some(body)).await;
+    assert_eq!(s, 204, "{v}");
+    let (s, v) = placement(&srv, reqwest::Method::DELETE, &path, None).await;
+    assert_eq!(s, 204, "{v}");
+    common::eventually(
+        Duration::from_secs(20),
+        "the default image asked for",
+        || async { (glance.asked(&default) == 1).then_some(()) },
+    )
+    .await;
+    let held_since = std::time::Instant::now();
+    let before = reports_sent(&health);
+
+    // Meanwhile card 0 is programmed for a bind, and the reports go on.
+    let image = glance.add(FUNCTION, true, false);
+    srv.create_profile(
+        "fn",
+        json!([{"resources:CUSTOM_ACCELERATOR_FPGA": "1", "accel:function_id": FUNCTION}]),
+    )
+    .await;
+    let arqs = srv.create_arqs("fn").await;
+    let inst = instance();
+    srv.bind(&arqs, NODE, &report::provider_uuid(&region()), &inst)
+        .await;
+    let resolved = srv.wait_resolved(&inst).await;
+    assert_eq!(resolved[0]["state"], "Bound", "{resolved:?}");
+    assert_eq!(glance.downloads(&image), 1);
+    common::eventually(Duration::from_secs(20), "two more reports", || async {
+        (reports_sent(&health) >= before + 2).then_some(())
+    })
+    .await;
+    assert!(
+        held_since.elapsed() > limit * 2,
+        "the cleaning outlasted the limit"
+    );
+    let livez = reqwest::get(format!("http://{port}/livez")).await.unwrap();
+    assert_eq!(livez.status(), 200, "{}", livez.text().await.unwrap());
+    assert_eq!(glance.downloads(&default), 0, "the cleaning still waits");
+
+    glance.release(&default);
+    common::eventually(Duration::from_secs(20), "the region cleaned", || async {
+        let v = srv.admin_get("/v2/device_cleanings").await.1;
+        let all = v["device_cleanings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        all.iter()
+            .any(|c| c["name"] == "cn1_00fa:01:00.0_region0" && c["state"] == "clean")
+            .then_some(())
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    srv.stop().await;
 }

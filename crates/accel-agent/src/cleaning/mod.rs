@@ -28,6 +28,7 @@
 
 pub mod resolve;
 mod running;
+mod start;
 pub mod startup;
 
 pub use running::Running;
