@@ -20,15 +20,14 @@ use crate::plugin::Plugin;
 use crate::proto::deviceplugin as pb;
 use crate::slots::Resource;
 use crate::state::Shared;
-use hyper_util::rt::TokioIo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::Server;
 
 /// Kubelet's registration socket, in the device plugin directory.
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
@@ -44,17 +43,7 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// A gRPC channel over a unix socket. The `:authority` is `localhost`, as kubelet
-/// itself sends since Kubernetes 1.26.
-pub async fn connect(path: &Path) -> Result<Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-}
+pub use crate::channel::connect;
 
 /// The socket file name of a resource: `accel-<domain>_<name>.sock`.
 pub fn socket_name(resource: &str) -> String {

@@ -42,6 +42,7 @@
 
 pub mod authority;
 pub mod cdi;
+pub mod channel;
 pub mod config;
 pub mod device;
 pub mod dra;

@@ -5,7 +5,7 @@
 //! A failed List frees nothing: a kubelet that is down or restarting must not make
 //! running pods lose their devices.
 
-use crate::kubelet::connect;
+use crate::channel::connect;
 use crate::proto::podresources as pb;
 use crate::state::Shared;
 use std::collections::{HashMap, HashSet};
