@@ -155,9 +155,7 @@ impl Plugin {
         }
         Err(refusal)
     }
-}
 
-impl Plugin {
     /// Each granted slot back to its usage `before` the Allocate.
     fn undo(&self, grants: &[Vec<Grant>], before: &BTreeMap<String, Usage>) {
         let undo: BTreeMap<String, Usage> = grants
