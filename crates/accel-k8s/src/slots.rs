@@ -179,6 +179,16 @@ impl Instance {
     fn offering(&self) -> bool {
         self.present && self.device.healthy && !self.vm_held
     }
+    /// After slots were freed: a device cleaned on release is held from its last
+    /// slot's release until the server's answer says it is clean (issue 33).
+    fn hold_for_cleaning(&mut self) {
+        if self.free() == self.slots.len()
+            && self.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE)
+        {
+            self.vm_held = true;
+        }
+    }
+
     fn free(&self) -> usize {
         self.slots.iter().filter(|s| s.usage == Usage::Free).count()
     }
@@ -608,13 +618,8 @@ impl SlotTable {
                         }
                     }
                 }
-                // A device cleaned on release is held from its last slot's release
-                // until the server's answer says it is clean (issue 33).
-                if freed
-                    && inst.free() == inst.slots.len()
-                    && inst.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE)
-                {
-                    inst.vm_held = true;
+                if freed {
+                    inst.hold_for_cleaning();
                 }
             }
         }
@@ -629,8 +634,7 @@ impl SlotTable {
     /// [`reclaim`]: SlotTable::reclaim
     pub fn free_slots(&mut self, slots: &[String]) -> bool {
         let mut changed = false;
-        for inst_name_and in self.pools.iter_mut().flat_map(|p| p.instances.iter_mut()) {
-            let (name, inst) = inst_name_and;
+        for (name, inst) in self.pools.iter_mut().flat_map(|p| p.instances.iter_mut()) {
             let mut freed = false;
             for (i, s) in inst.slots.iter_mut().enumerate() {
                 if s.usage != Usage::Free && slots.contains(&format!("{name}-{i}")) {
@@ -639,11 +643,8 @@ impl SlotTable {
                     freed = true;
                 }
             }
-            if freed
-                && inst.free() == inst.slots.len()
-                && inst.device.traits.iter().any(|t| t == CLEANED_ON_RELEASE)
-            {
-                inst.vm_held = true;
+            if freed {
+                inst.hold_for_cleaning();
             }
             changed |= freed;
         }

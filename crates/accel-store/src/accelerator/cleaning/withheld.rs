@@ -47,8 +47,8 @@ impl Withheld {
     }
 }
 
-/// Those of `rp_uuids` whose cleaning is not `clean`, with their state, in the
-/// order given. Costs one indexed read.
+/// Those of `rp_uuids` whose cleaning is not `clean`, with their state. Costs one
+/// indexed read.
 pub(crate) async fn cleaning_of(
     tx: &mut Tx,
     rp_uuids: &[&str],
@@ -64,23 +64,14 @@ pub(crate) async fn cleaning_of(
     for u in rp_uuids {
         q = q.bind(*u);
     }
-    let mut found = Vec::new();
+    let mut out = Vec::new();
     for r in q.fetch_all(&mut *tx).await? {
-        let uuid: String = r.try_get(0)?;
         let why = match crate::accelerator::parse_column::<CleaningState, _>(&r, 1)? {
             CleaningState::Clean => continue,
             CleaningState::Cleaning => Withheld::Cleaning,
             CleaningState::Failed => Withheld::CleanFailed,
         };
-        found.push((uuid, why));
-    }
-    let mut out = Vec::new();
-    for u in rp_uuids {
-        if let Some(f) = found.iter().find(|(f, _)| f == u) {
-            if !out.iter().any(|(o, _): &(String, Withheld)| o == u) {
-                out.push(f.clone());
-            }
-        }
+        out.push((r.try_get(0)?, why));
     }
     Ok(out)
 }
