@@ -89,3 +89,36 @@ pub enum ClaimError {
         source: tokio::task::JoinError,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn kubelet_reads_the_same_words_and_the_cause_is_carried() {
+        let refused = RecordError::Refused {
+            status: 409,
+            message: "device 0000:17:00.0 is held by a virtual machine".into(),
+        };
+        assert_eq!(
+            ClaimError::from(refused).to_string(),
+            "device 0000:17:00.0 is held by a virtual machine"
+        );
+        let e = ClaimError::WriteCdi {
+            uid: "u".into(),
+            source: std::io::Error::other("disk full"),
+        };
+        assert_eq!(e.to_string(), "writing the CDI spec of claim u: disk full");
+        assert_eq!(
+            e.source().map(|s| s.to_string()).as_deref(),
+            Some("disk full")
+        );
+        let e = ClaimError::from(ApiError::Status {
+            call: "GET http://k/x".into(),
+            status: http::StatusCode::NOT_FOUND,
+            message: "x not found".into(),
+        });
+        assert_eq!(e.to_string(), "GET http://k/x: 404 Not Found: x not found");
+    }
+}
