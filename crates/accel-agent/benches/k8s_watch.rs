@@ -1,7 +1,7 @@
 //! Issue 6's second latency goal through the real agent path: a device unplugged (its
 //! sysfs directory removed) or plugged back, until kubelet's ListAndWatch stream of the
 //! pooled plugin carries the change. The plugins run as `accel agent` runs
-//! them (`accel_k8s::run` over [`AgentDevices`], default intervals: presence every
+//! them (`accel_k8s::run` over [`accel_agent::node::AgentDevices`], default intervals: presence every
 //! 50 ms, full rediscovery every 10 s), over a fake sysfs tree with 8 GPUs and
 //! `EXTRA` (default 1016) functions nothing claims, 1024 in all.
 //!

@@ -63,7 +63,7 @@ pub mod usage;
 
 pub use config::{KubernetesConfig, KubernetesFile};
 pub use device::{Device, DeviceNode, DeviceSource};
-pub use metrics::KubeletMetrics;
+pub use metrics::{KubeletMetrics, Pulse};
 pub use record::RecordError;
 pub use run::{run, run_with, Options};
 pub use slots::SlotTable;

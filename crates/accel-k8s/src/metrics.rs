@@ -43,6 +43,27 @@ fn allocate_buckets() -> Histogram {
     ])
 }
 
+/// A worker's liveness beat, called once per turn of a run loop (the device plugins'
+/// and the DRA slices'): the agent's `/livez` fails when a loop stops turning.
+#[derive(Clone)]
+pub struct Pulse(std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl Pulse {
+    pub fn new(beat: impl Fn() + Send + Sync + 'static) -> Pulse {
+        Pulse(std::sync::Arc::new(beat))
+    }
+
+    pub fn beat(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Pulse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pulse")
+    }
+}
+
 /// The kubelet families (`accel_kubelet_*`).
 #[derive(Debug)]
 pub struct KubeletMetrics {

@@ -14,7 +14,7 @@
 use crate::config::KubernetesConfig;
 use crate::device::DeviceSource;
 use crate::kubelet::Registrar;
-use crate::metrics::KubeletMetrics;
+use crate::metrics::{KubeletMetrics, Pulse};
 use crate::podresources::Reclaimer;
 use crate::slots::SlotTable;
 use crate::state::Shared;
@@ -49,6 +49,8 @@ pub struct Options {
     /// Where Allocate calls, registrations and slot counts are counted (the agent's
     /// `/metrics`); `None` counts nothing.
     pub metrics: Option<Arc<KubeletMetrics>>,
+    /// Beaten at every turn of the run loop (the agent's liveness); `None` beats nothing.
+    pub pulse: Option<Pulse>,
 }
 
 impl Options {
@@ -62,6 +64,7 @@ impl Options {
             watch_interval: Duration::from_secs(1),
             reclaim_interval: Duration::from_secs(10),
             metrics: None,
+            pulse: None,
         }
     }
 }
@@ -140,6 +143,9 @@ pub async fn run_with(
     };
     tokio::pin!(shutdown);
     loop {
+        if let Some(p) = &options.pulse {
+            p.beat();
+        }
         tokio::select! {
             _ = &mut shutdown => break,
             Some(reply) = grants.recv() => {

@@ -13,12 +13,15 @@
 //!                 cleaning ── fpga-default Handover ──▶ programming
 //! ```
 
+mod devices;
 mod workers;
+
+pub use devices::AgentDevices;
 
 use crate::agent::{Agent, AgentError, Backoff};
 use crate::config::Settings;
 use crate::drivers::Driver;
-use crate::kubernetes::{AgentDevices, ServerUsage};
+use crate::kubernetes::ServerUsage;
 use crate::metrics::Metrics;
 use crate::observe::{self, Health};
 use accel_supervisor::Supervisor;
@@ -219,6 +222,15 @@ impl Node {
         Some(config)
     }
 
+    /// A kubelet worker's liveness beat, registered with the metrics port: `/livez`
+    /// fails when its run loop stops turning. (The DRA kubelet plugin itself is a gRPC
+    /// server with no loop of its own: it serves or it fails, and the supervisor sees
+    /// a failure.)
+    fn pulse(&self, worker: &'static str) -> accel_k8s::Pulse {
+        let beat = self.health.worker(worker);
+        accel_k8s::Pulse::new(move || beat.beat())
+    }
+
     /// The DRA kubelet plugin's parts over `api` (`None` without `[kubernetes]`).
     pub fn dra(&self, api: crate::dra::KubeApi) -> Option<Dra> {
         let config = self.kubernetes()?;
@@ -320,7 +332,8 @@ impl Node {
             return Ok(());
         };
         if config.mode != accel_k8s::config::Mode::Dra {
-            let (record, options) = self.plugins();
+            let (record, mut options) = self.plugins();
+            options.pulse = Some(self.pulse("device plugins"));
             tracing::info!(kubelet_dir = %options.kubelet_dir.display(), configurations = config.configurations.len(), "kubelet device plugins enabled");
             let source: Arc<dyn accel_k8s::DeviceSource> = self.devices();
             sup.spawn("device plugins", move |mut stop| {
@@ -346,8 +359,9 @@ impl Node {
         };
         tracing::info!(kubernetes_api = %self.kubelet.kubeconfig.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "KUBECONFIG or in-cluster".into()), "DRA kubelet plugin enabled");
         let driver = dra.driver();
+        let pulse = self.pulse("dra slices");
         sup.spawn("dra slices", move |mut stop| {
-            let publisher = dra.publisher();
+            let publisher = dra.publisher().with_pulse(pulse.clone());
             let every = accel_k8s::dra::slices::PUBLISH_INTERVAL;
             async move {
                 accel_k8s::dra::slices::run(publisher, every, async move { stop.stopped().await })

@@ -34,6 +34,7 @@ use super::objects::{
 use super::{device_name, ApiError, BoxFuture};
 use crate::config::KubernetesConfig;
 use crate::device::{Device, DeviceSource};
+use crate::metrics::Pulse;
 use crate::record::RecordError;
 use indexmap::IndexMap;
 use std::collections::BTreeSet;
@@ -105,6 +106,8 @@ pub struct Publisher {
     node_uid: Option<String>,
     /// The resourceVersion of the last list, where the next watch starts.
     listed_at: Option<String>,
+    /// Beaten at every turn of [`run`]'s loop.
+    pulse: Option<Pulse>,
 }
 
 /// The slice's devices: every healthy device of a configuration no VM holds, by name.
@@ -178,7 +181,14 @@ impl Publisher {
             generation: 0,
             node_uid: None,
             listed_at: None,
+            pulse: None,
         }
+    }
+
+    /// Beats `pulse` at every turn of [`run`]'s loop (the agent's liveness).
+    pub fn with_pulse(mut self, pulse: Pulse) -> Publisher {
+        self.pulse = Some(pulse);
+        self
     }
 
     /// The device source's cheap fingerprint (None: it has none).
@@ -314,6 +324,9 @@ pub async fn run(
     let mut last_presence = publisher.presence().await;
     let mut watch: Option<BoxFuture<'static, Result<(), ApiError>>> = None;
     loop {
+        if let Some(p) = &publisher.pulse {
+            p.beat();
+        }
         let now = tokio::select! {
             _ = &mut shutdown => return,
             _ = tick.tick() => true,

@@ -1,6 +1,7 @@
 //! The agent's side of the kubelet device plugins (crate `accel_k8s`): the devices
-//! discovery finds, as the plugins see them ([`AgentDevices`]), and the slot usage kept
-//! by the server ([`ServerUsage`]).
+//! discovery finds, as the plugins see them ([`to_device`]; the node's `AgentDevices`
+//! serves them from the agent's discovery), and the slot usage kept by the server
+//! ([`ServerUsage`]).
 //!
 //! ```text
 //! Agent::discover ──FoundDevice──▶ to_device ──▶ accel_k8s::Device
@@ -67,56 +68,12 @@
 
 use crate::client::{Client, ClientError};
 use crate::model::{FoundDevice, Health};
-use crate::Agent;
 use accel_api::agent::{KubernetesUsage, SlotClaim};
 use accel_k8s::usage::BoxFuture;
-use accel_k8s::{
-    Device, DeviceNode, DeviceSource, RecordError, Recorded, UsageRecord, UsageReport,
-};
+use accel_k8s::{Device, DeviceNode, RecordError, Recorded, UsageRecord, UsageReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
-
-/// Discovery as a [`DeviceSource`]: every call is one discovery pass (the plugins'
-/// run loop calls it on a blocking thread).
-pub struct AgentDevices {
-    agent: Arc<Agent>,
-}
-
-impl AgentDevices {
-    /// Discovers through `agent`, the node's one discoverer (its drivers, Nova rules
-    /// and the devices each driver found last), shared with the reports.
-    pub fn new(agent: Arc<Agent>) -> AgentDevices {
-        AgentDevices { agent }
-    }
-}
-
-impl DeviceSource for AgentDevices {
-    fn devices(&self) -> Vec<Device> {
-        let root = &self.agent.settings.sysfs_root;
-        self.agent
-            .discover()
-            .devices
-            .iter()
-            .map(|d| to_device(root, d))
-            .collect()
-    }
-
-    /// The PCI functions sysfs lists (one directory read): a device unplugged or
-    /// added changes it, and the plugins then rediscover at once.
-    fn presence(&self) -> Option<u64> {
-        use std::hash::{Hash, Hasher};
-        let dir = self.agent.settings.sysfs_root.join("bus/pci/devices");
-        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&dir)
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.file_name()))
-            .collect();
-        names.sort_unstable();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        names.hash(&mut h);
-        Some(h.finish())
-    }
-}
 
 /// A found device as the plugins offer it.
 pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
@@ -305,37 +262,4 @@ impl UsageRecord for ServerUsage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::FakeSysfs;
-
-    #[test]
-    fn nodes_come_from_sysfs() {
-        let dir = tempfile::tempdir().unwrap();
-        let fs = FakeSysfs::new(dir.path());
-        fs.function("0000:3b:00.0", 0x10de, 0x20b0, 0x030200)
-            .driver("vfio-pci")
-            .iommu_group(41);
-        fs.function("0000:5e:00.0", 0x1002, 0x740f, 0x038000)
-            .driver("amdgpu")
-            .file("drm/card1/dev", "226:1")
-            .file("drm/renderD129/dev", "226:129");
-        fs.function("0000:af:00.0", 0x8086, 0x09c4, 0x120000)
-            .driver("intel-fpga-pci")
-            .file("fpga/intel-fpga-dev.0/intel-fpga-port.0/dev", "240:0")
-            .file("fpga/intel-fpga-dev.0/intel-fpga-fme.0/dev", "241:0");
-        let paths = |a: &str| -> Vec<String> {
-            device_nodes(dir.path(), a)
-                .into_iter()
-                .map(|n| n.host_path)
-                .collect()
-        };
-        assert_eq!(paths("0000:3b:00.0"), ["/dev/vfio/vfio", "/dev/vfio/41"]);
-        assert_eq!(paths("0000:5e:00.0"), ["/dev/dri/renderD129"]);
-        assert_eq!(
-            paths("0000:af:00.0"),
-            ["/dev/intel-fpga-fme.0", "/dev/intel-fpga-port.0"]
-        );
-        assert!(paths("0000:00:00.0").is_empty());
-    }
-}
+mod tests;
