@@ -6,7 +6,7 @@
 //!
 //! The families live in a [`Registry`] the caller owns (the agent serves one registry
 //! for everything); this crate only updates them. Without a [`KubeletMetrics`]
-//! ([`crate::Options::metrics`] is `None`) nothing is counted.
+//! (`Options::metrics` is `None`) nothing is counted.
 
 use crate::slots::AllocError;
 use prometheus_client::encoding::EncodeLabelSet;

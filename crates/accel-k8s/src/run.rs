@@ -109,7 +109,7 @@ pub async fn run_with(
     let (saver, mut grants) = tokio::sync::mpsc::channel(16);
     shared.set_saver(saver);
     shared.set_pod_resources(options.pod_resources_socket.clone());
-    let refresh = |found: Vec<crate::Device>| {
+    let refresh = |found: Vec<crate::device::Device>| {
         let changed = shared.write(|t| {
             let changed = t.set_devices(&found);
             (changed, changed)

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 pub struct Claim {
     /// `<instance>-<index>`, the key of the usage map.
     pub slot: String,
-    /// [`crate::Device::id`] (the device's PCI address).
+    /// [`crate::device::Device::id`] (the device's PCI address).
     pub device: String,
     pub pod: Option<String>,
 }

@@ -330,8 +330,8 @@ pub fn healthy(v: &[&str]) -> Vec<(String, String)> {
 }
 
 /// A healthy A100 of `device_type` at PCI address `id`, with no device nodes.
-pub fn device(id: &str, device_type: &str) -> crate::Device {
-    crate::Device {
+pub fn device(id: &str, device_type: &str) -> crate::device::Device {
+    crate::device::Device {
         id: id.into(),
         device_type: device_type.into(),
         vendor: 0x10de,

@@ -118,7 +118,7 @@ pub struct Driver {
     devices: Arc<dyn DeviceSource>,
     api: Arc<dyn ClaimApi>,
     record: Arc<dyn ClaimRecord>,
-    metrics: Option<Arc<crate::KubeletMetrics>>,
+    metrics: Option<Arc<crate::metrics::KubeletMetrics>>,
 }
 
 impl Driver {
@@ -141,7 +141,7 @@ impl Driver {
 
     /// Records kubelet's registration verdict (the agent's `/readyz`: registered once
     /// kubelet said so through NotifyRegistrationStatus).
-    pub fn with_metrics(mut self, metrics: Option<Arc<crate::KubeletMetrics>>) -> Driver {
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::metrics::KubeletMetrics>>) -> Driver {
         self.metrics = metrics;
         self
     }

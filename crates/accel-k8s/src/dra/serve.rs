@@ -194,7 +194,7 @@ dra_service!(V1beta1, v1beta1, |d: PreparedDevice| v1beta1::Device {
 pub struct Registration {
     driver: String,
     endpoint: PathBuf,
-    metrics: Option<Arc<crate::KubeletMetrics>>,
+    metrics: Option<Arc<crate::metrics::KubeletMetrics>>,
 }
 
 #[tonic::async_trait]
