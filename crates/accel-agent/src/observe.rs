@@ -168,6 +168,13 @@ impl Health {
         beat
     }
 
+    /// Each worker `/livez` checks, with how long it has been silent past its beat and
+    /// its hold.
+    pub fn workers(&self) -> Vec<(&'static str, Duration)> {
+        let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
+        workers.iter().map(|b| (b.name, b.silent())).collect()
+    }
+
     /// The supervisor's view of its workers, for `/readyz`.
     pub fn supervised(&self, running: accel_supervisor::Running) {
         if let Ok(mut r) = self.running.lock() {

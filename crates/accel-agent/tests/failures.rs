@@ -275,3 +275,48 @@ async fn a_worker_that_panics_is_restarted_and_readyz_says_so() {
     assert!(sent.contains("accel_agent_reports_total"), "{sent}");
     server.stop().await;
 }
+
+/// Issue 40: the device plugins' run loop is a worker with its own liveness beat, so a
+/// node serving only kubelet plugins (no server yet, no kubelet) shows it to `/livez`,
+/// beating well within the limit while it waits.
+#[tokio::test]
+async fn the_device_plugins_loop_beats_its_own_liveness() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path().join("sys"));
+    testing::two_gpus(&fs);
+    let mut kubernetes = accel_k8s::KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
+         [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+    )
+    .unwrap();
+    kubernetes.cdi_dir = dir.path().join("cdi");
+    let settings = Settings {
+        drivers: Some(vec!["nvidia".into()]),
+        kubernetes: Some(kubernetes),
+        // No server answers here: the workers that need one never start.
+        ..Settings::new("http://127.0.0.1:9", "cn1", &fs.root)
+    };
+    let limit = Duration::from_secs(2);
+    let node = accel_agent::Node::builder(settings)
+        .kubelet(accel_agent::node::Kubelet {
+            kubelet_dir: dir.path().join("no-kubelet"),
+            pod_resources_socket: dir.path().join("no-kubelet/kubelet.sock"),
+            ..Default::default()
+        })
+        .stale_after(limit)
+        .build()
+        .unwrap();
+    let health = node.health().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(node.run(async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(limit * 2).await;
+    let workers = health.workers();
+    let plugins = workers.iter().find(|(n, _)| *n == "device plugins");
+    let (_, silent) = plugins.unwrap_or_else(|| panic!("no device plugins beat: {workers:?}"));
+    assert!(*silent < limit, "{workers:?}");
+    assert!(health.live().is_ok(), "{:?}", health.live());
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
