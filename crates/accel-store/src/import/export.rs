@@ -214,31 +214,7 @@ async fn insert(
 /// The upstream database's Placement data (nonzero counts); the standard classes
 /// and traits an upstream start synced do not count.
 async fn upstream_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
-    const COUNTS: &[(&str, &str)] = &[
-        (
-            "resource_providers",
-            "SELECT COUNT(*) FROM resource_providers",
-        ),
-        ("inventories", "SELECT COUNT(*) FROM inventories"),
-        ("consumers", "SELECT COUNT(*) FROM consumers"),
-        ("allocations", "SELECT COUNT(*) FROM allocations"),
-        (
-            "placement_aggregates",
-            "SELECT COUNT(*) FROM placement_aggregates",
-        ),
-        ("projects", "SELECT COUNT(*) FROM projects"),
-        ("users", "SELECT COUNT(*) FROM users"),
-        ("consumer_types", "SELECT COUNT(*) FROM consumer_types"),
-        (
-            "custom resource_classes",
-            "SELECT COUNT(*) FROM resource_classes WHERE id >= 10000",
-        ),
-        (
-            "custom traits",
-            "SELECT COUNT(*) FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
-        ),
-    ];
-    crate::import::write::nonzero_counts(tx, COUNTS).await
+    crate::import::write::nonzero_counts(tx, crate::import::force::PLACEMENT_COUNTS).await
 }
 
 /// Writes `data` (accel's, from [`read_accel`]) into the empty upstream database
@@ -252,16 +228,30 @@ pub async fn export_placement(
     target
         .write(move |tx| {
             Box::pin(async move {
-                super::read::check_version(&super::read::schema_version(tx, "Placement").await?)?;
-                let held = upstream_contents(tx).await?;
-                if !held.is_empty() {
-                    return Ok(Err(ExportRefused::NotEmpty(held)));
+                if let Some(refused) = refusal(tx).await? {
+                    return Ok(Err(refused));
                 }
                 write_upstream(tx, &data).await?;
                 Ok(Ok(data.counts()))
             })
         })
         .await
+}
+
+/// What `accel export placement --dry-run` checks, reading `target` only: its schema
+/// is upstream's and it holds no Placement data.
+pub async fn check_target(target: &Source) -> Result<Result<(), ExportRefused>, StoreError> {
+    target
+        .read(|tx| Box::pin(async move { Ok(refusal(tx).await?.map_or(Ok(()), Err)) }))
+        .await
+}
+
+/// Why the upstream database cannot take an export: another schema (an error), or
+/// data already there.
+async fn refusal(tx: &mut Tx) -> Result<Option<ExportRefused>, StoreError> {
+    super::read::check_version(&super::read::schema_version(tx, "Placement").await?)?;
+    let held = upstream_contents(tx).await?;
+    Ok((!held.is_empty()).then_some(ExportRefused::NotEmpty(held)))
 }
 
 async fn write_upstream(tx: &mut Tx, d: &PlacementData) -> Result<(), StoreError> {

@@ -30,10 +30,12 @@
 pub mod check;
 pub mod cyborg;
 pub mod export;
+pub mod force;
 pub mod read;
+mod rows;
 pub mod write;
 
-pub use check::{check, Problem};
+pub use check::{check, Checked, OverCapacity, Problem};
 pub use read::{read_placement, Source};
 pub use write::{import_placement, Imported, Options, Refused};
 
