@@ -262,7 +262,7 @@ fn print_outcome<P: std::fmt::Display>(
     }
     if !kept.is_empty() {
         println!(
-            "kept (accelerator data; every provider it points at is in the imported data): {}",
+            "kept (accelerator data; none of it loses its provider): {}",
             describe(kept)
         );
     }
