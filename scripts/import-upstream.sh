@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # `accel import placement` against the real upstream Placement 16.0.0 (issue 28): upstream runs on
 # SQLite and on MariaDB (the conformance kit's upstream-placement.sh), is filled through its own API
-# with a seeded random cloud (scripts/placement-import-cloud.py), and its database is imported into
-# accel on SQLite, PostgreSQL and MariaDB, each import followed by `--verify` against the upstream
-# service still running on the old database: every provider, inventory, usage, trait, aggregate,
-# allocation and consumer, and a sample of allocation-candidate queries. Then the way back: each
-# accel database is exported (`accel export placement`) into a fresh upstream database of the same
-# backend as the source, made by upstream's own `placement-manage db sync`; upstream is started on it
-# and compared with accel again (`accel import verify`). Any difference fails.
+# with a seeded random cloud (scripts/placement-import-cloud.py, two providers left over capacity
+# as upstream's API allows), and its database is imported into accel on SQLite, PostgreSQL and
+# MariaDB, each import followed by `--verify` against the upstream service still running on the old
+# database: every provider, inventory, usage, trait, aggregate, allocation and consumer, and a
+# sample of allocation-candidate queries; each import must warn about both over-capacity
+# providers, and a second import without --force must be refused leaving the target's dump
+# identical. Then the way back: each accel database is exported (`accel export placement
+# --dry-run`, then `--verify`) into a fresh upstream database of the same backend as the source,
+# made by upstream's own `placement-manage db sync` and served by upstream during the export, and
+# compared with accel again. Any difference fails.
 #
 #   scripts/import-upstream.sh [sqlite] [mysql]      (default: both upstream backends)
 #
@@ -43,6 +46,15 @@ db_sync() {
   "$VENV/bin/placement-manage" --config-dir "$etc" db sync >>"$RUN/db-sync.log" 2>&1
 }
 mysql_q() { mysql -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" -u "$MYSQL_USER" -e "$1"; }
+# The accel database at URL $1, as SQL text (pg_dump's per-run \restrict key left out).
+dump() {
+  case "$1" in
+    sqlite://*) sqlite3 "${1#sqlite://}" .dump ;;
+    postgres://*) pg_dump --no-owner "$1" | grep -v '^\\\(un\)\?restrict' ;;
+    mysql://*) mysqldump --skip-dump-date -h "${MYSQL_HOSTPORT%:*}" -P "${MYSQL_HOSTPORT#*:}" \
+                 -u "$MYSQL_USER" "${1##*/}" ;;
+  esac
+}
 cleanup() {
   PLACEMENT_RUN_DIR="$RUN/upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
   for d in "$RUN"/back-*; do
@@ -88,6 +100,24 @@ for ub in "${BACKENDS[@]}"; do
     else
       echo "FAILED upstream $ub -> accel $target:"; cat "$RUN/import-$ub-$target.txt"; status=1
     fi
+    # The over-capacity providers the cloud left are imported, each said in a warning.
+    warned=$(grep -c '^warning: provider .* over its capacity' "$RUN/import-$ub-$target.txt" || true)
+    if [[ $warned -lt 2 ]]; then
+      echo "FAILED upstream $ub -> accel $target: $warned over-capacity warning(s), 2 expected"; status=1
+    fi
+    # A second import without --force is refused and writes nothing, change log included.
+    dump "$DB" >"$RUN/dump-$ub-$target.before"
+    if "$ACCEL_BIN" import placement --from "$SOURCE" --database "$DB" >"$RUN/again-$ub-$target.txt" 2>&1 \
+        || ! grep -q "refused: the target database is not empty" "$RUN/again-$ub-$target.txt"; then
+      echo "FAILED upstream $ub -> accel $target: a second import was not refused"; cat "$RUN/again-$ub-$target.txt"; status=1
+    fi
+    dump "$DB" >"$RUN/dump-$ub-$target.after"
+    if cmp -s "$RUN/dump-$ub-$target.before" "$RUN/dump-$ub-$target.after"; then
+      echo "upstream $ub -> accel $target: $warned over-capacity warnings; a refused second import left the dump identical"
+    else
+      echo "FAILED upstream $ub -> accel $target: a refused import changed the target:"
+      diff "$RUN/dump-$ub-$target.before" "$RUN/dump-$ub-$target.after" | head -20; status=1
+    fi
   done
   "$KIT/upstream-placement.sh" stop >/dev/null
   # The way back, from each accel database into a fresh upstream one of the source's backend.
@@ -108,14 +138,17 @@ for ub in "${BACKENDS[@]}"; do
     esac
     t0=$SECONDS
     db_sync "$PLACEMENT_DB_URL"
-    if ! "$ACCEL_BIN" export placement --database "$DB" --to "$TO" >"$back/export.txt" 2>&1; then
-      echo "FAILED accel $target -> upstream $ub (export):"; cat "$back/export.txt"; status=1; continue
-    fi
+    # Upstream serves the empty database first; the dry run checks it, the export writes
+    # into it and --verify compares upstream's answers with accel's.
     PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" start >/dev/null
-    if "$ACCEL_BIN" import verify "http://127.0.0.1:$PORT" --database "$DB" >"$back/verify.txt" 2>&1; then
-      echo "accel $target -> upstream $ub: exported, $(tail -1 "$back/verify.txt") ($((SECONDS - t0)) s)"
+    if ! "$ACCEL_BIN" export placement --database "$DB" --to "$TO" --dry-run >"$back/dry-run.txt" 2>&1; then
+      echo "FAILED accel $target -> upstream $ub (export --dry-run):"; cat "$back/dry-run.txt"; status=1
+    fi
+    if "$ACCEL_BIN" export placement --database "$DB" --to "$TO" --verify "http://127.0.0.1:$PORT" \
+        >"$back/export.txt" 2>&1; then
+      echo "accel $target -> upstream $ub: exported, $(tail -1 "$back/export.txt") ($((SECONDS - t0)) s)"
     else
-      echo "FAILED accel $target -> upstream $ub:"; cat "$back/export.txt" "$back/verify.txt"; status=1
+      echo "FAILED accel $target -> upstream $ub:"; cat "$back/dry-run.txt" "$back/export.txt"; status=1
     fi
     PLACEMENT_RUN_DIR="$back" "$KIT/upstream-placement.sh" stop >/dev/null
   done
