@@ -10,7 +10,9 @@
 # identical. Then the way back: each accel database is exported (`accel export placement
 # --dry-run`, then `--verify`) into a fresh upstream database of the same backend as the source,
 # made by upstream's own `placement-manage db sync` and served by upstream during the export, and
-# compared with accel again. Any difference fails.
+# compared with accel again. With the SQLite upstream, docs/migrating.md's cut-over and way-back
+# blocks are run as written against `accel serve` in maintenance (`walkthrough`). Any difference
+# fails.
 #
 #   scripts/import-upstream.sh [sqlite] [mysql]      (default: both upstream backends)
 #
@@ -55,7 +57,10 @@ dump() {
                  -u "$MYSQL_USER" "${1##*/}" ;;
   esac
 }
+WALK_PID=""
 cleanup() {
+  [[ -n "$WALK_PID" ]] && { kill -TERM "$WALK_PID" 2>/dev/null; wait "$WALK_PID" 2>/dev/null; } || true
+  PLACEMENT_RUN_DIR="$RUN/walk/back" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
   PLACEMENT_RUN_DIR="$RUN/upstream" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
   for d in "$RUN"/back-*; do
     [[ -d "$d" ]] && PLACEMENT_RUN_DIR="$d" "$KIT/upstream-placement.sh" stop >/dev/null 2>&1 || true
@@ -68,6 +73,59 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+
+# docs/migrating.md's block NAME, without its example assignments (this script's values stand).
+block() {
+  python3 - "$ROOT/docs/migrating.md" "$1" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"<!-- run: %s -->\n```sh\n(.*?)```" % re.escape(sys.argv[2]), text, re.S)
+if not m:
+    sys.exit(f"docs/migrating.md has no block marked run: {sys.argv[2]}")
+print("\n".join(l for l in m.group(1).splitlines() if not re.match(r"^[A-Z_]+=", l)))
+EOF
+}
+# Runs block NAME in $RUN/walk with bash -eu, `accel` on the PATH.
+run_block() {
+  block "$1" >"$RUN/walk/$1.sh"
+  (cd "$RUN/walk" && PATH="$(dirname "$ACCEL_BIN"):$PATH" bash -euo pipefail "$RUN/walk/$1.sh") \
+    >"$RUN/walk/$1.log" 2>&1
+}
+# The status of a provider create on the walk-through's accel serve.
+accel_write() {
+  curl -s -o /dev/null -w '%{http_code}' -X POST -H 'x-auth-token: admin' \
+    -H 'content-type: application/json' -d "{\"name\": \"$1\"}" "http://127.0.0.1:$((PORT + 10))/resource_providers"
+}
+# docs/migrating.md's cut-over and way back, as written: `accel serve` (the binary) started in
+# maintenance on an empty SQLite database, the cut-over block run against the upstream filled
+# above, writes refused before it ends the maintenance and accepted after; then an empty
+# upstream database served by a second upstream, and the way-back block (switch on, export
+# --dry-run, export --verify), writes refused again after it.
+walkthrough() {
+  local walk="$RUN/walk" ap=$((PORT + 10)) aa=$((PORT + 11)) am=$((PORT + 12)) bp=$((PORT + 13))
+  mkdir -p "$walk/back"
+  "$ACCEL_BIN" serve --database "sqlite://$walk/accel.db" --placement-listen "127.0.0.1:$ap" \
+    --accelerator-listen "127.0.0.1:$aa" --metrics-listen "127.0.0.1:$am" --no-console \
+    --maintenance "cut-over from upstream" >"$walk/serve.log" 2>&1 &
+  WALK_PID=$!
+  for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$am/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+  local before; before=$(accel_write before-cut-over)
+  export UPSTREAM_DB="$SOURCE" UPSTREAM_URL="http://127.0.0.1:$PORT" ACCEL_DB="sqlite://$walk/accel.db" \
+    ACCEL_API="http://127.0.0.1:$aa" OS_TOKEN=admin
+  run_block cut-over || { echo "FAILED walk-through cut-over:"; cat "$walk/cut-over.log" "$walk/serve.log"; return 1; }
+  local after; after=$(accel_write after-cut-over)
+  [[ $before == 503 && $after == 200 ]] \
+    || { echo "FAILED walk-through: a write answered $before in maintenance, $after after it"; return 1; }
+  echo "walk-through cut-over: ok (a write 503 in maintenance, 200 after; $(tail -1 "$walk/cut-over.log"))"
+  db_sync "sqlite:///$walk/back/placement.db"
+  PLACEMENT_PORT=$bp PLACEMENT_RUN_DIR="$walk/back" PLACEMENT_DB_URL="sqlite:///$walk/back/placement.db" \
+    "$KIT/upstream-placement.sh" start >/dev/null
+  BACK_DB="sqlite://$walk/back/placement.db" BACK_URL="http://127.0.0.1:$bp" run_block way-back \
+    || { echo "FAILED walk-through way back:"; cat "$walk/way-back.log"; return 1; }
+  local late; late=$(accel_write after-way-back)
+  [[ $late == 503 ]] || { echo "FAILED walk-through: a write answered $late after the way back"; return 1; }
+  echo "walk-through way back: ok (a write 503 again; $(tail -1 "$walk/way-back.log"))"
+}
 
 status=0
 for ub in "${BACKENDS[@]}"; do
@@ -119,6 +177,9 @@ for ub in "${BACKENDS[@]}"; do
       diff "$RUN/dump-$ub-$target.before" "$RUN/dump-$ub-$target.after" | head -20; status=1
     fi
   done
+  if [[ $ub == sqlite ]]; then
+    walkthrough || status=1
+  fi
   "$KIT/upstream-placement.sh" stop >/dev/null
   # The way back, from each accel database into a fresh upstream one of the source's backend.
   for target in sqlite postgres mysql; do
