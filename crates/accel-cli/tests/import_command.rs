@@ -108,13 +108,27 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
         "{err}"
     );
     // Nothing written, change log included: the file is byte for byte as it was.
-    assert!(dump(&db) == dumped, "a refused import changed the target's file");
+    assert!(
+        dump(&db) == dumped,
+        "a refused import changed the target's file"
+    );
     // Nor does a verify (this one finds no upstream) or a dry run.
     let o = accel(&["import", "verify", "http://127.0.0.1:9", "--database", &db]);
     assert_ne!(o.status.code(), Some(0), "{:?}", text(&o));
-    let o = accel(&["import", "placement", "--from", url, "--database", &db, "--dry-run"]);
+    let o = accel(&[
+        "import",
+        "placement",
+        "--from",
+        url,
+        "--database",
+        &db,
+        "--dry-run",
+    ]);
     assert!(o.status.success(), "{:?}", text(&o));
-    assert!(dump(&db) == dumped, "a verify or a dry run changed the target's file");
+    assert!(
+        dump(&db) == dumped,
+        "a verify or a dry run changed the target's file"
+    );
     assert_eq!(held(&db).await, before);
 
     // Inconsistent rows: refused, named; then skipped and listed.
@@ -304,7 +318,15 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
     );
 
     // Placement again with --force: the accelerator data is kept, and said so.
-    let args = ["import", "placement", "--from", &placement.url, "--database", &db, "--force"];
+    let args = [
+        "import",
+        "placement",
+        "--from",
+        &placement.url,
+        "--database",
+        &db,
+        "--force",
+    ];
     let o = accel(&args);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
@@ -315,11 +337,25 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
 
     let back = cyborg_source(&[CYBORG_DDL]).await;
     let before = dump(&back.url);
-    let o = accel(&["export", "cyborg", "--database", &db, "--to", &back.url, "--dry-run"]);
+    let o = accel(&[
+        "export",
+        "cyborg",
+        "--database",
+        &db,
+        "--to",
+        &back.url,
+        "--dry-run",
+    ]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(out.contains("\n  deployables                    2\n"), "{out}");
-    assert!(dump(&back.url) == before, "a dry run wrote into the upstream database");
+    assert!(
+        out.contains("\n  deployables                    2\n"),
+        "{out}"
+    );
+    assert!(
+        dump(&back.url) == before,
+        "a dry run wrote into the upstream database"
+    );
     let o = accel(&["export", "cyborg", "--database", &db, "--to", &back.url]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
@@ -337,20 +373,28 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
 /// the dry run and the import print the warning and import every consumer whole.
 #[tokio::test]
 async fn over_capacity_is_a_warning_in_the_dry_run_and_the_import() {
-    let src = source(&["UPDATE inventories SET allocation_ratio = 0.05 WHERE resource_provider_id = 9"]).await;
+    let src =
+        source(&["UPDATE inventories SET allocation_ratio = 0.05 WHERE resource_provider_id = 9"])
+            .await;
     let warning = format!(
         "warning: provider {SHARED}: usage of DISK_GB is 100, over its capacity 50 ((total 1000 - reserved 0) * allocation_ratio 0.05); imported as it stands"
     );
     let o = accel(&["import", "placement", "--from", &src.url, "--dry-run"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(out.contains(&warning) && out.ends_with("no problems found\n"), "{out}");
+    assert!(
+        out.contains(&warning) && out.ends_with("no problems found\n"),
+        "{out}"
+    );
     let (_dir, db) = target();
     let o = accel(&["import", "placement", "--from", &src.url, "--database", &db]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(out.contains(&warning), "{out}");
-    assert!(out.contains("\n  allocations                    5\n"), "{out}");
+    assert!(
+        out.contains("\n  allocations                    5\n"),
+        "{out}"
+    );
 }
 
 /// `accel export placement --dry-run`: the counts that would go in, the upstream
@@ -363,13 +407,36 @@ async fn export_dry_run_checks_the_target_and_writes_nothing() {
     assert!(o.status.success(), "{:?}", text(&o));
     let empty = accel_store::testing::upstream::empty_upstream().await;
     let before = dump(&empty.url);
-    let args = ["export", "placement", "--database", &db, "--to", &empty.url, "--dry-run"];
+    let args = [
+        "export",
+        "placement",
+        "--database",
+        &db,
+        "--to",
+        &empty.url,
+        "--dry-run",
+    ];
     let o = accel(&args);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(out.contains("is ready and would receive:") && out.contains("\n  allocations                    5\n"), "{out}");
-    assert!(dump(&empty.url) == before, "a dry run wrote into the upstream database");
-    let o = accel(&["export", "placement", "--database", &db, "--to", &src.url, "--dry-run"]);
+    assert!(
+        out.contains("is ready and would receive:")
+            && out.contains("\n  allocations                    5\n"),
+        "{out}"
+    );
+    assert!(
+        dump(&empty.url) == before,
+        "a dry run wrote into the upstream database"
+    );
+    let o = accel(&[
+        "export",
+        "placement",
+        "--database",
+        &db,
+        "--to",
+        &src.url,
+        "--dry-run",
+    ]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("accel export placement: refused: the upstream database is not empty (3 resource_providers"), "{err}");

@@ -33,9 +33,10 @@ impl Switch<'_> {
         self.0
             .read(|tx| {
                 Box::pin(async move {
-                    let row = sqlx::query("SELECT reason, started_at FROM maintenance WHERE id = 1")
-                        .fetch_optional(&mut *tx)
-                        .await?;
+                    let row =
+                        sqlx::query("SELECT reason, started_at FROM maintenance WHERE id = 1")
+                            .fetch_optional(&mut *tx)
+                            .await?;
                     row.map(|r| {
                         Ok(Maintenance {
                             reason: r.try_get(0)?,

@@ -238,20 +238,35 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
                 &format!("provider {LOOP_B}: parent loop: {LOOP_B} -> {LOOP_A} -> {LOOP_B}"),
                 "consumer 22222222-2222-4222-8222-000000000004: project id 99 does not exist",
             ] {
-                assert!(text.contains(&format!("\n  {line}")), "{line:?} not in {text}");
+                assert!(
+                    text.contains(&format!("\n  {line}")),
+                    "{line:?} not in {text}"
+                );
             }
-            assert!(text.starts_with("the source holds 4 inconsistent row(s); nothing was written"), "{text}");
+            assert!(
+                text.starts_with("the source holds 4 inconsistent row(s); nothing was written"),
+                "{text}"
+            );
             assert_eq!(picture(&store).await, before, "a refusal changes nothing");
 
-            let skip = Options { skip_invalid: true, ..Options::default() };
-            let done = import::import_placement(&store, &data, skip).await.unwrap().unwrap();
+            let skip = Options {
+                skip_invalid: true,
+                ..Options::default()
+            };
+            let done = import::import_placement(&store, &data, skip)
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(done.skipped.len(), 4);
             let after = picture(&store).await;
             // The loop's two providers are out, the three good ones in.
             assert_eq!(after.2.len(), 3);
             // The consumer with one allocation on a missing provider is out with its
             // allocation on cn1 too; VM1 (four allocations) and VM2 are in whole.
-            assert_eq!(allocations_by_consumer(&store).await, [(VM1.to_owned(), 4), (VM2.to_owned(), 1)]);
+            assert_eq!(
+                allocations_by_consumer(&store).await,
+                [(VM1.to_owned(), 4), (VM2.to_owned(), 1)]
+            );
         }
     })
     .await;
@@ -331,7 +346,11 @@ async fn a_refused_import_and_a_reopened_target_leave_the_change_log_as_it_was()
                 .unwrap()
                 .unwrap_err();
             assert!(matches!(refused, Refused::NotEmpty(_)), "{refused}");
-            assert_eq!(picture(&store).await, before, "nothing written, change log included");
+            assert_eq!(
+                picture(&store).await,
+                before,
+                "nothing written, change log included"
+            );
         }
     })
     .await;

@@ -96,7 +96,10 @@ pub(super) async fn import(a: ImportPlacementArgs) -> anyhow::Result<()> {
 /// `--dry-run`: the source read and checked, nothing opened on accel's side.
 fn dry_run(from: &str, data: &cyborg::CyborgData) -> anyhow::Result<()> {
     let (problems, valid) = cyborg::check(data);
-    println!("dry run: nothing written; {} would be read:", redacted(from));
+    println!(
+        "dry run: nothing written; {} would be read:",
+        redacted(from)
+    );
     print_counts(&data.counts());
     if problems.is_empty() {
         println!("no problems found");

@@ -109,7 +109,10 @@ fn dry_run(from: &str, data: &PlacementData) -> anyhow::Result<()> {
         warnings,
         valid,
     } = import::check(data);
-    println!("dry run: nothing written; {} would be read:", redacted(from));
+    println!(
+        "dry run: nothing written; {} would be read:",
+        redacted(from)
+    );
     print_counts(&data.counts());
     print_warnings(&warnings);
     if problems.is_empty() {

@@ -233,7 +233,11 @@ async fn stopped<A: Api>(shared: &Shared, head: &Head) -> Result<(), A::Error> {
         return Ok(());
     };
     let kind = crate::metrics::KindLabel { kind: A::NAME };
-    shared.metrics.maintenance_refusals.get_or_create(&kind).inc();
+    shared
+        .metrics
+        .maintenance_refusals
+        .get_or_create(&kind)
+        .inc();
     tracing::info!(target: "accel::maintenance", api = A::NAME, method = %head.parts.method, path = %head.parts.uri.path(), request_id = %head.request_id, reason = %m.reason, "write refused: maintenance");
     Err(A::error(
         StatusCode::SERVICE_UNAVAILABLE,

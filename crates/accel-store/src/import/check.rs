@@ -236,7 +236,10 @@ impl<'a> Checker<'a> {
                 return;
             }
             for (id, parent) in more {
-                let m = format!("its parent provider {} is invalid", self.by_id[&parent].uuid);
+                let m = format!(
+                    "its parent provider {} is invalid",
+                    self.by_id[&parent].uuid
+                );
                 self.bad_provider(id, m);
             }
         }
@@ -264,7 +267,8 @@ impl<'a> Checker<'a> {
                 });
                 continue;
             }
-            self.limits.insert((inv.provider_id, inv.class_id), limits_of(inv));
+            self.limits
+                .insert((inv.provider_id, inv.class_id), limits_of(inv));
             kept.push(inv.clone());
         }
         kept
@@ -278,7 +282,10 @@ impl<'a> Checker<'a> {
         let types = ids(&self.data.consumer_types);
         for c in &self.data.consumers {
             if !projects.contains(&c.project_id) {
-                self.refuse_consumer(&c.uuid, format!("project id {} does not exist", c.project_id));
+                self.refuse_consumer(
+                    &c.uuid,
+                    format!("project id {} does not exist", c.project_id),
+                );
             }
             if !users.contains(&c.user_id) {
                 self.refuse_consumer(&c.uuid, format!("user id {} does not exist", c.user_id));
@@ -312,7 +319,9 @@ impl<'a> Checker<'a> {
             return Some(format!("allocation on missing provider id {provider_id}"));
         };
         match self.class_names.get(&class_id).copied() {
-            None => Some(format!("allocation of unknown resource class id {class_id}")),
+            None => Some(format!(
+                "allocation of unknown resource class id {class_id}"
+            )),
             Some(_) if self.bad_rp.contains(&p.id) => {
                 Some(format!("allocation on invalid provider {}", p.uuid))
             }

@@ -103,13 +103,12 @@ pub async fn orphans(tx: &mut Tx, keeps: &HashSet<&str>) -> Result<Vec<String>, 
             ));
         }
     }
-    let cleanings =
-        sqlx::query(
+    let cleanings = sqlx::query(
         "SELECT c.rp_uuid, c.hostname, c.state FROM device_cleanings c \
          JOIN resource_providers rp ON rp.uuid = c.rp_uuid ORDER BY c.rp_uuid",
     )
-            .fetch_all(&mut *tx)
-            .await?;
+    .fetch_all(&mut *tx)
+    .await?;
     for r in cleanings {
         let rp: String = r.try_get(0)?;
         if !keeps.contains(rp.as_str()) {

@@ -96,4 +96,3 @@ pub(crate) async fn insert_rows_with(
     }
     Ok(())
 }
-

@@ -9,9 +9,9 @@
 //! and every provider written or replaced is logged in the change log
 //! ([`crate::placement::changes`]) so running servers reload them.
 
+pub(crate) use super::rows::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
 use super::{check, force, OverCapacity, PlacementData, Problem};
 use crate::placement::changes;
-pub(crate) use super::rows::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
 use crate::{Backend, Store, StoreError, Tx};
 use accel_core::standard::CUSTOM_RC_BASE_ID;
 use sqlx::Row;
@@ -390,7 +390,13 @@ async fn write_consumers(
     classes: &HashMap<i64, i64>,
 ) -> Result<(), StoreError> {
     let now = crate::now();
-    insert_rows(tx, "projects", &["id", "external_id"], named(&data.projects)).await?;
+    insert_rows(
+        tx,
+        "projects",
+        &["id", "external_id"],
+        named(&data.projects),
+    )
+    .await?;
     insert_rows(tx, "users", &["id", "external_id"], named(&data.users)).await?;
     let types = named(&data.consumer_types);
     insert_rows(tx, "consumer_types", &["id", "name"], types).await?;
