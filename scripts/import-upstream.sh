@@ -34,6 +34,7 @@ PG_BASE="${PG_ADMIN%/*}"
 MYSQL_HOSTPORT="${MYSQL_ADMIN#*@}"; MYSQL_HOSTPORT="${MYSQL_HOSTPORT%%/*}"
 MYSQL_USER="${MYSQL_ADMIN#*://}"; MYSQL_USER="${MYSQL_USER%%@*}"
 [[ -x "$ACCEL_BIN" ]] || { echo "no accel binary at $ACCEL_BIN (cargo build -p accel-cli)" >&2; exit 2; }
+ACCEL_BIN="$(cd "$(dirname "$ACCEL_BIN")" && pwd)/$(basename "$ACCEL_BIN")"
 BACKENDS=("$@"); [[ ${#BACKENDS[@]} -gt 0 ]] || BACKENDS=(sqlite mysql)
 TAG="accel_import_$$"
 RUN="${TMPDIR:-/tmp}/accel-import-upstream-$PORT"
@@ -91,7 +92,7 @@ run_block() {
   (cd "$RUN/walk" && PATH="$(dirname "$ACCEL_BIN"):$PATH" bash -euo pipefail "$RUN/walk/$1.sh") \
     >"$RUN/walk/$1.log" 2>&1
 }
-# The status of a provider create on the walk-through's accel serve.
+# The status of a provider create on the walk-through's accel serve (201 at Placement 1.0).
 accel_write() {
   curl -s -o /dev/null -w '%{http_code}' -X POST -H 'x-auth-token: admin' \
     -H 'content-type: application/json' -d "{\"name\": \"$1\"}" "http://127.0.0.1:$((PORT + 10))/resource_providers"
@@ -114,9 +115,9 @@ walkthrough() {
     ACCEL_API="http://127.0.0.1:$aa" OS_TOKEN=admin
   run_block cut-over || { echo "FAILED walk-through cut-over:"; cat "$walk/cut-over.log" "$walk/serve.log"; return 1; }
   local after; after=$(accel_write after-cut-over)
-  [[ $before == 503 && $after == 200 ]] \
+  [[ $before == 503 && $after == 201 ]] \
     || { echo "FAILED walk-through: a write answered $before in maintenance, $after after it"; return 1; }
-  echo "walk-through cut-over: ok (a write 503 in maintenance, 200 after; $(tail -1 "$walk/cut-over.log"))"
+  echo "walk-through cut-over: ok (a write 503 in maintenance, 201 after; $(tail -1 "$walk/cut-over.log"))"
   db_sync "sqlite:///$walk/back/placement.db"
   PLACEMENT_PORT=$bp PLACEMENT_RUN_DIR="$walk/back" PLACEMENT_DB_URL="sqlite:///$walk/back/placement.db" \
     "$KIT/upstream-placement.sh" start >/dev/null

@@ -331,7 +331,7 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(
-        out.contains("\nkept (accelerator data; none of it loses its provider): 1 device_profiles, 1 devices, 3 extended_accelerator_requests\n"),
+        out.contains("\nkept (accelerator data; none of it loses its provider): 1 device_profiles, 1 devices, 1 control_path_ids, 2 deployables, 1 attributes, 2 attach_handles, 3 extended_accelerator_requests\n"),
         "{out}"
     );
 

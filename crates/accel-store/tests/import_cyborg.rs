@@ -430,6 +430,10 @@ async fn placement_force_keeps_accelerator_data_and_refuses_to_orphan_it() {
                 vec![
                     ("device_profiles", 1),
                     ("devices", 1),
+                    ("control_path_ids", 1),
+                    ("deployables", 2),
+                    ("attributes", 1),
+                    ("attach_handles", 2),
                     ("extended_accelerator_requests", 3)
                 ]
             );

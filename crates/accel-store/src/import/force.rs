@@ -8,8 +8,8 @@
 //! provider the new data lacks, naming each: a kept object must never be a silent
 //! orphan the console shows as present and free.
 //!
-//! The tables counted here are the same lists the export's emptiness check and the
-//! import's use ([`PLACEMENT_COUNTS`]), written once.
+//! The tables counted here are the lists the other directions use, written once:
+//! [`PLACEMENT_COUNTS`] (the export's emptiness check too) and the Cyborg import's.
 
 use super::write::nonzero_counts;
 use crate::placement::changes;
@@ -44,24 +44,15 @@ pub(crate) const PLACEMENT_COUNTS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The accelerator tables a Placement import keeps.
-const ACCELERATOR_COUNTS: &[(&str, &str)] = &[
-    ("device_profiles", "SELECT COUNT(*) FROM device_profiles"),
-    ("devices", "SELECT COUNT(*) FROM devices"),
-    (
-        "extended_accelerator_requests",
-        "SELECT COUNT(*) FROM extended_accelerator_requests",
-    ),
-];
-
 /// The target's Placement data (nonzero counts): what `--force` replaces.
 pub async fn placement_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
     nonzero_counts(tx, PLACEMENT_COUNTS).await
 }
 
-/// The target's accelerator data (nonzero counts): what a Placement import keeps.
+/// The target's accelerator data (nonzero counts): what a Placement import keeps
+/// (counted as `accel import cyborg` counts what it would replace).
 pub async fn accelerator_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
-    nonzero_counts(tx, ACCELERATOR_COUNTS).await
+    super::cyborg::accel_contents(tx).await
 }
 
 /// Accelerator objects this import would orphan: pointing at a provider the target

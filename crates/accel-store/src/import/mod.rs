@@ -33,6 +33,7 @@ pub mod export;
 pub mod force;
 pub mod read;
 mod rows;
+mod tables;
 pub mod write;
 
 pub use check::{check, Checked, OverCapacity, Problem};

@@ -10,7 +10,7 @@
 //! ([`crate::placement::changes`]) so running servers reload them.
 
 pub(crate) use super::rows::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
-use super::{check, force, OverCapacity, PlacementData, Problem};
+use super::{check, force, tables, OverCapacity, PlacementData, Problem};
 use crate::placement::changes;
 use crate::{Backend, Store, StoreError, Tx};
 use accel_core::standard::CUSTOM_RC_BASE_ID;
@@ -168,27 +168,6 @@ async fn make_room(
     Ok(Ok((replaced, kept)))
 }
 
-/// Providers ordered parents first (by depth), so each insert's references exist.
-fn parents_first(data: &PlacementData) -> Vec<&super::ProviderRow> {
-    let by_id: HashMap<i64, &super::ProviderRow> =
-        data.providers.iter().map(|p| (p.id, p)).collect();
-    let depth = |p: &super::ProviderRow| {
-        let (mut d, mut at) = (0usize, p);
-        while let Some(up) = at.parent_id.and_then(|x| by_id.get(&x)) {
-            d += 1;
-            at = up;
-            if d > by_id.len() {
-                break;
-            }
-        }
-        d
-    };
-    let mut out: Vec<(usize, &super::ProviderRow)> =
-        data.providers.iter().map(|p| (depth(p), p)).collect();
-    out.sort_by_key(|(d, p)| (*d, p.id));
-    out.into_iter().map(|(_, p)| p).collect()
-}
-
 /// Upstream class ids mapped to accel's, by name; classes accel lacks are created
 /// (with upstream's id when it is free).
 async fn map_classes(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
@@ -296,63 +275,10 @@ async fn write_providers(
     classes: &HashMap<i64, i64>,
 ) -> Result<(), StoreError> {
     let now = crate::now();
-    let providers: Vec<Vec<Val>> = parents_first(data)
-        .into_iter()
-        .map(|p| {
-            vec![
-                Val::I(p.id),
-                Val::S(p.uuid.clone()),
-                Val::S(p.name.clone().unwrap_or_default()),
-                Val::I(p.generation.unwrap_or(0)),
-                Val::N(p.root_id),
-                Val::N(p.parent_id),
-                Val::I(p.created.unwrap_or(now)),
-                Val::N(p.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "name",
-        "generation",
-        "root_provider_id",
-        "parent_provider_id",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "resource_providers", &cols, providers).await?;
-    let inventories = data
-        .inventories
-        .iter()
-        .map(|i| {
-            vec![
-                Val::I(i.provider_id),
-                Val::I(classes[&i.class_id]),
-                Val::I(i.total),
-                Val::I(i.reserved),
-                Val::I(i.min_unit),
-                Val::I(i.max_unit),
-                Val::I(i.step_size),
-                Val::F(i.allocation_ratio),
-                Val::I(i.created.unwrap_or(now)),
-                Val::N(i.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "resource_provider_id",
-        "resource_class_id",
-        "total",
-        "reserved",
-        "min_unit",
-        "max_unit",
-        "step_size",
-        "allocation_ratio",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "inventories", &cols, inventories).await
+    let rows = tables::provider_rows(data, now);
+    insert_rows(tx, "resource_providers", tables::PROVIDER_COLS, rows).await?;
+    let rows = tables::inventory_rows(data, |id| classes[&id], now);
+    insert_rows(tx, "inventories", tables::INVENTORY_COLS, rows).await
 }
 
 fn named(rows: &[super::Named]) -> Vec<Vec<Val>> {
@@ -400,56 +326,10 @@ async fn write_consumers(
     insert_rows(tx, "users", &["id", "external_id"], named(&data.users)).await?;
     let types = named(&data.consumer_types);
     insert_rows(tx, "consumer_types", &["id", "name"], types).await?;
-    let consumers = data
-        .consumers
-        .iter()
-        .map(|c| {
-            vec![
-                Val::I(c.id),
-                Val::S(c.uuid.clone()),
-                Val::I(c.project_id),
-                Val::I(c.user_id),
-                Val::I(c.generation),
-                Val::N(c.type_id),
-                Val::I(c.created.unwrap_or(now)),
-                Val::N(c.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "project_id",
-        "user_id",
-        "generation",
-        "consumer_type_id",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "consumers", &cols, consumers).await?;
-    let allocations = data
-        .allocations
-        .iter()
-        .map(|a| {
-            vec![
-                Val::I(a.provider_id),
-                Val::S(a.consumer.clone()),
-                Val::I(classes[&a.class_id]),
-                Val::I(a.used),
-                Val::I(a.created.unwrap_or(now)),
-                Val::N(a.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "resource_provider_id",
-        "consumer_id",
-        "resource_class_id",
-        "used",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "allocations", &cols, allocations).await
+    let rows = tables::consumer_rows(data, now);
+    insert_rows(tx, "consumers", tables::CONSUMER_COLS, rows).await?;
+    let rows = tables::allocation_rows(data, |id| classes[&id], now);
+    insert_rows(tx, "allocations", tables::ALLOCATION_COLS, rows).await
 }
 
 /// PostgreSQL's id sequences moved past upstream's ids, so later creates get fresh ones.
