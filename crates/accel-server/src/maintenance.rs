@@ -7,8 +7,10 @@
 //! database see the same state. Reading it on every write would add a query to each;
 //! instead each server remembers the answer for [`FRESH`] and reads it again after
 //! that, so another replica's toggle is seen within that time and this server's own
-//! at once ([`Gate::set`]). A failed read lets the write through (it meets the same
-//! database, which answers for itself) and is logged.
+//! at once ([`Gate::set`]). A failed or slow read is logged and the last known state
+//! stands (none known: the write goes on, and meets the same database, which answers
+//! for itself), so a lost database never makes `/readyz` or a write wait on it longer
+//! than the health checks do.
 //!
 //! Turned on and off by `PUT` / `DELETE /v2/maintenance` on the accelerator API
 //! (admin only; those two stay writable), or at start-up with `maintenance = REASON`;
@@ -22,6 +24,10 @@ use std::time::{Duration, Instant};
 /// How long a server trusts its last reading of the switch.
 pub const FRESH: Duration = Duration::from_secs(1);
 
+/// How long a reading may take before the last known state stands in (the health
+/// checks' database timeout).
+pub const READ_TIMEOUT: Duration = crate::health::DB_TIMEOUT;
+
 /// A server's view of the switch.
 #[derive(Debug, Default)]
 pub struct Gate {
@@ -30,20 +36,28 @@ pub struct Gate {
 
 impl Gate {
     /// The switch's state, read again when the last reading is older than [`FRESH`].
+    /// A failed or slow read ([`READ_TIMEOUT`]) answers the last state read (none:
+    /// off), and the next call reads again.
     pub async fn current(&self, store: &Store) -> Option<Maintenance> {
-        if let Some((at, state)) = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((at, state)) = &last {
             if at.elapsed() < FRESH {
-                return state;
+                return state.clone();
             }
         }
-        match store.maintenance().get().await {
-            Ok(state) => {
+        let stale = last.and_then(|(_, state)| state);
+        match tokio::time::timeout(READ_TIMEOUT, store.maintenance().get()).await {
+            Ok(Ok(state)) => {
                 self.set(state.clone());
                 state
             }
-            Err(e) => {
-                tracing::warn!(target: "accel::maintenance", error = %e, "reading the maintenance switch failed; the write goes on");
-                None
+            Ok(Err(e)) => {
+                tracing::warn!(target: "accel::maintenance", error = %e, "reading the maintenance switch failed; its last known state stands");
+                stale
+            }
+            Err(_) => {
+                tracing::warn!(target: "accel::maintenance", timeout_ms = READ_TIMEOUT.as_millis() as u64, "reading the maintenance switch timed out; its last known state stands");
+                stale
             }
         }
     }
