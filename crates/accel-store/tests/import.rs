@@ -258,6 +258,15 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
                 .unwrap()
                 .unwrap();
             assert_eq!(done.skipped.len(), 4);
+            assert_eq!(
+                done.left_out,
+                [
+                    format!("consumer {GONE}: 1 VCPU on provider id 77, 256 MEMORY_MB on {CN1}"),
+                    format!(
+                        "consumer 22222222-2222-4222-8222-000000000004: 10 DISK_GB on {SHARED}"
+                    ),
+                ]
+            );
             let after = picture(&store).await;
             // The loop's two providers are out, the three good ones in.
             assert_eq!(after.2.len(), 3);

@@ -92,6 +92,8 @@ pub(super) async fn import(a: ImportPlacementArgs) -> anyhow::Result<()> {
     print_counts(&done.counts);
     print_warnings(&done.warnings);
     print_outcome(&done.replaced, &done.kept, &done.skipped);
+    let heading = "left out whole (--skip-invalid), with every allocation each held:";
+    print_lines(heading, &done.left_out);
     verify_after(store, a.verify).await
 }
 
@@ -108,6 +110,7 @@ fn dry_run(from: &str, data: &PlacementData) -> anyhow::Result<()> {
         problems,
         warnings,
         valid,
+        left_out,
     } = import::check(data);
     println!(
         "dry run: nothing written; {} would be read:",
@@ -125,5 +128,7 @@ fn dry_run(from: &str, data: &PlacementData) -> anyhow::Result<()> {
     );
     print_lines(&heading, &problems);
     print_counts(&valid.counts());
+    let heading = "--skip-invalid would leave out whole, with every allocation each holds:";
+    print_lines(heading, &left_out);
     std::process::exit(1);
 }

@@ -78,6 +78,10 @@ pub struct Checked {
     pub warnings: Vec<OverCapacity>,
     /// The rows free of problems (all of the data when there is none).
     pub valid: PlacementData,
+    /// Each consumer `valid` leaves out, with every allocation it holds in the source
+    /// (`consumer <uuid>: 2 VCPU on <provider uuid>, ...`): what `--skip-invalid` would
+    /// not carry over, whole.
+    pub left_out: Vec<String>,
 }
 
 fn provider(uuid: &str) -> String {
@@ -124,10 +128,12 @@ pub fn check(data: &PlacementData) -> Checked {
             .cloned()
             .collect(),
     };
+    let left_out = c.left_out();
     Checked {
         problems: c.problems.into_iter().collect(),
         warnings,
         valid,
+        left_out,
     }
 }
 
@@ -357,6 +363,29 @@ impl<'a> Checker<'a> {
             .collect();
         out.sort_by(|a, b| (&a.provider, &a.class).cmp(&(&b.provider, &b.class)));
         out
+    }
+
+    /// The consumers left out, each with all its allocations in the source.
+    fn left_out(&self) -> Vec<String> {
+        let mut held: BTreeMap<&str, Vec<String>> = (self.bad_consumer.iter())
+            .map(|c| (c.as_str(), Vec::new()))
+            .collect();
+        for a in &self.data.allocations {
+            let Some(list) = held.get_mut(a.consumer.as_str()) else {
+                continue;
+            };
+            let class = (self.class_names.get(&a.class_id).map(|n| n.to_string()))
+                .unwrap_or_else(|| format!("class id {}", a.class_id));
+            let on = (self.by_id.get(&a.provider_id).map(|p| p.uuid.clone()))
+                .unwrap_or_else(|| format!("provider id {}", a.provider_id));
+            list.push(format!("{} {class} on {on}", a.used));
+        }
+        (held.into_iter())
+            .map(|(c, list)| match list.is_empty() {
+                true => format!("consumer {c}: no allocation"),
+                false => format!("consumer {c}: {}", list.join(", ")),
+            })
+            .collect()
     }
 
     /// Aggregate and trait links of valid providers to existing rows.

@@ -12,7 +12,9 @@
 //! epoch seconds to upstream's naive-UTC `DateTime`. PostgreSQL's sequences are moved
 //! past the ids written, so upstream's next insert does not collide.
 
-use super::{tables, AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source};
+use super::{
+    tables, AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source,
+};
 use crate::import::write::Val;
 use crate::{Backend, Store, StoreError, Tx};
 use sqlx::Row;
@@ -261,7 +263,14 @@ async fn write_upstream(tx: &mut Tx, d: &PlacementData) -> Result<(), StoreError
     let traits = upstream_traits(tx, d).await?;
     let stamped = &["created_at", "updated_at"];
     let rows = tables::provider_rows(d, now);
-    insert(tx, "resource_providers", tables::PROVIDER_COLS, stamped, rows).await?;
+    insert(
+        tx,
+        "resource_providers",
+        tables::PROVIDER_COLS,
+        stamped,
+        rows,
+    )
+    .await?;
     let rows = tables::inventory_rows(d, class, now);
     insert(tx, "inventories", tables::INVENTORY_COLS, stamped, rows).await?;
     write_named_and_links(tx, d, &traits).await?;
@@ -289,10 +298,7 @@ async fn ids_by_name(tx: &mut Tx, table: &str) -> Result<HashMap<String, i64>, S
 
 /// accel's class ids mapped to upstream's: its rows by name; accel's others written
 /// with accel's ids.
-async fn upstream_classes(
-    tx: &mut Tx,
-    d: &PlacementData,
-) -> Result<HashMap<i64, i64>, StoreError> {
+async fn upstream_classes(tx: &mut Tx, d: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
     let now = crate::now();
     let have = ids_by_name(tx, "resource_classes").await?;
     let mut map = HashMap::new();
@@ -300,7 +306,11 @@ async fn upstream_classes(
     for c in &d.classes {
         let id = have.get(&c.name).copied().unwrap_or(c.id);
         if !have.contains_key(&c.name) {
-            rows.push(vec![Val::I(c.id), Val::S(c.name.clone()), Val::I(c.created.unwrap_or(now))]);
+            rows.push(vec![
+                Val::I(c.id),
+                Val::S(c.name.clone()),
+                Val::I(c.created.unwrap_or(now)),
+            ]);
         }
         map.insert(c.id, id);
     }
@@ -311,10 +321,7 @@ async fn upstream_classes(
 
 /// accel's trait ids mapped to upstream's: by name; missing ones created with
 /// upstream's own ids.
-async fn upstream_traits(
-    tx: &mut Tx,
-    d: &PlacementData,
-) -> Result<HashMap<i64, i64>, StoreError> {
+async fn upstream_traits(tx: &mut Tx, d: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
     let now = crate::now();
     let mut have = ids_by_name(tx, "traits").await?;
     let rows: Vec<Vec<Val>> = (d.traits.iter())
@@ -340,7 +347,13 @@ async fn write_named_and_links(
     let now = crate::now();
     let named = |rows: &[Named]| -> Vec<Vec<Val>> {
         rows.iter()
-            .map(|n| vec![Val::I(n.id), Val::S(n.name.clone()), Val::I(n.created.unwrap_or(now))])
+            .map(|n| {
+                vec![
+                    Val::I(n.id),
+                    Val::S(n.name.clone()),
+                    Val::I(n.created.unwrap_or(now)),
+                ]
+            })
             .collect()
     };
     let stamp = &["created_at"];
@@ -358,7 +371,11 @@ async fn write_named_and_links(
     let cols = &["resource_provider_id", "aggregate_id", "created_at"];
     insert(tx, "resource_provider_aggregates", cols, stamp, rows).await?;
     let rows = (d.provider_traits.iter())
-        .filter_map(|(rp, t)| traits.get(t).map(|t| vec![Val::I(*rp), Val::I(*t), Val::I(now)]))
+        .filter_map(|(rp, t)| {
+            traits
+                .get(t)
+                .map(|t| vec![Val::I(*rp), Val::I(*t), Val::I(now)])
+        })
         .collect();
     let cols = &["resource_provider_id", "trait_id", "created_at"];
     insert(tx, "resource_provider_traits", cols, stamp, rows).await

@@ -24,6 +24,8 @@ pub struct Imported {
     pub counts: Vec<(&'static str, usize)>,
     /// Rows left out (`--skip-invalid`), with why.
     pub skipped: Vec<Problem>,
+    /// The consumers left out, whole, each with all its allocations in the source.
+    pub left_out: Vec<String>,
     /// Providers imported with usage above capacity, as upstream held them.
     pub warnings: Vec<OverCapacity>,
     /// The Placement data the target held and `--force` replaced (nonzero counts).
@@ -133,6 +135,7 @@ pub async fn import_placement(
                 Ok(Ok(Imported {
                     counts: checked.valid.counts(),
                     skipped: checked.problems.clone(),
+                    left_out: checked.left_out.clone(),
                     warnings: checked.warnings.clone(),
                     replaced,
                     kept,
