@@ -1,7 +1,7 @@
 //! The agent's report: discover, build the report, send it. [`Agent::step`] is one
-//! report (tests call it; the reporting worker repeats it, see [`crate::node`]). The
+//! report (tests call it; the reporting worker of `node` repeats it). The
 //! same `Agent`, shared by every worker, carries out the server's programming requests
-//! ([`Agent::program_step`], [`crate::programming`]) and cleanings
+//! ([`Agent::program_step`], in the programming module) and cleanings
 //! ([`Agent::clean_step`], [`crate::cleaning`]), and is the one device discoverer of
 //! the reports, the kubelet device plugins and the DRA driver ([`Agent::discover`]).
 //!
@@ -24,9 +24,10 @@ use crate::drivers::{self, Discovery, Driver};
 use crate::metrics::ReportOutcome as Outcome;
 use crate::model::{FoundDevice, Health, Report};
 use crate::nova::NovaPci;
-use crate::observe::{Beat, Health as Probes, Held};
+use crate::observe::{Beat, Check, Health as Probes, Held};
 use crate::sysfs::Sysfs;
 use accel_api::agent::CleaningRequest;
+use accel_api::agent::NO_COMPUTE_NODE;
 pub use accel_supervisor::Backoff;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +44,13 @@ pub const CLEANING_WAIT_SECONDS: u64 = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Nova(#[from] crate::nova::NovaError),
+    /// The server's URL cannot be used.
+    #[error("server: {0}")]
+    BadServer(ClientError),
     #[error(transparent)]
     Server(#[from] ClientError),
     #[error("{}", no_compute_node(node, message))]
@@ -91,12 +97,15 @@ pub fn cause_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// How the server's refusals begin when no provider has the node's name.
-const NO_COMPUTE_NODE: &str = "No compute node resource provider";
+/// Whether the server refused because no provider has the node's name: the agent
+/// protocol's code, not the words.
+fn no_node_code(code: &Option<String>) -> bool {
+    code.as_deref() == Some(NO_COMPUTE_NODE)
+}
 
 /// Whether a report was refused because the server has no provider for the node.
 fn refused_for_no_compute_node<T>(sent: &Result<T, ClientError>) -> bool {
-    matches!(sent, Err(ClientError::Status { status: 400, message, .. }) if message.contains(NO_COMPUTE_NODE))
+    matches!(sent, Err(ClientError::Status { status: 400, code, .. }) if no_node_code(code))
 }
 
 /// An `fpga-default` cleaning, handed by the cleaning worker to the programming worker.
@@ -140,8 +149,7 @@ pub struct Agent {
 
 impl Agent {
     pub fn new(settings: Settings) -> Result<Agent, AgentError> {
-        let drivers = drivers::select(&settings.driver, settings.drivers.as_deref())
-            .map_err(AgentError::Config)?;
+        let drivers = drivers::select(&settings.driver, settings.drivers.as_deref())?;
         Agent::with_drivers(settings, drivers)
     }
 
@@ -152,14 +160,11 @@ impl Agent {
         drivers: Vec<Box<dyn Driver>>,
     ) -> Result<Agent, AgentError> {
         let nova = match &settings.nova_config {
-            Some(p) => Some(NovaPci::load(p).map_err(AgentError::Config)?),
+            Some(p) => Some(NovaPci::load(p)?),
             None => None,
         };
-        let client = Client::with_auth(
-            &settings.server,
-            settings.auth().map_err(AgentError::Config)?,
-        )
-        .map_err(|e| AgentError::Config(format!("server: {e}")))?;
+        let client =
+            Client::with_auth(&settings.server, settings.auth()?).map_err(AgentError::BadServer)?;
         let settings_keystone = settings.keystone.is_some();
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Agent {
@@ -265,15 +270,17 @@ impl Agent {
         loop {
             match self.check_node().await {
                 Ok(n) => {
-                    self.probe(|p| p.server(Ok(())));
+                    self.probe(|p| p.server(Check::Ok));
                     return Ok(Some(n));
                 }
-                Err(e @ AgentError::Config(_)) => return Err(e),
+                Err(
+                    e @ (AgentError::Config(_) | AgentError::Nova(_) | AgentError::BadServer(_)),
+                ) => return Err(e),
                 Err(e) => {
                     let cause = cause_chain(&e);
                     tracing::warn!(server = %self.settings.server, attempt, retry_in_s = delay.as_secs_f64(), cause = %cause, "server not ready; waiting");
                     self.probe(|p| {
-                        p.server(Err(cause.clone()));
+                        p.server(Check::Failed(cause.clone()));
                         p.metrics().server_wait();
                     });
                 }
@@ -301,7 +308,7 @@ impl Agent {
 
     /// The report of the current discovery.
     pub fn report(&self) -> Result<(Report, Discovery), AgentError> {
-        let node = self.settings.require_node().map_err(AgentError::Config)?;
+        let node = self.settings.require_node()?;
         let d = self.discover();
         Ok((
             Report::new(node, d.devices.clone()).modelled(self.settings.model),
@@ -312,7 +319,7 @@ impl Agent {
     /// Checks that the server knows the compute node; with `node_provider = "own"`,
     /// has the server create it when absent.
     pub async fn check_node(&self) -> Result<NodeInfo, AgentError> {
-        let node = self.settings.require_node().map_err(AgentError::Config)?;
+        let node = self.settings.require_node()?;
         let answer = match self.settings.node_provider {
             NodeProvider::Own => self.client.own_node(node).await,
             NodeProvider::Nova => self.client.node(node).await,
@@ -323,8 +330,9 @@ impl Agent {
             Err(ClientError::Status {
                 status: 404,
                 message,
+                code,
                 ..
-            }) if message.contains(NO_COMPUTE_NODE) => Err(AgentError::NoComputeNode {
+            }) if no_node_code(&code) => Err(AgentError::NoComputeNode {
                 node: node.to_owned(),
                 message,
             }),
@@ -350,7 +358,7 @@ impl Agent {
             let e = AgentError::DriversFailed(discovery.unknown.join(", "));
             self.probe(|p| {
                 p.metrics().report(Outcome::Skipped, None);
-                p.report(Err(e.to_string()));
+                p.report(Check::Failed(e.to_string()));
             });
             return Err(e);
         }
@@ -378,10 +386,10 @@ impl Agent {
         self.probe(|p| {
             p.metrics().report(outcome, Some(took));
             p.server(match &sent {
-                Err(e) if e.status().is_none() => Err(e.to_string()),
-                _ => Ok(()),
+                Err(e) if e.status().is_none() => Check::Failed(e.to_string()),
+                _ => Check::Ok,
             });
-            p.report(sent.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+            p.report(Check::of(&sent));
         });
         if let Err(e) = &sent {
             tracing::warn!(node = %report.node, outcome = outcome.as_str(), took_ms = took.as_millis() as u64, error = %e, "report not accepted");
@@ -390,8 +398,9 @@ impl Agent {
             ClientError::Status {
                 status: 400,
                 message,
+                code,
                 ..
-            } if message.contains(NO_COMPUTE_NODE) => AgentError::NoComputeNode {
+            } if no_node_code(&code) => AgentError::NoComputeNode {
                 node: report.node.clone(),
                 message,
             },

@@ -9,10 +9,10 @@
 //! and the providers are read from the very report body the agent would send
 //! ([`crate::model::Report::body`]), so `check` cannot drift from what the agent does.
 //! Each device a `[[cleaning]]` rule matches is listed with whether the rule can work
-//! for it, resolved as the agent resolves it at start-up ([`crate::cleaning::resolve`],
+//! for it, resolved as the agent resolves it at start-up ([`crate::cleaner::resolve`],
 //! without the image service's word on `fpga-default` images).
 
-use crate::cleaning::resolve::{Resolution, SearchPath};
+use crate::cleaner::resolve::{Resolution, SearchPath};
 use crate::config::Settings;
 use crate::drivers::Verdict;
 use crate::model::FoundDevice;
@@ -25,8 +25,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Provider names start with the node's; without `--node`, this stands in for it.
-pub const NO_NODE: &str = "<node>";
+pub use crate::model::NO_NODE;
 
 /// What `accel agent check` shows; `--format json` prints it as it is.
 #[derive(Debug, Clone, Serialize)]
@@ -203,19 +202,6 @@ fn cleaning(r: &Resolution, providers: &[Provider]) -> Cleaning {
         problems: r.problems.iter().map(ToString::to_string).collect(),
         unverified: r.unverified.iter().map(ToString::to_string).collect(),
     }
-}
-
-/// The names of each device's providers in the report body, by control address.
-pub(crate) fn provider_names(
-    node: &str,
-    model: crate::model::Model,
-    devices: &[FoundDevice],
-) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for p in providers(node, model, devices) {
-        out.entry(p.device).or_default().push(p.name);
-    }
-    out
 }
 
 fn function(bus: &PciBus, ids: &PciIds, v: &Verdict) -> Option<Function> {

@@ -168,11 +168,8 @@ impl Client {
         &self,
         node: &str,
         id: i64,
-        result: &Result<(), String>,
+        answer: &ProgramAnswer,
     ) -> Result<(), ClientError> {
-        self.api
-            .finish_program(node, id, &ProgramAnswer::from(result))
-            .await
-            .map(|_| ())
+        self.api.finish_program(node, id, answer).await.map(|_| ())
     }
 }

@@ -65,12 +65,14 @@
 //! stays in sysfs waits for the next full rediscovery. The Kubernetes node name is the
 //! agent's `--node`.
 
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::model::{FoundDevice, Health};
 use crate::Agent;
 use accel_api::agent::{KubernetesUsage, SlotClaim};
 use accel_k8s::usage::BoxFuture;
-use accel_k8s::{Device, DeviceNode, DeviceSource, Recorded, UsageRecord, UsageReport};
+use accel_k8s::{
+    Device, DeviceNode, DeviceSource, RecordError, Recorded, UsageRecord, UsageReport,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -215,15 +217,15 @@ fn walk(dir: &Path, depth: usize, found: &mut dyn FnMut(&str, bool)) {
 /// The slot usage kept by the server.
 pub struct ServerUsage {
     /// A bad server URL is reported by the first load or save, as an unreachable
-    /// server is.
-    client: Result<Client, String>,
+    /// server is (shared: every load and save reports it).
+    client: Result<Client, Arc<ClientError>>,
     node: String,
 }
 
 impl ServerUsage {
     pub fn new(server: &str, token: &str, node: &str) -> ServerUsage {
         ServerUsage {
-            client: Client::new(server, token).map_err(|e| e.to_string()),
+            client: Client::new(server, token).map_err(Arc::new),
             node: node.to_owned(),
         }
     }
@@ -236,10 +238,17 @@ impl ServerUsage {
         }
     }
 
-    fn client(&self) -> Result<&Client, String> {
-        self.client.as_ref().map_err(Clone::clone)
+    fn client(&self) -> Result<&Client, RecordError> {
+        self.client
+            .as_ref()
+            .map_err(|e| RecordError::unavailable(Unusable(e.clone())))
     }
 }
+
+/// The client that could not be made, as the cause of every load and save.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct Unusable(Arc<ClientError>);
 
 /// The body of `PUT /v2/agent/hosts/{node}/kubernetes`.
 pub fn save_body(report: &UsageReport) -> KubernetesUsage {
@@ -262,19 +271,19 @@ pub fn save_body(report: &UsageReport) -> KubernetesUsage {
 }
 
 impl UsageRecord for ServerUsage {
-    fn load(&self) -> BoxFuture<'_, Result<Recorded, String>> {
+    fn load(&self) -> BoxFuture<'_, Result<Recorded, RecordError>> {
         Box::pin(async move {
             let shown = self
                 .client()?
                 .kubernetes_usage(&self.node)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(RecordError::unavailable)?;
             let mut usage = BTreeMap::new();
             for (slot, u) in shown.usage {
-                let u = u
-                    .parse()
-                    .map_err(|e| format!("saved usage of {slot}: {e}"))?;
-                usage.insert(slot, u);
+                match u.parse() {
+                    Ok(u) => usage.insert(slot, u),
+                    Err(source) => return Err(RecordError::BadUsage { slot, source }),
+                };
             }
             Ok(Recorded {
                 usage,
@@ -283,13 +292,13 @@ impl UsageRecord for ServerUsage {
         })
     }
 
-    fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
+    fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>> {
         Box::pin(async move {
             let saved = self
                 .client()?
                 .kubernetes_save(&self.node, &save_body(&report))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(RecordError::unavailable)?;
             Ok(saved.vm_held_devices.into_iter().collect())
         })
     }

@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod check;
+pub mod cleaner;
 pub mod cleaning;
 pub mod client;
 pub mod config;

@@ -1,26 +1,25 @@
 //! The agent's Prometheus families (issue 13), in one [`Registry`] that
-//! [`crate::observe`] serves on `--metrics-listen`. Names are a public interface: prefix
+//! the observe module serves on `--metrics-listen`. Names are a public interface: prefix
 //! `accel_`, base units, `_total` on counters; the process families use the names every
 //! Prometheus client library uses (`process_*`) so standard dashboards work.
 //!
 //! The agent's own families are updated where the work happens ([`crate::Agent::step`],
 //! programming); the kubelet plugins' families ([`KubeletMetrics`]) are registered here
 //! and updated by `accel_k8s`. Process CPU, memory and file descriptors are read from
-//! `/proc/self` at scrape time ([`Process`]), so an idle agent does no work for them.
+//! `/proc/self` at scrape time ([`ProcessCollector`]), so an idle agent does no work for them.
 //!
 //! Prometheus' text format 0.0.4 is derived from the OpenMetrics text the crate
 //! writes ([`to_prometheus_text`]): scrapers that do not ask for OpenMetrics (and
 //! `promtool check metrics`) get the classic format.
 
+use accel_exposition::{to_prometheus_text, ProcessCollector};
 use accel_k8s::KubeletMetrics;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,7 +205,7 @@ impl Metrics {
             "Always 1; the labels say which accel this is",
             build,
         );
-        registry.register_collector(Box::new(Process));
+        registry.register_collector(Box::new(ProcessCollector));
         // Every outcome exists from the start at 0, so `rate()` and `absent()` in
         // alert rules see a series before the first event of its kind.
         for o in [
@@ -322,145 +321,6 @@ impl Metrics {
     /// Prometheus' text format 0.0.4.
     pub fn prometheus_text(&self) -> String {
         to_prometheus_text(&self.openmetrics())
-    }
-}
-
-/// OpenMetrics text to Prometheus text 0.0.4: a counter family's `# HELP` and
-/// `# TYPE` name its `_total` samples, and the `# UNIT` and `# EOF` lines go (0.0.4
-/// has neither). Samples and labels are written the same way in both.
-pub fn to_prometheus_text(openmetrics: &str) -> String {
-    let counters: HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::with_capacity(openmetrics.len());
-    for line in openmetrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let meta = ["# HELP ", "# TYPE "]
-            .into_iter()
-            .find(|p| line.starts_with(p));
-        match meta {
-            Some(p) => {
-                let rest = &line[p.len()..];
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                if counters.contains(name) {
-                    out.push_str(&format!("{p}{name}_total {tail}"));
-                } else {
-                    out.push_str(line);
-                }
-            }
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// `process_*` from `/proc/self`, read at each scrape.
-#[derive(Debug)]
-struct Process;
-
-/// Linux reports CPU times in clock ticks of `USER_HZ`, which is 100 on every
-/// architecture the kernel's ABI exposes to user space.
-const TICKS_PER_SECOND: f64 = 100.0;
-const PAGE: u64 = 4096;
-
-struct ProcStat {
-    cpu_seconds: f64,
-    virtual_bytes: u64,
-    resident_bytes: u64,
-    start_seconds: Option<f64>,
-}
-
-fn proc_stat() -> Option<ProcStat> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // fields[0] is field 3 (state): field n is fields[n - 3].
-    let num = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-    let cpu = (num(14)? + num(15)?) as f64 / TICKS_PER_SECOND;
-    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("btime "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    });
-    Some(ProcStat {
-        cpu_seconds: cpu,
-        virtual_bytes: num(23)?,
-        resident_bytes: num(24)? * PAGE,
-        start_seconds: boot
-            .zip(num(22))
-            .map(|(b, s)| b as f64 + s as f64 / TICKS_PER_SECOND),
-    })
-}
-
-fn open_fds() -> Option<u64> {
-    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
-}
-
-fn max_fds() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))?
-        .split_whitespace()
-        .nth(3)?
-        .parse()
-        .ok()
-}
-
-impl Collector for Process {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some(s) = proc_stat() {
-            let c = ConstCounter::new(s.cpu_seconds);
-            c.encode(encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "User and system CPU time spent",
-                None,
-                c.metric_type(),
-            )?)?;
-            for (name, help, v) in [
-                (
-                    "process_resident_memory_bytes",
-                    "Resident memory size",
-                    s.resident_bytes,
-                ),
-                (
-                    "process_virtual_memory_bytes",
-                    "Virtual memory size",
-                    s.virtual_bytes,
-                ),
-            ] {
-                let g = ConstGauge::new(v as i64);
-                g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
-            }
-            if let Some(start) = s.start_seconds {
-                let g = ConstGauge::new(start);
-                g.encode(encoder.encode_descriptor(
-                    "process_start_time_seconds",
-                    "Start time of the process since the Unix epoch",
-                    None,
-                    g.metric_type(),
-                )?)?;
-            }
-        }
-        for (name, help, v) in [
-            ("process_open_fds", "Open file descriptors", open_fds()),
-            (
-                "process_max_fds",
-                "Limit of open file descriptors",
-                max_fds(),
-            ),
-        ] {
-            if let Some(v) = v {
-                let g = ConstGauge::new(v as i64);
-                g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -20,7 +20,7 @@ use crate::model::FoundDevice;
 use crate::pci::{PciAddress, PciBus, PciFunction};
 use regex::Regex;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One `device_spec` entry.
 #[derive(Debug, Clone)]
@@ -66,36 +66,64 @@ pub struct NovaPci {
     pub rules: Vec<Rule>,
 }
 
-fn hex_field(v: &Value, key: &str) -> Result<Option<u16>, String> {
+/// Why Nova's configuration cannot be read: the agent stops at start-up rather than
+/// offer devices Nova may also hand out.
+#[derive(Debug, thiserror::Error)]
+pub enum NovaError {
+    #[error("reading Nova's configuration {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    In {
+        path: PathBuf,
+        source: Box<NovaError>,
+    },
+    #[error("[pci] device_spec {value:?} is not JSON: {source}")]
+    NotJson {
+        value: String,
+        source: serde_json::Error,
+    },
+    /// A `device_spec` entry Nova would not accept either.
+    #[error("{0}")]
+    Spec(String),
+}
+
+fn spec(problem: String) -> NovaError {
+    NovaError::Spec(problem)
+}
+
+fn hex_field(v: &Value, key: &str) -> Result<Option<u16>, NovaError> {
     match v.get(key) {
         None => Ok(None),
         Some(Value::String(s)) if s == "*" => Ok(None),
         Some(Value::String(s)) => u16::from_str_radix(s.trim_start_matches("0x"), 16)
             .map(Some)
-            .map_err(|_| format!("{key} {s:?} is not a hex id")),
-        Some(other) => Err(format!("{key} must be a string, not {other}")),
+            .map_err(|_| spec(format!("{key} {s:?} is not a hex id"))),
+        Some(other) => Err(spec(format!("{key} must be a string, not {other}"))),
     }
 }
 
-fn glob_part(s: &str, max: u32) -> Result<Option<u32>, String> {
+fn glob_part(s: &str, max: u32) -> Result<Option<u32>, NovaError> {
     let s = s.trim();
     if s.is_empty() || s == "*" {
         return Ok(None);
     }
     match u32::from_str_radix(s, 16) {
         Ok(v) if v <= max => Ok(Some(v)),
-        _ => Err(format!("address field {s:?} is not hex or *")),
+        _ => Err(spec(format!("address field {s:?} is not hex or *"))),
     }
 }
 
-fn parse_glob(s: &str) -> Result<AddressSpec, String> {
+fn parse_glob(s: &str) -> Result<AddressSpec, NovaError> {
     let (left, function) = match s.split_once('.') {
         Some((l, f)) => (l, glob_part(f, 7)?),
         None => (s, None),
     };
     let mut parts: Vec<&str> = left.split(':').collect();
     if parts.len() > 3 {
-        return Err(format!("address {s:?} has too many fields"));
+        return Err(spec(format!("address {s:?} has too many fields")));
     }
     let slot = glob_part(parts.pop().unwrap_or(""), 0x1f)?;
     let bus = glob_part(parts.pop().unwrap_or(""), 0xff)?;
@@ -108,14 +136,16 @@ fn parse_glob(s: &str) -> Result<AddressSpec, String> {
     })
 }
 
-fn parse_regex_map(v: &Value) -> Result<AddressSpec, String> {
-    let re = |key: &str| -> Result<Regex, String> {
+fn parse_regex_map(v: &Value) -> Result<AddressSpec, NovaError> {
+    let re = |key: &str| -> Result<Regex, NovaError> {
         let pat = match v.get(key) {
             None => ".*".to_owned(),
             Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err(format!("address {key} must be a string, not {other}")),
+            Some(other) => {
+                return Err(spec(format!("address {key} must be a string, not {other}")))
+            }
         };
-        Regex::new(&format!("^(?:{pat})$")).map_err(|e| format!("address {key}: {e}"))
+        Regex::new(&format!("^(?:{pat})$")).map_err(|e| spec(format!("address {key}: {e}")))
     };
     Ok(AddressSpec::Regex {
         domain: re("domain")?,
@@ -126,15 +156,21 @@ fn parse_regex_map(v: &Value) -> Result<AddressSpec, String> {
 }
 
 impl Rule {
-    pub fn parse(v: &Value) -> Result<Rule, String> {
+    pub fn parse(v: &Value) -> Result<Rule, NovaError> {
         if !v.is_object() {
-            return Err(format!("a device_spec entry must be a JSON object: {v}"));
+            return Err(spec(format!(
+                "a device_spec entry must be a JSON object: {v}"
+            )));
         }
         let address = match v.get("address") {
             None => None,
             Some(Value::String(s)) => Some(parse_glob(s)?),
             Some(m @ Value::Object(_)) => Some(parse_regex_map(m)?),
-            Some(other) => return Err(format!("address must be a string or an object: {other}")),
+            Some(other) => {
+                return Err(spec(format!(
+                    "address must be a string or an object: {other}"
+                )))
+            }
         };
         Ok(Rule {
             text: v.to_string(),
@@ -214,7 +250,7 @@ impl Rule {
 
 impl NovaPci {
     /// Parses the `[pci]` section of a nova.conf text.
-    pub fn parse(conf: &str) -> Result<NovaPci, String> {
+    pub fn parse(conf: &str) -> Result<NovaPci, NovaError> {
         let mut values: Vec<String> = Vec::new();
         let mut section = String::new();
         let mut current: Option<usize> = None;
@@ -258,8 +294,10 @@ impl NovaPci {
             if v.is_empty() {
                 continue;
             }
-            let json: Value = serde_json::from_str(&v)
-                .map_err(|e| format!("[pci] device_spec {v:?} is not JSON: {e}"))?;
+            let json: Value = serde_json::from_str(&v).map_err(|source| NovaError::NotJson {
+                value: v.clone(),
+                source,
+            })?;
             match json {
                 Value::Array(items) => {
                     for item in &items {
@@ -272,10 +310,15 @@ impl NovaPci {
         Ok(NovaPci { rules })
     }
 
-    pub fn load(path: &Path) -> Result<NovaPci, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading Nova's configuration {}: {e}", path.display()))?;
-        NovaPci::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<NovaPci, NovaError> {
+        let text = std::fs::read_to_string(path).map_err(|source| NovaError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        NovaPci::parse(&text).map_err(|e| NovaError::In {
+            path: path.to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// Every (function, rule) of `device` that Nova claims.

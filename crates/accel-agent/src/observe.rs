@@ -13,7 +13,7 @@
 //! no web framework and no database driver. The server takes a bound listener and a
 //! shutdown future, like every server of accel, so tests bind port 0.
 //!
-//! Liveness is "every worker's loop answers": each worker (see [`crate::node`]) beats
+//! Liveness is "every worker's loop answers": each worker (the node's, started by `Node::run`) beats
 //! its own [`Beat`] around every step, so a beat older than [`Health::stale_after`]
 //! means that worker is stuck (a call that never returns, a deadlock), and kubelet
 //! should restart the agent. A step that may run long by design (a programming, an
@@ -115,6 +115,28 @@ pub enum Check {
     Failed(String),
 }
 
+/// Why `/livez` fails: who has been silent, for how long, over which limit.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Stuck {
+    #[error("{} (limit {}s)", stuck.iter().map(|(n, s)| format!("worker {n} has not run for {}s", s.as_secs())).collect::<Vec<_>>().join(", "), limit.as_secs())]
+    Workers {
+        stuck: Vec<(&'static str, Duration)>,
+        limit: Duration,
+    },
+    #[error("the agent's loop has not run for {}s (limit {}s)", silent.as_secs(), limit.as_secs())]
+    Loop { silent: Duration, limit: Duration },
+}
+
+impl Check {
+    /// A result as a check: passing, or failed with the error's words.
+    pub fn of<T, E: std::fmt::Display>(result: &Result<T, E>) -> Check {
+        match result {
+            Ok(_) => Check::Ok,
+            Err(e) => Check::Failed(e.to_string()),
+        }
+    }
+}
+
 impl Health {
     /// `stale_after`: how old the loop's last beat may be for `/livez` to pass.
     pub fn new(metrics: Arc<Metrics>, kubelet: bool, stale_after: Duration) -> Health {
@@ -167,47 +189,33 @@ impl Health {
         self.beat_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// The server answered (`Ok`) or could not be reached (`Err` with the cause).
-    pub fn server(&self, result: Result<(), String>) {
+    /// The server answered ([`Check::Ok`]) or could not be reached (failed, with the
+    /// cause).
+    pub fn server(&self, check: Check) {
         if let Ok(mut c) = self.server.lock() {
-            *c = match result {
-                Ok(()) => Check::Ok,
-                Err(e) => Check::Failed(e),
-            };
+            *c = check;
         }
     }
 
-    /// The last report was accepted (`Ok`) or not (`Err` with the reason).
-    pub fn report(&self, result: Result<(), String>) {
+    /// The last report was accepted, or not (failed, with the reason).
+    pub fn report(&self, check: Check) {
         if let Ok(mut c) = self.report.lock() {
-            *c = match result {
-                Ok(()) => Check::Ok,
-                Err(e) => Check::Failed(e),
-            };
+            *c = check;
         }
     }
 
     /// `/livez`: `Err` with the reason when a worker (before the workers run, the
     /// agent's loop) has not beaten for too long.
-    pub fn live(&self) -> Result<(), String> {
+    pub fn live(&self) -> Result<(), Stuck> {
         let workers = self.workers.lock().map(|w| w.clone()).unwrap_or_default();
-        let stuck: Vec<String> = workers
+        let limit = self.stale_after;
+        let stuck: Vec<(&'static str, Duration)> = workers
             .iter()
-            .filter(|b| b.silent() > self.stale_after)
-            .map(|b| {
-                format!(
-                    "worker {} has not run for {}s",
-                    b.name,
-                    b.silent().as_secs()
-                )
-            })
+            .filter(|b| b.silent() > limit)
+            .map(|b| (b.name, b.silent()))
             .collect();
         if !stuck.is_empty() {
-            return Err(format!(
-                "{} (limit {}s)",
-                stuck.join(", "),
-                self.stale_after.as_secs()
-            ));
+            return Err(Stuck::Workers { stuck, limit });
         }
         if !workers.is_empty() {
             return Ok(());
@@ -215,12 +223,8 @@ impl Health {
         let now = self.started.elapsed();
         let beat = Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
         let silent = now.saturating_sub(beat);
-        if silent > self.stale_after {
-            Err(format!(
-                "the agent's loop has not run for {}s (limit {}s)",
-                silent.as_secs(),
-                self.stale_after.as_secs()
-            ))
+        if silent > limit {
+            Err(Stuck::Loop { silent, limit })
         } else {
             Ok(())
         }

@@ -116,6 +116,61 @@ pub enum LookupError {
     Unavailable(String),
 }
 
+/// Why a bitstream could not be fetched; the words go back to the server with the
+/// programming request (and into the console), so each names the image and URL.
+#[derive(Debug, thiserror::Error)]
+pub enum GlanceError {
+    #[error("cannot reach the image service at {url}: {cause}")]
+    Unreachable { url: String, cause: String },
+    #[error("the image service answered {status} for {url}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the image service answered {status} listing images of function {function_id}")]
+    ListStatus { function_id: String, status: u16 },
+    #[error("image {id}: not a Glance image record: {cause}")]
+    NotImage { id: String, cause: String },
+    #[error("image {0}: the record has no id")]
+    NoId(String),
+    #[error("image list for function {function_id}: {cause}")]
+    NotList { function_id: String, cause: String },
+    #[error("no active image has accel:function_id {0}")]
+    NoFunctionImage(String),
+    #[error("{count} images have accel:function_id {function_id}; expected one")]
+    ManyFunctionImages { function_id: String, count: usize },
+    #[error("image {id} is {status}, not active")]
+    NotActive { id: String, status: String },
+    #[error("image {0} has no checksum; an unverifiable bitstream is never programmed")]
+    NoChecksum(String),
+    #[error("image {id}: unsupported hash algorithm {algo}")]
+    UnsupportedHash { id: String, algo: String },
+    #[error("{}: {cause}", path.display())]
+    File { path: PathBuf, cause: String },
+    #[error("downloading image {id}: {cause}")]
+    Download { id: String, cause: String },
+    #[error("image {id}: downloaded {got} bytes, Glance records {recorded}")]
+    Size { id: String, got: u64, recorded: u64 },
+    #[error("image {id}: {algo} {got} does not match the recorded {expected}; not programmed")]
+    Hash {
+        id: String,
+        algo: String,
+        got: String,
+        expected: String,
+    },
+    /// The Keystone catalog or token the image service is reached with.
+    #[error("{0}")]
+    Keystone(String),
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> GlanceError + '_ {
+    move |e| GlanceError::File {
+        path: path.to_owned(),
+        cause: e.to_string(),
+    }
+}
+
 /// An incremental hash of one of the algorithms Glance records.
 enum Hasher {
     Md5(Md5),
@@ -161,36 +216,42 @@ impl Glance {
         }
     }
 
-    async fn get(&self, url: &str) -> Result<reqwest::Response, String> {
+    async fn get(&self, url: &str) -> Result<reqwest::Response, GlanceError> {
         let resp = self
             .http
             .get(url)
             .header("x-auth-token", &self.token)
             .send()
             .await
-            .map_err(|e| format!("cannot reach the image service at {url}: {e}"))?;
+            .map_err(|e| GlanceError::Unreachable {
+                url: url.to_owned(),
+                cause: e.to_string(),
+            })?;
         let status = resp.status();
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
-            return Err(format!(
-                "the image service answered {} for {url}: {}",
-                status.as_u16(),
-                body.trim()
-            ));
+            return Err(GlanceError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                body: body.trim().to_owned(),
+            });
         }
         Ok(resp)
     }
 
     /// `GET /v2/images/{id}`.
-    pub async fn image(&self, id: &str) -> Result<Image, String> {
+    pub async fn image(&self, id: &str) -> Result<Image, GlanceError> {
         let url = format!("{}/v2/images/{id}", self.base);
         let v: Value = self
             .get(&url)
             .await?
             .json()
             .await
-            .map_err(|e| format!("image {id}: not a Glance image record: {e}"))?;
-        Image::from_json(&v).ok_or_else(|| format!("image {id}: the record has no id"))
+            .map_err(|e| GlanceError::NotImage {
+                id: id.to_owned(),
+                cause: e.to_string(),
+            })?;
+        Image::from_json(&v).ok_or_else(|| GlanceError::NoId(id.to_owned()))
     }
 
     /// `GET /v2/images/{id}`, telling "no such image" (404) apart from not being able
@@ -220,27 +281,27 @@ impl Glance {
     }
 
     /// The one image whose `accel:function_id` property is `function_id`.
-    pub async fn image_for_function(&self, function_id: &str) -> Result<Image, String> {
+    pub async fn image_for_function(&self, function_id: &str) -> Result<Image, GlanceError> {
         let url = format!("{}/v2/images", self.base);
         let req = self
             .http
             .get(&url)
             .query(&[("accel:function_id", function_id), ("status", "active")])
             .header("x-auth-token", &self.token);
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach the image service at {url}: {e}"))?;
+        let resp = req.send().await.map_err(|e| GlanceError::Unreachable {
+            url: url.clone(),
+            cause: e.to_string(),
+        })?;
         if !resp.status().is_success() {
-            return Err(format!(
-                "the image service answered {} listing images of function {function_id}",
-                resp.status().as_u16()
-            ));
+            return Err(GlanceError::ListStatus {
+                function_id: function_id.to_owned(),
+                status: resp.status().as_u16(),
+            });
         }
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|e| format!("image list for function {function_id}: {e}"))?;
+        let v: Value = resp.json().await.map_err(|e| GlanceError::NotList {
+            function_id: function_id.to_owned(),
+            cause: e.to_string(),
+        })?;
         let images: Vec<Image> = v
             .get("images")
             .and_then(Value::as_array)
@@ -248,70 +309,67 @@ impl Glance {
             .unwrap_or_default();
         match images.as_slice() {
             [one] => Ok(one.clone()),
-            [] => Err(format!(
-                "no active image has accel:function_id {function_id}"
-            )),
-            many => Err(format!(
-                "{} images have accel:function_id {function_id}; expected one",
-                many.len()
-            )),
+            [] => Err(GlanceError::NoFunctionImage(function_id.to_owned())),
+            many => Err(GlanceError::ManyFunctionImages {
+                function_id: function_id.to_owned(),
+                count: many.len(),
+            }),
         }
     }
 
     /// Downloads `image` into `dir` and checks it against its recorded hash (and
     /// size). The file is removed when anything does not match.
-    pub async fn download(&self, image: &Image, dir: &Path) -> Result<PathBuf, String> {
+    pub async fn download(&self, image: &Image, dir: &Path) -> Result<PathBuf, GlanceError> {
         if image.status != "active" {
-            return Err(format!(
-                "image {} is {}, not active",
-                image.id, image.status
-            ));
+            return Err(GlanceError::NotActive {
+                id: image.id.clone(),
+                status: image.status.clone(),
+            });
         }
-        let (algo, expected) = image.hash.clone().ok_or_else(|| {
-            format!(
-                "image {} has no checksum; an unverifiable bitstream is never programmed",
-                image.id
-            )
+        let (algo, expected) = image
+            .hash
+            .clone()
+            .ok_or_else(|| GlanceError::NoChecksum(image.id.clone()))?;
+        let mut hasher = Hasher::new(&algo).ok_or_else(|| GlanceError::UnsupportedHash {
+            id: image.id.clone(),
+            algo: algo.clone(),
         })?;
-        let mut hasher = Hasher::new(&algo)
-            .ok_or_else(|| format!("image {}: unsupported hash algorithm {algo}", image.id))?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(file_error(dir))?;
         let path = dir.join(format!("{}.bitstream", image.id));
         let url = format!("{}/v2/images/{}/file", self.base, image.id);
         let mut resp = self.get(&url).await?;
-        let written: Result<u64, String> = async {
+        let written: Result<u64, GlanceError> = async {
             use std::io::Write;
-            let mut file =
-                std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut file = std::fs::File::create(&path).map_err(file_error(&path))?;
             let mut n = 0u64;
-            while let Some(chunk) = resp
-                .chunk()
-                .await
-                .map_err(|e| format!("downloading image {}: {e}", image.id))?
-            {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| GlanceError::Download {
+                id: image.id.clone(),
+                cause: e.to_string(),
+            })? {
                 hasher.update(&chunk);
-                file.write_all(&chunk)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                file.write_all(&chunk).map_err(file_error(&path))?;
                 n += chunk.len() as u64;
             }
-            file.sync_all()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            file.sync_all().map_err(file_error(&path))?;
             Ok(n)
         }
         .await;
         let check = written.and_then(|n| {
             if let Some(size) = image.size.filter(|s| *s != n) {
-                return Err(format!(
-                    "image {}: downloaded {n} bytes, Glance records {size}",
-                    image.id
-                ));
+                return Err(GlanceError::Size {
+                    id: image.id.clone(),
+                    got: n,
+                    recorded: size,
+                });
             }
             let got = hasher.hex();
             if got != expected {
-                return Err(format!(
-                    "image {}: {algo} {got} does not match the recorded {expected}; not programmed",
-                    image.id
-                ));
+                return Err(GlanceError::Hash {
+                    id: image.id.clone(),
+                    algo: algo.clone(),
+                    got,
+                    expected: expected.clone(),
+                });
             }
             Ok(())
         });

@@ -19,8 +19,9 @@ use crate::cleaning;
 use crate::client::Auth;
 use crate::drivers;
 use crate::pci::PciBus;
-use crate::program::{self, Glance, ProgramJob};
+use crate::program::{self, Glance, GlanceError, ProgramJob};
 use crate::sysfs::Sysfs;
+use accel_api::agent::ProgramAnswer;
 use std::time::Duration;
 
 /// How long one programming request may hold the programming worker before its
@@ -38,11 +39,7 @@ impl Agent {
         while let Some(h) = self.next_handover() {
             self.clean_by_programming(h).await;
         }
-        let node = self
-            .settings
-            .require_node()
-            .map_err(AgentError::Config)?
-            .to_owned();
+        let node = self.settings.require_node()?.to_owned();
         let jobs = self.client.pending_programs(&node).await?;
         for job in &jobs {
             let _held = self.hold(PROGRAM_BOUND);
@@ -61,7 +58,12 @@ impl Agent {
                     tracing::warn!(request = job.id, deployable = %job.deployable_name, "programming failed: {e}")
                 }
             }
-            let answer = result.map(|_| ()).map_err(|e| e.to_string());
+            let answer = match &result {
+                Ok(_) => ProgramAnswer::Done,
+                Err(e) => ProgramAnswer::Failed {
+                    error: e.to_string(),
+                },
+            };
             let answered = self.client.finish_program(&node, job.id, &answer).await;
             self.probe(|p| p.metrics().call("program_answer", answered.is_ok()));
             match answered {
@@ -102,8 +104,8 @@ impl Agent {
         };
         let result = match tokio::time::timeout_at(deadline.into(), self.program(&node, &pj)).await
         {
-            Err(_) => Err("fpga-default: timed out".to_owned()),
-            Ok(Err(e)) => Err(format!("fpga-default: {e}")),
+            Err(_) => Err(cleaning::CleanError::ProgramTimedOut),
+            Ok(Err(e)) => Err(cleaning::CleanError::Program(e.to_string())),
             Ok(Ok(_)) => {
                 if let Err(e) = self.step().await {
                     tracing::warn!("report after the default image failed: {e}");
@@ -172,7 +174,9 @@ impl Agent {
     pub(crate) async fn glance(&self) -> Result<(Glance, String), ProgramError> {
         let glance_url = match (&self.settings.glance_url, self.client.auth()) {
             (Some(u), _) => u.clone(),
-            (None, Auth::Keystone(s)) => s.endpoint("image").await.map_err(ProgramError::Glance)?,
+            (None, Auth::Keystone(s)) => {
+                s.endpoint("image").await.map_err(GlanceError::Keystone)?
+            }
             (None, Auth::Token(_)) => return Err(ProgramError::NoGlance),
         };
         let token = self
@@ -180,7 +184,7 @@ impl Agent {
             .auth()
             .token()
             .await
-            .map_err(|e| ProgramError::Glance(e.to_string()))?;
+            .map_err(|e| GlanceError::Keystone(e.to_string()))?;
         Ok((Glance::new(&glance_url, &token), glance_url))
     }
 
@@ -196,7 +200,7 @@ impl Agent {
     }
 
     /// Logs and counts one call to the image service.
-    fn glance_call(&self, call: &str, url: &str, job: &ProgramJob, r: Result<&str, &String>) {
+    fn glance_call(&self, call: &str, url: &str, job: &ProgramJob, r: Result<&str, &GlanceError>) {
         self.probe(|p| p.metrics().call(call, r.is_ok()));
         match r {
             Ok(image) => tracing::info!(
@@ -243,8 +247,8 @@ pub enum ProgramError {
     NoImage,
     #[error("the agent has no glance_url, so it cannot fetch bitstreams")]
     NoGlance,
-    #[error("{0}")]
-    Glance(String),
+    #[error(transparent)]
+    Glance(#[from] crate::program::GlanceError),
     #[error("no FPGA region on this host is deployable {0}")]
     NoRegion(String),
     #[error("driver {0} is not enabled")]

@@ -5,7 +5,7 @@
 //! the examples use in `nvme_helper.rs`.
 
 use accel_agent::check::Check;
-use accel_agent::cleaning::resolve::SearchPath;
+use accel_agent::cleaner::resolve::SearchPath;
 use accel_agent::cleaning::{validate, CleaningFile};
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, Settings};

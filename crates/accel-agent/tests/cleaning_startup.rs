@@ -3,7 +3,7 @@
 //! reset files are opened for writing; an `fpga-default` image is asked of Glance (a
 //! stand-in here), whose "no", and only that, stops the agent.
 
-use accel_agent::cleaning::resolve::SearchPath;
+use accel_agent::cleaner::resolve::SearchPath;
 use accel_agent::cleaning::{validate, CleaningFile};
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, Settings};

@@ -25,6 +25,12 @@ use crate::http::{Error, Http, Method, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The `code` of a refusal because no compute node provider has the host's name
+/// (`GET /v2/agent/hosts/{host}`'s 404, a report's 400): the agent then creates its
+/// own node provider (`node_provider = "own"`) or says what to fix. Agent endpoints'
+/// errors carry it beside Cyborg's envelope: `{"error_message": ..., "code": ...}`.
+pub const NO_COMPUTE_NODE: &str = "accel.agent.no_compute_node";
+
 /// `PUT /v2/agent/hosts/{host}/devices`'s body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceReport {

@@ -82,7 +82,8 @@ pub enum Error {
         status: u16,
         /// The explanation inside the API's error body (or the raw body).
         message: String,
-        /// Placement's error `code` (1.23+), when there is one.
+        /// Placement's error `code` (1.23+), or the agent protocol's beside Cyborg's
+        /// envelope, when there is one.
         code: Option<String>,
     },
 }
@@ -212,7 +213,12 @@ pub fn error_message(text: &str) -> (String, Option<String>) {
             .get("faultstring")
             .and_then(Value::as_str)
             .unwrap_or(inner);
-        return (message.to_owned(), None);
+        // accel's agent endpoints add a code beside the envelope.
+        let code = parsed
+            .get("code")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        return (message.to_owned(), code);
     }
     if let Some(m) = parsed
         .get("error")

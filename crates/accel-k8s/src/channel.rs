@@ -1,7 +1,7 @@
 //! A gRPC channel over a unix socket: how this crate dials kubelet (registration,
 //! pod-resources) and how tests dial the plugins. Its own module so that the plugins
 //! (which ask pod-resources) and the registrar (which serves the plugins) both use it
-//! without importing each other.
+//! without importing each other. [`CallError`] is how a call to kubelet fails.
 
 use hyper_util::rt::TokioIo;
 use std::path::Path;
@@ -18,4 +18,21 @@ pub async fn connect(path: &Path) -> Result<Channel, tonic::transport::Error> {
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
         }))
         .await
+}
+
+/// Why a call to kubelet (Register, pod-resources List) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("connect: {0}")]
+    Connect(#[source] tonic::transport::Error),
+    /// Kubelet answered with an error status (the call's name, its message).
+    #[error("{call}: {}", .status.message())]
+    Refused {
+        call: &'static str,
+        #[source]
+        status: tonic::Status,
+    },
+    /// No answer in time (`what` timed out).
+    #[error("{0} timed out")]
+    TimedOut(&'static str),
 }

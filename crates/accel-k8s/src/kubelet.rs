@@ -44,6 +44,7 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
 }
 
 pub use crate::channel::connect;
+use crate::channel::CallError;
 
 /// The socket file name of a resource: `accel-<domain>_<name>.sock`.
 pub fn socket_name(resource: &str) -> String {
@@ -188,7 +189,7 @@ impl Registrar {
                 }
                 Err(e) => {
                     tracing::warn!(resource = %r.name, error = %e, "kubelet registration failed");
-                    report.failed.push((r.name.clone(), e));
+                    report.failed.push((r.name.clone(), e.to_string()));
                     if let Some(m) = &self.metrics {
                         m.registration(false, again);
                     }
@@ -253,11 +254,9 @@ fn stop(s: Served) {
     }
 }
 
-async fn register(kubelet: &Path, resource: &str, endpoint: &str) -> Result<(), String> {
+async fn register(kubelet: &Path, resource: &str, endpoint: &str) -> Result<(), CallError> {
     let call = async {
-        let channel = connect(kubelet)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+        let channel = connect(kubelet).await.map_err(CallError::Connect)?;
         pb::registration_client::RegistrationClient::new(channel)
             .register(pb::RegisterRequest {
                 version: API_VERSION.into(),
@@ -269,10 +268,13 @@ async fn register(kubelet: &Path, resource: &str, endpoint: &str) -> Result<(), 
                 }),
             })
             .await
-            .map_err(|s| format!("Register: {}", s.message()))?;
+            .map_err(|status| CallError::Refused {
+                call: "Register",
+                status,
+            })?;
         Ok(())
     };
     tokio::time::timeout(REGISTER_TIMEOUT, call)
         .await
-        .map_err(|_| "Register timed out".to_string())?
+        .map_err(|_| CallError::TimedOut("Register"))?
 }

@@ -10,6 +10,8 @@
 //!   plugin.rs: a DevicePlugin service per resource ◀──gRPC, unix sockets── kubelet
 //!   kubelet.rs: serve the sockets, Register, re-register when kubelet restarts
 //!   usage.rs: restore usage from, and save it to, a record (the server); devices VMs hold
+//!   record.rs: how that record fails (its errors cross the seam boxed, as the cause)
+//!   channel.rs: the unix-socket dial, and how a call to kubelet fails
 //!   cdi.rs: CDI spec files for the runtime
 //!   authority.rs: every socket kubelet dials takes grpc-go's percent-encoded :authority
 //!   run.rs: the loop around the steps
@@ -51,6 +53,7 @@ pub mod metrics;
 pub mod plugin;
 pub mod podresources;
 pub mod proto;
+pub mod record;
 pub mod run;
 pub mod slots;
 pub mod state;
@@ -61,6 +64,7 @@ pub mod usage;
 pub use config::{KubernetesConfig, KubernetesFile};
 pub use device::{Device, DeviceNode, DeviceSource};
 pub use metrics::KubeletMetrics;
+pub use record::RecordError;
 pub use run::{run, run_with, Options};
 pub use slots::SlotTable;
 pub use state::Shared;

@@ -145,7 +145,7 @@ impl Plugin {
                 None => return Ok(grants),
                 Some(g) => AllocError::Withheld(g.device.id.clone()),
             },
-            Some(Err(e)) => AllocError::Unconfirmed(e),
+            Some(Err(e)) => AllocError::Unconfirmed(e.to_string()),
         };
         self.undo(&grants, before);
         if matches!(refusal, AllocError::Unconfirmed(_)) {

@@ -5,7 +5,7 @@
 //! A failed List frees nothing: a kubelet that is down or restarting must not make
 //! running pods lose their devices.
 
-use crate::channel::connect;
+use crate::channel::{connect, CallError};
 use crate::proto::podresources as pb;
 use crate::state::Shared;
 use std::collections::{HashMap, HashSet};
@@ -17,19 +17,22 @@ use std::time::{Duration, Instant};
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every `(resource name, device id)` some container on the node holds.
-pub async fn in_use(socket: &Path) -> Result<HashSet<(String, String)>, String> {
+pub async fn in_use(socket: &Path) -> Result<HashSet<(String, String)>, CallError> {
     Ok(listed(socket).await?.into_keys().collect())
 }
 
 /// Every `(resource name, device id)` some container on the node holds, with the pod
 /// (`<namespace>/<name>`) it belongs to.
-pub async fn listed(socket: &Path) -> Result<HashMap<(String, String), String>, String> {
+pub async fn listed(socket: &Path) -> Result<HashMap<(String, String), String>, CallError> {
     let call = async {
-        let channel = connect(socket).await.map_err(|e| format!("connect: {e}"))?;
+        let channel = connect(socket).await.map_err(CallError::Connect)?;
         let resp = pb::pod_resources_lister_client::PodResourcesListerClient::new(channel)
             .list(pb::ListPodResourcesRequest {})
             .await
-            .map_err(|s| format!("List: {}", s.message()))?;
+            .map_err(|status| CallError::Refused {
+                call: "List",
+                status,
+            })?;
         Ok(resp
             .into_inner()
             .pod_resources
@@ -51,7 +54,7 @@ pub async fn listed(socket: &Path) -> Result<HashMap<(String, String), String>, 
     };
     tokio::time::timeout(LIST_TIMEOUT, call)
         .await
-        .map_err(|_| "pod-resources List timed out".to_string())?
+        .map_err(|_| CallError::TimedOut("pod-resources List"))?
 }
 
 /// Frees the slots no pod holds any more.
@@ -74,7 +77,7 @@ impl Reclaimer {
     }
 
     /// One pass at `now`; `Ok(true)` when slots were freed.
-    pub async fn step(&mut self, now: Instant) -> Result<bool, String> {
+    pub async fn step(&mut self, now: Instant) -> Result<bool, CallError> {
         let pods = listed(&self.socket).await?;
         let in_use: HashSet<(String, String)> = pods.keys().cloned().collect();
         self.pods = pods;

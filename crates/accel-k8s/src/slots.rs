@@ -68,9 +68,14 @@ impl fmt::Display for Usage {
     }
 }
 
+/// A usage string that is neither `<node>` nor `C:<vdev>:<node>` (seed 001).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is neither \"<node>\" nor \"C:<vdev>:<node>\"")]
+pub struct ParseUsageError(pub String);
+
 impl std::str::FromStr for Usage {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Usage, String> {
+    type Err = ParseUsageError;
+    fn from_str(s: &str) -> Result<Usage, ParseUsageError> {
         if s.is_empty() {
             return Ok(Usage::Free);
         }
@@ -81,9 +86,7 @@ impl std::str::FromStr for Usage {
                 vdev: (*vdev).into(),
                 node: (*node).into(),
             }),
-            _ => Err(format!(
-                "{s:?} is neither \"<node>\" nor \"C:<vdev>:<node>\""
-            )),
+            _ => Err(ParseUsageError(s.to_owned())),
         }
     }
 }
@@ -149,6 +152,7 @@ pub enum AllocError {
     #[error("slot {0} was held for a pod that kubelet no longer lists; its device is cleaned before it is given again")]
     HolderGone(String),
     /// The grant's save did not reach the server or was refused as a whole.
+    /// (The save's error, worded: this refusal is compared and cloned, a cause is not.)
     #[error("the server did not confirm the grant: {0}")]
     Unconfirmed(String),
 }

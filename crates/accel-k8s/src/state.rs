@@ -6,6 +6,7 @@
 //! await); a write that changed what kubelet sees bumps the counter, which wakes every
 //! stream, instance-level and pooled alike.
 
+use crate::record::RecordError;
 use crate::slots::SlotTable;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -15,7 +16,24 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// What a save answers: the device ids the server withholds (a virtual machine holds
 /// them, or they are being cleaned or reserved), or why the save failed.
-pub type Saved = Result<BTreeSet<String>, String>;
+pub type Saved = Result<BTreeSet<String>, SaveError>;
+
+/// Why a save of the slot usage failed (logged by the run loop; an Allocate waiting on
+/// it is refused with its words).
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// Saving before the record was read back could drop the claims it holds.
+    #[error("usage not restored yet")]
+    NotRestored,
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error("the usage saver has stopped")]
+    SaverStopped,
+    #[error("the usage saver dropped the request")]
+    SaverDropped,
+    #[error("no answer from the server within {} s", .0.as_secs())]
+    NoAnswer(Duration),
+}
 
 /// How long an Allocate waits for its grant's save before refusing.
 pub const CONFIRM_WAIT: Duration = Duration::from_secs(5);
@@ -93,15 +111,12 @@ impl Shared {
             .clone()?;
         let (reply, answer) = oneshot::channel();
         if saver.send(reply).await.is_err() {
-            return Some(Err("the usage saver has stopped".into()));
+            return Some(Err(SaveError::SaverStopped));
         }
         Some(match tokio::time::timeout(CONFIRM_WAIT, answer).await {
             Ok(Ok(saved)) => saved,
-            Ok(Err(_)) => Err("the usage saver dropped the request".into()),
-            Err(_) => Err(format!(
-                "no answer from the server within {} s",
-                CONFIRM_WAIT.as_secs()
-            )),
+            Ok(Err(_)) => Err(SaveError::SaverDropped),
+            Err(_) => Err(SaveError::NoAnswer(CONFIRM_WAIT)),
         })
     }
 }

@@ -14,7 +14,9 @@
 //! first successful [`Syncer::restore`]: serving from an empty table could hand a pod a
 //! slot another pod still holds.
 
+pub use crate::record::RecordError;
 use crate::slots::Usage;
+pub use crate::state::SaveError;
 use crate::state::Shared;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -45,19 +47,19 @@ pub struct Recorded {
 /// Where usage is kept.
 pub trait UsageRecord: Send + Sync {
     /// The usage saved last (agent start-up).
-    fn load(&self) -> BoxFuture<'_, Result<Recorded, String>>;
+    fn load(&self) -> BoxFuture<'_, Result<Recorded, RecordError>>;
     /// Saves `report`; answers the device ids virtual machines hold.
-    fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>>;
+    fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>>;
 }
 
 /// Keeps nothing: every agent start begins with free slots.
 pub struct InMemory;
 
 impl UsageRecord for InMemory {
-    fn load(&self) -> BoxFuture<'_, Result<Recorded, String>> {
+    fn load(&self) -> BoxFuture<'_, Result<Recorded, RecordError>> {
         Box::pin(async { Ok(Recorded::default()) })
     }
-    fn save(&self, _: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
+    fn save(&self, _: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>> {
         Box::pin(async { Ok(BTreeSet::new()) })
     }
 }
@@ -90,7 +92,7 @@ impl Syncer {
 
     /// Loads the record into the table (call after the first device refresh: slots
     /// of devices not found are skipped). Returns how many slots were applied.
-    pub async fn restore(&mut self) -> Result<usize, String> {
+    pub async fn restore(&mut self) -> Result<usize, RecordError> {
         let r = self.record.load().await?;
         let (applied, pending) = self.shared.write(|t| {
             let n = t.restore(&r.usage);
@@ -112,7 +114,10 @@ impl Syncer {
     /// Saves the table with the pods of the last pod-resources listing (`(resource
     /// name, device id)` to `<namespace>/<pod>`), then marks the devices VMs hold.
     /// Returns whether that changed what kubelet sees.
-    pub async fn step(&mut self, pods: &HashMap<(String, String), String>) -> Result<bool, String> {
+    pub async fn step(
+        &mut self,
+        pods: &HashMap<(String, String), String>,
+    ) -> Result<bool, SaveError> {
         self.save(pods).await.map(|(changed, _)| changed)
     }
 
@@ -121,16 +126,16 @@ impl Syncer {
     pub async fn confirm(
         &mut self,
         pods: &HashMap<(String, String), String>,
-    ) -> Result<BTreeSet<String>, String> {
+    ) -> Result<BTreeSet<String>, SaveError> {
         self.save(pods).await.map(|(_, held)| held)
     }
 
     async fn save(
         &mut self,
         pods: &HashMap<(String, String), String>,
-    ) -> Result<(bool, BTreeSet<String>), String> {
+    ) -> Result<(bool, BTreeSet<String>), SaveError> {
         if !self.restored {
-            return Err("usage not restored yet".into());
+            return Err(SaveError::NotRestored);
         }
         let pending = &mut self.pending;
         let mut report = self.shared.write(|t| {
@@ -179,11 +184,14 @@ mod tests {
     struct Kept(Mutex<Recorded>);
 
     impl UsageRecord for Kept {
-        fn load(&self) -> BoxFuture<'_, Result<Recorded, String>> {
+        fn load(&self) -> BoxFuture<'_, Result<Recorded, RecordError>> {
             let r = self.0.lock().unwrap().clone();
             Box::pin(async move { Ok(r) })
         }
-        fn save(&self, report: UsageReport) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
+        fn save(
+            &self,
+            report: UsageReport,
+        ) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>> {
             let mut r = self.0.lock().unwrap();
             r.usage = report.usage;
             let held = r.vm_held.clone();

@@ -7,9 +7,11 @@
 //! over many requests on one connection (`authority.rs` in the crate).
 
 use accel_k8s::config::KubernetesConfig;
-use accel_k8s::dra::{self, serve, BoxFuture, ClaimApi, ClaimRecord, Driver};
+use accel_k8s::dra::objects::ResourceClaim;
+use accel_k8s::dra::{self, serve, ApiError, BoxFuture, ClaimApi, ClaimRecord, Driver};
 use accel_k8s::proto::{dra_v1 as v1, registration as reg};
 use accel_k8s::testing::device;
+use accel_k8s::RecordError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,12 +24,13 @@ const NODE: &str = "node-a";
 struct Api(BTreeMap<String, Value>);
 
 impl ClaimApi for Api {
-    fn claim(&self, _ns: &str, name: &str) -> BoxFuture<'_, Result<Value, String>> {
-        let c = self
-            .0
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("{name} not found"));
+    fn claim(&self, _ns: &str, name: &str) -> BoxFuture<'_, Result<ResourceClaim, ApiError>> {
+        let c = match self.0.get(name) {
+            Some(v) => serde_json::from_value(v.clone()).map_err(ApiError::client),
+            None => Err(ApiError::client(std::io::Error::other(format!(
+                "{name} not found"
+            )))),
+        };
         Box::pin(async move { c })
     }
 }
@@ -37,11 +40,11 @@ impl ClaimApi for Api {
 struct Held(Mutex<BTreeMap<String, Vec<String>>>);
 
 impl ClaimRecord for Held {
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), String>> {
+    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>> {
         self.0.lock().unwrap().insert(uid.to_owned(), addresses);
         Box::pin(async { Ok(()) })
     }
-    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), String>> {
+    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), RecordError>> {
         self.0.lock().unwrap().remove(uid);
         Box::pin(async { Ok(()) })
     }

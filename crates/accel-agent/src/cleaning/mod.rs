@@ -26,15 +26,14 @@
 //! installed, `{device}` on a drive passed through to VMs): [`resolve`] checks each
 //! rule against each device it matches, for `accel agent check` and at start-up.
 
-pub mod resolve;
+mod error;
 mod running;
-mod start;
-pub mod startup;
 
+pub use error::{CleanError, Part};
 pub use running::Running;
 
 use accel_api::agent::{CleaningAnswer, CleaningRequest};
-use accel_k8s::config::{ConfigurationFile, Selector, SelectorFile};
+use accel_k8s::config::{ConfigError, ConfigurationFile, Selector, SelectorFile};
 use accel_k8s::KubernetesFile;
 use serde::Deserialize;
 use std::path::Path;
@@ -97,11 +96,16 @@ pub struct Rule {
     pub timeout: Duration,
 }
 
-/// Validates the `[[cleaning]]` tables; an error names the key (`cleaning[i].<key>`).
-pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
+/// Validates the `[[cleaning]]` tables; an error names the key (`cleaning[i].<key>`),
+/// in the form the `[kubernetes]` table's errors have.
+pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, ConfigError> {
     let mut out = Vec::with_capacity(files.len());
     for (i, f) in files.into_iter().enumerate() {
         let key = format!("cleaning[{i}]");
+        let bad = |field: &str, message: String| ConfigError {
+            key: format!("{key}.{field}"),
+            message,
+        };
         // The Kubernetes selector's own validation, wrapped in a throwaway
         // configuration; its key is renamed to this table's.
         let k = KubernetesFile {
@@ -114,12 +118,9 @@ pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
         };
         let selector = k
             .validate()
-            .map_err(|e| {
-                format!(
-                    "{}: {}",
-                    e.key.replace("kubernetes.configurations[0]", &key),
-                    e.message
-                )
+            .map_err(|e| ConfigError {
+                key: e.key.replace("kubernetes.configurations[0]", &key),
+                message: e.message,
             })?
             .configurations
             .remove(0)
@@ -127,35 +128,33 @@ pub fn validate(files: Vec<CleaningFile>) -> Result<Vec<Rule>, String> {
         let method = match f.method.as_str() {
             "pci-reset" => Method::PciReset,
             "fpga-default" => Method::FpgaDefault(f.image.clone().filter(|s| !s.is_empty()).ok_or_else(
-                || format!("{key}.image: fpga-default needs the Glance image id of the default bitstream"),
+                || bad("image", "fpga-default needs the Glance image id of the default bitstream".into()),
             )?),
             "command" if f.command.is_empty() => {
-                return Err(format!(
-                    "{key}.command: the method \"command\" needs the program and its arguments, e.g. [\"nvme\", \"format\", \"{{device}}\", \"--ses=1\"]"
-                ))
+                return Err(bad("command", "the method \"command\" needs the program and its arguments, e.g. [\"nvme\", \"format\", \"{device}\", \"--ses=1\"]".into()))
             }
             "command" => Method::Command(f.command.clone()),
             other => {
-                return Err(format!(
-                    "{key}.method: {other:?} is not one of \"pci-reset\", \"fpga-default\", \"command\""
-                ))
+                return Err(bad("method", format!(
+                    "{other:?} is not one of \"pci-reset\", \"fpga-default\", \"command\""
+                )))
             }
         };
         if !matches!(method, Method::Command(_)) && !f.command.is_empty() {
-            return Err(format!(
-                "{key}.command: only the method \"command\" runs a command"
+            return Err(bad(
+                "command",
+                "only the method \"command\" runs a command".into(),
             ));
         }
         if f.image.is_some() && !matches!(method, Method::FpgaDefault(_)) {
-            return Err(format!(
-                "{key}.image: only the method \"fpga-default\" takes an image"
+            return Err(bad(
+                "image",
+                "only the method \"fpga-default\" takes an image".into(),
             ));
         }
         let secs = f.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
         if !(1..=86_400).contains(&secs) {
-            return Err(format!(
-                "{key}.timeout_seconds: must be between 1 and 86400"
-            ));
+            return Err(bad("timeout_seconds", "must be between 1 and 86400".into()));
         }
         out.push(Rule {
             selector,
@@ -183,13 +182,18 @@ pub fn device_node(sysfs_root: &Path, address: &str) -> Option<String> {
 }
 
 /// `args` with `{address}` and `{device}` (the device's first device node) filled in.
-pub fn fill(args: &[String], address: &str, device: Option<&str>) -> Result<Vec<String>, String> {
+pub fn fill(
+    args: &[String],
+    address: &str,
+    device: Option<&str>,
+) -> Result<Vec<String>, CleanError> {
     args.iter()
         .map(|a| {
             let mut s = a.replace("{address}", address);
             if s.contains("{device}") {
-                let d = device.ok_or_else(|| {
-                    format!("{a:?} names {{device}} but the device at {address} has no device node")
+                let d = device.ok_or_else(|| CleanError::NoDeviceNode {
+                    arg: a.clone(),
+                    address: address.to_owned(),
                 })?;
                 s = s.replace("{device}", d);
             }
@@ -200,9 +204,9 @@ pub fn fill(args: &[String], address: &str, device: Option<&str>) -> Result<Vec<
 
 /// Runs `argv` until it exits or `deadline`; killed at the deadline. `Err` names what
 /// failed: the start, a non-zero exit (with the end of its stderr), the timeout.
-pub async fn run_command(argv: &[String], deadline: Instant, what: &str) -> Result<(), String> {
+pub async fn run_command(argv: &[String], deadline: Instant, part: Part) -> Result<(), CleanError> {
     let Some((program, args)) = argv.split_first() else {
-        return Err(format!("{what}: empty command"));
+        return Err(CleanError::Empty { part });
     };
     let child = tokio::process::Command::new(program)
         .args(args)
@@ -211,11 +215,19 @@ pub async fn run_command(argv: &[String], deadline: Instant, what: &str) -> Resu
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("{what}: {program} could not be started: {e}"))?;
+        .map_err(|e| CleanError::Start {
+            part,
+            program: program.clone(),
+            cause: e.to_string(),
+        })?;
     let left = deadline.saturating_duration_since(Instant::now());
     match tokio::time::timeout(left, child.wait_with_output()).await {
-        Err(_) => Err(format!("{what}: timed out (killed)")),
-        Ok(Err(e)) => Err(format!("{what}: {program}: {e}")),
+        Err(_) => Err(CleanError::TimedOut { part }),
+        Ok(Err(e)) => Err(CleanError::Wait {
+            part,
+            program: program.clone(),
+            cause: e.to_string(),
+        }),
         Ok(Ok(out)) if out.status.success() => Ok(()),
         Ok(Ok(out)) => {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -228,22 +240,26 @@ pub async fn run_command(argv: &[String], deadline: Instant, what: &str) -> Resu
                 .into_iter()
                 .rev()
                 .collect();
-            Err(format!(
-                "{what}: {program} exited with {}: {tail}",
-                out.status
-            ))
+            Err(CleanError::Exited {
+                part,
+                program: program.clone(),
+                status: out.status.to_string(),
+                stderr_tail: tail,
+            })
         }
     }
 }
 
 /// PCI function reset through sysfs (`echo 1 > .../reset`).
-pub fn pci_reset(sysfs_root: &Path, address: &str) -> Result<(), String> {
+pub fn pci_reset(sysfs_root: &Path, address: &str) -> Result<(), CleanError> {
     let path = sysfs_root
         .join("bus/pci/devices")
         .join(address)
         .join("reset");
-    std::fs::write(&path, "1")
-        .map_err(|e| format!("pci-reset: writing 1 to {}: {e}", path.display()))
+    std::fs::write(&path, "1").map_err(|e| CleanError::Reset {
+        cause: e.to_string(),
+        path,
+    })
 }
 
 /// Runs a `pci-reset` or `command` rule, then its verification, by `deadline`.
@@ -253,7 +269,7 @@ pub async fn run_rule(
     address: &str,
     device: Option<&str>,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), CleanError> {
     match &rule.method {
         Method::PciReset => {
             let (root, a) = (sysfs_root.to_owned(), address.to_owned());
@@ -264,17 +280,15 @@ pub async fn run_rule(
             )
             .await
             {
-                Err(_) => return Err("pci-reset: timed out".into()),
-                Ok(Err(e)) => return Err(format!("pci-reset: {e}")),
+                Err(_) => return Err(CleanError::ResetTimedOut),
+                Ok(Err(e)) => return Err(CleanError::ResetTask(e.to_string())),
                 Ok(Ok(r)) => r?,
             }
         }
         Method::Command(argv) => {
             run_command(&fill(argv, address, device)?, deadline, "command").await?
         }
-        Method::FpgaDefault(_) => {
-            return Err("fpga-default runs through the agent's programming path".into())
-        }
+        Method::FpgaDefault(_) => return Err(CleanError::NotHere),
     }
     verify(rule, address, device, deadline).await
 }
@@ -285,7 +299,7 @@ pub async fn verify(
     address: &str,
     device: Option<&str>,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), CleanError> {
     if rule.verify.is_empty() {
         return Ok(());
     }
@@ -300,7 +314,7 @@ pub async fn answer(
     metrics: Option<&crate::metrics::Metrics>,
     node: &str,
     job: &CleaningRequest,
-    result: &Result<(), String>,
+    result: &Result<(), CleanError>,
     took: Duration,
 ) {
     if let Some(m) = metrics {
@@ -308,7 +322,7 @@ pub async fn answer(
     }
     let body = CleaningAnswer {
         attempt: job.attempt,
-        error: result.clone().err(),
+        error: result.as_ref().err().map(ToString::to_string),
         duration_ms: took.as_millis() as i64,
     };
     let mut wait = Duration::from_millis(100);
@@ -387,6 +401,7 @@ mod tests {
                 .map_err(|e| e.to_string())?
                 .cleaning,
         )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -441,11 +456,16 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(e.starts_with("verify: false exited"), "{e}");
+        assert!(
+            matches!(&e, CleanError::Exited { part: "verify", program, .. } if program == "false"),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("verify: false exited"), "{e}");
         let e = run_rule(&rule(&[]), root.path(), "0000:99:00.0", None, deadline)
             .await
             .unwrap_err();
-        assert!(e.starts_with("pci-reset: writing 1 to"), "{e}");
+        assert!(matches!(e, CleanError::Reset { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("pci-reset: writing 1 to"), "{e}");
     }
 
     #[test]
@@ -455,8 +475,8 @@ mod tests {
             fill(&args, "0000:01:00.0", Some("/dev/nvme0")).unwrap(),
             ["x", "--dev=/dev/nvme0", "0000:01:00.0"]
         );
-        assert!(fill(&args, "0000:01:00.0", None)
-            .unwrap_err()
-            .contains("no device node"));
+        let e = fill(&args, "0000:01:00.0", None).unwrap_err();
+        assert!(matches!(e, CleanError::NoDeviceNode { .. }), "{e:?}");
+        assert!(e.to_string().contains("no device node"), "{e}");
     }
 }

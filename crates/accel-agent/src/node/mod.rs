@@ -135,7 +135,7 @@ impl NodeBuilder {
     /// unknown driver, a bad Nova file) stops here, before anything is served or sent.
     pub fn build(self) -> Result<Node, AgentError> {
         let s = self.settings;
-        s.require_node().map_err(AgentError::Config)?;
+        s.require_node()?;
         let metrics = Arc::new(Metrics::built_from(self.commit));
         let plugins_on = s
             .kubernetes

@@ -28,15 +28,16 @@ pub(crate) fn spawn(agent: &Arc<Agent>, sup: &mut Supervisor) {
     sup.spawn("reporting", move |stop| {
         let period = Duration::from_secs(a.settings.interval_seconds);
         let a = a.clone();
-        every(stop, reporting.clone(), period, move || {
-            let a = a.clone();
-            async move {
-                a.step()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("report failed: {e}"))
-            }
-        })
+        every(
+            stop,
+            reporting.clone(),
+            period,
+            "report failed",
+            move || {
+                let a = a.clone();
+                async move { a.step().await.map(|_| ()) }
+            },
+        )
     });
     let programming = beat("programming");
     if let Some(b) = &programming {
@@ -58,7 +59,7 @@ pub(crate) fn spawn(agent: &Arc<Agent>, sup: &mut Supervisor) {
 impl Agent {
     /// Reports every interval, carries out programming requests and cleanings, until
     /// `shutdown` resolves: this agent's three workers alone (no metrics port, no
-    /// kubelet plugins; [`crate::Node`] runs those too).
+    /// kubelet plugins; [`super::Node`] runs those too).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let agent = Arc::new(self);
         let mut sup = Supervisor::default();
@@ -74,15 +75,17 @@ fn hold(beat: &Option<Arc<Beat>>, bound: Duration) -> Option<crate::observe::Hel
 }
 
 /// Runs `step` every `period` until `stop`; a failed step is logged.
-async fn every<F, Fut>(
+async fn every<F, Fut, E>(
     mut stop: Stop,
     beat: Option<Arc<Beat>>,
     period: Duration,
+    failed: &'static str,
     mut step: F,
 ) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), String>>,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
 {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -96,7 +99,7 @@ where
         }
         let _stepping = hold(&beat, CALL_BOUND);
         if let Err(e) = step().await {
-            tracing::error!("{e}");
+            tracing::error!("{failed}: {e}");
         }
     }
 }

@@ -24,13 +24,20 @@
 //! claim uid kubelet sends is answered, with an error string when it failed.
 //!
 //! Registration and serving are in [`serve`]; the node's ResourceSlices in [`slices`]
-//! (device names: [`device_name`]).
+//! (device names: [`device_name`]); the objects read and written in [`objects`]; how
+//! the seams and the driver fail in [`error`].
 
+pub mod error;
+pub mod objects;
 pub mod serve;
 pub mod slices;
 
+pub use error::{ApiError, ClaimError};
+
 use crate::config::KubernetesConfig;
 use crate::device::{Device, DeviceSource};
+use crate::record::RecordError;
+use objects::{DeviceResult, ResourceClaim};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -69,16 +76,16 @@ pub struct PreparedDevice {
 /// a map in tests.
 pub trait ClaimApi: Send + Sync {
     /// `GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}`.
-    fn claim(&self, namespace: &str, name: &str) -> BoxFuture<'_, Result<Value, String>>;
+    fn claim(&self, namespace: &str, name: &str) -> BoxFuture<'_, Result<ResourceClaim, ApiError>>;
 }
 
 /// Where a prepared claim's devices are held: the server (Placement), which refuses a
 /// device a VM or another pod holds.
 pub trait ClaimRecord: Send + Sync {
     /// Holds the devices at `addresses` for the claim `uid` (idempotent).
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), String>>;
+    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>>;
     /// Frees the claim's devices; an unknown claim is not an error.
-    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), String>>;
+    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), RecordError>>;
 }
 
 /// A device's name in the ResourceSlice: its provider's name (`<node>_<address>`) as a
@@ -154,55 +161,14 @@ impl Driver {
     }
 
     /// Prepares one claim; see the module doc.
-    pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
-        let v = self.api.claim(&claim.namespace, &claim.name).await?;
-        let uid = v["metadata"]["uid"].as_str().unwrap_or_default();
-        if uid != claim.uid {
-            return Err(format!(
-                "ResourceClaim {}/{} has uid {uid:?}, not {} (deleted and re-created?)",
-                claim.namespace, claim.name, claim.uid
-            ));
-        }
-        let results = v["status"]["allocation"]["devices"]["results"]
-            .as_array()
-            .ok_or_else(|| {
-                format!(
-                    "ResourceClaim {}/{} is not allocated",
-                    claim.namespace, claim.name
-                )
-            })?;
-        let domain = self.name();
-        let mut ours = Vec::new();
-        for r in results {
-            if r["driver"].as_str() != Some(domain) {
-                continue;
-            }
-            let pool = r["pool"].as_str().unwrap_or_default();
-            if pool != self.node {
-                return Err(format!(
-                    "ResourceClaim {}/{} has device {} of pool {pool:?}, not of this node {:?}",
-                    claim.namespace,
-                    claim.name,
-                    r["device"].as_str().unwrap_or_default(),
-                    self.node
-                ));
-            }
-            ours.push((
-                r["request"].as_str().unwrap_or_default().to_owned(),
-                r["device"].as_str().unwrap_or_default().to_owned(),
-            ));
-        }
-        if ours.is_empty() {
-            return Err(format!(
-                "ResourceClaim {}/{} has no device of driver {domain}",
-                claim.namespace, claim.name
-            ));
-        }
+    pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, ClaimError> {
+        let claimed = self.api.claim(&claim.namespace, &claim.name).await?;
+        let ours = self.ours(claim, &claimed)?;
         // Discovery reads sysfs (and NVML): off the async threads.
         let source = self.devices.clone();
         let found = tokio::task::spawn_blocking(move || source.devices())
             .await
-            .map_err(|e| format!("discovering the node's devices failed: {e}"))?;
+            .map_err(ClaimError::Discovery)?;
         let by_name: BTreeMap<String, Device> = found
             .into_iter()
             .map(|d| (device_name(&self.node, &d.id), d))
@@ -210,18 +176,19 @@ impl Driver {
         // One entry per device, its requests gathered (a device serves one request,
         // but kubelet's message allows several).
         let mut picked: BTreeMap<String, (Vec<String>, &Device, &str)> = BTreeMap::new();
-        for (request, name) in &ours {
+        for r in ours {
+            let name = &r.device;
             let d = by_name
                 .get(name)
-                .ok_or_else(|| format!("device {name} is not on this node (gone?)"))?;
+                .ok_or_else(|| ClaimError::NotOnNode(name.clone()))?;
             let conf = self
                 .configuration(d)
-                .ok_or_else(|| format!("device {name} matches no [[kubernetes.configurations]]"))?;
+                .ok_or_else(|| ClaimError::NoConfiguration(name.clone()))?;
             picked
                 .entry(name.clone())
                 .or_insert_with(|| (Vec::new(), d, conf))
                 .0
-                .push(request.clone());
+                .push(r.request.clone());
         }
         let addresses: Vec<String> = picked.values().map(|(_, d, _)| d.id.clone()).collect();
         self.record.prepare(&claim.uid, addresses).await?;
@@ -233,29 +200,83 @@ impl Driver {
                 request_names: requests.clone(),
                 pool_name: self.node.clone(),
                 device_name: name.clone(),
-                cdi_device_ids: vec![crate::cdi::device_name(domain, conf, &cdi_name)],
+                cdi_device_ids: vec![crate::cdi::device_name(self.name(), conf, &cdi_name)],
             });
             by_conf.entry(conf).or_default().push((cdi_name, d));
         }
         for (conf, devices) in by_conf {
             self.write_cdi(conf, &claim.uid, &devices)
-                .map_err(|e| format!("writing the CDI spec of claim {}: {e}", claim.uid))?;
+                .map_err(|source| ClaimError::WriteCdi {
+                    uid: claim.uid.clone(),
+                    source,
+                })?;
         }
         Ok(out)
     }
 
     /// Unprepares one claim: its devices freed on the server, its CDI files removed.
-    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         self.record.unprepare(&claim.uid).await?;
         for c in &self.config.configurations {
             let path = cdi_path(&self.config.cdi_dir, self.name(), &c.name, &claim.uid);
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("removing {}: {e}", path.display())),
+                Err(source) => return Err(ClaimError::RemoveCdi { path, source }),
             }
         }
         Ok(())
+    }
+
+    /// The claim's results of this driver, once the claim is found to be the one
+    /// kubelet named, allocated, and on this node's pool.
+    fn ours<'c>(
+        &self,
+        claim: &ClaimRef,
+        found: &'c ResourceClaim,
+    ) -> Result<Vec<&'c DeviceResult>, ClaimError> {
+        let named = || (claim.namespace.clone(), claim.name.clone());
+        let uid = found.metadata.uid.as_deref().unwrap_or_default();
+        if uid != claim.uid {
+            let (namespace, name) = named();
+            return Err(ClaimError::UidDiffers {
+                namespace,
+                name,
+                found: uid.to_owned(),
+                want: claim.uid.clone(),
+            });
+        }
+        let results = found
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+            .ok_or_else(|| {
+                let (namespace, name) = named();
+                ClaimError::NotAllocated { namespace, name }
+            })?;
+        let driver = self.name();
+        let ours: Vec<&DeviceResult> = results.iter().filter(|r| r.driver == driver).collect();
+        if let Some(r) = ours.iter().find(|r| r.pool != self.node) {
+            let (namespace, name) = named();
+            return Err(ClaimError::OtherPool {
+                namespace,
+                name,
+                device: r.device.clone(),
+                pool: r.pool.clone(),
+                node: self.node.clone(),
+            });
+        }
+        if ours.is_empty() {
+            let (namespace, name) = named();
+            return Err(ClaimError::NoDevice {
+                namespace,
+                name,
+                driver: driver.to_owned(),
+            });
+        }
+        Ok(ours)
     }
 
     /// One spec per claim and configuration, replaced by rename.

@@ -20,7 +20,7 @@
 //! refuse, so both sockets read their connections through [`crate::authority`].
 //! `scripts/dra-authority.py` checks both with a C-core client; see docs/kubernetes.md.
 
-use super::{ClaimRef, Driver, PreparedDevice, DRA_SOCKET};
+use super::{ClaimError, ClaimRef, Driver, PreparedDevice, DRA_SOCKET};
 use crate::authority;
 use crate::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ pub fn dra_socket(plugins_dir: &Path, driver: &str) -> PathBuf {
 async fn prepare_all(
     driver: &Arc<Driver>,
     claims: Vec<ClaimRef>,
-) -> Vec<(String, Result<Vec<PreparedDevice>, String>)> {
+) -> Vec<(String, Result<Vec<PreparedDevice>, ClaimError>)> {
     let tasks: Vec<_> = claims
         .into_iter()
         .map(|c| {
@@ -63,9 +63,12 @@ async fn prepare_all(
         .collect();
     let mut out = Vec::with_capacity(tasks.len());
     for (uid, t) in tasks {
-        let r = t
-            .await
-            .unwrap_or_else(|e| Err(format!("preparing the claim failed: {e}")));
+        let r = t.await.unwrap_or_else(|source| {
+            Err(ClaimError::Task {
+                doing: "preparing",
+                source,
+            })
+        });
         if let Err(e) = &r {
             tracing::warn!(claim = %uid, error = %e, "NodePrepareResources: claim not prepared");
         }
@@ -87,8 +90,12 @@ async fn unprepare_all(driver: &Arc<Driver>, claims: Vec<ClaimRef>) -> Vec<(Stri
     for (uid, t) in tasks {
         let error = match t.await {
             Ok(Ok(())) => String::new(),
-            Ok(Err(e)) => e,
-            Err(e) => format!("unpreparing the claim failed: {e}"),
+            Ok(Err(e)) => e.to_string(),
+            Err(source) => ClaimError::Task {
+                doing: "unpreparing",
+                source,
+            }
+            .to_string(),
         };
         if !error.is_empty() {
             tracing::warn!(claim = %uid, %error, "NodeUnprepareResources: claim not unprepared");
@@ -131,9 +138,9 @@ macro_rules! dra_service {
                                     devices: devices.into_iter().map($device).collect(),
                                     error: String::new(),
                                 },
-                                Err(error) => $pb::NodePrepareResourceResponse {
+                                Err(e) => $pb::NodePrepareResourceResponse {
                                     devices: vec![],
-                                    error,
+                                    error: e.to_string(),
                                 },
                             };
                             (uid, answer)

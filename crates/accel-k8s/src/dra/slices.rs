@@ -27,20 +27,37 @@
 //! is unhealthy, is withdrawn (taints are off by default before 1.37): the scheduler
 //! cannot allocate it, and a claim already allocated keeps its device.
 
-use super::{device_name, BoxFuture};
+use super::objects::{
+    DeviceAttribute, DeviceCapacity, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice,
+    ResourceSliceSpec, SliceDevice, API_VERSION,
+};
+use super::{device_name, ApiError, BoxFuture};
 use crate::config::KubernetesConfig;
 use crate::device::{Device, DeviceSource};
-use serde_json::{json, Value};
+use crate::record::RecordError;
+use indexmap::IndexMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// Why a step did not publish.
+#[derive(Debug, thiserror::Error)]
+pub enum SliceError {
+    /// The devices VMs hold were not read (the server).
+    #[error(transparent)]
+    Held(#[from] RecordError),
+    #[error("discovering the node's devices failed: {0}")]
+    Discovery(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
 
 /// What the publisher needs of the Kubernetes API.
 pub trait SliceApi: Send + Sync {
     /// The node's uid (the slices' owner).
-    fn node_uid(&self, node: &str) -> BoxFuture<'_, Result<String, String>>;
+    fn node_uid(&self, node: &str) -> BoxFuture<'_, Result<String, ApiError>>;
     /// The ResourceSlices of `driver` on `node` (field selectors `spec.nodeName`,
     /// `spec.driver`).
-    fn list_slices(&self, node: &str, driver: &str) -> BoxFuture<'_, Result<SliceList, String>>;
+    fn list_slices(&self, node: &str, driver: &str) -> BoxFuture<'_, Result<SliceList, ApiError>>;
     /// Waits for a change to the slices of `driver` on `node` after
     /// `resource_version` (a list's): Ok when an event (added, modified, deleted)
     /// came, an error when the watch failed or ended without one.
@@ -49,23 +66,23 @@ pub trait SliceApi: Send + Sync {
         node: &str,
         driver: &str,
         resource_version: &str,
-    ) -> BoxFuture<'_, Result<(), String>>;
-    fn create_slice(&self, slice: Value) -> BoxFuture<'_, Result<Value, String>>;
+    ) -> BoxFuture<'_, Result<(), ApiError>>;
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>>;
     /// Replaces the slice named in `slice.metadata.name` (with its resourceVersion).
-    fn update_slice(&self, slice: Value) -> BoxFuture<'_, Result<Value, String>>;
-    fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), String>>;
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>>;
+    fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>>;
 }
 
 /// A list of slices and the resourceVersion it was read at (where a watch starts).
 #[derive(Debug, Clone, Default)]
 pub struct SliceList {
-    pub items: Vec<Value>,
+    pub items: Vec<ResourceSlice>,
     pub resource_version: Option<String>,
 }
 
 /// Which devices a VM holds (the server's answer; PCI addresses).
 pub trait Held: Send + Sync {
-    fn vm_held(&self) -> BoxFuture<'_, Result<BTreeSet<String>, String>>;
+    fn vm_held(&self) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>>;
 }
 
 /// What one step did.
@@ -90,18 +107,15 @@ pub struct Publisher {
     listed_at: Option<String>,
 }
 
-fn string(s: impl Into<String>) -> Value {
-    json!({"string": s.into()})
-}
-
 /// The slice's devices: every healthy device of a configuration no VM holds, by name.
 pub fn desired(
     node: &str,
     config: &KubernetesConfig,
     devices: Vec<Device>,
     vm_held: &BTreeSet<String>,
-) -> Vec<Value> {
-    let mut out: Vec<(String, Value)> = Vec::new();
+) -> Vec<SliceDevice> {
+    let string = |s: &str| DeviceAttribute::string(s);
+    let mut out: Vec<SliceDevice> = Vec::new();
     for d in devices {
         if !d.healthy || vm_held.contains(&d.id) {
             continue;
@@ -114,25 +128,37 @@ pub fn desired(
             continue;
         };
         let name = device_name(node, &d.id);
-        let mut attributes = serde_json::Map::new();
+        let mut attributes = IndexMap::new();
         attributes.insert("type".into(), string(&d.device_type));
-        attributes.insert("vendor".into(), string(format!("{:04x}", d.vendor)));
-        attributes.insert("product".into(), string(format!("{:04x}", d.product)));
+        attributes.insert("vendor".into(), string(&format!("{:04x}", d.vendor)));
+        attributes.insert("product".into(), string(&format!("{:04x}", d.product)));
         attributes.insert("model".into(), string(&d.model));
         attributes.insert("configuration".into(), string(&conf.name));
         attributes.insert("health".into(), string("ok"));
         attributes.insert("pciAddress".into(), string(&d.id));
         if let Some(n) = d.numa_node {
-            attributes.insert("resource.kubernetes.io/numaNode".into(), json!({"int": n}));
+            attributes.insert(
+                "resource.kubernetes.io/numaNode".into(),
+                DeviceAttribute::int(n.into()),
+            );
         }
-        let mut device = json!({"name": name, "attributes": attributes});
-        if let Some(mib) = d.memory_mib {
-            device["capacity"] = json!({"memory": {"value": format!("{mib}Mi")}});
-        }
-        out.push((name, device));
+        let capacity = d
+            .memory_mib
+            .map(|mib| {
+                let value = format!("{mib}Mi");
+                ("memory".to_owned(), DeviceCapacity { value })
+            })
+            .into_iter()
+            .collect();
+        out.push(SliceDevice {
+            name,
+            attributes,
+            capacity,
+            other: Default::default(),
+        });
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out.into_iter().map(|(_, v)| v).collect()
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 impl Publisher {
@@ -165,7 +191,7 @@ impl Publisher {
     }
 
     /// A watch for the next change after the last list (None before a list).
-    pub fn changed(&self) -> Option<BoxFuture<'static, Result<(), String>>> {
+    pub fn changed(&self) -> Option<BoxFuture<'static, Result<(), ApiError>>> {
         let from = self.listed_at.clone()?;
         let api = self.api.clone();
         let (node, driver) = (self.node.clone(), self.config.resource_domain.clone());
@@ -175,29 +201,22 @@ impl Publisher {
     }
 
     /// One reconciliation; see the module doc.
-    pub async fn step(&mut self) -> Result<Published, String> {
+    pub async fn step(&mut self) -> Result<Published, SliceError> {
         let held = self.held.vm_held().await?;
         let source = self.devices.clone();
         let found = tokio::task::spawn_blocking(move || source.devices())
             .await
-            .map_err(|e| format!("discovering the node's devices failed: {e}"))?;
+            .map_err(SliceError::Discovery)?;
         let devices = desired(&self.node, &self.config, found, &held);
         let driver = self.config.resource_domain.clone();
         let listed = self.api.list_slices(&self.node, &driver).await?;
         self.listed_at = listed.resource_version;
         let existing = listed.items;
         for s in &existing {
-            let g = s["spec"]["pool"]["generation"].as_i64().unwrap_or(0);
-            self.generation = self.generation.max(g);
+            self.generation = self.generation.max(s.spec.pool.generation);
         }
         if let [one] = existing.as_slice() {
-            if one["spec"]["devices"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[])
-                == devices.as_slice()
-                && one["spec"]["pool"]["resourceSliceCount"].as_i64() == Some(1)
-            {
+            if one.spec.devices == devices && one.spec.pool.resource_slice_count == 1 {
                 return Ok(Published::Unchanged);
             }
         }
@@ -210,41 +229,67 @@ impl Publisher {
             }
         };
         let generation = self.generation + 1;
-        let spec = json!({
-            "driver": driver,
-            "nodeName": self.node,
-            "pool": {"name": self.node, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
-        });
-        let owner = json!([{"apiVersion": "v1", "kind": "Node", "name": self.node,
-            "uid": uid, "controller": true}]);
+        let spec = self.spec(driver.clone(), generation, devices);
         let published = match existing.first() {
             None => {
+                let metadata = ObjectMeta {
+                    generate_name: Some(format!("{}-{driver}-", self.node)),
+                    owner_references: vec![self.owner(uid)],
+                    ..ObjectMeta::default()
+                };
                 self.api
-                    .create_slice(json!({
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceSlice",
-                        "metadata": {"generateName": format!("{}-{driver}-", self.node),
-                                     "ownerReferences": owner},
-                        "spec": spec,
-                    }))
+                    .create_slice(ResourceSlice {
+                        api_version: API_VERSION.into(),
+                        kind: "ResourceSlice".into(),
+                        metadata,
+                        spec,
+                    })
                     .await?;
                 Published::Created { generation }
             }
             Some(first) => {
                 let mut s = first.clone();
-                s["spec"] = spec;
+                s.spec = spec;
                 self.api.update_slice(s).await?;
                 for other in &existing[1..] {
-                    self.api
-                        .delete_slice(other["metadata"]["name"].as_str().unwrap_or_default())
-                        .await?;
+                    let name = other.metadata.name.as_deref().unwrap_or_default();
+                    self.api.delete_slice(name).await?;
                 }
                 Published::Updated { generation }
             }
         };
         self.generation = generation;
         Ok(published)
+    }
+
+    /// The pool's spec: one slice of the node's pool, at `generation`.
+    fn spec(
+        &self,
+        driver: String,
+        generation: i64,
+        devices: Vec<SliceDevice>,
+    ) -> ResourceSliceSpec {
+        ResourceSliceSpec {
+            driver,
+            node_name: Some(self.node.clone()),
+            pool: ResourcePool {
+                name: self.node.clone(),
+                generation,
+                resource_slice_count: 1,
+            },
+            devices,
+        }
+    }
+
+    /// The Node as the slices' owner: they go when it goes.
+    fn owner(&self, uid: String) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: self.node.clone(),
+            uid,
+            controller: Some(true),
+        }
     }
 }
 
@@ -267,7 +312,7 @@ pub async fn run(
     let mut presence = tokio::time::interval(PRESENCE_INTERVAL);
     presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_presence = publisher.presence().await;
-    let mut watch: Option<BoxFuture<'static, Result<(), String>>> = None;
+    let mut watch: Option<BoxFuture<'static, Result<(), ApiError>>> = None;
     loop {
         let now = tokio::select! {
             _ = &mut shutdown => return,
@@ -317,255 +362,4 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn devices_of_no_configuration_unhealthy_or_vm_held_are_left_out() {
-        let config = KubernetesConfig::from_toml(
-            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
-             [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
-        )
-        .unwrap();
-        let t = crate::testing::device;
-        let with_memory = Device {
-            memory_mib: Some(40960),
-            ..t("0000:17:00.0", "GPU")
-        };
-        let sick = Device {
-            healthy: false,
-            ..t("0000:31:00.0", "GPU")
-        };
-        let devices = vec![
-            with_memory,
-            sick,
-            t("0000:4b:00.0", "GPU"),
-            t("0000:65:00.0", "FPGA"),
-        ];
-        let held: BTreeSet<String> = ["0000:4b:00.0".to_string()].into();
-        let got = desired("n", &config, devices, &held);
-        assert_eq!(got.len(), 1, "{got:?}");
-        assert_eq!(got[0]["name"], "n-0000-17-00-0");
-        assert_eq!(got[0]["capacity"], json!({"memory": {"value": "40960Mi"}}));
-        assert_eq!(
-            got[0]["attributes"]["configuration"],
-            json!({"string": "gpu"})
-        );
-    }
-
-    /// An API server in memory: slices by name, a resourceVersion per write, and a
-    /// watch that wakes on any write after the version it is given.
-    #[derive(Default)]
-    struct Api {
-        st: std::sync::Mutex<(u64, std::collections::BTreeMap<String, Value>)>,
-        written: tokio::sync::watch::Sender<u64>,
-        watch_fails: bool,
-        lists: std::sync::atomic::AtomicUsize,
-        watches: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Api {
-        fn write(&self, f: impl FnOnce(&mut std::collections::BTreeMap<String, Value>, u64)) {
-            let rv = {
-                let mut g = self.st.lock().unwrap();
-                g.0 += 1;
-                let rv = g.0;
-                f(&mut g.1, rv);
-                rv
-            };
-            self.written.send_replace(rv);
-        }
-
-        fn generations(&self) -> Vec<i64> {
-            let g = self.st.lock().unwrap();
-            g.1.values()
-                .map(|s| s["spec"]["pool"]["generation"].as_i64().unwrap())
-                .collect()
-        }
-    }
-
-    impl SliceApi for Api {
-        fn node_uid(&self, _: &str) -> BoxFuture<'_, Result<String, String>> {
-            Box::pin(async { Ok("uid".to_string()) })
-        }
-        fn list_slices(&self, _: &str, _: &str) -> BoxFuture<'_, Result<SliceList, String>> {
-            self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let g = self.st.lock().unwrap();
-            let list = SliceList {
-                items: g.1.values().cloned().collect(),
-                resource_version: Some(g.0.to_string()),
-            };
-            Box::pin(async move { Ok(list) })
-        }
-        fn watch_slices(&self, _: &str, _: &str, from: &str) -> BoxFuture<'_, Result<(), String>> {
-            self.watches
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let from: u64 = from.parse().unwrap();
-            let mut rx = self.written.subscribe();
-            let fails = self.watch_fails;
-            Box::pin(async move {
-                if fails {
-                    return Err("410 Gone".into());
-                }
-                while *rx.borrow_and_update() <= from {
-                    rx.changed().await.map_err(|e| e.to_string())?;
-                }
-                Ok(())
-            })
-        }
-        fn create_slice(&self, mut slice: Value) -> BoxFuture<'_, Result<Value, String>> {
-            self.write(|m, rv| {
-                slice["metadata"]["name"] = json!(format!("s{rv}"));
-                m.insert(format!("s{rv}"), slice.clone());
-            });
-            Box::pin(async move { Ok(slice) })
-        }
-        fn update_slice(&self, slice: Value) -> BoxFuture<'_, Result<Value, String>> {
-            self.write(|m, _| {
-                m.insert(
-                    slice["metadata"]["name"].as_str().unwrap().into(),
-                    slice.clone(),
-                );
-            });
-            Box::pin(async move { Ok(slice) })
-        }
-        fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), String>> {
-            self.write(|m, _| {
-                m.remove(name);
-            });
-            Box::pin(async { Ok(()) })
-        }
-    }
-
-    struct NoVm;
-    impl Held for NoVm {
-        fn vm_held(&self) -> BoxFuture<'_, Result<BTreeSet<String>, String>> {
-            Box::pin(async { Ok(BTreeSet::new()) })
-        }
-    }
-
-    fn publisher(api: Arc<Api>) -> Publisher {
-        let config = KubernetesConfig::from_toml(
-            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
-        )
-        .unwrap();
-        let devices = vec![crate::testing::device("0000:17:00.0", "GPU")];
-        Publisher::new("n", config, Arc::new(devices), api, Arc::new(NoVm))
-    }
-
-    #[tokio::test]
-    async fn a_deleted_slice_is_back_through_the_watch_before_the_next_tick() {
-        let api = Arc::new(Api::default());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run(
-            publisher(api.clone()),
-            std::time::Duration::from_secs(3600),
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        let mut written = api.written.subscribe();
-        async fn until(api: &Api, written: &mut tokio::sync::watch::Receiver<u64>, want: Vec<i64>) {
-            while api.generations() != want {
-                written.changed().await.unwrap();
-            }
-        }
-        let wait = std::time::Duration::from_secs(10);
-        tokio::time::timeout(wait, until(&api, &mut written, vec![1]))
-            .await
-            .unwrap();
-        let name = api.st.lock().unwrap().1.keys().next().unwrap().clone();
-        api.write(|m, _| {
-            m.remove(&name);
-        });
-        tokio::time::timeout(wait, until(&api, &mut written, vec![2]))
-            .await
-            .unwrap();
-        stop.send(()).unwrap();
-        task.await.unwrap();
-    }
-
-    /// Devices that can be unplugged, with a presence fingerprint that says so.
-    struct Plugged(std::sync::Mutex<Vec<Device>>);
-    impl DeviceSource for Plugged {
-        fn devices(&self) -> Vec<Device> {
-            self.0.lock().unwrap().clone()
-        }
-        fn presence(&self) -> Option<u64> {
-            Some(self.0.lock().unwrap().len() as u64)
-        }
-    }
-
-    #[tokio::test]
-    async fn a_device_unplugged_leaves_the_slice_before_the_next_tick() {
-        let api = Arc::new(Api::default());
-        let config = KubernetesConfig::from_toml(
-            "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
-        )
-        .unwrap();
-        let t = crate::testing::device;
-        let devices = Arc::new(Plugged(std::sync::Mutex::new(vec![
-            t("0000:17:00.0", "GPU"),
-            t("0000:31:00.0", "GPU"),
-        ])));
-        let p = Publisher::new("n", config, devices.clone(), api.clone(), Arc::new(NoVm));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run(p, std::time::Duration::from_secs(3600), async {
-            let _ = stopped.await;
-        }));
-        let mut written = api.written.subscribe();
-        let count = |api: &Api| -> Vec<usize> {
-            let g = api.st.lock().unwrap();
-            g.1.values()
-                .map(|s| s["spec"]["devices"].as_array().unwrap().len())
-                .collect()
-        };
-        let wait = std::time::Duration::from_secs(10);
-        tokio::time::timeout(wait, async {
-            while count(&api) != vec![2] {
-                written.changed().await.unwrap();
-            }
-        })
-        .await
-        .unwrap();
-        devices.0.lock().unwrap().pop();
-        tokio::time::timeout(wait, async {
-            while count(&api) != vec![1] {
-                written.changed().await.unwrap();
-            }
-        })
-        .await
-        .unwrap();
-        assert_eq!(api.generations(), vec![2]);
-        stop.send(()).unwrap();
-        task.await.unwrap();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_watch_that_fails_waits_for_the_tick() {
-        use std::sync::atomic::Ordering::SeqCst;
-        let api = Arc::new(Api {
-            watch_fails: true,
-            ..Api::default()
-        });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run(
-            publisher(api.clone()),
-            std::time::Duration::from_secs(10),
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        // Ticks at 0, 10, ..., 90 s (the clock is paused and moves when idle).
-        tokio::time::sleep(std::time::Duration::from_secs(95)).await;
-        stop.send(()).unwrap();
-        task.await.unwrap();
-        assert_eq!(api.generations(), vec![1]);
-        assert_eq!(api.lists.load(SeqCst), 10);
-        assert_eq!(
-            api.watches.load(SeqCst),
-            10,
-            "one watch a step, no retry loop"
-        );
-    }
-}
+mod tests;

@@ -258,7 +258,8 @@ pub(crate) async fn show_host(st: Arc<AccelState>, req: Req) -> AccelResult<Repl
             };
             Err(AccelError::not_found(format!(
                 "No compute node resource provider named {host} {wh}. The agent's --node must be Nova's hypervisor_hostname for this host (openstack hypervisor list), and nova-compute must have registered it; on a node without Nova set node_provider = \"own\" in the agent's configuration"
-            )))
+            ))
+            .with_code(accel_api::agent::NO_COMPUTE_NODE))
         }
     }
 }

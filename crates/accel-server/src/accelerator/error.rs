@@ -24,6 +24,10 @@ pub struct AccelError {
     pub raw_body: Option<String>,
     /// The `Allow` header of a 405: the methods the path is served with.
     pub allow: Option<String>,
+    /// A code beside the envelope's message (`{"error_message": ..., "code": ...}`)
+    /// on accel's own agent endpoints, so the agent tells refusals apart without
+    /// reading words ([`accel_api::agent::NO_COMPUTE_NODE`]).
+    pub code: Option<&'static str>,
 }
 
 pub type AccelResult<T> = Result<T, AccelError>;
@@ -35,7 +39,14 @@ impl AccelError {
             message: message.into(),
             raw_body: None,
             allow: None,
+            code: None,
         }
+    }
+
+    /// The same error with an agent protocol code.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, m)
@@ -76,6 +87,7 @@ impl AccelError {
             message: String::new(),
             raw_body: Some("null".into()),
             allow: None,
+            code: None,
         }
     }
 
@@ -101,7 +113,10 @@ impl AccelError {
                 )
             }
         };
-        let mut resp = envelope(self.status, &inner);
+        let mut resp = match self.code {
+            Some(code) => coded_envelope(self.status, &inner, code),
+            None => envelope(self.status, &inner),
+        };
         if let Some(v) = self.allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
             resp.headers_mut().insert("allow", v);
         }
@@ -112,6 +127,21 @@ impl AccelError {
 /// `{"error_message": <text>}` with the given status.
 pub fn envelope(status: StatusCode, text: &str) -> Response<Body> {
     let body = format!("{{\"error_message\": {}}}", py_string(text));
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// `{"error_message": <text>, "code": <code>}`: the envelope of accel's own agent
+/// endpoints, whose clients are accel's agents.
+fn coded_envelope(status: StatusCode, text: &str, code: &str) -> Response<Body> {
+    let body = format!(
+        "{{\"error_message\": {}, \"code\": {}}}",
+        py_string(text),
+        py_string(code)
+    );
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
     resp.headers_mut()
@@ -298,7 +328,8 @@ fn refused(r: accel_store::accelerator::Refused) -> AccelError {
             format!("No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name, or, on a node without Nova, the agent's node_provider must be \"own\".")
         } else {
             format!("No compute node resource provider named {host}; the agent's host name must be Nova's hypervisor host name.")
-        }),
+        })
+        .with_code(accel_api::agent::NO_COMPUTE_NODE),
         R::NodeNotOwned {
             name,
             uuid,

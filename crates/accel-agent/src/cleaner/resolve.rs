@@ -1,5 +1,5 @@
 //! Whether each `[[cleaning]]` rule can work for each device it matches (issue 41
-//! item 3). A rule that passes [`super::validate`] is well formed; whether its programs
+//! item 3). A rule that passes [`cleaning::validate`] is well formed; whether its programs
 //! are installed, and whether its placeholders mean anything for a given device, is
 //! known only on the host. Found out at a release instead, the device would sit
 //! reserved as `clean_failed` with a tenant's data on it, so `accel agent check` shows
@@ -7,7 +7,7 @@
 //! to start on one ([`super::startup`]).
 //!
 //! ```text
-//! device ─▶ its first matching rule (super::rule_for), its control address, its node
+//! device ─▶ its first matching rule (cleaning::rule_for), its control address, its node
 //!   command, verify   argv[0]: the file it names, or the first on the PATH, executable
 //!                     {device}: the device has a node (a vfio-pci function has none)
 //!   pci-reset         <sysfs>/bus/pci/devices/<address>/reset exists; at start-up,
@@ -28,7 +28,7 @@
 //! may write the device (the agent runs as root, `check` perhaps not), or what a
 //! device that appears after start-up needs: that one fails at its cleaning, as before.
 
-use super::{Method, Rule};
+use crate::cleaning::{self, Method, Rule};
 use crate::drivers::Programming;
 use crate::model::FoundDevice;
 use std::ffi::OsString;
@@ -263,7 +263,7 @@ pub fn resolve<'a>(rules: &[Rule], devices: &'a [FoundDevice], env: &Env) -> Vec
 
 fn resolve_one<'a>(rule: usize, r: &Rule, d: &'a FoundDevice, env: &Env) -> Resolution<'a> {
     let address = d.address.to_string();
-    let node = super::device_node(env.sysfs_root, &address);
+    let node = cleaning::device_node(env.sysfs_root, &address);
     let mut problems = Vec::new();
     let mut unverified = Vec::new();
     match &r.method {
@@ -353,7 +353,7 @@ fn argv_problems(
     // A program named through {device} without a node is already said.
     if let Some(Ok(program)) = argv
         .first()
-        .map(|p| super::fill(std::slice::from_ref(p), address, node))
+        .map(|p| cleaning::fill(std::slice::from_ref(p), address, node))
     {
         if let Err(e) = env.search.runnable(part, &program[0]) {
             out.push(e);

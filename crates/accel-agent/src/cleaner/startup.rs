@@ -12,8 +12,8 @@
 //! fetched, and checked, when a region is cleaned.
 
 use super::resolve::{resolve, Env, ImageRefusal, Resolution, SearchPath, Unverified, Unworkable};
-use crate::model::FoundDevice;
-use crate::Agent;
+use crate::agent::Agent;
+use crate::model::{FoundDevice, Report, NO_NODE};
 use std::fmt;
 use std::time::Duration;
 
@@ -120,11 +120,13 @@ impl Agent {
             }
         }
         let node = if self.settings.node.is_empty() {
-            crate::check::NO_NODE
+            NO_NODE
         } else {
             &self.settings.node
         };
-        let names = crate::check::provider_names(node, self.settings.model, &devices);
+        let names = Report::new(node, devices.clone())
+            .modelled(self.settings.model)
+            .provider_names();
         let problems: Vec<Problem> = found
             .into_iter()
             .flat_map(|r| {

@@ -1,11 +1,16 @@
-//! The cleaning worker's side of [`Agent`]: one look for the cleanings the server
+//! The cleaning worker's side of [`Agent`], over the rules of [`crate::cleaning`]:
+//! the rules resolved against this host's devices and drivers ([`resolve`], what `accel
+//! agent check` shows and start-up refuses, [`startup`]), one look for the cleanings the server
 //! holds for this process ([`Agent::clean_step`], a long poll in the worker), and the
 //! start of each new one: `pci-reset` and `command` rules in their own task (a wipe
 //! may take hours), `fpga-default` handed to the programming worker
 //! ([`Handover`]). Nothing here waits for a cleaning to end.
 
-use super::{answer, device_node, rule_for, run_rule, Method};
+pub mod resolve;
+pub mod startup;
+
 use crate::agent::{Agent, AgentError, Handover};
+use crate::cleaning::{answer, device_node, rule_for, run_rule, CleanError, Method};
 use accel_api::agent::CleaningRequest;
 use std::time::Instant;
 
@@ -19,11 +24,7 @@ impl Agent {
 
     /// One look, held by the server up to `wait` seconds.
     pub(crate) async fn look_for_cleanings(&self, wait: Option<u64>) -> Result<usize, AgentError> {
-        let node = self
-            .settings
-            .require_node()
-            .map_err(AgentError::Config)?
-            .to_owned();
+        let node = self.settings.require_node()?.to_owned();
         // Reaped before the look: a cleaning that ends while the look waits is still
         // counted as running when its answer comes, so it is not started twice.
         self.cleanings.lock().await.reap();
@@ -62,12 +63,10 @@ impl Agent {
             let rule = match (found, rule) {
                 (Some(_), Some(r)) => r,
                 (found, _) => {
+                    let address = job.address.clone();
                     let e = match found {
-                        None => format!("device {} is not on this node now", job.address),
-                        Some(_) => format!(
-                            "no [[cleaning]] rule of this agent matches the device at {}",
-                            job.address
-                        ),
+                        None => CleanError::Gone { address },
+                        Some(_) => CleanError::NoRule { address },
                     };
                     let took = started.elapsed();
                     answer(&self.client, metrics.as_deref(), node, job, &Err(e), took).await;

@@ -38,6 +38,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod fake;
+pub use fake::{validate_fake, FakeConfig, FakeDevice, MAX_FAKE_COUNT, MAX_FAKE_DEVICES};
+
 /// The drivers an agent can run: the values the `drivers` key accepts.
 pub const DRIVER_NAMES: &[&str] = &[
     "nvidia",
@@ -129,62 +132,6 @@ pub struct NicConfig {
     pub physnets: BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FakeConfig {
-    #[serde(default)]
-    pub devices: Vec<FakeDevice>,
-}
-
-fn one() -> i64 {
-    1
-}
-fn one_u32() -> u32 {
-    1
-}
-fn yes() -> bool {
-    true
-}
-fn fake_vendor() -> String {
-    "abcd".into()
-}
-fn fake_model() -> String {
-    "fake".into()
-}
-
-/// One fake device.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct FakeDevice {
-    /// `GPU`, `FPGA`, `QAT`, `NIC`, `SSD` or `AICHIP`.
-    #[serde(rename = "type")]
-    pub device_type: String,
-    /// Hex vendor id (default `abcd`, trait name `FAKE`).
-    #[serde(default = "fake_vendor")]
-    pub vendor: String,
-    /// Hex product id.
-    #[serde(default)]
-    pub product: String,
-    #[serde(default = "fake_model")]
-    pub model: String,
-    pub family: Option<String>,
-    /// Accelerators on the device (per region for an FPGA); default 1.
-    #[serde(default = "one")]
-    pub count: i64,
-    /// Class suffix instead of the type (`VGPU`).
-    pub class: Option<String>,
-    pub numa_node: Option<u32>,
-    /// FPGA regions (default 1).
-    #[serde(default = "one_u32")]
-    pub regions: u32,
-    pub interface_id: Option<String>,
-    pub function_id: Option<String>,
-    pub memory_mib: Option<i64>,
-    pub memory_kind: Option<String>,
-    #[serde(default = "yes")]
-    pub healthy: bool,
-}
-
 /// What the drivers need.
 #[derive(Debug, Clone, Default)]
 pub struct DriverSettings {
@@ -274,89 +221,135 @@ pub struct Settings {
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
 
-impl Settings {
-    /// The defaults for an agent of `node` reporting to `server` from `sysfs_root`
-    /// (tests and benchmarks start from these).
-    pub fn new(server: &str, node: &str, sysfs_root: &Path) -> Settings {
-        Settings {
-            server: server.trim_end_matches('/').to_owned(),
-            node: node.to_owned(),
-            node_provider: NodeProvider::Nova,
-            token: "admin".into(),
-            sysfs_root: sysfs_root.to_owned(),
-            drivers: None,
-            interval_seconds: 60,
-            nova_config: None,
-            driver: DriverSettings::default(),
-            kubernetes: None,
-            glance_url: None,
-            program_interval: std::time::Duration::from_millis(1000),
-            program_dir: std::env::temp_dir().join("accel-bitstreams"),
-            model: crate::model::Model::Accel,
-            keystone: None,
-            metrics_listen: crate::observe::DEFAULT_METRICS_LISTEN
-                .parse()
-                .expect("the default metrics address parses"),
-            log_format: "text".into(),
-            cleaning: Vec::new(),
+/// Why the agent cannot run with its configuration; each names its key or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading the agent configuration {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("agent configuration {}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    /// The `[kubernetes]` table, with the file it is in.
+    #[error("{}{source}", path.as_ref().map(|p| format!("agent configuration {}: ", p.display())).unwrap_or_default())]
+    Kubernetes {
+        path: Option<PathBuf>,
+        source: accel_k8s::config::ConfigError,
+    },
+    /// A value the agent cannot run with.
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+    #[error("no node name: pass --node NAME (or `node` in the config file) with the compute node's Placement provider name, which is Nova's hypervisor_hostname (`openstack hypervisor list`)")]
+    NoNode,
+    #[error("no server: pass --server URL or give a [keystone] table")]
+    NoServer,
+    /// The `[keystone]` session could not be made, or its catalog read.
+    #[error("{0}")]
+    Keystone(String),
+}
+
+impl ConfigError {
+    pub fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            key: key.into(),
+            problem: problem.into(),
         }
+    }
+}
+
+impl Settings {
+    /// The declared defaults for an agent of `node` reporting to `server` from
+    /// `sysfs_root` (tests and benchmarks start from these).
+    pub fn new(server: &str, node: &str, sysfs_root: &Path) -> Settings {
+        let defaults = AgentConfig::resolve(AgentFlags::default(), AgentFile::default());
+        let mut s = Settings::checked(defaults).expect("the declared defaults are valid");
+        s.server = server.trim_end_matches('/').to_owned();
+        s.node = node.to_owned();
+        s.sysfs_root = sysfs_root.to_owned();
+        s
     }
 
     /// How the agent authenticates: its `[keystone]` session, else `token`.
-    pub fn auth(&self) -> Result<crate::client::Auth, String> {
+    pub fn auth(&self) -> Result<crate::client::Auth, ConfigError> {
         Ok(match &self.keystone {
             Some(k) => crate::client::Auth::Keystone(std::sync::Arc::new(
-                accel_keystone::Session::new(k.clone())?,
+                accel_keystone::Session::new(k.clone()).map_err(ConfigError::Keystone)?,
             )),
             None => crate::client::Auth::Token(self.token.clone()),
         })
     }
 
-    /// Merges `flags` over the file they name.
     /// Reads the file at `config` (when given) under `flags`, and checks every value,
     /// naming its key.
-    pub fn load(config: Option<&Path>, flags: AgentFlags) -> Result<Settings, String> {
+    pub fn load(config: Option<&Path>, flags: AgentFlags) -> Result<Settings, ConfigError> {
         let file = match config {
             Some(p) => read_file(p)?,
             None => AgentFile::default(),
         };
-        let c = AgentConfig::resolve(flags, file);
+        Settings::checked(AgentConfig::resolve(flags, file)).map_err(|e| match e {
+            ConfigError::Kubernetes { source, .. } => ConfigError::Kubernetes {
+                path: config.map(Path::to_owned),
+                source,
+            },
+            e => e,
+        })
+    }
+
+    /// `c` checked, key by key, and shaped for the agent's parts.
+    fn checked(c: AgentConfig) -> Result<Settings, ConfigError> {
         if c.interval_seconds == 0 {
-            return Err("interval_seconds must be at least 1".into());
+            return Err(ConfigError::invalid(
+                "interval_seconds",
+                "must be at least 1",
+            ));
         }
         let kubernetes = match c.kubernetes {
-            Some(k) => Some(k.validate().map_err(|e| match config {
-                Some(p) => format!("agent configuration {}: {e}", p.display()),
-                None => e.to_string(),
-            })?),
+            Some(k) => Some(
+                k.validate()
+                    .map_err(|source| ConfigError::Kubernetes { path: None, source })?,
+            ),
             None => None,
         };
         let fake = c.fake.unwrap_or_default().devices;
         validate_fake(&fake)?;
-        let cleaning = crate::cleaning::validate(c.cleaning.unwrap_or_default())?;
-        let listen = &c.metrics_listen;
-        let metrics_listen = std::net::ToSocketAddrs::to_socket_addrs(listen)
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| {
-                format!("metrics_listen must be HOST:PORT (e.g. 127.0.0.1:9779), not {listen:?}")
-            })?;
+        let cleaning = crate::cleaning::validate(c.cleaning.unwrap_or_default())
+            .map_err(|e| ConfigError::invalid(e.key, e.message))?;
+        let metrics_listen = socket_address(&c.metrics_listen)?;
         if c.log_format != "text" && c.log_format != "json" {
-            return Err(format!(
-                "log_format must be text or json, not {:?}",
-                c.log_format
-            ));
+            let problem = format!("must be text or json, not {:?}", c.log_format);
+            return Err(ConfigError::invalid("log_format", problem));
         }
         if let Some(k) = &c.keystone {
-            k.validate("keystone")?;
+            k.validate("keystone").map_err(ConfigError::Keystone)?;
             if c.token.is_some() {
-                return Err(
-                    "token and a [keystone] table both say how the agent authenticates: keep one"
-                        .into(),
-                );
+                return Err(ConfigError::invalid(
+                    "token",
+                    "token and a [keystone] table both say how the agent authenticates: keep one",
+                ));
             }
         }
-        let settings = Settings {
+        let glance_url = c
+            .glance_url
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty());
+        if let Some(u) = &glance_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                let problem = format!("must be an http:// or https:// URL, not {u:?}");
+                return Err(ConfigError::invalid("glance_url", problem));
+            }
+        }
+        if let Some(d) = &c.drivers {
+            if let Some(bad) = d.iter().find(|n| !DRIVER_NAMES.contains(&n.as_str())) {
+                let known = DRIVER_NAMES.join(", ");
+                let problem = format!("unknown driver {bad:?}; known: {known}");
+                return Err(ConfigError::invalid("drivers", problem));
+            }
+        }
+        Ok(Settings {
             // Empty: the catalog's, found by `find_server` before the agent starts.
             server: match (&c.server, &c.keystone) {
                 (Some(u), _) => u.trim_end_matches('/').to_owned(),
@@ -379,10 +372,7 @@ impl Settings {
                 tools: c.programming.unwrap_or_default(),
             },
             kubernetes,
-            glance_url: c
-                .glance_url
-                .map(|u| u.trim_end_matches('/').to_owned())
-                .filter(|u| !u.is_empty()),
+            glance_url,
             program_interval: std::time::Duration::from_millis(c.program_interval_ms.max(10)),
             program_dir: c
                 .program_dir
@@ -392,40 +382,25 @@ impl Settings {
             metrics_listen,
             log_format: c.log_format,
             cleaning,
-        };
-        if let Some(u) = &settings.glance_url {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(format!(
-                    "glance_url must be an http:// or https:// URL, not {u:?}"
-                ));
-            }
-        }
-        if let Some(d) = &settings.drivers {
-            if let Some(bad) = d.iter().find(|n| !DRIVER_NAMES.contains(&n.as_str())) {
-                return Err(format!(
-                    "unknown driver {bad:?} in drivers; known: {}",
-                    DRIVER_NAMES.join(", ")
-                ));
-            }
-        }
-        Ok(settings)
+        })
     }
 
     /// Fills an empty `server` with the accelerator endpoint of the `[keystone]`
     /// session's catalog (service type `accelerator`, its `interface` and
     /// `region_name`), as the OpenStack clients find a service.
-    pub async fn find_server(&mut self) -> Result<(), String> {
+    pub async fn find_server(&mut self) -> Result<(), ConfigError> {
         if !self.server.is_empty() {
             return Ok(());
         }
         let Some(k) = &self.keystone else {
-            return Err("no server: pass --server URL or give a [keystone] table".into());
+            return Err(ConfigError::NoServer);
         };
-        let session = accel_keystone::Session::new(k.clone())?;
-        let url = session
-            .endpoint("accelerator")
-            .await
-            .map_err(|e| format!("finding the accelerator API in Keystone's catalog: {e}"))?;
+        let session = accel_keystone::Session::new(k.clone()).map_err(ConfigError::Keystone)?;
+        let url = session.endpoint("accelerator").await.map_err(|e| {
+            ConfigError::Keystone(format!(
+                "finding the accelerator API in Keystone's catalog: {e}"
+            ))
+        })?;
         // The catalog names the versioned root (`.../v2`, devstack's
         // `.../accelerator/v2`); the agent's paths start at `/v2`.
         let url = url.trim_end_matches('/');
@@ -435,83 +410,35 @@ impl Settings {
         Ok(())
     }
 
-    pub fn require_node(&self) -> Result<&str, String> {
+    pub fn require_node(&self) -> Result<&str, ConfigError> {
         if self.node.is_empty() {
-            Err("no node name: pass --node NAME (or `node` in the config file) with the compute node's Placement provider name, which is Nova's hypervisor_hostname (`openstack hypervisor list`)".into())
+            Err(ConfigError::NoNode)
         } else {
             Ok(&self.node)
         }
     }
 }
 
-/// The most accelerators a fake device may have: its handles take one PCI function
-/// each, at most 255 after its control function on its own bus.
-pub const MAX_FAKE_COUNT: i64 = 255;
-/// The most fake devices (each takes a bus of PCI domain `00fa`).
-pub const MAX_FAKE_DEVICES: usize = 256;
-
-/// Every `[[fake.devices]]` entry is one the fake driver can build; the error names
-/// the key (`fake.devices[N].<field>`).
-pub fn validate_fake(devices: &[FakeDevice]) -> Result<(), String> {
-    if devices.len() > MAX_FAKE_DEVICES {
-        return Err(format!(
-            "fake.devices: {} entries; at most {MAX_FAKE_DEVICES}",
-            devices.len()
-        ));
-    }
-    let hex16 = |s: &str| {
-        let t = s.trim_start_matches("0x");
-        !t.is_empty() && t.len() <= 4 && u16::from_str_radix(t, 16).is_ok()
-    };
-    for (i, d) in devices.iter().enumerate() {
-        let key = |field: &str| format!("fake.devices[{i}].{field}");
-        if accel_core::accelerator::DeviceType::parse(&d.device_type.to_ascii_uppercase()).is_none()
-        {
-            return Err(format!(
-                "{}: unknown device type {:?}; one of GPU, FPGA, QAT, NIC, SSD, AICHIP",
-                key("type"),
-                d.device_type
-            ));
-        }
-        if !(1..=MAX_FAKE_COUNT).contains(&d.count) {
-            return Err(format!(
-                "{}: {} is out of range 1..={MAX_FAKE_COUNT}",
-                key("count"),
-                d.count
-            ));
-        }
-        if !hex16(&d.vendor) {
-            return Err(format!(
-                "{}: {:?} is not a 16-bit hex vendor id (e.g. \"10de\")",
-                key("vendor"),
-                d.vendor
-            ));
-        }
-        if !d.product.is_empty() && !hex16(&d.product) {
-            return Err(format!(
-                "{}: {:?} is not a 16-bit hex product id",
-                key("product"),
-                d.product
-            ));
-        }
-        if !(1..=8).contains(&d.regions) {
-            return Err(format!(
-                "{}: {} is out of range 1..=8",
-                key("regions"),
-                d.regions
-            ));
-        }
-        if d.memory_mib.is_some_and(|m| m < 1) {
-            return Err(format!("{}: must be at least 1", key("memory_mib")));
-        }
-    }
-    Ok(())
+/// `metrics_listen`'s address.
+fn socket_address(listen: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    std::net::ToSocketAddrs::to_socket_addrs(listen)
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            let problem = format!("must be HOST:PORT (e.g. 127.0.0.1:9779), not {listen:?}");
+            ConfigError::invalid("metrics_listen", problem)
+        })
 }
 
-fn read_file(p: &Path) -> Result<AgentFile, String> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| format!("reading the agent configuration {}: {e}", p.display()))?;
-    toml::from_str(&text).map_err(|e| format!("agent configuration {}: {e}", p.display()))
+fn read_file(p: &Path) -> Result<AgentFile, ConfigError> {
+    let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+        path: p.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: p.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -524,14 +451,6 @@ mod tests {
         let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/agent.md");
         let table = accel_settings::markdown_table(&AgentConfig::keys());
         accel_settings::check_doc_table(&readme, "agent", &table).unwrap();
-    }
-
-    fn fake(text: &str) -> Vec<FakeDevice> {
-        #[derive(Deserialize)]
-        struct F {
-            fake: FakeConfig,
-        }
-        toml::from_str::<F>(text).unwrap().fake.devices
     }
 
     #[test]
@@ -548,30 +467,5 @@ mod tests {
         );
         assert!(read("node_provider = \"kubernetes\"").is_err());
         assert_eq!(NodeProvider::default(), NodeProvider::Nova);
-    }
-
-    #[test]
-    fn every_bad_fake_device_names_its_key() {
-        let ok = "[[fake.devices]]\ntype = \"gpu\"\nvendor = \"0x10de\"\nproduct = \"20b0\"\n";
-        assert_eq!(validate_fake(&fake(ok)), Ok(()));
-        for (text, key) in [
-            ("type = \"TPU\"", "fake.devices[1].type"),
-            ("type = \"GPU\"\ncount = 0", "fake.devices[1].count"),
-            ("type = \"GPU\"\ncount = 256", "fake.devices[1].count"),
-            ("type = \"GPU\"\nvendor = \"\"", "fake.devices[1].vendor"),
-            (
-                "type = \"GPU\"\nvendor = \"g00d\"",
-                "fake.devices[1].vendor",
-            ),
-            (
-                "type = \"GPU\"\nproduct = \"123456\"",
-                "fake.devices[1].product",
-            ),
-            ("type = \"FPGA\"\nregions = 0", "fake.devices[1].regions"),
-        ] {
-            let devices = fake(&format!("{ok}[[fake.devices]]\n{text}\n"));
-            let e = validate_fake(&devices).unwrap_err();
-            assert!(e.starts_with(key), "{text}: {e}");
-        }
     }
 }

@@ -1,0 +1,262 @@
+//! The publisher against an API server in memory.
+
+use super::*;
+use serde_json::{json, Value};
+
+#[test]
+fn devices_of_no_configuration_unhealthy_or_vm_held_are_left_out() {
+    let config = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
+         [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+    )
+    .unwrap();
+    let t = crate::testing::device;
+    let with_memory = Device {
+        memory_mib: Some(40960),
+        ..t("0000:17:00.0", "GPU")
+    };
+    let sick = Device {
+        healthy: false,
+        ..t("0000:31:00.0", "GPU")
+    };
+    let devices = vec![
+        with_memory,
+        sick,
+        t("0000:4b:00.0", "GPU"),
+        t("0000:65:00.0", "FPGA"),
+    ];
+    let held: BTreeSet<String> = ["0000:4b:00.0".to_string()].into();
+    let got: Vec<Value> = desired("n", &config, devices, &held)
+        .iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["name"], "n-0000-17-00-0");
+    assert_eq!(got[0]["capacity"], json!({"memory": {"value": "40960Mi"}}));
+    assert_eq!(
+        got[0]["attributes"]["configuration"],
+        json!({"string": "gpu"})
+    );
+}
+
+/// An API server in memory: slices by name, a resourceVersion per write, and a
+/// watch that wakes on any write after the version it is given.
+#[derive(Default)]
+struct Api {
+    st: std::sync::Mutex<(u64, std::collections::BTreeMap<String, Value>)>,
+    written: tokio::sync::watch::Sender<u64>,
+    watch_fails: bool,
+    lists: std::sync::atomic::AtomicUsize,
+    watches: std::sync::atomic::AtomicUsize,
+}
+
+impl Api {
+    fn write(&self, f: impl FnOnce(&mut std::collections::BTreeMap<String, Value>, u64)) {
+        let rv = {
+            let mut g = self.st.lock().unwrap();
+            g.0 += 1;
+            let rv = g.0;
+            f(&mut g.1, rv);
+            rv
+        };
+        self.written.send_replace(rv);
+    }
+
+    fn generations(&self) -> Vec<i64> {
+        let g = self.st.lock().unwrap();
+        g.1.values()
+            .map(|s| s["spec"]["pool"]["generation"].as_i64().unwrap())
+            .collect()
+    }
+}
+
+impl SliceApi for Api {
+    fn node_uid(&self, _: &str) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async { Ok("uid".to_string()) })
+    }
+    fn list_slices(&self, _: &str, _: &str) -> BoxFuture<'_, Result<SliceList, ApiError>> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let g = self.st.lock().unwrap();
+        let list = SliceList {
+            items: g
+                .1
+                .values()
+                .map(|s| serde_json::from_value(s.clone()).unwrap())
+                .collect(),
+            resource_version: Some(g.0.to_string()),
+        };
+        Box::pin(async move { Ok(list) })
+    }
+    fn watch_slices(&self, _: &str, _: &str, from: &str) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.watches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let from: u64 = from.parse().unwrap();
+        let mut rx = self.written.subscribe();
+        let fails = self.watch_fails;
+        Box::pin(async move {
+            if fails {
+                return Err(ApiError::client(std::io::Error::other("410 Gone")));
+            }
+            while *rx.borrow_and_update() <= from {
+                rx.changed().await.map_err(ApiError::client)?;
+            }
+            Ok(())
+        })
+    }
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+        let mut slice = serde_json::to_value(slice).unwrap();
+        self.write(|m, rv| {
+            slice["metadata"]["name"] = json!(format!("s{rv}"));
+            m.insert(format!("s{rv}"), slice.clone());
+        });
+        Box::pin(async move { Ok(()) })
+    }
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+        let slice = serde_json::to_value(slice).unwrap();
+        self.write(|m, _| {
+            m.insert(
+                slice["metadata"]["name"].as_str().unwrap().into(),
+                slice.clone(),
+            );
+        });
+        Box::pin(async move { Ok(()) })
+    }
+    fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.write(|m, _| {
+            m.remove(name);
+        });
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct NoVm;
+impl Held for NoVm {
+    fn vm_held(&self) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>> {
+        Box::pin(async { Ok(BTreeSet::new()) })
+    }
+}
+
+fn publisher(api: Arc<Api>) -> Publisher {
+    let config = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .unwrap();
+    let devices = vec![crate::testing::device("0000:17:00.0", "GPU")];
+    Publisher::new("n", config, Arc::new(devices), api, Arc::new(NoVm))
+}
+
+#[tokio::test]
+async fn a_deleted_slice_is_back_through_the_watch_before_the_next_tick() {
+    let api = Arc::new(Api::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(
+        publisher(api.clone()),
+        std::time::Duration::from_secs(3600),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut written = api.written.subscribe();
+    async fn until(api: &Api, written: &mut tokio::sync::watch::Receiver<u64>, want: Vec<i64>) {
+        while api.generations() != want {
+            written.changed().await.unwrap();
+        }
+    }
+    let wait = std::time::Duration::from_secs(10);
+    tokio::time::timeout(wait, until(&api, &mut written, vec![1]))
+        .await
+        .unwrap();
+    let name = api.st.lock().unwrap().1.keys().next().unwrap().clone();
+    api.write(|m, _| {
+        m.remove(&name);
+    });
+    tokio::time::timeout(wait, until(&api, &mut written, vec![2]))
+        .await
+        .unwrap();
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+/// Devices that can be unplugged, with a presence fingerprint that says so.
+struct Plugged(std::sync::Mutex<Vec<Device>>);
+impl DeviceSource for Plugged {
+    fn devices(&self) -> Vec<Device> {
+        self.0.lock().unwrap().clone()
+    }
+    fn presence(&self) -> Option<u64> {
+        Some(self.0.lock().unwrap().len() as u64)
+    }
+}
+
+#[tokio::test]
+async fn a_device_unplugged_leaves_the_slice_before_the_next_tick() {
+    let api = Arc::new(Api::default());
+    let config = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .unwrap();
+    let t = crate::testing::device;
+    let devices = Arc::new(Plugged(std::sync::Mutex::new(vec![
+        t("0000:17:00.0", "GPU"),
+        t("0000:31:00.0", "GPU"),
+    ])));
+    let p = Publisher::new("n", config, devices.clone(), api.clone(), Arc::new(NoVm));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(p, std::time::Duration::from_secs(3600), async {
+        let _ = stopped.await;
+    }));
+    let mut written = api.written.subscribe();
+    let count = |api: &Api| -> Vec<usize> {
+        let g = api.st.lock().unwrap();
+        g.1.values()
+            .map(|s| s["spec"]["devices"].as_array().unwrap().len())
+            .collect()
+    };
+    let wait = std::time::Duration::from_secs(10);
+    tokio::time::timeout(wait, async {
+        while count(&api) != vec![2] {
+            written.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    devices.0.lock().unwrap().pop();
+    tokio::time::timeout(wait, async {
+        while count(&api) != vec![1] {
+            written.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(api.generations(), vec![2]);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_fails_waits_for_the_tick() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let api = Arc::new(Api {
+        watch_fails: true,
+        ..Api::default()
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(
+        publisher(api.clone()),
+        std::time::Duration::from_secs(10),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Ticks at 0, 10, ..., 90 s (the clock is paused and moves when idle).
+    tokio::time::sleep(std::time::Duration::from_secs(95)).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert_eq!(api.generations(), vec![1]);
+    assert_eq!(api.lists.load(SeqCst), 10);
+    assert_eq!(
+        api.watches.load(SeqCst),
+        10,
+        "one watch a step, no retry loop"
+    );
+}
