@@ -11,7 +11,10 @@ HTTP API only (noauth2 admin), at microversion 1.39:
   each allocating across its host's tree and a shared provider;
 - then changes and deletions: allocations replaced (consumer generations move), some
   consumers deleted, inventories updated (provider generations move), a provider deleted,
-  traits and aggregates changed.
+  traits and aggregates changed;
+- last, two providers left over capacity as upstream's API allows (issue 42): a lowered
+  allocation_ratio on the most used VCPU inventory, a raised reserved on the most used
+  shared DISK_GB.
 
     placement-import-cloud.py --url http://127.0.0.1:18971 [--seed 28] [--hosts 12] [--consumers 60]
 
@@ -246,9 +249,41 @@ def main():
     set_traits(hosts[1], ["HW_CPU_X86_AVX2", "CUSTOM_RACK_B", "HW_CPU_X86_AVX512F"])
     set_aggs(hosts[1], [])
     p.req("DELETE", "/traits/CUSTOM_UNUSED_TRAIT")
+    over = over_capacity(p, inventories, usage, set_inventory)
     n_rps = len(p.req("GET", "/resource_providers")[1]["resource_providers"])
     print(f"cloud seed {a.seed}: {n_rps} providers, {len(consumers)} consumers, "
-          f"{p.calls} API calls")
+          f"{p.calls} API calls, {len(over)} provider(s) left over capacity: {', '.join(over)}")
+
+
+def over_capacity(p, inventories, usage, set_inventory):
+    """Usage left above capacity, as upstream's API allows (it only logs a warning): the most
+    used VCPU inventory gets a lowered allocation_ratio, the most used shared DISK_GB a raised
+    reserved. Returns "uuid CLASS" of each."""
+    def most_used(rc):
+        used = [(usage[rp].get(rc, 0), rp) for rp in inventories if rc in inventories[rp]]
+        n, rp = max(used)
+        if n < 2:
+            sys.exit(f"no {rc} inventory used enough to put over capacity")
+        return rp, n
+
+    rp, n = most_used("VCPU")
+    inv = {rc: dict(v) for rc, v in inventories[rp].items()}
+    vcpu = inv["VCPU"]
+    vcpu["allocation_ratio"] = max(0.01, int((n - 1) * 100 / (vcpu["total"] - vcpu["reserved"])) / 100)
+    set_inventory(rp, inv)
+    done = [f"{rp} VCPU"]
+    disk = [s for s in inventories if "CUSTOM_GOLD_IOPS" in inventories[s]]
+    rp, n = max((usage[s].get("DISK_GB", 0), s) for s in disk)[::-1]
+    inv = {rc: dict(v) for rc, v in inventories[rp].items()}
+    inv["DISK_GB"]["reserved"] = inv["DISK_GB"]["total"] - n // 2
+    set_inventory(rp, inv)
+    done.append(f"{rp} DISK_GB")
+    for d in done:
+        rp, rc = d.split()
+        i = inventories[rp][rc]
+        if int((i["total"] - i["reserved"]) * i["allocation_ratio"]) >= usage[rp][rc]:
+            sys.exit(f"{d} is not over capacity")
+    return done
 
 
 if __name__ == "__main__":

@@ -68,7 +68,11 @@ scripts/tempest-accelerator.sh 2>&1 | tail -15
 # Upstream Placement 16.0.0 on SQLite and on MariaDB (at the same time, on their own ports), each
 # filled through its API with a seeded random cloud, imported into accel on SQLite, PostgreSQL and
 # MariaDB with --verify, then each accel database exported into a fresh upstream database and
-# compared again: any difference fails. About 3 minutes of wall time on the 2-core machine.
+# compared again: any difference fails. Issue 42 added: two providers left over capacity through
+# upstream's API (imported with a warning each), a refused second import leaving the target's dump
+# identical, the way back through export --dry-run and --verify, and (SQLite upstream) the cut-over
+# and way-back blocks of docs/migrating.md run as written against `accel serve` in maintenance.
+# About 4 minutes of wall time on the 2-core machine.
 echo "== import from upstream Placement and export back (sqlite and mysql upstreams, in parallel)"
 ACCEL_BIN=target/debug/accel IMPORT_UPSTREAM_PORT=18971 scripts/import-upstream.sh sqlite >/tmp/accel-import-sqlite.txt 2>&1 &
 import_sqlite_pid=$!

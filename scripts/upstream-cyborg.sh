@@ -37,7 +37,9 @@
 #      CYBORG_AGENT_HOSTS (none), CYBORG_NOVA_URL
 #      (http://127.0.0.1:19542/v2.1), CYBORG_DIR (${TMPDIR:-/tmp}/accel-cyborg),
 #      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
-#      MariaDB database, dropped and created by `start`).
+#      MariaDB database, dropped and created by `start`), CYBORG_EXCHANGE (unset: oslo.messaging's
+#      default; a name of its own keeps this Cyborg's RPC apart from another one on the same
+#      RabbitMQ).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${CYBORG_VENV:-${TMPDIR:-/tmp}/accel-cyborg-venv}"
@@ -112,6 +114,7 @@ EOF
 cat > "$DIR/cyborg.conf" <<EOF
 [DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:5672/
+$(if [[ -n "${CYBORG_EXCHANGE:-}" ]]; then printf 'control_exchange = %s' "$CYBORG_EXCHANGE"; fi)
 log_file = $DIR/cyborg.log
 [api]
 api_paste_config = $DIR/api-paste.ini

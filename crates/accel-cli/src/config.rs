@@ -116,6 +116,11 @@ accel_settings::settings! {
         /// creating that compute node provider when absent.
         fake_devices: String = optional(),
             flag(long, env = "ACCEL_FAKE_DEVICES", value_name = "HOST");
+        /// Start with writes stopped, for a cut-over (docs/migrating.md): both APIs answer
+        /// writes 503 with this reason and serve reads. Kept in the database, so every
+        /// replica sees it and it outlives a restart; DELETE /v2/maintenance ends it.
+        maintenance: String = optional(),
+            flag(long, env = "ACCEL_MAINTENANCE", value_name = "REASON");
         /// The [keystone_authtoken] table (keystonemiddleware's option names), required
         /// when auth_strategy is keystone.
         keystone_authtoken: KeystoneConfig = optional();
@@ -179,6 +184,7 @@ impl ServeConfig {
         cfg.fake_devices = cfg.fake_devices.filter(|h| !h.is_empty());
         cfg.nova_url = cfg.nova_url.filter(|u| !u.is_empty());
         cfg.nova_token = cfg.nova_token.filter(|t| !t.is_empty());
+        cfg.maintenance = cfg.maintenance.filter(|r| !r.trim().is_empty());
         cfg.validate()?;
         Ok(cfg)
     }

@@ -296,6 +296,7 @@ async fn serve(cfg: config::ServeConfig) -> anyhow::Result<()> {
         }))
         .external(external)
         .fake_devices(cfg.fake_devices.clone())
+        .maintenance(cfg.maintenance.clone())
         .metrics(Arc::new(accel_server::metrics::Metrics::built_from(COMMIT)))
         .metrics_listener(Some(metrics_listener))
         .console_listener(console_listener)

@@ -33,6 +33,15 @@ fn target() -> (tempfile::TempDir, String) {
     (dir, url)
 }
 
+/// The SQLite target's files (the database and its write-ahead log), as bytes.
+fn dump(url: &str) -> Vec<Vec<u8>> {
+    let path = url.trim_start_matches("sqlite://");
+    ["", "-wal"]
+        .iter()
+        .map(|suffix| std::fs::read(format!("{path}{suffix}")).unwrap_or_default())
+        .collect()
+}
+
 async fn held(url: &str) -> Vec<(&'static str, i64)> {
     let store = Store::connect(url).await.expect("target");
     let h = store
@@ -90,12 +99,35 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
     assert!(o.status.success(), "{:?}", text(&o));
     let before = held(&db).await;
     assert!(before.contains(&("resource_providers", 3)));
+    let dumped = dump(&db);
     let o = accel(&["import", "placement", "--from", url, "--database", &db]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        err.contains("refused: the target database is not empty (3 resource_providers, 2 consumers, 5 allocations, 1 placement_aggregates, 2 projects, 1 users, 1 consumer_types, 1 custom resource_classes, 1 custom traits); pass --force"),
+        err.contains("refused: the target database is not empty (3 resource_providers, 4 inventories, 2 consumers, 5 allocations, 1 placement_aggregates, 2 projects, 1 users, 1 consumer_types, 1 custom resource_classes, 1 custom traits); pass --force"),
         "{err}"
+    );
+    // Nothing written, change log included: the file is byte for byte as it was.
+    assert!(
+        dump(&db) == dumped,
+        "a refused import changed the target's file"
+    );
+    // Nor does a verify (this one finds no upstream) or a dry run.
+    let o = accel(&["import", "verify", "http://127.0.0.1:9", "--database", &db]);
+    assert_ne!(o.status.code(), Some(0), "{:?}", text(&o));
+    let o = accel(&[
+        "import",
+        "placement",
+        "--from",
+        url,
+        "--database",
+        &db,
+        "--dry-run",
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(
+        dump(&db) == dumped,
+        "a verify or a dry run changed the target's file"
     );
     assert_eq!(held(&db).await, before);
 
@@ -134,9 +166,10 @@ async fn refusals_exit_1_with_their_message_and_leave_the_target_as_it_was() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(
-        out.contains("replaced (--force): 3 resource_providers, 2 consumers"),
+        out.contains("replaced (--force): 3 resource_providers, 4 inventories, 2 consumers"),
         "{out}"
     );
+    assert!(!out.contains("kept"), "no accelerator data to keep: {out}");
     assert!(
         out.contains("skipped (--skip-invalid), 1 problem(s):\n  consumer 22222222-2222-4222-8222-000000000003: allocation on missing provider id 77"),
         "{out}"
@@ -284,7 +317,45 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
         "{err}"
     );
 
+    // Placement again with --force: the accelerator data is kept, and said so.
+    let args = [
+        "import",
+        "placement",
+        "--from",
+        &placement.url,
+        "--database",
+        &db,
+        "--force",
+    ];
+    let o = accel(&args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\nkept (accelerator data; none of it loses its provider): 1 device_profiles, 1 devices, 1 control_path_ids, 2 deployables, 1 attributes, 2 attach_handles, 3 extended_accelerator_requests\n"),
+        "{out}"
+    );
+
     let back = cyborg_source(&[CYBORG_DDL]).await;
+    let before = dump(&back.url);
+    let o = accel(&[
+        "export",
+        "cyborg",
+        "--database",
+        &db,
+        "--to",
+        &back.url,
+        "--dry-run",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("\n  deployables                    2\n"),
+        "{out}"
+    );
+    assert!(
+        dump(&back.url) == before,
+        "a dry run wrote into the upstream database"
+    );
     let o = accel(&["export", "cyborg", "--database", &db, "--to", &back.url]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
@@ -296,4 +367,77 @@ async fn cyborg_import_and_export_as_a_script_runs_them() {
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("the upstream database is not empty"), "{err}");
+}
+
+/// An over-capacity provider (upstream's API leaves one after a lowered ratio):
+/// the dry run and the import print the warning and import every consumer whole.
+#[tokio::test]
+async fn over_capacity_is_a_warning_in_the_dry_run_and_the_import() {
+    let src =
+        source(&["UPDATE inventories SET allocation_ratio = 0.05 WHERE resource_provider_id = 9"])
+            .await;
+    let warning = format!(
+        "warning: provider {SHARED}: usage of DISK_GB is 100, over its capacity 50 ((total 1000 - reserved 0) * allocation_ratio 0.05); imported as it stands"
+    );
+    let o = accel(&["import", "placement", "--from", &src.url, "--dry-run"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains(&warning) && out.ends_with("no problems found\n"),
+        "{out}"
+    );
+    let (_dir, db) = target();
+    let o = accel(&["import", "placement", "--from", &src.url, "--database", &db]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains(&warning), "{out}");
+    assert!(
+        out.contains("\n  allocations                    5\n"),
+        "{out}"
+    );
+}
+
+/// `accel export placement --dry-run`: the counts that would go in, the upstream
+/// database only read (its file unchanged); refused, exit 1, when it holds data.
+#[tokio::test]
+async fn export_dry_run_checks_the_target_and_writes_nothing() {
+    let src = source(&[]).await;
+    let (_dir, db) = target();
+    let o = accel(&["import", "placement", "--from", &src.url, "--database", &db]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let empty = accel_store::testing::upstream::empty_upstream().await;
+    let before = dump(&empty.url);
+    let args = [
+        "export",
+        "placement",
+        "--database",
+        &db,
+        "--to",
+        &empty.url,
+        "--dry-run",
+    ];
+    let o = accel(&args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("is ready and would receive:")
+            && out.contains("\n  allocations                    5\n"),
+        "{out}"
+    );
+    assert!(
+        dump(&empty.url) == before,
+        "a dry run wrote into the upstream database"
+    );
+    let o = accel(&[
+        "export",
+        "placement",
+        "--database",
+        &db,
+        "--to",
+        &src.url,
+        "--dry-run",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("accel export placement: refused: the upstream database is not empty (3 resource_providers"), "{err}");
 }

@@ -46,6 +46,7 @@ pub struct AppBuilder {
     bind_timeout_secs: i64,
     external: Option<Arc<ExternalPlacement>>,
     fake_devices: Option<String>,
+    maintenance: Option<String>,
     workers: Option<WorkerConfig>,
     backoff: Backoff,
     metrics: Arc<crate::metrics::Metrics>,
@@ -67,6 +68,7 @@ impl App {
             bind_timeout_secs: 60,
             external: None,
             fake_devices: None,
+            maintenance: None,
             workers: Some(WorkerConfig::new(None)),
             backoff: Backoff::default(),
             metrics: Default::default(),
@@ -187,6 +189,14 @@ impl AppBuilder {
         self
     }
 
+    /// Stop writes at start-up with this reason (`maintenance = REASON`): the switch
+    /// is turned on in the database, for every replica ([`crate::maintenance`]).
+    /// `None` leaves the switch as the database holds it.
+    pub fn maintenance(mut self, reason: Option<String>) -> Self {
+        self.maintenance = reason;
+        self
+    }
+
     /// The background workers' settings; `None` runs no worker (tests that drive `step` themselves).
     pub fn workers(mut self, workers: Option<WorkerConfig>) -> Self {
         self.workers = workers;
@@ -231,11 +241,20 @@ impl AppBuilder {
         if let Some(ext) = &self.external {
             tracing::info!(target: "accel", placement = %ext.client.endpoint().await, "device providers are pushed to an external Placement");
         }
+        if let Some(reason) = &self.maintenance {
+            self.store
+                .maintenance()
+                .start(reason)
+                .await
+                .context("turning the maintenance switch on")?;
+            tracing::warn!(target: "accel::maintenance", reason = %reason, "started in maintenance: writes are answered 503 until DELETE /v2/maintenance");
+        }
         let shared = Arc::new(Shared {
             store: self.store,
             config: self.config,
             metrics: self.metrics,
             health: Default::default(),
+            maintenance: Default::default(),
         });
         let state = Arc::new(AppState::new(shared.clone(), self.policy));
         let accel = Arc::new(AccelState {

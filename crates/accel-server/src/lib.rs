@@ -23,6 +23,7 @@ pub mod health;
 mod heartbeat;
 pub mod jsonschema;
 pub mod listen;
+pub mod maintenance;
 pub mod metrics;
 pub mod observe;
 pub mod placement;

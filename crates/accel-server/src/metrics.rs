@@ -142,6 +142,8 @@ pub struct Metrics {
     /// Console logins by outcome: ok, refused (Keystone said no), unavailable
     /// (Keystone could not be asked), bad_origin (a cross-site POST).
     pub console_logins: Family<OutcomeLabel, Counter>,
+    /// Writes answered 503 while the maintenance switch is on, by API (kind).
+    pub maintenance_refusals: Family<KindLabel, Counter>,
     // Set at scrape time (`refresh`).
     placement_providers: Gauge,
     arqs: Family<StateLabel, Gauge>,
@@ -210,6 +212,7 @@ impl Metrics {
             external_pushes: Family::default(),
             outgoing: Family::default(),
             console_logins: Family::default(),
+            maintenance_refusals: Family::default(),
             placement_providers: Gauge::default(),
             arqs: Family::default(),
             nova_events_pending: Gauge::default(),
@@ -230,6 +233,11 @@ impl Metrics {
             "accel_http_requests",
             "HTTP requests answered, by API, method, route template and status",
             m.http_requests.clone(),
+        );
+        r.register(
+            "accel_maintenance_refused_writes",
+            "Writes answered 503 because the maintenance switch is on, by API (kind: placement, accelerator)",
+            m.maintenance_refusals.clone(),
         );
         r.register(
             "accel_console_logins",

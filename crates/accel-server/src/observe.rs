@@ -392,7 +392,8 @@ async fn livez() -> Response {
     text(StatusCode::OK, "ok".to_owned())
 }
 
-/// Kubernetes' readiness format: one `[+]`/`[-]` line per check, then the verdict.
+/// Kubernetes' readiness format: one `[+]`/`[-]` line per check, the maintenance
+/// switch's state (never a failure: reads are served), then the verdict.
 async fn readyz(State((app, _)): State<(Arc<Shared>, BeforeScrape)>) -> Response {
     let checks = health::check(&app, true).await;
     let mut body = String::new();
@@ -402,6 +403,10 @@ async fn readyz(State((app, _)): State<(Arc<Shared>, BeforeScrape)>) -> Response
             Some(why) => body.push_str(&format!("[-]{} failed: {why}\n", c.name)),
         }
     }
+    // Ready either way: reads go on while writes are stopped.
+    let stopped = app.maintenance.current(&app.store).await;
+    let state = crate::maintenance::describe(stopped.as_ref());
+    body.push_str(&format!("[+]maintenance ok: {state}\n"));
     let ok = checks.iter().all(|c| c.failure.is_none());
     if ok {
         body.push_str("readyz check passed\n");

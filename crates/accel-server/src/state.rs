@@ -69,6 +69,8 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     /// Draining and the workers' state, for the health checks ([`crate::health`]).
     pub health: Health,
+    /// The maintenance switch as this server last read it ([`crate::maintenance`]).
+    pub maintenance: crate::maintenance::Gate,
 }
 
 /// The server's health state: draining, and the workers' handle once they run.

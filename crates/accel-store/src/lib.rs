@@ -31,6 +31,7 @@ mod dialect;
 mod error;
 pub mod estate;
 pub mod import;
+pub mod maintenance;
 mod migrate;
 pub mod placement;
 pub mod refused;

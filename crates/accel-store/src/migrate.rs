@@ -73,6 +73,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012_create_roots.sql"),
     migration!(13, "0013_device_cleanings.sql"),
     migration!(14, "0014_device_history.sql"),
+    migration!(15, "0015_maintenance.sql"),
 ];
 
 /// Arbitrary constant naming accel's migration lock.

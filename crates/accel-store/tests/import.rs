@@ -201,21 +201,25 @@ async fn an_unknown_schema_version_is_refused_naming_it() {
 }
 
 /// Each kind of inconsistent row: refused with its message naming the uuid, the target
-/// unchanged; with --skip-invalid the rest imported and the row listed.
+/// unchanged; with --skip-invalid the rest imported and the row listed, each consumer
+/// whole or not at all.
 #[tokio::test]
 async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
     const LOOP_A: &str = "44444444-4444-4444-8444-00000000000a";
     const LOOP_B: &str = "44444444-4444-4444-8444-00000000000b";
+    const GONE: &str = "22222222-2222-4222-8222-000000000003";
     let src = source(&[
-        // An allocation on a provider that no longer exists.
+        // An allocation on a provider that no longer exists, beside one on a good
+        // provider: the consumer is left out whole.
         "INSERT INTO consumers (id, uuid, project_id, user_id, generation) VALUES (12, '22222222-2222-4222-8222-000000000003', 3, 2, 0)",
-        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (77, '22222222-2222-4222-8222-000000000003', 0, 1)",
+        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES \
+         (77, '22222222-2222-4222-8222-000000000003', 0, 1), (5, '22222222-2222-4222-8222-000000000003', 1, 256)",
         // Two providers each other's parent.
         "INSERT INTO resource_providers (id, uuid, name, generation, root_provider_id, parent_provider_id) VALUES \
          (20, '44444444-4444-4444-8444-00000000000a', 'loop-a', 0, 20, 21), (21, '44444444-4444-4444-8444-00000000000b', 'loop-b', 0, 20, 20)",
-        // Usage over capacity: the shared disk offers (1000 - 0) * 0.9 = 900.
-        "INSERT INTO consumers (id, uuid, project_id, user_id, generation) VALUES (13, '22222222-2222-4222-8222-000000000004', 6, 2, 0)",
-        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (9, '22222222-2222-4222-8222-000000000004', 2, 850)",
+        // A consumer of a project that does not exist.
+        "INSERT INTO consumers (id, uuid, project_id, user_id, generation) VALUES (13, '22222222-2222-4222-8222-000000000004', 99, 2, 0)",
+        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used) VALUES (9, '22222222-2222-4222-8222-000000000004', 2, 10)",
     ])
     .await;
     let data = read(&src.url).await.unwrap();
@@ -229,47 +233,133 @@ async fn inconsistent_rows_are_refused_row_by_row_or_skipped_and_listed() {
                 .unwrap_err();
             let text = refused.to_string();
             for line in [
-                "consumer 22222222-2222-4222-8222-000000000003: allocation on missing provider id 77",
+                &format!("consumer {GONE}: allocation on missing provider id 77"),
                 &format!("provider {LOOP_A}: parent loop: {LOOP_A} -> {LOOP_B} -> {LOOP_A}"),
                 &format!("provider {LOOP_B}: parent loop: {LOOP_B} -> {LOOP_A} -> {LOOP_B}"),
-                &format!(
-                    "provider {SHARED}: usage of DISK_GB is 950, over its capacity 900 ((total 1000 - reserved 0) * allocation_ratio 0.9)"
-                ),
-                &format!("consumer {VM1}: allocated 100 of DISK_GB on provider {SHARED}, whose usage is over capacity"),
+                "consumer 22222222-2222-4222-8222-000000000004: project id 99 does not exist",
             ] {
-                assert!(text.contains(&format!("\n  {line}")), "{line:?} not in {text}");
+                assert!(
+                    text.contains(&format!("\n  {line}")),
+                    "{line:?} not in {text}"
+                );
             }
-            assert!(text.starts_with("the source holds 6 inconsistent row(s); nothing was written"), "{text}");
+            assert!(
+                text.starts_with("the source holds 4 inconsistent row(s); nothing was written"),
+                "{text}"
+            );
             assert_eq!(picture(&store).await, before, "a refusal changes nothing");
 
-            let done = import::import_placement(
-                &store,
-                &data,
-                Options {
-                    skip_invalid: true,
-                    ..Options::default()
-                },
-            )
-            .await
-            .unwrap()
-            .unwrap();
-            assert_eq!(done.skipped.len(), 6);
+            let skip = Options {
+                skip_invalid: true,
+                ..Options::default()
+            };
+            let done = import::import_placement(&store, &data, skip)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(done.skipped.len(), 4);
+            assert_eq!(
+                done.left_out,
+                [
+                    format!("consumer {GONE}: 1 VCPU on provider id 77, 256 MEMORY_MB on {CN1}"),
+                    format!(
+                        "consumer 22222222-2222-4222-8222-000000000004: 10 DISK_GB on {SHARED}"
+                    ),
+                ]
+            );
             let after = picture(&store).await;
             // The loop's two providers are out, the three good ones in.
             assert_eq!(after.2.len(), 3);
-            // VM1 and the over-capacity consumer are out (their allocations with
-            // them); VM2 and nothing else remains.
-            let consumers: Vec<String> = store
-                .read(|tx| {
-                    Box::pin(async move {
-                        Ok(sqlx::query_scalar("SELECT consumer_id FROM allocations")
-                            .fetch_all(&mut *tx)
-                            .await?)
-                    })
-                })
+            // The consumer with one allocation on a missing provider is out with its
+            // allocation on cn1 too; VM1 (four allocations) and VM2 are in whole.
+            assert_eq!(
+                allocations_by_consumer(&store).await,
+                [(VM1.to_owned(), 4), (VM2.to_owned(), 1)]
+            );
+        }
+    })
+    .await;
+}
+
+/// `(consumer, allocations)` of the target, by consumer.
+async fn allocations_by_consumer(store: &Store) -> Vec<(String, i64)> {
+    store
+        .read(|tx| {
+            Box::pin(async move {
+                let rows = sqlx::query(
+                    "SELECT consumer_id, COUNT(*) FROM allocations GROUP BY consumer_id ORDER BY consumer_id",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+            })
+        })
+        .await
+        .unwrap()
+}
+
+/// A provider whose usage is above its capacity, as upstream's API leaves one after a
+/// lowered allocation_ratio or a raised reserved: imported as it stands, every
+/// consumer whole, with a warning naming the provider, class, usage and capacity.
+#[tokio::test]
+async fn over_capacity_providers_are_imported_with_a_warning() {
+    let src = source(&[
+        // The shared disk's ratio lowered: (1000 - 0) * 0.05 = 50 < 100 used.
+        "UPDATE inventories SET allocation_ratio = 0.05 WHERE resource_provider_id = 9",
+        // cn1's reserved memory raised: (4096 - 4000) * 1.5 = 144 < 1024 used.
+        "UPDATE inventories SET reserved = 4000 WHERE resource_provider_id = 5",
+    ])
+    .await;
+    let data = read(&src.url).await.unwrap();
+    let checked = import::check(&data);
+    assert!(checked.problems.is_empty(), "{:?}", checked.problems);
+    assert_eq!(checked.valid, data, "nothing left out");
+    each_backend(|store| {
+        let data = data.clone();
+        async move {
+            let done = import::import_placement(&store, &data, Options::default())
                 .await
+                .unwrap()
                 .unwrap();
-            assert_eq!(consumers, [VM2]);
+            assert!(done.skipped.is_empty());
+            let warnings: Vec<String> = done.warnings.iter().map(|w| w.to_string()).collect();
+            assert_eq!(warnings.len(), 2, "{warnings:?}");
+            assert!(warnings[0].starts_with(&format!(
+                "provider {CN1}: usage of MEMORY_MB is 1024, over its capacity 144 ((total 4096 - reserved 4000) * allocation_ratio 1.5); imported as it stands"
+            )), "{warnings:?}");
+            assert!(warnings[1].starts_with(&format!(
+                "provider {SHARED}: usage of DISK_GB is 100, over its capacity 50 ((total 1000 - reserved 0) * allocation_ratio 0.05)"
+            )), "{warnings:?}");
+            assert_eq!(allocations_by_consumer(&store).await, [(VM1.to_owned(), 4), (VM2.to_owned(), 1)]);
+        }
+    })
+    .await;
+}
+
+/// A refusal writes nothing, change log included, even counting what opening the
+/// target does (the standard names synced by every `Store::connect`).
+#[tokio::test]
+async fn a_refused_import_and_a_reopened_target_leave_the_change_log_as_it_was() {
+    let data = read(&source(&[]).await.url).await.unwrap();
+    each_backend(|store| {
+        let data = data.clone();
+        async move {
+            import::import_placement(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap();
+            let before = picture(&store).await;
+            store.sync_standards().await.unwrap();
+            let refused = import::import_placement(&store, &data, Options::default())
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert!(matches!(refused, Refused::NotEmpty(_)), "{refused}");
+            assert_eq!(
+                picture(&store).await,
+                before,
+                "nothing written, change log included"
+            );
         }
     })
     .await;

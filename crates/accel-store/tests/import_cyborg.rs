@@ -345,3 +345,101 @@ async fn a_cyborg_goes_back_into_and_comes_from_a_postgresql_upstream() {
     c.close().await.unwrap();
     assert_eq!(id, 10);
 }
+
+/// `accel import placement --force` onto a target holding accelerator data: refused
+/// when the new Placement data lacks a provider a kept ARQ or deployable points at
+/// (each named, nothing written); accepted, and the accelerator data said kept, when
+/// the new data has every such provider. A stale provider of a `BindFailed` ARQ, which
+/// the target never held, is not this import's orphan.
+#[tokio::test]
+async fn placement_force_keeps_accelerator_data_and_refuses_to_orphan_it() {
+    use accel_store::import::{self, Refused};
+    use accel_store::testing::upstream::source;
+    const GPU_RP: &str = "INSERT INTO resource_providers (id, uuid, name, generation, root_provider_id, parent_provider_id) \
+         VALUES (30, '55555555-5555-4555-8555-000000000001', 'host-a_GPU', 1, 30, NULL)";
+    let placement = |extra: &'static [&'static str]| async move {
+        let file = source(extra).await;
+        let src = Source::open(&file.url).await.unwrap();
+        let data = import::read_placement(&src).await.unwrap();
+        src.close().await;
+        data
+    };
+    let with_gpu = placement(&[GPU_RP]).await;
+    let without_gpu = placement(&[]).await;
+    let accel = read(&cyborg_source(&[CYBORG_DDL, CYBORG_CLOUD]).await.url)
+        .await
+        .unwrap();
+    each_backend(|store| {
+        let (with_gpu, without_gpu, accel) = (with_gpu.clone(), without_gpu.clone(), accel.clone());
+        async move {
+            import::import_placement(&store, &with_gpu, Options::default())
+                .await
+                .unwrap()
+                .unwrap();
+            cyborg::import_cyborg(&store, &accel, Options::default())
+                .await
+                .unwrap()
+                .unwrap();
+            let force = Options {
+                force: true,
+                ..Options::default()
+            };
+            let before = picture(&store).await;
+            let refused = import::import_placement(&store, &without_gpu, force)
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(
+                refused,
+                Refused::Orphans(vec![
+                    format!("ARQ {CYBORG_BOUND} (Bound, instance {CYBORG_VM}) is on provider {CYBORG_RP}"),
+                    format!(
+                        "deployable bbbbbbbb-bbbb-4bbb-8bbb-000000000001 of device \
+                         99999999-9999-4999-8999-000000000001 (host host-a) is provider {CYBORG_RP}"
+                    ),
+                ])
+            );
+            assert!(
+                refused.to_string().starts_with(
+                    "--force replaces Placement data only, and 2 accelerator object(s) the target keeps"
+                ),
+                "{refused}"
+            );
+            assert_eq!(picture(&store).await, before, "a refusal changes nothing");
+            let rps = |store: Store| async move {
+                store
+                    .read(|tx| {
+                        Box::pin(async move {
+                            Ok(sqlx::query_scalar::<_, String>("SELECT uuid FROM resource_providers ORDER BY uuid")
+                                .fetch_all(&mut *tx)
+                                .await?)
+                        })
+                    })
+                    .await
+                    .unwrap()
+            };
+            assert!(rps(store.clone()).await.contains(&CYBORG_RP.to_owned()));
+
+            let done = import::import_placement(&store, &with_gpu, force)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(done.replaced.contains(&("resource_providers", 4)), "{:?}", done.replaced);
+            assert_eq!(
+                done.kept,
+                vec![
+                    ("device_profiles", 1),
+                    ("devices", 1),
+                    ("control_path_ids", 1),
+                    ("deployables", 2),
+                    ("attributes", 1),
+                    ("attach_handles", 2),
+                    ("extended_accelerator_requests", 3)
+                ]
+            );
+            assert_eq!(picture(&store).await, before, "the accelerator data is kept");
+            assert!(rps(store.clone()).await.contains(&CYBORG_RP.to_owned()));
+        }
+    })
+    .await;
+}

@@ -9,10 +9,12 @@
 //! noauth) and compares it with the upstream service still running on the old one
 //! ([`verify`]).
 
+mod cyborg;
+mod placement;
 pub mod verify;
 pub mod verify_cyborg;
 
-use accel_store::import::{self, cyborg, write::describe, Options, Source};
+use accel_store::import::write::describe;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -100,43 +102,24 @@ pub struct ExportPlacementArgs {
     /// accel serve's TOML configuration file, for its `database`.
     #[arg(long, env = "ACCEL_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Read accel's data and check the upstream database (its schema, and that it
+    /// is empty); print the counts that would be written; write nothing (the
+    /// upstream database is opened read-only).
+    #[arg(long, conflicts_with = "verify")]
+    pub dry_run: bool,
+    /// After exporting, compare the upstream API already running on the upstream
+    /// database (noauth2 `x-auth-token: admin`, or $OS_TOKEN) with accel's answers on
+    /// accel's; every difference is printed and makes the exit status 1.
+    #[arg(long, value_name = "UPSTREAM_API_URL")]
+    pub verify: Option<String>,
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match args.what {
-        ExportWhat::Placement(a) => rt.block_on(export_placement(a)),
-        ExportWhat::Cyborg(a) => rt.block_on(export_cyborg(a)),
+        ExportWhat::Placement(a) => rt.block_on(placement::export(a)),
+        ExportWhat::Cyborg(a) => rt.block_on(cyborg::export(a)),
     }
-}
-
-async fn export_placement(a: ExportPlacementArgs) -> anyhow::Result<()> {
-    let url = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&url)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
-    let started = std::time::Instant::now();
-    let data = import::export::read_accel(&store).await;
-    store.close().await;
-    let data = data.context("reading accel's Placement data")?;
-    let target = Source::open_for_write(&a.to)
-        .await
-        .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
-    let done = import::export::export_placement(&data, &target).await;
-    target.close().await;
-    let done = done.with_context(|| format!("writing {}", redacted(&a.to)))?;
-    exported("placement", &url, &a.to, started, done)
-}
-
-async fn verify_only(a: VerifyArgs) -> anyhow::Result<()> {
-    let url = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&url)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
-    if verify::against_local(store, &a.upstream).await? > 0 {
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -173,10 +156,10 @@ pub struct ImportPlacementArgs {
 pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match args.what {
-        ImportWhat::Placement(a) => rt.block_on(import_placement(a)),
-        ImportWhat::Verify(a) => rt.block_on(verify_only(a)),
-        ImportWhat::Cyborg(a) => rt.block_on(import_cyborg(a)),
-        ImportWhat::VerifyCyborg(a) => rt.block_on(verify_cyborg_only(a)),
+        ImportWhat::Placement(a) => rt.block_on(placement::import(a)),
+        ImportWhat::Verify(a) => rt.block_on(placement::verify_only(a)),
+        ImportWhat::Cyborg(a) => rt.block_on(cyborg::import(a)),
+        ImportWhat::VerifyCyborg(a) => rt.block_on(cyborg::verify_only(a)),
     }
 }
 
@@ -195,6 +178,13 @@ pub fn target_url(database: Option<String>, config: Option<PathBuf>) -> anyhow::
 /// A URL without its password, for messages.
 fn redacted(url: &str) -> String {
     crate::config::redact_url(url)
+}
+
+/// accel's database at `url`, opened as `accel serve` opens it.
+async fn open_store(url: &str) -> anyhow::Result<accel_store::Store> {
+    accel_store::Store::connect(url)
+        .await
+        .with_context(|| format!("opening accel's database {}", redacted(url)))
 }
 
 /// An export's end: what was written, or the refusal (exit status 1).
@@ -216,11 +206,32 @@ fn exported<R: std::fmt::Display>(
             print_counts(&counts);
             Ok(())
         }
-        Err(refused) => {
-            eprintln!("accel export {what}: refused: {refused}");
-            std::process::exit(1);
-        }
+        Err(refused) => refused_exit("export", what, &refused),
     }
+}
+
+/// An export's dry run: the target checked read-only, the counts that would go in.
+fn export_checked<R: std::fmt::Display>(
+    what: &str,
+    to: &str,
+    counts: &[(&str, usize)],
+    checked: Result<(), R>,
+) -> anyhow::Result<()> {
+    if let Err(refused) = checked {
+        refused_exit("export", what, &refused);
+    }
+    println!(
+        "dry run: nothing written; {} is ready and would receive:",
+        redacted(to)
+    );
+    print_counts(counts);
+    Ok(())
+}
+
+/// A refusal's last words: the message on stderr, exit status 1.
+fn refused_exit(verb: &str, what: &str, refused: &dyn std::fmt::Display) -> ! {
+    eprintln!("accel {verb} {what}: refused: {refused}");
+    std::process::exit(1);
 }
 
 fn print_counts(counts: &[(&str, usize)]) {
@@ -229,191 +240,34 @@ fn print_counts(counts: &[(&str, usize)]) {
     }
 }
 
-async fn import_placement(a: ImportPlacementArgs) -> anyhow::Result<()> {
-    let source = Source::open(&a.from)
-        .await
-        .with_context(|| format!("opening the upstream database {}", redacted(&a.from)))?;
-    let started = std::time::Instant::now();
-    let data = import::read_placement(&source).await;
-    source.close().await;
-    let data = data.with_context(|| format!("reading {}", redacted(&a.from)))?;
-    let read_s = started.elapsed().as_secs_f64();
-    if a.dry_run {
-        let (problems, valid) = import::check(&data);
-        println!(
-            "dry run: nothing written; {} would be read:",
-            redacted(&a.from)
-        );
-        print_counts(&data.counts());
-        if problems.is_empty() {
-            println!("no problems found");
-        } else {
-            println!(
-                "{} problem(s) found (the import refuses them; --skip-invalid would write these counts):",
-                problems.len()
-            );
-            for p in &problems {
-                println!("  {p}");
-            }
-            print_counts(&valid.counts());
-            std::process::exit(1);
-        }
-        return Ok(());
+/// A dry run's or an import's list of problems (rows refused or left out).
+fn print_lines<T: std::fmt::Display>(heading: &str, items: &[T]) {
+    if items.is_empty() {
+        return;
     }
-    let target = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&target)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&target)))?;
-    let opts = Options {
-        force: a.force,
-        skip_invalid: a.skip_invalid,
-    };
-    let done = import::import_placement(&store, &data, opts)
-        .await
-        .context("importing")?;
-    let done = match done {
-        Ok(d) => d,
-        Err(refused) => {
-            store.close().await;
-            eprintln!("accel import placement: refused: {refused}");
-            std::process::exit(1);
-        }
-    };
-    println!(
-        "imported {} into {} in {:.1} s (read {:.1} s):",
-        redacted(&a.from),
-        redacted(&target),
-        started.elapsed().as_secs_f64(),
-        read_s
-    );
-    print_counts(&done.counts);
-    if !done.replaced.is_empty() {
-        println!("replaced (--force): {}", describe(&done.replaced));
+    println!("{heading}");
+    for p in items {
+        println!("  {p}");
     }
-    if !done.skipped.is_empty() {
-        println!(
-            "skipped (--skip-invalid), {} problem(s):",
-            done.skipped.len()
-        );
-        for p in &done.skipped {
-            println!("  {p}");
-        }
-    }
-    if let Some(upstream) = a.verify {
-        let differences = verify::against_local(store, &upstream).await?;
-        if differences > 0 {
-            std::process::exit(1);
-        }
-    } else {
-        store.close().await;
-    }
-    Ok(())
 }
 
-async fn export_cyborg(a: ExportPlacementArgs) -> anyhow::Result<()> {
-    let url = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&url)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
-    let started = std::time::Instant::now();
-    let data = cyborg::read_accel(&store).await;
-    store.close().await;
-    let data = data.context("reading accel's accelerator data")?;
-    let target = Source::open_for_write(&a.to)
-        .await
-        .with_context(|| format!("opening the upstream database {}", redacted(&a.to)))?;
-    let done = cyborg::export_cyborg(&data, &target).await;
-    target.close().await;
-    let done = done.with_context(|| format!("writing {}", redacted(&a.to)))?;
-    exported("cyborg", &url, &a.to, started, done)
-}
-
-async fn verify_cyborg_only(a: VerifyArgs) -> anyhow::Result<()> {
-    let url = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&url)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&url)))?;
-    if verify_cyborg::against_local(store, &a.upstream).await? > 0 {
-        std::process::exit(1);
+/// What an import did beyond its counts: replaced, kept, left out.
+fn print_outcome<P: std::fmt::Display>(
+    replaced: &[(&str, i64)],
+    kept: &[(&str, i64)],
+    skipped: &[P],
+) {
+    if !replaced.is_empty() {
+        println!("replaced (--force): {}", describe(replaced));
     }
-    Ok(())
-}
-
-async fn import_cyborg(a: ImportPlacementArgs) -> anyhow::Result<()> {
-    let source = Source::open(&a.from)
-        .await
-        .with_context(|| format!("opening the upstream database {}", redacted(&a.from)))?;
-    let started = std::time::Instant::now();
-    let data = cyborg::read_cyborg(&source).await;
-    source.close().await;
-    let data = data.with_context(|| format!("reading {}", redacted(&a.from)))?;
-    if a.dry_run {
-        let (problems, valid) = cyborg::check(&data);
+    if !kept.is_empty() {
         println!(
-            "dry run: nothing written; {} would be read:",
-            redacted(&a.from)
+            "kept (accelerator data; none of it loses its provider): {}",
+            describe(kept)
         );
-        print_counts(&data.counts());
-        if problems.is_empty() {
-            println!("no problems found");
-            return Ok(());
-        }
-        println!(
-            "{} problem(s) found (the import refuses them; --skip-invalid would write these counts):",
-            problems.len()
-        );
-        for p in &problems {
-            println!("  {p}");
-        }
-        print_counts(&valid.counts());
-        std::process::exit(1);
     }
-    let target = target_url(a.database, a.config)?;
-    let store = accel_store::Store::connect(&target)
-        .await
-        .with_context(|| format!("opening accel's database {}", redacted(&target)))?;
-    let opts = Options {
-        force: a.force,
-        skip_invalid: a.skip_invalid,
-    };
-    let done = match cyborg::import_cyborg(&store, &data, opts)
-        .await
-        .context("importing")?
-    {
-        Ok(d) => d,
-        Err(refused) => {
-            store.close().await;
-            eprintln!("accel import cyborg: refused: {refused}");
-            std::process::exit(1);
-        }
-    };
-    println!(
-        "imported {} into {} in {:.1} s:",
-        redacted(&a.from),
-        redacted(&target),
-        started.elapsed().as_secs_f64()
-    );
-    print_counts(&done.counts);
-    if !done.replaced.is_empty() {
-        println!("replaced (--force): {}", describe(&done.replaced));
-    }
-    if !done.skipped.is_empty() {
-        println!(
-            "skipped (--skip-invalid), {} problem(s):",
-            done.skipped.len()
-        );
-        for p in &done.skipped {
-            println!("  {p}");
-        }
-    }
-    if let Some(upstream) = a.verify {
-        if verify_cyborg::against_local(store, &upstream).await? > 0 {
-            std::process::exit(1);
-        }
-    } else {
-        store.close().await;
-    }
-    Ok(())
+    let heading = format!("skipped (--skip-invalid), {} problem(s):", skipped.len());
+    print_lines(&heading, skipped);
 }
 
 #[cfg(test)]

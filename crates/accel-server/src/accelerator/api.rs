@@ -14,7 +14,7 @@
 
 use super::error::{self, AccelError};
 use super::microversion::{self, Version};
-use super::{agent, arqs, claims, cleaning, hardware, kubernetes, profiles, render};
+use super::{agent, arqs, claims, cleaning, hardware, kubernetes, maintenance, profiles, render};
 use super::{json_reply, AccelResult, AccelState, Caller, Req};
 use crate::auth::{Credentials, Rejection};
 use crate::front::{Api, Handler, Head, Reply};
@@ -44,6 +44,7 @@ impl Api for Cyborg {
     type Route = Handler<Cyborg>;
     type Local = Caller;
 
+    const NAME: &'static str = "accelerator";
     const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-openstack-request-id"];
     const ROUTE_BEFORE_BODY: bool = false;
 
@@ -86,6 +87,11 @@ impl Api for Cyborg {
     /// The `/v2` version document.
     fn public(target: &Target) -> bool {
         target.segs.is_empty()
+    }
+
+    /// The switch itself stays writable.
+    fn open_in_maintenance(target: &Target) -> bool {
+        target.segs == ["maintenance"]
     }
 
     /// keystonemiddleware's 401 sits outside Cyborg's app: its own body, no envelope,
@@ -278,6 +284,12 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
         ["agent", "hosts", host, "cleanings", rp] => match m {
             M::PUT => (h!(cleaning::finish), vec![host, rp]),
             _ => return refuse(&[M::PUT]),
+        },
+        ["maintenance"] => match m {
+            M::GET => (h!(maintenance::show), vec![]),
+            M::PUT => (h!(maintenance::start), vec![]),
+            M::DELETE => (h!(maintenance::end), vec![]),
+            _ => return refuse(&[M::GET, M::PUT, M::DELETE]),
         },
         ["device_cleanings"] => match m {
             M::GET => (h!(cleaning::list), vec![]),

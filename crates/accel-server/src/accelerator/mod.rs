@@ -39,6 +39,7 @@ mod cleaning;
 pub mod error;
 mod hardware;
 mod kubernetes;
+mod maintenance;
 pub mod microversion;
 mod profiles;
 mod render;

@@ -288,7 +288,16 @@ impl Console {
 
     /// A list page for `who`, with the change token it refreshes against.
     pub(crate) async fn page(&self, who: &Who, title: &str, active: &str, body: &str) -> Response {
-        render(who, title, active, stamp(&self.app).await.as_deref(), body)
+        let stamp = stamp(&self.app).await;
+        // The maintenance switch on every page while it is on: the APIs refuse writes.
+        let Some(m) = self.app.maintenance.current(&self.app.store).await else {
+            return render(who, title, active, stamp.as_deref(), body);
+        };
+        let banner = format!(
+            "<p class=\"bad\" data-test=\"maintenance\">Maintenance {}</p>",
+            html::esc(&crate::maintenance::describe(Some(&m)))
+        );
+        render(who, title, active, stamp.as_deref(), &(banner + body))
     }
 
     /// The console's reads ([`accel_store::estate`]), each one page's snapshot.

@@ -14,7 +14,8 @@
 //!   ─▶ auth unless Api::public (Api::rejection renders the typed refusal)
 //!   ─▶ Api::version (Api::version_refused) ─▶ query length ─▶ Api::precheck
 //!   ─▶ Api::route and the body read, in Api::ROUTE_BEFORE_BODY's order
-//!   ─▶ Api::check ─▶ the handler ─▶ Api::reply | Api::refusal ─▶ Api::stamp
+//!   ─▶ Api::check ─▶ a write while the maintenance switch is on: 503
+//!      (unless Api::open_in_maintenance) ─▶ the handler ─▶ Api::reply | Api::refusal ─▶ Api::stamp
 //!   ─▶ request id headers and CORS on every answer
 //! ```
 //!
@@ -56,6 +57,8 @@ pub trait Api: Sized + Send + Sync + 'static {
     /// What the API adds to the request context.
     type Local: Send + Sync;
 
+    /// The API's name in metrics and logs (`placement`, `accelerator`).
+    const NAME: &'static str;
     /// The headers that carry the request id, in the order they are set.
     const REQUEST_ID_HEADERS: &'static [&'static str];
     /// Whether CORS preflights are answered and answers decorated for the configured
@@ -70,6 +73,11 @@ pub trait Api: Sized + Send + Sync + 'static {
     fn enter(head: &Head) -> ControlFlow<Response<Body>, Self::Target>;
     /// Whether `target` is answered without credentials.
     fn public(target: &Self::Target) -> bool;
+    /// Whether writes to `target` go on while the maintenance switch is on (the
+    /// switch itself).
+    fn open_in_maintenance(_target: &Self::Target) -> bool {
+        false
+    }
     /// The answer to a request authentication refused.
     fn rejection(r: &Rejection, head: &Head) -> Response<Body>;
     /// The version the values of `OpenStack-API-Version` ask for, in the API's service
@@ -199,6 +207,7 @@ async fn serve<A: Api>(
         Some(routed) => routed,
         None => A::route(&target, method, version)?,
     };
+    let open = A::open_in_maintenance(&target);
     let local = A::local(st, target, &creds);
     let req = Request {
         method: method.clone(),
@@ -212,7 +221,28 @@ async fn serve<A: Api>(
         local,
     };
     A::check(&route, &req)?;
+    if !open && crate::maintenance::writes(method) {
+        stopped::<A>(A::shared(st), head).await?;
+    }
     (A::handler(&route))(st.clone(), req).await
+}
+
+/// The maintenance switch's 503 for a write, in the API's envelope, when it is on.
+async fn stopped<A: Api>(shared: &Shared, head: &Head) -> Result<(), A::Error> {
+    let Some(m) = shared.maintenance.current(&shared.store).await else {
+        return Ok(());
+    };
+    let kind = crate::metrics::KindLabel { kind: A::NAME };
+    shared
+        .metrics
+        .maintenance_refusals
+        .get_or_create(&kind)
+        .inc();
+    tracing::info!(target: "accel::maintenance", api = A::NAME, method = %head.parts.method, path = %head.parts.uri.path(), request_id = %head.request_id, reason = %m.reason, "write refused: maintenance");
+    Err(A::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        crate::maintenance::refusal(&m),
+    ))
 }
 
 /// The request id on every answer, and CORS where the API has it.

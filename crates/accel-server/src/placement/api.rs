@@ -32,6 +32,7 @@ impl Api for Placement {
     type Route = &'static MethodRoute;
     type Local = ();
 
+    const NAME: &'static str = "placement";
     const REQUEST_ID_HEADERS: &'static [&'static str] =
         &["x-openstack-request-id", "openstack-request-id"];
     const CORS: bool = true;

@@ -12,7 +12,9 @@
 //! epoch seconds to upstream's naive-UTC `DateTime`. PostgreSQL's sequences are moved
 //! past the ids written, so upstream's next insert does not collide.
 
-use super::{AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source};
+use super::{
+    tables, AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source,
+};
 use crate::import::write::Val;
 use crate::{Backend, Store, StoreError, Tx};
 use sqlx::Row;
@@ -214,31 +216,7 @@ async fn insert(
 /// The upstream database's Placement data (nonzero counts); the standard classes
 /// and traits an upstream start synced do not count.
 async fn upstream_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
-    const COUNTS: &[(&str, &str)] = &[
-        (
-            "resource_providers",
-            "SELECT COUNT(*) FROM resource_providers",
-        ),
-        ("inventories", "SELECT COUNT(*) FROM inventories"),
-        ("consumers", "SELECT COUNT(*) FROM consumers"),
-        ("allocations", "SELECT COUNT(*) FROM allocations"),
-        (
-            "placement_aggregates",
-            "SELECT COUNT(*) FROM placement_aggregates",
-        ),
-        ("projects", "SELECT COUNT(*) FROM projects"),
-        ("users", "SELECT COUNT(*) FROM users"),
-        ("consumer_types", "SELECT COUNT(*) FROM consumer_types"),
-        (
-            "custom resource_classes",
-            "SELECT COUNT(*) FROM resource_classes WHERE id >= 10000",
-        ),
-        (
-            "custom traits",
-            "SELECT COUNT(*) FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
-        ),
-    ];
-    crate::import::write::nonzero_counts(tx, COUNTS).await
+    crate::import::write::nonzero_counts(tx, crate::import::force::PLACEMENT_COUNTS).await
 }
 
 /// Writes `data` (accel's, from [`read_accel`]) into the empty upstream database
@@ -252,10 +230,8 @@ pub async fn export_placement(
     target
         .write(move |tx| {
             Box::pin(async move {
-                super::read::check_version(&super::read::schema_version(tx, "Placement").await?)?;
-                let held = upstream_contents(tx).await?;
-                if !held.is_empty() {
-                    return Ok(Err(ExportRefused::NotEmpty(held)));
+                if let Some(refused) = refusal(tx).await? {
+                    return Ok(Err(refused));
                 }
                 write_upstream(tx, &data).await?;
                 Ok(Ok(data.counts()))
@@ -264,302 +240,174 @@ pub async fn export_placement(
         .await
 }
 
+/// What `accel export placement --dry-run` checks, reading `target` only: its schema
+/// is upstream's and it holds no Placement data.
+pub async fn check_target(target: &Source) -> Result<Result<(), ExportRefused>, StoreError> {
+    target
+        .read(|tx| Box::pin(async move { Ok(refusal(tx).await?.map_or(Ok(()), Err)) }))
+        .await
+}
+
+/// Why the upstream database cannot take an export: another schema (an error), or
+/// data already there.
+async fn refusal(tx: &mut Tx) -> Result<Option<ExportRefused>, StoreError> {
+    super::read::check_version(&super::read::schema_version(tx, "Placement").await?)?;
+    let held = upstream_contents(tx).await?;
+    Ok((!held.is_empty()).then_some(ExportRefused::NotEmpty(held)))
+}
+
 async fn write_upstream(tx: &mut Tx, d: &PlacementData) -> Result<(), StoreError> {
     let now = crate::now();
-    let ts = |t: Option<i64>| Val::I(t.unwrap_or(now));
-    // Classes: upstream's rows by name; accel's others with accel's ids.
-    let mut have: HashMap<String, i64> = HashMap::new();
-    for r in sqlx::query("SELECT name, id FROM resource_classes")
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        have.insert(r.try_get(0)?, r.try_get(1)?);
-    }
-    let mut class_map: HashMap<i64, i64> = HashMap::new();
-    let mut rows = Vec::new();
-    for c in &d.classes {
-        match have.get(&c.name) {
-            Some(id) => {
-                class_map.insert(c.id, *id);
-            }
-            None => {
-                class_map.insert(c.id, c.id);
-                rows.push(vec![Val::I(c.id), Val::S(c.name.clone()), ts(c.created)]);
-            }
-        }
-    }
-    insert(
-        tx,
-        "resource_classes",
-        &["id", "name", "created_at"],
-        &["created_at"],
-        rows,
-    )
-    .await?;
-    // Traits: by name; missing ones created with upstream's own ids.
-    have.clear();
-    for r in sqlx::query("SELECT name, id FROM traits")
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        have.insert(r.try_get(0)?, r.try_get(1)?);
-    }
-    let rows: Vec<Vec<Val>> = d
-        .traits
-        .iter()
-        .filter(|t| !have.contains_key(&t.name))
-        .map(|t| vec![Val::S(t.name.clone()), ts(t.created)])
-        .collect();
-    if !rows.is_empty() {
-        insert(tx, "traits", &["name", "created_at"], &["created_at"], rows).await?;
-        for r in sqlx::query("SELECT name, id FROM traits")
-            .fetch_all(&mut *tx)
-            .await?
-        {
-            have.insert(r.try_get(0)?, r.try_get(1)?);
-        }
-    }
-    let trait_map: HashMap<i64, i64> = d
-        .traits
-        .iter()
-        .filter_map(|t| have.get(&t.name).map(|id| (t.id, *id)))
-        .collect();
-    // Providers parents first, as the import writes them.
-    let mut order: Vec<&ProviderRow> = d.providers.iter().collect();
-    let by_id: HashMap<i64, &ProviderRow> = d.providers.iter().map(|p| (p.id, p)).collect();
-    let depth = |p: &ProviderRow| {
-        let (mut n, mut at) = (0usize, p);
-        while let Some(up) = at.parent_id.and_then(|x| by_id.get(&x)) {
-            n += 1;
-            at = up;
-            if n > by_id.len() {
-                break;
-            }
-        }
-        n
-    };
-    order.sort_by_key(|p| (depth(p), p.id));
-    let rows = order
-        .iter()
-        .map(|p| {
-            vec![
-                Val::I(p.id),
-                Val::S(p.uuid.clone()),
-                Val::S(p.name.clone().unwrap_or_default()),
-                Val::I(p.generation.unwrap_or(0)),
-                Val::N(p.root_id),
-                Val::N(p.parent_id),
-                ts(p.created),
-                Val::N(p.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "name",
-        "generation",
-        "root_provider_id",
-        "parent_provider_id",
-        "created_at",
-        "updated_at",
-    ];
+    let classes = upstream_classes(tx, d).await?;
+    let class = |id: i64| classes.get(&id).copied().unwrap_or(id);
+    let traits = upstream_traits(tx, d).await?;
+    let stamped = &["created_at", "updated_at"];
+    let rows = tables::provider_rows(d, now);
     insert(
         tx,
         "resource_providers",
-        &cols,
-        &["created_at", "updated_at"],
+        tables::PROVIDER_COLS,
+        stamped,
         rows,
     )
     .await?;
-    let rows = d
-        .inventories
-        .iter()
-        .map(|i| {
-            vec![
-                Val::I(i.provider_id),
-                Val::I(class_map.get(&i.class_id).copied().unwrap_or(i.class_id)),
-                Val::I(i.total),
-                Val::I(i.reserved),
-                Val::I(i.min_unit),
-                Val::I(i.max_unit),
-                Val::I(i.step_size),
-                Val::F(i.allocation_ratio),
-                ts(i.created),
-                Val::N(i.updated),
-            ]
-        })
+    let rows = tables::inventory_rows(d, class, now);
+    insert(tx, "inventories", tables::INVENTORY_COLS, stamped, rows).await?;
+    write_named_and_links(tx, d, &traits).await?;
+    let rows = tables::consumer_rows(d, now);
+    insert(tx, "consumers", tables::CONSUMER_COLS, stamped, rows).await?;
+    let rows = tables::allocation_rows(d, class, now);
+    insert(tx, "allocations", tables::ALLOCATION_COLS, stamped, rows).await?;
+    if tx.backend() == Backend::Postgres {
+        move_sequences(tx).await?;
+    }
+    Ok(())
+}
+
+/// `name -> id` of a name table of the upstream database.
+async fn ids_by_name(tx: &mut Tx, table: &str) -> Result<HashMap<String, i64>, StoreError> {
+    let mut have = HashMap::new();
+    for r in sqlx::query(&format!("SELECT name, id FROM {table}"))
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        have.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    Ok(have)
+}
+
+/// accel's class ids mapped to upstream's: its rows by name; accel's others written
+/// with accel's ids.
+async fn upstream_classes(tx: &mut Tx, d: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
+    let now = crate::now();
+    let have = ids_by_name(tx, "resource_classes").await?;
+    let mut map = HashMap::new();
+    let mut rows = Vec::new();
+    for c in &d.classes {
+        let id = have.get(&c.name).copied().unwrap_or(c.id);
+        if !have.contains_key(&c.name) {
+            rows.push(vec![
+                Val::I(c.id),
+                Val::S(c.name.clone()),
+                Val::I(c.created.unwrap_or(now)),
+            ]);
+        }
+        map.insert(c.id, id);
+    }
+    let cols = &["id", "name", "created_at"];
+    insert(tx, "resource_classes", cols, &["created_at"], rows).await?;
+    Ok(map)
+}
+
+/// accel's trait ids mapped to upstream's: by name; missing ones created with
+/// upstream's own ids.
+async fn upstream_traits(tx: &mut Tx, d: &PlacementData) -> Result<HashMap<i64, i64>, StoreError> {
+    let now = crate::now();
+    let mut have = ids_by_name(tx, "traits").await?;
+    let rows: Vec<Vec<Val>> = (d.traits.iter())
+        .filter(|t| !have.contains_key(&t.name))
+        .map(|t| vec![Val::S(t.name.clone()), Val::I(t.created.unwrap_or(now))])
         .collect();
-    let cols = [
-        "resource_provider_id",
-        "resource_class_id",
-        "total",
-        "reserved",
-        "min_unit",
-        "max_unit",
-        "step_size",
-        "allocation_ratio",
-        "created_at",
-        "updated_at",
-    ];
-    insert(
-        tx,
-        "inventories",
-        &cols,
-        &["created_at", "updated_at"],
-        rows,
-    )
-    .await?;
+    if !rows.is_empty() {
+        insert(tx, "traits", &["name", "created_at"], &["created_at"], rows).await?;
+        have = ids_by_name(tx, "traits").await?;
+    }
+    Ok((d.traits.iter())
+        .filter_map(|t| have.get(&t.name).map(|id| (t.id, *id)))
+        .collect())
+}
+
+/// Aggregates, projects, users and consumer types, and the providers' aggregate and
+/// trait links (stamped now: accel keeps no time for a link).
+async fn write_named_and_links(
+    tx: &mut Tx,
+    d: &PlacementData,
+    traits: &HashMap<i64, i64>,
+) -> Result<(), StoreError> {
+    let now = crate::now();
     let named = |rows: &[Named]| -> Vec<Vec<Val>> {
         rows.iter()
-            .map(|n| vec![Val::I(n.id), Val::S(n.name.clone()), ts(n.created)])
+            .map(|n| {
+                vec![
+                    Val::I(n.id),
+                    Val::S(n.name.clone()),
+                    Val::I(n.created.unwrap_or(now)),
+                ]
+            })
             .collect()
     };
-    insert(
-        tx,
-        "placement_aggregates",
-        &["id", "uuid", "created_at"],
-        &["created_at"],
-        named(&d.aggregates),
-    )
-    .await?;
-    let rows = d
-        .provider_aggregates
-        .iter()
+    let stamp = &["created_at"];
+    for (table, key, rows) in [
+        ("placement_aggregates", "uuid", &d.aggregates),
+        ("projects", "external_id", &d.projects),
+        ("users", "external_id", &d.users),
+        ("consumer_types", "name", &d.consumer_types),
+    ] {
+        insert(tx, table, &["id", key, "created_at"], stamp, named(rows)).await?;
+    }
+    let rows = (d.provider_aggregates.iter())
         .map(|(rp, a)| vec![Val::I(*rp), Val::I(*a), Val::I(now)])
         .collect();
-    insert(
-        tx,
-        "resource_provider_aggregates",
-        &["resource_provider_id", "aggregate_id", "created_at"],
-        &["created_at"],
-        rows,
-    )
-    .await?;
-    let rows = d
-        .provider_traits
-        .iter()
+    let cols = &["resource_provider_id", "aggregate_id", "created_at"];
+    insert(tx, "resource_provider_aggregates", cols, stamp, rows).await?;
+    let rows = (d.provider_traits.iter())
         .filter_map(|(rp, t)| {
-            trait_map
+            traits
                 .get(t)
                 .map(|t| vec![Val::I(*rp), Val::I(*t), Val::I(now)])
         })
         .collect();
-    insert(
-        tx,
-        "resource_provider_traits",
-        &["resource_provider_id", "trait_id", "created_at"],
-        &["created_at"],
-        rows,
-    )
-    .await?;
-    insert(
-        tx,
+    let cols = &["resource_provider_id", "trait_id", "created_at"];
+    insert(tx, "resource_provider_traits", cols, stamp, rows).await
+}
+
+/// PostgreSQL's sequences moved past the ids written, so upstream's next insert does
+/// not collide.
+async fn move_sequences(tx: &mut Tx) -> Result<(), StoreError> {
+    for table in [
+        "resource_classes",
+        "traits",
+        "resource_providers",
+        "inventories",
+        "placement_aggregates",
         "projects",
-        &["id", "external_id", "created_at"],
-        &["created_at"],
-        named(&d.projects),
-    )
-    .await?;
-    insert(
-        tx,
         "users",
-        &["id", "external_id", "created_at"],
-        &["created_at"],
-        named(&d.users),
-    )
-    .await?;
-    insert(
-        tx,
         "consumer_types",
-        &["id", "name", "created_at"],
-        &["created_at"],
-        named(&d.consumer_types),
-    )
-    .await?;
-    let rows = d
-        .consumers
-        .iter()
-        .map(|c| {
-            vec![
-                Val::I(c.id),
-                Val::S(c.uuid.clone()),
-                Val::I(c.project_id),
-                Val::I(c.user_id),
-                Val::I(c.generation),
-                Val::N(c.type_id),
-                ts(c.created),
-                Val::N(c.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "project_id",
-        "user_id",
-        "generation",
-        "consumer_type_id",
-        "created_at",
-        "updated_at",
-    ];
-    insert(tx, "consumers", &cols, &["created_at", "updated_at"], rows).await?;
-    let rows = d
-        .allocations
-        .iter()
-        .map(|a| {
-            vec![
-                Val::I(a.provider_id),
-                Val::S(a.consumer.clone()),
-                Val::I(class_map.get(&a.class_id).copied().unwrap_or(a.class_id)),
-                Val::I(a.used),
-                ts(a.created),
-                Val::N(a.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "resource_provider_id",
-        "consumer_id",
-        "resource_class_id",
-        "used",
-        "created_at",
-        "updated_at",
-    ];
-    insert(
-        tx,
+        "consumers",
         "allocations",
-        &cols,
-        &["created_at", "updated_at"],
-        rows,
-    )
-    .await?;
-    if tx.backend() == Backend::Postgres {
-        for table in [
-            "resource_classes",
-            "traits",
-            "resource_providers",
-            "inventories",
-            "placement_aggregates",
-            "projects",
-            "users",
-            "consumer_types",
-            "consumers",
-            "allocations",
-        ] {
-            // Upstream's integer keys are SERIAL except where SQLAlchemy made them plain
-            // (resource_classes): no sequence, nothing to move.
-            let seq: Option<String> =
-                sqlx::query_scalar(&format!("SELECT pg_get_serial_sequence('{table}', 'id')"))
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if let Some(seq) = seq {
-                sqlx::query(&format!(
-                    "SELECT setval('{seq}', (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
-                ))
-                .execute(&mut *tx)
+    ] {
+        // Upstream's integer keys are SERIAL except where SQLAlchemy made them plain
+        // (resource_classes): no sequence, nothing to move.
+        let seq: Option<String> =
+            sqlx::query_scalar(&format!("SELECT pg_get_serial_sequence('{table}', 'id')"))
+                .fetch_one(&mut *tx)
                 .await?;
-            }
+        if let Some(seq) = seq {
+            sqlx::query(&format!(
+                "SELECT setval('{seq}', (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
+            ))
+            .execute(&mut *tx)
+            .await?;
         }
     }
     Ok(())

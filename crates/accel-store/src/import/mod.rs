@@ -30,10 +30,13 @@
 pub mod check;
 pub mod cyborg;
 pub mod export;
+pub mod force;
 pub mod read;
+mod rows;
+mod tables;
 pub mod write;
 
-pub use check::{check, Problem};
+pub use check::{check, Checked, OverCapacity, Problem};
 pub use read::{read_placement, Source};
 pub use write::{import_placement, Imported, Options, Refused};
 

@@ -2,13 +2,15 @@
 //!
 //! The target must hold no Placement or accelerator data (a database `accel serve`
 //! created and never used holds only the standard classes and traits, which count as
-//! empty); `--force` replaces the Placement data it holds and says what it replaced.
+//! empty); `--force` replaces the Placement data it holds and keeps its accelerator
+//! data, saying which is which ([`super::force`]).
 //! Rows go in with multi-row inserts, parents before children, with upstream's ids
 //! where rows refer to each other (PostgreSQL's sequences are moved past them after),
 //! and every provider written or replaced is logged in the change log
 //! ([`crate::placement::changes`]) so running servers reload them.
 
-use super::{check, PlacementData, Problem};
+pub(crate) use super::rows::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
+use super::{check, force, tables, OverCapacity, PlacementData, Problem};
 use crate::placement::changes;
 use crate::{Backend, Store, StoreError, Tx};
 use accel_core::standard::CUSTOM_RC_BASE_ID;
@@ -22,8 +24,15 @@ pub struct Imported {
     pub counts: Vec<(&'static str, usize)>,
     /// Rows left out (`--skip-invalid`), with why.
     pub skipped: Vec<Problem>,
-    /// What the target held before and `--force` replaced (nonzero counts).
+    /// The consumers left out, whole, each with all its allocations in the source.
+    pub left_out: Vec<String>,
+    /// Providers imported with usage above capacity, as upstream held them.
+    pub warnings: Vec<OverCapacity>,
+    /// The Placement data the target held and `--force` replaced (nonzero counts).
     pub replaced: Vec<(&'static str, i64)>,
+    /// The accelerator data the target held and kept (nonzero counts): every provider
+    /// it points at is in the imported data.
+    pub kept: Vec<(&'static str, i64)>,
 }
 
 /// Why an import wrote nothing.
@@ -33,6 +42,9 @@ pub enum Refused {
     NotEmpty(Vec<(&'static str, i64)>),
     /// The source holds inconsistent rows and `--skip-invalid` was not given.
     Invalid(Vec<Problem>),
+    /// `--force` would leave these accelerator objects pointing at providers the
+    /// imported data lacks (each named).
+    Orphans(Vec<String>),
 }
 
 impl std::fmt::Display for Refused {
@@ -50,13 +62,28 @@ impl std::fmt::Display for Refused {
                      imports the rest and lists what it leaves out):",
                     problems.len()
                 )?;
-                for p in problems {
-                    write!(f, "\n  {p}")?;
-                }
-                Ok(())
+                lines(f, problems)
+            }
+            Refused::Orphans(objects) => {
+                write!(
+                    f,
+                    "--force replaces Placement data only, and {} accelerator object(s) the target \
+                     keeps would point at providers the imported data lacks; nothing was written \
+                     (import Placement data that has these providers, or remove the objects first, \
+                     or replace them with `accel import cyborg --force`):",
+                    objects.len()
+                )?;
+                lines(f, objects)
             }
         }
     }
+}
+
+fn lines<T: std::fmt::Display>(f: &mut std::fmt::Formatter<'_>, items: &[T]) -> std::fmt::Result {
+    for i in items {
+        write!(f, "\n  {i}")?;
+    }
+    Ok(())
 }
 
 /// `12 resource_providers, 3 consumers`.
@@ -80,51 +107,9 @@ pub struct Options {
 /// The target's Placement and accelerator data: nonzero row counts per table.
 /// Standard resource classes and traits do not count.
 pub async fn target_contents(tx: &mut Tx) -> Result<Vec<(&'static str, i64)>, StoreError> {
-    const COUNTS: &[(&str, &str)] = &[
-        (
-            "resource_providers",
-            "SELECT COUNT(*) FROM resource_providers",
-        ),
-        ("consumers", "SELECT COUNT(*) FROM consumers"),
-        ("allocations", "SELECT COUNT(*) FROM allocations"),
-        (
-            "placement_aggregates",
-            "SELECT COUNT(*) FROM placement_aggregates",
-        ),
-        ("projects", "SELECT COUNT(*) FROM projects"),
-        ("users", "SELECT COUNT(*) FROM users"),
-        ("consumer_types", "SELECT COUNT(*) FROM consumer_types"),
-        (
-            "custom resource_classes",
-            "SELECT COUNT(*) FROM resource_classes WHERE id >= 10000",
-        ),
-        (
-            "custom traits",
-            "SELECT COUNT(*) FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
-        ),
-        ("device_profiles", "SELECT COUNT(*) FROM device_profiles"),
-        ("devices", "SELECT COUNT(*) FROM devices"),
-        (
-            "extended_accelerator_requests",
-            "SELECT COUNT(*) FROM extended_accelerator_requests",
-        ),
-    ];
-    nonzero_counts(tx, COUNTS).await
-}
-
-/// Of `counts` (a table's name and its `COUNT(*)` query), those that are not zero.
-pub(crate) async fn nonzero_counts(
-    tx: &mut Tx,
-    counts: &[(&'static str, &str)],
-) -> Result<Vec<(&'static str, i64)>, StoreError> {
-    let mut out = Vec::new();
-    for (table, sql) in counts {
-        let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
-        if n > 0 {
-            out.push((*table, n));
-        }
-    }
-    Ok(out)
+    let mut held = force::placement_contents(tx).await?;
+    held.extend(force::accelerator_contents(tx).await?);
+    Ok(held)
 }
 
 /// Checks `data` and writes what is valid into `store` in one transaction: all of it
@@ -134,162 +119,56 @@ pub async fn import_placement(
     data: &PlacementData,
     opts: Options,
 ) -> Result<Result<Imported, Refused>, StoreError> {
-    let (problems, valid) = check(data);
-    if !problems.is_empty() && !opts.skip_invalid {
-        return Ok(Err(Refused::Invalid(problems)));
+    let checked = check(data);
+    if !checked.problems.is_empty() && !opts.skip_invalid {
+        return Ok(Err(Refused::Invalid(checked.problems)));
     }
-    let valid = std::sync::Arc::new(valid);
-    let problems = std::sync::Arc::new(problems);
+    let checked = std::sync::Arc::new(checked);
     store
         .write_or_refuse(move |tx| {
             Box::pin(async move {
-                let held = target_contents(tx).await?;
-                if !held.is_empty() && !opts.force {
-                    return Ok(Err(Refused::NotEmpty(held)));
-                }
-                if !held.is_empty() {
-                    clear_placement(tx).await?;
-                }
-                write_all(tx, &valid).await?;
+                let (replaced, kept) = match make_room(tx, &checked.valid, opts).await? {
+                    Ok(room) => room,
+                    Err(refused) => return Ok(Err(refused)),
+                };
+                write_all(tx, &checked.valid).await?;
                 Ok(Ok(Imported {
-                    counts: valid.counts(),
-                    skipped: problems.to_vec(),
-                    replaced: held,
+                    counts: checked.valid.counts(),
+                    skipped: checked.problems.clone(),
+                    left_out: checked.left_out.clone(),
+                    warnings: checked.warnings.clone(),
+                    replaced,
+                    kept,
                 }))
             })
         })
         .await
 }
 
-/// Deletes every Placement row but the standard classes and traits, logging the
-/// providers and projects it removes.
-async fn clear_placement(tx: &mut Tx) -> Result<(), StoreError> {
-    let old: Vec<i64> = sqlx::query_scalar("SELECT id FROM resource_providers")
-        .fetch_all(&mut *tx)
-        .await?;
-    changes::touch(tx, &old).await?;
-    let projects: Vec<i64> = sqlx::query_scalar("SELECT id FROM projects")
-        .fetch_all(&mut *tx)
-        .await?;
-    changes::touch_projects(tx, &projects).await?;
-    changes::touch_names(tx).await?;
-    for sql in [
-        "DELETE FROM allocations",
-        "DELETE FROM consumers",
-        "DELETE FROM consumer_types",
-        "DELETE FROM users",
-        "DELETE FROM projects",
-        "DELETE FROM resource_provider_traits",
-        "DELETE FROM resource_provider_aggregates",
-        "DELETE FROM placement_aggregates",
-        "DELETE FROM inventories",
-        "UPDATE resource_providers SET parent_provider_id = NULL, root_provider_id = NULL",
-        "DELETE FROM resource_providers",
-        "DELETE FROM resource_classes WHERE id >= 10000",
-        "DELETE FROM traits WHERE SUBSTR(name, 1, 7) = 'CUSTOM_'",
-    ] {
-        sqlx::query(sql).execute(&mut *tx).await?;
-    }
-    Ok(())
-}
-
-/// One bound value of a multi-row insert.
-#[derive(Debug, Clone)]
-pub(crate) enum Val {
-    I(i64),
-    N(Option<i64>),
-    S(String),
-    /// A nullable text.
-    T(Option<String>),
-    F(f64),
-}
-
-/// The `n`th bound value's placeholder. SQLite gets anonymous `?`s, bound in order: a
-/// `$N` is a named parameter there, and binding thousands of them costs a linear
-/// name search each (`sqlite3VListNumToName` took 80% of a 200,000-allocation import).
-pub(crate) fn placeholder(backend: Backend, n: usize) -> String {
-    match backend {
-        Backend::Sqlite => "?".to_owned(),
-        Backend::Postgres | Backend::MySql => format!("${n}"),
-    }
-}
-
-/// Inserts `rows` into `table (cols)` with multi-row statements.
-pub(crate) async fn insert_rows(
+/// Replaces the target's Placement data when `--force` allows it and no kept
+/// accelerator object would lose its provider: what was replaced and what is kept.
+async fn make_room(
     tx: &mut Tx,
-    table: &str,
-    cols: &[&str],
-    rows: Vec<Vec<Val>>,
-) -> Result<(), StoreError> {
-    insert_rows_with(tx, table, cols, rows, |_, backend, n| {
-        placeholder(backend, n)
-    })
-    .await
-}
-
-/// [`insert_rows`], each cell's SQL written by `cell(column, backend, n)` around the
-/// `n`th bound value (the export wraps epoch seconds into `DateTime`s).
-pub(crate) async fn insert_rows_with(
-    tx: &mut Tx,
-    table: &str,
-    cols: &[&str],
-    rows: Vec<Vec<Val>>,
-    cell: impl Fn(&str, Backend, usize) -> String,
-) -> Result<(), StoreError> {
-    let per = (8000 / cols.len()).clamp(1, 1000);
-    let backend = tx.backend();
-    for chunk in rows.chunks(per) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|r| {
-                let cells: Vec<String> = cols
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| cell(c, backend, r * cols.len() + i + 1))
-                    .collect();
-                format!("({})", cells.join(", "))
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO {table} ({}) VALUES {}",
-            cols.join(", "),
-            values.join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for row in chunk {
-            for v in row {
-                q = match v {
-                    Val::I(i) => q.bind(*i),
-                    Val::N(i) => q.bind(*i),
-                    Val::S(s) => q.bind(s.clone()),
-                    Val::T(s) => q.bind(s.clone()),
-                    Val::F(f) => q.bind(*f),
-                };
-            }
-        }
-        q.execute(&mut *tx).await?;
+    valid: &PlacementData,
+    opts: Options,
+) -> Result<Result<(Vec<(&'static str, i64)>, Vec<(&'static str, i64)>), Refused>, StoreError> {
+    let replaced = force::placement_contents(tx).await?;
+    let kept = force::accelerator_contents(tx).await?;
+    if replaced.is_empty() && kept.is_empty() {
+        return Ok(Ok((replaced, kept)));
     }
-    Ok(())
-}
-
-/// Providers ordered parents first (by depth), so each insert's references exist.
-fn parents_first(data: &PlacementData) -> Vec<&super::ProviderRow> {
-    let by_id: HashMap<i64, &super::ProviderRow> =
-        data.providers.iter().map(|p| (p.id, p)).collect();
-    let depth = |p: &super::ProviderRow| {
-        let (mut d, mut at) = (0usize, p);
-        while let Some(up) = at.parent_id.and_then(|x| by_id.get(&x)) {
-            d += 1;
-            at = up;
-            if d > by_id.len() {
-                break;
-            }
-        }
-        d
-    };
-    let mut out: Vec<(usize, &super::ProviderRow)> =
-        data.providers.iter().map(|p| (depth(p), p)).collect();
-    out.sort_by_key(|(d, p)| (*d, p.id));
-    out.into_iter().map(|(_, p)| p).collect()
+    if !opts.force {
+        return Ok(Err(Refused::NotEmpty([replaced, kept].concat())));
+    }
+    let keeps: HashSet<&str> = valid.providers.iter().map(|p| p.uuid.as_str()).collect();
+    let orphans = force::orphans(tx, &keeps).await?;
+    if !orphans.is_empty() {
+        return Ok(Err(Refused::Orphans(orphans)));
+    }
+    if !replaced.is_empty() {
+        force::clear_placement(tx).await?;
+    }
+    Ok(Ok((replaced, kept)))
 }
 
 /// Upstream class ids mapped to accel's, by name; classes accel lacks are created
@@ -377,98 +256,69 @@ async fn map_traits(tx: &mut Tx, data: &PlacementData) -> Result<HashMap<i64, i6
 
 /// Writes every row of `data` (already checked) and logs the change.
 async fn write_all(tx: &mut Tx, data: &PlacementData) -> Result<(), StoreError> {
-    let now = crate::now();
     let classes = map_classes(tx, data).await?;
     let traits = map_traits(tx, data).await?;
-    let providers: Vec<Vec<Val>> = parents_first(data)
-        .into_iter()
-        .map(|p| {
-            vec![
-                Val::I(p.id),
-                Val::S(p.uuid.clone()),
-                Val::S(p.name.clone().unwrap_or_default()),
-                Val::I(p.generation.unwrap_or(0)),
-                Val::N(p.root_id),
-                Val::N(p.parent_id),
-                Val::I(p.created.unwrap_or(now)),
-                Val::N(p.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "name",
-        "generation",
-        "root_provider_id",
-        "parent_provider_id",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "resource_providers", &cols, providers).await?;
-    let inventories = data
-        .inventories
-        .iter()
-        .map(|i| {
-            vec![
-                Val::I(i.provider_id),
-                Val::I(classes[&i.class_id]),
-                Val::I(i.total),
-                Val::I(i.reserved),
-                Val::I(i.min_unit),
-                Val::I(i.max_unit),
-                Val::I(i.step_size),
-                Val::F(i.allocation_ratio),
-                Val::I(i.created.unwrap_or(now)),
-                Val::N(i.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "resource_provider_id",
-        "resource_class_id",
-        "total",
-        "reserved",
-        "min_unit",
-        "max_unit",
-        "step_size",
-        "allocation_ratio",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "inventories", &cols, inventories).await?;
-    let named = |rows: &[super::Named]| -> Vec<Vec<Val>> {
-        rows.iter()
-            .map(|n| vec![Val::I(n.id), Val::S(n.name.clone())])
-            .collect()
-    };
-    insert_rows(
-        tx,
-        "placement_aggregates",
-        &["id", "uuid"],
-        named(&data.aggregates),
-    )
-    .await?;
+    write_providers(tx, data, &classes).await?;
+    write_links(tx, data, &traits).await?;
+    write_consumers(tx, data, &classes).await?;
+    if tx.backend() == Backend::Postgres {
+        move_sequences(tx).await?;
+    }
+    let ids: Vec<i64> = data.providers.iter().map(|p| p.id).collect();
+    changes::touch(tx, &ids).await?;
+    let projects: Vec<i64> = data.projects.iter().map(|p| p.id).collect();
+    changes::touch_projects(tx, &projects).await?;
+    changes::touch_names(tx).await
+}
+
+/// Providers (parents first) and their inventories.
+async fn write_providers(
+    tx: &mut Tx,
+    data: &PlacementData,
+    classes: &HashMap<i64, i64>,
+) -> Result<(), StoreError> {
+    let now = crate::now();
+    let rows = tables::provider_rows(data, now);
+    insert_rows(tx, "resource_providers", tables::PROVIDER_COLS, rows).await?;
+    let rows = tables::inventory_rows(data, |id| classes[&id], now);
+    insert_rows(tx, "inventories", tables::INVENTORY_COLS, rows).await
+}
+
+fn named(rows: &[super::Named]) -> Vec<Vec<Val>> {
+    rows.iter()
+        .map(|n| vec![Val::I(n.id), Val::S(n.name.clone())])
+        .collect()
+}
+
+/// Aggregates, and the providers' aggregate and trait links.
+async fn write_links(
+    tx: &mut Tx,
+    data: &PlacementData,
+    traits: &HashMap<i64, i64>,
+) -> Result<(), StoreError> {
+    let aggregates = named(&data.aggregates);
+    insert_rows(tx, "placement_aggregates", &["id", "uuid"], aggregates).await?;
     let links = |pairs: &[(i64, i64)], map: Option<&HashMap<i64, i64>>| -> Vec<Vec<Val>> {
         pairs
             .iter()
             .map(|(rp, x)| vec![Val::I(*rp), Val::I(map.map_or(*x, |m| m[x]))])
             .collect()
     };
-    insert_rows(
-        tx,
-        "resource_provider_aggregates",
-        &["resource_provider_id", "aggregate_id"],
-        links(&data.provider_aggregates, None),
-    )
-    .await?;
-    insert_rows(
-        tx,
-        "resource_provider_traits",
-        &["resource_provider_id", "trait_id"],
-        links(&data.provider_traits, Some(&traits)),
-    )
-    .await?;
+    let cols = ["resource_provider_id", "aggregate_id"];
+    let rows = links(&data.provider_aggregates, None);
+    insert_rows(tx, "resource_provider_aggregates", &cols, rows).await?;
+    let cols = ["resource_provider_id", "trait_id"];
+    let rows = links(&data.provider_traits, Some(traits));
+    insert_rows(tx, "resource_provider_traits", &cols, rows).await
+}
+
+/// Projects, users, consumer types, consumers and their allocations.
+async fn write_consumers(
+    tx: &mut Tx,
+    data: &PlacementData,
+    classes: &HashMap<i64, i64>,
+) -> Result<(), StoreError> {
+    let now = crate::now();
     insert_rows(
         tx,
         "projects",
@@ -477,83 +327,30 @@ async fn write_all(tx: &mut Tx, data: &PlacementData) -> Result<(), StoreError> 
     )
     .await?;
     insert_rows(tx, "users", &["id", "external_id"], named(&data.users)).await?;
-    insert_rows(
-        tx,
+    let types = named(&data.consumer_types);
+    insert_rows(tx, "consumer_types", &["id", "name"], types).await?;
+    let rows = tables::consumer_rows(data, now);
+    insert_rows(tx, "consumers", tables::CONSUMER_COLS, rows).await?;
+    let rows = tables::allocation_rows(data, |id| classes[&id], now);
+    insert_rows(tx, "allocations", tables::ALLOCATION_COLS, rows).await
+}
+
+/// PostgreSQL's id sequences moved past upstream's ids, so later creates get fresh ones.
+async fn move_sequences(tx: &mut Tx) -> Result<(), StoreError> {
+    for table in [
+        "resource_providers",
+        "placement_aggregates",
+        "projects",
+        "users",
         "consumer_types",
-        &["id", "name"],
-        named(&data.consumer_types),
-    )
-    .await?;
-    let consumers = data
-        .consumers
-        .iter()
-        .map(|c| {
-            vec![
-                Val::I(c.id),
-                Val::S(c.uuid.clone()),
-                Val::I(c.project_id),
-                Val::I(c.user_id),
-                Val::I(c.generation),
-                Val::N(c.type_id),
-                Val::I(c.created.unwrap_or(now)),
-                Val::N(c.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "id",
-        "uuid",
-        "project_id",
-        "user_id",
-        "generation",
-        "consumer_type_id",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "consumers", &cols, consumers).await?;
-    let allocations = data
-        .allocations
-        .iter()
-        .map(|a| {
-            vec![
-                Val::I(a.provider_id),
-                Val::S(a.consumer.clone()),
-                Val::I(classes[&a.class_id]),
-                Val::I(a.used),
-                Val::I(a.created.unwrap_or(now)),
-                Val::N(a.updated),
-            ]
-        })
-        .collect();
-    let cols = [
-        "resource_provider_id",
-        "consumer_id",
-        "resource_class_id",
-        "used",
-        "created_at",
-        "updated_at",
-    ];
-    insert_rows(tx, "allocations", &cols, allocations).await?;
-    if tx.backend() == Backend::Postgres {
-        for table in [
-            "resource_providers",
-            "placement_aggregates",
-            "projects",
-            "users",
-            "consumer_types",
-            "consumers",
-        ] {
-            sqlx::query(&format!(
-                "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
-                 (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
-            ))
-            .execute(&mut *tx)
-            .await?;
-        }
+        "consumers",
+    ] {
+        sqlx::query(&format!(
+            "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
+             (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
+        ))
+        .execute(&mut *tx)
+        .await?;
     }
-    let ids: Vec<i64> = data.providers.iter().map(|p| p.id).collect();
-    changes::touch(tx, &ids).await?;
-    let projects: Vec<i64> = data.projects.iter().map(|p| p.id).collect();
-    changes::touch_projects(tx, &projects).await?;
-    changes::touch_names(tx).await
+    Ok(())
 }

@@ -65,30 +65,39 @@ pub(crate) async fn sync_standards(store: &Store) -> Result<(), StoreError> {
         .write_rerunning(|| {
             |tx| Box::pin(async move {
                 let now = crate::now();
+                let mut added = 0;
                 for (i, name) in standard::RESOURCE_CLASSES.iter().enumerate() {
-                    sqlx::query(
+                    added += sqlx::query(
                         "INSERT INTO resource_classes (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                     )
                     .bind(i as i64)
                     .bind(*name)
                     .bind(now)
                     .execute(&mut *tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
                 }
                 let have: Vec<String> = sqlx::query_scalar("SELECT name FROM traits")
                     .fetch_all(&mut *tx)
                     .await?;
                 let have: std::collections::HashSet<String> = have.into_iter().collect();
                 for name in standard::traits().filter(|t| !have.contains(*t)) {
-                    sqlx::query(
+                    added += sqlx::query(
                         "INSERT INTO traits (name, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                     )
                     .bind(name)
                     .bind(now)
                     .execute(&mut *tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
                 }
-                changes::touch_names(tx).await
+                // A start that added nothing writes nothing: a refused import, a dry
+                // run or a verify opens the target and must leave it as it was, change
+                // log included (issue 42).
+                if added > 0 {
+                    changes::touch_names(tx).await?;
+                }
+                Ok(())
             })
         })
         .await

@@ -30,21 +30,35 @@ pub async fn export_cyborg(
     target
         .write(move |tx| {
             Box::pin(async move {
-                check_alembic(
-                    &schema_version(tx, "Cyborg").await?,
-                    "Cyborg",
-                    &[CYBORG_HEAD],
-                    "the schema of Cyborg 17.0.0; create it with `cyborg-dbsync upgrade`",
-                )?;
-                let held = upstream_contents(tx).await?;
-                if !held.is_empty() {
-                    return Ok(Err(CyborgRefused::UpstreamNotEmpty(held)));
+                if let Some(refused) = refusal(tx).await? {
+                    return Ok(Err(refused));
                 }
                 write_upstream(tx, &data).await?;
                 Ok(Ok(data.counts()))
             })
         })
         .await
+}
+
+/// What `accel export cyborg --dry-run` checks, reading `target` only: its schema is
+/// Cyborg 17.0.0's and it holds no accelerator data.
+pub async fn check_target(target: &Source) -> Result<Result<(), CyborgRefused>, StoreError> {
+    target
+        .read(|tx| Box::pin(async move { Ok(refusal(tx).await?.map_or(Ok(()), Err)) }))
+        .await
+}
+
+/// Why the upstream database cannot take an export: another schema (an error), or
+/// data already there.
+async fn refusal(tx: &mut Tx) -> Result<Option<CyborgRefused>, StoreError> {
+    check_alembic(
+        &schema_version(tx, "Cyborg").await?,
+        "Cyborg",
+        &[CYBORG_HEAD],
+        "the schema of Cyborg 17.0.0; create it with `cyborg-dbsync upgrade`",
+    )?;
+    let held = upstream_contents(tx).await?;
+    Ok((!held.is_empty()).then_some(CyborgRefused::UpstreamNotEmpty(held)))
 }
 
 /// A `DateTime` from epoch seconds bound at `$n` (NULL stays NULL).

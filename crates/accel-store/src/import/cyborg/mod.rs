@@ -211,6 +211,6 @@ mod read;
 mod write;
 
 pub use check::check;
-pub use export::export_cyborg;
+pub use export::{check_target, export_cyborg};
 pub use read::{read_accel, read_cyborg};
 pub use write::{accel_contents, import_cyborg};
