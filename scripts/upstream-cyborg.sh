@@ -36,7 +36,8 @@
 #      CYBORG_PORT (19560; +3 the Placement stub), CYBORG_PLACEMENT_URL (unset: the stub),
 #      CYBORG_AGENT_HOSTS (none), CYBORG_NOVA_URL
 #      (http://127.0.0.1:19542/v2.1), CYBORG_DIR (${TMPDIR:-/tmp}/accel-cyborg),
-#      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
+#      CYBORG_RPC_EXCHANGE (cyborg: oslo.messaging's control_exchange; give each stack sharing the
+#      RabbitMQ its own, or one stack's conductor takes another's calls), CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
 #      MariaDB database, dropped and created by `start`).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,6 +113,7 @@ EOF
 cat > "$DIR/cyborg.conf" <<EOF
 [DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:5672/
+control_exchange = ${CYBORG_RPC_EXCHANGE:-cyborg}
 log_file = $DIR/cyborg.log
 [api]
 api_paste_config = $DIR/api-paste.ini
