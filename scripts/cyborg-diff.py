@@ -69,8 +69,9 @@ class FakeNova:
                 self.wfile.write(out)
 
             def do_GET(self):  # noqa: N802  (version discovery)
+                href = f"http://127.0.0.1:{port}/v2.1/"  # keystoneauth's discovery needs the self link
                 out = json.dumps({"version": {"id": "v2.1", "version": "2.96", "min_version": "2.1",
-                                              "status": "CURRENT", "links": []}}).encode()
+                                              "status": "CURRENT", "links": [{"rel": "self", "href": href}]}}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(out)))
@@ -173,6 +174,7 @@ class Side:
     def norm_str(self, s: str) -> str:
         s = HOST_RE.sub("<host>", REQ_ID_RE.sub("<req-id>", s))
         s = UUID_RE.sub(lambda m: self.name_uuid(m.group(0)), s)
+        s = re.sub(r"`cyborg_diff_\w+`", "<database>", s)  # upstream's 500s name its database
         # WSME's enum refusal lists the allowed values from a Python set: one process's hash order
         return re.sub(r"(Value should be one of: )([\w, ]+)",
                       lambda m: m.group(1) + ", ".join(sorted(m.group(2).split(", "))), s)
@@ -295,6 +297,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--allow", help="docs/cyborg-compat.md: the deviations it documents (diff:<name>)")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print every request and upstream's status")
     args = ap.parse_args()
     allowed = set(re.findall(r"\bdiff:([a-z0-9-]+)", open(args.allow).read())) if args.allow else set()
     unknown = allowed - set(DEVIATIONS)
@@ -318,6 +321,8 @@ def main() -> int:
         up.learn(req, ua, made)
         ac.learn(req, aa, made)
         mark = None
+        if args.verbose:
+            print(f"    #{i} {ua['status']}/{aa['status']} {req.describe()[:300]}")
         if args.self_test and planter.random() < 0.05:
             mark = plant(aa, planter)
             planted += 1
@@ -329,6 +334,7 @@ def main() -> int:
         if u != a or ue != ae:
             if mark:
                 caught += 1
+                print(f"--- #{i} planted {mark} fault caught: {req.describe()[:200]}")
                 continue
             why = explain(req, u, a, allowed) if ue == ae else None
             if why:
@@ -346,6 +352,8 @@ def main() -> int:
         if req.kind.startswith("delete_arqs"):
             live = {a["uuid"] for a in (up.get("/v2/accelerator_requests") or {}).get("arqs", [])}
             walk.arqs = [n for n in walk.arqs if up.sym.get(f"arq:{n}") in live]
+    if args.verbose:
+        print(f"upstream: {up.sym}\naccel: {ac.sym}")
     doc = ", ".join(f"{k} {v}" for k, v in sorted(documented.items())) or "none"
     if args.self_test:
         ok = diffs == 0 and caught == planted and planted > 0

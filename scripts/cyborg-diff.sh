@@ -48,6 +48,7 @@ stop_all() {
   PIDS=()
 }
 trap stop_all EXIT
+trap 'exit 143' TERM INT
 
 wait_http() {  # URL what
   for _ in $(seq 1 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
@@ -70,7 +71,7 @@ start_upstream() {  # CYBORG_PORT PLACEMENT_PORT NOVA_PORT DIR DB
   # The compute node's provider, as nova-compute creates it: the fake agent's device goes under it.
   curl -fsS -o /dev/null -H 'x-auth-token: admin' -H 'content-type: application/json' \
     -d "{\"name\": \"$HOST\"}" "http://127.0.0.1:$pport/resource_providers"
-  CYBORG_PORT="$cport" CYBORG_DIR="$d/cyborg" CYBORG_DB="$db" CYBORG_RPC_EXCHANGE="$db" CYBORG_PLACEMENT_URL="http://127.0.0.1:$pport" \
+  CYBORG_PORT="$cport" CYBORG_DIR="$d/cyborg" CYBORG_DB="$db" CYBORG_RPC_VHOST="$db" CYBORG_PLACEMENT_URL="http://127.0.0.1:$pport" \
     CYBORG_NOVA_URL="http://127.0.0.1:$nport/v2.1" "$HERE/upstream-cyborg.sh" start >"$d/start.log" 2>&1 \
     || { cat "$d/start.log" >&2; return 1; }
 }
@@ -97,11 +98,13 @@ for seed in $SEEDS; do
     start_accel
     target=(--accel "http://127.0.0.1:$APORT" --accel-nova-port "$ANOVA")
   fi
-  set +e
-  "$PY" "$HERE/cyborg-diff.py" --upstream "http://127.0.0.1:$PORT" --upstream-nova-port "$UNOVA" \
-    "${target[@]}" --allow "$ROOT/docs/cyborg-compat.md" --seed "$seed" "$@" | tee "$DIR/diff-$seed.txt"
-  rc=${PIPESTATUS[0]}
-  set -e
+  # In the background and waited for, so that a TERM stops the stacks at once (bash runs its
+  # traps only between foreground commands); follow it with `tail -f $DIR/diff-SEED.txt`.
+  "$PY" -u "$HERE/cyborg-diff.py" --upstream "http://127.0.0.1:$PORT" --upstream-nova-port "$UNOVA" \
+    "${target[@]}" --allow "$ROOT/docs/cyborg-compat.md" --seed "$seed" "$@" >"$DIR/diff-$seed.txt" 2>&1 &
+  PIDS+=($!)
+  rc=0; wait "$!" || rc=$?
+  cat "$DIR/diff-$seed.txt"
   summary+=("$(tail -1 "$DIR/diff-$seed.txt")")
   [[ $rc == 0 ]] || status=1
 done

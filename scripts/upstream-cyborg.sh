@@ -36,8 +36,9 @@
 #      CYBORG_PORT (19560; +3 the Placement stub), CYBORG_PLACEMENT_URL (unset: the stub),
 #      CYBORG_AGENT_HOSTS (none), CYBORG_NOVA_URL
 #      (http://127.0.0.1:19542/v2.1), CYBORG_DIR (${TMPDIR:-/tmp}/accel-cyborg),
-#      CYBORG_RPC_EXCHANGE (cyborg: oslo.messaging's control_exchange; give each stack sharing the
-#      RabbitMQ its own, or one stack's conductor takes another's calls), CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
+#      CYBORG_RPC_VHOST (none: RabbitMQ's `/`; created with rabbitmqctl when given. Queues are named
+#      by topic alone, so two stacks on one vhost share `cyborg-conductor` and each conductor takes the
+#      other's calls: give each stack its own), CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
 #      MariaDB database, dropped and created by `start`).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,8 +113,7 @@ paste.filter_factory = oslo_middleware:RequestId.factory
 EOF
 cat > "$DIR/cyborg.conf" <<EOF
 [DEFAULT]
-transport_url = rabbit://guest:guest@127.0.0.1:5672/
-control_exchange = ${CYBORG_RPC_EXCHANGE:-cyborg}
+transport_url = rabbit://guest:guest@127.0.0.1:5672/${CYBORG_RPC_VHOST:-}
 log_file = $DIR/cyborg.log
 [api]
 api_paste_config = $DIR/api-paste.ini
@@ -153,6 +153,10 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", $STUB_PORT), H).serve_forever()
 EOF
 
+if [[ -n "${CYBORG_RPC_VHOST:-}" ]]; then
+  rabbitmqctl add_vhost "$CYBORG_RPC_VHOST" >/dev/null 2>&1 || true
+  rabbitmqctl set_permissions -p "$CYBORG_RPC_VHOST" guest '.*' '.*' '.*' >/dev/null
+fi
 mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB CHARACTER SET utf8mb4;"
 "$VENV/bin/cyborg-dbsync" --config-file "$DIR/cyborg.conf" upgrade >"$DIR/dbsync.log" 2>&1
 "$VENV/bin/python" - "$HOSTS" "$DB" > "$DIR/targets" <<'EOF'
