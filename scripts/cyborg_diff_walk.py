@@ -209,7 +209,9 @@ class Walk:
             elif how in ("null", "list", "object", "int", "empty"):
                 patch[i]["value"] = {"null": None, "list": [1], "object": {"a": 1}, "int": 5, "empty": ""}[how]
             elif how == "bad-uuid":
+                # upstream binds any text (a documented deviation): on an ARQ nobody made
                 patch[2]["value"] = self.pick(["not-a-uuid", "1234"])
+                self.bad_instance = True
             elif how == "bad-op":
                 patch[i]["op"] = self.pick(["replace", "remove", "x"])
             elif how == "extra-path":
@@ -228,7 +230,10 @@ class Walk:
     def op_bind(self) -> Req:
         inst = self.pick(self.instances)
         arqs = [self.arq_ref() for _ in range(self.pick([1, 1, 2]))]
+        self.bad_instance = False
         body: Any = {a: self.bind_patch(inst) for a in arqs}
+        if self.bad_instance:
+            body = {self.uuid(): patch for patch in body.values()}
         if self.chance(0.05):
             body = self.pick([[], {}, {arqs[0]: {}}, {arqs[0]: "x"}])
         return Req("PATCH", "/v2/accelerator_requests", body=body, kind="bind", instance=inst)

@@ -16,7 +16,7 @@
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
-use super::{json_reply, render, require_uuid, AccelState, Reply, Req};
+use super::{json_reply, render, require_uuid, require_uuid_arg, AccelState, Reply, Req};
 use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{Arq, Binding, Filter, Patch as Op};
@@ -39,7 +39,7 @@ fn reply_list(req: &Req, status: StatusCode, list: &[Arq]) -> Reply {
 pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ARQ_CREATE)?;
     req.only_params(&[])?;
-    let body = req.json_body()?;
+    let body = req.json_arg("req")?;
     // The object and the name are checked first, with upstream's texts; what is left
     // to refuse is the group id, which `NewArqs` reads as WSME does ("1" is 1).
     let obj = body
@@ -75,12 +75,17 @@ pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
 pub async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ARQ_GET_ALL)?;
     req.only_params(&["bind_state", "instance"])?;
-    let instance = req.query_last("instance").map(str::to_owned);
+    // Upstream filters only on values that are truthy in Python: an empty `instance`
+    // or `bind_state` is no filter.
+    let instance = req
+        .query_last("instance")
+        .filter(|i| !i.is_empty())
+        .map(str::to_owned);
     if let Some(i) = &instance {
-        require_uuid(i)?;
+        require_uuid_arg("instance", i)?;
     }
     let resolved = match req.query_last("bind_state") {
-        None => false,
+        None | Some("") => false,
         Some("resolved") => true,
         // Upstream: ARQBadState, a 500.
         Some(other) => {
@@ -133,7 +138,7 @@ pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
                 .await?;
         }
         (None, Some(instance)) => {
-            require_uuid(instance)?;
+            require_uuid_arg("instance", instance)?;
             if !req.is_service() {
                 return Err(service_token_required());
             }
@@ -211,12 +216,7 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
             .find(|(f, _)| *f == name)
             .ok_or_else(|| AccelError::patch(format!("Invalid path in patch {path}")))?;
         if add {
-            // Values are not type-checked upstream; a string form is what is stored.
-            slot.1 = Some(match value {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(v) => v.to_string(),
-            });
+            slot.1 = Some(bind_value(name, value.as_ref())?);
         }
     }
     if !add {
@@ -232,6 +232,10 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
             "Fields absent in patch {}",
             absent.join(",")
         )));
+    }
+    if let Some((_, Some(instance))) = fields.iter().find(|(f, _)| *f == "instance_uuid") {
+        // Upstream stores any text here and then cannot render its own list.
+        require_uuid_arg("instance_uuid", instance)?;
     }
     let get = |n: &str| {
         fields
@@ -250,13 +254,31 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
     }))
 }
 
+/// A bind field's value as upstream's string field takes it: text, or a number or a
+/// boolean in Python's spelling; null, a list, an object or no value at all is refused
+/// here, before anything is stored or sent (upstream fails in the conductor with a 500).
+fn bind_value(field: &str, value: Option<&Value>) -> AccelResult<String> {
+    let kind = match value {
+        Some(Value::String(s)) => return Ok(s.clone()),
+        Some(Value::Number(n)) => return Ok(n.to_string()),
+        Some(Value::Bool(b)) => return Ok(if *b { "True" } else { "False" }.to_owned()),
+        Some(Value::Array(_)) => "list",
+        Some(Value::Object(_)) => "dict",
+        Some(Value::Null) => "NoneType",
+        None => return Err(AccelError::patch(format!("Fields absent in patch {field}"))),
+    };
+    Err(AccelError::bad_request(format!(
+        "A string is required in field {field}, not a {kind}"
+    )))
+}
+
 /// `PATCH /accelerator_requests` with `{arq_uuid: [ops]}`; also accepted on the item
 /// URL (openstacksdk sends the same map there) and, on the item URL, a bare op list.
 pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     let id = req.params.first().map(String::as_str);
     req.authorize(&st, rules::ARQ_UPDATE)?;
     req.only_params(&[])?;
-    let body = req.json_body()?;
+    let body = req.json_arg("patch_list")?;
     let map: Map<String, Value> = match (body, id) {
         (Value::Object(m), _) if !m.is_empty() => m,
         (list @ Value::Array(_), Some(id)) => std::iter::once((id.to_owned(), list)).collect(),
@@ -267,8 +289,8 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         }
     };
     let mut plan: Vec<(String, Op)> = Vec::with_capacity(map.len());
+    // A key that is no uuid is looked up like any other: upstream's 404.
     for (uuid, ops) in map {
-        require_uuid(&uuid)?;
         let op = validate(&req, &read_ops(ops)?)?;
         plan.push((uuid, op));
     }

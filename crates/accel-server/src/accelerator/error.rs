@@ -12,7 +12,8 @@
 use crate::auth::Rejection;
 use crate::reply;
 use axum::body::Body;
-use axum::http::{HeaderValue, Response, StatusCode};
+use super::webob::Page;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
 /// An error a handler returns.
@@ -24,7 +25,13 @@ pub struct AccelError {
     pub raw_body: Option<String>,
     /// The `Allow` header of a 405: the methods the path is served with.
     pub allow: Option<String>,
+    /// Rendered as webob's page instead of a WSME fault, without version headers.
+    pub page: Option<Page>,
 }
+
+/// Marks an answer that carries none of the version headers (a webob page).
+#[derive(Clone, Copy)]
+pub struct Bare;
 
 pub type AccelResult<T> = Result<T, AccelError>;
 
@@ -35,7 +42,14 @@ impl AccelError {
             message: message.into(),
             raw_body: None,
             allow: None,
+            page: None,
         }
+    }
+    /// A webob page ([`super::webob`]): routing errors, the `Accept` and version checks.
+    pub fn page(page: Page) -> Self {
+        let mut e = Self::new(page.status(), "");
+        e.page = Some(page);
+        e
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, m)
@@ -69,6 +83,12 @@ impl AccelError {
     pub fn invalid_uuid(value: &str) -> Self {
         Self::bad_request(format!("Expected a uuid but received {value}."))
     }
+    /// WSME's refusal of argument `name` typed `uuid`.
+    pub fn invalid_uuid_arg(name: &str, value: &str) -> Self {
+        Self::bad_request(format!(
+            "Invalid input for field/attribute {name}. Value: '{value}'. unable to convert to uuid. Error: Expected a uuid but received {value}."
+        ))
+    }
     /// `423 Locked` with WSME's `null` body (ARQs of the instance not resolved yet).
     pub fn locked() -> Self {
         AccelError {
@@ -76,6 +96,7 @@ impl AccelError {
             message: String::new(),
             raw_body: Some("null".into()),
             allow: None,
+            page: None,
         }
     }
 
@@ -85,7 +106,21 @@ impl AccelError {
         self
     }
 
+    /// The answer; a page is rendered for a client without an `Accept` header.
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_for(&HeaderMap::new())
+    }
+
+    /// The answer to a request with `headers` (a page's format follows its `Accept`).
+    pub fn into_response_for(self, headers: &HeaderMap) -> Response<Body> {
+        if let Some(page) = &self.page {
+            let mut resp = envelope(self.status, &page.render(headers));
+            resp.extensions_mut().insert(Bare);
+            if let Some(v) = self.allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+                resp.headers_mut().insert("allow", v);
+            }
+            return resp;
+        }
         let inner = match self.raw_body {
             Some(raw) => raw,
             None => {

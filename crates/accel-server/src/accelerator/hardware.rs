@@ -269,7 +269,7 @@ pub async fn create_attribute(st: Arc<AccelState>, req: Req) -> AccelResult<Repl
         deployable_id,
         key,
         value,
-    } = attribute_body(&req.json_body()?)?;
+    } = attribute_body(&req.json_arg("req_attr")?)?;
     let a = st
         .app
         .store
@@ -338,7 +338,7 @@ pub async fn program_deployable(st: Arc<AccelState>, req: Req) -> AccelResult<Re
     req.authorize(&st, rules::DEPLOYABLE_PROGRAM)?;
     req.only_params(&[])?;
     require_uuid(uuid)?;
-    let image = program_image(req.json_body()?)?;
+    let image = program_image(req.json_arg("program_info")?)?;
     let asked = st.app.store.programs().request(uuid, &image).await?;
     let id = asked.id;
     let deadline =

@@ -153,7 +153,7 @@ fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
 pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::DEVICE_PROFILE_CREATE)?;
     req.only_params(&[])?;
-    let profile = parse_body(req.json_body()?)?;
+    let profile = parse_body(req.json_arg("req_devprof_list")?)?;
     let created = st.app.store.profiles().create(&profile).await?;
     Ok(json_reply(
         StatusCode::CREATED,
