@@ -208,10 +208,12 @@ class Walk:
                 patch.pop(i)
             elif how in ("null", "list", "object", "int", "empty"):
                 patch[i]["value"] = {"null": None, "list": [1], "object": {"a": 1}, "int": 5, "empty": ""}[how]
+                # upstream binds a number or empty text where accel refuses the host or handle
+                self.divergent = self.divergent or how in ("int", "empty")
             elif how == "bad-uuid":
-                # upstream binds any text (a documented deviation): on an ARQ nobody made
+                # upstream binds any text (a documented deviation): sent for ARQs nobody made
                 patch[2]["value"] = self.pick(["not-a-uuid", "1234"])
-                self.bad_instance = True
+                self.divergent = True
             elif how == "bad-op":
                 patch[i]["op"] = self.pick(["replace", "remove", "x"])
             elif how == "extra-path":
@@ -223,6 +225,7 @@ class Walk:
                 del patch[i]["path"]
             elif how == "bad-host":
                 patch[0]["value"] = "other-host"
+                self.divergent = True
             if how in ("drop", "null") and i == 1 and self.chance(0.5):
                 patch = patch[:1] if patch else patch
         return patch
@@ -230,9 +233,9 @@ class Walk:
     def op_bind(self) -> Req:
         inst = self.pick(self.instances)
         arqs = [self.arq_ref() for _ in range(self.pick([1, 1, 2]))]
-        self.bad_instance = False
+        self.divergent = False
         body: Any = {a: self.bind_patch(inst) for a in arqs}
-        if self.bad_instance:
+        if self.divergent:
             body = {self.uuid(): patch for patch in body.values()}
         if self.chance(0.05):
             body = self.pick([[], {}, {arqs[0]: {}}, {arqs[0]: "x"}])

@@ -108,10 +108,17 @@ impl Api for Cyborg {
         microversion::parse(values)
     }
 
-    /// Cyborg's version check raises webob's 406: a page, no version headers.
+    /// Cyborg's version check raises webob's 406, a page. A version out of range is
+    /// answered with the minimum and maximum (the door's stamp); a header that does not
+    /// parse, before the range is known, with no version headers at all.
     fn version_refused(message: String, head: &Head) -> Response<Body> {
-        AccelError::page(Page::NotAcceptable { detail: message })
-            .into_response_for(&head.parts.headers)
+        let unparsed = message.starts_with("Invalid value");
+        let mut resp = AccelError::page(Page::NotAcceptable { detail: message })
+            .into_response_for(&head.parts.headers);
+        if !unparsed {
+            resp.extensions_mut().remove::<Bare>();
+        }
+        resp
     }
 
     /// Pecan refuses an `Accept` without JSON before routing.

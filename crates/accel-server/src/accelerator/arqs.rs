@@ -75,13 +75,11 @@ pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
 pub async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ARQ_GET_ALL)?;
     req.only_params(&["bind_state", "instance"])?;
-    // Upstream filters only on values that are truthy in Python: an empty `instance`
-    // or `bind_state` is no filter.
-    let instance = req
-        .query_last("instance")
-        .filter(|i| !i.is_empty())
-        .map(str::to_owned);
+    // Upstream filters only on values that are truthy in Python: an empty `bind_state`
+    // is no filter.
+    let instance = req.query_last("instance").map(str::to_owned);
     if let Some(i) = &instance {
+        // WSME types it `uuid`: an empty value is refused too.
         require_uuid_arg("instance", i)?;
     }
     let resolved = match req.query_last("bind_state") {
@@ -129,13 +127,28 @@ pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     let scope = req.scope();
     match (list, instance) {
         (Some(list), None) => {
-            let uuids: Vec<String> = list.split(',').map(str::to_owned).collect();
+            // A uuid named twice: upstream deletes the ARQ, then cannot find it again
+            // and answers 404 naming the repeats (after the deletion).
+            let mut uuids: Vec<String> = Vec::new();
+            let mut repeated: Vec<String> = Vec::new();
+            for u in list.split(',') {
+                match uuids.iter().any(|x| x == u) {
+                    true => repeated.push(format!("'{u}'")),
+                    false => uuids.push(u.to_owned()),
+                }
+            }
             // Once bound, only Nova (with its service token) may delete an ARQ.
             st.app
                 .store
                 .arqs()
                 .delete_listed(&scope, &uuids, req.is_service())
                 .await?;
+            if !repeated.is_empty() {
+                return Err(AccelError::not_found(format!(
+                    "ARQ not found with uuids [{}]",
+                    repeated.join(", ")
+                )));
+            }
         }
         (None, Some(instance)) => {
             require_uuid_arg("instance", instance)?;

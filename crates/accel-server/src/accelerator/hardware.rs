@@ -15,6 +15,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The fields upstream's `FilterType` takes (its enumeration; upstream lists them in
+/// a Python set's order, here sorted).
+const FILTER_FIELDS: &[&str] = &[
+    "availability",
+    "board",
+    "instance_uuid",
+    "interface_type",
+    "limit",
+    "marker",
+    "name",
+    "parent_uuid",
+    "root_uuid",
+    "sort_dir",
+    "sort_key",
+];
+
 /// `(field, value)` filters, and the query's other parameters.
 type Filters<'a> = (Vec<(String, String)>, Vec<(&'a str, &'a str)>);
 
@@ -49,6 +65,17 @@ fn filters(req: &Req) -> AccelResult<Filters<'_>> {
                 )))
             }
         }
+    }
+    // WSME reads each filter's `field` as an enumeration first.
+    if let Some(bad) = slots
+        .values()
+        .filter_map(|(f, _)| f.as_deref())
+        .find(|f| !FILTER_FIELDS.contains(f))
+    {
+        return Err(AccelError::bad_request(format!(
+            "Invalid input for field/attribute field. Value: '{bad}'. Value should be one of: {}",
+            FILTER_FIELDS.join(", ")
+        )));
     }
     let pairs = slots
         .into_values()
@@ -208,7 +235,7 @@ pub async fn list_attributes(st: Arc<AccelState>, req: Req) -> AccelResult<Reply
     let deployable_id = match req.query_last("deployable_id").filter(|s| !s.is_empty()) {
         None => None,
         Some(d) => Some(d.trim().parse::<i64>().map_err(|_| {
-            AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. Expected an integer."))
+            AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. unable to convert to integer. Error: invalid literal for int() with base 10: '{d}'"))
         })?),
     };
     let key = req
