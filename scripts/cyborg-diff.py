@@ -242,6 +242,27 @@ def normalise(side: Side, ans: dict[str, Any]) -> dict[str, Any]:
     return {"status": ans["status"], "headers": h, "body": body}
 
 
+def first_difference(u: Any, a: Any, path: str = "") -> str | None:
+    """Where two normalised bodies first differ, and how (long lists are cut in the report)."""
+    if isinstance(u, dict) and isinstance(a, dict):
+        for k in sorted(set(u) | set(a)):
+            if k not in u or k not in a:
+                return f"{path}/{k}: only {'accel' if k in a else 'upstream'} has it"
+            d = first_difference(u[k], a[k], f"{path}/{k}")
+            if d:
+                return d
+        return None
+    if isinstance(u, list) and isinstance(a, list):
+        if len(u) != len(a):
+            return f"{path}: {len(u)} items upstream, {len(a)} accel"
+        for i, (x, y) in enumerate(zip(u, a)):
+            d = first_difference(x, y, f"{path}/{i}")
+            if d:
+                return d
+        return None
+    return None if u == a else f"{path}: {json.dumps(u)[:200]} vs {json.dumps(a)[:200]}"
+
+
 def norm_events(side: Side, events: list[dict[str, Any]]) -> list[Any]:
     return sorted((side.canon(e) for e in events), key=lambda e: json.dumps(e, sort_keys=True))
 
@@ -382,6 +403,9 @@ def main() -> int:
                 continue
             diffs += 1
             print(f"--- #{i} {req.kind}: {req.describe()}")
+            where = first_difference(u["body"], a["body"])
+            if where:
+                print(f"  first body difference at {where}")
             for part in ("status", "headers", "body"):
                 if u[part] != a[part]:
                     print(f"  {part}:\n    upstream: {json.dumps(u[part])[:1500]}\n    accel:    {json.dumps(a[part])[:1500]}")

@@ -208,8 +208,8 @@ class Walk:
                 patch.pop(i)
             elif how in ("null", "list", "object", "int", "empty"):
                 patch[i]["value"] = {"null": None, "list": [1], "object": {"a": 1}, "int": 5, "empty": ""}[how]
-                # upstream binds a number or empty text where accel refuses the host or handle
-                self.divergent = self.divergent or how in ("int", "empty")
+                # upstream binds a number, empty text or a null host where accel refuses them
+                self.divergent = self.divergent or how in ("int", "empty", "null")
             elif how == "bad-uuid":
                 # upstream binds any text (a documented deviation): sent for ARQs nobody made
                 patch[2]["value"] = self.pick(["not-a-uuid", "1234"])

@@ -13,8 +13,8 @@
 //! accelerator 2.x`; `/` and a 401 carry none.
 
 use super::error::{self, AccelError, Bare};
-use super::webob::{self, Page};
 use super::microversion::{self, Version};
+use super::webob::{self, Page};
 use super::{agent, arqs, claims, cleaning, hardware, kubernetes, profiles, render};
 use super::{json_reply, AccelResult, AccelState, Caller, Req};
 use crate::auth::{Credentials, Rejection};
@@ -61,7 +61,8 @@ impl Api for Cyborg {
     fn enter(head: &Head) -> ControlFlow<Response<Body>, Target> {
         // WSGI servers hand Pecan PATH_INFO percent-decoded: `dp%2Dx` is `dp-x` and
         // `a%2Cb` is `a,b` before routing, and a `%2F` splits a segment.
-        let decoded = percent_encoding::percent_decode_str(head.parts.uri.path()).decode_utf8_lossy();
+        let decoded =
+            percent_encoding::percent_decode_str(head.parts.uri.path()).decode_utf8_lossy();
         let mut path: &str = &decoded;
         if let Some(rest) = path.strip_prefix("/accelerator") {
             if rest.is_empty() || rest.starts_with('/') {

@@ -42,9 +42,19 @@ pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     let body = req.json_arg("req")?;
     // The object and the name are checked first, with upstream's texts; what is left
     // to refuse is the group id, which `NewArqs` reads as WSME does ("1" is 1).
+    let mut body = body;
     let obj = body
-        .as_object()
+        .as_object_mut()
         .ok_or_else(|| AccelError::bad_request("The request body must be a JSON object."))?;
+    // Upstream looks a number up by its text (a 404 naming it), as Python formats it.
+    let spelled = match obj.get("device_profile_name") {
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(Value::Bool(b)) => Some(if *b { "True" } else { "False" }.to_owned()),
+        _ => None,
+    };
+    if let Some(name) = spelled {
+        obj.insert("device_profile_name".into(), Value::String(name));
+    }
     match obj.get("device_profile_name") {
         Some(Value::String(_)) => {}
         None | Some(Value::Null) => {

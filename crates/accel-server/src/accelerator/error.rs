@@ -9,10 +9,10 @@
 //! Python's `json.dumps` writes them (`", "` and `": "` separators, non-ASCII escaped),
 //! since that is the byte stream clients have always seen.
 
+use super::webob::Page;
 use crate::auth::Rejection;
 use crate::reply;
 use axum::body::Body;
-use super::webob::Page;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 

@@ -19,15 +19,23 @@ use crate::front::Head;
 use axum::http::{HeaderMap, StatusCode};
 
 /// Media types WSME reads as JSON.
-const JSON_TYPES: &[&str] = &["application/json", "text/javascript", "application/javascript"];
+const JSON_TYPES: &[&str] = &[
+    "application/json",
+    "text/javascript",
+    "application/javascript",
+];
 
 /// A webob page: its status and what it says beyond the status' standard words.
 #[derive(Debug, Clone)]
 pub enum Page {
     NotFound,
-    MethodNotAllowed { method: String },
+    MethodNotAllowed {
+        method: String,
+    },
     /// The `Accept` check or the version check; `detail` is the version check's message.
-    NotAcceptable { detail: String },
+    NotAcceptable {
+        detail: String,
+    },
 }
 
 impl Page {
@@ -139,7 +147,10 @@ fn choose(accept: Option<&str>) -> Format {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Format::Html;
     };
-    let (html, json) = (quality(accept, "text/html"), quality(accept, "application/json"));
+    let (html, json) = (
+        quality(accept, "text/html"),
+        quality(accept, "application/json"),
+    );
     match (html > 0.0, json > 0.0) {
         (true, true) if json > html => Format::Json,
         (true, _) => Format::Html,
@@ -231,10 +242,20 @@ mod tests {
 
     #[test]
     fn json_must_be_acceptable() {
-        for ok in ["*/*", "application/json", "application/*", "text/html, application/json;q=0.5"] {
+        for ok in [
+            "*/*",
+            "application/json",
+            "application/*",
+            "text/html, application/json;q=0.5",
+        ] {
             assert!(quality(ok, "application/json") > 0.0, "{ok}");
         }
-        for refused in ["text/html", "application/xml", "text/plain", "application/json;q=0"] {
+        for refused in [
+            "text/html",
+            "application/xml",
+            "text/plain",
+            "application/json;q=0",
+        ] {
             assert!(quality(refused, "application/json") <= 0.0, "{refused}");
         }
     }
@@ -253,8 +274,8 @@ mod tests {
         assert_eq!(e.message, "Unknown mimetype: text/plain");
         let e = body_media_type(&HeaderMap::new(), b"{}").unwrap_err();
         assert_eq!(e.message, "Unknown mimetype: ");
-        let e = body_media_type(&with("application/x-www-form-urlencoded"), b"{\"a\": 1}")
-            .unwrap_err();
+        let e =
+            body_media_type(&with("application/x-www-form-urlencoded"), b"{\"a\": 1}").unwrap_err();
         assert_eq!(e.message, "Unknown argument: \"{\"a\": 1}\"");
     }
 }
