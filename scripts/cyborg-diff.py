@@ -333,16 +333,25 @@ def plant(ans: dict[str, Any], r) -> str:
     return k
 
 
-def wait_bound(side: Side, instance: str | None) -> None:
-    """A bind or unbind finishes after its 202: wait until no ARQ of the instance is still binding."""
+def wait_bound(side: Side, req: Req, bind: bool) -> None:
+    """A bind or unbind goes on after its 202 (upstream casts it to the conductor): wait until each
+    ARQ of the patch has left the state it was in, and for a bind until its Nova event came."""
+    done = {"Bound", "BindFailed"} if bind else {"Unbound", "Initial"}
+    uuids = [side.resolve(k) for k in (req.body or {})] if isinstance(req.body, dict) else []
     deadline = time.time() + 30
     while time.time() < deadline:
-        arqs = (side.get("/v2/accelerator_requests") or {}).get("arqs", [])
-        if not any(a.get("state") in ("BindStarted", "UnbindStarted") for a in arqs
-                   if instance is None or a.get("instance_uuid") == instance):
+        states = []
+        for u in uuids:
+            a = side.get(f"/v2/accelerator_requests/{u}")
+            states.append(a.get("state") if isinstance(a, dict) else None)
+        if all(s in done or s is None for s in states):
             break
         time.sleep(0.1)
-    time.sleep(0.3)
+    if bind:
+        deadline = time.time() + 5
+        while time.time() < deadline and not side.nova.events:
+            time.sleep(0.05)
+    time.sleep(0.2)
 
 
 def main() -> int:
@@ -386,8 +395,9 @@ def main() -> int:
             planted += 1
         u, a = normalise(up, ua), normalise(ac, aa)
         if req.kind.startswith(("bind", "unbind")) and (ua["status"] == 202 or aa["status"] == 202):
-            wait_bound(up, req.instance)
-            wait_bound(ac, req.instance)
+            bind = req.kind.startswith("bind")
+            wait_bound(up, req, bind and ua["status"] == 202)
+            wait_bound(ac, req, bind and aa["status"] == 202)
         ue, ae = norm_events(up, up.nova.drain()), norm_events(ac, ac.nova.drain())
         if u != a or ue != ae:
             if mark:

@@ -146,7 +146,7 @@ impl Api for Cyborg {
 
     fn check(route: &Routed, req: &Req) -> AccelResult<()> {
         match route.wsme {
-            true => webob::body_media_type(&req.headers, &req.body),
+            true => webob::body_media_type(&req.method, &req.headers, &req.body),
             false => Ok(()),
         }
     }

@@ -16,7 +16,7 @@
 
 use super::error::AccelError;
 use crate::front::Head;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 
 /// Media types WSME reads as JSON.
 const JSON_TYPES: &[&str] = &[
@@ -173,17 +173,24 @@ pub fn acceptable(head: &Head) -> Result<(), AccelError> {
 
 /// WSME's media-type switch over a non-empty body: JSON types pass, a form is an
 /// unknown argument, any other type (none included) is a 415.
-pub fn body_media_type(headers: &HeaderMap, body: &[u8]) -> Result<(), AccelError> {
+pub fn body_media_type(
+    method: &Method,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), AccelError> {
     if body.is_empty() {
         return Ok(());
     }
-    let mime = header(headers, "content-type")
+    let given = header(headers, "content-type");
+    let mime = given
         .map(|c| c.split(';').next().unwrap_or("").trim())
         .unwrap_or("");
     if JSON_TYPES.contains(&mime) {
         return Ok(());
     }
-    if mime == "application/x-www-form-urlencoded" {
+    // webob reads a POST or PUT body without a type as a form too.
+    let form_method = *method == Method::POST || *method == Method::PUT;
+    if mime == "application/x-www-form-urlencoded" || (given.is_none() && form_method) {
         // Pecan reads the form into the arguments: its first name is one the handler
         // does not take.
         let name = form_urlencoded::parse(body)
@@ -267,15 +274,18 @@ mod tests {
             h.insert("content-type", HeaderValue::from_str(ct).unwrap());
             h
         };
-        assert!(body_media_type(&with("application/json; charset=utf-8"), b"{}").is_ok());
-        assert!(body_media_type(&with("text/plain"), b"").is_ok());
-        let e = body_media_type(&with("text/plain"), b"{}").unwrap_err();
+        let post = Method::POST;
+        assert!(body_media_type(&post, &with("application/json; charset=utf-8"), b"{}").is_ok());
+        assert!(body_media_type(&post, &with("text/plain"), b"").is_ok());
+        let e = body_media_type(&post, &with("text/plain"), b"{}").unwrap_err();
         assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert_eq!(e.message, "Unknown mimetype: text/plain");
-        let e = body_media_type(&HeaderMap::new(), b"{}").unwrap_err();
+        let e = body_media_type(&Method::PATCH, &HeaderMap::new(), b"{}").unwrap_err();
         assert_eq!(e.message, "Unknown mimetype: ");
-        let e =
-            body_media_type(&with("application/x-www-form-urlencoded"), b"{\"a\": 1}").unwrap_err();
+        let e = body_media_type(&post, &HeaderMap::new(), b"{}").unwrap_err();
+        assert_eq!(e.message, "Unknown argument: \"{}\"");
+        let form = with("application/x-www-form-urlencoded");
+        let e = body_media_type(&post, &form, b"{\"a\": 1}").unwrap_err();
         assert_eq!(e.message, "Unknown argument: \"{\"a\": 1}\"");
     }
 }

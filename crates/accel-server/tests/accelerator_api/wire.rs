@@ -113,7 +113,11 @@ async fn paths_are_percent_decoded_and_empty_filters_ignored() {
             )
             .await;
         assert_eq!(r.status, 200);
-        assert!(r.body.to_string().contains("\"name\":\"x-y\""), "{}", r.body);
+        assert!(
+            r.body.to_string().contains("\"name\":\"x-y\""),
+            "{}",
+            r.body
+        );
         let r = app
             .send(As::Admin, Method::DELETE, "/v2/device_profiles/x-y%2Ca%2Db")
             .await;
