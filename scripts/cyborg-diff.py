@@ -145,10 +145,9 @@ class Side:
             for n, arq in zip(made, b.get("arqs", [])):
                 self.sym[f"arq:{n}"] = arq.get("uuid", "")
                 self.names.setdefault(arq.get("uuid", ""), f"<arq:{n}>")
-        if req.kind.startswith("create_attr") and ans["status"] == 201 and isinstance(b, dict):
-            n = sum(1 for k in self.sym if k.startswith("attr:"))
-            self.sym[f"attr:{n}"] = b.get("uuid", "")
-            self.names.setdefault(b.get("uuid", ""), f"<attr:{n}>")
+        if req.kind.startswith("create_attr") and ans["status"] == 201 and isinstance(b, dict) and made:
+            self.sym[f"attr:{made[0]}"] = b.get("uuid", "")
+            self.names.setdefault(b.get("uuid", ""), f"<attr:{made[0]}>")
 
     def discover(self) -> None:
         """The fake device's deployable, device and resource provider on this side."""
@@ -294,7 +293,7 @@ DEVIATIONS = {
     "accelerator-prefix": lambda q, u, a: q.path.startswith("/accelerator") and u["status"] in (404, 406),
     # standard Placement classes and os-traits are accepted in profile groups
     "standard-names": lambda q, u, a: q.kind.startswith("create_profile") and u["status"] == 400
-    and a["status"] == 201 and re.match(r"Unsupported (resource class|trait name format) [A-Z]", _fs(u)),
+    and a["status"] in (201, 400) and re.match(r"Unsupported (resource class|trait name format) [A-Z]", _fs(u)),
     # a bind value that is null, a list or an object is refused before anything happens; upstream
     # checks the instance's other ARQs (400) and looks the ARQ up (404) first, and then fails in the
     # conductor when setting the field (500)
@@ -316,6 +315,20 @@ def explain(req: Req, u: dict[str, Any], a: dict[str, Any], allowed: set[str]) -
             except (KeyError, TypeError, AttributeError):
                 continue
     return None
+
+
+def undo_accel_only(ac: Side, req: Req, ua: dict[str, Any], aa: dict[str, Any]) -> None:
+    """A documented deviation where only accel created something: it goes again on accel, so that the
+    two worlds stay alike and later answers compare."""
+    if aa["status"] != 201 or ua["status"] == 201 or not isinstance(aa["body"], dict):
+        return
+    if req.kind.startswith("create_profile"):
+        ac.send(Req("DELETE", "/v2/device_profiles/" + str(aa["body"].get("uuid"))))
+    elif req.kind.startswith("create_attr"):
+        ac.send(Req("DELETE", "/v2/attributes/" + str(aa["body"].get("uuid"))))
+    elif req.kind.startswith("create_arq"):
+        uuids = ",".join(a["uuid"] for a in aa["body"].get("arqs", []))
+        ac.send(Req("DELETE", "/v2/accelerator_requests?arqs=" + uuids))
 
 
 def plant(ans: dict[str, Any], r) -> str:
@@ -407,9 +420,7 @@ def main() -> int:
             why = explain(req, u, a, allowed) if ue == ae else None
             if why:
                 documented[why] = documented.get(why, 0) + 1
-                if why == "standard-names" and isinstance(aa["body"], dict):
-                    # keep the two worlds alike: what only accel created goes again
-                    ac.send(Req("DELETE", "/v2/device_profiles/" + str(aa["body"].get("name"))))
+                undo_accel_only(ac, req, ua, aa)
                 continue
             diffs += 1
             print(f"--- #{i} {req.kind}: {req.describe()}")
@@ -423,6 +434,12 @@ def main() -> int:
                 print(f"  nova events:\n    upstream: {json.dumps(ue)}\n    accel:    {json.dumps(ae)}")
         if req.kind.startswith(("delete_profile", "create_profile")):
             walk.profiles = [p["name"] for p in (up.get("/v2/device_profiles") or {}).get("device_profiles", [])]
+            # all-or-nothing deletes (documented): what upstream deleted before its 404 goes on accel too
+            if req.kind.startswith("delete_profile") and "all-or-nothing-delete" in allowed:
+                for p in (ac.get("/v2/device_profiles") or {}).get("device_profiles", []):
+                    if p["name"] not in walk.profiles:
+                        ac.send(Req("DELETE", "/v2/device_profiles/" + p["uuid"]))
+                        documented["all-or-nothing-delete"] = documented.get("all-or-nothing-delete", 0) + 1
         if req.kind.startswith("delete_arqs"):
             live = {a["uuid"] for a in (up.get("/v2/accelerator_requests") or {}).get("arqs", [])}
             walk.arqs = [n for n in walk.arqs if up.sym.get(f"arq:{n}") in live]

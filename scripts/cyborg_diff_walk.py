@@ -80,6 +80,7 @@ class Walk:
                 self.arqs.append(self.n_arq)
                 self.n_arq += 1
         elif req.kind == "create_attr" and status == 201:
+            made.append(self.n_attr)
             self.attrs.append(self.n_attr)
             self.n_attr += 1
         return made
