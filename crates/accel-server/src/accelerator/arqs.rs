@@ -321,6 +321,7 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         return Err(service_token_required());
     }
     let scope = req.scope();
+    already_bound(&st, &req, &plan).await?;
     let deadline = accel_store::now() + st.bind_timeout_secs;
     let refused = st
         .app
@@ -333,6 +334,26 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     }
     st.bind_wakeup.notify_one();
     Ok(Reply::status(StatusCode::ACCEPTED))
+}
+
+/// Upstream's `_check_if_already_bound`, before any ARQ of the patch is looked up: the
+/// first bind's instance must have no ARQs yet (the store checks every bind again in
+/// its transaction).
+async fn already_bound(st: &AccelState, req: &Req, plan: &[(String, Op)]) -> AccelResult<()> {
+    let Some((_, Op::Bind(b))) = plan.first() else {
+        return Ok(());
+    };
+    let f = Filter {
+        instance: Some(b.instance_uuid.clone()),
+        resolved_only: false,
+    };
+    if st.app.store.arqs().list(&req.scope(), &f).await?.is_empty() {
+        return Ok(());
+    }
+    Err(AccelError::patch(format!(
+        "Instance {} already has accelerator requests. Cannot bind additional ARQs.",
+        b.instance_uuid
+    )))
 }
 
 /// A bind the store refused ([`accel_store::accelerator::refusals`]): logged, counted,
