@@ -206,6 +206,9 @@ def name_handles(side: Side, v: Any) -> None:
         info, uuid = v.get("attach_handle_info"), v.get("attach_handle_uuid")
         if isinstance(info, dict) and isinstance(uuid, str) and info:
             side.names[uuid.lower()] = f"<ah:{info.get('device')}.{info.get('function')}>"
+        # attributes the walk did not make (the fake driver's) by what they say
+        if {"key", "value", "deployable_id"} <= set(v) and isinstance(v.get("uuid"), str):
+            side.names.setdefault(v["uuid"].lower(), f"<attr {v['deployable_id']}:{v['key']}={v['value']}>")
         for x in v.values():
             name_handles(side, x)
     elif isinstance(v, list):

@@ -127,6 +127,22 @@ async fn paths_are_percent_decoded_and_empty_filters_ignored() {
             json!([])
         );
 
+        // A name given twice is deleted, then upstream's 404 for the repeat.
+        app.create_profile("twice", json!([{"resources:FPGA": "1"}]))
+            .await;
+        let r = app
+            .send(
+                As::Admin,
+                Method::DELETE,
+                "/v2/device_profiles?value=twice,twice",
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.fault().as_str()),
+            (404, "Device Profile not found with name=twice")
+        );
+        let left = app.get(As::Admin, "/v2/device_profiles").await;
+        assert_eq!(left.body["device_profiles"], json!([]));
         app.create_profile("dp", json!([{"resources:FPGA": "1"}]))
             .await;
         app.create_arqs(As::Nova("p1"), "dp").await;
