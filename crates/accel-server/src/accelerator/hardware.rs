@@ -77,8 +77,10 @@ fn filters(req: &Req) -> AccelResult<Filters<'_>> {
             FILTER_FIELDS.join(", ")
         )));
     }
+    // A filter without a field is dropped, as upstream answers the whole list.
     let pairs = slots
         .into_values()
+        .filter(|(f, _)| f.is_some())
         .map(|(f, v)| match (f, v) {
             (Some(f), Some(v)) => Ok((f, v)),
             _ => Err(AccelError::bad_request(

@@ -162,6 +162,13 @@ async fn paths_are_percent_decoded_and_empty_filters_ignored() {
         assert_eq!(r.fault(), "Invalid input for field/attribute instance. Value: ''. unable to convert to uuid. Error: Expected a uuid but received .");
         let r = app.get(As::Admin, "/v2/accelerator_requests/nope").await;
         assert_eq!(r.fault(), "Invalid input for field/attribute uuid. Value: 'nope'. unable to convert to uuid. Error: Expected a uuid but received nope.");
+        let r = app.get(As::Admin, "/v2/deployables?filters.value=x").await;
+        assert_eq!(
+            r.body["deployables"].as_array().map(Vec::len),
+            Some(1),
+            "{}",
+            r.body
+        );
         let r = app
             .get(
                 As::Admin,
