@@ -39,7 +39,9 @@
 #      CYBORG_HOSTS (16), CYBORG_WORKERS (2), CYBORG_THREADS (8), CYBORG_DB (cyborg_bench: the
 #      MariaDB database, dropped and created by `start`), CYBORG_EXCHANGE (unset: oslo.messaging's
 #      default; a name of its own keeps this Cyborg's RPC apart from another one on the same
-#      RabbitMQ).
+#      RabbitMQ), CYBORG_RPC_VHOST (none: RabbitMQ's `/`; created with rabbitmqctl when given.
+#      Queues are named by topic alone, so two stacks on one vhost share `cyborg-conductor` and
+#      each conductor takes the other's calls: give each stack its own).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${CYBORG_VENV:-${TMPDIR:-/tmp}/accel-cyborg-venv}"
@@ -113,7 +115,7 @@ paste.filter_factory = oslo_middleware:RequestId.factory
 EOF
 cat > "$DIR/cyborg.conf" <<EOF
 [DEFAULT]
-transport_url = rabbit://guest:guest@127.0.0.1:5672/
+transport_url = rabbit://guest:guest@127.0.0.1:5672/${CYBORG_RPC_VHOST:-}
 $(if [[ -n "${CYBORG_EXCHANGE:-}" ]]; then printf 'control_exchange = %s' "$CYBORG_EXCHANGE"; fi)
 log_file = $DIR/cyborg.log
 [api]
@@ -154,6 +156,10 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", $STUB_PORT), H).serve_forever()
 EOF
 
+if [[ -n "${CYBORG_RPC_VHOST:-}" ]]; then
+  rabbitmqctl add_vhost "$CYBORG_RPC_VHOST" >/dev/null 2>&1 || true
+  rabbitmqctl set_permissions -p "$CYBORG_RPC_VHOST" guest '.*' '.*' '.*' >/dev/null
+fi
 mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB CHARACTER SET utf8mb4;"
 "$VENV/bin/cyborg-dbsync" --config-file "$DIR/cyborg.conf" upgrade >"$DIR/dbsync.log" 2>&1
 "$VENV/bin/python" - "$HOSTS" "$DB" > "$DIR/targets" <<'EOF'

@@ -12,8 +12,9 @@
 //! `-Maximum-Version`, `Vary` and, once the version parsed, `OpenStack-API-Version:
 //! accelerator 2.x`; `/` and a 401 carry none.
 
-use super::error::{self, AccelError};
+use super::error::{self, AccelError, Bare};
 use super::microversion::{self, Version};
+use super::webob::{self, Page};
 use super::{agent, arqs, claims, cleaning, hardware, kubernetes, maintenance, profiles, render};
 use super::{json_reply, AccelResult, AccelState, Caller, Req};
 use crate::auth::{Credentials, Rejection};
@@ -28,6 +29,12 @@ use std::sync::Arc;
 /// The accelerator API, as the front door knows it.
 pub struct Cyborg;
 
+/// A resolved route: its handler, and whether its body goes through WSME's media types.
+pub struct Routed {
+    handler: Handler<Cyborg>,
+    wsme: bool,
+}
+
 /// A `/v2` path, split, and the `scheme://host` its links are made of.
 pub struct Target {
     segs: Vec<String>,
@@ -41,7 +48,7 @@ impl Api for Cyborg {
     type VersionError = String;
     type Error = AccelError;
     type Target = Target;
-    type Route = Handler<Cyborg>;
+    type Route = Routed;
     type Local = Caller;
 
     const NAME: &'static str = "accelerator";
@@ -53,7 +60,11 @@ impl Api for Cyborg {
     }
 
     fn enter(head: &Head) -> ControlFlow<Response<Body>, Target> {
-        let mut path = head.parts.uri.path();
+        // WSGI servers hand Pecan PATH_INFO percent-decoded: `dp%2Dx` is `dp-x` and
+        // `a%2Cb` is `a,b` before routing, and a `%2F` splits a segment.
+        let decoded =
+            percent_encoding::percent_decode_str(head.parts.uri.path()).decode_utf8_lossy();
+        let mut path: &str = &decoded;
         if let Some(rest) = path.strip_prefix("/accelerator") {
             if rest.is_empty() || rest.starts_with('/') {
                 path = rest;
@@ -71,11 +82,11 @@ impl Api for Cyborg {
             return ControlFlow::Break(if head.parts.method == Method::GET {
                 json_reply(StatusCode::OK, &render::root_document(&host_url)).into_response(false)
             } else {
-                AccelError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "The method specified is not allowed for this resource.",
-                )
-                .into_response()
+                AccelError::page(Page::MethodNotAllowed {
+                    method: head.parts.method.to_string(),
+                })
+                .with_allow("GET".into())
+                .into_response_for(&head.parts.headers)
             });
         }
         if segs[0] == "v2" {
@@ -104,25 +115,46 @@ impl Api for Cyborg {
         microversion::parse(values)
     }
 
-    fn version_refused(message: String, _: &Head) -> Response<Body> {
-        AccelError::not_acceptable(message).into_response()
+    /// Cyborg's version check raises webob's 406, a page. A version out of range is
+    /// answered with the minimum and maximum (the door's stamp); a header that does not
+    /// parse, before the range is known, with no version headers at all.
+    fn version_refused(message: String, head: &Head) -> Response<Body> {
+        let unparsed = message.starts_with("Invalid value");
+        let mut resp = AccelError::page(Page::NotAcceptable { detail: message })
+            .into_response_for(&head.parts.headers);
+        if !unparsed {
+            resp.extensions_mut().remove::<Bare>();
+        }
+        resp
+    }
+
+    /// Pecan refuses an `Accept` without JSON before routing.
+    fn precheck(head: &Head) -> AccelResult<()> {
+        webob::acceptable(head)
     }
 
     fn error(status: StatusCode, message: String) -> AccelError {
         AccelError::new(status, message)
     }
 
-    fn route(
-        target: &Target,
-        method: &Method,
-        _: Version,
-    ) -> AccelResult<(Handler<Cyborg>, Vec<String>)> {
+    fn route(target: &Target, method: &Method, _: Version) -> AccelResult<(Routed, Vec<String>)> {
         let segs: Vec<&str> = target.segs.iter().map(String::as_str).collect();
-        route(&segs, method)
+        let (handler, params) = route(&segs, method)?;
+        // Cyborg's own resources read bodies through WSME's media-type switch; accel's
+        // agent and Kubernetes paths are read as JSON whatever the type.
+        let wsme = !matches!(segs.first(), Some(&("agent" | "device_cleanings")));
+        Ok((Routed { handler, wsme }, params))
     }
 
-    fn handler(route: &Handler<Cyborg>) -> Handler<Cyborg> {
-        *route
+    fn handler(route: &Routed) -> Handler<Cyborg> {
+        route.handler
+    }
+
+    fn check(route: &Routed, req: &Req) -> AccelResult<()> {
+        match route.wsme {
+            true => webob::body_media_type(&req.method, &req.headers, &req.body),
+            false => Ok(()),
+        }
     }
 
     fn local(st: &AccelState, target: Target, creds: &Credentials) -> Caller {
@@ -137,11 +169,14 @@ impl Api for Cyborg {
         reply.into_response(false)
     }
 
-    fn refusal(e: AccelError, _: Version, _: &Head) -> Response<Body> {
-        e.into_response()
+    fn refusal(e: AccelError, _: Version, head: &Head) -> Response<Body> {
+        e.into_response_for(&head.parts.headers)
     }
 
     fn stamp(resp: &mut Response<Body>, version: Option<Version>, _vary: bool) {
+        if resp.extensions().get::<Bare>().is_some() {
+            return;
+        }
         let h = resp.headers_mut();
         if let Some(version) = version {
             if let Ok(v) = HeaderValue::from_str(&format!("accelerator {version}")) {
@@ -189,14 +224,30 @@ macro_rules! h {
 fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<String>)> {
     use Method as M;
     let m = method.clone();
+    // Pecan's answers: a method the controller lacks is a 405 naming the controller's
+    // methods, except a PATCH on a collection without one, and a GET of a custom
+    // action, which are 404s.
     let refuse = |allowed: &[Method]| {
         let allow: Vec<&str> = allowed.iter().map(Method::as_str).collect();
-        Err(AccelError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "The method specified is not allowed for this resource.",
-        )
+        Err(AccelError::page(Page::MethodNotAllowed {
+            method: method.to_string(),
+        })
         .with_allow(allow.join(", ")))
     };
+    let not_found = || Err(AccelError::page(Page::NotFound));
+    let collection = |allowed: &[Method]| match m {
+        M::PATCH => not_found(),
+        _ => refuse(allowed),
+    };
+    let custom = |allowed: &[Method]| match m {
+        M::GET => not_found(),
+        _ => refuse(allowed),
+    };
+    let (dp, arq, hw) = (
+        [M::DELETE, M::GET, M::POST],
+        [M::DELETE, M::GET, M::PATCH, M::POST],
+        [M::GET],
+    );
     let (handler, params): (Handler<Cyborg>, Vec<&str>) = match *segs {
         [] => match m {
             M::GET => (h!(v2_document), vec![]),
@@ -206,29 +257,29 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
             M::GET => (h!(profiles::list), vec![]),
             M::POST => (h!(profiles::create), vec![]),
             M::DELETE => (h!(profiles::delete), vec![]),
-            _ => return refuse(&[M::GET, M::POST, M::DELETE]),
+            _ => return collection(&dp),
         },
         ["device_profiles", id] => match m {
             M::GET => (h!(profiles::show), vec![id]),
             M::DELETE => (h!(profiles::delete), vec![id]),
-            _ => return refuse(&[M::GET, M::DELETE]),
+            _ => return refuse(&dp),
         },
         ["accelerator_requests"] => match m {
             M::GET => (h!(arqs::list), vec![]),
             M::POST => (h!(arqs::create), vec![]),
             M::PATCH => (h!(arqs::patch), vec![]),
             M::DELETE => (h!(arqs::delete), vec![]),
-            _ => return refuse(&[M::GET, M::POST, M::PATCH, M::DELETE]),
+            _ => return refuse(&arq),
         },
         ["accelerator_requests", id] => match m {
             M::GET => (h!(arqs::show), vec![id]),
             M::PATCH => (h!(arqs::patch), vec![id]),
             M::DELETE => (h!(arqs::delete), vec![id]),
-            _ => return refuse(&[M::GET, M::PATCH, M::DELETE]),
+            _ => return refuse(&arq),
         },
         ["devices"] => match m {
             M::GET => (h!(hardware::list_devices), vec![]),
-            _ => return refuse(&[M::GET]),
+            _ => return collection(&hw),
         },
         ["devices", id] => match m {
             M::GET => (h!(hardware::show_device), vec![id]),
@@ -236,11 +287,11 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
         },
         ["devices", id, action @ ("enable" | "disable")] => match m {
             M::POST => (h!(hardware::set_device_status), vec![id, action]),
-            _ => return refuse(&[M::POST]),
+            _ => return custom(&hw),
         },
         ["deployables"] => match m {
             M::GET => (h!(hardware::list_deployables), vec![]),
-            _ => return refuse(&[M::GET]),
+            _ => return collection(&hw),
         },
         ["deployables", id] => match m {
             M::GET => (h!(hardware::show_deployable), vec![id]),
@@ -248,17 +299,17 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
         },
         ["deployables", id, "program"] => match m {
             M::PATCH => (h!(hardware::program_deployable), vec![id]),
-            _ => return refuse(&[M::PATCH]),
+            _ => return custom(&hw),
         },
         ["attributes"] => match m {
             M::GET => (h!(hardware::list_attributes), vec![]),
             M::POST => (h!(hardware::create_attribute), vec![]),
-            _ => return refuse(&[M::GET, M::POST]),
+            _ => return collection(&dp),
         },
         ["attributes", id] => match m {
             M::GET => (h!(hardware::show_attribute), vec![id]),
             M::DELETE => (h!(hardware::delete_attribute), vec![id]),
-            _ => return refuse(&[M::GET, M::DELETE]),
+            _ => return refuse(&dp),
         },
         ["agent", "hosts", host] => match m {
             M::GET => (h!(agent::show_host), vec![host]),
@@ -309,7 +360,7 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
             M::DELETE => (h!(claims::unprepare), vec![host, uid]),
             _ => return refuse(&[M::PUT, M::DELETE]),
         },
-        _ => return Err(AccelError::not_found("The resource could not be found.")),
+        _ => return not_found(),
     };
     Ok((handler, params.into_iter().map(str::to_owned).collect()))
 }

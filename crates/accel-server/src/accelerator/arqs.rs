@@ -16,7 +16,7 @@
 
 use super::error::{AccelError, AccelResult};
 use super::microversion::Version;
-use super::{json_reply, render, require_uuid, AccelState, Reply, Req};
+use super::{json_reply, render, require_uuid, require_uuid_arg, AccelState, Reply, Req};
 use accel_api::accelerator::{self as wire, NewArqs, PatchOp};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::arqs::{Arq, Binding, Filter, Patch as Op};
@@ -39,12 +39,22 @@ fn reply_list(req: &Req, status: StatusCode, list: &[Arq]) -> Reply {
 pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ARQ_CREATE)?;
     req.only_params(&[])?;
-    let body = req.json_body()?;
+    let body = req.json_arg("req")?;
     // The object and the name are checked first, with upstream's texts; what is left
     // to refuse is the group id, which `NewArqs` reads as WSME does ("1" is 1).
+    let mut body = body;
     let obj = body
-        .as_object()
+        .as_object_mut()
         .ok_or_else(|| AccelError::bad_request("The request body must be a JSON object."))?;
+    // Upstream looks a number up by its text (a 404 naming it), as Python formats it.
+    let spelled = match obj.get("device_profile_name") {
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(Value::Bool(b)) => Some(if *b { "True" } else { "False" }.to_owned()),
+        _ => None,
+    };
+    if let Some(name) = spelled {
+        obj.insert("device_profile_name".into(), Value::String(name));
+    }
     match obj.get("device_profile_name") {
         Some(Value::String(_)) => {}
         None | Some(Value::Null) => {
@@ -75,12 +85,15 @@ pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
 pub async fn list(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::ARQ_GET_ALL)?;
     req.only_params(&["bind_state", "instance"])?;
+    // Upstream filters only on values that are truthy in Python: an empty `bind_state`
+    // is no filter.
     let instance = req.query_last("instance").map(str::to_owned);
     if let Some(i) = &instance {
-        require_uuid(i)?;
+        // WSME types it `uuid`: an empty value is refused too.
+        require_uuid_arg("instance", i)?;
     }
     let resolved = match req.query_last("bind_state") {
-        None => false,
+        None | Some("") => false,
         Some("resolved") => true,
         // Upstream: ARQBadState, a 500.
         Some(other) => {
@@ -124,16 +137,31 @@ pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     let scope = req.scope();
     match (list, instance) {
         (Some(list), None) => {
-            let uuids: Vec<String> = list.split(',').map(str::to_owned).collect();
+            // A uuid named twice: upstream deletes the ARQ, then cannot find it again
+            // and answers 404 naming the repeats (after the deletion).
+            let mut uuids: Vec<String> = Vec::new();
+            let mut repeated: Vec<String> = Vec::new();
+            for u in list.split(',') {
+                match uuids.iter().any(|x| x == u) {
+                    true => repeated.push(format!("'{u}'")),
+                    false => uuids.push(u.to_owned()),
+                }
+            }
             // Once bound, only Nova (with its service token) may delete an ARQ.
             st.app
                 .store
                 .arqs()
                 .delete_listed(&scope, &uuids, req.is_service())
                 .await?;
+            if !repeated.is_empty() {
+                return Err(AccelError::not_found(format!(
+                    "ARQ not found with uuids [{}]",
+                    repeated.join(", ")
+                )));
+            }
         }
         (None, Some(instance)) => {
-            require_uuid(instance)?;
+            require_uuid_arg("instance", instance)?;
             if !req.is_service() {
                 return Err(service_token_required());
             }
@@ -211,12 +239,7 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
             .find(|(f, _)| *f == name)
             .ok_or_else(|| AccelError::patch(format!("Invalid path in patch {path}")))?;
         if add {
-            // Values are not type-checked upstream; a string form is what is stored.
-            slot.1 = Some(match value {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(v) => v.to_string(),
-            });
+            slot.1 = Some(bind_value(name, value.as_ref())?);
         }
     }
     if !add {
@@ -232,6 +255,10 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
             "Fields absent in patch {}",
             absent.join(",")
         )));
+    }
+    if let Some((_, Some(instance))) = fields.iter().find(|(f, _)| *f == "instance_uuid") {
+        // Upstream stores any text here and then cannot render its own list.
+        require_uuid_arg("instance_uuid", instance)?;
     }
     let get = |n: &str| {
         fields
@@ -250,13 +277,31 @@ fn validate(req: &Req, ops: &[PatchOp]) -> AccelResult<Op> {
     }))
 }
 
+/// A bind field's value as upstream's string field takes it: text, or a number or a
+/// boolean in Python's spelling; null, a list, an object or no value at all is refused
+/// here, before anything is stored or sent (upstream fails in the conductor with a 500).
+fn bind_value(field: &str, value: Option<&Value>) -> AccelResult<String> {
+    let kind = match value {
+        Some(Value::String(s)) => return Ok(s.clone()),
+        Some(Value::Number(n)) => return Ok(n.to_string()),
+        Some(Value::Bool(b)) => return Ok(if *b { "True" } else { "False" }.to_owned()),
+        Some(Value::Array(_)) => "list",
+        Some(Value::Object(_)) => "dict",
+        Some(Value::Null) => "NoneType",
+        None => return Err(AccelError::patch(format!("Fields absent in patch {field}"))),
+    };
+    Err(AccelError::bad_request(format!(
+        "A string is required in field {field}, not a {kind}"
+    )))
+}
+
 /// `PATCH /accelerator_requests` with `{arq_uuid: [ops]}`; also accepted on the item
 /// URL (openstacksdk sends the same map there) and, on the item URL, a bare op list.
 pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     let id = req.params.first().map(String::as_str);
     req.authorize(&st, rules::ARQ_UPDATE)?;
     req.only_params(&[])?;
-    let body = req.json_body()?;
+    let body = req.json_arg("patch_list")?;
     let map: Map<String, Value> = match (body, id) {
         (Value::Object(m), _) if !m.is_empty() => m,
         (list @ Value::Array(_), Some(id)) => std::iter::once((id.to_owned(), list)).collect(),
@@ -267,8 +312,8 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         }
     };
     let mut plan: Vec<(String, Op)> = Vec::with_capacity(map.len());
+    // A key that is no uuid is looked up like any other: upstream's 404.
     for (uuid, ops) in map {
-        require_uuid(&uuid)?;
         let op = validate(&req, &read_ops(ops)?)?;
         plan.push((uuid, op));
     }
@@ -276,6 +321,7 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         return Err(service_token_required());
     }
     let scope = req.scope();
+    already_bound(&st, &req, &plan).await?;
     let deadline = accel_store::now() + st.bind_timeout_secs;
     let refused = st
         .app
@@ -288,6 +334,26 @@ pub async fn patch(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     }
     st.bind_wakeup.notify_one();
     Ok(Reply::status(StatusCode::ACCEPTED))
+}
+
+/// Upstream's `_check_if_already_bound`, before any ARQ of the patch is looked up: the
+/// first bind's instance must have no ARQs yet (the store checks every bind again in
+/// its transaction).
+async fn already_bound(st: &AccelState, req: &Req, plan: &[(String, Op)]) -> AccelResult<()> {
+    let Some((_, Op::Bind(b))) = plan.first() else {
+        return Ok(());
+    };
+    let f = Filter {
+        instance: Some(b.instance_uuid.clone()),
+        resolved_only: false,
+    };
+    if st.app.store.arqs().list(&req.scope(), &f).await?.is_empty() {
+        return Ok(());
+    }
+    Err(AccelError::patch(format!(
+        "Instance {} already has accelerator requests. Cannot bind additional ARQs.",
+        b.instance_uuid
+    )))
 }
 
 /// A bind the store refused ([`accel_store::accelerator::refusals`]): logged, counted,

@@ -9,10 +9,11 @@
 //! Python's `json.dumps` writes them (`", "` and `": "` separators, non-ASCII escaped),
 //! since that is the byte stream clients have always seen.
 
+use super::webob::Page;
 use crate::auth::Rejection;
 use crate::reply;
 use axum::body::Body;
-use axum::http::{HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
 /// An error a handler returns.
@@ -28,7 +29,13 @@ pub struct AccelError {
     /// on accel's own agent endpoints, so the agent tells refusals apart without
     /// reading words ([`accel_api::agent::NO_COMPUTE_NODE`]).
     pub code: Option<&'static str>,
+    /// Rendered as webob's page instead of a WSME fault, without version headers.
+    pub page: Option<Page>,
 }
+
+/// Marks an answer that carries none of the version headers (a webob page).
+#[derive(Clone, Copy)]
+pub struct Bare;
 
 pub type AccelResult<T> = Result<T, AccelError>;
 
@@ -40,6 +47,7 @@ impl AccelError {
             raw_body: None,
             allow: None,
             code: None,
+            page: None,
         }
     }
 
@@ -47,6 +55,12 @@ impl AccelError {
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
+    }
+    /// A webob page ([`super::webob`]): routing errors, the `Accept` and version checks.
+    pub fn page(page: Page) -> Self {
+        let mut e = Self::new(page.status(), "");
+        e.page = Some(page);
+        e
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, m)
@@ -80,6 +94,12 @@ impl AccelError {
     pub fn invalid_uuid(value: &str) -> Self {
         Self::bad_request(format!("Expected a uuid but received {value}."))
     }
+    /// WSME's refusal of argument `name` typed `uuid`.
+    pub fn invalid_uuid_arg(name: &str, value: &str) -> Self {
+        Self::bad_request(format!(
+            "Invalid input for field/attribute {name}. Value: '{value}'. unable to convert to uuid. Error: Expected a uuid but received {value}."
+        ))
+    }
     /// `423 Locked` with WSME's `null` body (ARQs of the instance not resolved yet).
     pub fn locked() -> Self {
         AccelError {
@@ -88,6 +108,7 @@ impl AccelError {
             raw_body: Some("null".into()),
             allow: None,
             code: None,
+            page: None,
         }
     }
 
@@ -97,7 +118,21 @@ impl AccelError {
         self
     }
 
+    /// The answer; a page is rendered for a client without an `Accept` header.
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_for(&HeaderMap::new())
+    }
+
+    /// The answer to a request with `headers` (a page's format follows its `Accept`).
+    pub fn into_response_for(self, headers: &HeaderMap) -> Response<Body> {
+        if let Some(page) = &self.page {
+            let mut resp = envelope(self.status, &page.render(headers));
+            resp.extensions_mut().insert(Bare);
+            if let Some(v) = self.allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+                resp.headers_mut().insert("allow", v);
+            }
+            return resp;
+        }
         let inner = match self.raw_body {
             Some(raw) => raw,
             None => {

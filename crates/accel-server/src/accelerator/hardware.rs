@@ -15,6 +15,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The fields upstream's `FilterType` takes (its enumeration; upstream lists them in
+/// a Python set's order, here sorted).
+const FILTER_FIELDS: &[&str] = &[
+    "availability",
+    "board",
+    "instance_uuid",
+    "interface_type",
+    "limit",
+    "marker",
+    "name",
+    "parent_uuid",
+    "root_uuid",
+    "sort_dir",
+    "sort_key",
+];
+
 /// `(field, value)` filters, and the query's other parameters.
 type Filters<'a> = (Vec<(String, String)>, Vec<(&'a str, &'a str)>);
 
@@ -50,8 +66,21 @@ fn filters(req: &Req) -> AccelResult<Filters<'_>> {
             }
         }
     }
+    // WSME reads each filter's `field` as an enumeration first.
+    if let Some(bad) = slots
+        .values()
+        .filter_map(|(f, _)| f.as_deref())
+        .find(|f| !FILTER_FIELDS.contains(f))
+    {
+        return Err(AccelError::bad_request(format!(
+            "Invalid input for field/attribute field. Value: '{bad}'. Value should be one of: {}",
+            FILTER_FIELDS.join(", ")
+        )));
+    }
+    // A filter without a field is dropped, as upstream answers the whole list.
     let pairs = slots
         .into_values()
+        .filter(|(f, _)| f.is_some())
         .map(|(f, v)| match (f, v) {
             (Some(f), Some(v)) => Ok((f, v)),
             _ => Err(AccelError::bad_request(
@@ -208,7 +237,7 @@ pub async fn list_attributes(st: Arc<AccelState>, req: Req) -> AccelResult<Reply
     let deployable_id = match req.query_last("deployable_id").filter(|s| !s.is_empty()) {
         None => None,
         Some(d) => Some(d.trim().parse::<i64>().map_err(|_| {
-            AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. Expected an integer."))
+            AccelError::bad_request(format!("Invalid input for field/attribute deployable_id. Value: '{d}'. unable to convert to integer. Error: invalid literal for int() with base 10: '{d}'"))
         })?),
     };
     let key = req
@@ -269,7 +298,7 @@ pub async fn create_attribute(st: Arc<AccelState>, req: Req) -> AccelResult<Repl
         deployable_id,
         key,
         value,
-    } = attribute_body(&req.json_body()?)?;
+    } = attribute_body(&req.json_arg("req_attr")?)?;
     let a = st
         .app
         .store
@@ -338,7 +367,7 @@ pub async fn program_deployable(st: Arc<AccelState>, req: Req) -> AccelResult<Re
     req.authorize(&st, rules::DEPLOYABLE_PROGRAM)?;
     req.only_params(&[])?;
     require_uuid(uuid)?;
-    let image = program_image(req.json_body()?)?;
+    let image = program_image(req.json_arg("program_info")?)?;
     let asked = st.app.store.programs().request(uuid, &image).await?;
     let id = asked.id;
     let deadline =

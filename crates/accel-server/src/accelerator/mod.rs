@@ -43,6 +43,7 @@ mod maintenance;
 pub mod microversion;
 mod profiles;
 mod render;
+mod webob;
 
 pub use crate::front::Reply;
 pub use api::Cyborg;
@@ -147,11 +148,19 @@ impl Req {
     }
 
     pub fn json_body(&self) -> AccelResult<Value> {
+        self.json_arg("body")
+    }
+
+    /// The body, read as WSME reads the handler's body argument `name`: absent is a
+    /// missing argument, text that is not JSON is refused in WSME's words.
+    pub fn json_arg(&self, name: &str) -> AccelResult<Value> {
         if self.body.is_empty() {
-            return Err(AccelError::bad_request("Missing argument: \"body\""));
+            return Err(AccelError::bad_request(format!(
+                "Missing argument: \"{name}\""
+            )));
         }
         serde_json::from_slice(&self.body)
-            .map_err(|e| AccelError::bad_request(format!("Request body is not valid JSON: {e}")))
+            .map_err(|_| AccelError::bad_request("Request is not in valid JSON format"))
     }
 
     /// `<host>/accelerator/v2/<resource>/<id>`, the link Cyborg hard-codes.
@@ -166,12 +175,17 @@ impl Req {
 
 pub(crate) use accel_core::ids::is_uuid_like;
 
-/// A path segment or query value WSME types as `uuid`.
+/// A path segment or query value WSME types as `uuid`, refused in WSME's words.
 pub(crate) fn require_uuid(s: &str) -> AccelResult<()> {
+    require_uuid_arg("uuid", s)
+}
+
+/// Argument `name`, which WSME types as `uuid`.
+pub(crate) fn require_uuid_arg(name: &str, s: &str) -> AccelResult<()> {
     if is_uuid_like(s) {
         Ok(())
     } else {
-        Err(AccelError::invalid_uuid(s))
+        Err(AccelError::invalid_uuid_arg(name, s))
     }
 }
 

@@ -153,7 +153,7 @@ fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
 pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::DEVICE_PROFILE_CREATE)?;
     req.only_params(&[])?;
-    let profile = parse_body(req.json_body()?)?;
+    let profile = parse_body(req.json_arg("req_devprof_list")?)?;
     let created = st.app.store.profiles().create(&profile).await?;
     Ok(json_reply(
         StatusCode::CREATED,
@@ -171,11 +171,26 @@ pub async fn delete(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
         Some(v) if !v.is_empty() => v.to_owned(),
         _ => return Err(AccelError::bad_request("Missing argument: \"value\"")),
     };
+    // A name given twice: upstream deletes the profile, then cannot find it again (a 404
+    // naming it, after the deletion).
+    let mut repeated = None;
     let keys: Vec<Key> = if is_uuid_like(&value) {
         vec![Key::Uuid(value)]
     } else {
-        value.split(',').map(|n| Key::Name(n.to_owned())).collect()
+        let mut names: Vec<&str> = Vec::new();
+        for n in value.split(',') {
+            match names.contains(&n) {
+                true => repeated = repeated.or(Some(n.to_owned())),
+                false => names.push(n),
+            }
+        }
+        names.into_iter().map(|n| Key::Name(n.to_owned())).collect()
     };
     st.app.store.profiles().delete_all(&keys).await?;
+    if let Some(name) = repeated {
+        return Err(AccelError::not_found(format!(
+            "Device Profile not found with name={name}"
+        )));
+    }
     Ok(Reply::status(StatusCode::NO_CONTENT))
 }

@@ -357,7 +357,7 @@ async fn arq_create_bodies() {
             "DeviceProfile name needed.",
         ),
         (
-            json!({"device_profile_name": 3, "device_profile_group_id": "x"}),
+            json!({"device_profile_name": [3], "device_profile_group_id": "x"}),
             "device_profile_name must be a string.",
         ),
         (
@@ -382,6 +382,10 @@ async fn arq_create_bodies() {
         assert_eq!(r.status, 400, "{body}: {}", r.body);
         assert_eq!(r.fault(), message, "{body}");
     }
+    // A number is looked up by its text, as upstream does.
+    let r = post(json!({"device_profile_name": 3})).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(r.fault(), "Device Profile not found with name=3");
 }
 
 /// Nova without Keystone (`[service_user] auth_type = admin_token`) sends its service

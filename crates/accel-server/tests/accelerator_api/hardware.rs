@@ -38,11 +38,17 @@ async fn fake_devices_in_hardware_api_and_placement() {
             ("?type=FPGA", 1),
             ("?hostname=compute1&vendor=0xABCD", 1),
             ("?hostname=other", 0),
-            ("?filters.field=model&filters.value=miss%20model%20info", 1),
+            ("?filters.field=limit&filters.value=1", 1),
         ] {
             let r = app.get(As::Admin, &format!("/v2/devices{q}")).await;
             assert_eq!(r.body["devices"].as_array().unwrap().len(), n, "{q}");
         }
+        // Upstream's `FilterType` takes only its enumeration of fields.
+        let r = app
+            .get(As::Admin, "/v2/devices?filters.field=model&filters.value=x")
+            .await;
+        assert_eq!(r.status, 400);
+        assert!(r.fault().starts_with("Invalid input for field/attribute field. Value: 'model'. Value should be one of: availability, board,"), "{}", r.fault());
         let r = app
             .get(
                 As::Admin,

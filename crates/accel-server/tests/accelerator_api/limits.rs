@@ -19,21 +19,22 @@ async fn list_routes_at_the_query_limit() {
             // The same filter over and over, and filters of every kind at once.
             (
                 "/v2/devices",
-                exact_query(indexed("vendor", "0xABCD"), "type=FPGA&", MAX_QUERY_BYTES),
+                exact_query(indexed("sort_key", "vendor"), "type=FPGA&", MAX_QUERY_BYTES),
                 Some(1),
             ),
             (
                 "/v2/devices",
                 exact_query(
                     (0..).map(|i| match i % 3 {
-                        0 => format!("filters[{i}].field=type&filters[{i}].value=FPGA"),
-                        1 => format!("filters[{i}].field=hostname&filters[{i}].value=compute1"),
-                        _ => format!("filters[{i}].field=model&filters[{i}].value=M{i}"),
+                        // upstream's filter fields; on devices they do not filter
+                        0 => format!("filters[{i}].field=limit&filters[{i}].value=1"),
+                        1 => format!("filters[{i}].field=marker&filters[{i}].value=m"),
+                        _ => format!("filters[{i}].field=sort_dir&filters[{i}].value=M{i}"),
                     }),
                     "type=FPGA&",
                     MAX_QUERY_BYTES,
                 ),
-                Some(0),
+                Some(1),
             ),
             (
                 "/v2/deployables",
@@ -42,7 +43,7 @@ async fn list_routes_at_the_query_limit() {
                         0 => format!(
                             "filters[{i}].field=name&filters[{i}].value=compute1_FakeDevice"
                         ),
-                        _ => format!("filters[{i}].field=driver_name&filters[{i}].value=fake"),
+                        _ => format!("filters[{i}].field=sort_key&filters[{i}].value=name"),
                     }),
                     "filters[y].field=sort_dir&filters[y].value=ASCENDING",
                     MAX_QUERY_BYTES,

@@ -12,3 +12,4 @@ mod query;
 #[path = "../common/reply.rs"]
 mod reply;
 mod versions;
+mod wire;
