@@ -35,7 +35,7 @@ async fn compute_node(server: &TestServer, name: &'static str) {
 
 fn probes() -> (Arc<Metrics>, Arc<Probes>) {
     let m = Arc::new(Metrics::new());
-    let p = Arc::new(Probes::new(m.clone(), false, Duration::from_secs(60)));
+    let p = Arc::new(Probes::new(m.clone(), None, Duration::from_secs(60)));
     (m, p)
 }
 

@@ -85,6 +85,9 @@ async fn registration_and_prepare_over_the_sockets() {
     let metrics = Arc::new(accel_k8s::KubeletMetrics::register(
         &mut prometheus_client::registry::Registry::default(),
     ));
+    let mut dra_registry = prometheus_client::registry::Registry::default();
+    let dra_metrics = Arc::new(dra::metrics::DraMetrics::register(&mut dra_registry));
+    let cdi_dir = config.cdi_dir.clone();
     let driver = Arc::new(
         Driver::new(
             NODE,
@@ -93,7 +96,8 @@ async fn registration_and_prepare_over_the_sockets() {
             Arc::new(Api([("c".to_string(), claim)].into())),
             held.clone(),
         )
-        .with_metrics(Some(metrics.clone())),
+        .with_metrics(Some(metrics.clone()))
+        .with_dra_metrics(dra_metrics.clone()),
     );
     let registry = dir.path().join("registry");
     let plugins = dir.path().join("plugins");
@@ -143,6 +147,17 @@ async fn registration_and_prepare_over_the_sockets() {
         vec![format!("accel.dev/gpu={uid}-{name}")]
     );
     assert_eq!(held.0.lock().unwrap()[uid], vec![gpu.id.clone()]);
+    // The container sees its devices as a device plugins' container does.
+    let cdi = dra::cdi_path(&cdi_dir, "accel.dev", "gpu", uid);
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&cdi).unwrap()).unwrap();
+    let env = &spec["devices"][0]["containerEdits"]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .contains(&json!("ACCEL_VISIBLE_DEVICES=0000:3b:00.0")),
+        "{env}"
+    );
+    dra_counts(&dra_registry, &k, uid).await;
 
     if let Some(python) = std::env::var_os("ACCEL_DRA_PYTHON") {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dra-authority.py");
@@ -172,6 +187,59 @@ async fn registration_and_prepare_over_the_sockets() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
     assert!(!reg_sock.exists());
+}
+
+/// The DRA families move with each call: a prepare done, one failed (a claim the
+/// API server does not have), an unprepare.
+async fn dra_counts(
+    registry: &prometheus_client::registry::Registry,
+    k: &v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel>,
+    uid: &str,
+) {
+    use accel_k8s::testing::sample;
+    let mut k = k.clone();
+    let prepared = r#"accel_dra_prepares_total{outcome="prepared"}"#;
+    let failed = r#"accel_dra_prepares_total{outcome="failed"}"#;
+    let unprepared = r#"accel_dra_unprepares_total{outcome="unprepared"}"#;
+    assert_eq!(sample(registry, prepared), Some(1.0));
+    assert_eq!(sample(registry, failed), None);
+    assert_eq!(
+        sample(registry, "accel_dra_prepare_duration_seconds_count"),
+        Some(1.0)
+    );
+    let gone = "0b0e5b1c-1111-4c4c-9d9d-000000000009";
+    let got = k
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![v1::Claim {
+                namespace: "ns".into(),
+                uid: gone.into(),
+                name: "gone".into(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.claims[gone].error.contains("gone not found"), "{got:?}");
+    assert_eq!(sample(registry, failed), Some(1.0));
+    assert_eq!(sample(registry, prepared), Some(1.0));
+    assert_eq!(sample(registry, unprepared), None);
+    let got = k
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: vec![v1::Claim {
+                namespace: "ns".into(),
+                uid: uid.into(),
+                name: "c".into(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.claims[uid].error, "");
+    assert_eq!(sample(registry, unprepared), Some(1.0));
+    assert_eq!(
+        sample(registry, "accel_dra_unprepare_duration_seconds_count"),
+        Some(1.0)
+    );
 }
 
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
