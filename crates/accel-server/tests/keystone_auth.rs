@@ -807,7 +807,6 @@ async fn the_agent_reports_with_its_own_keystone_session() {
             interface_id: None,
             function_id: None,
             memory_mib: None,
-            pcie_root: None,
             memory_kind: None,
             healthy: true,
         }];

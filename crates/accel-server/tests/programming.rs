@@ -157,7 +157,6 @@ fn fake_fpga() -> FakeDevice {
         interface_id: Some(INTERFACE.into()),
         function_id: None,
         memory_mib: None,
-        pcie_root: None,
         memory_kind: None,
         healthy: true,
     }
