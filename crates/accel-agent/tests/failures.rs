@@ -326,8 +326,6 @@ async fn the_device_plugins_loop_beats_its_own_liveness() {
 #[test]
 fn readiness_in_dra_mode_names_the_driver_and_a_failing_publish() {
     use accel_k8s::config::Mode;
-    use accel_k8s::dra::slices::{Published, SliceError};
-    use accel_k8s::dra::ApiError;
     let m = Arc::new(Metrics::new());
     let p = Probes::new(m.clone(), Some(Mode::Dra), Duration::from_secs(60));
     let check = |name: &str| {
@@ -339,15 +337,14 @@ fn readiness_in_dra_mode_names_the_driver_and_a_failing_publish() {
     assert_eq!(check("kubelet"), None);
     assert!(matches!(check("dra-driver"), Some(Check::Pending(why)) if why.contains("DRA driver")));
     assert!(matches!(check("dra-slices"), Some(Check::Pending(_))));
-    let refused = std::io::Error::other("connection refused");
     m.dra
-        .published(&Err(SliceError::Api(ApiError::client(refused))));
+        .published(Err("GET https://k/x: connection refused".into()));
     assert!(
         matches!(check("dra-slices"), Some(Check::Failed(why)) if why.contains("connection refused")),
         "{:?}",
         check("dra-slices")
     );
-    m.dra.published(&Ok(Published::Unchanged));
+    m.dra.published(Ok("unchanged"));
     assert_eq!(check("dra-slices"), Some(Check::Ok));
     m.kubelet.registered(1, true);
     assert_eq!(check("dra-driver"), Some(Check::Ok));

@@ -7,8 +7,7 @@
 //! families live in the caller's [`Registry`], as [`crate::KubeletMetrics`]' do; the
 //! driver and the publisher only update them, and count nothing without them.
 
-use super::slices::{Published, SliceError};
-use super::ClaimError;
+use super::error::ClaimError;
 use crate::metrics::OutcomeLabels;
 use crate::record::RecordError;
 use prometheus_client::metrics::counter::Counter;
@@ -96,13 +95,12 @@ impl DraMetrics {
             .inc();
     }
 
-    /// One publisher step and its result.
-    pub fn published(&self, result: &Result<Published, SliceError>) {
+    /// One publisher step: what it did (`created`, `updated`, `unchanged`), or why it
+    /// failed.
+    pub fn published(&self, result: Result<&'static str, String>) {
         let (outcome, state) = match result {
-            Ok(Published::Created { .. }) => ("created", PublishState::Published),
-            Ok(Published::Updated { .. }) => ("updated", PublishState::Published),
-            Ok(Published::Unchanged) => ("unchanged", PublishState::Published),
-            Err(e) => ("failed", PublishState::Failed(e.to_string())),
+            Ok(done) => (done, PublishState::Published),
+            Err(why) => ("failed", PublishState::Failed(why)),
         };
         Self::count(&self.publishes, outcome);
         if let Ok(mut last) = self.last_publish.lock() {

@@ -101,6 +101,17 @@ pub enum Published {
     Updated { generation: i64 },
 }
 
+impl Published {
+    /// The `outcome` label of `accel_dra_slice_publishes_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Published::Unchanged => "unchanged",
+            Published::Created { .. } => "created",
+            Published::Updated { .. } => "updated",
+        }
+    }
+}
+
 /// Keeps the node's pool in the API server equal to its devices.
 pub struct Publisher {
     node: String,
@@ -378,7 +389,12 @@ pub async fn run(
         }
         let result = publisher.step().await;
         if let Some(m) = &publisher.metrics {
-            m.published(&result);
+            m.published(
+                result
+                    .as_ref()
+                    .map(Published::outcome)
+                    .map_err(|e| e.to_string()),
+            );
         }
         let stepped = match result {
             Ok(Published::Unchanged) => true,
