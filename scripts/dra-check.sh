@@ -5,15 +5,19 @@
 # kustomize base and every overlay of deploy/kubernetes rendered and validated,
 # strictly, against the Kubernetes 1.34 and 1.37 schemas. Rendering: `kubectl
 # kustomize` where installed, scripts/kustomize-lite.py where not; where both are,
-# their outputs must hold the same objects.
+# their outputs must hold the same objects. The claim examples of
+# deploy/kubernetes/examples are validated too, and their CEL selectors evaluated
+# (scripts/dra-cel.py) against the ResourceSlices the tests published.
 # The Python packages are pinned in scripts/dra-check.txt and installed into
-# target/dra-venv (made once, reused).
+# target/dra-venv (made once, reused until the pins change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/dra-venv
-if [[ ! -x "$venv/bin/kubernetes-validate" ]]; then
-  python3 -m venv "$venv"
+# Installed again when the pins change (the venv keeps the list it was made from).
+if ! cmp -s scripts/dra-check.txt "$venv/dra-check.txt"; then
+  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r scripts/dra-check.txt
+  cp scripts/dra-check.txt "$venv/dra-check.txt"
 fi
 ACCEL_DRA_PYTHON="$PWD/$venv/bin/python" cargo test -q -p accel-k8s --test dra -- --nocapture 2>&1 \
   | grep -E '"case"|^test result|panicked|error' || { echo "dra-check: the DRA socket test failed" >&2; exit 1; }
@@ -30,19 +34,41 @@ for dir in deploy/kubernetes/base deploy/kubernetes/overlays/*; do
     cp "$out/$name.lite" "$out/$name.yaml"
   fi
 done
+# Every object an overlay names (Namespace, Secret, ConfigMap, ServiceAccount, PVC,
+# ClusterRole) is in it. overlays/kubernetes ships everything; the PostgreSQL and Nova
+# overlays take their two Secrets (the database URL, the Keystone serve.toml, the
+# agent's token) from the `kubectl create secret` commands of docs/deployment.md.
+for f in "$out"/*.yaml; do
+  case "$(basename "$f" .yaml)" in
+    kubernetes) "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" ;;
+    base|nova|kubernetes-postgres)
+      "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" Secret/accel-serve Secret/accel-agent ;;
+    *) "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" ;;
+  esac
+done
+echo "every object the overlays name is in them (nova, kubernetes-postgres: the two documented Secrets aside)"
 rendered="$(command -v kubectl >/dev/null && echo "kubectl kustomize, and kustomize-lite.py agrees" || echo "kustomize-lite.py (no kubectl)")"
 for k in 1.34.0 1.37.0; do
   "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$out"/*.yaml
   echo "kubernetes-validate $k --strict: $(cd "$out" && ls -- *.yaml | tr '\n' ' ')pass (rendered by $rendered)"
+  # The claim examples users copy (docs/kubernetes.md), as they are written.
+  "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet deploy/kubernetes/examples/*.yaml
+  echo "kubernetes-validate $k --strict: deploy/kubernetes/examples/*.yaml pass"
 done
 # The ResourceSlices the DRA driver sent to the stand-in API server during the cargo
 # tests (scripts/test.sh sets ACCEL_DRA_SLICES_OUT for them), against the same schemas.
 slices="${ACCEL_DRA_SLICES_OUT:-}"
 if [[ -n "$slices" ]]; then
-  n=$(find "$slices" -name '*.yaml' 2>/dev/null | wc -l)
+  n=$(find "$slices" -name '*.yaml' ! -name 'slice-examples-node.yaml' 2>/dev/null | wc -l)
   [[ $n -gt 0 ]] || { echo "dra-check: no ResourceSlice was written to $slices by the tests" >&2; exit 1; }
+  # The examples' node (crates/accel-k8s/tests/examples.rs) joins them.
+  ACCEL_DRA_SLICES_OUT="$slices" cargo test -q -p accel-k8s --test examples >/dev/null
+  n=$((n + 1))
   for k in 1.34.0 1.37.0; do
     "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$slices"/*.yaml
     echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass"
   done
+  # The examples' CEL selectors against those slices.
+  "$venv/bin/python" scripts/dra-cel.py deploy/kubernetes/examples \
+    deploy/kubernetes/components/dra/dra.yaml "$slices"
 fi

@@ -2,22 +2,30 @@
 """Renders a kustomization of deploy/kubernetes without kubectl, for the subset those
 use, and refuses anything else: `resources` (files and directories), `components`,
 `patches` with an inline JSON 6902 patch (add, remove, replace, test) and a target
-by kind and name, and `configMapGenerator` from files with `behavior: replace` or
-`create` and `disableNameSuffixHash: true`.
+by kind and name, and `configMapGenerator` and `secretGenerator` from files and
+literals with `behavior: replace` or `create` and `disableNameSuffixHash: true`.
 
     kustomize-lite.py DIR                 the rendered documents, YAML, on stdout
     kustomize-lite.py --same A.yaml B.yaml exit 1 unless both hold the same objects
+    kustomize-lite.py --refs A.yaml [KIND/NAME...]
+                                          exit 1 unless every Namespace, Secret,
+                                          ConfigMap, ServiceAccount, PersistentVolumeClaim
+                                          and ClusterRole the objects name is among them
+                                          (or one of the KIND/NAME given: made by a
+                                          documented command)
 
 scripts/dra-check.sh renders each overlay with `kubectl kustomize` where installed,
 with this where not, and where both are checks that they agree (--same).
 """
+import base64
 import copy
 import pathlib
 import sys
 
 import yaml
 
-KUSTOMIZATION = {"apiVersion", "kind", "resources", "components", "patches", "configMapGenerator"}
+KUSTOMIZATION = {"apiVersion", "kind", "resources", "components", "patches",
+                 "configMapGenerator", "secretGenerator"}
 
 
 def fail(msg):
@@ -42,7 +50,9 @@ def build(root, docs=None):
     for c in k.get("components", []):
         build(root / c, docs)
     for g in k.get("configMapGenerator", []):
-        generate(root, g, docs)
+        generate(root, g, docs, "ConfigMap")
+    for g in k.get("secretGenerator", []):
+        generate(root, g, docs, "Secret")
     for p in k.get("patches", []):
         patch(root, p, docs)
     return docs
@@ -53,23 +63,84 @@ def ident(d):
     return (d["kind"], m.get("namespace", ""), m["name"])
 
 
-def generate(root, g, docs):
-    unknown = set(g) - {"name", "namespace", "behavior", "files", "options"}
+def generate(root, g, docs, kind):
+    """A ConfigMap or (base64 data, type Opaque) Secret, as kustomize generates it."""
+    unknown = set(g) - {"name", "namespace", "behavior", "files", "literals", "options"}
     if unknown or g.get("options") != {"disableNameSuffixHash": True}:
-        fail(f"{root}: configMapGenerator {g['name']}: only files, behavior and disableNameSuffixHash")
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": g["name"]}, "data": {}}
-    if "namespace" in g:
-        cm["metadata"]["namespace"] = g["namespace"]
+        fail(f"{root}: {kind} generator {g['name']}: only files, literals, behavior and disableNameSuffixHash")
+    data = {}
     for f in g.get("files", []):
-        cm["data"][pathlib.PurePath(f).name] = (root / f).read_text()
-    at = [i for i, d in enumerate(docs) if ident(d) == ident(cm)]
+        data[pathlib.PurePath(f).name] = (root / f).read_text()
+    for lit in g.get("literals", []):
+        key, _, value = lit.partition("=")
+        data[key] = value
+    obj = {"apiVersion": "v1", "kind": kind, "metadata": {"name": g["name"]}}
+    if kind == "Secret":
+        obj["type"] = "Opaque"
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    obj["data"] = data
+    if "namespace" in g:
+        obj["metadata"]["namespace"] = g["namespace"]
+    at = [i for i, d in enumerate(docs) if ident(d) == ident(obj)]
     behavior = g.get("behavior", "create")
     if behavior == "replace" and at:
-        docs[at[0]] = cm
+        docs[at[0]] = obj
     elif behavior == "create" and not at:
-        docs.append(cm)
+        docs.append(obj)
     else:
-        fail(f"{root}: configMapGenerator {g['name']}: behavior {behavior} with {len(at)} existing")
+        fail(f"{root}: {kind} generator {g['name']}: behavior {behavior} with {len(at)} existing")
+
+
+def decoded(d):
+    """A Secret with its data decoded: kubectl folds long base64 lines, which YAML
+    reads back with spaces in them."""
+    if d.get("kind") == "Secret":
+        d = dict(d, data={k: base64.b64decode("".join(v.split())) for k, v in d.get("data", {}).items()})
+    return d
+
+
+BUILT_IN = {("Namespace", "", "kube-system"), ("Namespace", "", "default")}
+
+
+def references(d):
+    """(kind, namespace, name) of every object `d` needs to exist."""
+    ns = d["metadata"].get("namespace", "")
+    if ns:
+        yield ("Namespace", "", ns)
+    pod = d.get("spec", {}).get("template", {}).get("spec")
+    if pod:
+        if pod.get("serviceAccountName"):
+            yield ("ServiceAccount", ns, pod["serviceAccountName"])
+        for v in pod.get("volumes", []):
+            if "secret" in v:
+                yield ("Secret", ns, v["secret"]["secretName"])
+            if "configMap" in v:
+                yield ("ConfigMap", ns, v["configMap"]["name"])
+            if "persistentVolumeClaim" in v:
+                yield ("PersistentVolumeClaim", ns, v["persistentVolumeClaim"]["claimName"])
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {})
+                if "secretKeyRef" in ref:
+                    yield ("Secret", ns, ref["secretKeyRef"]["name"])
+                if "configMapKeyRef" in ref:
+                    yield ("ConfigMap", ns, ref["configMapKeyRef"]["name"])
+    if d["kind"] == "ClusterRoleBinding":
+        yield ("ClusterRole", "", d["roleRef"]["name"])
+        for sub in d.get("subjects", []):
+            if sub["kind"] == "ServiceAccount":
+                yield ("ServiceAccount", sub["namespace"], sub["name"])
+
+
+def missing(docs, made):
+    have = {ident(d) for d in docs} | BUILT_IN
+    made = {tuple(m) for m in made}
+    out = []
+    for d in docs:
+        for r in references(d):
+            if r not in have and (r[0], r[2]) not in made:
+                out.append(f"{ident(d)} needs {r}")
+    return out
 
 
 def patch(root, p, docs):
@@ -123,7 +194,7 @@ def apply(doc, op, where):
 
 def main():
     if sys.argv[1] == "--same":
-        a, b = (sorted(load(pathlib.Path(f)), key=ident) for f in sys.argv[2:4])
+        a, b = (sorted(map(decoded, load(pathlib.Path(f))), key=ident) for f in sys.argv[2:4])
         if a != b:
             for x, y in zip(a, b):
                 if x != y:
@@ -131,6 +202,12 @@ def main():
                     break
             fail(f"{sys.argv[2]} and {sys.argv[3]} differ")
         return
+    if sys.argv[1] == "--refs":
+        made = [m.split("/", 1) for m in sys.argv[3:]]
+        gaps = missing(load(pathlib.Path(sys.argv[2])), made)
+        for g in gaps:
+            print(f"kustomize-lite: {sys.argv[2]}: {g}", file=sys.stderr)
+        sys.exit(1 if gaps else 0)
     docs = build(pathlib.Path(sys.argv[1]))
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 

@@ -4,8 +4,8 @@
 //! Prometheus client library uses (`process_*`) so standard dashboards work.
 //!
 //! The agent's own families are updated where the work happens ([`crate::Agent::step`],
-//! programming); the kubelet plugins' families ([`KubeletMetrics`]) are registered here
-//! and updated by `accel_k8s`. Process CPU, memory and file descriptors are read from
+//! programming); the kubelet plugins' families ([`KubeletMetrics`]) and the DRA
+//! driver's ([`DraMetrics`]) are registered here and updated by `accel_k8s`. Process CPU, memory and file descriptors are read from
 //! `/proc/self` at scrape time ([`ProcessCollector`]), so an idle agent does no work for them.
 //!
 //! Prometheus' text format 0.0.4 is derived from the OpenMetrics text the crate
@@ -13,6 +13,7 @@
 //! `promtool check metrics`) get the classic format.
 
 use accel_exposition::{to_prometheus_text, ProcessCollector};
+use accel_k8s::dra::metrics::DraMetrics;
 use accel_k8s::KubeletMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -98,6 +99,8 @@ pub struct Metrics {
     server_waits: Counter,
     /// The kubelet plugins' families, updated by `accel_k8s`.
     pub kubelet: Arc<KubeletMetrics>,
+    /// The DRA driver's families (`accel_dra_*`), updated by `accel_k8s::dra`.
+    pub dra: Arc<DraMetrics>,
 }
 
 impl Default for Metrics {
@@ -138,6 +141,7 @@ impl Metrics {
             ]),
             server_waits: Counter::default(),
             kubelet: Arc::new(KubeletMetrics::register(&mut registry)),
+            dra: Arc::new(DraMetrics::register(&mut registry)),
             registry: Registry::default(),
         };
         registry.register_with_unit(

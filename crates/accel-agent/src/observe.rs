@@ -46,8 +46,9 @@ pub struct Health {
     server: Mutex<Check>,
     report: Mutex<Check>,
     metrics: Arc<Metrics>,
-    /// Whether the kubelet plugins are part of readiness (`[kubernetes]` is on).
-    kubelet: bool,
+    /// Which kubelet side is part of readiness (`[kubernetes]` is on): the device
+    /// plugins, or the DRA driver and its slices.
+    kubelet: Option<accel_k8s::config::Mode>,
     /// Each worker's beat, once the workers run.
     workers: Mutex<Vec<Arc<Beat>>>,
     /// Which supervised workers run now (a failed one waits out its backoff).
@@ -139,7 +140,11 @@ impl Check {
 
 impl Health {
     /// `stale_after`: how old the loop's last beat may be for `/livez` to pass.
-    pub fn new(metrics: Arc<Metrics>, kubelet: bool, stale_after: Duration) -> Health {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        kubelet: Option<accel_k8s::config::Mode>,
+        stale_after: Duration,
+    ) -> Health {
         Health {
             started: Instant::now(),
             beat_ms: AtomicU64::new(0),
@@ -259,17 +264,44 @@ impl Health {
                 },
             ));
         }
-        if self.kubelet {
-            out.push((
+        out.extend(self.kubelet_checks());
+        out
+    }
+
+    /// The kubelet side's checks: the device plugins registered; or the DRA driver
+    /// registered and the node's ResourceSlices published by the last step.
+    fn kubelet_checks(&self) -> Vec<(&'static str, Check)> {
+        use accel_k8s::config::Mode;
+        use accel_k8s::dra::metrics::PublishState;
+        let registered = self.metrics.kubelet.all_registered();
+        match self.kubelet {
+            None => vec![],
+            Some(Mode::DevicePlugin) => vec![(
                 "kubelet",
-                if self.metrics.kubelet.all_registered() {
+                if registered {
                     Check::Ok
                 } else {
                     Check::Pending("device plugins not registered with kubelet yet".into())
                 },
-            ));
+            )],
+            Some(Mode::Dra) => {
+                let driver = if registered {
+                    Check::Ok
+                } else {
+                    Check::Pending("DRA driver not registered with kubelet yet".into())
+                };
+                let slices = match self.metrics.dra.last_publish() {
+                    PublishState::Published => Check::Ok,
+                    PublishState::NotYet => {
+                        Check::Pending("DRA ResourceSlices not published yet".into())
+                    }
+                    PublishState::Failed(why) => {
+                        Check::Failed(format!("publishing the DRA ResourceSlices failed: {why}"))
+                    }
+                };
+                vec![("dra-driver", driver), ("dra-slices", slices)]
+            }
         }
-        out
     }
 }
 

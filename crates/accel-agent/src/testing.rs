@@ -63,6 +63,16 @@ impl FakeSysfs {
         );
     }
 
+    /// Lays the function at `address` out as the kernel does: its directory under
+    /// `devices/<root>/<port>/`, `bus/pci/devices/<address>` a relative link to it.
+    pub fn behind_root(&self, address: &str, root: &str, port: &str) {
+        let entry = self.root.join("bus/pci/devices").join(address);
+        let dir = self.root.join("devices").join(root).join(port);
+        std::fs::create_dir_all(&dir).expect("create sysfs root complex");
+        std::fs::rename(&entry, dir.join(address)).expect("move the function");
+        link(&entry, &format!("../../../devices/{root}/{port}/{address}"));
+    }
+
     /// Removes a function (a device that went away).
     pub fn remove(&self, address: &str) {
         let _ = std::fs::remove_dir_all(self.root.join("bus/pci/devices").join(address));

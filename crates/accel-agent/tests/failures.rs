@@ -35,7 +35,7 @@ async fn compute_node(server: &TestServer, name: &'static str) {
 
 fn probes() -> (Arc<Metrics>, Arc<Probes>) {
     let m = Arc::new(Metrics::new());
-    let p = Arc::new(Probes::new(m.clone(), false, Duration::from_secs(60)));
+    let p = Arc::new(Probes::new(m.clone(), None, Duration::from_secs(60)));
     (m, p)
 }
 
@@ -319,4 +319,39 @@ async fn the_device_plugins_loop_beats_its_own_liveness() {
     assert!(health.live().is_ok(), "{:?}", health.live());
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
+}
+
+/// In DRA mode `/readyz` names the DRA driver and its slices (not the device plugins),
+/// and a publish the API server refuses fails it until one gets through.
+#[test]
+fn readiness_in_dra_mode_names_the_driver_and_a_failing_publish() {
+    use accel_k8s::config::Mode;
+    let m = Arc::new(Metrics::new());
+    let p = Probes::new(m.clone(), Some(Mode::Dra), Duration::from_secs(60));
+    let check = |name: &str| {
+        p.checks()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| c)
+    };
+    assert_eq!(check("kubelet"), None);
+    assert!(matches!(check("dra-driver"), Some(Check::Pending(why)) if why.contains("DRA driver")));
+    assert!(matches!(check("dra-slices"), Some(Check::Pending(_))));
+    m.dra
+        .published(Err("GET https://k/x: connection refused".into()));
+    assert!(
+        matches!(check("dra-slices"), Some(Check::Failed(why)) if why.contains("connection refused")),
+        "{:?}",
+        check("dra-slices")
+    );
+    m.dra.published(Ok("unchanged"));
+    assert_eq!(check("dra-slices"), Some(Check::Ok));
+    m.kubelet.registered(1, true);
+    assert_eq!(check("dra-driver"), Some(Check::Ok));
+    let plugins = Probes::new(m, Some(Mode::DevicePlugin), Duration::from_secs(60));
+    let names: Vec<&str> = plugins.checks().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.contains(&"kubelet") && !names.contains(&"dra-slices"),
+        "{names:?}"
+    );
 }

@@ -35,6 +35,7 @@ fn device(i: usize, healthy: bool) -> Device {
         pci_addresses: vec![format!("0000:{:02x}:00.0", 0x17 + i)],
         device_nodes: vec![],
         memory_mib: None,
+        pcie_root: None,
     }
 }
 

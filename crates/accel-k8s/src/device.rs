@@ -34,6 +34,9 @@ pub struct Device {
     /// Device-local memory in MiB, where the driver knows it (the DRA slice's
     /// `memory` capacity).
     pub memory_mib: Option<i64>,
+    /// The PCIe root complex above the device, `pci<domain>:<bus>` (Kubernetes'
+    /// standard `resource.kubernetes.io/pcieRoot`), where sysfs shows it.
+    pub pcie_root: Option<String>,
 }
 
 /// Where the plugins get the node's devices from: the agent's discovery implements

@@ -322,12 +322,15 @@ impl DevicePlugin for Plugin {
             m.allocate(&self.resource_name(), started.elapsed(), r);
         }
         match result {
-            Ok(grants) => Ok(Response::new(pb::AllocateResponse {
-                container_responses: grants
-                    .iter()
-                    .map(|g| container_response(&self.domain, g))
-                    .collect(),
-            })),
+            Ok(grants) => {
+                tracing::info!(resource = %self.resource_name(), ?containers, "devices granted");
+                Ok(Response::new(pb::AllocateResponse {
+                    container_responses: grants
+                        .iter()
+                        .map(|g| container_response(&self.domain, g))
+                        .collect(),
+                }))
+            }
             Err(e) => {
                 tracing::warn!(resource = ?self.key, ?containers, error = %e, "allocate refused");
                 Err(status(e))

@@ -613,6 +613,7 @@ impl SlotTable {
                         match s.seen {
                             None => s.seen = Some(now),
                             Some(t) if now.saturating_duration_since(t) >= grace => {
+                                tracing::info!(%resource, slot = i, "slot reclaimed: its container is gone");
                                 s.usage = Usage::Free;
                                 s.seen = None;
                                 changed = true;

@@ -343,5 +343,17 @@ pub fn device(id: &str, device_type: &str) -> crate::device::Device {
         pci_addresses: vec![id.into()],
         device_nodes: vec![],
         memory_mib: None,
+        pcie_root: None,
     }
+}
+
+/// The value of one series in `registry`'s exposition (`name{label="v"}` exactly as
+/// written, or a bare name), None when it is not exposed.
+pub fn sample(registry: &prometheus_client::registry::Registry, series: &str) -> Option<f64> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode the registry");
+    text.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().expect("a sample's value"))
+    })
 }

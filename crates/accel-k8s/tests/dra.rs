@@ -18,6 +18,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "dra/counts.rs"]
+mod counts;
+
 const NODE: &str = "node-a";
 
 /// Claims by name, allocated as the scheduler would.
@@ -85,6 +88,9 @@ async fn registration_and_prepare_over_the_sockets() {
     let metrics = Arc::new(accel_k8s::KubeletMetrics::register(
         &mut prometheus_client::registry::Registry::default(),
     ));
+    let mut dra_registry = prometheus_client::registry::Registry::default();
+    let dra_metrics = Arc::new(dra::metrics::DraMetrics::register(&mut dra_registry));
+    let cdi_dir = config.cdi_dir.clone();
     let driver = Arc::new(
         Driver::new(
             NODE,
@@ -93,7 +99,8 @@ async fn registration_and_prepare_over_the_sockets() {
             Arc::new(Api([("c".to_string(), claim)].into())),
             held.clone(),
         )
-        .with_metrics(Some(metrics.clone())),
+        .with_metrics(Some(metrics.clone()))
+        .with_dra_metrics(dra_metrics.clone()),
     );
     let registry = dir.path().join("registry");
     let plugins = dir.path().join("plugins");
@@ -143,6 +150,17 @@ async fn registration_and_prepare_over_the_sockets() {
         vec![format!("accel.dev/gpu={uid}-{name}")]
     );
     assert_eq!(held.0.lock().unwrap()[uid], vec![gpu.id.clone()]);
+    // The container sees its devices as a device plugins' container does.
+    let cdi = dra::cdi_path(&cdi_dir, "accel.dev", "gpu", uid);
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&cdi).unwrap()).unwrap();
+    let env = &spec["devices"][0]["containerEdits"]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .contains(&json!("ACCEL_VISIBLE_DEVICES=0000:3b:00.0")),
+        "{env}"
+    );
+    counts::dra_counts(&dra_registry, &k, uid).await;
 
     if let Some(python) = std::env::var_os("ACCEL_DRA_PYTHON") {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dra-authority.py");

@@ -37,6 +37,7 @@ async fn run_serves_the_configured_devices_until_shutdown() {
             pci_addresses: vec![a.to_string()],
             device_nodes: vec![],
             memory_mib: None,
+            pcie_root: None,
         })
         .collect();
     let source: Arc<dyn DeviceSource> = Arc::new(devices);

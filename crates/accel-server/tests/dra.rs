@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 const NODE: &str = "dra-node";
 const DOMAIN: &str = "accel.dev";
 const GPUS: [&str; 2] = ["0000:17:00.0", "0000:31:00.0"];
+const ROOT: &str = "pci0000:16";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn provider(address: &str) -> String {
@@ -40,6 +41,8 @@ fn ours(address: &str) -> (&'static str, &'static str, String) {
 fn node(dir: &Path, srv: &Server) -> Settings {
     let fs = FakeSysfs::new(dir.join("sys"));
     assert_eq!(testing::two_gpus(&fs), GPUS);
+    // The first GPU as the kernel links it, under a root complex (its pcieRoot).
+    fs.behind_root(GPUS[0], ROOT, "0000:16:01.0");
     let mut kubernetes = KubernetesConfig::from_toml(
         "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
          [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
@@ -468,8 +471,17 @@ async fn the_nodes_resource_slice_follows_its_devices() {
                 "product": {"string": "20b0"}, "model": s["spec"]["devices"][0]["attributes"]["model"],
                 "configuration": {"string": "gpu"}, "health": {"string": "ok"},
                 "pciAddress": {"string": GPUS[0]},
+                "resource.kubernetes.io/pciBusID": {"string": GPUS[0]},
+                "resource.kubernetes.io/pcieRoot": {"string": ROOT},
                 "resource.kubernetes.io/numaNode": {"int": 0}})
         );
+        // The second GPU's sysfs entry is no link: no root is claimed for it.
+        let second = &s["spec"]["devices"][1]["attributes"];
+        assert_eq!(
+            second["resource.kubernetes.io/pciBusID"],
+            json!({"string": GPUS[1]})
+        );
+        assert_eq!(second["resource.kubernetes.io/pcieRoot"], Value::Null);
         assert_eq!(p.step().await.unwrap(), Published::Unchanged);
 
         // A VM takes the second GPU: withdrawn at the next sync.

@@ -96,6 +96,7 @@ pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
             }
         }
     }
+    let pcie_root = pcie_root(sysfs_root, &control);
     Device {
         id: control,
         device_type: d.device_type.as_str().to_owned(),
@@ -108,7 +109,22 @@ pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
         pci_addresses: addresses,
         device_nodes: nodes,
         memory_mib: d.memory.as_ref().map(|m| m.mib),
+        pcie_root,
     }
+}
+
+/// The root complex above `address`: sysfs links `bus/pci/devices/<address>` to
+/// `devices/pci<domain>:<bus>/.../<address>`, and that first `pci` component is the
+/// form Kubernetes' `resource.kubernetes.io/pcieRoot` takes. None where the entry is
+/// not a link (a fake tree) or no such component is on its way.
+pub fn pcie_root(sysfs_root: &Path, address: &str) -> Option<String> {
+    let target = std::fs::read_link(sysfs_root.join("bus/pci/devices").join(address)).ok()?;
+    target.components().find_map(|c| {
+        let name = c.as_os_str().to_str()?;
+        let (domain, bus) = name.strip_prefix("pci")?.split_once(':')?;
+        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        (hex(domain, 4) && hex(bus, 2)).then(|| name.to_ascii_lowercase())
+    })
 }
 
 fn node(path: String) -> DeviceNode {

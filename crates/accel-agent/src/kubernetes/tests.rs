@@ -30,3 +30,26 @@ fn nodes_come_from_sysfs() {
     );
     assert!(paths("0000:00:00.0").is_empty());
 }
+
+#[test]
+fn the_pcie_root_is_the_root_complex_sysfs_links_the_function_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FakeSysfs::new(dir.path());
+    fs.function("0000:17:00.0", 0x10de, 0x20b0, 0x030200)
+        .driver("vfio-pci")
+        .iommu_group(41);
+    fs.function("0000:31:00.0", 0x10de, 0x20b0, 0x030200);
+    fs.behind_root("0000:17:00.0", "pci0000:16", "0000:16:01.0");
+    assert_eq!(
+        pcie_root(dir.path(), "0000:17:00.0").as_deref(),
+        Some("pci0000:16")
+    );
+    // The function is still read through the link (its driver, its IOMMU group).
+    let nodes: Vec<String> = device_nodes(dir.path(), "0000:17:00.0")
+        .into_iter()
+        .map(|n| n.host_path)
+        .collect();
+    assert_eq!(nodes, ["/dev/vfio/vfio", "/dev/vfio/41"]);
+    assert_eq!(pcie_root(dir.path(), "0000:31:00.0"), None);
+    assert_eq!(pcie_root(dir.path(), "0000:99:00.0"), None);
+}

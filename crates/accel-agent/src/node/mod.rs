@@ -140,16 +140,17 @@ impl NodeBuilder {
         let s = self.settings;
         s.require_node()?;
         let metrics = Arc::new(Metrics::built_from(self.commit));
-        let plugins_on = s
+        let kubelet_mode = s
             .kubernetes
             .as_ref()
-            .is_some_and(|k| !k.configurations.is_empty());
+            .filter(|k| !k.configurations.is_empty())
+            .map(|k| k.mode);
         // A worker beats on every step and holds its beat through a step's own bound;
         // three minutes of silence past that is a stuck worker.
         let stale = self
             .stale_after
             .unwrap_or_else(|| Duration::from_secs(180).max(s.program_interval * 3));
-        let health = Arc::new(Health::new(metrics, plugins_on, stale));
+        let health = Arc::new(Health::new(metrics, kubelet_mode, stale));
         health.beat();
         let agent = match self.drivers {
             Some(d) => Agent::with_drivers(s, d)?,
@@ -245,6 +246,7 @@ impl Node {
                 &s.node,
             )),
             metrics: self.health.metrics().kubelet.clone(),
+            dra_metrics: self.health.metrics().dra.clone(),
         })
     }
 
@@ -395,6 +397,7 @@ pub struct Dra {
     api: Arc<crate::dra::KubeApi>,
     claims: Arc<crate::dra::ServerClaims>,
     metrics: Arc<accel_k8s::KubeletMetrics>,
+    dra_metrics: Arc<accel_k8s::dra::metrics::DraMetrics>,
 }
 
 impl Dra {
@@ -407,7 +410,10 @@ impl Dra {
             self.api.clone(),
             self.claims.clone(),
         );
-        Arc::new(d.with_metrics(Some(self.metrics.clone())))
+        Arc::new(
+            d.with_metrics(Some(self.metrics.clone()))
+                .with_dra_metrics(self.dra_metrics.clone()),
+        )
     }
 
     /// The node's ResourceSlices' publisher.
@@ -419,5 +425,6 @@ impl Dra {
             self.api.clone(),
             self.claims.clone(),
         )
+        .with_metrics(self.dra_metrics.clone())
     }
 }

@@ -14,7 +14,8 @@
 //!       Placement, consumer = the claim uid (type KUBERNETES_CLAIM); a VM-held device
 //!       is refused there, with the reason, for this claim only
 //!     CDI spec file per claim and configuration (`accel-<domain>-<conf>-<uid>.json`,
-//!       kind `<domain>/<conf>`, devices `<uid>-<device>`) ─▶ answered as cdi_device_ids
+//!       kind `<domain>/<conf>`, devices `<uid>-<device>`, env ACCEL_VISIBLE_DEVICES:
+//!       the claim's PCI addresses, as the device plugins set it) ─▶ cdi_device_ids
 //! kubelet ──NodeUnprepareResources──▶ ClaimRecord.unprepare(uid); CDI files removed
 //! ```
 //!
@@ -28,6 +29,7 @@
 //! the seams and the driver fail in [`error`].
 
 pub mod error;
+pub mod metrics;
 pub mod objects;
 pub mod serve;
 pub mod slices;
@@ -119,6 +121,7 @@ pub struct Driver {
     api: Arc<dyn ClaimApi>,
     record: Arc<dyn ClaimRecord>,
     metrics: Option<Arc<crate::metrics::KubeletMetrics>>,
+    dra_metrics: Option<Arc<metrics::DraMetrics>>,
 }
 
 impl Driver {
@@ -136,7 +139,14 @@ impl Driver {
             api,
             record,
             metrics: None,
+            dra_metrics: None,
         }
+    }
+
+    /// Counts prepares and unprepares (`accel_dra_*`).
+    pub fn with_dra_metrics(mut self, metrics: Arc<metrics::DraMetrics>) -> Driver {
+        self.dra_metrics = Some(metrics);
+        self
     }
 
     /// Records kubelet's registration verdict (the agent's `/readyz`: registered once
@@ -160,8 +170,34 @@ impl Driver {
             .map(|c| c.name.as_str())
     }
 
-    /// Prepares one claim; see the module doc.
+    /// Prepares one claim (see the module doc); counted, and each grant logged.
     pub async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, ClaimError> {
+        let started = std::time::Instant::now();
+        let result = self.prepare_claim(claim).await;
+        if let Some(m) = &self.dra_metrics {
+            m.prepared(started.elapsed(), &result);
+        }
+        if let Ok(devices) = &result {
+            let devices: Vec<&str> = devices.iter().map(|d| d.device_name.as_str()).collect();
+            tracing::info!(namespace = %claim.namespace, claim = %claim.name, uid = %claim.uid, ?devices, "claim prepared: devices granted");
+        }
+        result
+    }
+
+    /// Unprepares one claim; counted, and each reclaim logged.
+    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        let started = std::time::Instant::now();
+        let result = self.unprepare_claim(claim).await;
+        if let Some(m) = &self.dra_metrics {
+            m.unprepared(started.elapsed(), &result);
+        }
+        if result.is_ok() {
+            tracing::info!(namespace = %claim.namespace, claim = %claim.name, uid = %claim.uid, "claim unprepared: devices reclaimed");
+        }
+        result
+    }
+
+    async fn prepare_claim(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, ClaimError> {
         let claimed = self.api.claim(&claim.namespace, &claim.name).await?;
         let ours = self.ours(claim, &claimed)?;
         // Discovery reads sysfs (and NVML): off the async threads.
@@ -192,6 +228,13 @@ impl Driver {
         }
         let addresses: Vec<String> = picked.values().map(|(_, d, _)| d.id.clone()).collect();
         self.record.prepare(&claim.uid, addresses).await?;
+        // Every device of the claim carries the whole list, so whichever device's edits
+        // the runtime applies last, the container sees all of the claim's addresses.
+        let visible: Vec<&str> = picked
+            .values()
+            .flat_map(|(_, d, _)| d.pci_addresses.iter().map(String::as_str))
+            .collect();
+        let visible = visible.join(",");
         let mut by_conf: BTreeMap<&str, Vec<(String, &Device)>> = BTreeMap::new();
         let mut out = Vec::new();
         for (name, (requests, d, conf)) in &picked {
@@ -205,7 +248,7 @@ impl Driver {
             by_conf.entry(conf).or_default().push((cdi_name, d));
         }
         for (conf, devices) in by_conf {
-            self.write_cdi(conf, &claim.uid, &devices)
+            self.write_cdi(conf, &claim.uid, &devices, &visible)
                 .map_err(|source| ClaimError::WriteCdi {
                     uid: claim.uid.clone(),
                     source,
@@ -215,7 +258,7 @@ impl Driver {
     }
 
     /// Unprepares one claim: its devices freed on the server, its CDI files removed.
-    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+    async fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         self.record.unprepare(&claim.uid).await?;
         for c in &self.config.configurations {
             let path = cdi_path(&self.config.cdi_dir, self.name(), &c.name, &claim.uid);
@@ -285,6 +328,7 @@ impl Driver {
         conf: &str,
         uid: &str,
         devices: &[(String, &Device)],
+        visible: &str,
     ) -> std::io::Result<()> {
         let dir = &self.config.cdi_dir;
         std::fs::create_dir_all(dir)?;
@@ -299,7 +343,10 @@ impl Driver {
                 let mut edits = serde_json::Map::new();
                 edits.insert(
                     "env".into(),
-                    json!([format!("{}={}", crate::cdi::device_env(name), d.pci_addresses.join(","))]),
+                    json!([
+                        format!("{}={}", crate::cdi::device_env(name), d.pci_addresses.join(",")),
+                        format!("{}={visible}", crate::plugin::VISIBLE_DEVICES_ENV),
+                    ]),
                 );
                 if !nodes.is_empty() {
                     edits.insert("deviceNodes".into(), Value::Array(nodes));

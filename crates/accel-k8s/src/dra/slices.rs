@@ -4,7 +4,8 @@
 //! Publisher::step()   (the run loop calls it every interval; tests directly)
 //!   devices (DeviceSource) ─ VM-held (the server) ─ unhealthy ─ matching no configuration
 //!     ─▶ desired devices: name = DNS label of the provider, attributes type, vendor,
-//!        product, model, configuration, health, pciAddress, resource.kubernetes.io/numaNode;
+//!        product, model, configuration, health, pciAddress; Kubernetes' standard
+//!        resource.kubernetes.io/ numaNode, pciBusID and pcieRoot (where sysfs shows it);
 //!        capacity memory where the driver knows the device's memory
 //!   the slices of (driver, node) ─ none ─▶ create (generation = last + 1)
 //!                                ─ one, same devices ─▶ nothing
@@ -27,6 +28,7 @@
 //! is unhealthy, is withdrawn (taints are off by default before 1.37): the scheduler
 //! cannot allocate it, and a claim already allocated keeps its device.
 
+use super::metrics::DraMetrics;
 use super::objects::{
     DeviceAttribute, DeviceCapacity, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice,
     ResourceSliceSpec, SliceDevice, API_VERSION,
@@ -39,6 +41,11 @@ use crate::record::RecordError;
 use indexmap::IndexMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// Kubernetes' standard attribute for a PCI function's address, `dddd:bb:dd.f`.
+pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// Kubernetes' standard attribute for the PCIe root complex, `pci<domain>:<bus>`.
+pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 
 /// Why a step did not publish.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +101,17 @@ pub enum Published {
     Updated { generation: i64 },
 }
 
+impl Published {
+    /// The `outcome` label of `accel_dra_slice_publishes_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Published::Unchanged => "unchanged",
+            Published::Created { .. } => "created",
+            Published::Updated { .. } => "updated",
+        }
+    }
+}
+
 /// Keeps the node's pool in the API server equal to its devices.
 pub struct Publisher {
     node: String,
@@ -108,6 +126,8 @@ pub struct Publisher {
     listed_at: Option<String>,
     /// Beaten at every turn of [`run`]'s loop.
     pulse: Option<Pulse>,
+    /// Counts each step of [`run`] and keeps the last one's verdict (`/readyz`).
+    metrics: Option<Arc<DraMetrics>>,
 }
 
 /// The slice's devices: every healthy device of a configuration no VM holds, by name.
@@ -139,6 +159,11 @@ pub fn desired(
         attributes.insert("configuration".into(), string(&conf.name));
         attributes.insert("health".into(), string("ok"));
         attributes.insert("pciAddress".into(), string(&d.id));
+        // Kubernetes' standard names (KubeVirt reads pciBusID): extended BDF, lower case.
+        attributes.insert(PCI_BUS_ID.into(), string(&d.id.to_ascii_lowercase()));
+        if let Some(root) = &d.pcie_root {
+            attributes.insert(PCIE_ROOT.into(), string(root));
+        }
         if let Some(n) = d.numa_node {
             attributes.insert(
                 "resource.kubernetes.io/numaNode".into(),
@@ -182,7 +207,14 @@ impl Publisher {
             node_uid: None,
             listed_at: None,
             pulse: None,
+            metrics: None,
         }
+    }
+
+    /// Counts every step [`run`] takes (`accel_dra_slice_publishes`).
+    pub fn with_metrics(mut self, metrics: Arc<DraMetrics>) -> Publisher {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Beats `pulse` at every turn of [`run`]'s loop (the agent's liveness).
@@ -355,7 +387,16 @@ pub async fn run(
         if !now {
             continue;
         }
-        let stepped = match publisher.step().await {
+        let result = publisher.step().await;
+        if let Some(m) = &publisher.metrics {
+            m.published(
+                result
+                    .as_ref()
+                    .map(Published::outcome)
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        let stepped = match result {
             Ok(Published::Unchanged) => true,
             Ok(p) => {
                 tracing::info!(node = %publisher.node, outcome = ?p, "ResourceSlice published");

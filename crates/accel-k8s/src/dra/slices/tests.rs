@@ -260,3 +260,76 @@ async fn a_watch_that_fails_waits_for_the_tick() {
         "one watch a step, no retry loop"
     );
 }
+
+/// An API server that refuses every list while `down` is set.
+struct Down {
+    api: Api,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl SliceApi for Down {
+    fn node_uid(&self, n: &str) -> BoxFuture<'_, Result<String, ApiError>> {
+        self.api.node_uid(n)
+    }
+    fn list_slices(&self, n: &str, d: &str) -> BoxFuture<'_, Result<SliceList, ApiError>> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            let e = ApiError::client(std::io::Error::other("connection refused"));
+            return Box::pin(async move { Err(e) });
+        }
+        self.api.list_slices(n, d)
+    }
+    fn watch_slices(&self, n: &str, d: &str, rv: &str) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.api.watch_slices(n, d, rv)
+    }
+    fn create_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.api.create_slice(s)
+    }
+    fn update_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.api.update_slice(s)
+    }
+    fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>> {
+        self.api.delete_slice(name)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_publish_is_counted_and_kept_until_one_gets_through() {
+    use super::super::metrics::{DraMetrics, PublishState};
+    use crate::testing::sample;
+    let api = Arc::new(Down {
+        api: Api::default(),
+        down: true.into(),
+    });
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(DraMetrics::register(&mut registry));
+    assert_eq!(metrics.last_publish(), PublishState::NotYet);
+    let config = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .unwrap();
+    let devices = vec![crate::testing::device("0000:17:00.0", "GPU")];
+    let p = Publisher::new("n", config, Arc::new(devices), api.clone(), Arc::new(NoVm))
+        .with_metrics(metrics.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let every = std::time::Duration::from_secs(10);
+    let task = tokio::spawn(run(p, every, async {
+        let _ = stopped.await;
+    }));
+    let failed = r#"accel_dra_slice_publishes_total{outcome="failed"}"#;
+    let created = r#"accel_dra_slice_publishes_total{outcome="created"}"#;
+    // Ticks at 0 and 10 s fail (the clock is paused and moves when idle).
+    tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+    assert_eq!(sample(&registry, failed), Some(2.0));
+    assert_eq!(sample(&registry, created), None);
+    let PublishState::Failed(why) = metrics.last_publish() else {
+        panic!("{:?}", metrics.last_publish());
+    };
+    assert!(why.contains("connection refused"), "{why}");
+    api.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    assert_eq!(sample(&registry, created), Some(1.0));
+    assert_eq!(sample(&registry, failed), Some(2.0));
+    assert_eq!(metrics.last_publish(), PublishState::Published);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
