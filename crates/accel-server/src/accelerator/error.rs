@@ -30,7 +30,7 @@ pub struct AccelError {
     /// reading words ([`accel_api::agent::NO_COMPUTE_NODE`]).
     pub code: Option<&'static str>,
     /// Rendered as webob's page instead of a WSME fault, without version headers.
-    pub page: Option<Page>,
+    pub page: Option<Box<Page>>,
 }
 
 /// Marks an answer that carries none of the version headers (a webob page).
@@ -59,7 +59,7 @@ impl AccelError {
     /// A webob page ([`super::webob`]): routing errors, the `Accept` and version checks.
     pub fn page(page: Page) -> Self {
         let mut e = Self::new(page.status(), "");
-        e.page = Some(page);
+        e.page = Some(Box::new(page));
         e
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
