@@ -130,7 +130,7 @@ impl Api for Cyborg {
 
     /// Pecan refuses an `Accept` without JSON before routing.
     fn precheck(head: &Head) -> AccelResult<()> {
-        webob::acceptable(head)
+        Ok(webob::acceptable(head)?)
     }
 
     fn error(status: StatusCode, message: String) -> AccelError {
@@ -152,7 +152,11 @@ impl Api for Cyborg {
 
     fn check(route: &Routed, req: &Req) -> AccelResult<()> {
         match route.wsme {
-            true => webob::body_media_type(&req.method, &req.headers, &req.body),
+            true => Ok(webob::body_media_type(
+                &req.method,
+                &req.headers,
+                &req.body,
+            )?),
             false => Ok(()),
         }
     }

@@ -9,12 +9,12 @@
 //! Python's `json.dumps` writes them (`", "` and `": "` separators, non-ASCII escaped),
 //! since that is the byte stream clients have always seen.
 
-use super::webob::Page;
+pub use super::pyjson::{py_dumps, py_string};
+use super::webob::{Page, Refusal};
 use crate::auth::Rejection;
 use crate::reply;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
-use serde_json::Value;
 
 /// An error a handler returns.
 #[derive(Debug)]
@@ -38,6 +38,21 @@ pub struct AccelError {
 pub struct Bare;
 
 pub type AccelResult<T> = Result<T, AccelError>;
+
+impl From<Refusal> for AccelError {
+    fn from(r: Refusal) -> AccelError {
+        match r {
+            Refusal::Page(page) => AccelError::page(page),
+            Refusal::UnknownArgument(name) => {
+                AccelError::bad_request(format!("Unknown argument: \"{name}\""))
+            }
+            Refusal::UnknownMimetype(mime) => AccelError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Unknown mimetype: {mime}"),
+            ),
+        }
+    }
+}
 
 impl AccelError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
@@ -182,52 +197,6 @@ fn coded_envelope(status: StatusCode, text: &str, code: &str) -> Response<Body> 
     resp.headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));
     resp
-}
-
-/// A JSON string literal as Python's `json.dumps` writes it (`ensure_ascii`).
-pub fn py_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JSON value as Python's `json.dumps` writes it (used where upstream embeds JSON
-/// text in a field, e.g. a deployable's `attributes_list`).
-pub fn py_dumps(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => if *b { "true" } else { "false" }.into(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => py_string(s),
-        Value::Array(a) => format!(
-            "[{}]",
-            a.iter().map(py_dumps).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, v)| format!("{}: {}", py_string(k), py_dumps(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 impl From<accel_store::StoreError> for AccelError {

@@ -42,6 +42,7 @@ mod kubernetes;
 mod maintenance;
 pub mod microversion;
 mod profiles;
+mod pyjson;
 mod render;
 mod webob;
 

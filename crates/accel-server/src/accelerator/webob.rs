@@ -14,7 +14,7 @@
 //! types are read, a form body becomes query arguments (so a JSON text sent as a form is
 //! an unknown argument), anything else is `415 Unknown mimetype`.
 
-use super::error::AccelError;
+use super::pyjson::py_string;
 use crate::front::Head;
 use axum::http::{HeaderMap, Method, StatusCode};
 
@@ -62,8 +62,8 @@ impl Page {
             Format::Json => format!(
                 "{{\"code\": {}, \"title\": {}, \"description\": {}}}",
                 status.as_u16(),
-                super::error::py_string(title),
-                super::error::py_string(detail)
+                py_string(title),
+                py_string(detail)
             ),
             Format::Html => {
                 let body = match self {
@@ -159,11 +159,22 @@ fn choose(accept: Option<&str>) -> Format {
     }
 }
 
+/// What the checks before a handler refuse (the error module words and renders it).
+#[derive(Debug)]
+pub enum Refusal {
+    /// A webob page (406 for an `Accept` without JSON).
+    Page(Page),
+    /// A form body: its first name, which no handler takes (400).
+    UnknownArgument(String),
+    /// Any other body type, none included (415).
+    UnknownMimetype(String),
+}
+
 /// Pecan's `Accept` check: the v2 controllers render only JSON.
-pub fn acceptable(head: &Head) -> Result<(), AccelError> {
+pub fn acceptable(head: &Head) -> Result<(), Refusal> {
     match header(&head.parts.headers, "accept") {
         Some(a) if !a.trim().is_empty() && quality(a, "application/json") <= 0.0 => {
-            Err(AccelError::page(Page::NotAcceptable {
+            Err(Refusal::Page(Page::NotAcceptable {
                 detail: String::new(),
             }))
         }
@@ -173,11 +184,7 @@ pub fn acceptable(head: &Head) -> Result<(), AccelError> {
 
 /// WSME's media-type switch over a non-empty body: JSON types pass, a form is an
 /// unknown argument, any other type (none included) is a 415.
-pub fn body_media_type(
-    method: &Method,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), AccelError> {
+pub fn body_media_type(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<(), Refusal> {
     if body.is_empty() {
         return Ok(());
     }
@@ -197,14 +204,9 @@ pub fn body_media_type(
             .map(|(k, _)| k.into_owned())
             .next()
             .unwrap_or_default();
-        return Err(AccelError::bad_request(format!(
-            "Unknown argument: \"{name}\""
-        )));
+        return Err(Refusal::UnknownArgument(name));
     }
-    Err(AccelError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        format!("Unknown mimetype: {mime}"),
-    ))
+    Err(Refusal::UnknownMimetype(mime.to_owned()))
 }
 
 #[cfg(test)]
@@ -277,15 +279,22 @@ mod tests {
         let post = Method::POST;
         assert!(body_media_type(&post, &with("application/json; charset=utf-8"), b"{}").is_ok());
         assert!(body_media_type(&post, &with("text/plain"), b"").is_ok());
-        let e = body_media_type(&post, &with("text/plain"), b"{}").unwrap_err();
-        assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-        assert_eq!(e.message, "Unknown mimetype: text/plain");
-        let e = body_media_type(&Method::PATCH, &HeaderMap::new(), b"{}").unwrap_err();
-        assert_eq!(e.message, "Unknown mimetype: ");
-        let e = body_media_type(&post, &HeaderMap::new(), b"{}").unwrap_err();
-        assert_eq!(e.message, "Unknown argument: \"{}\"");
+        let mime = |r: Result<(), Refusal>| match r {
+            Err(Refusal::UnknownMimetype(m)) => Some(m),
+            _ => None,
+        };
+        let argument = |r: Result<(), Refusal>| match r {
+            Err(Refusal::UnknownArgument(a)) => Some(a),
+            _ => None,
+        };
+        let e = body_media_type(&post, &with("text/plain"), b"{}");
+        assert_eq!(mime(e).as_deref(), Some("text/plain"));
+        let e = body_media_type(&Method::PATCH, &HeaderMap::new(), b"{}");
+        assert_eq!(mime(e).as_deref(), Some(""));
+        let e = body_media_type(&post, &HeaderMap::new(), b"{}");
+        assert_eq!(argument(e).as_deref(), Some("{}"));
         let form = with("application/x-www-form-urlencoded");
-        let e = body_media_type(&post, &form, b"{\"a\": 1}").unwrap_err();
-        assert_eq!(e.message, "Unknown argument: \"{\"a\": 1}\"");
+        let e = body_media_type(&post, &form, b"{\"a\": 1}");
+        assert_eq!(argument(e).as_deref(), Some("{\"a\": 1}"));
     }
 }

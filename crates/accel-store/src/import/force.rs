@@ -11,7 +11,7 @@
 //! The tables counted here are the lists the other directions use, written once:
 //! [`PLACEMENT_COUNTS`] (the export's emptiness check too) and the Cyborg import's.
 
-use super::write::nonzero_counts;
+use super::rows::nonzero_counts;
 use crate::placement::changes;
 use crate::{StoreError, Tx};
 use sqlx::Row;

@@ -96,3 +96,12 @@ pub(crate) async fn insert_rows_with(
     }
     Ok(())
 }
+
+/// `12 resource_providers, 3 consumers`.
+pub fn describe(counts: &[(&str, i64)]) -> String {
+    counts
+        .iter()
+        .map(|(t, n)| format!("{n} {t}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

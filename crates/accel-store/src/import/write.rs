@@ -9,6 +9,7 @@
 //! and every provider written or replaced is logged in the change log
 //! ([`crate::placement::changes`]) so running servers reload them.
 
+pub use super::rows::describe;
 pub(crate) use super::rows::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
 use super::{check, force, tables, OverCapacity, PlacementData, Problem};
 use crate::placement::changes;
@@ -84,15 +85,6 @@ fn lines<T: std::fmt::Display>(f: &mut std::fmt::Formatter<'_>, items: &[T]) -> 
         write!(f, "\n  {i}")?;
     }
     Ok(())
-}
-
-/// `12 resource_providers, 3 consumers`.
-pub fn describe(counts: &[(&str, i64)]) -> String {
-    counts
-        .iter()
-        .map(|(t, n)| format!("{n} {t}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// How an import treats a non-empty target and invalid rows.

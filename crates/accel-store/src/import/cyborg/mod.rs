@@ -24,7 +24,8 @@
 //! first); it must hold no accelerator data unless `force`.
 
 use super::read::{check_alembic, epoch, schema_version, Source};
-use super::write::{insert_rows, insert_rows_with, nonzero_counts, placeholder, Options, Val};
+use super::rows::{describe, insert_rows, insert_rows_with, nonzero_counts, placeholder, Val};
+use super::Options;
 use super::Problem;
 use crate::{Backend, Store, StoreError, Tx};
 use accel_core::accelerator::{ArqState, AttachType, DeviceStatus, DeviceType};
@@ -173,7 +174,7 @@ impl std::fmt::Display for CyborgRefused {
             CyborgRefused::NotEmpty(held) => write!(
                 f,
                 "the target database holds accelerator data ({}); pass --force to replace it",
-                super::write::describe(held)
+                describe(held)
             ),
             CyborgRefused::Invalid(problems) => {
                 write!(
@@ -191,7 +192,7 @@ impl std::fmt::Display for CyborgRefused {
                 f,
                 "the upstream database is not empty ({}); export into a database just created by \
                  `cyborg-dbsync upgrade`",
-                super::write::describe(held)
+                describe(held)
             ),
         }
     }
