@@ -58,6 +58,10 @@ pub struct Device {
     pub controlpath_id: ControlPathId,
     #[serde(default)]
     pub deployables: Vec<Deployable>,
+    /// accel's: how a GPU can be partitioned (MIG profiles, vGPU types); absent for a
+    /// device handed out whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<crate::partitions::GpuPartitions>,
 }
 
 /// How the driver reaches the device (`PCI` and its address as JSON text).
@@ -430,6 +434,7 @@ mod tests {
             vendor_board_info: None,
             health: Some("ok".into()),
             health_reason: None,
+            partitions: None,
             controlpath_id: ControlPathId {
                 cpid_type: "PCI".into(),
                 cpid_info: "{}".into(),

@@ -14,6 +14,7 @@
 pub mod accelerator;
 pub mod agent;
 pub mod http;
+pub mod partitions;
 pub mod placement;
 pub mod python;
 pub mod workflow;

@@ -113,6 +113,7 @@ pub fn fake_report(host: &str, devices: usize, handles: usize) -> DeviceReport {
             vendor_board_info: Some("fake_vendor_info".into()),
             health: None,
             health_reason: None,
+            partitions: None,
             controlpath_id: ControlPathId {
                 cpid_type: "PCI".into(),
                 cpid_info: format!(

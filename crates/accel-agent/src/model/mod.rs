@@ -329,6 +329,7 @@ impl FoundDevice {
                 cpid_info: self.address.cyborg_json(),
             },
             deployables,
+            partitions: None,
         }
     }
 }
