@@ -11,13 +11,17 @@
 # database (profiles, ARQs, Nova's per-instance polls, devices, deployables, attributes). Then the
 # way back: each accel database is exported (`accel export cyborg`) into a fresh upstream database
 # made by upstream's own `cyborg-dbsync upgrade`, upstream is started on it and compared with accel
-# again (`accel import verify-cyborg`). Any difference fails. Not run: the export into a
+# again (`accel import verify-cyborg`). The SQLite target goes through docs/migrating.md's Cyborg
+# walk-through as written (blocks cyborg-cut-over and cyborg-way-back), against an `accel serve`
+# started in maintenance on it: a write is 503 before the cut-over ends the maintenance, 201
+# after, 503 again after the way back. Any difference fails. Not run: the export into a
 # PostgreSQL upstream database, as Cyborg 17.0.0's `cyborg-dbsync upgrade` fails on PostgreSQL
 # (its migration 6c77bd6afea5 adds an unnamed Enum column: "PostgreSQL Enum type requires a name");
 # crates/accel-store/tests/import_cyborg.rs covers that path against upstream-shaped tables.
 #
 # Env: ACCEL_BIN (${CARGO_TARGET_DIR:-target}/debug/accel), IMPORT_CYBORG_PORT (18981; +3 the
-#      Placement the conductor and agents use, +5 the fake Nova), ACCEL_TEST_PG
+#      Placement the conductor and agents use, +5 the fake Nova, +10..+12 the walk-through's
+#      accel serve: Placement, accelerator API, metrics), ACCEL_TEST_PG
 #      (postgres://postgres@127.0.0.1:5432/postgres), ACCEL_TEST_MYSQL (mysql://root@127.0.0.1:3306),
 #      CYBORG_VENV (as upstream-cyborg.sh), IMPORT_SEED (28).
 set -euo pipefail
@@ -49,7 +53,9 @@ cleanup() {
   for d in "$RUN"/up "$RUN"/back-*; do
     [[ -d "$d" ]] && CYBORG_DIR="$d" "$HERE/upstream-cyborg.sh" stop >/dev/null 2>&1 || true
   done
-  [[ -f "$RUN/placement.pid" ]] && kill -TERM "$(cat "$RUN/placement.pid")" 2>/dev/null || true
+  for pid in "$RUN"/placement.pid "$RUN"/walk.pid; do
+    [[ -f "$pid" ]] && kill -TERM "$(cat "$pid")" 2>/dev/null || true
+  done
   for db in $(psql "$PG_ADMIN" -Atc "SELECT datname FROM pg_database WHERE datname LIKE '${TAG}_%'" 2>/dev/null); do
     psql "$PG_ADMIN" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
   done
@@ -86,7 +92,50 @@ accel_db() {
     mysql) echo "$MYSQL_ADMIN/${TAG}_accel" ;;
   esac
 }
+# docs/migrating.md's Cyborg walk-through: `accel serve` in maintenance on the SQLite target.
+WALK_API="http://127.0.0.1:$((PORT + 11))"
+ACCEL_LOG=warn setsid "$ACCEL_BIN" serve --database "$(accel_db sqlite)" \
+  --placement-listen "127.0.0.1:$((PORT + 10))" --accelerator-listen "127.0.0.1:$((PORT + 11))" \
+  --metrics-listen "127.0.0.1:$((PORT + 12))" --no-console \
+  --maintenance "cut-over from upstream Cyborg" >"$RUN/walk-serve.log" 2>&1 </dev/null &
+echo $! >"$RUN/walk.pid"
+for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$((PORT + 12))/readyz" 2>/dev/null && break; sleep 0.1; done
+# The status of a device profile create on the walk-through's accel serve.
+walk_write() {
+  curl -s -o /dev/null -w '%{http_code}' -X POST -H 'x-auth-token: admin' \
+    -H 'content-type: application/json' \
+    -d "[{\"name\": \"$1\", \"groups\": [{\"resources:FPGA\": \"1\"}]}]" "$WALK_API/v2/device_profiles"
+}
+# Runs docs/migrating.md's block NAME with bash -eu, `accel` on the PATH, output in $RUN/NAME.log.
+run_block() {
+  "$HERE/migrating-block.sh" "$1" >"$RUN/$1.sh"
+  (cd "$RUN" && PATH="$(dirname "$ACCEL_BIN"):$PATH" ACCEL_DB="$(accel_db sqlite)" ACCEL_API="$WALK_API" \
+    OS_TOKEN=admin bash -euo pipefail "$RUN/$1.sh") >"$RUN/$1.log" 2>&1
+}
+walk_cut_over() {
+  local before after
+  before=$(walk_write before-cut-over)
+  UPSTREAM_CYBORG_DB="$SOURCE" UPSTREAM_CYBORG_URL="http://127.0.0.1:$PORT" run_block cyborg-cut-over \
+    || { echo "FAILED walk-through cyborg-cut-over:"; cat "$RUN/cyborg-cut-over.log" "$RUN/walk-serve.log"; return 1; }
+  after=$(walk_write after-cut-over)
+  [[ $before == 503 && $after == 201 ]] \
+    || { echo "FAILED walk-through: a write answered $before in maintenance, $after after it"; return 1; }
+  echo "upstream -> accel sqlite (walk-through, a write 503 in maintenance, 201 after): $(grep -m1 '^verify:' "$RUN/cyborg-cut-over.log")"
+}
+walk_way_back() {
+  local late
+  BACK_CYBORG_DB="$MYSQL_ADMIN/${TAG}_back_sqlite" BACK_CYBORG_URL="http://127.0.0.1:$PORT" \
+    run_block cyborg-way-back \
+    || { echo "FAILED walk-through cyborg-way-back:"; cat "$RUN/cyborg-way-back.log"; return 1; }
+  late=$(walk_write after-way-back)
+  [[ $late == 503 ]] || { echo "FAILED walk-through: a write answered $late after the way back"; return 1; }
+  echo "accel sqlite -> upstream (walk-through, a write 503 again): exported, $(grep -m1 '^verify:' "$RUN/cyborg-way-back.log")"
+}
 for target in sqlite postgres mysql; do
+  if [[ $target == sqlite ]]; then
+    walk_cut_over || status=1
+    continue
+  fi
   case "$target" in
     postgres) psql "$PG_ADMIN" -qc "CREATE DATABASE ${TAG}_pg" >/dev/null ;;
     mysql) mysql_q "CREATE DATABASE ${TAG}_accel CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" ;;
@@ -112,7 +161,9 @@ for target in sqlite postgres mysql; do
   DB="$(accel_db "$target")"
   t0=$SECONDS
   upstream "back-$target" "${TAG}_back_$target" start >/dev/null
-  if ! "$ACCEL_BIN" export cyborg --database "$DB" --to "$MYSQL_ADMIN/${TAG}_back_$target" \
+  if [[ $target == sqlite ]]; then
+    walk_way_back || status=1
+  elif ! "$ACCEL_BIN" export cyborg --database "$DB" --to "$MYSQL_ADMIN/${TAG}_back_$target" \
       >"$RUN/export-$target.txt" 2>&1; then
     echo "FAILED accel $target -> upstream (export):"; cat "$RUN/export-$target.txt"; status=1
   elif "$ACCEL_BIN" import verify-cyborg "http://127.0.0.1:$PORT" --database "$DB" \

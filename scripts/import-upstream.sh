@@ -75,20 +75,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# docs/migrating.md's block NAME, without its example assignments (this script's values stand).
-block() {
-  python3 - "$ROOT/docs/migrating.md" "$1" <<'EOF'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"<!-- run: %s -->\n```sh\n(.*?)```" % re.escape(sys.argv[2]), text, re.S)
-if not m:
-    sys.exit(f"docs/migrating.md has no block marked run: {sys.argv[2]}")
-print("\n".join(l for l in m.group(1).splitlines() if not re.match(r"^[A-Z_]+=", l)))
-EOF
-}
 # Runs block NAME in $RUN/walk with bash -eu, `accel` on the PATH.
 run_block() {
-  block "$1" >"$RUN/walk/$1.sh"
+  "$HERE/migrating-block.sh" "$1" >"$RUN/walk/$1.sh"
   (cd "$RUN/walk" && PATH="$(dirname "$ACCEL_BIN"):$PATH" bash -euo pipefail "$RUN/walk/$1.sh") \
     >"$RUN/walk/$1.log" 2>&1
 }

@@ -93,6 +93,23 @@ wait_http() {  # URL SECONDS NAME
   echo "$3 did not answer $1 within $2 s; log: $DIR/$3.log" >&2; tail -20 "$DIR/$3.log" >&2; exit 1
 }
 step() { echo "nova-gate: [$((SECONDS - START)) s] $*"; }
+# What a stalled start looks like from each service (printed before the gate fails, so the
+# test command's output says why without the logs at hand).
+stall_report() {
+  local f
+  for f in nova-compute-a nova-compute-b nova-conductor nova-scheduler accel; do
+    echo "--- $f.log: its last errors and warnings" >&2
+    grep -E " (ERROR|WARNING|CRITICAL) |Traceback|^ERROR|^WARN" "$DIR/$f.log" 2>/dev/null | tail -8 | cut -c1-400 >&2 || true
+    echo "--- $f.log: its last lines" >&2
+    tail -3 "$DIR/$f.log" 2>/dev/null | cut -c1-400 >&2 || true
+  done
+  if [[ -n "$VHOST" ]]; then
+    echo "--- RabbitMQ vhost $VHOST: queues (name, consumers, messages)" >&2
+    rabbitmqctl -q list_queues -p "$VHOST" name consumers messages 2>&1 | head -20 >&2 || true
+  else
+    echo "--- RabbitMQ: the default vhost (rabbitmqctl unavailable or add_vhost failed)" >&2
+  fi
+}
 
 # --- databases and the message bus ------------------------------------------------
 for db in api cell0 cell1 glance; do
@@ -306,14 +323,15 @@ wait_http "http://127.0.0.1:$NPORT/" 120 nova-api
 
 # The compute nodes' providers in accel's Placement, created by nova-compute.
 step "waiting for compute-a and compute-b in Placement"
-"$VENV/bin/python" - "$KS_URL" admin-secret "$PPORT" <<'EOF'
+"$VENV/bin/python" - "$KS_URL" admin-secret "$PPORT" <<'EOF' || { stall_report; exit 1; }
 import sys, time
 from keystoneauth1 import session
 from keystoneauth1.identity import v3
 auth = v3.Password(auth_url=sys.argv[1], username="admin", password=sys.argv[2],
                    project_name="admin", user_domain_name="Default", project_domain_name="Default")
 s = session.Session(auth=auth)
-deadline = time.time() + 180
+deadline = time.time() + 300
+names = set()
 while time.time() < deadline:
     r = s.get(f"http://127.0.0.1:{sys.argv[3]}/resource_providers",
               headers={"OpenStack-API-Version": "placement 1.39"}, raise_exc=False)
@@ -321,7 +339,7 @@ while time.time() < deadline:
     if {"compute-a", "compute-b"} <= names:
         sys.exit(0)
     time.sleep(0.5)
-sys.exit("compute-a and compute-b did not appear in Placement within 180 s")
+sys.exit(f"compute-a and compute-b did not appear in Placement within 300 s (there: {sorted(names)})")
 EOF
 "${NOVA_MANAGE[@]}" cell_v2 discover_hosts >>"$DIR/nova-manage.log" 2>&1
 

@@ -120,7 +120,7 @@ scripts/dra-check.sh
 # venv is made from scripts/nova-gate.txt on first use.
 echo "== Nova gate: real Nova 34, Glance 33 and Keystone 30 around accel"
 if ! ACCEL_BIN=target/debug/accel scripts/nova-gate.sh >/tmp/accel-nova-gate.txt 2>&1; then
-  grep -vE "^PASS" /tmp/accel-nova-gate.txt | tail -30
+  grep -vE "^PASS" /tmp/accel-nova-gate.txt | tail -90
   echo "nova-gate failed (log: /tmp/accel-nova-gate.txt, services' logs in ${TMPDIR:-/tmp}/accel-nova-gate)" >&2
   exit 1
 fi
