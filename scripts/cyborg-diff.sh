@@ -74,6 +74,9 @@ start_upstream() {  # CYBORG_PORT PLACEMENT_PORT NOVA_PORT DIR DB
   CYBORG_PORT="$cport" CYBORG_DIR="$d/cyborg" CYBORG_DB="$db" CYBORG_RPC_VHOST="$db" CYBORG_PLACEMENT_URL="http://127.0.0.1:$pport" \
     CYBORG_NOVA_URL="http://127.0.0.1:$nport/v2.1" "$HERE/upstream-cyborg.sh" start >"$d/start.log" 2>&1 \
     || { cat "$d/start.log" >&2; return 1; }
+  # Its report is in; stopped, the agent's periodic report cannot put the deployable's
+  # attributes back to the driver's between two requests (accel's fake devices report once).
+  CYBORG_DIR="$d/cyborg" "$HERE/upstream-cyborg.sh" stop-agents >>"$d/start.log" 2>&1
 }
 
 start_accel() {

@@ -7,6 +7,8 @@ use accel_api::accelerator::{self as wire, Group, NewDeviceProfile};
 use accel_core::accelerator::{DeviceProfile, ProfileError};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::refused::Key;
+use accel_store::accelerator::Refused;
+use accel_store::StoreError;
 use axum::http::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
@@ -98,8 +100,8 @@ fn the_one(body: Value) -> AccelResult<Value> {
 
 /// The checks [`NewDeviceProfile`] cannot word, in the order they have always been
 /// made (the first failing one answers): an object; name, description and uuid
-/// strings or `null`; a valid uuid; a valid name; groups a list of objects whose
-/// values are strings or integers.
+/// strings or `null`; a valid name; groups a list of objects whose values are strings
+/// or integers. A client uuid's form is checked last of all, in [`create`].
 fn check_profile(one: &Value) -> AccelResult<()> {
     let obj = one
         .as_object()
@@ -115,9 +117,7 @@ fn check_profile(one: &Value) -> AccelResult<()> {
     };
     let name = text("name")?.unwrap_or_default();
     text("description")?;
-    if let Some(u) = text("uuid")? {
-        profile_uuid(u)?;
-    }
+    text("uuid")?;
     DeviceProfile::check_name(name).map_err(|e| AccelError::bad_request(e.to_string()))?;
     match obj.get("groups") {
         None | Some(Value::Null) => Ok(()),
@@ -134,26 +134,41 @@ fn check_profile(one: &Value) -> AccelResult<()> {
 }
 
 /// The one-element list body, checked, read as a [`NewDeviceProfile`] and turned
-/// into a domain profile.
-fn parse_body(body: Value) -> AccelResult<DeviceProfile> {
+/// into a domain profile; beside it the client's uuid, not yet checked.
+fn parse_body(body: Value) -> AccelResult<(DeviceProfile, Option<String>)> {
     let one = the_one(body)?;
     check_profile(&one)?;
     let p: NewDeviceProfile =
         serde_json::from_value(one).map_err(|e| AccelError::bad_request(e.to_string()))?;
-    let uuid = p.uuid.as_deref().map(profile_uuid).transpose()?;
     let groups = p
         .groups
         .iter()
         .map(group_entries)
         .collect::<AccelResult<_>>()?;
-    DeviceProfile::parse(&p.name, p.description, uuid, groups)
-        .map_err(|e| AccelError::bad_request(e.to_string()))
+    let profile = DeviceProfile::parse(&p.name, p.description, None, groups)
+        .map_err(|e| AccelError::bad_request(e.to_string()))?;
+    Ok((profile, p.uuid))
 }
 
 pub async fn create(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
     req.authorize(&st, rules::DEVICE_PROFILE_CREATE)?;
     req.only_params(&[])?;
-    let profile = parse_body(req.json_arg("req_devprof_list")?)?;
+    let (mut profile, uuid) = parse_body(req.json_arg("req_devprof_list")?)?;
+    if let Some(text) = uuid {
+        // accel's own check comes after every one upstream makes: upstream stores any
+        // text as the uuid, so a taken name is its answer (409) before a bad uuid.
+        match profile_uuid(&text) {
+            Ok(u) => profile.uuid = Some(u),
+            Err(bad) => {
+                let name = Key::Name(profile.name.clone());
+                if st.app.store.profiles().show(&name).await.is_ok() {
+                    let name = profile.name.clone();
+                    return Err(StoreError::from(Refused::ProfileNameTaken { name }).into());
+                }
+                return Err(bad);
+            }
+        }
+    }
     let created = st.app.store.profiles().create(&profile).await?;
     Ok(json_reply(
         StatusCode::CREATED,

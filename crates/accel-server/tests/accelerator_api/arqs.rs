@@ -266,6 +266,18 @@ async fn arq_patch_rules() {
                 {"op": "add", "path": "/device_rp_uuid", "value": "00000000-0000-0000-0000-000000000001"},
                 {"op": "add", "path": "/instance_uuid", "value": INSTANCE}])),
              None, 404, "Deployable not found with resource provider uuid=00000000-0000-0000-0000-000000000001".to_owned()),
+            // An unknown ARQ is named before an unknown provider, in the body's order
+            // (upstream's conductor looks the ARQ up first).
+            (json!({
+                "00000000-0000-0000-0000-0000000000aa": [
+                    {"op": "add", "path": "/hostname", "value": "compute1"},
+                    {"op": "add", "path": "/device_rp_uuid", "value": "00000000-0000-0000-0000-000000000001"},
+                    {"op": "add", "path": "/instance_uuid", "value": INSTANCE}],
+                u: [
+                    {"op": "add", "path": "/hostname", "value": "compute1"},
+                    {"op": "add", "path": "/device_rp_uuid", "value": "00000000-0000-0000-0000-000000000001"},
+                    {"op": "add", "path": "/instance_uuid", "value": INSTANCE}]}),
+             None, 404, "ExtArq not found with uuid=00000000-0000-0000-0000-0000000000aa".to_owned()),
         ];
         for (body, version, status, message) in cases {
             let r = app

@@ -73,6 +73,18 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             "names translated, values as strings, order kept"
         );
         assert_eq!(created["updated_at"], Value::Null);
+        // A taken name answers before a malformed uuid (upstream stores any text as the
+        // uuid; its database's unique name is what refuses).
+        let again = app
+            .send_json(
+                As::Admin,
+                Method::POST,
+                "/v2/device_profiles",
+                json!([{"name": "dp1", "uuid": "not-a-uuid", "groups": [{"resources:FPGA": "1"}]}]),
+            )
+            .await;
+        assert_eq!(again.status, 409, "{}", again.body);
+        assert_eq!(again.fault(), "A device_profile with name dp1 already exists.");
         assert!(created["created_at"].as_str().unwrap().ends_with("+00:00"));
         let uuid = created["uuid"].as_str().unwrap().to_owned();
         assert!(created["links"][0]["href"]

@@ -200,6 +200,13 @@ async fn patch(
     for (uuid, op) in plan {
         match op {
             Patch::Bind(b) => {
+                // The ARQ first, then its device: an unknown ARQ is named before an
+                // unknown provider, as upstream's conductor looks them up.
+                let arq = match read.iter().find(|a| &a.uuid == uuid) {
+                    Some(a) => a.clone(),
+                    None if once => return Err(not_found(uuid)),
+                    None => require(tx, scope, uuid).await?,
+                };
                 if !with_deployable.contains(&b.device_rp_uuid.as_str()) {
                     let deps = crate::accelerator::hardware::list_deployables(
                         tx,
@@ -218,11 +225,6 @@ async fn patch(
                     }
                     with_deployable.push(&b.device_rp_uuid);
                 }
-                let arq = match read.iter().find(|a| &a.uuid == uuid) {
-                    Some(a) => a.clone(),
-                    None if once => return Err(not_found(uuid)),
-                    None => require(tx, scope, uuid).await?,
-                };
                 begin_bind(tx, &arq, b, &mut jobs).await?;
                 if !once {
                     // A later operation may unbind this ARQ again.
