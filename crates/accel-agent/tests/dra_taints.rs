@@ -230,6 +230,13 @@ async fn a_tainted_pool_is_cut_at_64_devices_and_a_prepared_device_is_no_execute
     assert_eq!(tainted[0].0, last);
     assert_eq!(tainted[0].1[0]["effect"], "NoExecute");
     assert_eq!(p.step().await.unwrap(), Published::Unchanged);
+    // The agent's report says it unhealthy: the server reserves it in full and
+    // withholds it (as it would a VM's); it stays in the slice, tainted.
+    node.agent().step().await.unwrap();
+    let client = accel_agent::client::Client::new(&server.accel, "admin").unwrap();
+    let withheld = client.kubernetes_usage(NODE).await.unwrap().vm_held_devices;
+    assert_eq!(withheld, vec![gpus[N - 1].clone()]);
+    assert_eq!(p.step().await.unwrap(), Published::Unchanged);
 
     // The claim lets go: NoSchedule; the GPU recovers: one slice again.
     std::fs::remove_file(&spec).unwrap();
@@ -243,6 +250,7 @@ async fn a_tainted_pool_is_cut_at_64_devices_and_a_prepared_device_is_no_execute
         .map(|(_, t)| t[0]["effect"].clone());
     assert_eq!(effect, Some("NoSchedule".into()));
     aer(&fs, &gpus[N - 1], 0);
+    node.agent().step().await.unwrap();
     assert_eq!(
         p.step().await.unwrap(),
         Published::Updated { generation: 4 }

@@ -139,9 +139,9 @@ impl DraMetrics {
     }
 
     /// The taints of the devices the pool now holds.
-    pub fn tainted(&self, devices: &[super::objects::SliceDevice]) {
+    pub fn tainted(&self, taints: &[super::objects::DeviceTaint]) {
         self.tainted.clear();
-        for t in devices.iter().flat_map(|d| d.taints.iter()) {
+        for t in taints {
             self.tainted
                 .get_or_create(&TaintLabels {
                     key: t.key.clone(),

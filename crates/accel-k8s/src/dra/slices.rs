@@ -42,8 +42,8 @@ pub use run_loop::{run, HEALTH_INTERVAL, PRESENCE_INTERVAL, PUBLISH_INTERVAL};
 
 use super::metrics::DraMetrics;
 use super::objects::{
-    ObjectMeta, OwnerReference, ResourcePool, ResourceSlice, ResourceSliceSpec, SliceDevice,
-    API_VERSION,
+    DeviceTaint, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    SliceDevice, API_VERSION,
 };
 use super::taints::{self, Released, Support};
 use super::{device_name, ApiError, BoxFuture};
@@ -341,11 +341,10 @@ impl Publisher {
         if devices.iter().any(|d| !d.taints.is_empty()) && !self.taints_served(&devices).await {
             devices = taints::withdraw_tainted(devices);
         }
-        if let Some(m) = &self.metrics {
-            m.tainted(&devices);
-        }
+        let tainted: Vec<DeviceTaint> = devices.iter().flat_map(|d| d.taints.clone()).collect();
         let pool = pool::cut(devices);
         if pool::same(&existing, &pool) {
+            self.count_tainted(&tainted);
             return Ok((Published::Unchanged, false));
         }
         let uid = match &self.node_uid {
@@ -379,6 +378,7 @@ impl Publisher {
             self.api.delete_slice(name).await?;
         }
         self.generation = generation;
+        self.count_tainted(&tainted);
         if dropped {
             self.support = Support::Dropped(tokio::time::Instant::now());
             self.count_check("dropped_on_write");
@@ -437,6 +437,13 @@ impl Publisher {
                 tracing::warn!(node = %self.node, error = %e, "asking the API server whether it keeps device taints failed: tainted devices are withdrawn until it answers");
                 false
             }
+        }
+    }
+
+    /// The taints the pool now holds (`accel_dra_tainted_devices`).
+    fn count_tainted(&self, tainted: &[DeviceTaint]) {
+        if let Some(m) = &self.metrics {
+            m.tainted(tainted);
         }
     }
 

@@ -23,10 +23,11 @@ pub struct Marks {
     pub released: BTreeSet<String>,
 }
 
-/// The pool's devices, by name: every device of a configuration, but one the server
-/// withholds for a VM; with a taint when it is unhealthy (`NoExecute` when prepared),
-/// being cleaned after a claim let it go, or gone while prepared (kept from `listed`,
-/// the slices as they are). See [`taints`].
+/// The pool's devices, by name: every device of a configuration, but a healthy one the
+/// server withholds for a VM; with a taint when it is unhealthy (`NoExecute` when
+/// prepared; the server withholds an unhealthy device whoever holds it, so it stays,
+/// tainted), being cleaned after a claim let it go, or gone while prepared (kept from
+/// `listed`, the slices as they are). See [`taints`].
 pub fn desired(
     node: &str,
     config: &KubernetesConfig,
@@ -37,6 +38,8 @@ pub fn desired(
     let domain = config.resource_domain.as_str();
     let string = |s: &str| DeviceAttribute::string(s);
     let mut out: Vec<SliceDevice> = Vec::new();
+    // Every device found of a configuration, withdrawn or not.
+    let mut found: BTreeSet<String> = BTreeSet::new();
     for d in devices {
         let Some(conf) = config
             .configurations
@@ -46,19 +49,23 @@ pub fn desired(
             continue;
         };
         let name = device_name(node, &d.id);
+        found.insert(name.clone());
         let mut taints = Vec::new();
         if marks.vm_held.contains(&d.id) {
             let cleaning =
                 marks.released.contains(&name) && d.traits.iter().any(|t| t == CLEANED_ON_RELEASE);
-            if !cleaning {
+            if cleaning {
+                taints.push(taints::taint(
+                    domain,
+                    taints::CLEANING,
+                    "",
+                    taints::NO_SCHEDULE,
+                ));
+            } else if d.healthy {
                 continue;
             }
-            taints.push(taints::taint(
-                domain,
-                taints::CLEANING,
-                "",
-                taints::NO_SCHEDULE,
-            ));
+            // Unhealthy: the server withholds a device its report says unhealthy
+            // (reserved in full), so that is no sign of a VM; tainted, not withdrawn.
         }
         if !d.healthy {
             let effect = if marks.prepared.contains(&name) {
@@ -107,7 +114,7 @@ pub fn desired(
     // A prepared device no longer found: its claims are told to let go.
     let before = listed.iter().flat_map(|s| s.spec.devices.iter());
     let gone: Vec<SliceDevice> = before
-        .filter(|b| marks.prepared.contains(&b.name) && !out.iter().any(|d| d.name == b.name))
+        .filter(|b| marks.prepared.contains(&b.name) && !found.contains(&b.name))
         .map(|b| {
             let mut d = b.clone();
             d.other.clear();
@@ -123,7 +130,6 @@ pub fn desired(
         .collect();
     out.extend(gone);
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    out.dedup_by(|a, b| a.name == b.name);
     out
 }
 

@@ -68,8 +68,15 @@ fn a_lost_device_of_a_prepared_claim_is_no_execute_and_a_cleaning_one_no_schedul
         ..t(a, "GPU")
     };
     let gone = t("0000:65:00.0", "GPU");
-    // The slice as it was: the gone device in it.
-    let before = desired("n", &config, vec![gone], &Marks::default(), &[]);
+    let taken = t("0000:98:00.0", "GPU");
+    // The slice as it was: the gone device in it, and one a VM has taken since.
+    let before = desired(
+        "n",
+        &config,
+        vec![gone, taken.clone()],
+        &Marks::default(),
+        &[],
+    );
     let listed = ResourceSlice {
         api_version: API_VERSION.into(),
         kind: "ResourceSlice".into(),
@@ -87,12 +94,29 @@ fn a_lost_device_of_a_prepared_claim_is_no_execute_and_a_cleaning_one_no_schedul
     };
     let name = |a: &str| device_name("n", a);
     let marks = Marks {
-        // Both withheld by the server: one released by a claim (cleaning), one a VM's.
-        vm_held: ["0000:31:00.0".to_string(), "0000:4b:00.0".to_string()].into(),
-        prepared: [name("0000:17:00.0"), name("0000:65:00.0")].into(),
+        // All withheld by the server: one released by a claim (cleaning), two a VM's
+        // (one of them named in a stale CDI spec), the unhealthy one for its health.
+        vm_held: [
+            "0000:17:00.0".to_string(),
+            "0000:31:00.0".to_string(),
+            "0000:4b:00.0".to_string(),
+            "0000:98:00.0".to_string(),
+        ]
+        .into(),
+        prepared: [
+            name("0000:17:00.0"),
+            name("0000:65:00.0"),
+            name("0000:98:00.0"),
+        ]
+        .into(),
         released: [name("0000:31:00.0")].into(),
     };
-    let devices = vec![sick, cleaned("0000:31:00.0"), cleaned("0000:4b:00.0")];
+    let devices = vec![
+        sick,
+        cleaned("0000:31:00.0"),
+        cleaned("0000:4b:00.0"),
+        taken,
+    ];
     let got: Vec<(String, Value)> = desired("n", &config, devices, &marks, &[listed])
         .iter()
         .map(|d| (d.name.clone(), serde_json::to_value(&d.taints).unwrap()))
