@@ -16,6 +16,7 @@ use accel_k8s::dra::slices;
 use accel_k8s::testing::kube::{self, slice_api, SliceStore};
 use accel_testkit::server::{Backend, TestServer};
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NODE: &str = "taint-node";
@@ -256,5 +257,91 @@ async fn a_tainted_pool_is_cut_at_64_devices_and_a_prepared_device_is_no_execute
         Published::Updated { generation: 4 }
     );
     assert_eq!(sizes(&store), vec![(N, 1.into())]);
+    server.stop().await;
+}
+
+/// A GPU with a `[[cleaning]]` rule, released by a claim: tainted `cleaning` while
+/// the agent's cleaner runs (the server withholds it until the agent says clean), and
+/// untainted once the cleaning is over. The driver's unprepare tells the publisher
+/// which devices it released; the real server and the agent's cleaning worker decide
+/// when the cleaning ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_released_by_a_claim_is_tainted_while_it_is_cleaned() {
+    use accel_k8s::dra::slices::Published;
+    use accel_k8s::dra::ClaimRef;
+    use accel_k8s::testing::kube::{claim, claim_api, Claims};
+    const GPU: &str = "00fa:00:00.0";
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cleaner = accel_agent::testing::FakeCleaner::new(dir.path().join("cleaner"));
+    cleaner.mode("gate");
+    let mut settings = cleaner.settings(&server.accel, NODE, 60);
+    let mut kubernetes = KubernetesConfig::from_toml(
+        "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .unwrap();
+    kubernetes.cdi_dir = dir.path().join("cdi");
+    settings.kubernetes = Some(kubernetes);
+    settings.node_provider = NodeProvider::Own;
+    let node = Node::builder(settings).build().unwrap();
+    node.agent().check_node().await.unwrap();
+    node.agent().step().await.unwrap();
+
+    let name = accel_k8s::dra::device_name(NODE, GPU);
+    let uid = "6f1c1a52-55b1-4d7f-9a39-3f1a4a0e7a31";
+    let claims: Claims = Arc::default();
+    claims.lock().unwrap().insert(
+        "default/c".into(),
+        claim("c", uid, &[("accel.dev", NODE, name.clone())]),
+    );
+    let store = kube::store(false);
+    let app = claim_api(claims).merge(slice_api(store.clone()));
+    let (addr, _api_stop) = accel_testkit::serve_fake(app).await;
+    let dra = node
+        .dra(KubeApi::new(&format!("http://{addr}"), None).unwrap())
+        .unwrap();
+    let (driver, mut p) = (dra.driver(), dra.publisher());
+    assert_eq!(
+        p.step().await.unwrap(),
+        Published::Created { generation: 1 }
+    );
+    assert_eq!(devices(&store), vec![(name.clone(), Value::Null)]);
+
+    let c = ClaimRef {
+        namespace: "default".into(),
+        uid: uid.into(),
+        name: "c".into(),
+    };
+    driver.prepare(&c).await.unwrap();
+    assert_eq!(p.step().await.unwrap(), Published::Unchanged);
+    driver.unprepare(&c).await.unwrap();
+    // Released: the server withholds it until clean, and the slice says why.
+    assert_eq!(
+        p.step().await.unwrap(),
+        Published::Updated { generation: 2 }
+    );
+    let got = devices(&store);
+    assert_eq!(got[0].0, name);
+    assert_eq!(got[0].1[0]["key"], "accel.dev/cleaning");
+    assert_eq!(got[0].1[0]["effect"], "NoSchedule");
+    assert_eq!(node.agent().clean_step().await.unwrap(), 1);
+    let client = accel_agent::client::Client::new(&server.accel, "admin").unwrap();
+    accel_testkit::eventually(Duration::from_secs(20), "the cleaner started", || async {
+        (cleaner.started() == 1).then_some(())
+    })
+    .await;
+    // Still being cleaned: still tainted.
+    assert_eq!(p.step().await.unwrap(), Published::Unchanged);
+    cleaner.open_gate();
+    accel_testkit::eventually(Duration::from_secs(20), "the device clean", || async {
+        let shown = client.kubernetes_usage(NODE).await.ok()?;
+        shown.vm_held_devices.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(
+        p.step().await.unwrap(),
+        Published::Updated { generation: 3 }
+    );
+    assert_eq!(devices(&store), vec![(name, Value::Null)]);
     server.stop().await;
 }
