@@ -104,9 +104,11 @@ ACCEL_BIN=target/debug/accel IMPORT_CYBORG_PORT=18981 scripts/import-cyborg.sh
 # --- issue 30 (Kubernetes without OpenStack, DRA) ---------------------------------
 # The DRA registration socket asked by Python grpcio with each :authority (all must
 # answer), the kustomize base and overlays rendered, validated against the
-# Kubernetes 1.34 and 1.37 schemas and checked to hold every object they name, the
-# claim examples validated and their CEL selectors evaluated (cel-python) against the
-# slices the tests published (pins: scripts/dra-check.txt). About 10 s once built.
+# Kubernetes 1.34 and 1.37 schemas and checked to hold every object they name (or have
+# it made by docs/deployment.md's `kubectl create secret` commands, run with
+# --dry-run=client), the claim examples validated and their CEL selectors evaluated
+# (cel-python) against the slices the tests published, tainted ones among them (pins:
+# scripts/dra-check.txt). About 15 s once built.
 echo "== DRA: grpcio client, overlays and claim examples against Kubernetes 1.34 and 1.37, CEL"
 scripts/dra-check.sh
 # --- end issue 30 -------------------------------------------------------------------
