@@ -289,7 +289,8 @@ impl Publisher {
         // for the next observation.
         self.seen = Some(observed.fingerprint);
         let held = self.held.vm_held().await?;
-        // A released device the server no longer withholds is clean (or gone).
+        // A released device the server no longer withholds is clean (or gone). Only
+        // those observed before the server was asked: one released since is kept.
         let node = self.node.clone();
         let withheld = |name: &str| {
             observed
@@ -297,7 +298,8 @@ impl Publisher {
                 .iter()
                 .any(|d| device_name(&node, &d.id) == name && held.contains(&d.id))
         };
-        self.released.retain(withheld);
+        self.released
+            .retain(|n| !observed.released.contains(n) || withheld(n));
         let released = observed
             .released
             .iter()
