@@ -3,7 +3,8 @@
 # gRPC C-core client with each :authority, every one of which must answer (accel-k8s
 # tests/dra.rs runs scripts/dra-authority.py when ACCEL_DRA_PYTHON is set), and the
 # kustomize base and every overlay of deploy/kubernetes rendered and validated,
-# strictly, against the Kubernetes 1.34 and 1.37 schemas. Rendering: `kubectl
+# strictly, against the Kubernetes 1.34 and 1.37 schemas, with the objects the
+# documented `kubectl create` commands make for the overlays that do not ship them. Rendering: `kubectl
 # kustomize` where installed, scripts/kustomize-lite.py where not; where both are,
 # their outputs must hold the same objects. The claim examples of
 # deploy/kubernetes/examples are validated too, and their CEL selectors evaluated
@@ -34,23 +35,25 @@ for dir in deploy/kubernetes/base deploy/kubernetes/overlays/*; do
     cp "$out/$name.lite" "$out/$name.yaml"
   fi
 done
-# Every object an overlay names (Namespace, Secret, ConfigMap, ServiceAccount, PVC,
-# ClusterRole) is in it. overlays/kubernetes ships everything; the PostgreSQL and Nova
-# overlays take their two Secrets (the database URL, the Keystone serve.toml, the
-# agent's token) from the `kubectl create secret` commands of docs/deployment.md.
+# The objects the overlays do not ship, made by the documented commands: each
+# `kubectl create` of docs/deployment.md's marked blocks run as written with
+# `--dry-run=client -o yaml` (scripts/kube-secrets.py), into $out/made/<overlay>.yaml.
+"$venv/bin/python" scripts/kube-secrets.py docs/deployment.md "$out/made"
+# Every object an overlay names (Namespace, Secret with each key read, ConfigMap,
+# ServiceAccount, PVC, ClusterRole) is in it or made by those commands.
 for f in "$out"/*.yaml; do
-  case "$(basename "$f" .yaml)" in
-    kubernetes) "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" ;;
-    base|nova|kubernetes-postgres)
-      "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" Secret/accel-serve Secret/accel-agent ;;
-    *) "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" ;;
-  esac
+  name="$(basename "$f" .yaml)"
+  made=()
+  [[ -f "$out/made/$name.yaml" ]] && made=("$out/made/$name.yaml")
+  "$venv/bin/python" scripts/kustomize-lite.py --refs "$f" "${made[@]}"
 done
-echo "every object the overlays name is in them (nova, kubernetes-postgres: the two documented Secrets aside)"
+echo "every object the overlays name is in them or made by docs/deployment.md's commands ($(cd "$out/made" && ls -- *.yaml | tr '\n' ' '))"
 rendered="$(command -v kubectl >/dev/null && echo "kubectl kustomize, and kustomize-lite.py agrees" || echo "kustomize-lite.py (no kubectl)")"
 for k in 1.34.0 1.37.0; do
   "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$out"/*.yaml
   echo "kubernetes-validate $k --strict: $(cd "$out" && ls -- *.yaml | tr '\n' ' ')pass (rendered by $rendered)"
+  "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$out"/made/*.yaml
+  echo "kubernetes-validate $k --strict: the documented commands' objects pass"
   # The claim examples users copy (docs/kubernetes.md), as they are written.
   "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet deploy/kubernetes/examples/*.yaml
   echo "kubernetes-validate $k --strict: deploy/kubernetes/examples/*.yaml pass"
@@ -64,9 +67,13 @@ if [[ -n "$slices" ]]; then
   # The examples' node (crates/accel-k8s/tests/examples.rs) joins them.
   ACCEL_DRA_SLICES_OUT="$slices" cargo test -q -p accel-k8s --test examples >/dev/null
   n=$((n + 1))
+  # Device taints (issue 43): the tests publish tainted slices too; the check must see
+  # some, or it says nothing of the taints' fields.
+  tainted=$(grep -l '"taints"' "$slices"/*.yaml | wc -l)
+  [[ $tainted -gt 0 ]] || { echo "dra-check: no ResourceSlice with device taints was written to $slices by the tests" >&2; exit 1; }
   for k in 1.34.0 1.37.0; do
     "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$slices"/*.yaml
-    echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass"
+    echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass ($tainted with device taints)"
   done
   # The examples' CEL selectors against those slices.
   "$venv/bin/python" scripts/dra-cel.py deploy/kubernetes/examples \

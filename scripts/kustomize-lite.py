@@ -7,12 +7,13 @@ literals with `behavior: replace` or `create` and `disableNameSuffixHash: true`.
 
     kustomize-lite.py DIR                 the rendered documents, YAML, on stdout
     kustomize-lite.py --same A.yaml B.yaml exit 1 unless both hold the same objects
-    kustomize-lite.py --refs A.yaml [KIND/NAME...]
+    kustomize-lite.py --refs A.yaml [MADE.yaml...]
                                           exit 1 unless every Namespace, Secret,
                                           ConfigMap, ServiceAccount, PersistentVolumeClaim
-                                          and ClusterRole the objects name is among them
-                                          (or one of the KIND/NAME given: made by a
-                                          documented command)
+                                          and ClusterRole the objects of A name is among
+                                          them or in a MADE file (the objects documented
+                                          commands make: scripts/kube-secrets.py), with
+                                          every Secret and ConfigMap key they read
 
 scripts/dra-check.sh renders each overlay with `kubectl kustomize` where installed,
 with this where not, and where both are checks that they agree (--same).
@@ -103,43 +104,64 @@ BUILT_IN = {("Namespace", "", "kube-system"), ("Namespace", "", "default")}
 
 
 def references(d):
-    """(kind, namespace, name) of every object `d` needs to exist."""
+    """(kind, namespace, name, key) of every object `d` needs to exist, `key` the
+    Secret's or ConfigMap's key it reads (None: the object itself)."""
     ns = d["metadata"].get("namespace", "")
     if ns:
-        yield ("Namespace", "", ns)
+        yield ("Namespace", "", ns, None)
     pod = d.get("spec", {}).get("template", {}).get("spec")
     if pod:
         if pod.get("serviceAccountName"):
-            yield ("ServiceAccount", ns, pod["serviceAccountName"])
+            yield ("ServiceAccount", ns, pod["serviceAccountName"], None)
         for v in pod.get("volumes", []):
             if "secret" in v:
-                yield ("Secret", ns, v["secret"]["secretName"])
+                name = v["secret"]["secretName"]
+                yield ("Secret", ns, name, None)
+                for item in v["secret"].get("items", []):
+                    yield ("Secret", ns, name, item["key"])
             if "configMap" in v:
-                yield ("ConfigMap", ns, v["configMap"]["name"])
+                name = v["configMap"]["name"]
+                yield ("ConfigMap", ns, name, None)
+                for item in v["configMap"].get("items", []):
+                    yield ("ConfigMap", ns, name, item["key"])
             if "persistentVolumeClaim" in v:
-                yield ("PersistentVolumeClaim", ns, v["persistentVolumeClaim"]["claimName"])
+                yield ("PersistentVolumeClaim", ns, v["persistentVolumeClaim"]["claimName"], None)
         for c in pod.get("containers", []) + pod.get("initContainers", []):
             for e in c.get("env", []):
                 ref = e.get("valueFrom", {})
                 if "secretKeyRef" in ref:
-                    yield ("Secret", ns, ref["secretKeyRef"]["name"])
+                    yield ("Secret", ns, ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"])
                 if "configMapKeyRef" in ref:
-                    yield ("ConfigMap", ns, ref["configMapKeyRef"]["name"])
+                    r = ref["configMapKeyRef"]
+                    yield ("ConfigMap", ns, r["name"], r["key"])
     if d["kind"] == "ClusterRoleBinding":
-        yield ("ClusterRole", "", d["roleRef"]["name"])
+        yield ("ClusterRole", "", d["roleRef"]["name"], None)
         for sub in d.get("subjects", []):
             if sub["kind"] == "ServiceAccount":
-                yield ("ServiceAccount", sub["namespace"], sub["name"])
+                yield ("ServiceAccount", sub["namespace"], sub["name"], None)
+
+
+def keys(d):
+    """The keys a Secret or ConfigMap holds."""
+    return set(d.get("data") or {}) | set(d.get("stringData") or {}) | set(d.get("binaryData") or {})
 
 
 def missing(docs, made):
-    have = {ident(d) for d in docs} | BUILT_IN
-    made = {tuple(m) for m in made}
+    """What the objects of `docs` need that neither they nor `made` hold."""
+    have = {ident(d): d for d in docs + made}
     out = []
     for d in docs:
-        for r in references(d):
-            if r not in have and (r[0], r[2]) not in made:
-                out.append(f"{ident(d)} needs {r}")
+        for kind, ns, name, key in references(d):
+            r = (kind, ns, name)
+            if r in BUILT_IN:
+                continue
+            gap = None
+            if r not in have:
+                gap = f"{ident(d)} needs {r}"
+            elif key is not None and key not in keys(have[r]):
+                gap = f"{ident(d)} needs key {key!r} of {r}"
+            if gap and gap not in out:
+                out.append(gap)
     return out
 
 
@@ -203,7 +225,7 @@ def main():
             fail(f"{sys.argv[2]} and {sys.argv[3]} differ")
         return
     if sys.argv[1] == "--refs":
-        made = [m.split("/", 1) for m in sys.argv[3:]]
+        made = [d for f in sys.argv[3:] for d in load(pathlib.Path(f))]
         gaps = missing(load(pathlib.Path(sys.argv[2])), made)
         for g in gaps:
             print(f"kustomize-lite: {sys.argv[2]}: {g}", file=sys.stderr)

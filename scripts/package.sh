@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binary, the Debian package target/debian/accel_<version>_<arch>.deb
-# and the image localhost/accel:<version> (also saved as an image archive next to the
-# package, for nodes that import images instead of pulling them), and checks both:
+# and the image localhost/accel:<version> from that binary (Containerfile's `staged`
+# target; also saved as an image archive next to the package, for nodes that import
+# images instead of pulling them), and checks both:
 # the package's contents, its binary run from a scratch root (`dpkg -x`), its units
 # through `systemd-analyze verify`, its example configurations loaded by that binary;
 # the image's binary run from the mounted image (`chroot`, as `podman run` is not
@@ -234,31 +235,17 @@ if [[ "${SKIP_IMAGE:-}" == 1 ]]; then
 fi
 command -v podman >/dev/null || die "podman is needed for the image (apt-get install podman), or SKIP_IMAGE=1"
 CTX="$TARGET/oci"
-rm -rf "$CTX"
-RFS="$CTX/rootfs"
-mkdir -p "$RFS/usr/bin" "$RFS/etc" "$RFS/var/lib" "$CTX/state/accel"
-mkdir -m 1777 "$RFS/tmp"
-install -m 0755 "$SCRATCH/usr/bin/accel" "$RFS/usr/bin/accel"
-# The loader and every library it resolves, at the paths the binary asks for.
-ldd "$RFS/usr/bin/accel" | awk '/=> \//{print $3} /^[[:space:]]*\/[^ ]+ \(/{print $1}' | while read -r lib; do
-  mkdir -p "$RFS$(dirname "$lib")"
-  cp -L "$lib" "$RFS$lib"
-done
-if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
-  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$RFS/etc/ssl/certs/ca-certificates.crt"
-else
-  echo "warning: no /etc/ssl/certs/ca-certificates.crt (Debian package ca-certificates): the image has no CA bundle" >&2
-fi
-printf 'root:x:0:0:root:/root:/usr/sbin/nologin\naccel:x:65532:65532:accel:/var/lib/accel:/usr/sbin/nologin\n' > "$RFS/etc/passwd"
-printf 'root:x:0:\naccel:x:65532:\n' > "$RFS/etc/group"
-printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$RFS/etc/nsswitch.conf"
+# The image's files (scripts/image-rootfs.sh, which Containerfile's from-source
+# stage runs too): the packaged binary, its libraries, CA bundle, users, state dir.
+scripts/image-rootfs.sh "$SCRATCH/usr/bin/accel" "$CTX"
 cp Containerfile "$CTX/Containerfile"
 IMAGE="localhost/accel:$VERSION"
 say "podman build -t $IMAGE"
 old_id="$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 # No intermediate images: the recipe is a few COPY steps, cheap to redo.
-podman build --quiet --layers=false --build-arg "VERSION=$VERSION" -t "$IMAGE" \
-  -f "$CTX/Containerfile" "$CTX"
+# --target staged: the files from this context; the from-source stage is not run.
+podman build --quiet --layers=false --target staged --build-arg "VERSION=$VERSION" \
+  -t "$IMAGE" -f "$CTX/Containerfile" "$CTX"
 new_id="$(podman image inspect --format '{{.Id}}' "$IMAGE")"
 # The previous build of this tag, now untagged.
 if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then

@@ -2,7 +2,10 @@
 //! `testing`; accel-k8s's own tests and the server's Kubernetes tests): the
 //! Registration service (which, like kubelet, dials the plugin back and asks for its
 //! options before answering, then follows its ListAndWatch stream) and a
-//! PodResourcesLister.
+//! PodResourcesLister. And a stand-in Kubernetes API server for the DRA driver's
+//! objects ([`kube`]).
+
+pub mod kube;
 
 use crate::proto::deviceplugin as dp;
 use crate::proto::podresources as pr;

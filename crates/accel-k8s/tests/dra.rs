@@ -91,6 +91,7 @@ async fn registration_and_prepare_over_the_sockets() {
     let mut dra_registry = prometheus_client::registry::Registry::default();
     let dra_metrics = Arc::new(dra::metrics::DraMetrics::register(&mut dra_registry));
     let cdi_dir = config.cdi_dir.clone();
+    let released = Arc::new(dra::taints::Released::default());
     let driver = Arc::new(
         Driver::new(
             NODE,
@@ -100,7 +101,8 @@ async fn registration_and_prepare_over_the_sockets() {
             held.clone(),
         )
         .with_metrics(Some(metrics.clone()))
-        .with_dra_metrics(dra_metrics.clone()),
+        .with_dra_metrics(dra_metrics.clone())
+        .with_released(released.clone()),
     );
     let registry = dir.path().join("registry");
     let plugins = dir.path().join("plugins");
@@ -160,7 +162,20 @@ async fn registration_and_prepare_over_the_sockets() {
             .contains(&json!("ACCEL_VISIBLE_DEVICES=0000:3b:00.0")),
         "{env}"
     );
+    // Prepared: named by its claim's CDI spec (a device lost now is NoExecute).
+    let prepared = dra::taints::prepared(&cdi_dir, "accel.dev");
+    assert!(
+        prepared.len() == 1 && prepared.contains(&name),
+        "{prepared:?}"
+    );
     counts::dra_counts(&dra_registry, &k, uid).await;
+    // Unprepared: released to its cleaning (tainted while the server withholds it).
+    assert!(dra::taints::prepared(&cdi_dir, "accel.dev").is_empty());
+    let released = released.names();
+    assert!(
+        released.len() == 1 && released.contains(&name),
+        "{released:?}"
+    );
 
     if let Some(python) = std::env::var_os("ACCEL_DRA_PYTHON") {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dra-authority.py");

@@ -28,12 +28,18 @@ impl SliceApi for Created {
     fn watch_slices(&self, _: &str, _: &str, _: &str) -> BoxFuture<'_, Result<(), ApiError>> {
         Box::pin(std::future::pending())
     }
-    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
-        self.0.lock().unwrap().push(slice);
-        Box::pin(async { Ok(()) })
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        self.0.lock().unwrap().push(slice.clone());
+        Box::pin(async { Ok(slice) })
     }
-    fn update_slice(&self, _: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
-        Box::pin(async { Ok(()) })
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        Box::pin(async { Ok(slice) })
+    }
+    fn dry_run_create(
+        &self,
+        slice: ResourceSlice,
+    ) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        Box::pin(async { Ok(slice) })
     }
     fn delete_slice(&self, _: &str) -> BoxFuture<'_, Result<(), ApiError>> {
         Box::pin(async { Ok(()) })

@@ -3,7 +3,9 @@
 //! held through the server ([`ServerClaims`]: `PUT`/`DELETE
 //! /v2/agent/hosts/{node}/kubernetes/claims/{uid}`, a Placement consumer per claim;
 //! the devices VMs hold, withdrawn from the node's ResourceSlice); the slices
-//! themselves written through [`KubeApi`] too.
+//! themselves written through [`KubeApi`] too, each write's answer read back (the
+//! driver sees whether the API server kept the devices' taints), and a dry-run create
+//! (`dryRun=All`) to ask that before a taint is first written.
 //!
 //! The objects cross as `accel_k8s::dra::objects` types, read from and written as the
 //! API's JSON here; the seams' errors are accel-k8s's (`ApiError`, `RecordError`),
@@ -35,6 +37,20 @@ fn to_json(slice: &ResourceSlice) -> Result<Value, ApiError> {
 }
 
 impl KubeApi {
+    /// Sends `slice` and reads back the slice the API server answers (as it keeps it).
+    async fn write_slice(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        slice: &ResourceSlice,
+    ) -> Result<ResourceSlice, ApiError> {
+        let call = format!("{method} {}{path}", self.base());
+        let body = to_json(slice)?;
+        let answer = self.call(method, path, Some(&body)).await?;
+        serde_json::from_value(answer)
+            .map_err(|source| RequestError::Decode { call, source }.into())
+    }
+
     /// A watch (`watch=true`, newline-delimited JSON events) at `url`; the first
     /// added, modified or deleted event ends it.
     async fn watch(&self, url: String) -> Result<(), RequestError> {
@@ -125,23 +141,29 @@ impl SliceApi for KubeApi {
         Box::pin(async move { Ok(self.watch(url).await?) })
     }
 
-    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
         Box::pin(async move {
-            let body = to_json(&slice)?;
-            self.call(reqwest::Method::POST, SLICES, Some(&body))
+            self.write_slice(reqwest::Method::POST, SLICES, &slice)
                 .await
-                .map(|_| ())
         })
     }
 
-    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
         Box::pin(async move {
             let name = slice.metadata.name.clone().unwrap_or_default();
-            let body = to_json(&slice)?;
             let path = format!("{SLICES}/{name}");
-            self.call(reqwest::Method::PUT, &path, Some(&body))
-                .await
-                .map(|_| ())
+            self.write_slice(reqwest::Method::PUT, &path, &slice).await
+        })
+    }
+
+    /// `POST ...?dryRun=All`: validated, admitted and answered, nothing kept.
+    fn dry_run_create(
+        &self,
+        slice: ResourceSlice,
+    ) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        Box::pin(async move {
+            let path = format!("{SLICES}?dryRun=All");
+            self.write_slice(reqwest::Method::POST, &path, &slice).await
         })
     }
 

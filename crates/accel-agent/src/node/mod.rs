@@ -247,6 +247,7 @@ impl Node {
             )),
             metrics: self.health.metrics().kubelet.clone(),
             dra_metrics: self.health.metrics().dra.clone(),
+            released: Arc::default(),
         })
     }
 
@@ -398,6 +399,9 @@ pub struct Dra {
     claims: Arc<crate::dra::ServerClaims>,
     metrics: Arc<accel_k8s::KubeletMetrics>,
     dra_metrics: Arc<accel_k8s::dra::metrics::DraMetrics>,
+    /// The devices the driver's unprepare released, told to the publisher (tainted
+    /// while they are cleaned).
+    released: Arc<accel_k8s::dra::taints::Released>,
 }
 
 impl Dra {
@@ -412,7 +416,8 @@ impl Dra {
         );
         Arc::new(
             d.with_metrics(Some(self.metrics.clone()))
-                .with_dra_metrics(self.dra_metrics.clone()),
+                .with_dra_metrics(self.dra_metrics.clone())
+                .with_released(self.released.clone()),
         )
     }
 
@@ -426,5 +431,6 @@ impl Dra {
             self.claims.clone(),
         )
         .with_metrics(self.dra_metrics.clone())
+        .with_released(self.released.clone())
     }
 }

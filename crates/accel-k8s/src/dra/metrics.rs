@@ -1,6 +1,8 @@
 //! What the DRA driver counts (issue 43), for the agent's `/metrics` and `/readyz`:
 //! the node's ResourceSlice publishes by outcome, kubelet's prepares and unprepares by
-//! outcome and their duration, and whether the last publish reached the API server.
+//! outcome and their duration, whether the last publish reached the API server, the
+//! devices tainted in the slice (by key and effect), and each time the driver asked
+//! whether the API server keeps device taints (and when a write lost them).
 //!
 //! A failing publish is the one DRA fault the scheduler shows nowhere near the node
 //! (the pool simply stops changing), so it is both counted and a readiness check. The
@@ -10,8 +12,10 @@
 use super::error::ClaimError;
 use crate::metrics::OutcomeLabels;
 use crate::record::RecordError;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Mutex;
@@ -27,10 +31,19 @@ pub enum PublishState {
     Failed(String),
 }
 
+/// A taint's key and effect (`accel_dra_tainted_devices`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaintLabels {
+    pub key: String,
+    pub effect: String,
+}
+
 /// The DRA families (`accel_dra_*`).
 #[derive(Debug)]
 pub struct DraMetrics {
     publishes: Family<OutcomeLabels, Counter>,
+    taint_checks: Family<OutcomeLabels, Counter>,
+    tainted: Family<TaintLabels, Gauge>,
     prepares: Family<OutcomeLabels, Counter>,
     unprepares: Family<OutcomeLabels, Counter>,
     prepare_duration: Histogram,
@@ -51,6 +64,8 @@ impl DraMetrics {
     pub fn register(registry: &mut Registry) -> DraMetrics {
         let m = DraMetrics {
             publishes: Family::default(),
+            taint_checks: Family::default(),
+            tainted: Family::default(),
             prepares: Family::default(),
             unprepares: Family::default(),
             prepare_duration: claim_buckets(),
@@ -61,6 +76,16 @@ impl DraMetrics {
             "accel_dra_slice_publishes",
             "Reconciliations of the node's ResourceSlices by outcome (created, updated, unchanged, failed)",
             m.publishes.clone(),
+        );
+        registry.register(
+            "accel_dra_taint_checks",
+            "Whether the API server keeps device taints: dry runs by answer (served, dropped, failed), and writes whose answer lost them (dropped_on_write)",
+            m.taint_checks.clone(),
+        );
+        registry.register(
+            "accel_dra_tainted_devices",
+            "Devices of the node's ResourceSlices carrying a taint, by key and effect (unhealthy, cleaning)",
+            m.tainted.clone(),
         );
         registry.register(
             "accel_dra_prepares",
@@ -105,6 +130,24 @@ impl DraMetrics {
         Self::count(&self.publishes, outcome);
         if let Ok(mut last) = self.last_publish.lock() {
             *last = state;
+        }
+    }
+
+    /// One answer to whether the API server keeps device taints.
+    pub fn taint_check(&self, outcome: &str) {
+        Self::count(&self.taint_checks, outcome);
+    }
+
+    /// The taints of the devices the pool now holds.
+    pub fn tainted(&self, taints: &[super::objects::DeviceTaint]) {
+        self.tainted.clear();
+        for t in taints {
+            self.tainted
+                .get_or_create(&TaintLabels {
+                    key: t.key.clone(),
+                    effect: t.effect.clone(),
+                })
+                .inc();
         }
     }
 

@@ -25,7 +25,8 @@
 //! claim uid kubelet sends is answered, with an error string when it failed.
 //!
 //! Registration and serving are in [`serve`]; the node's ResourceSlices in [`slices`]
-//! (device names: [`device_name`]); the objects read and written in [`objects`]; how
+//! (device names: [`device_name`]; taints for unhealthy and cleaning devices:
+//! [`taints`]); the objects read and written in [`objects`]; how
 //! the seams and the driver fail in [`error`].
 
 pub mod error;
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod objects;
 pub mod serve;
 pub mod slices;
+pub mod taints;
 
 pub use error::{ApiError, ClaimError};
 
@@ -122,6 +124,8 @@ pub struct Driver {
     record: Arc<dyn ClaimRecord>,
     metrics: Option<Arc<crate::metrics::KubeletMetrics>>,
     dra_metrics: Option<Arc<metrics::DraMetrics>>,
+    /// Where the devices of unprepared claims are told to the slices' publisher.
+    released: Option<Arc<taints::Released>>,
 }
 
 impl Driver {
@@ -140,7 +144,15 @@ impl Driver {
             record,
             metrics: None,
             dra_metrics: None,
+            released: None,
         }
+    }
+
+    /// Tells `released` the devices of every claim unprepared (the publisher's
+    /// [`slices::Publisher::with_released`]: tainted while they are cleaned).
+    pub fn with_released(mut self, released: Arc<taints::Released>) -> Driver {
+        self.released = Some(released);
+        self
     }
 
     /// Counts prepares and unprepares (`accel_dra_*`).
@@ -262,6 +274,9 @@ impl Driver {
         self.record.unprepare(&claim.uid).await?;
         for c in &self.config.configurations {
             let path = cdi_path(&self.config.cdi_dir, self.name(), &c.name, &claim.uid);
+            if let Some(released) = &self.released {
+                released.add(taints::cdi_devices(&path, &claim.uid));
+            }
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

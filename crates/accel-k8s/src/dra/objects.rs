@@ -92,9 +92,29 @@ pub struct SliceDevice {
     pub attributes: IndexMap<String, DeviceAttribute>,
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub capacity: IndexMap<String, DeviceCapacity>,
-    /// Fields the driver never writes (taints, counters, ...): none on its own devices.
+    /// The driver's taints (an unhealthy or cleaning device, where the cluster serves
+    /// them: `dra::taints`); none on a healthy device, so its bytes are as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<DeviceTaint>,
+    /// Fields the driver never writes (counters, binding conditions, ...): none on its
+    /// own devices.
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// A device's taint, as `resource.k8s.io/v1` `DeviceTaint` has it: `key` a label
+/// name, `value` a label value (optional), `effect` `NoSchedule`, `NoExecute` (or
+/// `None`), and `timeAdded`, which the API server fills on create or update when it
+/// is absent (RFC 3339, whole seconds). At most 16 per device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceTaint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    pub effect: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<String>,
 }
 
 /// An attribute's value: exactly one of the four is set.
@@ -242,7 +262,8 @@ mod tests {
         assert_eq!(s.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(s.spec.pool.generation, 3);
         assert_eq!(s.spec.devices[0].attributes["x"], DeviceAttribute::int(1));
-        assert!(s.spec.devices[0].other.contains_key("taints"));
+        assert_eq!(s.spec.devices[0].taints[0].key, "k");
+        assert_eq!(s.spec.devices[0].taints[0].time_added, None);
         let back = serde_json::to_value(&s).unwrap();
         assert_eq!(back["metadata"]["labels"], json!({"a": "b"}));
         assert!(back["spec"].get("perDeviceNodeSelection").is_none());

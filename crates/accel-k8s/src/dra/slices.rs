@@ -1,44 +1,56 @@
 //! The node's ResourceSlices: what the scheduler allocates claims from.
 //!
 //! ```text
-//! Publisher::step()   (the run loop calls it every interval; tests directly)
-//!   devices (DeviceSource) ─ VM-held (the server) ─ unhealthy ─ matching no configuration
+//! Publisher::step()   (the run loop calls it; tests directly)
+//!   observe: devices (DeviceSource), the claims' CDI specs (prepared), the devices
+//!     claims released (Released); their fingerprint
+//!   publish: VM-held or withheld (the server) ─ matching no configuration
 //!     ─▶ desired devices: name = DNS label of the provider, attributes type, vendor,
 //!        product, model, configuration, health, pciAddress; Kubernetes' standard
 //!        resource.kubernetes.io/ numaNode, pciBusID and pcieRoot (where sysfs shows it);
-//!        capacity memory where the driver knows the device's memory
-//!   the slices of (driver, node) ─ none ─▶ create (generation = last + 1)
-//!                                ─ one, same devices ─▶ nothing
-//!                                ─ otherwise ─▶ the first updated (generation + 1),
-//!                                               the others deleted
+//!        capacity memory where the driver knows the device's memory; taints for an
+//!        unhealthy, gone or cleaning device (taints.rs), or, where the cluster does
+//!        not serve taints, such a device withdrawn
+//!     ─▶ in slices of at most 128 devices (64 when any has a taint)
+//!   the slices of (driver, node) ─ none ─▶ create them (generation = last + 1)
+//!                                ─ the same devices ─▶ nothing
+//!                                ─ otherwise ─▶ the listed ones updated (generation
+//!                                  + 1), the missing created, the others deleted
 //! ```
 //!
-//! One pool per node (`pool.name` = the node, `resourceSliceCount` 1), the Node as
-//! owner (the slices go with it). Kubelet deletes a node's slices when it starts; the
-//! next step finds none and creates the pool again with a higher generation, so the
-//! scheduler never mixes an old generation with a new one.
+//! One pool per node (`pool.name` = the node, `resourceSliceCount` the slices it
+//! spans), the Node as owner (the slices go with it). Kubelet deletes a node's slices
+//! when it starts; the next step finds none and creates the pool again with a higher
+//! generation, so the scheduler never mixes an old generation with a new one.
 //!
-//! [`run`] steps every interval and, between ticks, when the node's devices come or go
-//! ([`DeviceSource::presence`], polled every [`PRESENCE_INTERVAL`]) and whenever a
-//! watch on the driver's own slices of the node (the list's field selectors, from the resourceVersion of the
-//! last list) reports a change: a slice someone deleted or edited comes back at once,
-//! not at the next tick. The step after the driver's own write finds nothing to do
-//! and watches from the newer list, so the loop settles; a watch that cannot be made
-//! (410 Gone, no watch verb) leaves the interval alone until the next step. A device a VM holds, or that
-//! is unhealthy, is withdrawn (taints are off by default before 1.37): the scheduler
-//! cannot allocate it, and a claim already allocated keeps its device.
+//! [`run`] steps every interval and, between ticks: when the node's devices come or go
+//! ([`DeviceSource::presence`], polled every [`PRESENCE_INTERVAL`]); when what the
+//! node shows changes ([`HEALTH_INTERVAL`]: a device's health, a claim prepared or
+//! released, so a device turning unhealthy is tainted within a second); and whenever
+//! a watch on the driver's own slices of the node (the list's field selectors, from
+//! the resourceVersion of the last list) reports a change: a slice someone deleted or
+//! edited comes back at once, not at the next tick. The step after the driver's own
+//! write finds nothing to do and watches from the newer list, so the loop settles; a
+//! watch that cannot be made (410 Gone, no watch verb) leaves the interval alone
+//! until the next step. A device a VM holds is withdrawn: the scheduler cannot
+//! allocate it, and a claim already allocated keeps its device.
+
+mod pool;
+mod run_loop;
+pub use pool::{desired, Marks};
+pub use run_loop::{run, HEALTH_INTERVAL, PRESENCE_INTERVAL, PUBLISH_INTERVAL};
 
 use super::metrics::DraMetrics;
 use super::objects::{
-    DeviceAttribute, DeviceCapacity, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice,
-    ResourceSliceSpec, SliceDevice, API_VERSION,
+    DeviceTaint, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    SliceDevice, API_VERSION,
 };
+use super::taints::{self, Released, Support};
 use super::{device_name, ApiError, BoxFuture};
 use crate::config::KubernetesConfig;
 use crate::device::{Device, DeviceSource};
 use crate::metrics::Pulse;
 use crate::record::RecordError;
-use indexmap::IndexMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -75,9 +87,17 @@ pub trait SliceApi: Send + Sync {
         driver: &str,
         resource_version: &str,
     ) -> BoxFuture<'_, Result<(), ApiError>>;
-    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>>;
-    /// Replaces the slice named in `slice.metadata.name` (with its resourceVersion).
-    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>>;
+    /// Creates the slice; answers it as the API server keeps it.
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>>;
+    /// Replaces the slice named in `slice.metadata.name` (with its resourceVersion);
+    /// answers it as the API server keeps it.
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>>;
+    /// A create with `dryRun=All`: the slice as the API server would keep it (fields
+    /// it does not serve dropped, defaults filled), nothing kept.
+    fn dry_run_create(
+        &self,
+        slice: ResourceSlice,
+    ) -> BoxFuture<'_, Result<ResourceSlice, ApiError>>;
     fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>>;
 }
 
@@ -88,7 +108,8 @@ pub struct SliceList {
     pub resource_version: Option<String>,
 }
 
-/// Which devices a VM holds (the server's answer; PCI addresses).
+/// Which devices the server withholds from new claims (PCI addresses): a VM holds
+/// them, or they wait for their cleaning.
 pub trait Held: Send + Sync {
     fn vm_held(&self) -> BoxFuture<'_, Result<BTreeSet<String>, RecordError>>;
 }
@@ -112,6 +133,15 @@ impl Published {
     }
 }
 
+/// What the node shows at one instant, and its fingerprint (what [`run`] compares
+/// between steps).
+pub struct Observed {
+    found: Vec<Device>,
+    prepared: BTreeSet<String>,
+    released: BTreeSet<String>,
+    fingerprint: u64,
+}
+
 /// Keeps the node's pool in the API server equal to its devices.
 pub struct Publisher {
     node: String,
@@ -119,74 +149,23 @@ pub struct Publisher {
     devices: Arc<dyn DeviceSource>,
     api: Arc<dyn SliceApi>,
     held: Arc<dyn Held>,
+    /// The devices the driver's unprepare released (shared with the driver).
+    released: Arc<Released>,
+    /// Whether the cluster keeps the devices' taints.
+    support: Support,
     /// The highest pool generation seen or written.
     generation: i64,
     node_uid: Option<String>,
     /// The resourceVersion of the last list, where the next watch starts.
     listed_at: Option<String>,
+    /// The fingerprint of what the last step observed.
+    seen: Option<u64>,
+    /// How often [`run`] observes the node between steps.
+    health_interval: std::time::Duration,
     /// Beaten at every turn of [`run`]'s loop.
     pulse: Option<Pulse>,
     /// Counts each step of [`run`] and keeps the last one's verdict (`/readyz`).
     metrics: Option<Arc<DraMetrics>>,
-}
-
-/// The slice's devices: every healthy device of a configuration no VM holds, by name.
-pub fn desired(
-    node: &str,
-    config: &KubernetesConfig,
-    devices: Vec<Device>,
-    vm_held: &BTreeSet<String>,
-) -> Vec<SliceDevice> {
-    let string = |s: &str| DeviceAttribute::string(s);
-    let mut out: Vec<SliceDevice> = Vec::new();
-    for d in devices {
-        if !d.healthy || vm_held.contains(&d.id) {
-            continue;
-        }
-        let Some(conf) = config
-            .configurations
-            .iter()
-            .find(|c| c.selector.matches(&d))
-        else {
-            continue;
-        };
-        let name = device_name(node, &d.id);
-        let mut attributes = IndexMap::new();
-        attributes.insert("type".into(), string(&d.device_type));
-        attributes.insert("vendor".into(), string(&format!("{:04x}", d.vendor)));
-        attributes.insert("product".into(), string(&format!("{:04x}", d.product)));
-        attributes.insert("model".into(), string(&d.model));
-        attributes.insert("configuration".into(), string(&conf.name));
-        attributes.insert("health".into(), string("ok"));
-        attributes.insert("pciAddress".into(), string(&d.id));
-        // Kubernetes' standard names (KubeVirt reads pciBusID): extended BDF, lower case.
-        attributes.insert(PCI_BUS_ID.into(), string(&d.id.to_ascii_lowercase()));
-        if let Some(root) = &d.pcie_root {
-            attributes.insert(PCIE_ROOT.into(), string(root));
-        }
-        if let Some(n) = d.numa_node {
-            attributes.insert(
-                "resource.kubernetes.io/numaNode".into(),
-                DeviceAttribute::int(n.into()),
-            );
-        }
-        let capacity = d
-            .memory_mib
-            .map(|mib| {
-                let value = format!("{mib}Mi");
-                ("memory".to_owned(), DeviceCapacity { value })
-            })
-            .into_iter()
-            .collect();
-        out.push(SliceDevice {
-            name,
-            attributes,
-            capacity,
-            other: Default::default(),
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
 }
 
 impl Publisher {
@@ -203,9 +182,13 @@ impl Publisher {
             devices,
             api,
             held,
+            released: Arc::default(),
+            support: Support::Unknown,
             generation: 0,
             node_uid: None,
             listed_at: None,
+            seen: None,
+            health_interval: HEALTH_INTERVAL,
             pulse: None,
             metrics: None,
         }
@@ -221,6 +204,24 @@ impl Publisher {
     pub fn with_pulse(mut self, pulse: Pulse) -> Publisher {
         self.pulse = Some(pulse);
         self
+    }
+
+    /// The devices the driver releases (its [`super::Driver::with_released`]): such
+    /// a device is tainted while it is cleaned instead of withdrawn.
+    pub fn with_released(mut self, released: Arc<Released>) -> Publisher {
+        self.released = released;
+        self
+    }
+
+    /// Observes the node every `every` between steps instead of [`HEALTH_INTERVAL`].
+    pub fn with_health_interval(mut self, every: std::time::Duration) -> Publisher {
+        self.health_interval = every;
+        self
+    }
+
+    /// Whether the cluster keeps device taints, as last found out.
+    pub fn taint_support(&self) -> Support {
+        self.support
     }
 
     /// The device source's cheap fingerprint (None: it has none).
@@ -242,25 +243,111 @@ impl Publisher {
         }))
     }
 
+    /// The node now: its devices (one discovery, off the async threads), the devices
+    /// its claims' CDI specs name, those claims released.
+    pub async fn observe(&self) -> Result<Observed, SliceError> {
+        use std::hash::{Hash, Hasher};
+        let source = self.devices.clone();
+        let (dir, domain) = (
+            self.config.cdi_dir.clone(),
+            self.config.resource_domain.clone(),
+        );
+        let (found, prepared) = tokio::task::spawn_blocking(move || {
+            (source.devices(), taints::prepared(&dir, &domain))
+        })
+        .await
+        .map_err(SliceError::Discovery)?;
+        let released = self.released.names();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for d in &found {
+            (&d.id, d.healthy).hash(&mut h);
+        }
+        prepared.hash(&mut h);
+        released.hash(&mut h);
+        Ok(Observed {
+            found,
+            prepared,
+            released,
+            fingerprint: h.finish(),
+        })
+    }
+
+    /// Whether `observed` differs from what the last step saw.
+    pub fn differs(&self, observed: &Observed) -> bool {
+        self.seen != Some(observed.fingerprint)
+    }
+
     /// One reconciliation; see the module doc.
     pub async fn step(&mut self) -> Result<Published, SliceError> {
+        let observed = self.observe().await?;
+        self.publish(observed).await
+    }
+
+    /// One reconciliation of what `observed` saw.
+    pub async fn publish(&mut self, observed: Observed) -> Result<Published, SliceError> {
+        // Before anything that can fail: a failed step waits for the next tick, not
+        // for the next observation.
+        self.seen = Some(observed.fingerprint);
         let held = self.held.vm_held().await?;
-        let source = self.devices.clone();
-        let found = tokio::task::spawn_blocking(move || source.devices())
-            .await
-            .map_err(SliceError::Discovery)?;
-        let devices = desired(&self.node, &self.config, found, &held);
+        // A released device the server no longer withholds is clean (or gone). Only
+        // those observed before the server was asked: one released since is kept.
+        let node = self.node.clone();
+        let withheld = |name: &str| {
+            observed
+                .found
+                .iter()
+                .any(|d| device_name(&node, &d.id) == name && held.contains(&d.id))
+        };
+        self.released
+            .retain(|n| !observed.released.contains(n) || withheld(n));
+        let released = observed
+            .released
+            .iter()
+            .filter(|n| withheld(n))
+            .cloned()
+            .collect();
+        let marks = Marks {
+            vm_held: held,
+            prepared: observed.prepared,
+            released,
+        };
+        let mut published = Published::Unchanged;
+        // A second time only when the API server dropped the taints written the
+        // first time: then without the tainted devices.
+        for _ in 0..2 {
+            let (p, dropped) = self.write_pool(observed.found.clone(), &marks).await?;
+            published = p;
+            if !dropped {
+                break;
+            }
+        }
+        Ok(published)
+    }
+
+    /// Lists the pool, and writes it where it differs from the devices; answers what
+    /// it did and whether the API server dropped taints it was sent.
+    async fn write_pool(
+        &mut self,
+        found: Vec<Device>,
+        marks: &Marks,
+    ) -> Result<(Published, bool), SliceError> {
         let driver = self.config.resource_domain.clone();
         let listed = self.api.list_slices(&self.node, &driver).await?;
         self.listed_at = listed.resource_version;
-        let existing = listed.items;
+        let existing = pool::in_order(listed.items);
         for s in &existing {
             self.generation = self.generation.max(s.spec.pool.generation);
         }
-        if let [one] = existing.as_slice() {
-            if one.spec.devices == devices && one.spec.pool.resource_slice_count == 1 {
-                return Ok(Published::Unchanged);
-            }
+        let mut devices = desired(&self.node, &self.config, found, marks, &existing);
+        taints::keep_time_added(&mut devices, &existing);
+        if devices.iter().any(|d| !d.taints.is_empty()) && !self.taints_served(&devices).await {
+            devices = taints::withdraw_tainted(devices);
+        }
+        let tainted: Vec<DeviceTaint> = devices.iter().flat_map(|d| d.taints.clone()).collect();
+        let pool = pool::cut(devices);
+        if pool::same(&existing, &pool) {
+            self.count_tainted(&tainted);
+            return Ok((Published::Unchanged, false));
         }
         let uid = match &self.node_uid {
             Some(u) => u.clone(),
@@ -271,44 +358,124 @@ impl Publisher {
             }
         };
         let generation = self.generation + 1;
-        let spec = self.spec(driver.clone(), generation, devices);
-        let published = match existing.first() {
-            None => {
-                let metadata = ObjectMeta {
-                    generate_name: Some(format!("{}-{driver}-", self.node)),
-                    owner_references: vec![self.owner(uid)],
-                    ..ObjectMeta::default()
-                };
-                self.api
-                    .create_slice(ResourceSlice {
-                        api_version: API_VERSION.into(),
-                        kind: "ResourceSlice".into(),
-                        metadata,
-                        spec,
-                    })
-                    .await?;
-                Published::Created { generation }
-            }
-            Some(first) => {
-                let mut s = first.clone();
-                s.spec = spec;
-                self.api.update_slice(s).await?;
-                for other in &existing[1..] {
-                    let name = other.metadata.name.as_deref().unwrap_or_default();
-                    self.api.delete_slice(name).await?;
-                }
-                Published::Updated { generation }
-            }
-        };
+        let count = pool.len() as i64;
+        let mut dropped = false;
+        for (i, devices) in pool.into_iter().enumerate() {
+            let spec = self.spec(driver.clone(), generation, count, devices);
+            let sent = match existing.get(i) {
+                Some(old) => ResourceSlice {
+                    spec,
+                    ..old.clone()
+                },
+                None => self.new_slice(&driver, &uid, spec),
+            };
+            let answer = match existing.get(i) {
+                Some(_) => self.api.update_slice(sent.clone()).await?,
+                None => self.api.create_slice(sent.clone()).await?,
+            };
+            dropped |= !taints::kept(&sent, &answer);
+        }
+        for other in existing.iter().skip(count as usize) {
+            let name = other.metadata.name.as_deref().unwrap_or_default();
+            self.api.delete_slice(name).await?;
+        }
         self.generation = generation;
-        Ok(published)
+        self.count_tainted(&tainted);
+        if dropped {
+            self.support = Support::Dropped(tokio::time::Instant::now());
+            self.count_check("dropped_on_write");
+            tracing::warn!(node = %self.node, "the API server dropped the devices' taints it was sent (DRADeviceTaints off?): tainted devices are withdrawn instead");
+        }
+        let published = if existing.is_empty() {
+            Published::Created { generation }
+        } else {
+            Published::Updated { generation }
+        };
+        Ok((published, dropped))
     }
 
-    /// The pool's spec: one slice of the node's pool, at `generation`.
+    /// Whether the cluster keeps device taints: known, or asked by a dry-run create of
+    /// the tainted devices (see [`taints`]). A failed ask answers no, and is asked
+    /// again at the next step.
+    async fn taints_served(&mut self, devices: &[SliceDevice]) -> bool {
+        match self.support {
+            Support::Served => return true,
+            Support::Dropped(at) if at.elapsed() < taints::RECHECK => return false,
+            _ => {}
+        }
+        let tainted: Vec<SliceDevice> = devices
+            .iter()
+            .filter(|d| !d.taints.is_empty())
+            .take(taints::MAX_DEVICES_WITH_TAINTS)
+            .cloned()
+            .collect();
+        let driver = self.config.resource_domain.clone();
+        let spec = self.spec(driver.clone(), self.generation + 1, 1, tainted);
+        let probe = ResourceSlice {
+            api_version: API_VERSION.into(),
+            kind: "ResourceSlice".into(),
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-{driver}-", self.node)),
+                ..ObjectMeta::default()
+            },
+            spec,
+        };
+        match self.api.dry_run_create(probe.clone()).await {
+            Ok(answer) if taints::kept(&probe, &answer) => {
+                self.support = Support::Served;
+                self.count_check("served");
+                tracing::info!(node = %self.node, "the API server keeps device taints: unhealthy and cleaning devices are tainted in the slice");
+                true
+            }
+            Ok(_) => {
+                self.support = Support::Dropped(tokio::time::Instant::now());
+                self.count_check("dropped");
+                tracing::info!(node = %self.node, "the API server drops device taints (DRADeviceTaints off): unhealthy and cleaning devices are withdrawn from the slice");
+                false
+            }
+            Err(e) => {
+                self.support = Support::Unknown;
+                self.count_check("failed");
+                tracing::warn!(node = %self.node, error = %e, "asking the API server whether it keeps device taints failed: tainted devices are withdrawn until it answers");
+                false
+            }
+        }
+    }
+
+    /// The taints the pool now holds (`accel_dra_tainted_devices`).
+    fn count_tainted(&self, tainted: &[DeviceTaint]) {
+        if let Some(m) = &self.metrics {
+            m.tainted(tainted);
+        }
+    }
+
+    fn count_check(&self, outcome: &str) {
+        if let Some(m) = &self.metrics {
+            m.taint_check(outcome);
+        }
+    }
+
+    /// A new slice of the pool, named by the API server.
+    fn new_slice(&self, driver: &str, uid: &str, spec: ResourceSliceSpec) -> ResourceSlice {
+        let metadata = ObjectMeta {
+            generate_name: Some(format!("{}-{driver}-", self.node)),
+            owner_references: vec![self.owner(uid.to_owned())],
+            ..ObjectMeta::default()
+        };
+        ResourceSlice {
+            api_version: API_VERSION.into(),
+            kind: "ResourceSlice".into(),
+            metadata,
+            spec,
+        }
+    }
+
+    /// One slice's spec: part of the node's pool of `count` slices, at `generation`.
     fn spec(
         &self,
         driver: String,
         generation: i64,
+        count: i64,
         devices: Vec<SliceDevice>,
     ) -> ResourceSliceSpec {
         ResourceSliceSpec {
@@ -317,7 +484,7 @@ impl Publisher {
             pool: ResourcePool {
                 name: self.node.clone(),
                 generation,
-                resource_slice_count: 1,
+                resource_slice_count: count,
             },
             devices,
         }
@@ -331,86 +498,6 @@ impl Publisher {
             name: self.node.clone(),
             uid,
             controller: Some(true),
-        }
-    }
-}
-
-/// How often the pool is reconciled (and re-created after kubelet wiped it).
-pub const PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-/// How often [`DeviceSource::presence`] is compared with its last value.
-pub const PRESENCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Reconciles every `interval`, when the devices' presence changes, and whenever the
-/// watch of the node's slices reports a change, until `shutdown`; a failed step is
-/// logged and retried at the next tick, a failed watch made again after the next step.
-pub async fn run(
-    mut publisher: Publisher,
-    interval: std::time::Duration,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut presence = tokio::time::interval(PRESENCE_INTERVAL);
-    presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_presence = publisher.presence().await;
-    let mut watch: Option<BoxFuture<'static, Result<(), ApiError>>> = None;
-    loop {
-        if let Some(p) = &publisher.pulse {
-            p.beat();
-        }
-        let now = tokio::select! {
-            _ = &mut shutdown => return,
-            _ = tick.tick() => true,
-            _ = presence.tick(), if last_presence.is_some() => {
-                let seen = publisher.presence().await;
-                let changed = seen != last_presence;
-                last_presence = seen;
-                changed
-            }
-            r = async {
-                match watch.as_mut() {
-                    Some(w) => w.await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                watch = None;
-                match r {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::debug!(node = %publisher.node, error = %e, "watching the ResourceSlices stopped; the interval goes on");
-                        false
-                    }
-                }
-            }
-        };
-        if !now {
-            continue;
-        }
-        let result = publisher.step().await;
-        if let Some(m) = &publisher.metrics {
-            m.published(
-                result
-                    .as_ref()
-                    .map(Published::outcome)
-                    .map_err(|e| e.to_string()),
-            );
-        }
-        let stepped = match result {
-            Ok(Published::Unchanged) => true,
-            Ok(p) => {
-                tracing::info!(node = %publisher.node, outcome = ?p, "ResourceSlice published");
-                true
-            }
-            Err(e) => {
-                tracing::warn!(node = %publisher.node, error = %e, "publishing the ResourceSlice failed");
-                false
-            }
-        };
-        // After a failed step the last list may be old: watching from it again would
-        // replay the same event at once, so the tick comes first.
-        if stepped && watch.is_none() {
-            watch = publisher.changed();
         }
     }
 }

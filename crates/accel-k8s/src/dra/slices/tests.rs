@@ -4,7 +4,7 @@ use super::*;
 use serde_json::{json, Value};
 
 #[test]
-fn devices_of_no_configuration_unhealthy_or_vm_held_are_left_out() {
+fn devices_of_no_configuration_or_vm_held_are_left_out_and_unhealthy_ones_tainted() {
     let config = KubernetesConfig::from_toml(
         "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n\
          [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
@@ -25,29 +25,141 @@ fn devices_of_no_configuration_unhealthy_or_vm_held_are_left_out() {
         t("0000:4b:00.0", "GPU"),
         t("0000:65:00.0", "FPGA"),
     ];
-    let held: BTreeSet<String> = ["0000:4b:00.0".to_string()].into();
-    let got: Vec<Value> = desired("n", &config, devices, &held)
+    let marks = Marks {
+        vm_held: ["0000:4b:00.0".to_string()].into(),
+        ..Marks::default()
+    };
+    let got: Vec<Value> = desired("n", &config, devices, &marks, &[])
         .iter()
         .map(|d| serde_json::to_value(d).unwrap())
         .collect();
-    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0]["name"], "n-0000-17-00-0");
     assert_eq!(got[0]["capacity"], json!({"memory": {"value": "40960Mi"}}));
     assert_eq!(
         got[0]["attributes"]["configuration"],
         json!({"string": "gpu"})
     );
+    assert_eq!(got[0].get("taints"), None);
+    assert_eq!(got[1]["name"], "n-0000-31-00-0");
+    assert_eq!(
+        got[1]["attributes"]["health"],
+        json!({"string": "unhealthy"})
+    );
+    assert_eq!(
+        got[1]["taints"],
+        json!([{"key": "accel.dev/unhealthy", "effect": "NoSchedule"}])
+    );
+}
+
+#[test]
+fn a_lost_device_of_a_prepared_claim_is_no_execute_and_a_cleaning_one_no_schedule() {
+    let config = KubernetesConfig::from_toml(
+        "[kubernetes]\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .unwrap();
+    let t = crate::testing::device;
+    let sick = Device {
+        healthy: false,
+        ..t("0000:17:00.0", "GPU")
+    };
+    let cleaned = |a: &str| Device {
+        traits: vec![crate::slots::CLEANED_ON_RELEASE.into()],
+        ..t(a, "GPU")
+    };
+    let gone = t("0000:65:00.0", "GPU");
+    let taken = t("0000:98:00.0", "GPU");
+    // The slice as it was: the gone device in it, and one a VM has taken since.
+    let before = desired(
+        "n",
+        &config,
+        vec![gone, taken.clone()],
+        &Marks::default(),
+        &[],
+    );
+    let listed = ResourceSlice {
+        api_version: API_VERSION.into(),
+        kind: "ResourceSlice".into(),
+        metadata: ObjectMeta::default(),
+        spec: ResourceSliceSpec {
+            driver: "accel.dev".into(),
+            node_name: Some("n".into()),
+            pool: ResourcePool {
+                name: "n".into(),
+                generation: 1,
+                resource_slice_count: 1,
+            },
+            devices: before,
+        },
+    };
+    let name = |a: &str| device_name("n", a);
+    let marks = Marks {
+        // All withheld by the server: one released by a claim (cleaning), two a VM's
+        // (one of them named in a stale CDI spec), the unhealthy one for its health.
+        vm_held: [
+            "0000:17:00.0".to_string(),
+            "0000:31:00.0".to_string(),
+            "0000:4b:00.0".to_string(),
+            "0000:98:00.0".to_string(),
+        ]
+        .into(),
+        prepared: [
+            name("0000:17:00.0"),
+            name("0000:65:00.0"),
+            name("0000:98:00.0"),
+        ]
+        .into(),
+        released: [name("0000:31:00.0")].into(),
+    };
+    let devices = vec![
+        sick,
+        cleaned("0000:31:00.0"),
+        cleaned("0000:4b:00.0"),
+        taken,
+    ];
+    let got: Vec<(String, Value)> = desired("n", &config, devices, &marks, &[listed])
+        .iter()
+        .map(|d| (d.name.clone(), serde_json::to_value(&d.taints).unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                name("0000:17:00.0"),
+                json!([{"key": "accel.dev/unhealthy", "effect": "NoExecute"}])
+            ),
+            (
+                name("0000:31:00.0"),
+                json!([{"key": "accel.dev/cleaning", "effect": "NoSchedule"}])
+            ),
+            (
+                name("0000:65:00.0"),
+                json!([{"key": "accel.dev/unhealthy", "value": "gone", "effect": "NoExecute"}])
+            ),
+        ]
+    );
 }
 
 /// An API server in memory: slices by name, a resourceVersion per write, and a
-/// watch that wakes on any write after the version it is given.
+/// watch that wakes on any write after the version it is given. Taints are kept (their
+/// time filled) or, with `drops_taints`, dropped, as a cluster with and without
+/// `DRADeviceTaints` does.
 #[derive(Default)]
 struct Api {
     st: std::sync::Mutex<(u64, std::collections::BTreeMap<String, Value>)>,
     written: tokio::sync::watch::Sender<u64>,
     watch_fails: bool,
+    drops_taints: std::sync::atomic::AtomicBool,
+    /// Dry runs answer the taints kept even while writes drop them (a gate turned off
+    /// between the two).
+    dry_run_keeps: bool,
+    /// Dry runs refused (the API server down, or no `create` verb).
+    dry_run_fails: std::sync::atomic::AtomicBool,
     lists: std::sync::atomic::AtomicUsize,
     watches: std::sync::atomic::AtomicUsize,
+    dry_runs: std::sync::atomic::AtomicUsize,
+    /// Writes (not dry runs) that carried a taint.
+    tainted_writes: std::sync::atomic::AtomicUsize,
 }
 
 impl Api {
@@ -67,6 +179,53 @@ impl Api {
         g.1.values()
             .map(|s| s["spec"]["pool"]["generation"].as_i64().unwrap())
             .collect()
+    }
+
+    /// Every device of every slice: its name and taints.
+    fn taints(&self) -> Vec<(String, Value)> {
+        let g = self.st.lock().unwrap();
+        let mut out: Vec<(String, Value)> =
+            g.1.values()
+                .flat_map(|s| s["spec"]["devices"].as_array().unwrap().clone())
+                .map(|d| (d["name"].as_str().unwrap().to_owned(), d["taints"].clone()))
+                .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// What the server keeps of `slice`: taints dropped, or their time filled.
+    fn admit(&self, slice: ResourceSlice, drop: bool) -> Value {
+        // A time of its own per admission: a carried-over time is told from a new one.
+        let now = format!("2026-07-01T10:{:02}:00Z", self.st.lock().unwrap().0 % 60);
+        let mut slice = serde_json::to_value(slice).unwrap();
+        for d in slice["spec"]["devices"].as_array_mut().unwrap() {
+            let d = d.as_object_mut().unwrap();
+            if drop {
+                d.remove("taints");
+            }
+            for t in d
+                .get_mut("taints")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if t.get("timeAdded").is_none() {
+                    t["timeAdded"] = json!(now);
+                }
+            }
+        }
+        slice
+    }
+
+    fn drops(&self) -> bool {
+        self.drops_taints.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn count_tainted(&self, slice: &ResourceSlice) {
+        if slice.spec.devices.iter().any(|d| !d.taints.is_empty()) {
+            self.tainted_writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 
@@ -103,23 +262,38 @@ impl SliceApi for Api {
             Ok(())
         })
     }
-    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
-        let mut slice = serde_json::to_value(slice).unwrap();
+    fn create_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        self.count_tainted(&slice);
+        let mut slice = self.admit(slice, self.drops());
         self.write(|m, rv| {
             slice["metadata"]["name"] = json!(format!("s{rv}"));
             m.insert(format!("s{rv}"), slice.clone());
         });
-        Box::pin(async move { Ok(()) })
+        Box::pin(async move { Ok(serde_json::from_value(slice).unwrap()) })
     }
-    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
-        let slice = serde_json::to_value(slice).unwrap();
+    fn update_slice(&self, slice: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        self.count_tainted(&slice);
+        let slice = self.admit(slice, self.drops());
         self.write(|m, _| {
             m.insert(
                 slice["metadata"]["name"].as_str().unwrap().into(),
                 slice.clone(),
             );
         });
-        Box::pin(async move { Ok(()) })
+        Box::pin(async move { Ok(serde_json::from_value(slice).unwrap()) })
+    }
+    fn dry_run_create(
+        &self,
+        slice: ResourceSlice,
+    ) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        self.dry_runs
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.dry_run_fails.load(std::sync::atomic::Ordering::SeqCst) {
+            let e = ApiError::client(std::io::Error::other("connection refused"));
+            return Box::pin(async move { Err(e) });
+        }
+        let slice = self.admit(slice, self.drops() && !self.dry_run_keeps);
+        Box::pin(async move { Ok(serde_json::from_value(slice).unwrap()) })
     }
     fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>> {
         self.write(|m, _| {
@@ -281,11 +455,14 @@ impl SliceApi for Down {
     fn watch_slices(&self, n: &str, d: &str, rv: &str) -> BoxFuture<'_, Result<(), ApiError>> {
         self.api.watch_slices(n, d, rv)
     }
-    fn create_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+    fn create_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
         self.api.create_slice(s)
     }
-    fn update_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<(), ApiError>> {
+    fn update_slice(&self, s: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
         self.api.update_slice(s)
+    }
+    fn dry_run_create(&self, s: ResourceSlice) -> BoxFuture<'_, Result<ResourceSlice, ApiError>> {
+        self.api.dry_run_create(s)
     }
     fn delete_slice(&self, name: &str) -> BoxFuture<'_, Result<(), ApiError>> {
         self.api.delete_slice(name)
@@ -333,3 +510,5 @@ async fn a_failed_publish_is_counted_and_kept_until_one_gets_through() {
     stop.send(()).unwrap();
     task.await.unwrap();
 }
+
+mod tainted;
