@@ -294,9 +294,10 @@ DEVIATIONS = {
     "traceback": lambda q, u, a: _without_traceback(u) == a,
     # accel answers under /accelerator too (DevStack's mount); upstream's own server does not
     "accelerator-prefix": lambda q, u, a: q.path.startswith("/accelerator") and u["status"] in (404, 406),
-    # standard Placement classes and os-traits are accepted in profile groups
+    # standard Placement classes and os-traits are accepted in profile groups (and the checks after
+    # them answer: the amount, or a taken name)
     "standard-names": lambda q, u, a: q.kind.startswith("create_profile") and u["status"] == 400
-    and a["status"] in (201, 400) and re.match(r"Unsupported (resource class|trait name format) [A-Z]", _fs(u)),
+    and a["status"] in (201, 400, 409) and re.match(r"Unsupported (resource class|trait name format) [A-Z]", _fs(u)),
     # a bind value that is null, a list or an object is refused before anything happens; upstream
     # checks the instance's other ARQs (400) and looks the ARQ up (404) first, and then fails in the
     # conductor when setting the field (500)

@@ -96,6 +96,22 @@ async fn binds_that_cannot_succeed_are_refused_by_the_patch_itself() {
         let r = bind(&app, &[again], "compute1", &rp_of("compute1"), &inst).await;
         assert_eq!(r.status, 400);
         assert!(r.fault().contains("already has accelerator requests"));
+        // An unknown ARQ before the refused one is named first, and nothing is recorded
+        // (upstream's conductor looks each ARQ up, in the body's order, before its bind).
+        let known = app.create_arqs(As::Nova("p1"), "one").await;
+        let known = known[0]["uuid"].as_str().unwrap();
+        let unknown = "00000000-0000-0000-0000-0000000000ab";
+        let r = bind(
+            &app,
+            &[unknown, known],
+            "compute-1",
+            &rp_of("compute1"),
+            &new_instance(),
+        )
+        .await;
+        assert_eq!(r.status, 404, "{backend:?}: {}", r.body);
+        assert_eq!(r.fault(), format!("ExtArq not found with uuid={unknown}"));
+        assert_eq!(arq(&app, known).await["state"], "Initial");
 
         // A device its agent reports unhealthy.
         report_host(&app, "compute2", 16, false).await;

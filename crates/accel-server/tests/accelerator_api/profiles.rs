@@ -84,7 +84,10 @@ async fn profiles_lifecycle_and_admin_only_writes() {
             )
             .await;
         assert_eq!(again.status, 409, "{}", again.body);
-        assert_eq!(again.fault(), "A device_profile with name dp1 already exists.");
+        assert_eq!(
+            again.fault(),
+            "A device_profile with name dp1 already exists."
+        );
         assert!(created["created_at"].as_str().unwrap().ends_with("+00:00"));
         let uuid = created["uuid"].as_str().unwrap().to_owned();
         assert!(created["links"][0]["href"]

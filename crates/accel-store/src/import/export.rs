@@ -17,6 +17,7 @@ use super::{
 };
 use crate::import::write::Val;
 use crate::{Backend, Store, StoreError, Tx};
+use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -47,142 +48,164 @@ pub async fn read_accel(store: &Store) -> Result<PlacementData, StoreError> {
         .await
 }
 
-async fn named(tx: &mut Tx, sql: &str) -> Result<Vec<Named>, StoreError> {
+/// Every row of `sql`, each read by `map`.
+async fn fetch<T>(
+    tx: &mut Tx,
+    sql: &str,
+    map: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, StoreError> {
     let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Named {
-                id: r.try_get(0)?,
-                name: r.try_get(1)?,
-                created: r.try_get(2)?,
-            })
-        })
-        .collect()
+    Ok(rows.iter().map(map).collect::<Result<_, _>>()?)
 }
 
-async fn pairs(tx: &mut Tx, sql: &str) -> Result<Vec<(i64, i64)>, StoreError> {
-    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
+fn named(r: &AnyRow) -> Result<Named, sqlx::Error> {
+    Ok(Named {
+        id: r.try_get(0)?,
+        name: r.try_get(1)?,
+        created: r.try_get(2)?,
+    })
 }
 
+fn pair(r: &AnyRow) -> Result<(i64, i64), sqlx::Error> {
+    Ok((r.try_get(0)?, r.try_get(1)?))
+}
+
+fn provider(r: &AnyRow) -> Result<ProviderRow, sqlx::Error> {
+    Ok(ProviderRow {
+        id: r.try_get(0)?,
+        uuid: r.try_get(1)?,
+        name: r.try_get(2)?,
+        generation: r.try_get(3)?,
+        root_id: r.try_get(4)?,
+        parent_id: r.try_get(5)?,
+        created: r.try_get(6)?,
+        updated: r.try_get(7)?,
+    })
+}
+
+fn inventory(r: &AnyRow) -> Result<InventoryRow, sqlx::Error> {
+    Ok(InventoryRow {
+        provider_id: r.try_get(0)?,
+        class_id: r.try_get(1)?,
+        total: r.try_get(2)?,
+        reserved: r.try_get(3)?,
+        min_unit: r.try_get(4)?,
+        max_unit: r.try_get(5)?,
+        step_size: r.try_get(6)?,
+        allocation_ratio: r.try_get(7)?,
+        created: r.try_get(8)?,
+        updated: r.try_get(9)?,
+    })
+}
+
+fn consumer(r: &AnyRow) -> Result<ConsumerRow, sqlx::Error> {
+    Ok(ConsumerRow {
+        id: r.try_get(0)?,
+        uuid: r.try_get(1)?,
+        project_id: r.try_get(2)?,
+        user_id: r.try_get(3)?,
+        generation: r.try_get(4)?,
+        type_id: r.try_get(5)?,
+        created: r.try_get(6)?,
+        updated: r.try_get(7)?,
+    })
+}
+
+fn allocation(r: &AnyRow) -> Result<AllocationRow, sqlx::Error> {
+    Ok(AllocationRow {
+        provider_id: r.try_get(0)?,
+        consumer: r.try_get(1)?,
+        class_id: r.try_get(2)?,
+        used: r.try_get(3)?,
+        created: r.try_get(4)?,
+        updated: r.try_get(5)?,
+    })
+}
+
+/// The tables in upstream's order, each in id order (what the export writes back).
 async fn read_all(tx: &mut Tx) -> Result<PlacementData, StoreError> {
+    // Tables without a created_at of their own read NULL in its place.
     let none = "CAST(NULL AS BIGINT)";
-    let mut d = PlacementData {
-        classes: named(
+    Ok(PlacementData {
+        classes: fetch(
             tx,
             "SELECT id, name, created_at FROM resource_classes ORDER BY id",
+            named,
         )
         .await?,
-        traits: named(tx, "SELECT id, name, created_at FROM traits ORDER BY id").await?,
-        aggregates: named(
+        traits: fetch(
+            tx,
+            "SELECT id, name, created_at FROM traits ORDER BY id",
+            named,
+        )
+        .await?,
+        aggregates: fetch(
             tx,
             &format!("SELECT id, uuid, {none} FROM placement_aggregates ORDER BY id"),
+            named,
         )
         .await?,
-        projects: named(
+        projects: fetch(
             tx,
             &format!("SELECT id, external_id, {none} FROM projects ORDER BY id"),
+            named,
         )
         .await?,
-        users: named(
+        users: fetch(
             tx,
             &format!("SELECT id, external_id, {none} FROM users ORDER BY id"),
+            named,
         )
         .await?,
-        consumer_types: named(
+        consumer_types: fetch(
             tx,
             &format!("SELECT id, name, {none} FROM consumer_types ORDER BY id"),
+            named,
         )
         .await?,
-        provider_aggregates: pairs(
+        provider_aggregates: fetch(
             tx,
             "SELECT resource_provider_id, aggregate_id FROM resource_provider_aggregates \
              ORDER BY resource_provider_id, aggregate_id",
+            pair,
         )
         .await?,
-        provider_traits: pairs(
+        provider_traits: fetch(
             tx,
             "SELECT resource_provider_id, trait_id FROM resource_provider_traits \
              ORDER BY resource_provider_id, trait_id",
+            pair,
         )
         .await?,
-        ..Default::default()
-    };
-    for r in sqlx::query(
-        "SELECT id, uuid, name, generation, root_provider_id, parent_provider_id, created_at, \
-         updated_at FROM resource_providers ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.providers.push(ProviderRow {
-            id: r.try_get(0)?,
-            uuid: r.try_get(1)?,
-            name: r.try_get(2)?,
-            generation: r.try_get(3)?,
-            root_id: r.try_get(4)?,
-            parent_id: r.try_get(5)?,
-            created: r.try_get(6)?,
-            updated: r.try_get(7)?,
-        });
-    }
-    for r in sqlx::query(
-        "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
-         step_size, allocation_ratio, created_at, updated_at FROM inventories ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.inventories.push(InventoryRow {
-            provider_id: r.try_get(0)?,
-            class_id: r.try_get(1)?,
-            total: r.try_get(2)?,
-            reserved: r.try_get(3)?,
-            min_unit: r.try_get(4)?,
-            max_unit: r.try_get(5)?,
-            step_size: r.try_get(6)?,
-            allocation_ratio: r.try_get(7)?,
-            created: r.try_get(8)?,
-            updated: r.try_get(9)?,
-        });
-    }
-    for r in sqlx::query(
-        "SELECT id, uuid, project_id, user_id, generation, consumer_type_id, created_at, \
-         updated_at FROM consumers ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.consumers.push(ConsumerRow {
-            id: r.try_get(0)?,
-            uuid: r.try_get(1)?,
-            project_id: r.try_get(2)?,
-            user_id: r.try_get(3)?,
-            generation: r.try_get(4)?,
-            type_id: r.try_get(5)?,
-            created: r.try_get(6)?,
-            updated: r.try_get(7)?,
-        });
-    }
-    for r in sqlx::query(
-        "SELECT resource_provider_id, consumer_id, resource_class_id, used, created_at, \
-         updated_at FROM allocations ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.allocations.push(AllocationRow {
-            provider_id: r.try_get(0)?,
-            consumer: r.try_get(1)?,
-            class_id: r.try_get(2)?,
-            used: r.try_get(3)?,
-            created: r.try_get(4)?,
-            updated: r.try_get(5)?,
-        });
-    }
-    Ok(d)
+        providers: fetch(
+            tx,
+            "SELECT id, uuid, name, generation, root_provider_id, parent_provider_id, created_at, \
+             updated_at FROM resource_providers ORDER BY id",
+            provider,
+        )
+        .await?,
+        inventories: fetch(
+            tx,
+            "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
+             step_size, allocation_ratio, created_at, updated_at FROM inventories ORDER BY id",
+            inventory,
+        )
+        .await?,
+        consumers: fetch(
+            tx,
+            "SELECT id, uuid, project_id, user_id, generation, consumer_type_id, created_at, \
+             updated_at FROM consumers ORDER BY id",
+            consumer,
+        )
+        .await?,
+        allocations: fetch(
+            tx,
+            "SELECT resource_provider_id, consumer_id, resource_class_id, used, created_at, \
+             updated_at FROM allocations ORDER BY id",
+            allocation,
+        )
+        .await?,
+    })
 }
 
 /// A `DateTime` value from epoch seconds bound at `$n`, in the target's dialect.

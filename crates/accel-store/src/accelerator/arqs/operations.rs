@@ -171,6 +171,12 @@ async fn patch(
         })
         .collect();
     if let Some(refused) = refusals::check(tx, &judged).await? {
+        // Upstream's conductor takes the ARQs in the body's order, each looked up before
+        // its bind is tried: an unknown ARQ before the refused one is what it names.
+        let before = bind_ops.iter().take_while(|(u, _)| *u != refused.arq_uuid);
+        for (u, _) in before {
+            require(tx, scope, u).await?;
+        }
         let arq = require(tx, scope, &refused.arq_uuid).await?;
         if let Some((_, b)) = bind_ops.iter().find(|(u, _)| *u == arq.uuid) {
             record_refusal(tx, &arq, b, &words(&refused), &refused.device_rp_uuid).await?;
