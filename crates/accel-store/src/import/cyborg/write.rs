@@ -76,127 +76,153 @@ pub(super) fn s(x: &str) -> Val {
 /// The rows of every table as bound values, in the column order of [`COLUMNS`];
 /// `now` stands in for a missing `created_at` (accel's is NOT NULL).
 pub(super) fn rows_of(d: &CyborgData, now: Option<i64>) -> Vec<Vec<Vec<Val>>> {
-    let c = |x: &Times| Val::N(x.created.or(now));
-    let u = |x: &Times| Val::N(x.updated);
+    fn all<R: Values>(rows: impl IntoIterator<Item = R>, now: Option<i64>) -> Vec<Vec<Val>> {
+        rows.into_iter().map(|r| r.values(now)).collect()
+    }
     // Deployables parents first.
     let mut deps: Vec<&DeployableRow> = d.deployables.iter().collect();
     deps.sort_by_key(|x| (x.parent_id.is_some(), x.id));
     vec![
-        d.profiles
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    s(&x.name),
-                    t(&x.description),
-                    s(x.groups.as_deref().unwrap_or("[]")),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        d.devices
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    s(&x.device_type),
-                    s(&x.vendor),
-                    s(&x.model),
-                    t(&x.std_board_info),
-                    t(&x.vendor_board_info),
-                    s(&x.hostname),
-                    s(&x.status),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        d.cpids
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    Val::I(x.device_id),
-                    s(&x.cpid_type),
-                    s(&x.cpid_info),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        deps.iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    Val::N(x.parent_id),
-                    Val::N(x.root_id),
-                    s(&x.name),
-                    Val::I(x.num_accelerators),
-                    Val::I(x.device_id),
-                    t(&x.rp_uuid),
-                    t(&x.driver_name),
-                    t(&x.bitstream_id),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        d.attributes
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    Val::I(x.deployable_id),
-                    s(&x.key),
-                    s(&x.value),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        d.handles
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    Val::I(x.deployable_id),
-                    Val::I(x.cpid_id),
-                    Val::I(i64::from(x.in_use)),
-                    s(&x.attach_type),
-                    s(&x.attach_info),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
-        d.arqs
-            .iter()
-            .map(|x| {
-                vec![
-                    Val::I(x.id),
-                    s(&x.uuid),
-                    t(&x.project_id),
-                    s(&x.state),
-                    Val::I(x.device_profile_id),
-                    Val::I(x.device_profile_group_id),
-                    t(&x.hostname),
-                    t(&x.device_rp_uuid),
-                    t(&x.instance_uuid),
-                    Val::N(x.attach_handle_id),
-                    Val::N(x.deployable_id),
-                    c(&x.times),
-                    u(&x.times),
-                ]
-            })
-            .collect(),
+        all(&d.profiles, now),
+        all(&d.devices, now),
+        all(&d.cpids, now),
+        all(deps, now),
+        all(&d.attributes, now),
+        all(&d.handles, now),
+        all(&d.arqs, now),
     ]
+}
+
+/// A row as bound values, in its table's column order of [`COLUMNS`], the two
+/// times last.
+trait Values {
+    fn values(&self, now: Option<i64>) -> Vec<Val>;
+}
+
+/// `created_at` (or `now` in its place) and `updated_at`.
+fn times(x: &Times, now: Option<i64>) -> [Val; 2] {
+    [Val::N(x.created.or(now)), Val::N(x.updated)]
+}
+
+fn with_times(mut v: Vec<Val>, x: &Times, now: Option<i64>) -> Vec<Val> {
+    v.extend(times(x, now));
+    v
+}
+
+impl Values for &ProfileRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let groups = s(x.groups.as_deref().unwrap_or("[]"));
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            s(&x.name),
+            t(&x.description),
+            groups,
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &DeviceRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            s(&x.device_type),
+            s(&x.vendor),
+            s(&x.model),
+            t(&x.std_board_info),
+            t(&x.vendor_board_info),
+            s(&x.hostname),
+            s(&x.status),
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &CpidRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            Val::I(x.device_id),
+            s(&x.cpid_type),
+            s(&x.cpid_info),
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &DeployableRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            Val::N(x.parent_id),
+            Val::N(x.root_id),
+            s(&x.name),
+            Val::I(x.num_accelerators),
+            Val::I(x.device_id),
+            t(&x.rp_uuid),
+            t(&x.driver_name),
+            t(&x.bitstream_id),
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &AttributeRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            Val::I(x.deployable_id),
+            s(&x.key),
+            s(&x.value),
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &HandleRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            Val::I(x.deployable_id),
+            Val::I(x.cpid_id),
+            Val::I(i64::from(x.in_use)),
+            s(&x.attach_type),
+            s(&x.attach_info),
+        ];
+        with_times(v, &x.times, now)
+    }
+}
+
+impl Values for &ArqRow {
+    fn values(&self, now: Option<i64>) -> Vec<Val> {
+        let x = self;
+        let v = vec![
+            Val::I(x.id),
+            s(&x.uuid),
+            t(&x.project_id),
+            s(&x.state),
+            Val::I(x.device_profile_id),
+            Val::I(x.device_profile_group_id),
+            t(&x.hostname),
+            t(&x.device_rp_uuid),
+            t(&x.instance_uuid),
+            Val::N(x.attach_handle_id),
+            Val::N(x.deployable_id),
+        ];
+        with_times(v, &x.times, now)
+    }
 }
 
 /// accel's tables and columns, in [`rows_of`]'s order (upstream's differ only where
