@@ -452,6 +452,19 @@ def main() -> int:
             n = follow_partial_bind(up, ac, req)
             if n:
                 documented["partial-bind"] = documented.get("partial-bind", 0) + n
+        # The walk's model, and what accel follows of upstream's world (before the comparison's
+        # continues, so that documented deviations are followed too).
+        if req.kind.startswith(("delete_profile", "create_profile")):
+            walk.profiles = [p["name"] for p in (up.get("/v2/device_profiles") or {}).get("device_profiles", [])]
+            # all-or-nothing deletes (documented): what upstream deleted before its 404 goes on accel too
+            if req.kind.startswith("delete_profile") and "all-or-nothing-delete" in allowed:
+                for p in (ac.get("/v2/device_profiles") or {}).get("device_profiles", []):
+                    if p["name"] not in walk.profiles:
+                        ac.send(Req("DELETE", "/v2/device_profiles/" + p["uuid"]))
+                        documented["all-or-nothing-delete"] = documented.get("all-or-nothing-delete", 0) + 1
+        if req.kind.startswith("delete_arqs"):
+            live = {a["uuid"] for a in (up.get("/v2/accelerator_requests") or {}).get("arqs", [])}
+            walk.arqs = [n for n in walk.arqs if up.sym.get(f"arq:{n}") in live]
         if u != a or ue != ae:
             if mark:
                 caught += 1
@@ -472,17 +485,6 @@ def main() -> int:
                     print(f"  {part}:\n    upstream: {json.dumps(u[part])[:1500]}\n    accel:    {json.dumps(a[part])[:1500]}")
             if ue != ae:
                 print(f"  nova events:\n    upstream: {json.dumps(ue)}\n    accel:    {json.dumps(ae)}")
-        if req.kind.startswith(("delete_profile", "create_profile")):
-            walk.profiles = [p["name"] for p in (up.get("/v2/device_profiles") or {}).get("device_profiles", [])]
-            # all-or-nothing deletes (documented): what upstream deleted before its 404 goes on accel too
-            if req.kind.startswith("delete_profile") and "all-or-nothing-delete" in allowed:
-                for p in (ac.get("/v2/device_profiles") or {}).get("device_profiles", []):
-                    if p["name"] not in walk.profiles:
-                        ac.send(Req("DELETE", "/v2/device_profiles/" + p["uuid"]))
-                        documented["all-or-nothing-delete"] = documented.get("all-or-nothing-delete", 0) + 1
-        if req.kind.startswith("delete_arqs"):
-            live = {a["uuid"] for a in (up.get("/v2/accelerator_requests") or {}).get("arqs", [])}
-            walk.arqs = [n for n in walk.arqs if up.sym.get(f"arq:{n}") in live]
     if args.verbose:
         print(f"upstream: {up.sym}\naccel: {ac.sym}")
     doc = ", ".join(f"{k} {v}" for k, v in sorted(documented.items())) or "none"
