@@ -11,7 +11,8 @@
 //!
 //! Not hardware-exact, on purpose or for want of facts: GI ids are the lowest free id
 //! from 1 and CI ids from 0 (the driver's numbering differs by profile), MIG device
-//! UUIDs are derived from the GPU's UUID, ids and a creation serial, and the
+//! UUIDs are derived from the boot id, the GPU's UUID, ids and a creation serial (new
+//! ones after a reboot, as on hardware), and the
 //! compute-instance profile ids are the `NVML_COMPUTE_INSTANCE_PROFILE_*` indices.
 
 use crate::capture::{geometry, Profile};
@@ -710,8 +711,8 @@ impl Fake {
         let uuid = format!(
             "MIG-{}",
             uuid_of(&format!(
-                "{} {gi_id} {id} {}",
-                self.gpus[gpu].uuid, self.serial
+                "{} {} {gi_id} {id} {}",
+                self.boot_id, self.gpus[gpu].uuid, self.serial
             ))
         );
         let i = self.gi_index(gpu, gi_id, serial)?;
