@@ -46,9 +46,9 @@ pub struct CallLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
-    /// `mig` or `mdev`.
+    /// `mig`, `mdev`, or `checkpoint` (the agent's record of them, `partitions.json`).
     pub kind: String,
-    /// `create`, `destroy` or `recreate` (after a reboot).
+    /// `create`, `destroy` or `recreate` (after a reboot); `write` for the checkpoint.
     pub action: String,
     /// `ok` or `failed`.
     pub outcome: String,
@@ -206,7 +206,7 @@ impl Metrics {
         );
         registry.register(
             "accel_agent_partition_operations",
-            "MIG instances and mdevs this agent created, destroyed or re-created after a reboot, by kind, action and outcome (ok, failed)",
+            "MIG instances and mdevs this agent created, destroyed or re-created after a reboot, and writes of its record of them, by kind, action and outcome (ok, failed)",
             m.partitions.clone(),
         );
         registry.register(
@@ -258,6 +258,9 @@ impl Metrics {
                     m.partition(kind, action, ok, 0);
                 }
             }
+        }
+        for ok in [true, false] {
+            m.partition("checkpoint", "write", ok, 0);
         }
         Metrics { registry, ..m }
     }

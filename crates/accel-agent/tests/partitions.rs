@@ -633,3 +633,42 @@ fn the_agent_opens_partitioning_from_its_settings() {
     assert_eq!(partitions_of(&d, H200).instances, [made]);
     assert!(Path::new(&nvml.dir.join("state/partitions.json")).is_file());
 }
+
+#[test]
+fn after_a_reboot_held_mdevs_are_created_again_with_their_uuid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, nvml) = host(dir.path(), BOTH_MIG);
+    mdev_gpu(&fs);
+    let gpu = addr("0000:af:00.0");
+    let (kept, gone) = (
+        "1b2c3d4e-0000-4000-8000-000000000001",
+        "1b2c3d4e-0000-4000-8000-000000000002",
+    );
+    let create = fs
+        .root
+        .join("bus/pci/devices/0000:af:00.0/mdev_supported_types/nvidia-471/create");
+    {
+        let p = partitions(&fs, &nvml);
+        p.create_mdev(gpu, "nvidia-471", kept, "arq-1").unwrap();
+        p.create_mdev(gpu, "nvidia-471", gone, "arq-2").unwrap();
+    }
+    nvml.reboot();
+    std::fs::write(&create, "").unwrap();
+    let p = partitions(&fs, &nvml);
+    let held = [Held::Mdev {
+        parent: gpu,
+        type_id: "nvidia-471".into(),
+        uuid: kept.into(),
+        holder: "arq-1".into(),
+    }];
+    let r = p.after_boot(&held).unwrap();
+    assert!(r.rebooted);
+    assert_eq!(r.mdevs_recreated.len(), 1);
+    assert_eq!(r.mdevs_recreated[0].uuid, kept);
+    assert_eq!(std::fs::read_to_string(&create).unwrap(), kept);
+    let cp = p.checkpoint().unwrap();
+    assert_eq!(
+        cp.mdevs.iter().map(|m| m.uuid.as_str()).collect::<Vec<_>>(),
+        [kept]
+    );
+}

@@ -32,6 +32,7 @@
 pub mod capture;
 pub mod config;
 mod ffi;
+pub mod model;
 pub mod state;
 
 /// NVML's return codes (`nvmlReturn_t`) that the fake answers with.

@@ -4,7 +4,8 @@
 //!
 //! One change at a time (a lock around each operation and its checkpoint write); each
 //! create, destroy and re-create is a log line with its cause when it fails and a count
-//! in `accel_agent_partition_operations_total{kind, action, outcome}`.
+//! in `accel_agent_partition_operations_total{kind, action, outcome}`. What happens
+//! after a start is in `recovery.rs`.
 
 use super::checkpoint::{Checkpoint, HeldMdev, HeldMig};
 use super::vgpu;
@@ -13,62 +14,9 @@ use crate::cleaning::{self, Method, Rule};
 use crate::metrics::Metrics;
 use crate::pci::PciAddress;
 use accel_api::partitions::{MigInstance, MigPlacement};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// A partition the server says is held (what [`Partitions::after_boot`] makes exist).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Held {
-    Mig {
-        gpu: PciAddress,
-        profile_id: u32,
-        placement: MigPlacement,
-        holder: String,
-    },
-    Mdev {
-        parent: PciAddress,
-        type_id: String,
-        uuid: String,
-        holder: String,
-    },
-}
-
-/// A held MIG partition made again: new GPU and compute instance ids and a new UUID,
-/// which its consumer must be given (CDI device, attach handle).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recreated {
-    pub gpu: PciAddress,
-    pub holder: String,
-    /// The UUID it had before, when this agent made it before.
-    pub old_uuid: Option<String>,
-    pub instance: MigInstance,
-}
-
-/// A held partition that could not be made again, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lost {
-    pub held: Held,
-    pub reason: String,
-}
-
-/// What [`Partitions::after_boot`] found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Recovery {
-    /// The boot id differs from the checkpoint's: the node rebooted.
-    pub rebooted: bool,
-    /// Held MIG partitions that still exist, UUID unchanged.
-    pub kept: Vec<HeldMig>,
-    pub recreated: Vec<Recreated>,
-    pub lost: Vec<Lost>,
-    /// MIG devices this agent made that no one holds any more: destroyed.
-    pub released: Vec<HeldMig>,
-    pub mdevs_kept: Vec<HeldMdev>,
-    /// Held mdevs made again (same UUID: the agent chooses mdev UUIDs).
-    pub mdevs_recreated: Vec<HeldMdev>,
-    pub mdevs_released: Vec<HeldMdev>,
-}
 
 /// What became of an mdev request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,8 +32,8 @@ pub enum MdevOutcome {
 /// Makes, unmakes and accounts for the node's partitions.
 pub struct Partitions {
     mig: Result<Arc<dyn Mig>, MigError>,
-    settings: PartitionSettings,
-    sysfs_root: PathBuf,
+    pub(super) settings: PartitionSettings,
+    pub(super) sysfs_root: PathBuf,
     metrics: Option<Arc<Metrics>>,
     lock: Mutex<()>,
 }
@@ -138,19 +86,19 @@ impl Partitions {
         &self.settings
     }
 
-    fn mig(&self) -> Result<&dyn Mig, PartitionError> {
+    pub(super) fn mig(&self) -> Result<&dyn Mig, PartitionError> {
         self.mig
             .as_deref()
             .map_err(|e| PartitionError::Mig(e.clone()))
     }
 
-    fn count(&self, kind: &str, action: &str, ok: bool) {
+    pub(super) fn count(&self, kind: &str, action: &str, ok: bool) {
         if let Some(m) = &self.metrics {
             m.partition(kind, action, ok, 1);
         }
     }
 
-    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+    pub(super) fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -178,8 +126,17 @@ impl Partitions {
         Ok(cp)
     }
 
-    fn save(&self, cp: &Checkpoint) -> Result<(), PartitionError> {
-        cp.save(&self.settings.state_dir)
+    /// Writes the checkpoint; a failure is logged and counted (kind `checkpoint`),
+    /// since a partition that exists but is not listed is one the agent later treats
+    /// as another's.
+    pub(super) fn save(&self, cp: &Checkpoint) -> Result<(), PartitionError> {
+        let saved = cp.save(&self.settings.state_dir);
+        self.count("checkpoint", "write", saved.is_ok());
+        if let Err(e) = &saved {
+            tracing::error!(cause = %e, mig = cp.mig.len(), mdevs = cp.mdevs.len(),
+                "writing the partition checkpoint failed");
+        }
+        saved
     }
 
     /// Creates a MIG partition of `profile_id` at `placement` on `gpu` for `holder`
@@ -243,6 +200,7 @@ impl Partitions {
                 uuid,
                 "not destroying a MIG device this agent did not create"
             );
+            self.count("mig", "destroy", false);
             return Err(PartitionError::NotOurs(uuid.to_owned()));
         };
         let gpu: PciAddress = held
@@ -359,271 +317,6 @@ impl Partitions {
             Err(e) => {
                 tracing::warn!(gpu = %held.gpu, uuid, method = rule.method.name(), cause = %e, "cleaning after a MIG release failed");
                 Err(e)
-            }
-        }
-    }
-
-    /// Accounts for the partitions after the agent starts, against `held` (what the
-    /// server says is held on this node): each held MIG partition that exists is kept,
-    /// one that does not (a reboot, a crash half-way) is created again at its placement
-    /// (a new UUID), one that cannot be is lost with the reason; MIG devices and mdevs
-    /// this agent made that no one holds are destroyed. Partitions the agent did not
-    /// make are never touched.
-    pub fn after_boot(&self, held: &[Held]) -> Result<Recovery, PartitionError> {
-        let _g = self.guard();
-        let before = Checkpoint::load(&self.settings.state_dir)?;
-        let boot = boot_id(&self.settings.boot_id_file);
-        let rebooted = !before.boot_id.is_empty() && before.boot_id != boot;
-        let mut out = Recovery {
-            rebooted,
-            ..Recovery::default()
-        };
-        if rebooted {
-            tracing::info!(previous_boot = %before.boot_id, boot = %boot, mig = before.mig.len(),
-                mdevs = before.mdevs.len(), "the node rebooted: re-creating the partitions the server says are held");
-        }
-        // Ours from this boot (after a reboot, none exist any more).
-        let ours: Vec<HeldMig> = if rebooted {
-            Vec::new()
-        } else {
-            before.mig.clone()
-        };
-        let mut next = Checkpoint {
-            boot_id: boot,
-            ..Checkpoint::default()
-        };
-        let mut live: BTreeMap<PciAddress, Result<Vec<MigInstance>, String>> = BTreeMap::new();
-        let mut gpus: Vec<PciAddress> = ours.iter().filter_map(|m| m.gpu.parse().ok()).collect();
-        gpus.extend(held.iter().filter_map(|h| match h {
-            Held::Mig { gpu, .. } => Some(*gpu),
-            Held::Mdev { .. } => None,
-        }));
-        for gpu in gpus {
-            live.entry(gpu).or_insert_with(|| {
-                self.mig()
-                    .and_then(|m| m.instances(gpu).map_err(PartitionError::Mig))
-                    .map_err(|e| e.to_string())
-            });
-        }
-        let mut used: Vec<String> = Vec::new();
-        for h in held {
-            let Held::Mig {
-                gpu,
-                profile_id,
-                placement,
-                holder,
-            } = h
-            else {
-                continue;
-            };
-            let prev = before.mig.iter().find(|m| {
-                m.gpu == gpu.to_string()
-                    && m.instance.profile_id == *profile_id
-                    && m.instance.placement == *placement
-            });
-            let lost = |reason: String| Lost {
-                held: h.clone(),
-                reason,
-            };
-            let existing = match live.get(gpu) {
-                Some(Ok(list)) => list
-                    .iter()
-                    .find(|i| i.profile_id == *profile_id && i.placement == *placement)
-                    .cloned(),
-                Some(Err(e)) => {
-                    tracing::warn!(%gpu, profile_id, start = placement.start, holder, cause = %e,
-                        "a held MIG partition is lost: its GPU cannot be asked");
-                    self.count("mig", "recreate", false);
-                    out.lost.push(lost(e.clone()));
-                    continue;
-                }
-                None => None,
-            };
-            let record = |instance: MigInstance| HeldMig {
-                gpu: gpu.to_string(),
-                holder: holder.clone(),
-                instance,
-            };
-            if let Some(i) = existing {
-                match ours.iter().find(|m| m.instance.uuid == i.uuid) {
-                    Some(m) if m.holder == *holder => {
-                        used.push(i.uuid.clone());
-                        out.kept.push(record(i.clone()));
-                        next.mig.push(record(i));
-                        continue;
-                    }
-                    Some(m) => {
-                        // Ours, made for someone else: a release the agent missed.
-                        // The new holder gets a fresh one, not the old one's memory.
-                        let gone = self.mig().and_then(|x| {
-                            x.destroy(*gpu, i.gpu_instance_id, i.compute_instance_id)
-                                .map_err(PartitionError::Mig)
-                        });
-                        self.count("mig", "destroy", gone.is_ok());
-                        if let Err(e) = gone {
-                            tracing::warn!(%gpu, uuid = %i.uuid, holder = %m.holder, cause = %e,
-                                "a MIG instance held by another holder before cannot be destroyed");
-                            used.push(i.uuid.clone());
-                            next.mig.push(m.clone());
-                            out.lost.push(lost(e.to_string()));
-                            continue;
-                        }
-                        tracing::info!(%gpu, uuid = %i.uuid, previous_holder = %m.holder, holder,
-                            "a MIG instance made for another holder was destroyed");
-                        if let Some(Ok(list)) = live.get_mut(gpu) {
-                            list.retain(|x| x.uuid != i.uuid);
-                        }
-                        out.released.push(m.clone());
-                    }
-                    None => {
-                        // There, but not in the checkpoint (a crash before it was
-                        // written): it serves the slot as it is.
-                        tracing::info!(%gpu, profile_id, start = placement.start, holder, uuid = %i.uuid,
-                            "a held MIG partition exists and is adopted");
-                        used.push(i.uuid.clone());
-                        out.recreated.push(Recreated {
-                            gpu: *gpu,
-                            holder: holder.clone(),
-                            old_uuid: prev.map(|p| p.instance.uuid.clone()),
-                            instance: i.clone(),
-                        });
-                        next.mig.push(record(i));
-                        continue;
-                    }
-                }
-            }
-            let made = self.mig().and_then(|m| {
-                m.create(*gpu, *profile_id, *placement)
-                    .map_err(|source| PartitionError::Create {
-                        gpu: *gpu,
-                        profile_id: *profile_id,
-                        placement: *placement,
-                        source,
-                    })
-            });
-            self.count("mig", "recreate", made.is_ok());
-            match made {
-                Ok(i) => {
-                    tracing::info!(%gpu, profile_id, start = placement.start, holder, uuid = %i.uuid,
-                        old_uuid = prev.map_or("", |p| p.instance.uuid.as_str()),
-                        "a held MIG partition was re-created");
-                    if let Some(Ok(list)) = live.get_mut(gpu) {
-                        list.push(i.clone());
-                    }
-                    used.push(i.uuid.clone());
-                    out.recreated.push(Recreated {
-                        gpu: *gpu,
-                        holder: holder.clone(),
-                        old_uuid: prev.map(|p| p.instance.uuid.clone()),
-                        instance: i.clone(),
-                    });
-                    next.mig.push(record(i));
-                }
-                Err(e) => {
-                    tracing::warn!(%gpu, profile_id, start = placement.start, holder, cause = %e,
-                        "a held MIG partition is lost: it cannot be re-created");
-                    out.lost.push(lost(e.to_string()));
-                }
-            }
-        }
-        // Ours, still there, held by no one: a release the agent missed.
-        for m in ours.iter().filter(|m| !used.contains(&m.instance.uuid)) {
-            let Ok(gpu) = m.gpu.parse::<PciAddress>() else {
-                continue;
-            };
-            let exists = matches!(live.get(&gpu), Some(Ok(l)) if l.iter().any(|i| i.uuid == m.instance.uuid));
-            if !exists {
-                continue;
-            }
-            let i = &m.instance;
-            let gone = self.mig().and_then(|x| {
-                x.destroy(gpu, i.gpu_instance_id, i.compute_instance_id)
-                    .map_err(PartitionError::Mig)
-            });
-            self.count("mig", "destroy", gone.is_ok());
-            match gone {
-                Ok(()) => {
-                    tracing::info!(%gpu, uuid = %i.uuid, holder = %m.holder, "a MIG instance no one holds was destroyed");
-                    out.released.push(m.clone());
-                }
-                Err(e) => {
-                    tracing::warn!(%gpu, uuid = %i.uuid, holder = %m.holder, cause = %e,
-                        "destroying a MIG instance no one holds failed; kept in the checkpoint");
-                    next.mig.push(m.clone());
-                }
-            }
-        }
-        self.mdevs_after_boot(held, &before, rebooted, &mut next, &mut out);
-        self.save(&next)?;
-        Ok(out)
-    }
-
-    fn mdevs_after_boot(
-        &self,
-        held: &[Held],
-        before: &Checkpoint,
-        rebooted: bool,
-        next: &mut Checkpoint,
-        out: &mut Recovery,
-    ) {
-        let mut wanted = Vec::new();
-        for h in held {
-            let Held::Mdev {
-                parent,
-                type_id,
-                uuid,
-                holder,
-            } = h
-            else {
-                continue;
-            };
-            wanted.push(uuid.clone());
-            let entry = HeldMdev {
-                parent: parent.to_string(),
-                type_id: type_id.clone(),
-                uuid: uuid.clone(),
-                holder: holder.clone(),
-            };
-            if vgpu::mdev_path(&self.sysfs_root, uuid).is_dir() {
-                out.mdevs_kept.push(entry.clone());
-                next.mdevs.push(entry);
-                continue;
-            }
-            if !self.settings.create_mdev_at_bind {
-                continue;
-            }
-            let made = vgpu::create_mdev(&self.sysfs_root, *parent, type_id, uuid);
-            self.count("mdev", "recreate", made.is_ok());
-            match made {
-                Ok(()) => {
-                    tracing::info!(%parent, type_id, uuid, holder, "a held mdev was re-created");
-                    out.mdevs_recreated.push(entry.clone());
-                    next.mdevs.push(entry);
-                }
-                Err(e) => {
-                    tracing::warn!(%parent, type_id, uuid, holder, cause = %e, "a held mdev is lost");
-                    out.lost.push(Lost {
-                        held: h.clone(),
-                        reason: e.to_string(),
-                    });
-                }
-            }
-        }
-        if rebooted {
-            return;
-        }
-        for m in before.mdevs.iter().filter(|m| !wanted.contains(&m.uuid)) {
-            if !vgpu::mdev_path(&self.sysfs_root, &m.uuid).is_dir() {
-                continue;
-            }
-            let gone = vgpu::remove_mdev(&self.sysfs_root, &m.uuid);
-            self.count("mdev", "destroy", gone.is_ok());
-            match gone {
-                Ok(()) => out.mdevs_released.push(m.clone()),
-                Err(e) => {
-                    tracing::warn!(uuid = %m.uuid, cause = %e, "removing an mdev no one holds failed");
-                    next.mdevs.push(m.clone());
-                }
             }
         }
     }

@@ -19,11 +19,13 @@
 
 mod checkpoint;
 mod manager;
+mod recovery;
 pub mod vgpu;
 
 pub use crate::mig::{Code, Mig, MigError};
 pub use checkpoint::{Checkpoint, HeldMdev, HeldMig};
-pub use manager::{Held, Lost, MdevOutcome, Partitions, Recovery, Recreated};
+pub use manager::{MdevOutcome, Partitions};
+pub use recovery::{Held, Lost, Recovery, Recreated};
 
 use crate::pci::PciAddress;
 use accel_api::partitions::{Engines, GpuPartitions, VgpuType};
