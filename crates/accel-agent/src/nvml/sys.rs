@@ -201,11 +201,6 @@ pub struct Lib {
     _lib: Library,
 }
 
-// SAFETY: NVML is thread-safe (NVIDIA's documentation: "NVML is thread-safe so it is
-// safe to make simultaneous NVML calls from multiple threads"); `Lib` holds only the
-// library and plain function pointers into it.
-unsafe impl Send for Lib {}
-unsafe impl Sync for Lib {}
 
 /// Text of a NUL-terminated buffer (up to its end when NVML wrote no NUL).
 fn text(buf: &[c_char]) -> String {

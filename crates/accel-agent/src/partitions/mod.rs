@@ -58,7 +58,7 @@ impl PartitionSettings {
 }
 
 /// Why a partition could not be made, unmade or accounted for.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PartitionError {
     #[error("creating a MIG instance of profile {profile_id} at memory slices {}..{} on {gpu} failed: {source}", placement.start, placement.start + placement.size)]
     Create {

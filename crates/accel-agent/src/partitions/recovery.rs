@@ -102,7 +102,7 @@ struct Pass {
     /// The checkpoint's MIG devices of this boot (none after a reboot).
     ours: Vec<HeldMig>,
     /// The MIG devices of each GPU concerned, or why NVML could not say.
-    live: BTreeMap<PciAddress, Result<Vec<MigInstance>, String>>,
+    live: BTreeMap<PciAddress, Result<Vec<MigInstance>, PartitionError>>,
     /// UUIDs that serve a held slot.
     used: Vec<String>,
     next: Checkpoint,
@@ -183,7 +183,6 @@ impl Partitions {
             pass.live.entry(gpu).or_insert_with(|| {
                 self.mig()
                     .and_then(|m| m.instances(gpu).map_err(PartitionError::Mig))
-                    .map_err(|e| e.to_string())
             });
         }
     }
@@ -199,7 +198,7 @@ impl Partitions {
                 tracing::warn!(gpu = %slot.gpu, profile_id = slot.profile_id, start = slot.placement.start,
                     holder = slot.holder, cause = %e, "a held MIG partition is lost: its GPU cannot be asked");
                 self.count("mig", "recreate", false);
-                let lost = slot.lost(e.clone());
+                let lost = slot.lost(e.to_string());
                 pass.out.lost.push(lost);
                 return;
             }
