@@ -201,7 +201,6 @@ pub struct Lib {
     _lib: Library,
 }
 
-
 /// Text of a NUL-terminated buffer (up to its end when NVML wrote no NUL).
 fn text(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf
