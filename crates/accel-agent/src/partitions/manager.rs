@@ -139,6 +139,18 @@ impl Partitions {
         saved
     }
 
+    /// The GPU a checkpoint entry names.
+    fn gpu_of(&self, held: &HeldMig) -> Result<PciAddress, PartitionError> {
+        held.gpu
+            .parse()
+            .map_err(|e: String| PartitionError::Checkpoint {
+                path: Checkpoint::path(&self.settings.state_dir)
+                    .display()
+                    .to_string(),
+                cause: e,
+            })
+    }
+
     /// Creates a MIG partition of `profile_id` at `placement` on `gpu` for `holder`
     /// (a GPU instance and one compute instance spanning it) and answers the MIG device.
     /// Asked again for the same slot and holder, it answers the device that exists.
@@ -203,15 +215,7 @@ impl Partitions {
             self.count("mig", "destroy", false);
             return Err(PartitionError::NotOurs(uuid.to_owned()));
         };
-        let gpu: PciAddress = held
-            .gpu
-            .parse()
-            .map_err(|e: String| PartitionError::Checkpoint {
-                path: Checkpoint::path(&self.settings.state_dir)
-                    .display()
-                    .to_string(),
-                cause: e,
-            })?;
+        let gpu = self.gpu_of(&held)?;
         let i = &held.instance;
         match self
             .mig()?
@@ -256,20 +260,60 @@ impl Partitions {
             return Ok(held);
         };
         let started = Instant::now();
+        let gpu = self.gpu_of(&held)?;
+        let result = match self.release_rule(gpu, uuid, rule) {
+            Ok(rule) => {
+                let address = gpu.to_string();
+                let device = cleaning::device_node(&self.sysfs_root, &address);
+                let deadline = started + rule.timeout;
+                cleaning::run_rule(
+                    &rule,
+                    &self.sysfs_root,
+                    &address,
+                    device.as_deref(),
+                    deadline,
+                )
+                .await
+                .map_err(|e| PartitionError::Cleaning {
+                    gpu,
+                    uuid: uuid.to_owned(),
+                    cause: e.to_string(),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        if let Some(m) = &self.metrics {
+            m.cleaning(result.is_ok(), started.elapsed());
+        }
+        match result {
+            Ok(()) => {
+                tracing::info!(%gpu, uuid, method = rule.method.name(), "GPU cleaned after a MIG release");
+                Ok(held)
+            }
+            Err(e) => {
+                tracing::warn!(%gpu, uuid, method = rule.method.name(), cause = %e, "cleaning after a MIG release failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The GPU's cleaning rule as it applies to one released MIG device: `{uuid}`
+    /// filled in a command; a `pci-reset` only when no other MIG device lives on the
+    /// GPU; `fpga-default` never.
+    fn release_rule(
+        &self,
+        gpu: PciAddress,
+        uuid: &str,
+        rule: &Rule,
+    ) -> Result<Rule, PartitionError> {
         let fail = |cause: String| PartitionError::Cleaning {
-            gpu: held.gpu.parse().unwrap_or(PciAddress {
-                domain: 0,
-                bus: 0,
-                slot: 0,
-                function: 0,
-            }),
+            gpu,
             uuid: uuid.to_owned(),
             cause,
         };
-        let result = match &rule.method {
+        match &rule.method {
             Method::FpgaDefault(_) => Err(fail("fpga-default does not clean a GPU".into())),
             Method::PciReset => {
-                let gpu = held.gpu.parse().map_err(fail)?;
                 let others = self.mig()?.instances(gpu).map_err(PartitionError::Mig)?;
                 if others.is_empty() {
                     Ok(rule.clone())
@@ -280,43 +324,14 @@ impl Partitions {
                     )))
                 }
             }
-            Method::Command(argv) => Ok(Rule {
-                method: Method::Command(argv.iter().map(|a| a.replace("{uuid}", uuid)).collect()),
-                verify: rule
-                    .verify
-                    .iter()
-                    .map(|a| a.replace("{uuid}", uuid))
-                    .collect(),
-                ..rule.clone()
-            }),
-        };
-        let result = match result {
-            Ok(rule) => {
-                let device = cleaning::device_node(&self.sysfs_root, &held.gpu);
-                let deadline = started + rule.timeout;
-                cleaning::run_rule(
-                    &rule,
-                    &self.sysfs_root,
-                    &held.gpu,
-                    device.as_deref(),
-                    deadline,
-                )
-                .await
-                .map_err(|e| fail(e.to_string()))
-            }
-            Err(e) => Err(e),
-        };
-        if let Some(m) = &self.metrics {
-            m.cleaning(result.is_ok(), started.elapsed());
-        }
-        match result {
-            Ok(()) => {
-                tracing::info!(gpu = %held.gpu, uuid, method = rule.method.name(), "GPU cleaned after a MIG release");
-                Ok(held)
-            }
-            Err(e) => {
-                tracing::warn!(gpu = %held.gpu, uuid, method = rule.method.name(), cause = %e, "cleaning after a MIG release failed");
-                Err(e)
+            Method::Command(argv) => {
+                let fill =
+                    |args: &[String]| args.iter().map(|a| a.replace("{uuid}", uuid)).collect();
+                Ok(Rule {
+                    method: Method::Command(fill(argv)),
+                    verify: fill(&rule.verify),
+                    ..rule.clone()
+                })
             }
         }
     }
