@@ -672,3 +672,37 @@ fn after_a_reboot_held_mdevs_are_created_again_with_their_uuid() {
         [kept]
     );
 }
+
+#[test]
+fn agent_check_shows_the_partitions_as_nvidia_smi_prints_placements() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, nvml) = host(dir.path(), BOTH_MIG);
+    let mut s = accel_agent::Settings::new("http://127.0.0.1:9", "", &fs.root);
+    s.drivers = Some(vec!["nvidia".into()]);
+    s.driver.nvml_library = nvml.library.clone();
+    s.partitions = nvml.partition_settings();
+    let agent = accel_agent::Agent::offline(s).unwrap();
+    let made = agent
+        .partitions()
+        .create(addr(H100), 15, at(6, 2), "pod")
+        .unwrap();
+    let check = agent.check();
+    assert_eq!(check.partitions.len(), 2);
+    let text = check.text();
+    assert!(
+        text.contains("MIG on, 8 memory slices, whole GPU 81152 MiB, 132 SMs"),
+        "{text}"
+    );
+    assert!(text.contains("profile 15 1g.20gb: 20096 MiB, 26 SMs, CE 1 DEC 1 ENC 0 JPEG 1 OFA 0, placements {0,2,4,6}:2"), "{text}");
+    assert!(text.contains("profile 19 1g.18gb: 16384 MiB, 16 SMs, CE 1 DEC 1 ENC 0 JPEG 1 OFA 0, placements {0,1,2,3,4,5,6}:1"), "{text}");
+    assert!(
+        text.contains(&format!("MIG device {}: profile 15 at {{6}}:2", made.uuid)),
+        "{text}"
+    );
+    let json = serde_json::to_value(&check).unwrap();
+    assert_eq!(json["partitions"][0]["device"], H100);
+    assert_eq!(
+        json["partitions"][0]["instances"][0]["uuid"],
+        made.uuid.as_str()
+    );
+}
