@@ -198,7 +198,10 @@ impl Driver for Nvidia {
             return pci;
         }
         match self.nvml().and_then(|n| n.lost(&device.address)) {
-            Some(e) => Health::Unhealthy(format!("NVML says the GPU is lost: {e}")),
+            Some(e) => {
+                tracing::warn!(gpu = %device.address, cause = %e, "NVML says the GPU is lost; reported unhealthy");
+                Health::Unhealthy(format!("NVML says the GPU is lost: {e}"))
+            }
             None => Health::Ok,
         }
     }
