@@ -145,6 +145,8 @@ pub struct Agent {
     /// Whether the settings had a `[keystone]` table, whose catalog names Glance
     /// (kept by [`Agent::offline`], which drops the table itself).
     pub(crate) keystone_catalog: bool,
+    /// Partitioning on demand, opened on first use ([`Agent::partitions`]).
+    partitions: OnceLock<crate::partitions::Partitions>,
 }
 
 impl Agent {
@@ -188,6 +190,7 @@ impl Agent {
             handover: (tx, tokio::sync::Mutex::new(rx)),
             programming_beat: OnceLock::new(),
             keystone_catalog: settings_keystone,
+            partitions: OnceLock::new(),
         })
     }
 
@@ -293,6 +296,24 @@ impl Agent {
             delay = (delay * 2).min(backoff.max);
             attempt += 1;
         }
+    }
+
+    /// The node's partitioning (MIG instances and mdevs made and unmade on demand,
+    /// issue 45), opened on first use: NVML from `nvml_library`, the checkpoint in
+    /// `state_dir`, counted in this agent's metrics. The bind and DRA prepare paths call
+    /// its `create` / `release` / `create_mdev` / `remove_mdev`, and the start-up its
+    /// `after_boot` with what the server says is held (docs/partitions.md).
+    pub fn partitions(&self) -> &crate::partitions::Partitions {
+        self.partitions.get_or_init(|| {
+            let p = crate::partitions::Partitions::open(
+                &self.settings.sysfs_root,
+                self.settings.partitions.clone(),
+            );
+            match self.metrics() {
+                Some(m) => p.with_metrics(m),
+                None => p,
+            }
+        })
     }
 
     /// The metrics of the probes this agent records in, if any.

@@ -8,8 +8,10 @@
 //! ([`crate::drivers::Verdict`], from each driver's [`crate::drivers::Judgement`]),
 //! and the providers are read from the very report body the agent would send
 //! ([`crate::model::Report::body`]), so `check` cannot drift from what the agent does.
-//! Each device a `[[cleaning]]` rule matches is listed with whether the rule can work
-//! for it, resolved as the agent resolves it at start-up ([`crate::cleaner::resolve`],
+//! A GPU that can be partitioned shows its MIG profiles with their placements (printed
+//! as `nvidia-smi mig -lgipp` does), its MIG devices and its vGPU types, for comparing
+//! with `nvidia-smi` on the host. Each device a `[[cleaning]]` rule matches is listed
+//! with whether the rule can work for it, resolved as the agent resolves it at start-up ([`crate::cleaner::resolve`],
 //! without the image service's word on `fpga-default` images).
 
 use crate::cleaner::resolve::{Resolution, SearchPath};
@@ -46,6 +48,18 @@ pub struct Check {
     pub cleaning: Vec<Cleaning>,
     /// The indexes of the `[[cleaning]]` rules no device here matches.
     pub unmatched_rules: Vec<usize>,
+    /// The GPUs that can be partitioned, as discovery read them.
+    pub partitions: Vec<Partitioned>,
+}
+
+/// A GPU's partitions as discovery read them: what to compare with `nvidia-smi mig
+/// -lgip`, `-lgipp` and `-lgi` on the host (issue 45).
+#[derive(Debug, Clone, Serialize)]
+pub struct Partitioned {
+    /// The device's control address.
+    pub device: String,
+    #[serde(flatten)]
+    pub partitions: accel_api::partitions::GpuPartitions,
 }
 
 /// A device, the `[[cleaning]]` rule that cleans it, and whether it can.
@@ -164,6 +178,17 @@ impl Agent {
                 .collect(),
             cleaning: resolved.iter().map(|r| cleaning(r, &providers)).collect(),
             unmatched_rules,
+            partitions: d
+                .devices
+                .iter()
+                .filter_map(|x| {
+                    let partitions = x.partitions.clone()?;
+                    Some(Partitioned {
+                        device: x.address.to_string(),
+                        partitions,
+                    })
+                })
+                .collect(),
             providers,
             conflicts: d
                 .conflicts
@@ -185,6 +210,80 @@ impl Agent {
                 .collect(),
             node,
         }
+    }
+}
+
+/// `{0,2,4}:2`, as `nvidia-smi mig -lgipp` prints placements (one group per size).
+fn placements_text(placements: &[accel_api::partitions::MigPlacement]) -> String {
+    let mut sizes: Vec<u32> = placements.iter().map(|p| p.size).collect();
+    sizes.dedup();
+    sizes
+        .iter()
+        .map(|size| {
+            let starts: Vec<String> = placements
+                .iter()
+                .filter(|p| p.size == *size)
+                .map(|p| p.start.to_string())
+                .collect();
+            format!("{{{}}}:{size}", starts.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn engines_text(e: &accel_api::partitions::Engines) -> String {
+    format!(
+        "{} MiB, {} SMs, CE {} DEC {} ENC {} JPEG {} OFA {}",
+        e.memory_mib,
+        e.multiprocessors,
+        e.copy_engines,
+        e.decoders,
+        e.encoders,
+        e.jpeg_engines,
+        e.ofa_engines
+    )
+}
+
+/// A GPU's partitions under its device in `check`'s text.
+fn partitions_text(p: &accel_api::partitions::GpuPartitions, o: &mut String) {
+    let mode = if p.mig_enabled { "on" } else { "off" };
+    let _ = writeln!(
+        o,
+        "  MIG {mode}, {} memory slices, whole GPU {}",
+        p.memory_slices,
+        engines_text(&p.totals)
+    );
+    for m in &p.profiles {
+        let _ = writeln!(
+            o,
+            "      profile {} {}: {}, placements {}",
+            m.id,
+            m.name,
+            engines_text(&m.engines),
+            placements_text(&m.placements)
+        );
+    }
+    for i in &p.instances {
+        let _ = writeln!(
+            o,
+            "      MIG device {}: profile {} at {}, GPU instance {}, compute instance {}",
+            i.uuid,
+            i.profile_id,
+            placements_text(&[i.placement]),
+            i.gpu_instance_id,
+            i.compute_instance_id
+        );
+    }
+    for t in &p.vgpu_types {
+        let mig = t
+            .mig_profile_id
+            .map(|id| format!(", MIG profile {id}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  vGPU type {} {}: {} MiB, up to {}{mig}",
+            t.type_id, t.name, t.memory_mib, t.max_instances
+        );
     }
 }
 
@@ -408,6 +507,9 @@ impl Check {
                     }
                 );
                 let _ = writeln!(o, "      traits {}", p.traits.join(", "));
+            }
+            if let Some(p) = self.partitions.iter().find(|p| p.device == device) {
+                partitions_text(&p.partitions, &mut o);
             }
         }
         for w in &self.skipped {

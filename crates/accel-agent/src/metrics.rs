@@ -45,6 +45,16 @@ pub struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// `mig`, `mdev`, or `checkpoint` (the agent's record of them, `partitions.json`).
+    pub kind: String,
+    /// `create`, `destroy` or `recreate` (after a reboot); `write` for the checkpoint.
+    pub action: String,
+    /// `ok` or `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DriverLabels {
     pub driver: String,
 }
@@ -96,6 +106,7 @@ pub struct Metrics {
     programs: Family<OutcomeLabels, Counter>,
     cleanings: Family<OutcomeLabels, Counter>,
     cleaning_duration: Histogram,
+    partitions: Family<PartitionLabels, Counter>,
     server_waits: Counter,
     /// The kubelet plugins' families, updated by `accel_k8s`.
     pub kubelet: Arc<KubeletMetrics>,
@@ -139,6 +150,7 @@ impl Metrics {
             cleaning_duration: Histogram::new([
                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
             ]),
+            partitions: Family::default(),
             server_waits: Counter::default(),
             kubelet: Arc::new(KubeletMetrics::register(&mut registry)),
             dra: Arc::new(DraMetrics::register(&mut registry)),
@@ -193,6 +205,11 @@ impl Metrics {
             m.cleaning_duration.clone(),
         );
         registry.register(
+            "accel_agent_partition_operations",
+            "MIG instances and mdevs this agent created, destroyed or re-created after a reboot, and writes of its record of them, by kind, action and outcome (ok, failed)",
+            m.partitions.clone(),
+        );
+        registry.register(
             "accel_agent_server_wait_attempts",
             "Failed attempts to reach the server at start-up (the agent waits with backoff)",
             m.server_waits.clone(),
@@ -234,6 +251,16 @@ impl Metrics {
             m.cleanings
                 .get_or_create(&OutcomeLabels { outcome: o.into() })
                 .inc_by(0);
+        }
+        for kind in ["mig", "mdev"] {
+            for action in ["create", "destroy", "recreate"] {
+                for ok in [true, false] {
+                    m.partition(kind, action, ok, 0);
+                }
+            }
+        }
+        for ok in [true, false] {
+            m.partition("checkpoint", "write", ok, 0);
         }
         Metrics { registry, ..m }
     }
@@ -308,6 +335,18 @@ impl Metrics {
             })
             .inc();
         self.cleaning_duration.observe(took.as_secs_f64());
+    }
+
+    /// A partition operation ended (`kind` mig or mdev; `action` create, destroy or
+    /// recreate); `n` of them (0 creates the series).
+    pub fn partition(&self, kind: &str, action: &str, ok: bool, n: u64) {
+        self.partitions
+            .get_or_create(&PartitionLabels {
+                kind: kind.into(),
+                action: action.into(),
+                outcome: if ok { "ok" } else { "failed" }.into(),
+            })
+            .inc_by(n);
     }
 
     pub fn server_wait(&self) {

@@ -465,3 +465,107 @@ impl FakeCleaner {
         s
     }
 }
+
+/// `accel-fake-nvml`'s shared library, built for this test run: `cargo build -p
+/// accel-fake-nvml` in a target directory of its own beside this one
+/// (`<target>/fake-nvml`, so the cargo running the tests, which holds its own target
+/// directory's lock, is not waited on). Built once per test process and every time
+/// (a no-op when nothing changed), so the tests always load the current source; a
+/// failed build fails the test with cargo's output, never skips it.
+pub fn fake_nvml_library() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let exe = std::env::current_exe().expect("the test executable's path");
+            // <target>/<profile>/deps/<test>
+            let target = exe
+                .ancestors()
+                .nth(3)
+                .expect("a test executable under <target>/<profile>/deps")
+                .to_owned();
+            let target_dir = target.join("fake-nvml");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+            let out = std::process::Command::new(cargo)
+                .args(["build", "-p", "accel-fake-nvml", "--target-dir"])
+                .arg(&target_dir)
+                .current_dir(&root)
+                .env_remove("CARGO_TARGET_DIR")
+                .env_remove("CARGO_BUILD_TARGET_DIR")
+                .output()
+                .expect("run cargo to build accel-fake-nvml");
+            assert!(
+                out.status.success(),
+                "cargo build -p accel-fake-nvml failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let lib = target_dir.join("debug/libaccel_fake_nvml.so");
+            assert!(lib.is_file(), "{} was not built", lib.display());
+            lib
+        })
+        .clone()
+}
+
+/// One test's NVML: a private copy of [`fake_nvml_library`] in `dir` (a copy is loaded
+/// apart from every other, so tests in one process do not share GPUs), the fake's
+/// configuration beside it (`accel-fake-nvml.conf`), its state file, and the boot id
+/// file the fake and the agent both read.
+pub struct FakeNvml {
+    pub dir: PathBuf,
+    /// What `nvml_library` names.
+    pub library: PathBuf,
+    pub boot_id_file: PathBuf,
+}
+
+impl FakeNvml {
+    /// The fake with `config`'s GPUs and failures (see accel-fake-nvml's `config`
+    /// module), in boot `boot-1`.
+    pub fn new(dir: &Path, config: &str) -> FakeNvml {
+        std::fs::create_dir_all(dir).expect("create the fake NVML's directory");
+        let library = dir.join("libnvidia-ml.so.1");
+        std::fs::copy(fake_nvml_library(), &library).expect("copy the fake NVML");
+        let nvml = FakeNvml {
+            dir: dir.to_owned(),
+            library,
+            boot_id_file: dir.join("boot_id"),
+        };
+        std::fs::write(&nvml.boot_id_file, "boot-1\n").expect("write the boot id");
+        nvml.configure(config);
+        nvml
+    }
+
+    /// Replaces the configuration (read at the next `nvmlInit_v2` after all shut down).
+    pub fn configure(&self, config: &str) {
+        let text = format!(
+            "{config}\nstate_file {}\nboot_id_file {}\n",
+            self.dir.join("fake-nvml.state").display(),
+            self.boot_id_file.display()
+        );
+        std::fs::write(self.dir.join("accel-fake-nvml.conf"), text).expect("write the config");
+    }
+
+    /// A new boot id: the node rebooted (MIG mode stays, MIG instances are gone).
+    pub fn reboot(&self) {
+        let n = std::fs::read_to_string(&self.boot_id_file)
+            .ok()
+            .and_then(|s| s.trim().strip_prefix("boot-")?.parse::<u32>().ok())
+            .unwrap_or(1);
+        std::fs::write(&self.boot_id_file, format!("boot-{}\n", n + 1)).expect("write the boot id");
+    }
+
+    /// Partition settings on this fake, with the agent's state in `dir/state`.
+    pub fn partition_settings(&self) -> crate::partitions::PartitionSettings {
+        crate::partitions::PartitionSettings {
+            nvml_library: self.library.clone(),
+            state_dir: self.dir.join("state"),
+            boot_id_file: self.boot_id_file.clone(),
+            create_mdev_at_bind: true,
+        }
+    }
+}
+
+/// An NVIDIA GPU function at `address` with PCI device id `device`, bound to `nvidia`.
+pub fn nvidia_gpu(fs: &FakeSysfs, address: &str, device: u16) -> Function {
+    fs.function(address, 0x10de, device, 0x030200)
+        .driver("nvidia")
+}

@@ -87,6 +87,19 @@ accel_settings::settings! {
             flag(long, global = true, value_name = "PATH");
         /// Use NVML when libnvidia-ml.so.1 loads.
         nvml: bool = value(true);
+        /// The NVML library to load: a name dlopen looks up, or a path (tests point it
+        /// at accel-fake-nvml's library).
+        nvml_library: PathBuf = value(crate::nvml::DEFAULT_LIBRARY.into());
+        /// The agent's own state (the MIG and mdev partitions it created, with the boot
+        /// they were created in: partitions.json).
+        state_dir: PathBuf = value("/var/lib/accel-agent".into());
+        /// The kernel's boot id: a new one means the node rebooted and MIG layouts and
+        /// mdevs are gone.
+        boot_id_file: PathBuf = value("/proc/sys/kernel/random/boot_id".into());
+        /// Create a vGPU's mdev when it is handed out (Cyborg's behaviour; KubeVirt and
+        /// DRA consumers need it); false when the consumer creates it (Nova with the
+        /// 2026.2 cyborg-vgpu-support spec creates it from the attach handle).
+        create_mdev_at_bind: bool = value(true);
         /// [nic.physnets]: physical network name to the interface names or PF addresses
         /// on it (physnet1 = ["eth2", "0000:3b:00.0"]); without it NICs are not offered.
         nic: NicConfig = optional();
@@ -136,6 +149,8 @@ pub struct NicConfig {
 #[derive(Debug, Clone, Default)]
 pub struct DriverSettings {
     pub nvml: bool,
+    /// The NVML library (`nvml_library`; empty: [`crate::nvml::DEFAULT_LIBRARY`]).
+    pub nvml_library: PathBuf,
     pub physnets: BTreeMap<String, Vec<String>>,
     pub fake: Vec<FakeDevice>,
     pub tools: ProgramTools,
@@ -217,6 +232,8 @@ pub struct Settings {
     pub log_format: String,
     /// The validated `[[cleaning]]` rules.
     pub cleaning: Vec<crate::cleaning::Rule>,
+    /// Partitioning on demand (MIG instances, mdevs): where its state is kept.
+    pub partitions: crate::partitions::PartitionSettings,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:6666";
@@ -367,6 +384,7 @@ impl Settings {
             nova_config: c.nova_config,
             driver: DriverSettings {
                 nvml: c.nvml,
+                nvml_library: c.nvml_library.clone(),
                 physnets: c.nic.unwrap_or_default().physnets,
                 fake,
                 tools: c.programming.unwrap_or_default(),
@@ -382,6 +400,12 @@ impl Settings {
             metrics_listen,
             log_format: c.log_format,
             cleaning,
+            partitions: crate::partitions::PartitionSettings {
+                nvml_library: c.nvml_library,
+                state_dir: c.state_dir,
+                boot_id_file: c.boot_id_file,
+                create_mdev_at_bind: c.create_mdev_at_bind,
+            },
         })
     }
 
@@ -451,6 +475,36 @@ mod tests {
         let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/agent.md");
         let table = accel_settings::markdown_table(&AgentConfig::keys());
         accel_settings::check_doc_table(&readme, "agent", &table).unwrap();
+    }
+
+    #[test]
+    fn partition_keys_reach_the_settings() {
+        let defaults = Settings::new("http://x", "n", Path::new("/sys"));
+        assert_eq!(defaults.driver.nvml_library, Path::new("libnvidia-ml.so.1"));
+        assert_eq!(
+            defaults.partitions.state_dir,
+            Path::new("/var/lib/accel-agent")
+        );
+        assert!(defaults.partitions.create_mdev_at_bind);
+        let file: AgentFile = toml::from_str(
+            "nvml_library = \"/opt/nv/libnvidia-ml.so.1\"\nstate_dir = \"/srv/agent\"\n\
+             boot_id_file = \"/run/boot_id\"\ncreate_mdev_at_bind = false\n",
+        )
+        .unwrap();
+        let s = Settings::checked(AgentConfig::resolve(AgentFlags::default(), file)).unwrap();
+        assert_eq!(
+            s.driver.nvml_library,
+            Path::new("/opt/nv/libnvidia-ml.so.1")
+        );
+        assert_eq!(
+            s.partitions,
+            crate::partitions::PartitionSettings {
+                nvml_library: "/opt/nv/libnvidia-ml.so.1".into(),
+                state_dir: "/srv/agent".into(),
+                boot_id_file: "/run/boot_id".into(),
+                create_mdev_at_bind: false,
+            }
+        );
     }
 
     #[test]

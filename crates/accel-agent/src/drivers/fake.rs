@@ -87,6 +87,7 @@ impl Fake {
             extra_traits: Vec::new(),
             functions,
             board_info: Vec::new(),
+            partitions: None,
         })
     }
 }

@@ -257,6 +257,7 @@ impl Driver for IntelFpga {
                 extra_traits: Vec::new(),
                 functions,
                 board_info: Vec::new(),
+                partitions: None,
             });
         }
         out

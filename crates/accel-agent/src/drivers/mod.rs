@@ -30,7 +30,6 @@ pub mod intel_fpga;
 pub mod nic;
 pub mod nvidia;
 pub mod nvme;
-pub mod nvml;
 pub mod qat;
 mod verdict;
 pub mod xilinx;
@@ -412,13 +411,17 @@ pub fn pci_device(
         extra_traits: Vec::new(),
         functions: offer.functions,
         board_info: Vec::new(),
+        partitions: None,
     }
 }
 
 /// Every driver this build has, in discovery order.
 pub fn all(config: &DriverSettings) -> Vec<Box<dyn Driver>> {
     vec![
-        Box::new(nvidia::Nvidia::new(config.nvml)),
+        Box::new(nvidia::Nvidia::with_library(
+            config.nvml,
+            config.nvml_library.clone(),
+        )),
         Box::new(intel_fpga::IntelFpga),
         Box::new(xilinx::Xilinx),
         Box::new(qat::Qat),

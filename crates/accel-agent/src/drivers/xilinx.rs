@@ -124,6 +124,7 @@ impl Driver for Xilinx {
                 extra_traits: Vec::new(),
                 functions: card.iter().map(|g| g.address).collect(),
                 board_info: Vec::new(),
+                partitions: None,
             });
         }
         out

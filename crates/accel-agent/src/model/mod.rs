@@ -194,6 +194,8 @@ pub struct FoundDevice {
     /// a merged card): what must not also be Nova's.
     pub functions: Vec<PciAddress>,
     pub board_info: Vec<(String, String)>,
+    /// How a GPU can be partitioned (MIG, vGPU types), when it can (issue 45).
+    pub partitions: Option<accel_api::partitions::GpuPartitions>,
 }
 
 impl FoundDevice {
@@ -329,7 +331,7 @@ impl FoundDevice {
                 cpid_info: self.address.cyborg_json(),
             },
             deployables,
-            partitions: None,
+            partitions: self.partitions.clone(),
         }
     }
 }
