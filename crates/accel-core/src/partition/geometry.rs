@@ -148,3 +148,50 @@ impl Geometry {
             .unwrap_or(0)
     }
 }
+
+/// Why a reported geometry cannot be a ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadGeometry {
+    #[error("memory_slices must be 1 to 32, not {0}")]
+    Slices(u32),
+    #[error(
+        "profile {profile}'s placement at {start} (size {size}) lies outside the memory slices"
+    )]
+    Placement { profile: u32, start: u32, size: u32 },
+    #[error("profile {0} is listed twice")]
+    ProfileTwice(u32),
+    #[error("vGPU type {0} is listed twice")]
+    TypeTwice(String),
+}
+
+impl Geometry {
+    /// Whether the facts can be a ledger: slices a placement can count in, placements
+    /// inside them, each profile and type once.
+    pub fn check(&self) -> Result<(), BadGeometry> {
+        if !(1..=32).contains(&self.memory_slices) {
+            return Err(BadGeometry::Slices(self.memory_slices));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for p in &self.profiles {
+            if !ids.insert(p.id) {
+                return Err(BadGeometry::ProfileTwice(p.id));
+            }
+            if let Some(s) = p
+                .placements
+                .iter()
+                .find(|s| s.size == 0 || s.start + s.size > self.memory_slices)
+            {
+                return Err(BadGeometry::Placement {
+                    profile: p.id,
+                    start: s.start,
+                    size: s.size,
+                });
+            }
+        }
+        let mut types = std::collections::HashSet::new();
+        if let Some(t) = self.vgpu_types.iter().find(|t| !types.insert(&t.type_id)) {
+            return Err(BadGeometry::TypeTwice(t.type_id.clone()));
+        }
+        Ok(())
+    }
+}

@@ -41,7 +41,7 @@ mod pack;
 
 pub mod fixtures;
 
-pub use geometry::{Engines, Geometry, Profile, Span, Standing, VgpuType};
+pub use geometry::{BadGeometry, Engines, Geometry, Profile, Span, Standing, VgpuType};
 pub use ledger::{Conflict, Consumer, Counters};
 pub use members::{members, Capacity, Member};
 pub use pack::{Creatable, Want};

@@ -368,6 +368,12 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     classes.sort_unstable();
     classes.dedup();
 
+    // The GPU partition ledgers of these providers, and of those the consumers let
+    // go of, are locked before any provider (crate::partitions: one lock order).
+    let mut family = rp_ids.clone();
+    family.extend(providers_held_by(tx, prepared).await?);
+    let ledgers = crate::partitions::lock_for(tx, &family).await?;
+
     // Claim the providers before reading any usage: move each generation on in id
     // order. The update locks the row until commit (a fixed order means no deadlock
     // between writers), so any other writer of these providers waits for this
@@ -533,6 +539,11 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         q.execute(&mut *tx).await?;
     }
 
+    // Holders follow the allocations; siblings' capacities follow the holders.
+    if let Err(r) = crate::partitions::settle(tx, &ledgers).await? {
+        return Ok(Err(r));
+    }
+
     let mut visited: BTreeMap<i64, &Ensured> = BTreeMap::new();
     for i in items {
         let c = &prepared.consumers[i.consumer];
@@ -562,6 +573,27 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         .collect();
     delete_consumers_without_allocations(tx, &empty).await?;
     Ok(Ok(()))
+}
+
+/// The providers the prepared consumers hold allocations on now.
+async fn providers_held_by(tx: &mut Tx, prepared: &Prepared) -> Result<Vec<i64>, StoreError> {
+    let uuids: BTreeSet<&str> = prepared
+        .consumers
+        .iter()
+        .map(|c| c.row.uuid.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for u in uuids {
+        out.extend(
+            sqlx::query_scalar::<_, i64>(
+                "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = $1",
+            )
+            .bind(u)
+            .fetch_all(&mut *tx)
+            .await?,
+        );
+    }
+    Ok(out)
 }
 
 /// Deletes those of `uuids` that no longer have any allocation.
@@ -599,6 +631,11 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
         return Ok(false);
     };
     let project: i64 = first.try_get(1)?;
+    let held = rows
+        .iter()
+        .map(|r| r.try_get::<i64, _>(2))
+        .collect::<Result<Vec<i64>, _>>()?;
+    let ledgers = crate::partitions::lock_for(tx, &held).await?;
     let ids = rows
         .iter()
         .map(|r| r.try_get(0))
@@ -621,5 +658,11 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
     }
     q.execute(&mut *tx).await?;
     delete_consumers_without_allocations(tx, &[consumer_uuid.to_owned()]).await?;
+    // A release always fits: the settle only removes holders here.
+    if let Err(r) = crate::partitions::settle(tx, &ledgers).await? {
+        return Err(StoreError::Invalid(format!(
+            "a release was refused by the GPU ledger: {r:?}"
+        )));
+    }
     Ok(true)
 }
