@@ -1,0 +1,167 @@
+//! A GPU reported with its MIG geometry (issue 45) through the agent endpoint of the
+//! real server: each profile becomes a provider under the GPU's, and the candidate
+//! index offers exactly what the ledger can still create as claims and releases come
+//! and go (the index learns of every sibling's new capacity through the change log).
+
+mod common;
+
+use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile};
+use accel_core::partition::{fixtures, Geometry};
+use common::accel::{compute_node, delete_allocations, get, placement, Server, TempDb};
+use common::BACKENDS;
+use serde_json::{json, Value};
+
+const NODE: &str = "gn1";
+const POD_A: &str = "a0000000-0000-4000-8000-000000000001";
+const POD_B: &str = "b0000000-0000-4000-8000-000000000002";
+const POD_C: &str = "c0000000-0000-4000-8000-000000000003";
+
+fn wire(g: &Geometry) -> GpuPartitions {
+    let e = |e: accel_core::partition::Engines| Engines {
+        memory_mib: e.memory_mib,
+        multiprocessors: e.multiprocessors,
+        copy_engines: e.copy_engines,
+        decoders: e.decoders,
+        encoders: e.encoders,
+        jpeg_engines: e.jpeg_engines,
+        ofa_engines: e.ofa_engines,
+    };
+    GpuPartitions {
+        mig_enabled: g.mig_enabled,
+        memory_slices: g.memory_slices,
+        totals: e(g.totals),
+        profiles: g
+            .profiles
+            .iter()
+            .map(|p| MigProfile {
+                id: p.id,
+                name: p.name.clone(),
+                compute_slices: p.compute_slices,
+                engines: e(p.engines),
+                placements: p
+                    .placements
+                    .iter()
+                    .map(|s| MigPlacement {
+                        start: s.start,
+                        size: s.size,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        instances: Vec::new(),
+        vgpu_types: Vec::new(),
+    }
+}
+
+fn gpu_name() -> String {
+    format!("{NODE}_0000:3b:00.0")
+}
+
+async fn report(srv: &Server, partitions: Value) -> (u16, Value) {
+    let body = json!({"devices": [{
+        "type": "GPU", "vendor": "10de", "model": "H100",
+        "controlpath_id": {"cpid_type": "PCI",
+            "cpid_info": "{\"domain\":\"0000\",\"bus\":\"3b\",\"device\":\"00\",\"function\":\"0\"}"},
+        "deployables": [{"name": gpu_name(), "num_accelerators": 1, "driver_name": "nvidia",
+            "attributes": [{"key": "rc", "value": "CUSTOM_ACCELERATOR_GPU"},
+                           {"key": "trait0", "value": "CUSTOM_GPU_NVIDIA"}],
+            "attach_handles": []}],
+        "partitions": partitions,
+    }]});
+    let r = reqwest::Client::new()
+        .put(format!("{}/v2/agent/hosts/{NODE}/devices", srv.accel))
+        .header("x-auth-token", "admin")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The providers offered for one unit of `class`, with their capacity.
+async fn offered(srv: &Server, class: &str) -> Vec<(String, i64)> {
+    let v = get(srv, &format!("/allocation_candidates?resources={class}:1")).await;
+    let mut out: Vec<(String, i64)> = v["provider_summaries"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter_map(|(u, s)| {
+            let r = &s["resources"][class];
+            r.is_object().then(|| {
+                (
+                    u.clone(),
+                    r["capacity"].as_i64().unwrap() - r["used"].as_i64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn claim(srv: &Server, consumer: &str, class: &str) -> u16 {
+    let rp =
+        accel_store::accelerator::report::provider_uuid(&format!("{}_mig_{}", gpu_name(), class));
+    let cls = format!(
+        "CUSTOM_MIG_{}",
+        class.to_ascii_uppercase().replace(['.', '+'], "_")
+    );
+    let (s, v) = placement(
+        srv,
+        reqwest::Method::PUT,
+        &format!("/allocations/{consumer}"),
+        Some(json!({
+            "allocations": {rp: {"resources": {cls: 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": null,
+            "consumer_type": "INSTANCE",
+        })),
+    )
+    .await;
+    assert!(s == 204 || s == 409, "{s}: {v}");
+    s
+}
+
+#[tokio::test]
+async fn candidates_offer_what_the_ledger_can_still_create() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        compute_node(&srv, NODE).await;
+        let (s, v) = report(&srv, json!(wire(&fixtures::h100_80gb()))).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(offered(&srv, "CUSTOM_MIG_3G_40GB").await.len(), 1);
+        assert_eq!(offered(&srv, "CUSTOM_MIG_3G_40GB").await[0].1, 2);
+        assert_eq!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.len(), 1);
+
+        // A 3g (placed at 4) leaves the 4g at 0; then the GPU is full.
+        assert_eq!(claim(&srv, POD_A, "3g.40gb").await, 204);
+        assert!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.is_empty());
+        assert_eq!(offered(&srv, "CUSTOM_MIG_4G_40GB").await.len(), 1);
+        assert_eq!(offered(&srv, "CUSTOM_MIG_1G_10GB").await[0].1, 4);
+        assert_eq!(claim(&srv, POD_B, "4g.40gb").await, 204);
+        for class in [
+            "CUSTOM_MIG_1G_10GB",
+            "CUSTOM_MIG_3G_40GB",
+            "CUSTOM_MIG_7G_80GB",
+        ] {
+            assert!(offered(&srv, class).await.is_empty(), "{class}");
+        }
+        assert_eq!(claim(&srv, POD_C, "1g.10gb").await, 409);
+
+        // Releases give everything back, the whole GPU included.
+        delete_allocations(&srv, POD_A).await;
+        delete_allocations(&srv, POD_B).await;
+        assert_eq!(offered(&srv, "CUSTOM_MIG_1G_10GB").await[0].1, 7);
+        assert_eq!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.len(), 1);
+
+        // A geometry that cannot be a ledger is refused whole.
+        let mut bad = wire(&fixtures::h100_80gb());
+        bad.profiles[0]
+            .placements
+            .push(MigPlacement { start: 7, size: 2 });
+        let (s, v) = report(&srv, json!(bad)).await;
+        assert_eq!(s, 400, "{v}");
+        srv.stop().await;
+    }
+}
