@@ -149,9 +149,23 @@ async fn candidates_offer_what_the_ledger_can_still_create() {
         }
         assert_eq!(claim(&srv, POD_C, "1g.10gb").await, 409);
 
+        // Two partitions of one GPU in one request: offered only when the ledger can
+        // hold them together.
+        let joint = |q: &str| format!("/allocation_candidates?{q}&group_policy=none");
+        let q = "resources1=CUSTOM_MIG_1G_10GB:1&resources2=CUSTOM_MIG_2G_20GB:1";
+        let v = get(&srv, &joint(q)).await;
+        assert_eq!(v["allocation_requests"].as_array().unwrap().len(), 0, "{v}");
+        delete_allocations(&srv, POD_B).await;
+        let q = "resources1=CUSTOM_MIG_1G_10GB:1&resources2=CUSTOM_MIG_2G_20GB:1\
+                 &resources3=CUSTOM_MIG_1G_20GB:1";
+        let v = get(&srv, &joint(&q.replace(' ', ""))).await;
+        assert_eq!(v["allocation_requests"].as_array().unwrap().len(), 0, "{v}");
+        let q = "resources1=CUSTOM_MIG_1G_10GB:1&resources2=CUSTOM_MIG_2G_20GB:1";
+        let v = get(&srv, &joint(q)).await;
+        assert_eq!(v["allocation_requests"].as_array().unwrap().len(), 1, "{v}");
+
         // Releases give everything back, the whole GPU included.
         delete_allocations(&srv, POD_A).await;
-        delete_allocations(&srv, POD_B).await;
         assert_eq!(offered(&srv, "CUSTOM_MIG_1G_10GB").await[0].1, 7);
         assert_eq!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.len(), 1);
 

@@ -292,7 +292,15 @@ async fn run(store: &Store, seed: u64, steps: usize) {
                     .collect();
                 let b = same[rng.below(same.len())];
                 let consumer = uuid::Uuid::new_v4().to_string();
+                // What the candidate answer keeps (placement/partition_candidates.rs):
+                // each offered, and the ledger placing both together.
+                let l = s.ledgers.iter().find(|l| l.rp_uuid == a.gpu).unwrap();
+                let wants = [a.member.want(), b.member.want()];
+                let predicted = offered(&s, a) >= 1
+                    && offered(&s, b) >= 1
+                    && l.geometry.place_all(&l.held(), &wants).is_ok();
                 let got = claim(store, &consumer, &[(a, 1), (b, 1)]).await;
+                assert_eq!(got.is_ok(), predicted, "{ctx}: joint claim {a:?} {b:?}");
                 let after = state(store).await;
                 match got {
                     Ok(()) => held.push((consumer, Some(s))),

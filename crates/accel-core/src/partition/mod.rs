@@ -43,7 +43,7 @@ pub mod fixtures;
 
 pub use geometry::{BadGeometry, Engines, Geometry, Profile, Span, Standing, VgpuType};
 pub use ledger::{Conflict, Consumer, Counters};
-pub use members::{members, Capacity, Member};
+pub use members::{members, Capacity, Member, PARTITION_TRAIT};
 pub use pack::{Creatable, Want};
 
 #[cfg(test)]

@@ -197,3 +197,38 @@ fn most(g: &Geometry, sim: &mut Vec<Consumer>, options: &[Consumer]) -> u32 {
     }
     with.max(most(g, sim, rest))
 }
+
+impl Geometry {
+    /// Places every one of `wants` beside `held`, as one claim asks them: the whole
+    /// GPU first, then the larger profiles (compute slices, then memory), so that what
+    /// fits together is found whatever order the request named them in (ties in the
+    /// order of [`Want`]). Answers the holders in the order of `wants`.
+    pub fn place_all(&self, held: &[Consumer], wants: &[Want]) -> Result<Vec<Consumer>, Conflict> {
+        let size = |w: &Want| -> (u32, i64) {
+            let profile = match w {
+                Want::Whole | Want::Vfio => return (u32::MAX, i64::MAX),
+                Want::Mig(p) => Some(*p),
+                Want::Vgpu(t) => self.vgpu_type(t).and_then(|v| v.mig_profile_id),
+            };
+            profile
+                .and_then(|p| self.profile(p))
+                .map_or((0, 0), |p| (p.compute_slices, p.engines.memory_mib))
+        };
+        let mut order: Vec<usize> = (0..wants.len()).collect();
+        // Ties in a fixed order, so that the same wants place the same way however a
+        // request (or the candidate answer checking it) lists them.
+        order.sort_by(|&i, &j| {
+            size(&wants[j])
+                .cmp(&size(&wants[i]))
+                .then_with(|| wants[i].cmp(&wants[j]))
+        });
+        let mut sim = held.to_vec();
+        let mut placed: Vec<Option<Consumer>> = vec![None; wants.len()];
+        for i in order {
+            let c = self.place(&sim, &wants[i])?;
+            sim.push(c.clone());
+            placed[i] = Some(c);
+        }
+        Ok(placed.into_iter().flatten().collect())
+    }
+}

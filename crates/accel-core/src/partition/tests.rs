@@ -176,6 +176,26 @@ fn small_instances_fill_from_the_top_and_keep_the_large_profiles_possible() {
 }
 
 #[test]
+fn a_claim_of_several_partitions_places_the_largest_first() {
+    let g = h100_80gb();
+    // Asked 3g first, 4g second: the 4g still gets slice 0.
+    let placed = g.place_all(&[], &[Want::Mig(P3G), Want::Mig(P4G)]).unwrap();
+    assert_eq!(placed, [mig(P3G, 4, 4), mig(P4G, 0, 4)]);
+    // Two 3g and a 4g never fit together, in any order.
+    for wants in [
+        [Want::Mig(P3G), Want::Mig(P3G), Want::Mig(P4G)],
+        [Want::Mig(P4G), Want::Mig(P3G), Want::Mig(P3G)],
+    ] {
+        assert!(g.place_all(&[], &wants).is_err());
+    }
+    // The whole GPU beside anything: no (the whole GPU is placed first).
+    assert_eq!(
+        g.place_all(&[], &[Want::Mig(P1G10), Want::Vfio]),
+        Err(Conflict::WholeHeld)
+    );
+}
+
+#[test]
 fn mig_slices_need_mig_mode_on() {
     let g = with_vgpu(h100_80gb(), false);
     assert_eq!(g.fits(&[], &mig(P1G10, 0, 1)), Err(Conflict::MigOff));

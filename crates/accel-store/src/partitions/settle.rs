@@ -82,34 +82,45 @@ pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusa
             }
         }
         l.holders = kept;
+        // What each consumer still needs, placed together (as one claim asks them).
+        let mut needs: BTreeMap<String, Vec<(String, Member)>> = BTreeMap::new();
         for ((consumer, rp), n) in want {
-            let Some(m) = l.member(&rp).cloned() else {
-                continue;
-            };
-            for _ in 0..n {
-                match l.geometry.place(&l.held(), &m.want()) {
-                    Ok(holder) => {
+            if let Some(m) = l.member(&rp).cloned() {
+                for _ in 0..n {
+                    needs
+                        .entry(consumer.clone())
+                        .or_default()
+                        .push((rp.clone(), m.clone()));
+                }
+            }
+        }
+        for (consumer, parts) in needs {
+            let wants: Vec<_> = parts.iter().map(|(_, m)| m.want()).collect();
+            match l.geometry.place_all(&l.held(), &wants) {
+                Ok(placed) => {
+                    for ((rp, _), holder) in parts.into_iter().zip(placed) {
                         let hid = rows::add_holder(tx, l.id, &consumer, &rp, &holder).await?;
                         l.holders.push(rows::Holder {
                             id: hid,
                             consumer: consumer.clone(),
-                            rp_uuid: rp.clone(),
+                            rp_uuid: rp,
                             holder,
                         });
                     }
-                    Err(why) => {
-                        tracing::info!(gpu = %l.rp_uuid, provider = %rp, %consumer,
-                            reason = %why, "GPU partition refused: the ledger cannot place it");
-                        crate::stats::partition_refused();
-                        let class = m
-                            .resource_class(&l.geometry)
-                            .unwrap_or_else(|| "whole GPU".to_owned());
-                        return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Exceeds {
-                            class,
-                            provider: rp,
-                            capacity: true,
-                        })));
-                    }
+                }
+                Err(why) => {
+                    tracing::info!(gpu = %l.rp_uuid, %consumer, reason = %why,
+                        "GPU partition refused: the ledger cannot place it");
+                    crate::stats::partition_refused();
+                    let (rp, m) = parts.into_iter().next().expect("a need has a part");
+                    let class = m
+                        .resource_class(&l.geometry)
+                        .unwrap_or_else(|| "whole GPU".to_owned());
+                    return Ok(Err(Refusal::InvalidInventory(InvalidInventory::Exceeds {
+                        class,
+                        provider: rp,
+                        capacity: true,
+                    })));
                 }
             }
         }
