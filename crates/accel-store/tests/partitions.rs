@@ -467,6 +467,21 @@ async fn a_slice_claim_shrinks_its_siblings_and_the_whole_gpu_in_the_same_transa
             .unwrap();
         claim(&store, "vm", &[(other, 1)]).await.unwrap();
         let s = state(&store).await;
+        // A pod takes a GPU whole as a container device.
+        let third = targets
+            .iter()
+            .find(|t| t.gpu != gpu0 && t.gpu != other.gpu && t.member == Member::Whole)
+            .unwrap();
+        let mut pod = write("pod-c", &[(third, 1)]);
+        pod.consumer_type = Some("KUBERNETES_POD".into());
+        allocs::replace(&store, &[pod], 10).await.unwrap().unwrap();
+        let held = &state(&store).await.holders[&third.gpu];
+        assert_eq!(held[0].2, Consumer::Whole);
+        // Nova's instance takes it by passthrough: the VFIO form.
+        assert_eq!(
+            s.holders[&other.gpu],
+            [("vm".to_owned(), other.gpu.clone(), Consumer::Vfio)]
+        );
         let siblings: Vec<&Target> = targets.iter().filter(|t| t.gpu == other.gpu).collect();
         for t in siblings {
             if t.member != Member::Whole {

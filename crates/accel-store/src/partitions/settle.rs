@@ -9,7 +9,7 @@ use crate::placement::allocations::{InvalidInventory, Refusal};
 use crate::placement::{changes, inventories, providers};
 use crate::{placeholders, Refusable, StoreError, Tx};
 use accel_core::accelerator::{DeviceHealth, DeviceStatus};
-use accel_core::partition::Member;
+use accel_core::partition::{Member, Want};
 use sqlx::Row;
 use std::collections::{BTreeMap, HashMap};
 
@@ -95,7 +95,13 @@ pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusa
             }
         }
         for (consumer, parts) in needs {
-            let wants: Vec<_> = parts.iter().map(|(_, m)| m.want()).collect();
+            let mut wants = Vec::with_capacity(parts.len());
+            for (_, m) in &parts {
+                wants.push(match m {
+                    Member::Whole => whole_form(tx, &consumer).await?,
+                    m => m.want(),
+                });
+            }
             match l.geometry.place_all(&l.held(), &wants) {
                 Ok(placed) => {
                     for ((rp, _), holder) in parts.into_iter().zip(placed) {
@@ -127,6 +133,23 @@ pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusa
         write_reserved(tx, &l).await?;
     }
     Ok(Ok(()))
+}
+
+/// How a consumer takes a whole GPU: a pod (the device plugins, DRA) as a container
+/// device, anything else (Nova's instances) by passthrough, the VFIO form. Both take
+/// everything; the agent's wiring tells them apart.
+async fn whole_form(tx: &mut Tx, consumer: &str) -> Result<Want, StoreError> {
+    let kind: Option<String> = sqlx::query_scalar(
+        "SELECT t.name FROM consumers c JOIN consumer_types t ON t.id = c.consumer_type_id \
+         WHERE c.uuid = $1",
+    )
+    .bind(consumer)
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(match kind.as_deref() {
+        Some(crate::accelerator::kubernetes::CONSUMER_TYPE) => Want::Whole,
+        _ => Want::Vfio,
+    })
 }
 
 /// Whether the GPU is out of service (maintaining, unhealthy, vanished) or being

@@ -575,23 +575,27 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     Ok(Ok(()))
 }
 
-/// The providers the prepared consumers hold allocations on now.
+/// The providers the prepared consumers hold allocations on now (one query per
+/// [`crate::BATCH_ROWS`] consumers).
 async fn providers_held_by(tx: &mut Tx, prepared: &Prepared) -> Result<Vec<i64>, StoreError> {
-    let uuids: BTreeSet<&str> = prepared
+    let uuids: Vec<&str> = prepared
         .consumers
         .iter()
         .map(|c| c.row.uuid.as_str())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
         .collect();
     let mut out = Vec::new();
-    for u in uuids {
-        out.extend(
-            sqlx::query_scalar::<_, i64>(
-                "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = $1",
-            )
-            .bind(u)
-            .fetch_all(&mut *tx)
-            .await?,
+    for chunk in uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id IN ({})",
+            placeholders(1, chunk.len())
         );
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for u in chunk {
+            q = q.bind(u.to_string());
+        }
+        out.extend(q.fetch_all(&mut *tx).await?);
     }
     Ok(out)
 }
