@@ -179,3 +179,91 @@ async fn candidates_offer_what_the_ledger_can_still_create() {
         srv.stop().await;
     }
 }
+
+/// A small reproducible generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    }
+}
+
+/// Random claims of what the candidate index offers, and releases, through the real
+/// server: every candidate offered is claimed successfully, and the index offers a
+/// partition exactly when the ledger (read from the store) can still create it, so
+/// the index learns every sibling's new capacity from the change log.
+#[tokio::test]
+async fn every_offered_candidate_is_held_and_nothing_else_is_offered() {
+    let seed = std::env::var("ACCEL_LEDGER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(45, |d| d.as_nanos() as u64)
+        });
+    eprintln!("ledger candidates seed: {seed} (ACCEL_LEDGER_SEED={seed} replays it)");
+    let g = fixtures::h100_80gb();
+    let classes: Vec<(String, accel_core::partition::Member)> = accel_core::partition::members(&g)
+        .into_iter()
+        .map(|m| {
+            let class = m
+                .resource_class(&g)
+                .unwrap_or_else(|| "CUSTOM_ACCELERATOR_GPU".into());
+            (class, m)
+        })
+        .collect();
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        compute_node(&srv, NODE).await;
+        let (s, v) = report(&srv, json!(wire(&g))).await;
+        assert_eq!(s, 200, "{v}");
+        let gpu = accel_store::accelerator::report::provider_uuid(&gpu_name());
+        let mut rng = Rng(seed);
+        let mut held: Vec<String> = Vec::new();
+        let mut claimed = 0;
+        for step in 0..60 {
+            let ctx = format!("seed {seed}, {backend:?}, step {step}");
+            if !held.is_empty() && rng.below(3) == 0 {
+                let c = held.remove(rng.below(held.len()));
+                delete_allocations(&srv, &c).await;
+                continue;
+            }
+            let (class, member) = &classes[rng.below(classes.len())];
+            let offers = offered(&srv, class).await;
+            let ledger = srv.store.partitions().ledger(&gpu).await.unwrap().unwrap();
+            let can = ledger.geometry.count(&ledger.held(), &member.want()) as i64;
+            assert_eq!(
+                offers.iter().map(|(_, n)| *n).sum::<i64>(),
+                can,
+                "{ctx}: {class}"
+            );
+            let Some((rp, _)) = offers.first() else {
+                continue;
+            };
+            let consumer = uuid::Uuid::new_v4().to_string();
+            let (s, v) = placement(
+                &srv,
+                reqwest::Method::PUT,
+                &format!("/allocations/{consumer}"),
+                Some(json!({
+                    "allocations": {rp: {"resources": {class.as_str(): 1}}},
+                    "project_id": "p", "user_id": "u", "consumer_generation": null,
+                    "consumer_type": "INSTANCE",
+                })),
+            )
+            .await;
+            assert_eq!(s, 204, "{ctx}: the offered {class} on {rp}: {v}");
+            held.push(consumer);
+            claimed += 1;
+        }
+        assert!(claimed > 5, "seed {seed}: only {claimed} claims");
+        srv.stop().await;
+    }
+}
