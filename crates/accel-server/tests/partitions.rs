@@ -5,9 +5,11 @@
 
 mod common;
 
-use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile};
+use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile, VgpuType};
 use accel_core::partition::{fixtures, Geometry};
-use common::accel::{compute_node, delete_allocations, get, placement, Server, TempDb};
+use common::accel::{
+    compute_node, delete_allocations, get, placement, workers, FakeNova, Server, TempDb,
+};
 use common::BACKENDS;
 use serde_json::{json, Value};
 
@@ -49,7 +51,17 @@ fn wire(g: &Geometry) -> GpuPartitions {
             })
             .collect(),
         instances: Vec::new(),
-        vgpu_types: Vec::new(),
+        vgpu_types: g
+            .vgpu_types
+            .iter()
+            .map(|t| VgpuType {
+                type_id: t.type_id.clone(),
+                name: t.name.clone(),
+                memory_mib: t.memory_mib,
+                max_instances: t.max_instances,
+                mig_profile_id: t.mig_profile_id,
+            })
+            .collect(),
     }
 }
 
@@ -65,7 +77,8 @@ async fn report(srv: &Server, partitions: Value) -> (u16, Value) {
         "deployables": [{"name": gpu_name(), "num_accelerators": 1, "driver_name": "nvidia",
             "attributes": [{"key": "rc", "value": "CUSTOM_ACCELERATOR_GPU"},
                            {"key": "trait0", "value": "CUSTOM_GPU_NVIDIA"}],
-            "attach_handles": []}],
+            "attach_handles": [{"attach_type": "PCI", "attach_info":
+                "{\"bus\": \"3b\", \"device\": \"00\", \"domain\": \"0000\", \"function\": \"0\"}"}]}],
         "partitions": partitions,
     }]});
     let r = reqwest::Client::new()
@@ -79,24 +92,22 @@ async fn report(srv: &Server, partitions: Value) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// The providers offered for one unit of `class`, with their capacity.
+/// The providers the candidates offer for one unit of `class`, with what each has free.
 async fn offered(srv: &Server, class: &str) -> Vec<(String, i64)> {
     let v = get(srv, &format!("/allocation_candidates?resources={class}:1")).await;
-    let mut out: Vec<(String, i64)> = v["provider_summaries"]
-        .as_object()
+    let mut out: Vec<(String, i64)> = v["allocation_requests"]
+        .as_array()
         .unwrap()
         .iter()
-        .filter_map(|(u, s)| {
-            let r = &s["resources"][class];
-            r.is_object().then(|| {
-                (
-                    u.clone(),
-                    r["capacity"].as_i64().unwrap() - r["used"].as_i64().unwrap(),
-                )
-            })
+        .flat_map(|r| r["allocations"].as_object().unwrap().keys().cloned())
+        .map(|u| {
+            let r = &v["provider_summaries"][&u]["resources"][class];
+            let free = r["capacity"].as_i64().unwrap() - r["used"].as_i64().unwrap();
+            (u, free)
         })
         .collect();
     out.sort();
+    out.dedup();
     out
 }
 
@@ -264,6 +275,61 @@ async fn every_offered_candidate_is_held_and_nothing_else_is_offered() {
             claimed += 1;
         }
         assert!(claimed > 5, "seed {seed}: only {claimed} claims");
+        srv.stop().await;
+    }
+}
+
+/// Nova's workflow for a VM with a vGPU of a partitioned GPU: the flavor's device
+/// profile asks `VGPU` with the type's trait, Placement's claim takes the ledger's
+/// holder, and the bind hands out one of the type's MDEV handles in Cyborg's form.
+#[tokio::test]
+async fn a_vm_binds_a_vgpu_type_of_the_ledger() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let nova = FakeNova::start(true).await;
+        let srv = Server::start(&db.url, None, Some(workers(Some(&nova)))).await;
+        compute_node(&srv, NODE).await;
+        let g = fixtures::with_vgpu(fixtures::h100_80gb(), false);
+        let (s, v) = report(&srv, json!(wire(&g))).await;
+        assert_eq!(s, 200, "{v}");
+        srv.create_profile(
+            "vgpu-10c",
+            json!([{"resources:VGPU": "1", "trait:CUSTOM_VGPU_TYPE_NVIDIA_1001": "required"}]),
+        )
+        .await;
+        let arqs = srv.create_arqs("vgpu-10c").await;
+        let offers = offered(&srv, "VGPU").await;
+        assert_eq!(
+            offers.len(),
+            1,
+            "the MIG-backed type is not offered with MIG off"
+        );
+        let rp = offers[0].0.clone();
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &format!("/allocations/{POD_A}"),
+            Some(json!({
+                "allocations": {rp.clone(): {"resources": {"VGPU": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+        srv.bind(&arqs, NODE, &rp, POD_A).await;
+        let bound = srv.wait_resolved(POD_A).await;
+        assert_eq!(bound[0]["state"], "Bound", "{bound:?}");
+        assert_eq!(bound[0]["attach_handle_type"], "MDEV");
+        let info = &bound[0]["attach_handle_info"];
+        assert_eq!(info["asked_type"], "nvidia-1001", "{info}");
+        assert_eq!(info["bus"], "3b", "{info}");
+        let gpu = accel_store::accelerator::report::provider_uuid(&gpu_name());
+        let l = srv.store.partitions().ledger(&gpu).await.unwrap().unwrap();
+        assert_eq!(l.holders.len(), 1);
+        assert_eq!(l.holders[0].consumer, POD_A);
+        // The whole GPU is not offered beside the vGPU.
+        assert!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.is_empty());
         srv.stop().await;
     }
 }

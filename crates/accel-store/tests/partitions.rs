@@ -405,6 +405,30 @@ async fn the_report_models_each_profile_as_a_provider_sized_by_the_ledger() {
                 Member::Whole => assert_eq!(free, 1),
             }
         }
+        // Each vGPU type offers one MDEV handle per instance, in Cyborg's form.
+        let vgpu = targets
+            .iter()
+            .find(|t| t.member == Member::Vgpu("nvidia-1001".into()))
+            .unwrap()
+            .rp_uuid
+            .clone();
+        let handles = store
+            .read(move |tx| {
+                Box::pin(async move {
+                    use accel_store::accelerator::hardware::{self, DeployableColumn};
+                    let dep =
+                        hardware::list_deployables(tx, &[(DeployableColumn::RpUuid, vgpu)]).await?;
+                    hardware::handles_of(tx, dep[0].id).await
+                })
+            })
+            .await
+            .unwrap();
+        // Seven: 8 instances of 10 GiB do not fit in 79.25 GiB.
+        assert_eq!(handles.len(), 7);
+        assert!(handles.iter().all(|h| h.attach_type == "MDEV"));
+        assert!(handles.iter().any(|h| h.attach_info
+            == r#"{"asked_type":"nvidia-1001","bus":"3f","device":"00","domain":"0000","function":"0","vgpu_mark":"nvidia-1001_6"}"#),
+            "{handles:?}");
         // A report again changes nothing; one without partitions keeps a held ledger.
         report_fleet(&store, devices).await;
         let again = state(&store).await;

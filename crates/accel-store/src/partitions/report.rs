@@ -6,9 +6,10 @@ use super::rows;
 use crate::accelerator::cleaning::TRAIT as CLEANED_ON_RELEASE;
 use crate::accelerator::report::provider_uuid;
 use crate::{StoreError, Tx};
-use accel_core::accelerator::{ReportedDeployable, ReportedDevice};
+use accel_core::accelerator::{AttachType, ReportedDeployable, ReportedDevice, ReportedHandle};
 use accel_core::partition::{members, Member};
-use std::collections::HashSet;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
 
 /// The deployable a partitioned device is handed out whole through: its first
 /// top-level deployable with a resource class.
@@ -47,16 +48,52 @@ pub fn expand(reported: &[ReportedDevice]) -> Vec<ReportedDevice> {
                         .enumerate()
                         .map(|(i, t)| (format!("trait{i}"), t)),
                 );
+                let total = g.capacity(&[], &m).total;
                 d.deployables.push(ReportedDeployable {
                     name: m.provider_name(g, &gpu.name),
                     parent: Some(gpu.name.clone()),
-                    num_accelerators: g.capacity(&[], &m).total,
+                    num_accelerators: total,
                     driver_name: gpu.driver_name.clone(),
                     attributes,
-                    attach_handles: Vec::new(),
+                    attach_handles: match &m {
+                        Member::Vgpu(t) => mdev_handles(&gpu, t, total),
+                        _ => Vec::new(),
+                    },
                 });
             }
             d
+        })
+        .collect()
+}
+
+/// A vGPU type's attach handles, one per instance, in Cyborg's `MDEV` form: the GPU's
+/// PCI address with `asked_type` (the type) and `vgpu_mark` (`<type>_<n>`), keys
+/// sorted (`mdev_str_to_json`); the ARQ's attach handle uuid is the mdev's. None when
+/// the GPU has no PCI handle to take the address from. A MIG profile has none: a MIG
+/// device exists only once the agent creates it.
+fn mdev_handles(gpu: &ReportedDeployable, type_id: &str, n: i64) -> Vec<ReportedHandle> {
+    let Some(address) = gpu
+        .attach_handles
+        .iter()
+        .find(|h| h.attach_type == AttachType::Pci)
+        .and_then(|h| serde_json::from_str::<BTreeMap<String, Value>>(&h.attach_info).ok())
+    else {
+        return Vec::new();
+    };
+    (0..n)
+        .map(|i| {
+            let mut info: BTreeMap<String, Value> = address
+                .iter()
+                .filter(|(k, _)| ["domain", "bus", "device", "function"].contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            info.insert("asked_type".into(), type_id.into());
+            info.insert("vgpu_mark".into(), format!("{type_id}_{i}").into());
+            ReportedHandle {
+                attach_type: AttachType::Mdev,
+                attach_info: Value::Object(info.into_iter().collect()).to_string(),
+                in_use: false,
+            }
         })
         .collect()
 }
