@@ -588,3 +588,47 @@ async fn two_writers_on_one_database_never_over_allocate() {
         race(a, b).await;
     }
 }
+
+/// An allocation the ledger has no holder for (made before the GPU was reported
+/// partitioned, or by an import) never refuses another consumer's claim or release:
+/// it is logged and left out, and placed once it fits.
+#[tokio::test]
+async fn an_allocation_without_a_holder_blocks_no_one_else() {
+    each_backend(|store| async move {
+        let devices = vec![gpu(0, fixtures::h100_80gb())];
+        let targets = targets(&devices);
+        report_fleet(&store, devices.clone()).await;
+        let find = |class: &str| targets.iter().find(|t| t.class == class).unwrap().clone();
+        let (g7, g1) = (find("CUSTOM_MIG_7G_80GB"), find("CUSTOM_MIG_1G_10GB"));
+        claim(&store, "z-old", &[(&g7, 1)]).await.unwrap();
+        // Its holder goes, as if it had been allocated before the ledger; a report
+        // sizes the providers from the ledger again.
+        store
+            .write(|tx| {
+                Box::pin(async move {
+                    sqlx::query("DELETE FROM gpu_ledger_holders WHERE consumer = 'z-old'")
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        report_fleet(&store, devices.clone()).await;
+        claim(&store, "b", &[(&g1, 1)]).await.unwrap();
+        claim(&store, "c", &[(&g1, 1)]).await.unwrap();
+        release(&store, "b", true).await;
+        release(&store, "c", false).await;
+        // Free again: the old allocation's holder is placed at the next settle.
+        claim(&store, "d", &[(&g1, 1)]).await.unwrap_err();
+        let s = state(&store).await;
+        let held: Vec<&str> = s.ledgers[0]
+            .holders
+            .iter()
+            .map(|h| h.consumer.as_str())
+            .collect();
+        assert_eq!(held, ["z-old"]);
+        check(&s, &targets, "after the old allocation was placed");
+    })
+    .await;
+}

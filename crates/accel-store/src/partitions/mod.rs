@@ -35,7 +35,7 @@ mod settle;
 pub use report::expand;
 pub(crate) use report::sync_report;
 pub use rows::{Holder, Ledger};
-pub(crate) use settle::{lock_for, refresh_gpu, reserves_of, settle, used_of};
+pub(crate) use settle::{lock_for, refresh_gpu, reserves_of, settle, used_of, Settling};
 
 use crate::{Store, StoreError};
 

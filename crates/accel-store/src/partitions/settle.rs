@@ -51,8 +51,14 @@ async fn allocations_on(
 /// Makes each ledger's holders match the allocations on its members (whole: one
 /// holder per consumer with any allocation on the GPU's provider; a profile or type:
 /// one per unit of its class), then rewrites the members' reservations. A new holder
-/// the ledger cannot place is refused as the capacity of its provider.
-pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusal> {
+/// the ledger cannot place is refused as the capacity of its provider in a claim; a
+/// release is never refused (a holder missing since before, say an import's
+/// allocation, is then logged and left out).
+pub(crate) async fn settle(
+    tx: &mut Tx,
+    ledgers: &[i64],
+    mode: &Settling,
+) -> Refusable<(), Refusal> {
     for id in ledgers {
         let Some(mut l) = rows::load(tx, *id).await? else {
             continue;
@@ -114,11 +120,18 @@ pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusa
                         });
                     }
                 }
+                Err(why) if !mode.refuses(&consumer) => {
+                    tracing::warn!(gpu = %l.rp_uuid, %consumer, reason = %why,
+                        "a GPU partition allocated before its ledger cannot be placed");
+                    crate::stats::partition_refused();
+                }
                 Err(why) => {
                     tracing::info!(gpu = %l.rp_uuid, %consumer, reason = %why,
                         "GPU partition refused: the ledger cannot place it");
                     crate::stats::partition_refused();
-                    let (rp, m) = parts.into_iter().next().expect("a need has a part");
+                    let Some((rp, m)) = parts.into_iter().next() else {
+                        continue;
+                    };
                     let class = m
                         .resource_class(&l.geometry)
                         .unwrap_or_else(|| "whole GPU".to_owned());
@@ -133,6 +146,22 @@ pub(crate) async fn settle(tx: &mut Tx, ledgers: &[i64]) -> Refusable<(), Refusa
         write_reserved(tx, &l).await?;
     }
     Ok(Ok(()))
+}
+
+/// What the settling transaction does: a claim may be refused for the consumers it
+/// writes, a release never; a holder missing for anyone else (allocated before the
+/// ledger, say by an import) is logged and left out rather than refusing a write that
+/// did not ask for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settling {
+    Claim(std::collections::BTreeSet<String>),
+    Release,
+}
+
+impl Settling {
+    fn refuses(&self, consumer: &str) -> bool {
+        matches!(self, Settling::Claim(c) if c.contains(consumer))
+    }
 }
 
 /// How a consumer takes a whole GPU: a pod (the device plugins, DRA) as a container

@@ -540,7 +540,13 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     }
 
     // Holders follow the allocations; siblings' capacities follow the holders.
-    if let Err(r) = crate::partitions::settle(tx, &ledgers).await? {
+    let writing = prepared
+        .consumers
+        .iter()
+        .map(|c| c.row.uuid.clone())
+        .collect();
+    let mode = crate::partitions::Settling::Claim(writing);
+    if let Err(r) = crate::partitions::settle(tx, &ledgers, &mode).await? {
         return Ok(Err(r));
     }
 
@@ -662,11 +668,8 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
     }
     q.execute(&mut *tx).await?;
     delete_consumers_without_allocations(tx, &[consumer_uuid.to_owned()]).await?;
-    // A release always fits: the settle only removes holders here.
-    if let Err(r) = crate::partitions::settle(tx, &ledgers).await? {
-        return Err(StoreError::Invalid(format!(
-            "a release was refused by the GPU ledger: {r:?}"
-        )));
-    }
+    // A release is never refused (Settling::Release).
+    let mode = crate::partitions::Settling::Release;
+    let _ = crate::partitions::settle(tx, &ledgers, &mode).await?;
     Ok(true)
 }
