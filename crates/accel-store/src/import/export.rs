@@ -12,12 +12,10 @@
 //! epoch seconds to upstream's naive-UTC `DateTime`. PostgreSQL's sequences are moved
 //! past the ids written, so upstream's next insert does not collide.
 
-use super::{
-    tables, AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow, Source,
-};
+use super::columns::{allocation, consumer, fetch, inventory, named, pair, provider};
+use super::{tables, Named, PlacementData, Source};
 use crate::import::write::Val;
 use crate::{Backend, Store, StoreError, Tx};
-use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -46,80 +44,6 @@ pub async fn read_accel(store: &Store) -> Result<PlacementData, StoreError> {
     store
         .read(|tx| Box::pin(async move { read_all(tx).await }))
         .await
-}
-
-/// Every row of `sql`, each read by `map`.
-async fn fetch<T>(
-    tx: &mut Tx,
-    sql: &str,
-    map: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
-) -> Result<Vec<T>, StoreError> {
-    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
-    Ok(rows.iter().map(map).collect::<Result<_, _>>()?)
-}
-
-fn named(r: &AnyRow) -> Result<Named, sqlx::Error> {
-    Ok(Named {
-        id: r.try_get(0)?,
-        name: r.try_get(1)?,
-        created: r.try_get(2)?,
-    })
-}
-
-fn pair(r: &AnyRow) -> Result<(i64, i64), sqlx::Error> {
-    Ok((r.try_get(0)?, r.try_get(1)?))
-}
-
-fn provider(r: &AnyRow) -> Result<ProviderRow, sqlx::Error> {
-    Ok(ProviderRow {
-        id: r.try_get(0)?,
-        uuid: r.try_get(1)?,
-        name: r.try_get(2)?,
-        generation: r.try_get(3)?,
-        root_id: r.try_get(4)?,
-        parent_id: r.try_get(5)?,
-        created: r.try_get(6)?,
-        updated: r.try_get(7)?,
-    })
-}
-
-fn inventory(r: &AnyRow) -> Result<InventoryRow, sqlx::Error> {
-    Ok(InventoryRow {
-        provider_id: r.try_get(0)?,
-        class_id: r.try_get(1)?,
-        total: r.try_get(2)?,
-        reserved: r.try_get(3)?,
-        min_unit: r.try_get(4)?,
-        max_unit: r.try_get(5)?,
-        step_size: r.try_get(6)?,
-        allocation_ratio: r.try_get(7)?,
-        created: r.try_get(8)?,
-        updated: r.try_get(9)?,
-    })
-}
-
-fn consumer(r: &AnyRow) -> Result<ConsumerRow, sqlx::Error> {
-    Ok(ConsumerRow {
-        id: r.try_get(0)?,
-        uuid: r.try_get(1)?,
-        project_id: r.try_get(2)?,
-        user_id: r.try_get(3)?,
-        generation: r.try_get(4)?,
-        type_id: r.try_get(5)?,
-        created: r.try_get(6)?,
-        updated: r.try_get(7)?,
-    })
-}
-
-fn allocation(r: &AnyRow) -> Result<AllocationRow, sqlx::Error> {
-    Ok(AllocationRow {
-        provider_id: r.try_get(0)?,
-        consumer: r.try_get(1)?,
-        class_id: r.try_get(2)?,
-        used: r.try_get(3)?,
-        created: r.try_get(4)?,
-        updated: r.try_get(5)?,
-    })
 }
 
 /// The tables in upstream's order, each in id order (what the export writes back).

@@ -28,6 +28,7 @@
 //! found.
 
 pub mod check;
+mod columns;
 pub mod cyborg;
 pub mod export;
 pub mod force;

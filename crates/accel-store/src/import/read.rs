@@ -8,9 +8,10 @@
 //! single precision and read as the text MySQL prints for it (what upstream's PyMySQL
 //! reads, so `0.9` stays `0.9` and not `0.899999976`).
 
-use super::{AllocationRow, ConsumerRow, InventoryRow, Named, PlacementData, ProviderRow};
+use super::columns::{allocation, consumer, fetch, inventory_with, named, pair, provider};
+use super::{InventoryRow, PlacementData};
 use crate::{Backend, StoreError, Tx};
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::str::FromStr;
 
@@ -212,101 +213,15 @@ pub async fn read_placement(source: &Source) -> Result<PlacementData, StoreError
         .await
 }
 
-async fn named(tx: &mut Tx, sql: &str) -> Result<Vec<Named>, StoreError> {
-    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Named {
-                id: r.try_get(0)?,
-                name: r.try_get(1)?,
-                created: r.try_get(2)?,
-            })
-        })
-        .collect()
-}
-
-async fn pairs(tx: &mut Tx, sql: &str) -> Result<Vec<(i64, i64)>, StoreError> {
-    let rows = sqlx::query(sql).fetch_all(&mut *tx).await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
-}
-
 async fn read_all(tx: &mut Tx, b: Backend) -> Result<PlacementData, StoreError> {
     let (c, u) = (epoch(b, "created_at"), epoch(b, "updated_at"));
-    let mut d = PlacementData {
-        classes: named(
-            tx,
-            &format!("SELECT id, name, {c} FROM resource_classes ORDER BY id"),
-        )
-        .await?,
-        traits: named(tx, &format!("SELECT id, name, {c} FROM traits ORDER BY id")).await?,
-        aggregates: named(
-            tx,
-            &format!(
-                "SELECT id, uuid, {c} FROM placement_aggregates WHERE uuid IS NOT NULL ORDER BY id"
-            ),
-        )
-        .await?,
-        projects: named(
-            tx,
-            &format!("SELECT id, external_id, {c} FROM projects ORDER BY id"),
-        )
-        .await?,
-        users: named(
-            tx,
-            &format!("SELECT id, external_id, {c} FROM users ORDER BY id"),
-        )
-        .await?,
-        consumer_types: named(
-            tx,
-            &format!("SELECT id, name, {c} FROM consumer_types ORDER BY id"),
-        )
-        .await?,
-        provider_aggregates: pairs(
-            tx,
-            "SELECT resource_provider_id, aggregate_id FROM resource_provider_aggregates \
-             ORDER BY resource_provider_id, aggregate_id",
-        )
-        .await?,
-        provider_traits: pairs(
-            tx,
-            "SELECT resource_provider_id, trait_id FROM resource_provider_traits \
-             ORDER BY resource_provider_id, trait_id",
-        )
-        .await?,
-        ..Default::default()
-    };
-    for r in sqlx::query(&format!(
-        "SELECT id, uuid, name, generation, root_provider_id, parent_provider_id, {c}, {u} \
-         FROM resource_providers ORDER BY id"
-    ))
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.providers.push(ProviderRow {
-            id: r.try_get(0)?,
-            uuid: r.try_get(1)?,
-            name: r.try_get(2)?,
-            generation: r.try_get(3)?,
-            root_id: r.try_get(4)?,
-            parent_id: r.try_get(5)?,
-            created: r.try_get(6)?,
-            updated: r.try_get(7)?,
-        });
-    }
     let ratio = match b {
         Backend::MySql => "CAST(allocation_ratio AS CHAR)",
         Backend::Sqlite | Backend::Postgres => "allocation_ratio",
     };
-    for r in sqlx::query(&format!(
-        "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
-         step_size, {ratio}, {c}, {u} FROM inventories ORDER BY resource_provider_id, resource_class_id"
-    ))
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        let allocation_ratio = match b {
+    // MySQL's ratio comes as text (see `inventory_with`).
+    let inventory = |r: &AnyRow| -> Result<InventoryRow, StoreError> {
+        let ratio = match b {
             Backend::MySql => {
                 let s: String = r.try_get(7)?;
                 s.trim().parse::<f64>().map_err(|_| {
@@ -315,52 +230,69 @@ async fn read_all(tx: &mut Tx, b: Backend) -> Result<PlacementData, StoreError> 
             }
             Backend::Sqlite | Backend::Postgres => r.try_get(7)?,
         };
-        d.inventories.push(InventoryRow {
-            provider_id: r.try_get(0)?,
-            class_id: r.try_get(1)?,
-            total: r.try_get(2)?,
-            reserved: r.try_get(3)?,
-            min_unit: r.try_get(4)?,
-            max_unit: r.try_get(5)?,
-            step_size: r.try_get(6)?,
-            allocation_ratio,
-            created: r.try_get(8)?,
-            updated: r.try_get(9)?,
-        });
-    }
-    for r in sqlx::query(&format!(
-        "SELECT id, uuid, project_id, user_id, generation, consumer_type_id, {c}, {u} \
-         FROM consumers ORDER BY id"
-    ))
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.consumers.push(ConsumerRow {
-            id: r.try_get(0)?,
-            uuid: r.try_get(1)?,
-            project_id: r.try_get(2)?,
-            user_id: r.try_get(3)?,
-            generation: r.try_get(4)?,
-            type_id: r.try_get(5)?,
-            created: r.try_get(6)?,
-            updated: r.try_get(7)?,
-        });
-    }
-    for r in sqlx::query(&format!(
-        "SELECT resource_provider_id, consumer_id, resource_class_id, used, {c}, {u} \
-         FROM allocations ORDER BY id"
-    ))
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        d.allocations.push(AllocationRow {
-            provider_id: r.try_get(0)?,
-            consumer: r.try_get(1)?,
-            class_id: r.try_get(2)?,
-            used: r.try_get(3)?,
-            created: r.try_get(4)?,
-            updated: r.try_get(5)?,
-        });
-    }
-    Ok(d)
+        Ok(inventory_with(r, ratio)?)
+    };
+    Ok(PlacementData {
+        classes: fetch(tx, &format!("SELECT id, name, {c} FROM resource_classes ORDER BY id"), named).await?,
+        traits: fetch(tx, &format!("SELECT id, name, {c} FROM traits ORDER BY id"), named).await?,
+        aggregates: fetch(
+            tx,
+            &format!("SELECT id, uuid, {c} FROM placement_aggregates WHERE uuid IS NOT NULL ORDER BY id"),
+            named,
+        )
+        .await?,
+        projects: fetch(tx, &format!("SELECT id, external_id, {c} FROM projects ORDER BY id"), named).await?,
+        users: fetch(tx, &format!("SELECT id, external_id, {c} FROM users ORDER BY id"), named).await?,
+        consumer_types: fetch(tx, &format!("SELECT id, name, {c} FROM consumer_types ORDER BY id"), named).await?,
+        provider_aggregates: fetch(
+            tx,
+            "SELECT resource_provider_id, aggregate_id FROM resource_provider_aggregates \
+             ORDER BY resource_provider_id, aggregate_id",
+            pair,
+        )
+        .await?,
+        provider_traits: fetch(
+            tx,
+            "SELECT resource_provider_id, trait_id FROM resource_provider_traits \
+             ORDER BY resource_provider_id, trait_id",
+            pair,
+        )
+        .await?,
+        providers: fetch(
+            tx,
+            &format!(
+                "SELECT id, uuid, name, generation, root_provider_id, parent_provider_id, {c}, {u} \
+                 FROM resource_providers ORDER BY id"
+            ),
+            provider,
+        )
+        .await?,
+        inventories: fetch(
+            tx,
+            &format!(
+                "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, \
+                 step_size, {ratio}, {c}, {u} FROM inventories ORDER BY resource_provider_id, resource_class_id"
+            ),
+            inventory,
+        )
+        .await?,
+        consumers: fetch(
+            tx,
+            &format!(
+                "SELECT id, uuid, project_id, user_id, generation, consumer_type_id, {c}, {u} \
+                 FROM consumers ORDER BY id"
+            ),
+            consumer,
+        )
+        .await?,
+        allocations: fetch(
+            tx,
+            &format!(
+                "SELECT resource_provider_id, consumer_id, resource_class_id, used, {c}, {u} \
+                 FROM allocations ORDER BY id"
+            ),
+            allocation,
+        )
+        .await?,
+    })
 }
