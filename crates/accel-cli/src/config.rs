@@ -168,7 +168,8 @@ accel_settings::settings! {
         /// free, or while a boot's request waits, they are answered 503 at once (0: no limit).
         admission_agents: usize = optional("the cores"),
             flag(long, env = "ACCEL_ADMISSION_AGENTS", value_name = "N");
-        /// Milliseconds a request waits for a place in its class before the 503.
+        /// Milliseconds a request waits for a place in its class before the 503 (writes
+        /// and binds, a boot's later steps, wait three times as long).
         admission_wait_ms: u64 = value(100),
             flag(long, env = "ACCEL_ADMISSION_WAIT_MS", value_name = "MS");
         /// The Retry-After seconds of an admission 503.

@@ -6,7 +6,8 @@
 //! (Nova's schedulers, a thousand agents) sees every call late, and its own timeouts
 //! turn late answers into failures. Here each request class has a number of requests
 //! served at once; a request beyond it waits for a place at most
-//! [`Limits::wait`], and one that gets none is answered **at once** with 503 and
+//! [`Limits::wait`] (three times that for claims, other writes and binds: a boot's
+//! later steps), and one that gets none is answered with 503 and
 //! `Retry-After` in its API's own envelope (the front door renders it), which the
 //! OpenStack clients retry. So the admitted requests keep the latency of a machine
 //! that is not overloaded, and the rest learn right away that the server is busy.
@@ -16,7 +17,7 @@
 //!   ─▶ place free? ──yes──▶ handler (the place is held until the answer is built)
 //!        │ no
 //!        ▼
-//!   agents: 503 now ── others: wait ≤ admission_wait_ms ─▶ place? handler : 503
+//!   agents: 503 now ── others: wait ≤ admission_wait_ms (writes, binds: 3x) ─▶ place? handler : 503
 //! ```
 //!
 //! Agents' reports and polls ([`Class::Agents`]) come back on their own period, so they
@@ -87,6 +88,17 @@ impl Class {
     /// The classes a boot goes through, which agents yield to.
     fn boots(self) -> bool {
         matches!(self, Class::Candidates | Class::Writes | Class::Binds)
+    }
+
+    /// How many times [`Limits::wait`] a request of this class waits: a claim or a
+    /// bind comes after a search the server has already paid for, and refusing it
+    /// sends the instance back to scheduling, so the later steps of a boot wait
+    /// longer than a new one's first.
+    fn patience(self) -> u32 {
+        match self {
+            Class::Writes | Class::Binds => 3,
+            Class::Candidates | Class::Reads | Class::Agents => 1,
+        }
     }
 }
 
@@ -287,7 +299,8 @@ impl Admission {
                 gate.waiting.fetch_add(1, Ordering::SeqCst);
                 gate.waiting_gauge.inc();
                 let _waiting = Waiting(gate);
-                match tokio::time::timeout(self.limits.wait, gate.places.acquire()).await {
+                let wait = self.wait(class);
+                match tokio::time::timeout(wait, gate.places.acquire()).await {
                     Ok(Ok(p)) => p,
                     _ => return Err(full),
                 }
@@ -298,6 +311,11 @@ impl Admission {
             gate,
             _permit: Some(permit),
         })
+    }
+
+    /// How long a request of `class` waits for a place.
+    pub fn wait(&self, class: Class) -> Duration {
+        self.limits.wait * class.patience()
     }
 
     fn boots_waiting(&self) -> bool {
@@ -338,7 +356,7 @@ impl Admission {
                 api,
                 class = class.as_str(),
                 limit = gate.limit,
-                wait_ms = self.limits.wait.as_millis() as u64,
+                wait_ms = self.wait(class).as_millis() as u64,
                 shed = shed_since,
                 why,
                 "requests answered 503 (overload): the class is at its limit"
@@ -354,7 +372,7 @@ impl Admission {
                 "The server is busy: {limit} {} requests are being served and no place freed \
                  within {} ms. Retry after {secs} s.",
                 class.as_str(),
-                self.limits.wait.as_millis()
+                self.wait(class).as_millis()
             ),
             Shed::Yielded => format!(
                 "The server is busy with instance boots; agent requests wait. Retry after {secs} s."
@@ -439,6 +457,7 @@ mod tests {
     async fn a_waiting_request_gets_the_freed_place() {
         let (a, _) = admission(Limits {
             binds: 1,
+            agents: 1,
             wait: Duration::from_secs(600),
             ..Limits::default()
         });

@@ -41,9 +41,19 @@ fn accel(method: Method, url: String) -> reqwest::RequestBuilder {
         .header("x-service-roles", "service")
 }
 
+/// One test, two servers one after the other: the overload line is checked in the
+/// captured log, and `tracing` decides once per call site whether it is wanted, so
+/// no other test thread of this binary may reach that line first.
 #[tokio::test]
-async fn a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_are_served() {
+async fn shedding_under_explicit_gates() {
     let (logs, _guard) = Logs::capture();
+    a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_are_served(&logs).await;
+    agents_yield_to_a_waiting_boot_and_the_waiting_request_gets_the_place().await;
+}
+
+async fn a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_are_served(
+    logs: &Logs,
+) {
     let s = server(Limits {
         candidates: 1,
         binds: 1,
@@ -91,7 +101,7 @@ async fn a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_a
     assert_eq!(r.status(), 200, "the place freed serves again");
 
     // Cyborg's envelope for a bind refused; reads of the accelerator API go on.
-    let _bind = s.state.admission.admit(Class::Binds).await.unwrap();
+    let bind = s.state.admission.admit(Class::Binds).await.unwrap();
     let patch = json!({"00000000-0000-0000-0000-000000000001": [
         {"path": "/hostname", "op": "add", "value": "h1"}]});
     let r = accel(Method::PATCH, format!("{}/v2/accelerator_requests", s.accel))
@@ -129,10 +139,10 @@ async fn a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_a
         log.contains("requests answered 503 (overload)") && log.contains("class=\"candidates\""),
         "{log}"
     );
+    drop(bind);
     s.stop().await;
 }
 
-#[tokio::test]
 async fn agents_yield_to_a_waiting_boot_and_the_waiting_request_gets_the_place() {
     let s = server(Limits {
         writes: 1,
