@@ -493,7 +493,10 @@ mod tests {
     #[test]
     fn defaults_scale_with_the_cores() {
         let l = Limits::for_cores(2);
-        assert_eq!((l.candidates, l.reads, l.writes, l.binds, l.agents), (4, 16, 8, 4, 2));
+        assert_eq!(
+            (l.candidates, l.reads, l.writes, l.binds, l.agents),
+            (4, 16, 8, 4, 2)
+        );
         assert_eq!(Limits::for_cores(0).agents, 1);
     }
 }

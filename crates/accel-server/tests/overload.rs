@@ -104,11 +104,14 @@ async fn a_full_class_is_503_with_retry_after_in_each_apis_envelope_and_others_a
     let bind = s.state.admission.admit(Class::Binds).await.unwrap();
     let patch = json!({"00000000-0000-0000-0000-000000000001": [
         {"path": "/hostname", "op": "add", "value": "h1"}]});
-    let r = accel(Method::PATCH, format!("{}/v2/accelerator_requests", s.accel))
-        .json(&patch)
-        .send()
-        .await
-        .unwrap();
+    let r = accel(
+        Method::PATCH,
+        format!("{}/v2/accelerator_requests", s.accel),
+    )
+    .json(&patch)
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "2");
     let body: Value = r.json().await.unwrap();

@@ -337,7 +337,10 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         Vec::new()
     };
     let nova_token = format!("{USER}:{PROJECT}");
-    let agent_url = args.cyborg_relay.clone().unwrap_or_else(|| accel_url.clone());
+    let agent_url = args
+        .cyborg_relay
+        .clone()
+        .unwrap_or_else(|| accel_url.clone());
     let sim = Arc::new(Sim {
         placement: Wire::new(&placement_url, "admin", &[], pool)?,
         nova: Wire::new(&accel_url, &nova_token, &nova_headers, pool)?,
@@ -365,7 +368,12 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         placement: http(&placement_url, "admin", 64, Vec::new())?,
         agent: match &args.cyborg_relay {
             Some(relay) => Err(http(relay, "admin", 64, Vec::new())?),
-            None => Ok(agent::Client::new(http(&accel_url, "admin", 64, Vec::new())?)),
+            None => Ok(agent::Client::new(http(
+                &accel_url,
+                "admin",
+                64,
+                Vec::new(),
+            )?)),
         },
         admin: accelerator::Client::new(http(&accel_url, "admin", 4, admin_headers)?),
     });

@@ -182,6 +182,9 @@ accel_http_request_duration_seconds_bucket{api="placement",method="PUT",route="/
         // A series absent before counts from zero; none at all has no quantile.
         let claims = after.since(&before, series_of("claim"));
         assert_eq!(count(&claims), 5.0);
-        assert_eq!(quantile(&after.since(&before, series_of("report")), 0.5), None);
+        assert_eq!(
+            quantile(&after.since(&before, series_of("report")), 0.5),
+            None
+        );
     }
 }

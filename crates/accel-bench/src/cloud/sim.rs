@@ -109,10 +109,13 @@ impl Sim {
         if self.measuring.load(Ordering::Relaxed) {
             let wire = sent.elapsed();
             let mut rec = self.record.lock().unwrap();
-            rec.samples.entry("bind_to_event").or_default().push(Sample {
-                wire,
-                ..Sample::default()
-            });
+            rec.samples
+                .entry("bind_to_event")
+                .or_default()
+                .push(Sample {
+                    wire,
+                    ..Sample::default()
+                });
         }
     }
 
@@ -307,16 +310,22 @@ impl Sim {
 
     /// Nova's delete: the ARQs by instance, then the allocations (404: none left).
     pub async fn delete(&self, instance: &str) {
-        let arqs = Call::new(Method::DELETE, "/v2/accelerator_requests").query("instance", instance);
+        let arqs =
+            Call::new(Method::DELETE, "/v2/accelerator_requests").query("instance", instance);
         let _ = self
             .call("delete", &self.nova, Instant::now(), arqs, |_| Ok(()))
             .await;
-        let allocs =
-            Call::new(Method::DELETE, format!("/allocations/{instance}"))
-                .microversion(CLAIM_MV)
-                .done_on(404);
+        let allocs = Call::new(Method::DELETE, format!("/allocations/{instance}"))
+            .microversion(CLAIM_MV)
+            .done_on(404);
         let _ = self
-            .call("delete", &self.placement, Instant::now(), allocs, |_| Ok(()))
+            .call(
+                "delete",
+                &self.placement,
+                Instant::now(),
+                allocs,
+                |_| Ok(()),
+            )
             .await;
     }
 
@@ -350,9 +359,7 @@ impl Sim {
             Agents::Relay { devices } => Call::new(Method::POST, format!("/report/{host}"))
                 .query("devices", &devices.to_string()),
         };
-        let _ = self
-            .call("report", &self.agent, due, req, |_| Ok(()))
-            .await;
+        let _ = self.call("report", &self.agent, due, req, |_| Ok(())).await;
     }
 
     /// Runs `f` unless too many requests are in flight (then the arrival is lost,

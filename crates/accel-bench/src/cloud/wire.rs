@@ -156,7 +156,8 @@ impl Call {
     }
     /// Adds `key=value` to the query, percent-encoding what a query must not carry.
     pub fn query(mut self, key: &str, value: &str) -> Call {
-        self.path.push(if self.path.contains('?') { '&' } else { '?' });
+        self.path
+            .push(if self.path.contains('?') { '&' } else { '?' });
         self.path.push_str(&encode(key));
         self.path.push('=');
         self.path.push_str(&encode(value));

@@ -300,11 +300,17 @@ mod admission_config_tests {
         let err = ServeConfig::load(args(&["--admission-retry-after", "0"]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("admission_retry_after_seconds must be between 1 and 3600"), "{err}");
+        assert!(
+            err.contains("admission_retry_after_seconds must be between 1 and 3600"),
+            "{err}"
+        );
         let err = ServeConfig::load(args(&["--admission-wait-ms", "60001"]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("admission_wait_ms must be at most 60000"), "{err}");
+        assert!(
+            err.contains("admission_wait_ms must be at most 60000"),
+            "{err}"
+        );
     }
 }
 
