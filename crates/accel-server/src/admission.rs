@@ -6,8 +6,8 @@
 //! (Nova's schedulers, a thousand agents) sees every call late, and its own timeouts
 //! turn late answers into failures. Here each request class has a number of requests
 //! served at once; a request beyond it waits for a place at most
-//! [`Limits::wait`] (three times that for claims, other writes and binds: a boot's
-//! later steps), and one that gets none is answered with 503 and
+//! [`Limits::wait`] (one and a half times that for claims, other writes and binds: a
+//! boot's later steps), and one that gets none is answered with 503 and
 //! `Retry-After` in its API's own envelope (the front door renders it), which the
 //! OpenStack clients retry. So the admitted requests keep the latency of a machine
 //! that is not overloaded, and the rest learn right away that the server is busy.
@@ -17,7 +17,7 @@
 //!   ─▶ place free? ──yes──▶ handler (the place is held until the answer is built)
 //!        │ no
 //!        ▼
-//!   agents: 503 now ── others: wait ≤ admission_wait_ms (writes, binds: 3x) ─▶ place? handler : 503
+//!   agents: 503 now ── others: wait ≤ admission_wait_ms (writes, binds: 1.5x) ─▶ place? handler : 503
 //! ```
 //!
 //! Agents' reports and polls ([`Class::Agents`]) come back on their own period, so they
@@ -90,14 +90,14 @@ impl Class {
         matches!(self, Class::Candidates | Class::Writes | Class::Binds)
     }
 
-    /// How many times [`Limits::wait`] a request of this class waits: a claim or a
+    /// How many halves of [`Limits::wait`] a request of this class waits: a claim or a
     /// bind comes after a search the server has already paid for, and refusing it
     /// sends the instance back to scheduling, so the later steps of a boot wait
     /// longer than a new one's first.
     fn patience(self) -> u32 {
         match self {
             Class::Writes | Class::Binds => 3,
-            Class::Candidates | Class::Reads | Class::Agents => 1,
+            Class::Candidates | Class::Reads | Class::Agents => 2,
         }
     }
 }
@@ -118,7 +118,7 @@ pub struct Limits {
 
 impl Default for Limits {
     /// No limit: embedders and tests that set none; `accel serve` sets
-    /// [`Limits::for_cores`] unless configured otherwise.
+    /// [`Limits::for_machine`] unless configured otherwise.
     fn default() -> Limits {
         Limits {
             candidates: 0,
@@ -133,19 +133,21 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The defaults of `accel serve` on a machine with `cores` cores. The candidate
-    /// search and its answer are CPU: two at once per core keep the cores busy while
-    /// one waits on the index's freshness check. Reads are short and mostly wait on
-    /// the database; writes wait on its writer (SQLite has one, the others a pool of
-    /// 16); a bind is a short write that wakes the bind worker. Agents get a core's
-    /// worth: their reports are large but can wait for their next period.
-    pub fn for_cores(cores: usize) -> Limits {
+    /// The defaults of `accel serve` on a machine with `cores` cores over a database
+    /// with one writer (`one_writer`: SQLite) or a pool of them. The candidate search
+    /// and its answer are CPU: more at once than cores only makes each slower. Reads
+    /// are short and mostly wait on the database. Writes and binds wait on its writers:
+    /// SQLite has one, so beyond two at once (one writing, one preparing) a write only
+    /// queues inside for the writer, where no limit bounds its wait; a server
+    /// database's pool has 16 connections. Agents get a core's worth: their reports
+    /// are large but can wait for their next period.
+    pub fn for_machine(cores: usize, one_writer: bool) -> Limits {
         let c = cores.max(1);
         Limits {
-            candidates: 2 * c,
+            candidates: c,
             reads: 8 * c,
-            writes: 4 * c,
-            binds: 2 * c,
+            writes: if one_writer { 2 } else { (4 * c).min(16) },
+            binds: if one_writer { 2 } else { (2 * c).min(16) },
             agents: c,
             ..Limits::default()
         }
@@ -315,7 +317,7 @@ impl Admission {
 
     /// How long a request of `class` waits for a place.
     pub fn wait(&self, class: Class) -> Duration {
-        self.limits.wait * class.patience()
+        self.limits.wait * class.patience() / 2
     }
 
     fn boots_waiting(&self) -> bool {
@@ -491,12 +493,27 @@ mod tests {
     }
 
     #[test]
-    fn defaults_scale_with_the_cores() {
-        let l = Limits::for_cores(2);
+    fn defaults_scale_with_the_cores_and_the_writers() {
+        let l = Limits::for_machine(2, true);
         assert_eq!(
             (l.candidates, l.reads, l.writes, l.binds, l.agents),
-            (4, 16, 8, 4, 2)
+            (2, 16, 2, 2, 2)
         );
-        assert_eq!(Limits::for_cores(0).agents, 1);
+        let l = Limits::for_machine(2, false);
+        assert_eq!((l.writes, l.binds), (8, 4));
+        let l = Limits::for_machine(32, false);
+        assert_eq!((l.candidates, l.writes, l.binds), (32, 16, 16));
+        assert_eq!(Limits::for_machine(0, true).agents, 1);
+    }
+
+    #[test]
+    fn a_boots_later_steps_wait_longer() {
+        let (a, _) = admission(Limits {
+            wait: Duration::from_millis(100),
+            ..Limits::default()
+        });
+        assert_eq!(a.wait(Class::Candidates), Duration::from_millis(100));
+        assert_eq!(a.wait(Class::Writes), Duration::from_millis(150));
+        assert_eq!(a.wait(Class::Binds), Duration::from_millis(150));
     }
 }

@@ -1,6 +1,7 @@
 //! What `accel-bench cloud` prints at the end: the per-call tables, and the one JSON
-//! object of `--json`. Each call's time is given whole (`p50_ms`, `p99_ms`, `p999_ms`:
-//! due to answer parsed) and in its three parts (`queue`, `wire`, `parse`; see
+//! object of `--json`. Each admitted call's time is given whole (`p50_ms`, `p99_ms`,
+//! `p999_ms`: due to answer parsed; the server's 503s with `Retry-After` apart, in
+//! `shed_total`) and in its three parts (`queue`, `wire`, `parse`; see
 //! [`super::sim::Sample`]); the simulator's own CPU share says how much of the
 //! machine it took from the server; and, when the server's metrics port was read,
 //! `server_view` sets the server's own histogram quantiles beside the wire times.
@@ -46,9 +47,10 @@ pub(super) fn summary(args: &CloudArgs, rec: &Record, run: &Run) -> Value {
     let mut calls = serde_json::Map::new();
     for what in CALLS {
         let samples = rec.samples.get(what).map(Vec::as_slice).unwrap_or(&[]);
+        let shed = rec.shed_samples.get(what).map(Vec::as_slice).unwrap_or(&[]);
         let total = quantiles(samples, Sample::total);
         let mut c = json!({
-            "rate": (samples.len() as f64 / secs * 10.0).round() / 10.0,
+            "rate": ((samples.len() + shed.len()) as f64 / secs * 10.0).round() / 10.0,
             "p50_ms": total["p50_ms"],
             "p99_ms": total["p99_ms"],
             "p999_ms": total["p999_ms"],
@@ -58,6 +60,7 @@ pub(super) fn summary(args: &CloudArgs, rec: &Record, run: &Run) -> Value {
             "queue": quantiles(samples, |s| s.queued),
             "wire": quantiles(samples, |s| s.wire),
             "parse": quantiles(samples, |s| s.parse),
+            "shed_total": quantiles(shed, Sample::total),
         });
         if let Some((before, after)) = run.view {
             let buckets = after.since(before, server_view::series_of(what));
@@ -103,12 +106,12 @@ fn triple(v: &Value) -> String {
 }
 
 pub(super) fn print_table(report: &Value) {
-    println!("| call | rate /s | total p50 / p99 / p99.9 ms | queued | wire (server + network) | parse | errors | shed |");
-    println!("|---|---:|---|---|---|---|---:|---:|");
+    println!("| call | rate /s | total p50 / p99 / p99.9 ms | queued | wire (server + network) | parse | errors | shed | shed total |");
+    println!("|---|---:|---|---|---|---|---:|---:|---|");
     for what in CALLS {
         let c = &report["calls"][what];
         println!(
-            "| {what} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {what} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c["rate"],
             triple(c),
             triple(&c["queue"]),
@@ -116,6 +119,7 @@ pub(super) fn print_table(report: &Value) {
             triple(&c["parse"]),
             c["errors"],
             c["shed"],
+            triple(&c["shed_total"]),
         );
     }
     let viewed: Vec<&str> = CALLS

@@ -49,6 +49,8 @@ pub struct Record {
     pub errors: BTreeMap<&'static str, usize>,
     /// 503s with `Retry-After` (the server's admission refused the call).
     pub shed: BTreeMap<&'static str, usize>,
+    /// Those 503s' times (not in `samples`, which holds the calls admitted).
+    pub shed_samples: BTreeMap<&'static str, Vec<Sample>>,
     pub first_errors: BTreeMap<&'static str, String>,
     pub new_connections: BTreeMap<&'static str, usize>,
     pub boots_done: usize,
@@ -159,7 +161,12 @@ impl Sim {
         };
         if self.measuring.load(Ordering::Relaxed) {
             let mut rec = self.record.lock().unwrap();
-            rec.samples.entry(what).or_default().push(sample);
+            // The server's admission refusals apart: the admitted calls' latency is
+            // what overload must keep, the refusals' how fast the 503 came back.
+            match &out {
+                Err(CallError::Shed(_)) => rec.shed_samples.entry(what).or_default().push(sample),
+                _ => rec.samples.entry(what).or_default().push(sample),
+            }
             if new_conn {
                 *rec.new_connections.entry(what).or_default() += 1;
             }
