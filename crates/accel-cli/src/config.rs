@@ -152,24 +152,24 @@ accel_settings::settings! {
                  value_name = "SECONDS");
         /// GET /allocation_candidates served at once; more wait up to admission_wait_ms
         /// for a place, then are answered 503 with Retry-After (0: no limit).
-        admission_candidates: usize = optional("the cores"),
+        admission_candidates: usize = optional("2 x the cores"),
             flag(long, env = "ACCEL_ADMISSION_CANDIDATES", value_name = "N");
         /// Other reads of both APIs served at once (as admission_candidates).
         admission_reads: usize = optional("8 x the cores"),
             flag(long, env = "ACCEL_ADMISSION_READS", value_name = "N");
         /// Writes other than binds served at once: claims, deletes, ARQ creates,
         /// inventories (as admission_candidates).
-        admission_writes: usize = optional("2 on SQLite (one writer), else 4 x the cores, at most 16"),
+        admission_writes: usize = optional("4 x the cores"),
             flag(long, env = "ACCEL_ADMISSION_WRITES", value_name = "N");
         /// ARQ bind PATCHes served at once (as admission_candidates).
-        admission_binds: usize = optional("2 on SQLite (one writer), else 2 x the cores, at most 16"),
+        admission_binds: usize = optional("2 x the cores"),
             flag(long, env = "ACCEL_ADMISSION_BINDS", value_name = "N");
         /// Agent requests (/v2/agent/...) served at once. They never wait: with no place
         /// free, or while a boot's request waits, they are answered 503 at once (0: no limit).
         admission_agents: usize = optional("the cores"),
             flag(long, env = "ACCEL_ADMISSION_AGENTS", value_name = "N");
         /// Milliseconds a request waits for a place in its class before the 503 (writes
-        /// and binds, a boot's later steps, wait one and a half times as long).
+        /// and binds, a boot's later steps, wait three times as long).
         admission_wait_ms: u64 = value(100),
             flag(long, env = "ACCEL_ADMISSION_WAIT_MS", value_name = "MS");
         /// The Retry-After seconds of an admission 503.
@@ -321,9 +321,7 @@ impl ServeConfig {
     /// The admission limits: as set, else sized from the machine's cores.
     pub fn admission_limits(&self) -> accel_server::admission::Limits {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let one_writer =
-            accel_server::accelerator::binder::default_concurrency(self.database.as_deref()) == 1;
-        let d = accel_server::admission::Limits::for_machine(cores, one_writer);
+        let d = accel_server::admission::Limits::for_cores(cores);
         accel_server::admission::Limits {
             candidates: self.admission_candidates.unwrap_or(d.candidates),
             reads: self.admission_reads.unwrap_or(d.reads),

@@ -6,8 +6,8 @@
 //! (Nova's schedulers, a thousand agents) sees every call late, and its own timeouts
 //! turn late answers into failures. Here each request class has a number of requests
 //! served at once; a request beyond it waits for a place at most
-//! [`Limits::wait`] (one and a half times that for claims, other writes and binds: a
-//! boot's later steps), and one that gets none is answered with 503 and
+//! [`Limits::wait`] (three times that for claims, other writes and binds: a boot's
+//! later steps), and one that gets none is answered with 503 and
 //! `Retry-After` in its API's own envelope (the front door renders it), which the
 //! OpenStack clients retry. So the admitted requests keep the latency of a machine
 //! that is not overloaded, and the rest learn right away that the server is busy.
@@ -17,7 +17,7 @@
 //!   ─▶ place free? ──yes──▶ handler (the place is held until the answer is built)
 //!        │ no
 //!        ▼
-//!   agents: 503 now ── others: wait ≤ admission_wait_ms (writes, binds: 1.5x) ─▶ place? handler : 503
+//!   agents: 503 now ── others: wait ≤ admission_wait_ms (writes, binds: 3x) ─▶ place? handler : 503
 //! ```
 //!
 //! Agents' reports and polls ([`Class::Agents`]) come back on their own period, so they
@@ -96,7 +96,7 @@ impl Class {
     /// longer than a new one's first.
     fn patience(self) -> u32 {
         match self {
-            Class::Writes | Class::Binds => 3,
+            Class::Writes | Class::Binds => 6,
             Class::Candidates | Class::Reads | Class::Agents => 2,
         }
     }
@@ -118,7 +118,7 @@ pub struct Limits {
 
 impl Default for Limits {
     /// No limit: embedders and tests that set none; `accel serve` sets
-    /// [`Limits::for_machine`] unless configured otherwise.
+    /// [`Limits::for_cores`] unless configured otherwise.
     fn default() -> Limits {
         Limits {
             candidates: 0,
@@ -133,21 +133,21 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The defaults of `accel serve` on a machine with `cores` cores over a database
-    /// with one writer (`one_writer`: SQLite) or a pool of them. The candidate search
-    /// and its answer are CPU: more at once than cores only makes each slower. Reads
-    /// are short and mostly wait on the database. Writes and binds wait on its writers:
-    /// SQLite has one, so beyond two at once (one writing, one preparing) a write only
-    /// queues inside for the writer, where no limit bounds its wait; a server
-    /// database's pool has 16 connections. Agents get a core's worth: their reports
-    /// are large but can wait for their next period.
-    pub fn for_machine(cores: usize, one_writer: bool) -> Limits {
+    /// The defaults of `accel serve` on a machine with `cores` cores. The candidate
+    /// search and its answer are CPU: two at once per core keep the cores busy while
+    /// one waits on the index's freshness check. Reads are short and mostly wait on
+    /// the database; writes wait on its writer (SQLite has one, the others a pool of
+    /// 16); a bind is a short write that wakes the bind worker. Agents get a core's
+    /// worth: their reports are large but can wait for their next period. (Writes
+    /// and binds sized to SQLite's one writer, two at once, did worse in the one
+    /// overload run made: docs/benchmarks.md, "Overload".)
+    pub fn for_cores(cores: usize) -> Limits {
         let c = cores.max(1);
         Limits {
-            candidates: c,
+            candidates: 2 * c,
             reads: 8 * c,
-            writes: if one_writer { 2 } else { (4 * c).min(16) },
-            binds: if one_writer { 2 } else { (2 * c).min(16) },
+            writes: 4 * c,
+            binds: 2 * c,
             agents: c,
             ..Limits::default()
         }
@@ -493,17 +493,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_scale_with_the_cores_and_the_writers() {
-        let l = Limits::for_machine(2, true);
+    fn defaults_scale_with_the_cores() {
+        let l = Limits::for_cores(2);
         assert_eq!(
             (l.candidates, l.reads, l.writes, l.binds, l.agents),
-            (2, 16, 2, 2, 2)
+            (4, 16, 8, 4, 2)
         );
-        let l = Limits::for_machine(2, false);
-        assert_eq!((l.writes, l.binds), (8, 4));
-        let l = Limits::for_machine(32, false);
-        assert_eq!((l.candidates, l.writes, l.binds), (32, 16, 16));
-        assert_eq!(Limits::for_machine(0, true).agents, 1);
+        assert_eq!(Limits::for_cores(0).agents, 1);
     }
 
     #[test]
@@ -513,7 +509,7 @@ mod tests {
             ..Limits::default()
         });
         assert_eq!(a.wait(Class::Candidates), Duration::from_millis(100));
-        assert_eq!(a.wait(Class::Writes), Duration::from_millis(150));
-        assert_eq!(a.wait(Class::Binds), Duration::from_millis(150));
+        assert_eq!(a.wait(Class::Writes), Duration::from_millis(300));
+        assert_eq!(a.wait(Class::Binds), Duration::from_millis(300));
     }
 }

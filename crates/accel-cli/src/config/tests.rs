@@ -279,14 +279,9 @@ mod admission_config_tests {
         let cfg = ServeConfig::load(args(&[])).unwrap();
         assert_eq!(
             cfg.admission_limits(),
-            accel_server::admission::Limits::for_machine(cores, true)
+            accel_server::admission::Limits::for_cores(cores)
         );
-        assert_eq!(cfg.admission_limits().writes, 2, "SQLite has one writer");
-        let pg = ServeConfig::load(args(&["--database", "postgres://accel@db/accel"])).unwrap();
-        assert_eq!(
-            pg.admission_limits(),
-            accel_server::admission::Limits::for_machine(cores, false)
-        );
+        assert_eq!(cfg.admission_limits().candidates, 2 * cores);
         let path =
             std::env::temp_dir().join(format!("accel-admission-{}.toml", std::process::id()));
         std::fs::write(&path, "admission_reads = 0\nadmission_wait_ms = 250\n").unwrap();
