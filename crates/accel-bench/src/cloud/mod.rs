@@ -72,6 +72,13 @@ pub struct CloudArgs {
     /// Seconds measured, after the setup.
     #[arg(long, default_value_t = 60)]
     pub duration: u64,
+    /// Boots per second from `--then-at` on (a step down after an overload shows how
+    /// soon the latencies recover; the report adds 5-second series).
+    #[arg(long)]
+    pub then_boot_rate: Option<f64>,
+    /// Seconds into the window at which `--then-boot-rate` starts (default: half).
+    #[arg(long)]
+    pub then_at: Option<u64>,
     /// Seconds an instance lives before it is deleted.
     #[arg(long, default_value_t = 30)]
     pub lifetime: u64,
@@ -143,6 +150,31 @@ const CALLS: [&str; 8] = [
     // event (only when this command started the server and so serves its Nova).
     "bind_to_event",
 ];
+
+/// The boots' arrivals from the window's start: `--boot-rate`, then `--then-boot-rate`
+/// from `--then-at` on.
+fn arrivals(args: &CloudArgs) -> Vec<Duration> {
+    let end = args.duration as f64;
+    let (first, then) = match args.then_boot_rate {
+        Some(r) => (
+            args.boot_rate,
+            Some((args.then_at.unwrap_or(args.duration / 2) as f64, r)),
+        ),
+        None => (args.boot_rate, None),
+    };
+    let switch = then.map_or(end, |(at, _)| at.min(end));
+    let mut out = Vec::new();
+    let mut phase = |from: f64, to: f64, rate: f64| {
+        let rate = rate.max(0.001);
+        let n = ((to - from) * rate).round() as u64;
+        out.extend((0..n).map(|k| Duration::from_secs_f64(from + k as f64 / rate)));
+    };
+    phase(0.0, switch, first);
+    if let Some((_, rate)) = then {
+        phase(switch, end, rate);
+    }
+    out
+}
 
 /// One simulated compute node.
 #[derive(Clone)]
@@ -353,6 +385,7 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         },
         record: Mutex::default(),
         measuring: AtomicBool::new(false),
+        window: std::sync::OnceLock::new(),
         in_flight: AtomicUsize::new(0),
         max_in_flight: args.max_in_flight,
         hosts: (0..args.nodes)
@@ -439,15 +472,15 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     let scraped_before = scrape("before").await;
     let cpu_before = server_cpu();
     let own_cpu_before = server::cpu_seconds(std::process::id());
-    sim.measuring.store(true, Ordering::SeqCst);
     let window = Instant::now();
+    let _ = sim.window.set(window);
+    sim.measuring.store(true, Ordering::SeqCst);
     // Boots, open loop: arrival k at k / rate, whatever the answers take.
-    let rate = args.boot_rate.max(0.001);
-    let total = (rate * args.duration as f64).round() as u64;
     let lifetime = Duration::from_secs(args.lifetime);
     let t0 = tokio::time::Instant::now();
-    for k in 0..total {
-        let arrival = t0 + Duration::from_secs_f64(k as f64 / rate);
+    for (k, offset) in arrivals(&args).into_iter().enumerate() {
+        let k = k as u64;
+        let arrival = t0 + offset;
         tokio::time::sleep_until(arrival).await;
         let s = sim.clone();
         let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(k);
@@ -535,6 +568,34 @@ mod tests {
         let no_fpga = json!({"cn": {"resources": {"VCPU": 1}}});
         assert_eq!(device_and_host(&no_fpga, &summaries, &hosts), None);
         assert_eq!(device_and_host(&a, &summaries, &HashMap::new()), None);
+    }
+
+    #[test]
+    fn arrivals_step_from_one_rate_to_the_next() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cloud: CloudArgs,
+        }
+        let args = |a: &[&str]| Cli::parse_from([&["x"], a].concat()).cloud;
+        let flat = arrivals(&args(&["--boot-rate", "4", "--duration", "10"]));
+        assert_eq!(flat.len(), 40);
+        assert_eq!(flat[1], Duration::from_millis(250));
+        let step = arrivals(&args(&[
+            "--boot-rate",
+            "10",
+            "--duration",
+            "10",
+            "--then-boot-rate",
+            "2",
+            "--then-at",
+            "4",
+        ]));
+        assert_eq!(step.len(), 40 + 12);
+        assert_eq!(step[39], Duration::from_millis(3900));
+        assert_eq!(step[40], Duration::from_secs(4));
+        assert_eq!(step[41], Duration::from_millis(4500));
     }
 
     #[test]

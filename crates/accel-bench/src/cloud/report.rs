@@ -98,7 +98,46 @@ pub(super) fn summary(args: &CloudArgs, rec: &Record, run: &Run) -> Value {
     if let Some((cpu, rss)) = run.server {
         out["server"] = json!({"cpu_s": (cpu * 10.0).round() / 10.0, "rss_mb": rss.round()});
     }
+    if args.then_boot_rate.is_some() {
+        out["series"] = series(rec, run.elapsed);
+    }
     out
+}
+
+/// Seconds per step of the series.
+const STEP: u64 = 5;
+
+/// Per [`STEP`] of the window (by when the call was due) and per boot call: the
+/// admitted calls, their p99 and the refused ones, to see how soon a step down in
+/// the rate is felt.
+fn series(rec: &Record, elapsed: Duration) -> Value {
+    let steps = elapsed.as_secs().div_ceil(STEP).max(1);
+    let mut out = serde_json::Map::new();
+    for what in ["candidates", "claim", "arq_bind"] {
+        let in_step = |v: Option<&Vec<Sample>>, i: u64| -> Vec<Sample> {
+            v.map(|v| {
+                v.iter()
+                    .filter(|s| s.at.as_secs() / STEP == i)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let rows: Vec<Value> = (0..steps)
+            .map(|i| {
+                let admitted = in_step(rec.samples.get(what), i);
+                let shed = in_step(rec.shed_samples.get(what), i);
+                json!({
+                    "from_s": i * STEP,
+                    "admitted": admitted.len(),
+                    "p99_ms": quantiles(&admitted, Sample::total)["p99_ms"],
+                    "shed": shed.len(),
+                })
+            })
+            .collect();
+        out.insert(what.into(), Value::Array(rows));
+    }
+    Value::Object(out)
 }
 
 fn triple(v: &Value) -> String {
@@ -151,5 +190,24 @@ pub(super) fn print_table(report: &Value) {
     );
     if let Some(s) = report.get("server") {
         println!("server: {} CPU s, peak RSS {} MB", s["cpu_s"], s["rss_mb"]);
+    }
+    if let Some(series) = report.get("series") {
+        println!();
+        println!("| from s | candidates: admitted, p99 ms, shed | claim | arq_bind |");
+        println!("|---:|---|---|---|");
+        let rows = series["candidates"].as_array().map_or(0, Vec::len);
+        for i in 0..rows {
+            let cell = |w: &str| {
+                let r = &series[w][i];
+                format!("{}, {}, {}", r["admitted"], r["p99_ms"], r["shed"])
+            };
+            println!(
+                "| {} | {} | {} | {} |",
+                series["candidates"][i]["from_s"],
+                cell("candidates"),
+                cell("claim"),
+                cell("arq_bind")
+            );
+        }
     }
 }

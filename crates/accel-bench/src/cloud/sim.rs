@@ -34,6 +34,8 @@ pub struct Sample {
     pub wire: Duration,
     /// Last byte read to the answer parsed (the simulator).
     pub parse: Duration,
+    /// When the call was due, from the start of the measured window.
+    pub at: Duration,
 }
 
 impl Sample {
@@ -94,6 +96,8 @@ pub struct Sim {
     pub record: Mutex<Record>,
     /// Whether requests now count (the measured window).
     pub measuring: AtomicBool,
+    /// When the measured window began.
+    pub window: std::sync::OnceLock<Instant>,
     pub in_flight: AtomicUsize,
     pub max_in_flight: usize,
     /// Node name by its provider's uuid.
@@ -132,10 +136,15 @@ impl Sim {
         req: Call,
         parse: impl FnOnce(&Answer) -> Result<T, CallError>,
     ) -> Result<T, CallError> {
+        let at = self
+            .window
+            .get()
+            .map_or(Duration::ZERO, |w| due.saturating_duration_since(*w));
         let (out, sample, new_conn) = match wire.send(due, req).await {
             Err(e) => {
                 let s = Sample {
                     queued: due.elapsed(),
+                    at,
                     ..Sample::default()
                 };
                 (Err(CallError::Unanswered(e)), s, false)
@@ -155,6 +164,7 @@ impl Sim {
                     queued: a.timing.queued,
                     wire: a.timing.wire,
                     parse: read.elapsed(),
+                    at,
                 };
                 (out, s, a.timing.new_connection)
             }
