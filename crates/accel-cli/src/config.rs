@@ -150,6 +150,32 @@ accel_settings::settings! {
         database_connect_timeout_seconds: u64 = value(60),
             flag(long = "database-connect-timeout", env = "ACCEL_DATABASE_CONNECT_TIMEOUT",
                  value_name = "SECONDS");
+        /// GET /allocation_candidates served at once; more wait up to admission_wait_ms
+        /// for a place, then are answered 503 with Retry-After (0: no limit).
+        admission_candidates: usize = optional("2 x the cores"),
+            flag(long, env = "ACCEL_ADMISSION_CANDIDATES", value_name = "N");
+        /// Other reads of both APIs served at once (as admission_candidates).
+        admission_reads: usize = optional("8 x the cores"),
+            flag(long, env = "ACCEL_ADMISSION_READS", value_name = "N");
+        /// Writes other than binds served at once: claims, deletes, ARQ creates,
+        /// inventories (as admission_candidates).
+        admission_writes: usize = optional("4 x the cores"),
+            flag(long, env = "ACCEL_ADMISSION_WRITES", value_name = "N");
+        /// ARQ bind PATCHes served at once (as admission_candidates).
+        admission_binds: usize = optional("2 x the cores"),
+            flag(long, env = "ACCEL_ADMISSION_BINDS", value_name = "N");
+        /// Agent requests (/v2/agent/...) served at once. They never wait: with no place
+        /// free, or while a boot's request waits, they are answered 503 at once (0: no limit).
+        admission_agents: usize = optional("the cores"),
+            flag(long, env = "ACCEL_ADMISSION_AGENTS", value_name = "N");
+        /// Milliseconds a request waits for a place in its class before the 503 (writes
+        /// and binds, a boot's later steps, wait three times as long).
+        admission_wait_ms: u64 = value(100),
+            flag(long, env = "ACCEL_ADMISSION_WAIT_MS", value_name = "MS");
+        /// The Retry-After seconds of an admission 503.
+        admission_retry_after_seconds: u64 = value(1),
+            flag(long = "admission-retry-after", env = "ACCEL_ADMISSION_RETRY_AFTER",
+                 value_name = "SECONDS");
         /// Seconds a shutdown waits for requests in flight before it closes the
         /// connections left and exits; a second SIGINT or SIGTERM exits at once.
         shutdown_timeout_seconds: u64 = value(30),
@@ -231,6 +257,19 @@ impl ServeConfig {
                 cfg.bind_concurrency()
             );
         }
+        if cfg.admission_wait_ms > 60_000 {
+            bail!(
+                "admission_wait_ms must be at most 60000, not {} (a request that waits longer is \
+                 better answered 503 so its client retries)",
+                cfg.admission_wait_ms
+            );
+        }
+        if !(1..=3600).contains(&cfg.admission_retry_after_seconds) {
+            bail!(
+                "admission_retry_after_seconds must be between 1 and 3600, not {}",
+                cfg.admission_retry_after_seconds
+            );
+        }
         if let Some(u) = &cfg.nova_url {
             if !u.starts_with("http://") && !u.starts_with("https://") {
                 bail!("nova_url must be an http:// or https:// URL of the compute API root, not {u:?}");
@@ -276,6 +315,21 @@ impl ServeConfig {
         accel_server::listen::HttpLimits {
             shutdown_timeout: std::time::Duration::from_secs(self.shutdown_timeout_seconds),
             ..Default::default()
+        }
+    }
+
+    /// The admission limits: as set, else sized from the machine's cores.
+    pub fn admission_limits(&self) -> accel_server::admission::Limits {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let d = accel_server::admission::Limits::for_cores(cores);
+        accel_server::admission::Limits {
+            candidates: self.admission_candidates.unwrap_or(d.candidates),
+            reads: self.admission_reads.unwrap_or(d.reads),
+            writes: self.admission_writes.unwrap_or(d.writes),
+            binds: self.admission_binds.unwrap_or(d.binds),
+            agents: self.admission_agents.unwrap_or(d.agents),
+            wait: std::time::Duration::from_millis(self.admission_wait_ms),
+            retry_after_secs: self.admission_retry_after_seconds,
         }
     }
 
@@ -340,6 +394,7 @@ impl ServeConfig {
             keystone,
             http: self.http_limits(),
             disable_access_log: !self.access_log,
+            admission: self.admission_limits(),
         })
     }
 }

@@ -249,12 +249,14 @@ impl AppBuilder {
                 .context("turning the maintenance switch on")?;
             tracing::warn!(target: "accel::maintenance", reason = %reason, "started in maintenance: writes are answered 503 until DELETE /v2/maintenance");
         }
+        let admission = crate::admission::Admission::new(&self.config.admission, &self.metrics);
         let shared = Arc::new(Shared {
             store: self.store,
             config: self.config,
             metrics: self.metrics,
             health: Default::default(),
             maintenance: Default::default(),
+            admission,
         });
         let state = Arc::new(AppState::new(shared.clone(), self.policy));
         let accel = Arc::new(AccelState {

@@ -13,6 +13,7 @@
 //! installs signal handlers. Background workers run under [`supervisor`].
 
 pub mod accelerator;
+pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod console;

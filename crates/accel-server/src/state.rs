@@ -8,7 +8,7 @@
 
 use crate::auth::{self, keystone::Keystone, Credentials, Rejection};
 use crate::supervisor::Running;
-use crate::{listen, metrics};
+use crate::{admission, listen, metrics};
 use accel_store::Store;
 use axum::http::HeaderMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub http: listen::HttpLimits,
     /// No `accel::access` line per request (`access_log = false`).
     pub disable_access_log: bool,
+    /// Requests served at once per class, and the wait for a place ([`admission`]).
+    pub admission: admission::Limits,
 }
 
 impl ServerConfig {
@@ -71,6 +73,8 @@ pub struct Shared {
     pub health: Health,
     /// The maintenance switch as this server last read it ([`crate::maintenance`]).
     pub maintenance: crate::maintenance::Gate,
+    /// The places of each request class ([`admission`]), from `config.admission`.
+    pub admission: admission::Admission,
 }
 
 /// The server's health state: draining, and the workers' handle once they run.

@@ -38,17 +38,21 @@
 
 mod report;
 mod server;
+mod server_view;
+mod sim;
+mod wire;
 
 use report::{print_table, summary};
+use sim::{Agents, Sim, PROJECT, USER};
+use wire::Wire;
 
 use crate::PhaseStats;
-use accel_api::accelerator::{self, bind_ops, patch_entry, ArqPatch, ArqSelector, NewArqs};
+use accel_api::accelerator;
 use accel_api::agent;
-use accel_api::http::{Auth, Endpoint, Http, Method, Options, Reply, Request};
+use accel_api::http::{Auth, Endpoint, Http, Method, Options, Request};
 use anyhow::Context;
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,6 +72,13 @@ pub struct CloudArgs {
     /// Seconds measured, after the setup.
     #[arg(long, default_value_t = 60)]
     pub duration: u64,
+    /// Boots per second from `--then-at` on (a step down after an overload shows how
+    /// soon the latencies recover; the report adds 5-second series).
+    #[arg(long)]
+    pub then_boot_rate: Option<f64>,
+    /// Seconds into the window at which `--then-boot-rate` starts (default: half).
+    #[arg(long)]
+    pub then_at: Option<u64>,
     /// Seconds an instance lives before it is deleted.
     #[arg(long, default_value_t = 30)]
     pub lifetime: u64,
@@ -111,6 +122,16 @@ pub struct CloudArgs {
     /// and conductor, say.
     #[arg(long, value_delimiter = ',')]
     pub server_pids: Vec<u32>,
+    /// The started server's configuration file (`accel serve --config FILE`), e.g. its
+    /// admission limits or `randomize_allocation_candidates`.
+    #[arg(long)]
+    pub server_config: Option<std::path::PathBuf>,
+    /// The metrics port of a server started elsewhere (`http://HOST:PORT`), whose
+    /// request-duration histograms are read before and after the window and set
+    /// beside the simulator's times. A server started with `--database` is read
+    /// without it.
+    #[arg(long)]
+    pub metrics_url: Option<String>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
@@ -130,323 +151,29 @@ const CALLS: [&str; 8] = [
     "bind_to_event",
 ];
 
-/// Placement microversions Nova 34 sends: the scheduler's candidates (1.36: consumer
-/// types are 1.38 and Nova asks no more than it needs), its claims and the report
-/// client's reads.
-const CANDIDATES_MV: &str = "placement 1.36";
-const CLAIM_MV: &str = "placement 1.36";
-const READ_MV: &str = "placement 1.14";
-
-/// Nova's project and user, as the noauth identity of its service calls.
-const PROJECT: &str = "c10dc10dc10d4000800000000000000a";
-const USER: &str = "nova";
-
-/// Latencies per call type and errors, from the start of the measured window.
-#[derive(Default)]
-struct Record {
-    latencies: BTreeMap<&'static str, Vec<Duration>>,
-    errors: BTreeMap<&'static str, usize>,
-    first_errors: BTreeMap<&'static str, String>,
-    boots_done: usize,
-    boots_failed: BTreeMap<String, usize>,
-}
-
-/// Where a node's agent sends its device report.
-enum Agents {
-    /// accel's agent API.
-    Accel(agent::Client),
-    /// Upstream Cyborg, through the relay to its conductor (`--cyborg-relay`).
-    Relay { http: Http, devices: usize },
-}
-
-impl Agents {
-    async fn report(&self, host: &str, report: &agent::DeviceReport) -> Result<(), String> {
-        match self {
-            Agents::Accel(c) => c
-                .report(host, report, false)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Agents::Relay { http, devices } => {
-                let req = Request::new(Method::POST, format!("/report/{host}"))
-                    .query("devices", devices.to_string());
-                let r = http.send(&req).await.map_err(|e| e.to_string())?;
-                let status = r.status;
-                r.success().map(|_| ()).map_err(|e| format!("{status} {e}"))
-            }
-        }
+/// The boots' arrivals from the window's start: `--boot-rate`, then `--then-boot-rate`
+/// from `--then-at` on.
+fn arrivals(args: &CloudArgs) -> Vec<Duration> {
+    let end = args.duration as f64;
+    let (first, then) = match args.then_boot_rate {
+        Some(r) => (
+            args.boot_rate,
+            Some((args.then_at.unwrap_or(args.duration / 2) as f64, r)),
+        ),
+        None => (args.boot_rate, None),
+    };
+    let switch = then.map_or(end, |(at, _)| at.min(end));
+    let mut out = Vec::new();
+    let mut phase = |from: f64, to: f64, rate: f64| {
+        let rate = rate.max(0.001);
+        let n = ((to - from) * rate).round() as u64;
+        out.extend((0..n).map(|k| Duration::from_secs_f64(from + k as f64 / rate)));
+    };
+    phase(0.0, switch, first);
+    if let Some((_, rate)) = then {
+        phase(switch, end, rate);
     }
-}
-
-struct Sim {
-    placement: Http,
-    nova: accelerator::Client,
-    agent: Agents,
-    record: Mutex<Record>,
-    /// Whether requests now count (the measured window).
-    measuring: AtomicBool,
-    in_flight: AtomicUsize,
-    max_in_flight: usize,
-    /// Node name by its provider's uuid.
-    hosts: HashMap<String, String>,
-    /// When each instance's bind PATCH was sent, until its event arrives.
-    binding: Mutex<HashMap<String, Instant>>,
-}
-
-impl Sim {
-    /// The fake Nova received `instance`'s event.
-    fn event(&self, instance: &str) {
-        let Some(sent) = self.binding.lock().unwrap().remove(instance) else {
-            return;
-        };
-        if self.measuring.load(Ordering::Relaxed) {
-            let mut rec = self.record.lock().unwrap();
-            rec.latencies
-                .entry("bind_to_event")
-                .or_default()
-                .push(sent.elapsed());
-        }
-    }
-}
-
-impl Sim {
-    /// Times `f` as one call of type `what`; counts its error while measuring.
-    async fn timed<T, E: std::fmt::Display>(
-        &self,
-        what: &'static str,
-        f: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, String> {
-        let t = Instant::now();
-        let r = f.await;
-        let took = t.elapsed();
-        if self.measuring.load(Ordering::Relaxed) {
-            let mut rec = self.record.lock().unwrap();
-            rec.latencies.entry(what).or_default().push(took);
-            if let Err(e) = &r {
-                *rec.errors.entry(what).or_default() += 1;
-                rec.first_errors
-                    .entry(what)
-                    .or_insert_with(|| e.to_string());
-            }
-        }
-        r.map_err(|e| e.to_string())
-    }
-
-    /// One Placement call, timed from the request to the answer's last byte; the
-    /// caller parses what it needs afterwards, outside the time (a scheduler's own
-    /// parsing is not the server's latency, and on this shared machine it is CPU
-    /// the server would otherwise have).
-    async fn placement(&self, what: &'static str, req: Request) -> Result<Reply, String> {
-        self.timed(what, async {
-            let reply = self.placement.send(&req).await.map_err(|e| e.to_string())?;
-            let status = reply.status;
-            reply.success().map_err(|e| format!("{status} {e}"))
-        })
-        .await
-    }
-
-    fn boot_failed(&self, why: &str) {
-        if self.measuring.load(Ordering::Relaxed) {
-            *self
-                .record
-                .lock()
-                .unwrap()
-                .boots_failed
-                .entry(why.to_owned())
-                .or_default() += 1;
-        }
-    }
-
-    /// One boot: candidates, claim (up to three tries), ARQ create and bind. Returns
-    /// the instance to delete later, or `None` when it failed (counted by reason).
-    async fn boot(&self, rng_seed: u64) -> Option<String> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(rng_seed);
-        let instance = uuid::Uuid::from_u128(rng.gen()).to_string();
-        let req = Request::get("/allocation_candidates")
-            .microversion(CANDIDATES_MV)
-            .query("resources", "VCPU:1,MEMORY_MB:512,DISK_GB:1")
-            .query("resources1", "FPGA:1")
-            .query("required1", "CUSTOM_FAKE_DEVICE")
-            .query("group_policy", "none")
-            .query("limit", "1000");
-        let Some(body) = self
-            .placement("candidates", req)
-            .await
-            .ok()
-            .and_then(|r| r.json::<Candidates>().ok())
-        else {
-            self.boot_failed("candidates_error");
-            return None;
-        };
-        let summaries = &body.provider_summaries;
-        let mut requests = body.allocation_requests;
-        if requests.is_empty() {
-            self.boot_failed("no_candidate");
-            return None;
-        }
-        let mut claimed = None;
-        for _ in 0..3 {
-            if requests.is_empty() {
-                break;
-            }
-            let allocations = requests
-                .swap_remove(rng.gen_range(0..requests.len()))
-                .allocations;
-            let req = Request::new(Method::PUT, format!("/allocations/{instance}"))
-                .microversion(CLAIM_MV)
-                .json(&json!({
-                    "allocations": allocations,
-                    "consumer_generation": null,
-                    "project_id": PROJECT,
-                    "user_id": USER,
-                }));
-            match self.placement("claim", req).await {
-                Ok(_) => {
-                    claimed = Some(allocations);
-                    break;
-                }
-                Err(e) if e.starts_with("409") => self.boot_failed("claim_conflict_retry"),
-                Err(_) => {
-                    self.boot_failed("claim_error");
-                    return None;
-                }
-            }
-        }
-        let Some(allocations) = claimed else {
-            self.boot_failed("claim_conflicts_exhausted");
-            return None;
-        };
-        // The device provider is the one the FPGA came from; its parent is the host.
-        let Some((device_rp, host)) = device_and_host(&allocations, summaries, &self.hosts) else {
-            self.boot_failed("no_device_in_claim");
-            return None;
-        };
-        let arqs = match self
-            .timed(
-                "arq_create",
-                self.nova.create_arqs(&NewArqs {
-                    device_profile_name: "cloud-fpga".into(),
-                    device_profile_group_id: None,
-                }),
-            )
-            .await
-        {
-            Ok(a) => a,
-            Err(_) => {
-                self.boot_failed("arq_create_error");
-                return Some(instance);
-            }
-        };
-        let mut patch = ArqPatch::new();
-        for a in &arqs {
-            patch_entry(&mut patch, &a.uuid, bind_ops(&host, &device_rp, &instance));
-        }
-        self.binding
-            .lock()
-            .unwrap()
-            .insert(instance.clone(), Instant::now());
-        if self
-            .timed("arq_bind", self.nova.patch_arqs(&patch, None))
-            .await
-            .is_err()
-        {
-            self.boot_failed("arq_bind_error");
-            return Some(instance);
-        }
-        if self.measuring.load(Ordering::Relaxed) {
-            self.record.lock().unwrap().boots_done += 1;
-        }
-        Some(instance)
-    }
-
-    /// Nova's delete: the ARQs by instance, then the allocations.
-    async fn delete(&self, instance: &str) {
-        let which = ArqSelector::Instance(instance.to_owned());
-        let _ = self
-            .timed("delete", self.nova.delete_arqs(&which, None))
-            .await;
-        let req =
-            Request::new(Method::DELETE, format!("/allocations/{instance}")).microversion(CLAIM_MV);
-        let _ = self
-            .timed("delete", async {
-                let r = self.placement.send(&req).await.map_err(|e| e.to_string())?;
-                if r.status == 204 || r.status == 404 {
-                    Ok(())
-                } else {
-                    Err(format!("{} {}", r.status, r.text))
-                }
-            })
-            .await;
-    }
-
-    /// One run of a node's resource tracker; `full` adds the 300 s refresh.
-    async fn periodic(&self, node: &Node, full: bool) {
-        let tree = Request::get("/resource_providers")
-            .microversion(READ_MV)
-            .query("in_tree", node.uuid.as_str());
-        let _ = self.placement("periodic", tree).await;
-        let inv = Request::get(format!("/resource_providers/{}/inventories", node.uuid))
-            .microversion(READ_MV);
-        let _ = self.placement("periodic", inv).await;
-        if full {
-            for what in ["traits", "aggregates"] {
-                let r = Request::get(format!("/resource_providers/{}/{what}", node.uuid))
-                    .microversion(READ_MV);
-                let _ = self.placement("periodic", r).await;
-            }
-        }
-    }
-
-    /// Runs `f` unless too many requests are in flight (then the arrival is lost,
-    /// counted as `overloaded`: an open loop does not wait for the server).
-    fn spawn_limited<F>(self: &Arc<Self>, f: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= self.max_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            self.boot_failed("overloaded");
-            return;
-        }
-        let sim = self.clone();
-        tokio::spawn(async move {
-            f.await;
-            sim.in_flight.fetch_sub(1, Ordering::SeqCst);
-        });
-    }
-}
-
-/// What the scheduler reads of a candidates answer: each candidate's allocations
-/// (sent back as the claim) and each provider's root. The rest of the answer is
-/// skipped while parsing, not built.
-#[derive(serde::Deserialize)]
-struct Candidates {
-    allocation_requests: Vec<Candidate>,
-    provider_summaries: HashMap<String, Summary>,
-}
-
-#[derive(serde::Deserialize)]
-struct Candidate {
-    allocations: Value,
-}
-
-#[derive(serde::Deserialize)]
-struct Summary {
-    root_provider_uuid: String,
-}
-
-/// The provider holding FPGA in a claim's `allocations`, and its host: the node
-/// whose provider is the device's root (`provider_summaries`, 1.29+).
-fn device_and_host(
-    allocations: &Value,
-    summaries: &HashMap<String, Summary>,
-    hosts: &HashMap<String, String>,
-) -> Option<(String, String)> {
-    allocations.as_object()?.iter().find_map(|(rp, a)| {
-        a["resources"].get("FPGA")?;
-        let root = &summaries.get(rp)?.root_provider_uuid;
-        Some((rp.clone(), hosts.get(root)?.clone()))
-    })
+    out
 }
 
 /// One simulated compute node.
@@ -480,27 +207,66 @@ fn http(
     )?)
 }
 
+/// The untimed clients of the setup (reqwest, through accel's typed clients).
+struct Setup {
+    placement: Http,
+    /// accel's agent API, or the relay to upstream Cyborg's conductor.
+    agent: Result<agent::Client, Http>,
+    admin: accelerator::Client,
+}
+
+/// Setup calls a server's admission refused (503) are sent again, a second later, as
+/// OpenStack's clients do; this many times at most.
+const SETUP_TRIES: usize = 60;
+
+impl Setup {
+    async fn report(&self, host: &str, devices: usize) -> Result<(), String> {
+        let body = crate::fake_report(host, devices, 1);
+        for _ in 1..SETUP_TRIES {
+            let r = match &self.agent {
+                Ok(c) => c.report(host, &body, false).await.map(|_| ()),
+                Err(relay) => {
+                    let req = Request::new(Method::POST, format!("/report/{host}"))
+                        .query("devices", devices.to_string());
+                    relay.send(&req).await.and_then(|r| r.success()).map(|_| ())
+                }
+            };
+            match r {
+                Err(e) if e.status() == Some(503) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                r => return r.map_err(|e| e.to_string()),
+            }
+        }
+        Err(format!("{host}'s report refused 503 {SETUP_TRIES} times"))
+    }
+
+    /// `req` to Placement, sent again after a 503.
+    async fn placement(&self, req: &Request) -> Result<accel_api::http::Reply, String> {
+        for _ in 1..SETUP_TRIES {
+            let r = self.placement.send(req).await.map_err(|e| e.to_string())?;
+            if r.status != 503 {
+                return Ok(r);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Err(format!("{} refused 503 {SETUP_TRIES} times", req.path))
+    }
+}
+
 /// Creates the nodes, their inventories and devices, and the device profile.
-async fn setup(
-    sim: &Arc<Sim>,
-    args: &CloudArgs,
-    admin: &accelerator::Client,
-) -> anyhow::Result<()> {
-    let sim2 = sim.clone();
+async fn setup(setup: Arc<Setup>, args: &CloudArgs) -> anyhow::Result<()> {
     let devices = args.devices;
+    let s2 = setup.clone();
     let stats: PhaseStats =
         crate::run_phase("setup", args.setup_clients, args.nodes, move |_, i| {
-            let sim = sim2.clone();
+            let setup = s2.clone();
             async move {
                 let n = node(i);
                 let create = Request::new(Method::POST, "/resource_providers")
                     .microversion("placement 1.20")
                     .json(&json!({"name": n.name, "uuid": n.uuid}));
-                let r = sim
-                    .placement
-                    .send(&create)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let r = setup.placement(&create).await?;
                 if r.status != 409 {
                     r.success().map_err(|e| e.to_string())?;
                 }
@@ -513,14 +279,11 @@ async fn setup(
                     "VCPU": {"total": 64, "allocation_ratio": 4.0},
                     "MEMORY_MB": {"total": 262144, "reserved": 512},
                     "DISK_GB": {"total": 4000}}}));
-                let r = sim.placement.send(&inv).await.map_err(|e| e.to_string())?;
+                let r = setup.placement(&inv).await?;
                 if r.status != 409 {
                     r.success().map_err(|e| e.to_string())?;
                 }
-                sim.agent
-                    .report(&n.name, &crate::fake_report(&n.name, devices, 1))
-                    .await?;
-                Ok(())
+                setup.report(&n.name, devices).await
             }
         })
         .await;
@@ -535,7 +298,7 @@ async fn setup(
         "name": "cloud-fpga",
         "groups": [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]
     }))?;
-    if let Err(e) = admin.create_profile(&profile).await {
+    if let Err(e) = setup.admin.create_profile(&profile).await {
         if e.status() != Some(409) {
             return Err(e).context("creating the device profile cloud-fpga");
         }
@@ -559,14 +322,24 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         (None, None) => None,
     };
     let started = match (&args.database, &nova) {
-        (Some(db), Some(nova)) => {
-            Some(server::Server::start(db, args.accel_bin.as_deref(), nova).await?)
-        }
+        (Some(db), Some(nova)) => Some(
+            server::Server::start(
+                db,
+                args.accel_bin.as_deref(),
+                nova,
+                args.server_config.as_deref(),
+            )
+            .await?,
+        ),
         _ => None,
     };
     let (placement_url, accel_url) = match &started {
         Some(s) => (s.placement.clone(), s.accelerator.clone()),
         None => (args.placement_url.clone(), args.accelerator_url.clone()),
+    };
+    let metrics_url = match &started {
+        Some(s) => s.metrics.clone(),
+        None => args.metrics_url.clone(),
     };
     let pool = args.max_in_flight.min(512);
     // Without keystonemiddleware upstream Cyborg reads the service check from the
@@ -595,29 +368,24 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    let nova_token = format!("{USER}:{PROJECT}");
+    let agent_url = args
+        .cyborg_relay
+        .clone()
+        .unwrap_or_else(|| accel_url.clone());
     let sim = Arc::new(Sim {
-        placement: http(&placement_url, "admin", pool, Vec::new())?,
-        nova: accelerator::Client::new(http(
-            &accel_url,
-            &format!("{USER}:{PROJECT}"),
-            pool,
-            nova_headers,
-        )?)
-        .with_microversion(None),
-        agent: match &args.cyborg_relay {
-            Some(relay) => Agents::Relay {
-                http: http(relay, "admin", pool, Vec::new())?,
+        placement: Wire::new(&placement_url, "admin", &[], pool)?,
+        nova: Wire::new(&accel_url, &nova_token, &nova_headers, pool)?,
+        agent: Wire::new(&agent_url, "admin", &[], pool)?,
+        agents: match &args.cyborg_relay {
+            Some(_) => Agents::Relay {
                 devices: args.devices,
             },
-            None => Agents::Accel(agent::Client::new(http(
-                &accel_url,
-                "admin",
-                pool,
-                Vec::new(),
-            )?)),
+            None => Agents::Accel,
         },
-        record: Mutex::new(Record::default()),
+        record: Mutex::default(),
         measuring: AtomicBool::new(false),
+        window: std::sync::OnceLock::new(),
         in_flight: AtomicUsize::new(0),
         max_in_flight: args.max_in_flight,
         hosts: (0..args.nodes)
@@ -629,8 +397,20 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         binding: Mutex::default(),
     });
     let _ = sim_cell.set(sim.clone());
-    let admin = accelerator::Client::new(http(&accel_url, "admin", 4, admin_headers)?);
-    setup(&sim, &args, &admin).await?;
+    let setup_clients = Arc::new(Setup {
+        placement: http(&placement_url, "admin", 64, Vec::new())?,
+        agent: match &args.cyborg_relay {
+            Some(relay) => Err(http(relay, "admin", 64, Vec::new())?),
+            None => Ok(agent::Client::new(http(
+                &accel_url,
+                "admin",
+                64,
+                Vec::new(),
+            )?)),
+        },
+        admin: accelerator::Client::new(http(&accel_url, "admin", 4, admin_headers)?),
+    });
+    setup(setup_clients, &args).await?;
 
     let period = Duration::from_secs(args.period.max(1));
     let begin = tokio::time::Instant::now();
@@ -640,7 +420,11 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     for n in 0..args.nodes {
         let (sim, stop) = (sim.clone(), stop.clone());
         let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ (n as u64) << 20);
-        let report = crate::fake_report(&node(n).name, args.devices, 1);
+        let report = Arc::new(serde_json::to_value(crate::fake_report(
+            &node(n).name,
+            args.devices,
+            1,
+        ))?);
         background.push(tokio::spawn(async move {
             let node = node(n);
             let offset = period.mul_f64(rng.gen::<f64>());
@@ -652,12 +436,11 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
             while !stop.load(Ordering::Relaxed) {
                 let full = runs.is_multiple_of(5);
                 runs += 1;
-                let (s1, n1) = (sim.clone(), node.clone());
-                sim.spawn_limited(async move { s1.periodic(&n1, full).await });
+                let due = Instant::now();
+                let (s1, u1) = (sim.clone(), node.uuid.clone());
+                sim.spawn_limited(async move { s1.periodic(&u1, full, due).await });
                 let (s2, n2, r2) = (sim.clone(), node.name.clone(), report.clone());
-                sim.spawn_limited(async move {
-                    let _ = s2.timed("report", s2.agent.report(&n2, &r2)).await;
-                });
+                sim.spawn_limited(async move { s2.report(&n2, &r2, due).await });
                 let jitter = 1.0 + 0.1 * (rng.gen::<f64>() - 0.5);
                 tokio::time::sleep(period.mul_f64(jitter)).await;
             }
@@ -673,20 +456,36 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let scrape = |when: &'static str| {
+        let url = metrics_url.clone();
+        async move {
+            let url = url?;
+            match server_view::scrape(&format!("{}/metrics", url.trim_end_matches('/'))).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!("scraping the server's metrics {when} the window failed: {e:#}");
+                    None
+                }
+            }
+        }
+    };
+    let scraped_before = scrape("before").await;
     let cpu_before = server_cpu();
-    sim.measuring.store(true, Ordering::SeqCst);
+    let own_cpu_before = server::cpu_seconds(std::process::id());
     let window = Instant::now();
+    let _ = sim.window.set(window);
+    sim.measuring.store(true, Ordering::SeqCst);
     // Boots, open loop: arrival k at k / rate, whatever the answers take.
-    let rate = args.boot_rate.max(0.001);
-    let total = (rate * args.duration as f64).round() as u64;
     let lifetime = Duration::from_secs(args.lifetime);
     let t0 = tokio::time::Instant::now();
-    for k in 0..total {
-        tokio::time::sleep_until(t0 + Duration::from_secs_f64(k as f64 / rate)).await;
+    for (k, offset) in arrivals(&args).into_iter().enumerate() {
+        let k = k as u64;
+        let arrival = t0 + offset;
+        tokio::time::sleep_until(arrival).await;
         let s = sim.clone();
         let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(k);
         sim.spawn_limited(async move {
-            if let Some(instance) = s.boot(seed).await {
+            if let Some(instance) = s.boot(seed, arrival.into_std()).await {
                 let s2 = s.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(lifetime).await;
@@ -698,7 +497,9 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     tokio::time::sleep_until(t0 + Duration::from_secs(args.duration)).await;
     let elapsed = window.elapsed();
     sim.measuring.store(false, Ordering::SeqCst);
+    let own_cpu = server::cpu_seconds(std::process::id()) - own_cpu_before;
     stop.store(true, Ordering::SeqCst);
+    let scraped_after = scrape("after").await;
     let peak_rss = match &started {
         Some(s) => s.peak_rss_mb(),
         None => args
@@ -712,7 +513,17 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
         b.abort();
     }
     let rec = std::mem::take(&mut *sim.record.lock().unwrap());
-    let report = summary(&args, &rec, elapsed, server_stats);
+    let view = match (&scraped_before, &scraped_after) {
+        (Some(b), Some(a)) => Some((b, a)),
+        _ => None,
+    };
+    let run = report::Run {
+        elapsed,
+        server: server_stats,
+        own_cpu,
+        view,
+    };
+    let report = summary(&args, &rec, &run);
     print_table(&report);
     for (what, e) in &rec.first_errors {
         eprintln!("{what}: first error: {e}");
@@ -728,7 +539,9 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::sim::{device_and_host, Candidates};
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn the_device_of_a_claim_is_the_fpga_provider_and_its_host_the_root() {
@@ -755,6 +568,34 @@ mod tests {
         let no_fpga = json!({"cn": {"resources": {"VCPU": 1}}});
         assert_eq!(device_and_host(&no_fpga, &summaries, &hosts), None);
         assert_eq!(device_and_host(&a, &summaries, &HashMap::new()), None);
+    }
+
+    #[test]
+    fn arrivals_step_from_one_rate_to_the_next() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cloud: CloudArgs,
+        }
+        let args = |a: &[&str]| Cli::parse_from([&["x"], a].concat()).cloud;
+        let flat = arrivals(&args(&["--boot-rate", "4", "--duration", "10"]));
+        assert_eq!(flat.len(), 40);
+        assert_eq!(flat[1], Duration::from_millis(250));
+        let step = arrivals(&args(&[
+            "--boot-rate",
+            "10",
+            "--duration",
+            "10",
+            "--then-boot-rate",
+            "2",
+            "--then-at",
+            "4",
+        ]));
+        assert_eq!(step.len(), 40 + 12);
+        assert_eq!(step[39], Duration::from_millis(3900));
+        assert_eq!(step[40], Duration::from_secs(4));
+        assert_eq!(step[41], Duration::from_millis(4500));
     }
 
     #[test]

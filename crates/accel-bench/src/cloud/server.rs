@@ -1,6 +1,7 @@
 //! The `accel serve` that `accel-bench cloud --database URL` starts: on port 0 for
-//! both APIs (read back from its "accel serve ready" line), no console, and its CPU
-//! time and peak memory read from `/proc` for the report.
+//! both APIs and its metrics port (read back from its "accel serve ready" line), no
+//! console, and its CPU time and peak memory read from `/proc` for the report (the
+//! simulator's own CPU is read the same way, `utime + stime` as `getrusage` sums them).
 
 use anyhow::{bail, Context};
 use std::path::Path;
@@ -12,6 +13,8 @@ pub struct Server {
     child: Child,
     pub placement: String,
     pub accelerator: String,
+    /// Its metrics port, `http://HOST:PORT`.
+    pub metrics: Option<String>,
 }
 
 impl Server {
@@ -20,6 +23,7 @@ impl Server {
         database: &str,
         bin: Option<&Path>,
         nova_url: &str,
+        config: Option<&Path>,
     ) -> anyhow::Result<Server> {
         let bin = match bin {
             Some(b) => b.to_owned(),
@@ -28,8 +32,13 @@ impl Server {
                 .context("no directory of accel-bench")?
                 .join("accel"),
         };
-        let mut child = Command::new(&bin)
-            .args(["serve", "--database", database, "--log-format", "json"])
+        let mut command = Command::new(&bin);
+        command.arg("serve");
+        if let Some(c) = config {
+            command.arg("--config").arg(c);
+        }
+        let mut child = command
+            .args(["--database", database, "--log-format", "json"])
             .args(["--placement-listen", "127.0.0.1:0"])
             .args(["--accelerator-listen", "127.0.0.1:0"])
             .args([
@@ -72,6 +81,7 @@ impl Server {
         Ok(Server {
             placement: addr("placement")?,
             accelerator: addr("accelerator")?,
+            metrics: addr("metrics").ok(),
             child,
         })
     }

@@ -270,6 +270,50 @@ mod bind_config_tests {
     }
 }
 
+mod admission_config_tests {
+    use crate::config::*;
+
+    #[test]
+    fn admission_limits_default_from_the_cores_and_follow_flags_and_file() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cfg = ServeConfig::load(args(&[])).unwrap();
+        assert_eq!(
+            cfg.admission_limits(),
+            accel_server::admission::Limits::for_cores(cores)
+        );
+        assert_eq!(cfg.admission_limits().candidates, 2 * cores);
+        let path =
+            std::env::temp_dir().join(format!("accel-admission-{}.toml", std::process::id()));
+        std::fs::write(&path, "admission_reads = 0\nadmission_wait_ms = 250\n").unwrap();
+        let cfg = ServeConfig::load(args(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--admission-candidates",
+            "3",
+            "--admission-retry-after",
+            "5",
+        ]));
+        let _ = std::fs::remove_file(&path);
+        let l = cfg.unwrap().admission_limits();
+        assert_eq!((l.candidates, l.reads, l.retry_after_secs), (3, 0, 5));
+        assert_eq!(l.wait, std::time::Duration::from_millis(250));
+        let err = ServeConfig::load(args(&["--admission-retry-after", "0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("admission_retry_after_seconds must be between 1 and 3600"),
+            "{err}"
+        );
+        let err = ServeConfig::load(args(&["--admission-wait-ms", "60001"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("admission_wait_ms must be at most 60000"),
+            "{err}"
+        );
+    }
+}
+
 mod declaration_docs_tests {
     use crate::config::*;
 

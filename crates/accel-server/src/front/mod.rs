@@ -14,8 +14,10 @@
 //!   ─▶ auth unless Api::public (Api::rejection renders the typed refusal)
 //!   ─▶ Api::version (Api::version_refused) ─▶ query length ─▶ Api::precheck
 //!   ─▶ Api::route and the body read, in Api::ROUTE_BEFORE_BODY's order
-//!   ─▶ Api::check ─▶ a write while the maintenance switch is on: 503
-//!      (unless Api::open_in_maintenance) ─▶ the handler ─▶ Api::reply | Api::refusal ─▶ Api::stamp
+//!   ─▶ Api::check ─▶ a place in the request's class (crate::admission; none within the
+//!      wait: 503 with Retry-After) ─▶ a write while the maintenance switch is on: 503
+//!      (neither for Api::open_in_maintenance) ─▶ the handler ─▶ Api::reply | Api::refusal
+//!      ─▶ Api::stamp
 //!   ─▶ request id headers and CORS on every answer
 //! ```
 //!
@@ -169,17 +171,61 @@ async fn answer<A: Api>(st: &Arc<A::State>, head: &Head, body: Body) -> Response
             return resp;
         }
     };
-    let result = serve::<A>(st, head, body, target, creds, version).await;
+    let (result, retry_after) = match serve::<A>(st, head, body, target, creds, version).await {
+        Served::Done(result) => (result, None),
+        Served::Shed(e, secs) => (Err(e), Some(secs)),
+    };
     let vary = result.as_ref().err().is_none_or(A::varies);
     let mut resp = match result {
         Ok(reply) => A::reply(reply, version, head),
         Err(e) => A::refusal(e, version, head),
     };
     A::stamp(&mut resp, Some(version), vary);
+    if let Some(secs) = retry_after {
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     resp
 }
 
-/// From the query's length to the handler's result.
+/// How [`serve`] ended: the handler's result (or an earlier refusal), or a 503 of
+/// admission with its `Retry-After` seconds.
+enum Served<A: Api> {
+    Done(Result<Reply, A::Error>),
+    Shed(A::Error, u64),
+}
+
+/// The request's place among its class's ([`crate::admission`]); routes open in
+/// maintenance (the switch itself) are never refused.
+async fn admit<'a, A: Api>(
+    shared: &'a Shared,
+    head: &Head,
+    open: bool,
+) -> Result<Option<crate::admission::Admitted<'a>>, A::Error> {
+    if open {
+        return Ok(None);
+    }
+    let api = match A::NAME {
+        "accelerator" => crate::observe::Api::Accelerator,
+        _ => crate::observe::Api::Placement,
+    };
+    let method = &head.parts.method;
+    let route = crate::observe::route_of(api, head.parts.uri.path());
+    let class = crate::admission::Class::of(method, route);
+    match shared.admission.admit(class).await {
+        Ok(a) => Ok(Some(a)),
+        Err(shed) => {
+            shared.admission.count_shed(A::NAME, shed, &shared.metrics);
+            Err(A::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                shared.admission.message(shed),
+            ))
+        }
+    }
+}
+
+/// From the query's length to the handler's result, the handler run once the request
+/// has its place ([`admit`]).
 async fn serve<A: Api>(
     st: &Arc<A::State>,
     head: &Head,
@@ -187,7 +233,34 @@ async fn serve<A: Api>(
     target: A::Target,
     creds: Credentials,
     version: A::Version,
-) -> Result<Reply, A::Error> {
+) -> Served<A> {
+    let (route, req, open) = match prepare::<A>(st, head, body, target, creds, version).await {
+        Ok(p) => p,
+        Err(e) => return Served::Done(Err(e)),
+    };
+    let shared = A::shared(st);
+    let _admitted = match admit::<A>(shared, head, open).await {
+        Ok(a) => a,
+        Err(e) => return Served::Shed(e, shared.admission.limits().retry_after_secs),
+    };
+    if !open && crate::maintenance::writes(&head.parts.method) {
+        if let Err(e) = stopped::<A>(shared, head).await {
+            return Served::Done(Err(e));
+        }
+    }
+    Served::Done((A::handler(&route))(st.clone(), req).await)
+}
+
+/// From the query's length to the route's checks: the route, the request context, and
+/// whether the route stays open in maintenance.
+async fn prepare<A: Api>(
+    st: &Arc<A::State>,
+    head: &Head,
+    body: Body,
+    target: A::Target,
+    creds: Credentials,
+    version: A::Version,
+) -> Result<(A::Route, Request<A>, bool), A::Error> {
     let (method, query) = (&head.parts.method, head.parts.uri.query());
     if let Some(m) = crate::state::query_too_long(query) {
         return Err(A::error(StatusCode::BAD_REQUEST, m));
@@ -221,10 +294,7 @@ async fn serve<A: Api>(
         local,
     };
     A::check(&route, &req)?;
-    if !open && crate::maintenance::writes(method) {
-        stopped::<A>(A::shared(st), head).await?;
-    }
-    (A::handler(&route))(st.clone(), req).await
+    Ok((route, req, open))
 }
 
 /// The maintenance switch's 503 for a write, in the API's envelope, when it is on.
