@@ -150,6 +150,11 @@ accel_settings::settings! {
         database_connect_timeout_seconds: u64 = value(60),
             flag(long = "database-connect-timeout", env = "ACCEL_DATABASE_CONNECT_TIMEOUT",
                  value_name = "SECONDS");
+        /// Admission control: past the limits below, requests wait a bounded time and
+        /// are then answered 503 with Retry-After. Off by default until its figures are
+        /// measured on an idle machine (docs/benchmarks.md); off, no limit applies.
+        admission: bool = value(false),
+            flag(long, env = "ACCEL_ADMISSION");
         /// GET /allocation_candidates served at once; more wait up to admission_wait_ms
         /// for a place, then are answered 503 with Retry-After (0: no limit).
         admission_candidates: usize = optional("2 x the cores"),
@@ -318,8 +323,12 @@ impl ServeConfig {
         }
     }
 
-    /// The admission limits: as set, else sized from the machine's cores.
+    /// The admission limits: none unless `admission` is on; then as set, else sized
+    /// from the machine's cores.
     pub fn admission_limits(&self) -> accel_server::admission::Limits {
+        if !self.admission {
+            return accel_server::admission::Limits::default();
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let d = accel_server::admission::Limits::for_cores(cores);
         accel_server::admission::Limits {

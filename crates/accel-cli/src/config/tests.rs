@@ -276,7 +276,15 @@ mod admission_config_tests {
     #[test]
     fn admission_limits_default_from_the_cores_and_follow_flags_and_file() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Off by default: no limit.
         let cfg = ServeConfig::load(args(&[])).unwrap();
+        assert_eq!(
+            cfg.admission_limits(),
+            accel_server::admission::Limits::default()
+        );
+        assert_eq!(cfg.admission_limits().candidates, 0);
+        // On: sized from the cores.
+        let cfg = ServeConfig::load(args(&["--admission", "true"])).unwrap();
         assert_eq!(
             cfg.admission_limits(),
             accel_server::admission::Limits::for_cores(cores)
@@ -284,7 +292,11 @@ mod admission_config_tests {
         assert_eq!(cfg.admission_limits().candidates, 2 * cores);
         let path =
             std::env::temp_dir().join(format!("accel-admission-{}.toml", std::process::id()));
-        std::fs::write(&path, "admission_reads = 0\nadmission_wait_ms = 250\n").unwrap();
+        std::fs::write(
+            &path,
+            "admission = true\nadmission_reads = 0\nadmission_wait_ms = 250\n",
+        )
+        .unwrap();
         let cfg = ServeConfig::load(args(&[
             "--config",
             path.to_str().unwrap(),
