@@ -69,6 +69,7 @@
 use crate::client::{Client, ClientError};
 use crate::model::{FoundDevice, Health};
 use accel_api::agent::{KubernetesUsage, SlotClaim};
+use accel_k8s::dra::partitions::Partitioning;
 use accel_k8s::usage::BoxFuture;
 use accel_k8s::{Device, DeviceNode, RecordError, Recorded, UsageRecord, UsageReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -110,6 +111,61 @@ pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
         device_nodes: nodes,
         memory_mib: d.memory.as_ref().map(|m| m.mib),
         pcie_root,
+        partitions: d
+            .partitions
+            .as_ref()
+            .filter(|p| p.mig_enabled)
+            .map(partitioning),
+    }
+}
+
+/// A MIG-mode GPU's geometry as the DRA slices publish it (issue 45): the report's
+/// profiles, placements and instances; the compute slices the whole GPU counts are
+/// those of its largest profile.
+pub fn partitioning(p: &accel_api::partitions::GpuPartitions) -> Partitioning {
+    use accel_k8s::dra::partitions::{Engines, Instance, Placement, Profile};
+    let engines = |e: &accel_api::partitions::Engines, compute_slices: u32| Engines {
+        memory_mib: e.memory_mib,
+        multiprocessors: e.multiprocessors,
+        compute_slices,
+        copy_engines: e.copy_engines,
+        decoders: e.decoders,
+        encoders: e.encoders,
+        jpeg_engines: e.jpeg_engines,
+        ofa_engines: e.ofa_engines,
+    };
+    let at = |m: &accel_api::partitions::MigPlacement| Placement {
+        start: m.start,
+        size: m.size,
+    };
+    let whole = p
+        .profiles
+        .iter()
+        .map(|x| x.compute_slices)
+        .max()
+        .unwrap_or(0);
+    Partitioning {
+        memory_slices: p.memory_slices,
+        totals: engines(&p.totals, whole),
+        profiles: p
+            .profiles
+            .iter()
+            .map(|x| Profile {
+                id: x.id,
+                name: x.name.clone(),
+                engines: engines(&x.engines, x.compute_slices),
+                placements: x.placements.iter().map(at).collect(),
+            })
+            .collect(),
+        instances: p
+            .instances
+            .iter()
+            .map(|i| Instance {
+                profile_id: i.profile_id,
+                placement: at(&i.placement),
+                uuid: i.uuid.clone(),
+            })
+            .collect(),
     }
 }
 
