@@ -126,6 +126,9 @@ struct Picked<'a> {
     ids: Vec<String>,
 }
 
+/// One CDI device of a claim: its name, the device, what the container is told it is.
+type CdiDevice<'a> = (String, &'a Device, &'a [String]);
+
 /// The claim's devices as every CDI device of it tells the container.
 struct Visible {
     /// `ACCEL_VISIBLE_DEVICES`.
@@ -298,7 +301,7 @@ impl Driver {
             all: visible.join(","),
             mig: mig_uuids.join(","),
         };
-        let mut by_conf: BTreeMap<&str, Vec<(String, &Device, &[String])>> = BTreeMap::new();
+        let mut by_conf: BTreeMap<&str, Vec<CdiDevice>> = BTreeMap::new();
         let mut out = Vec::new();
         for (name, p) in &picked {
             let cdi_name = format!("{}-{name}", claim.uid);
@@ -479,7 +482,7 @@ impl Driver {
         &self,
         conf: &str,
         uid: &str,
-        devices: &[(String, &Device, &[String])],
+        devices: &[CdiDevice],
         visible: &Visible,
     ) -> std::io::Result<()> {
         let dir = &self.config.cdi_dir;
