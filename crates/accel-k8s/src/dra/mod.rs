@@ -258,6 +258,7 @@ impl Driver {
                 .get(name)
                 .ok_or_else(|| ClaimError::NotOnNode(name.clone()))?;
             if t.form == Some(partitions::Form::Vfio) {
+                tracing::warn!(claim = %claim.uid, device = %name, "a claim was allocated a GPU's VFIO form, which this driver does not prepare");
                 return Err(ClaimError::VfioForm(name.clone()));
             }
             let conf = self
