@@ -106,6 +106,15 @@ async fn a_mig_gpu_publishes_counters_where_served_and_its_mig_devices_where_not
     assert!(devs
         .iter()
         .all(|d| d["consumesCounters"][0]["counterSet"] == set["name"]));
+    // Every profile NVML lists at every placement it lists, and the two whole forms.
+    let found = node.agent().discover();
+    let geometry = found.devices[0].partitions.clone().unwrap();
+    let placements: usize = geometry.profiles.iter().map(|p| p.placements.len()).sum();
+    eprintln!(
+        "{} profiles, {placements} placements",
+        geometry.profiles.len()
+    );
+    assert_eq!(devs.len(), 2 + placements);
     assert!(all
         .iter()
         .all(|s| s["spec"]["pool"]["resourceSliceCount"] == 2));
