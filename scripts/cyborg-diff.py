@@ -174,6 +174,7 @@ class Side:
         s = HOST_RE.sub("<host>", REQ_ID_RE.sub("<req-id>", s))
         s = UUID_RE.sub(lambda m: self.name_uuid(m.group(0)), s)
         s = re.sub(r"`cyborg_diff_\w+`", "<database>", s)  # upstream's 500s name its database
+        s = re.sub(r"datetime\.datetime\([\d, ]*\)", "<datetime>", s)  # ... and the row's times
         # WSME's enum refusal lists the allowed values from a Python set: one process's hash order
         return re.sub(r"(Value should be one of: )([\w, ]+)",
                       lambda m: m.group(1) + ", ".join(sorted(m.group(2).split(", "))), s)

@@ -10,5 +10,6 @@ pub mod capacity;
 pub mod chunks;
 pub mod ids;
 pub mod names;
+pub mod partition;
 pub mod policy;
 pub mod standard;

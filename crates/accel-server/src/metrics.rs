@@ -155,6 +155,7 @@ pub struct Metrics {
     keystone_refused: Gauge,
     db_connections: Family<PoolLabels, Gauge>,
     db_waits: Counter,
+    partition_refusals: Counter,
     db_wait_seconds: Counter<f64, AtomicU64>,
     /// The store's retry counter at the last scrape (`claims{outcome="retried"}`
     /// moves by the difference).
@@ -223,6 +224,7 @@ impl Metrics {
             keystone_refused: Gauge::default(),
             db_connections: Family::default(),
             db_waits: Counter::default(),
+            partition_refusals: Counter::default(),
             db_wait_seconds: Counter::default(),
             retries_seen: Mutex::new(0),
             arq_states: Mutex::new(Vec::new()),
@@ -405,6 +407,11 @@ impl Metrics {
             m.db_waits.clone(),
         );
         r.register(
+            "accel_gpu_partition_refusals",
+            "GPU partition claims the ledger could not place (a joint request, or a race)",
+            m.partition_refusals.clone(),
+        );
+        r.register(
             "accel_db_pool_wait_seconds",
             "Time spent acquiring a connection when none was idle",
             m.db_wait_seconds.clone(),
@@ -495,6 +502,7 @@ impl Metrics {
             }
         }
         advance(&self.db_waits, c.pool_waits);
+        advance(&self.partition_refusals, c.partition_refusals);
         let seen = self.db_wait_seconds.get();
         if c.pool_wait_seconds > seen {
             self.db_wait_seconds.inc_by(c.pool_wait_seconds - seen);

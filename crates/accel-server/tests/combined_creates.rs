@@ -88,6 +88,8 @@ async fn a_combined_create_answers_each_request_as_alone() {
 
 #[tokio::test]
 async fn concurrent_creates_over_http_keep_one_winner_per_name() {
+    // The server's log, shown with an answer no create may give.
+    let (logs, _guard) = accel_testkit::Logs::capture();
     for backend in BACKENDS {
         let app = TestApp::spawn(backend).await;
         // 32 requests at once for 16 names: every name twice.
@@ -119,7 +121,7 @@ async fn concurrent_creates_over_http_keep_one_winner_per_name() {
                         "{detail}"
                     );
                 }
-                other => panic!("{other}: {body}"),
+                other => panic!("{backend:?}: {other}: {body}\n{}", logs.text()),
             }
         }
         assert_eq!(created, 16, "{backend:?}");

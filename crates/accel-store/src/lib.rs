@@ -33,6 +33,7 @@ pub mod estate;
 pub mod import;
 pub mod maintenance;
 mod migrate;
+pub mod partitions;
 pub mod placement;
 pub mod refused;
 mod sqlite_probe;

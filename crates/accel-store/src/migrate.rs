@@ -74,6 +74,7 @@ const MIGRATIONS: &[Migration] = &[
     migration!(13, "0013_device_cleanings.sql"),
     migration!(14, "0014_device_history.sql"),
     migration!(15, "0015_maintenance.sql"),
+    migration!(16, "0016_gpu_ledgers.sql"),
 ];
 
 /// Arbitrary constant naming accel's migration lock.

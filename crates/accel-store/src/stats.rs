@@ -34,6 +34,17 @@ pub struct StoreCounters {
     /// times the probe could not answer (read through the pool instead).
     pub version_probes: u64,
     pub version_probe_fallbacks: u64,
+    /// GPU partitions the ledger refused to place (in this process, every store).
+    pub partition_refusals: u64,
+}
+
+/// Partition claims the ledger refused (`partitions::settle`): process-wide, because
+/// the transaction that refuses does not hold its store's counters.
+static PARTITION_REFUSALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a partition the ledger could not place.
+pub(crate) fn partition_refused() {
+    PARTITION_REFUSALS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counts only the data knows, from one read snapshot.
@@ -96,6 +107,7 @@ impl Store {
             pool_wait_seconds: c.pool_wait_nanos.load(Ordering::Relaxed) as f64 / 1e9,
             version_probes: c.version_probes.load(Ordering::Relaxed),
             version_probe_fallbacks: c.version_probe_fallbacks.load(Ordering::Relaxed),
+            partition_refusals: PARTITION_REFUSALS.load(Ordering::Relaxed),
         }
     }
 

@@ -142,6 +142,10 @@ pub struct ReportedDevice {
     /// Why the agent finds it unhealthy, in its words (`None`: no reason given).
     pub health_reason: Option<String>,
     pub deployables: Vec<ReportedDeployable>,
+    /// How a GPU can be partitioned (MIG profiles, vGPU types): the server then keeps
+    /// one ledger for it (`crate::partition`) and models each way of taking it as a
+    /// provider under the GPU's. `None`: handed out whole, as before.
+    pub partitions: Option<crate::partition::Geometry>,
 }
 
 /// What Cyborg's fake driver discovers on `host`: one FPGA device `<host>_FakeDevice`
@@ -182,6 +186,7 @@ pub fn fake_device(host: &str) -> ReportedDevice {
             .into(),
         healthy: true,
         health_reason: None,
+        partitions: None,
         deployables: vec![ReportedDeployable {
             name,
             parent: None,

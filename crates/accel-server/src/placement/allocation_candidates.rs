@@ -290,7 +290,7 @@ pub async fn list(app: Arc<AppState>, req: Req) -> ApiResult<Reply> {
     let parsed = parse(&req)?;
     let started = std::time::Instant::now();
     let index = app.placement_index.current(&app.store).await?;
-    let reply = answer(&app, &req, &parsed, &index)?.modified_now();
+    let reply = answer(&app, &req, &parsed, &index).await?.modified_now();
     app.metrics
         .candidates_duration
         .observe(started.elapsed().as_secs_f64());
@@ -331,7 +331,7 @@ pub fn resolve_query(
     resolve(app, &req, &parsed, index)
 }
 
-fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
+async fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<Reply> {
     let request = match resolve(app, req, p, index)? {
         Resolved::Search(r) => r,
         Resolved::Empty => return Ok(empty()),
@@ -342,7 +342,7 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
     } else {
         app.config.max_allocation_candidates
     };
-    let (outcome, work) = engine::search_counted(
+    let (mut outcome, work) = engine::search_counted(
         snapshot,
         &request,
         &engine::SearchOptions {
@@ -350,6 +350,15 @@ fn answer(app: &AppState, req: &Req, p: &Parsed, index: &Prepared) -> ApiResult<
             ..Default::default()
         },
     );
+    // Two partitions of one GPU in one candidate: its ledger decides.
+    let dropped =
+        super::partition_candidates::drop_unholdable(&app.store, index, &mut outcome).await?;
+    if dropped > 0 {
+        tracing::debug!(
+            dropped,
+            "candidates a GPU's partition ledger cannot hold together"
+        );
+    }
     let m = &app.metrics;
     m.candidates_returned
         .observe(outcome.candidates.len() as f64);

@@ -20,6 +20,7 @@ mod routes;
 
 mod aggregates;
 mod allocation_candidates;
+mod partition_candidates;
 pub use allocation_candidates::{resolve_query, Resolved};
 pub(crate) mod allocations;
 pub mod creates;

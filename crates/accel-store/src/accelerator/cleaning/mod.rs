@@ -174,6 +174,8 @@ pub(crate) async fn after_release(
         }
         start(tx, &uuid, &host).await?;
         reserve(tx, rp_id).await?;
+        // A partitioned GPU being cleaned offers none of its partitions either.
+        crate::partitions::refresh_gpu(tx, &uuid).await?;
         super::history::record_provider(
             tx,
             &uuid,

@@ -214,6 +214,9 @@ pub async fn replace_host(
     reported: &[ReportedDevice],
     create_compute_node: bool,
 ) -> Result<Summary, StoreError> {
+    // A partitioned GPU's profiles and vGPU types become deployables under it.
+    let expanded = crate::partitions::expand(reported);
+    let reported = expanded.as_slice();
     validate(reported)?;
     let mut summary = Summary::default();
     let compute = match compute_node(tx, hostname).await? {
@@ -343,6 +346,7 @@ pub async fn replace_host(
         summary.devices_added += 1;
     }
 
+    crate::partitions::sync_report(tx, hostname, reported).await?;
     let devices = hardware::list_devices(
         tx,
         &[(hardware::DeviceColumn::Hostname, hostname.to_owned())],

@@ -101,6 +101,8 @@ pub(super) async fn sync_devices(
     // A provider between its release and its cleaning stays reserved whatever the
     // report says (accelerator/cleaning.rs): one rule for both reasons.
     let uncleaned = uncleaned(tx, &uuids).await?;
+    // A partitioned GPU's providers are reserved as its ledger says (crate::partitions).
+    let ledger = crate::partitions::reserves_of(tx, &uuids).await?;
     let unavailable: HashMap<i64, bool> = devices
         .iter()
         .map(|d| {
@@ -153,7 +155,12 @@ pub(super) async fn sync_devices(
             let Some(parent) = parent else { continue };
             let a = attrs.get(&d.id).unwrap_or(&no_attrs);
             let off = unavailable[&d.device_id] || uncleaned.contains(uuid);
-            let (inv, tr) = desired(tx, d, a, off, names).await?;
+            let mode = Reserving {
+                off,
+                ledger: ledger.get(uuid).copied(),
+                rp_id: None,
+            };
+            let (inv, tr) = desired(tx, d, a, mode, names).await?;
             new.push((d, parent, inv, tr));
         }
         let children: Vec<providers::NewChild> = new
@@ -181,7 +188,12 @@ pub(super) async fn sync_devices(
             };
             let a = attrs.get(&d.id).unwrap_or(&no_attrs);
             let off = unavailable[&d.device_id] || uncleaned.contains(rp.uuid.as_str());
-            let (want, trait_ids) = desired(tx, d, a, off, names).await?;
+            let mode = Reserving {
+                off,
+                ledger: ledger.get(&rp.uuid).copied(),
+                rp_id: Some(rp.id),
+            };
+            let (want, trait_ids) = desired(tx, d, a, mode, names).await?;
             let rp = sync_provider(tx, rp, &want, &trait_ids).await?;
             rps.insert(rp.uuid.clone(), rp);
         }
@@ -189,14 +201,24 @@ pub(super) async fn sync_devices(
     Ok(())
 }
 
+/// What a deployable's provider reserves: everything while it is `off` (unavailable
+/// or uncleaned), else what its GPU's ledger says, if it has one (`rp_id`: the
+/// provider, when it exists, whose usage the ledger may leave room for).
+#[derive(Debug, Clone, Copy)]
+struct Reserving {
+    off: bool,
+    ledger: Option<crate::partitions::Reserve>,
+    rp_id: Option<i64>,
+}
+
 /// The inventories (by class id) and trait ids a deployable's provider should have:
-/// `rc` with `num_accelerators`, each `inventory:<RC>` with its value, reserved in full
-/// while `unavailable`; the `trait*` attributes' values.
+/// `rc` with `num_accelerators`, each `inventory:<RC>` with its value, reserved as
+/// [`Reserving`] says; the `trait*` attributes' values.
 async fn desired(
     tx: &mut Tx,
     d: &Deployable,
     attrs: &[hardware::Attribute],
-    unavailable: bool,
+    mode: Reserving,
     names: &mut Names,
 ) -> Result<(Vec<inventories::Inventory>, Vec<i64>), StoreError> {
     let mut wanted: Vec<(&str, i64)> = Vec::new();
@@ -220,8 +242,21 @@ async fn desired(
     let mut want = Vec::new();
     for (rc, n) in wanted {
         let (rc_id, rc_name) = names.class(tx, rc).await?;
+        let reserved = match (mode.off, mode.ledger) {
+            (true, _) => n,
+            (false, None) => 0,
+            (false, Some(r)) => {
+                let used = match (r, mode.rp_id) {
+                    (crate::partitions::Reserve::AllButUsed, Some(rp)) => {
+                        crate::partitions::used_of(tx, rp, rc_id).await?
+                    }
+                    _ => 0,
+                };
+                r.amount(n, used)
+            }
+        };
         let limits = Limits {
-            reserved: if unavailable { n } else { 0 },
+            reserved,
             ..Limits::whole(n)
         };
         want.push(inventories::Inventory::new(rc_id, rc_name, limits));

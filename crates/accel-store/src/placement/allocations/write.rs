@@ -368,6 +368,12 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
     classes.sort_unstable();
     classes.dedup();
 
+    // The GPU partition ledgers of these providers, and of those the consumers let
+    // go of, are locked before any provider (crate::partitions: one lock order).
+    let mut family = rp_ids.clone();
+    family.extend(providers_held_by(tx, prepared).await?);
+    let ledgers = crate::partitions::lock_for(tx, &family).await?;
+
     // Claim the providers before reading any usage: move each generation on in id
     // order. The update locks the row until commit (a fixed order means no deadlock
     // between writers), so any other writer of these providers waits for this
@@ -533,6 +539,17 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         q.execute(&mut *tx).await?;
     }
 
+    // Holders follow the allocations; siblings' capacities follow the holders.
+    let writing = prepared
+        .consumers
+        .iter()
+        .map(|c| c.row.uuid.clone())
+        .collect();
+    let mode = crate::partitions::Settling::Claim(writing);
+    if let Err(r) = crate::partitions::settle(tx, &ledgers, &mode).await? {
+        return Ok(Err(r));
+    }
+
     let mut visited: BTreeMap<i64, &Ensured> = BTreeMap::new();
     for i in items {
         let c = &prepared.consumers[i.consumer];
@@ -562,6 +579,31 @@ pub async fn apply(tx: &mut Tx, prepared: &Prepared) -> Refusable<(), Refusal> {
         .collect();
     delete_consumers_without_allocations(tx, &empty).await?;
     Ok(Ok(()))
+}
+
+/// The providers the prepared consumers hold allocations on now (one query per
+/// [`crate::BATCH_ROWS`] consumers).
+async fn providers_held_by(tx: &mut Tx, prepared: &Prepared) -> Result<Vec<i64>, StoreError> {
+    let uuids: Vec<&str> = prepared
+        .consumers
+        .iter()
+        .map(|c| c.row.uuid.as_str())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .collect();
+    let mut out = Vec::new();
+    for chunk in uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for u in chunk {
+            q = q.bind(u.to_string());
+        }
+        out.extend(q.fetch_all(&mut *tx).await?);
+    }
+    Ok(out)
 }
 
 /// Deletes those of `uuids` that no longer have any allocation.
@@ -599,6 +641,11 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
         return Ok(false);
     };
     let project: i64 = first.try_get(1)?;
+    let held = rows
+        .iter()
+        .map(|r| r.try_get::<i64, _>(2))
+        .collect::<Result<Vec<i64>, _>>()?;
+    let ledgers = crate::partitions::lock_for(tx, &held).await?;
     let ids = rows
         .iter()
         .map(|r| r.try_get(0))
@@ -621,5 +668,8 @@ pub async fn delete_for_consumer(tx: &mut Tx, consumer_uuid: &str) -> Result<boo
     }
     q.execute(&mut *tx).await?;
     delete_consumers_without_allocations(tx, &[consumer_uuid.to_owned()]).await?;
+    // A release is never refused (Settling::Release).
+    let mode = crate::partitions::Settling::Release;
+    let _ = crate::partitions::settle(tx, &ledgers, &mode).await?;
     Ok(true)
 }

@@ -441,10 +441,18 @@ impl Providers<'_> {
         name: &str,
         parent: Option<&str>,
     ) -> Result<Provider, StoreError> {
-        let (u, n, p) = (uuid.to_owned(), name.to_owned(), parent.map(str::to_owned));
-        self.0
-            .write(move |tx| Box::pin(async move { create(tx, &u, &n, p.as_deref()).await }))
-            .await
+        let run = || {
+            let (u, n, p) = (uuid.to_owned(), name.to_owned(), parent.map(str::to_owned));
+            self.0
+                .write(move |tx| Box::pin(async move { create(tx, &u, &n, p.as_deref()).await }))
+        };
+        // On PostgreSQL the uuid and name are checked before the insert: a create racing
+        // another for the same name can pass the check and then meet the unique
+        // constraint. Run again, the check sees the winner's row and answers the 409.
+        match run().await {
+            Err(e) if e.is_unique_violation() => run().await,
+            done => done,
+        }
     }
 
     /// Renames and re-parents provider `uuid` ([`update`]); before microversion 1.37

@@ -1,0 +1,27 @@
+-- One ledger per partitioned GPU (src/partitions/, issue 45); see the SQLite and
+-- PostgreSQL version.
+CREATE TABLE gpu_ledgers (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    rp_uuid VARCHAR(36) NOT NULL UNIQUE,
+    hostname VARCHAR(255) NOT NULL,
+    geometry TEXT NOT NULL,
+    generation BIGINT NOT NULL DEFAULT 0,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT
+);
+CREATE INDEX gpu_ledgers_host_idx ON gpu_ledgers(hostname);
+CREATE TABLE gpu_ledger_members (
+    rp_uuid VARCHAR(36) PRIMARY KEY,
+    ledger_id BIGINT NOT NULL REFERENCES gpu_ledgers(id),
+    member VARCHAR(255) NOT NULL
+);
+CREATE INDEX gpu_ledger_members_ledger_idx ON gpu_ledger_members(ledger_id);
+CREATE TABLE gpu_ledger_holders (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    ledger_id BIGINT NOT NULL REFERENCES gpu_ledgers(id),
+    consumer VARCHAR(255) NOT NULL,
+    rp_uuid VARCHAR(36) NOT NULL,
+    holder TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX gpu_ledger_holders_ledger_idx ON gpu_ledger_holders(ledger_id);
