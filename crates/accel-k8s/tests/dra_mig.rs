@@ -7,7 +7,7 @@ use accel_k8s::config::KubernetesConfig;
 use accel_k8s::dra::metrics::DraMetrics;
 use accel_k8s::dra::mig::Partitioner;
 use accel_k8s::dra::objects::ResourceClaim;
-use accel_k8s::dra::partitions::{Engines, Partitioning, Placement, Profile};
+use accel_k8s::dra::partitions::{Partitioning, Placement};
 use accel_k8s::dra::{
     device_name, ApiError, BoxFuture, ClaimApi, ClaimError, ClaimRecord, ClaimRef, Driver,
 };
@@ -94,33 +94,9 @@ impl Partitioner for Slices {
 }
 
 fn h100() -> Device {
-    let profile = |id, name: &str, size, starts: &[u32]| Profile {
-        id,
-        name: name.into(),
-        engines: Engines {
-            memory_mib: 9984 * i64::from(size),
-            multiprocessors: 16 * size,
-            compute_slices: size,
-            ..Engines::default()
-        },
-        placements: starts
-            .iter()
-            .map(|&start| Placement { start, size })
-            .collect(),
-    };
     Device {
         partitions: Some(Partitioning {
-            memory_slices: 8,
-            totals: Engines {
-                memory_mib: 81152,
-                multiprocessors: 132,
-                compute_slices: 7,
-                ..Engines::default()
-            },
-            profiles: vec![
-                profile(19, "1g.10gb", 1, &[0, 1, 2, 3, 4, 5, 6]),
-                profile(14, "2g.20gb", 2, &[0, 2, 4]),
-            ],
+            geometry: accel_core::partition::fixtures::h100_80gb(),
             instances: Vec::new(),
         }),
         ..device(GPU, "GPU")

@@ -88,19 +88,14 @@ pub fn targets(node: &str, found: Vec<Device>) -> BTreeMap<String, Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dra::partitions::{Engines, Instance, Partitioning, Profile};
+    use crate::dra::partitions::{Instance, Partitioning};
 
     #[test]
     fn a_partitioned_gpu_answers_each_form_and_a_plain_device_its_own_name() {
+        let mut geometry = accel_core::partition::fixtures::h100_80gb();
+        geometry.profiles.retain(|x| x.id == 19);
         let p = Partitioning {
-            memory_slices: 8,
-            totals: Engines::default(),
-            profiles: vec![Profile {
-                id: 19,
-                name: "1g.10gb".into(),
-                engines: Engines::default(),
-                placements: (0..7).map(|s| Placement { start: s, size: 1 }).collect(),
-            }],
+            geometry,
             instances: vec![Instance {
                 profile_id: 19,
                 placement: Placement { start: 2, size: 1 },

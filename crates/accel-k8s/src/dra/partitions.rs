@@ -46,48 +46,17 @@ pub enum Layout {
     Static,
 }
 
-/// What a GPU can be split into, as the agent found it (NVML's GPU instance profiles
-/// and placements); present only on a GPU in MIG mode.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use accel_core::partition::{Consumer, Counters};
+pub use accel_core::partition::{Engines, Geometry, Profile, Span as Placement};
+
+/// A GPU in MIG mode as the agent found it: the ledger's [`Geometry`] (NVML's GPU
+/// instance profiles and placements, the engines; `accel_core::partition`, the model
+/// the server's ledger keeps) and the MIG devices that exist, with their UUIDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partitioning {
-    /// Memory slices a placement counts in (8 on A100, H100, H200).
-    pub memory_slices: u32,
-    /// What the whole GPU has.
-    pub totals: Engines,
-    pub profiles: Vec<Profile>,
+    pub geometry: Geometry,
     /// MIG devices that exist now.
     pub instances: Vec<Instance>,
-}
-
-/// Countable resources of a GPU or of one partition.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Engines {
-    pub memory_mib: i64,
-    pub multiprocessors: u32,
-    pub compute_slices: u32,
-    pub copy_engines: u32,
-    pub decoders: u32,
-    pub encoders: u32,
-    pub jpeg_engines: u32,
-    pub ofa_engines: u32,
-}
-
-/// One GPU instance profile and where it may be placed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Profile {
-    /// The hardware id (`1g.10gb` is 19 on H100).
-    pub id: u32,
-    /// `1g.10gb`, `1g.10gb+me`.
-    pub name: String,
-    pub engines: Engines,
-    pub placements: Vec<Placement>,
-}
-
-/// A range of memory slices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Placement {
-    pub start: u32,
-    pub size: u32,
 }
 
 /// A MIG device that exists.
@@ -152,7 +121,8 @@ fn label(base: &str, suffix: &str) -> String {
 pub fn forms(gpu: &str, p: &Partitioning, layout: Layout) -> Vec<(String, Form)> {
     let mut out = Vec::new();
     let profile_name = |id: u32| {
-        p.profiles
+        p.geometry
+            .profiles
             .iter()
             .find(|x| x.id == id)
             .map(|x| x.name.clone())
@@ -175,7 +145,7 @@ pub fn forms(gpu: &str, p: &Partitioning, layout: Layout) -> Vec<(String, Form)>
     }
     out.push((gpu.to_owned(), Form::Whole));
     out.push((vfio_name(gpu), Form::Vfio));
-    for prof in &p.profiles {
+    for prof in &p.geometry.profiles {
         for at in &prof.placements {
             let uuid = p
                 .instances
@@ -196,15 +166,12 @@ pub fn forms(gpu: &str, p: &Partitioning, layout: Layout) -> Vec<(String, Form)>
     out
 }
 
-/// The GPU's counter set: its engines, and one counter per memory slice.
+/// The GPU's counter set: everything it has (the ledger's whole counters), one
+/// counter per memory slice.
 pub fn counters(gpu: &str, p: &Partitioning) -> CounterSet {
-    let mut counters = engine_counters(&p.totals);
-    for n in 0..p.memory_slices {
-        counters.insert(format!("memory-slice-{n}"), count(1));
-    }
     CounterSet {
         name: counter_set(gpu),
-        counters,
+        counters: render(&p.geometry.whole_counters(), p.geometry.memory_slices, true),
     }
 }
 
@@ -214,23 +181,57 @@ fn count(n: impl std::fmt::Display) -> DeviceCapacity {
     }
 }
 
-fn engine_counters(e: &Engines) -> IndexMap<String, DeviceCapacity> {
-    let mut c = IndexMap::new();
-    c.insert("multiprocessors".into(), count(e.multiprocessors));
-    c.insert("memory".into(), count(format!("{}Mi", e.memory_mib)));
-    c.insert("compute-slices".into(), count(e.compute_slices));
-    c.insert("copy-engines".into(), count(e.copy_engines));
-    c.insert("decoders".into(), count(e.decoders));
-    c.insert("encoders".into(), count(e.encoders));
-    c.insert("jpeg-engines".into(), count(e.jpeg_engines));
-    c.insert("ofa-engines".into(), count(e.ofa_engines));
-    c
+/// The ledger's counters in DRA's names (the ledger's own: `memory`, `multiprocessors`,
+/// `compute-slices`, `copy-engines`, ...; `memory-slice-N` for slice N). Zero draws
+/// are left out of a device's (`all` false); a set lists every counter.
+fn render(c: &Counters, memory_slices: u32, all: bool) -> IndexMap<String, DeviceCapacity> {
+    let e = &c.engines;
+    let mut out = IndexMap::new();
+    let fields: [(&str, String, bool); 8] = [
+        (
+            "multiprocessors",
+            e.multiprocessors.to_string(),
+            e.multiprocessors > 0,
+        ),
+        ("memory", format!("{}Mi", e.memory_mib), e.memory_mib > 0),
+        (
+            "compute-slices",
+            c.compute_slices.to_string(),
+            c.compute_slices > 0,
+        ),
+        (
+            "copy-engines",
+            e.copy_engines.to_string(),
+            e.copy_engines > 0,
+        ),
+        ("decoders", e.decoders.to_string(), e.decoders > 0),
+        ("encoders", e.encoders.to_string(), e.encoders > 0),
+        (
+            "jpeg-engines",
+            e.jpeg_engines.to_string(),
+            e.jpeg_engines > 0,
+        ),
+        ("ofa-engines", e.ofa_engines.to_string(), e.ofa_engines > 0),
+    ];
+    for (name, value, nonzero) in fields {
+        if all || nonzero {
+            out.insert(name.to_owned(), count(value));
+        }
+    }
+    for n in 0..memory_slices.min(64) {
+        if c.slices & (1u64 << n) != 0 {
+            out.insert(format!("memory-slice-{n}"), count(1));
+        }
+    }
+    out
 }
 
 /// The devices a partitioned GPU publishes, built on `whole` (the GPU's own device
-/// as the pool would publish it: its attributes, capacity and taints).
+/// as the pool would publish it: its attributes, capacity and taints); each draws
+/// what the ledger says its consumer takes.
 pub fn devices(whole: &SliceDevice, p: &Partitioning, layout: Layout) -> Vec<SliceDevice> {
     let gpu = whole.name.as_str();
+    let g = &p.geometry;
     forms(gpu, p, layout)
         .into_iter()
         .map(|(name, form)| {
@@ -239,24 +240,12 @@ pub fn devices(whole: &SliceDevice, p: &Partitioning, layout: Layout) -> Vec<Sli
                 consumes_counters: Vec::new(),
                 ..whole.clone()
             };
-            match form {
-                Form::Whole => consume(
-                    &mut d,
-                    gpu,
-                    engine_counters(&p.totals),
-                    all_slices(p),
-                    layout,
-                ),
+            let consumer = match &form {
+                Form::Whole => Consumer::Whole,
                 Form::Vfio => {
                     d.attributes
                         .insert("type".into(), DeviceAttribute::string("vfio"));
-                    consume(
-                        &mut d,
-                        gpu,
-                        engine_counters(&p.totals),
-                        all_slices(p),
-                        layout,
-                    );
+                    Consumer::Vfio
                 }
                 Form::Mig {
                     profile_id,
@@ -264,51 +253,34 @@ pub fn devices(whole: &SliceDevice, p: &Partitioning, layout: Layout) -> Vec<Sli
                     placement,
                     uuid,
                 } => {
-                    let engines = p
-                        .profiles
-                        .iter()
-                        .find(|x| x.id == profile_id)
+                    let engines = g
+                        .profile(*profile_id)
                         .map(|x| x.engines)
                         .unwrap_or_default();
-                    mig_attributes(&mut d, gpu, &profile, profile_id, placement, &engines);
+                    mig_attributes(&mut d, gpu, profile, *profile_id, *placement, &engines);
                     if let Some(u) = uuid {
                         d.attributes
                             .insert("uuid".into(), DeviceAttribute::string(u));
                     }
-                    let slices = placement.start..placement.start + placement.size;
-                    consume(&mut d, gpu, engine_counters(&engines), slices, layout);
+                    Consumer::Mig {
+                        profile: *profile_id,
+                        at: *placement,
+                    }
+                }
+            };
+            // The static layout has no counters; a form the geometry does not know
+            // (an instance of an unlisted profile) draws nothing.
+            if layout != Layout::Static {
+                if let Ok(taken) = g.take(&consumer) {
+                    d.consumes_counters = vec![CounterConsumption {
+                        counter_set: counter_set(gpu),
+                        counters: render(&taken, g.memory_slices, false),
+                    }];
                 }
             }
             d
         })
         .collect()
-}
-
-fn all_slices(p: &Partitioning) -> std::ops::Range<u32> {
-    0..p.memory_slices
-}
-
-/// The device draws `engines` and the memory slices `slices` from the GPU's set (not
-/// in the static layout, which has no counters).
-fn consume(
-    d: &mut SliceDevice,
-    gpu: &str,
-    mut engines: IndexMap<String, DeviceCapacity>,
-    slices: std::ops::Range<u32>,
-    layout: Layout,
-) {
-    if layout == Layout::Static {
-        return;
-    }
-    // A zero draw says nothing: left out (the set stays within 32 counters either way).
-    engines.retain(|_, v| v.value != "0" && v.value != "0Mi");
-    for n in slices {
-        engines.insert(format!("memory-slice-{n}"), count(1));
-    }
-    d.consumes_counters = vec![CounterConsumption {
-        counter_set: counter_set(gpu),
-        counters: engines,
-    }];
 }
 
 /// A MIG device's own attributes and capacity; the parent's stay (its pciBusID,

@@ -11,54 +11,11 @@ use crate::dra::slices::{wanted, Marks};
 use crate::testing::kube::validate_slice;
 use serde_json::{json, Value};
 
-fn engines(mib: i64, sms: u32, compute: u32) -> Engines {
-    Engines {
-        memory_mib: mib,
-        multiprocessors: sms,
-        compute_slices: compute,
-        copy_engines: compute,
-        decoders: compute,
-        ..Engines::default()
-    }
-}
-
-fn profile(id: u32, name: &str, e: Engines, size: u32, starts: &[u32]) -> Profile {
-    Profile {
-        id,
-        name: name.into(),
-        engines: e,
-        placements: starts
-            .iter()
-            .map(|&start| Placement { start, size })
-            .collect(),
-    }
-}
-
-/// H100 80GB's GPU instance profiles (`nvidia-smi mig -lgip/-lgipp`, the reference's
-/// §1.2), without the `+me` and `-me` variants.
+/// H100 80GB as the ledger's fixture has it (`accel_core::partition::fixtures`: a real
+/// `nvidia-smi mig -lgip` capture, the reference's placements).
 pub(crate) fn h100(instances: Vec<Instance>) -> Partitioning {
     Partitioning {
-        memory_slices: 8,
-        totals: Engines {
-            ofa_engines: 1,
-            jpeg_engines: 7,
-            encoders: 3,
-            ..engines(81152, 132, 7)
-        },
-        profiles: vec![
-            profile(
-                19,
-                "1g.10gb",
-                engines(9984, 16, 1),
-                1,
-                &[0, 1, 2, 3, 4, 5, 6],
-            ),
-            profile(15, "1g.20gb", engines(20096, 26, 1), 2, &[0, 2, 4, 6]),
-            profile(14, "2g.20gb", engines(20096, 32, 2), 2, &[0, 2, 4]),
-            profile(9, "3g.40gb", engines(40320, 60, 3), 4, &[0, 4]),
-            profile(5, "4g.40gb", engines(40320, 64, 4), 4, &[0]),
-            profile(0, "7g.80gb", engines(80896, 132, 7), 8, &[0]),
-        ],
+        geometry: accel_core::partition::fixtures::h100_80gb(),
         instances,
     }
 }
@@ -138,11 +95,22 @@ fn an_h100_publishes_its_counters_apart_from_every_profile_at_every_placement() 
     }
     assert_eq!(c.as_object().unwrap().len(), 16);
     let devices = devices_of(&slices);
-    // Whole, VFIO, and 7 + 4 + 3 + 2 + 1 + 1 MIG placements.
-    assert_eq!(devices.len(), 20);
+    // Whole, VFIO, and the fixture's 7 profiles at their 25 placements
+    // (`1g.10gb` 7, `1g.10gb+me` 7, `1g.20gb` 4, `2g` 3, `3g` 2, `4g` 1, `7g` 1).
+    let g = accel_core::partition::fixtures::h100_80gb();
+    let placements: usize = g.profiles.iter().map(|p| p.placements.len()).sum();
+    assert_eq!(placements, 25);
+    assert_eq!(devices.len(), 2 + placements);
     let by = |n: &str| devices.iter().find(|d| d["name"] == n).unwrap().clone();
     let whole = by("n-0000-3b-00-0");
-    assert_eq!(whole["consumesCounters"][0]["counters"], *c);
+    // The whole GPU draws every counter the set has (a counter of 0, H100's
+    // encoders, is no draw).
+    let mut nonzero = c.as_object().unwrap().clone();
+    nonzero.retain(|_, v| v["value"] != "0");
+    assert_eq!(
+        whole["consumesCounters"][0]["counters"],
+        Value::Object(nonzero)
+    );
     assert_eq!(whole["attributes"]["type"], json!({"string": "GPU"}));
     assert_eq!(
         by("n-0000-3b-00-0-vfio")["attributes"]["type"],
@@ -161,7 +129,7 @@ fn an_h100_publishes_its_counters_apart_from_every_profile_at_every_placement() 
     assert_eq!(drawn["counters"]["memory-slice-5"], json!({"value": "1"}));
     assert_eq!(drawn["counters"]["multiprocessors"], json!({"value": "16"}));
     assert!(drawn["counters"].get("memory-slice-4").is_none());
-    // Zero draws are left out (the 1g has no encoder).
+    // Zero draws are left out (the GPU has no encoder).
     assert!(drawn["counters"].get("encoders").is_none());
     let big = by("n-0000-3b-00-0-mig-3g40gb-9-4");
     let slices_drawn: Vec<&String> = big["consumesCounters"][0]["counters"]
@@ -200,7 +168,8 @@ fn four_h100s_cut_into_one_counter_slice_and_device_slices_of_64() {
             (n("sharedCounters"), n("devices"))
         })
         .collect();
-    assert_eq!(sizes, vec![(4, 0), (0, 64), (0, 16)]);
+    // 4 x 27 devices: 64 and 44.
+    assert_eq!(sizes, vec![(4, 0), (0, 64), (0, 44)]);
     assert!(slices
         .iter()
         .all(|s| s["spec"]["pool"]["resourceSliceCount"] == 3));
