@@ -71,9 +71,14 @@ if [[ -n "$slices" ]]; then
   # some, or it says nothing of the taints' fields.
   tainted=$(grep -l '"taints"' "$slices"/*.yaml | wc -l)
   [[ $tainted -gt 0 ]] || { echo "dra-check: no ResourceSlice with device taints was written to $slices by the tests" >&2; exit 1; }
-  for k in 1.34.0 1.37.0; do
+  # Partitionable GPUs (issue 45): counter slices and devices consuming them, which
+  # 1.36 is the first release to serve by default; so 1.36 is checked too.
+  counters=$(grep -l '"sharedCounters"' "$slices"/*.yaml | wc -l)
+  consuming=$(grep -l '"consumesCounters"' "$slices"/*.yaml | wc -l)
+  [[ $counters -gt 0 && $consuming -gt 0 ]] || { echo "dra-check: no ResourceSlice with sharedCounters and consumesCounters was written to $slices by the tests" >&2; exit 1; }
+  for k in 1.34.0 1.36.0 1.37.0; do
     "$venv/bin/kubernetes-validate" -k "$k" --strict --quiet "$slices"/*.yaml
-    echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass ($tainted with device taints)"
+    echo "kubernetes-validate $k --strict: the $n ResourceSlices the driver sent in the tests pass ($tainted with device taints, $counters with shared counters, $consuming with devices consuming them)"
   done
   # The examples' CEL selectors against those slices.
   "$venv/bin/python" scripts/dra-cel.py deploy/kubernetes/examples \

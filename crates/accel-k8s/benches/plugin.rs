@@ -36,6 +36,7 @@ fn device(i: usize, healthy: bool) -> Device {
         device_nodes: vec![],
         memory_mib: None,
         pcie_root: None,
+        partitions: None,
     }
 }
 

@@ -53,6 +53,11 @@ pub struct KubernetesFile {
     pub configurations: Vec<ConfigurationFile>,
     /// `device-plugin` (default) or `dra` (the DRA kubelet plugin instead).
     pub mode: Option<Mode>,
+    /// How a GPU in MIG mode is published in DRA (issue 45): `counters` (its counter
+    /// set, and every MIG profile at every placement; Kubernetes >= 1.36), `static`
+    /// (the MIG devices that exist; older clusters), or `auto` (default: counters when
+    /// a dry-run create shows the API server keeps them).
+    pub partition_layout: Option<crate::dra::partitions::Layout>,
 }
 
 /// How the devices are handed to kubelet (`[kubernetes] mode`).
@@ -106,6 +111,7 @@ pub struct KubernetesConfig {
     pub cdi_dir: PathBuf,
     pub configurations: Vec<Configuration>,
     pub mode: Mode,
+    pub partition_layout: crate::dra::partitions::Layout,
 }
 
 /// One validated configuration.
@@ -150,6 +156,7 @@ impl Default for KubernetesConfig {
             cdi_dir: DEFAULT_CDI_DIR.into(),
             configurations: Vec::new(),
             mode: Mode::DevicePlugin,
+            partition_layout: crate::dra::partitions::Layout::Auto,
         }
     }
 }
@@ -218,6 +225,7 @@ impl KubernetesFile {
             cdi_dir,
             configurations,
             mode: self.mode.unwrap_or_default(),
+            partition_layout: self.partition_layout.unwrap_or_default(),
         })
     }
 }

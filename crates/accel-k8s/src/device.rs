@@ -37,6 +37,9 @@ pub struct Device {
     /// The PCIe root complex above the device, `pci<domain>:<bus>` (Kubernetes'
     /// standard `resource.kubernetes.io/pcieRoot`), where sysfs shows it.
     pub pcie_root: Option<String>,
+    /// What the GPU can be split into (a GPU in MIG mode, issue 45): its DRA devices
+    /// then draw from one counter set (`dra::partitions`).
+    pub partitions: Option<crate::dra::partitions::Partitioning>,
 }
 
 /// Where the plugins get the node's devices from: the agent's discovery implements

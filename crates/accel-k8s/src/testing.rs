@@ -347,6 +347,7 @@ pub fn device(id: &str, device_type: &str) -> crate::device::Device {
         device_nodes: vec![],
         memory_mib: None,
         pcie_root: None,
+        partitions: None,
     }
 }
 

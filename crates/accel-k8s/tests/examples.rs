@@ -58,6 +58,7 @@ fn gpu(address: &str, model: &str, mib: i64) -> Device {
         model: model.into(),
         memory_mib: Some(mib),
         pcie_root: Some("pci0000:16".into()),
+        partitions: None,
         ..device(address, "GPU")
     }
 }

@@ -38,6 +38,7 @@ async fn run_serves_the_configured_devices_until_shutdown() {
             device_nodes: vec![],
             memory_mib: None,
             pcie_root: None,
+            partitions: None,
         })
         .collect();
     let source: Arc<dyn DeviceSource> = Arc::new(devices);

@@ -12,6 +12,7 @@
 //! each carrying this side's error as its cause.
 
 pub mod client;
+pub mod mig;
 
 pub use client::{ConfigError, KubeApi, RequestError, WatchEnd, SERVICE_ACCOUNT_DIR};
 

@@ -248,6 +248,7 @@ impl Node {
             metrics: self.health.metrics().kubelet.clone(),
             dra_metrics: self.health.metrics().dra.clone(),
             released: Arc::default(),
+            partitioner: Arc::new(crate::dra::mig::AgentPartitions::new(self.agent.clone())),
         })
     }
 
@@ -402,6 +403,8 @@ pub struct Dra {
     /// The devices the driver's unprepare released, told to the publisher (tainted
     /// while they are cleaned).
     released: Arc<accel_k8s::dra::taints::Released>,
+    /// Makes the claims' MIG devices (the agent's partitions manager).
+    partitioner: Arc<crate::dra::mig::AgentPartitions>,
 }
 
 impl Dra {
@@ -417,7 +420,8 @@ impl Dra {
         Arc::new(
             d.with_metrics(Some(self.metrics.clone()))
                 .with_dra_metrics(self.dra_metrics.clone())
-                .with_released(self.released.clone()),
+                .with_released(self.released.clone())
+                .with_partitioner(self.partitioner.clone()),
         )
     }
 

@@ -81,6 +81,27 @@ pub enum ClaimError {
         #[source]
         source: std::io::Error,
     },
+    /// The MIG device a claim was allocated could not be made (issue 45): the slot is
+    /// taken (another claim, a VM, or a device the operator made), or NVML failed.
+    #[error("creating MIG device {device} for claim {uid} failed: {source}")]
+    MigCreate {
+        device: String,
+        uid: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The claim's MIG devices were not destroyed (or their cleaning failed).
+    #[error("releasing the MIG devices of claim {uid} failed: {source}")]
+    MigRelease {
+        uid: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("device {0} is a MIG device, and this node's driver has no NVML to make it")]
+    NoPartitioner(String),
+    /// The VFIO form of a GPU is for a VM (KubeVirt); a pod's claim cannot use it here.
+    #[error("device {0} is a GPU's VFIO form: binding it to vfio-pci for a claim is not done by this driver yet")]
+    VfioForm(String),
     /// The claim's task ended without an answer (`doing`: preparing, unpreparing).
     #[error("{doing} the claim failed: {source}")]
     Task {

@@ -43,6 +43,8 @@ pub struct TaintLabels {
 pub struct DraMetrics {
     publishes: Family<OutcomeLabels, Counter>,
     taint_checks: Family<OutcomeLabels, Counter>,
+    counter_checks: Family<OutcomeLabels, Counter>,
+    mig_operations: Family<OutcomeLabels, Counter>,
     tainted: Family<TaintLabels, Gauge>,
     prepares: Family<OutcomeLabels, Counter>,
     unprepares: Family<OutcomeLabels, Counter>,
@@ -65,6 +67,8 @@ impl DraMetrics {
         let m = DraMetrics {
             publishes: Family::default(),
             taint_checks: Family::default(),
+            counter_checks: Family::default(),
+            mig_operations: Family::default(),
             tainted: Family::default(),
             prepares: Family::default(),
             unprepares: Family::default(),
@@ -81,6 +85,16 @@ impl DraMetrics {
             "accel_dra_taint_checks",
             "Whether the API server keeps device taints: dry runs by answer (served, dropped, failed), and writes whose answer lost them (dropped_on_write)",
             m.taint_checks.clone(),
+        );
+        registry.register(
+            "accel_dra_counter_checks",
+            "Whether the API server keeps shared counters (partitionable devices): dry runs by answer (served, dropped, failed)",
+            m.counter_checks.clone(),
+        );
+        registry.register(
+            "accel_dra_mig_operations",
+            "MIG devices made and unmade for claims, by outcome (created, create_failed, released, release_failed)",
+            m.mig_operations.clone(),
         );
         registry.register(
             "accel_dra_tainted_devices",
@@ -136,6 +150,16 @@ impl DraMetrics {
     /// One answer to whether the API server keeps device taints.
     pub fn taint_check(&self, outcome: &str) {
         Self::count(&self.taint_checks, outcome);
+    }
+
+    /// One ask whether the API server keeps shared counters.
+    pub fn counter_check(&self, outcome: &str) {
+        Self::count(&self.counter_checks, outcome);
+    }
+
+    /// One MIG device made or unmade for a claim.
+    pub fn mig_operation(&self, outcome: &str) {
+        Self::count(&self.mig_operations, outcome);
     }
 
     /// The taints of the devices the pool now holds.

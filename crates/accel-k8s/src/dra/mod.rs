@@ -31,7 +31,9 @@
 
 pub mod error;
 pub mod metrics;
+pub mod mig;
 pub mod objects;
+pub mod partitions;
 pub mod serve;
 pub mod slices;
 pub mod taints;
@@ -115,6 +117,26 @@ pub fn cdi_path(dir: &Path, domain: &str, configuration: &str, uid: &str) -> Pat
     dir.join(format!("accel-{domain}-{configuration}-{uid}.json"))
 }
 
+/// One device of a claim being prepared.
+struct Picked<'a> {
+    requests: Vec<String>,
+    target: &'a mig::Target,
+    conf: &'a str,
+    /// What the container is told the device is: its PCI addresses, or a MIG UUID.
+    ids: Vec<String>,
+}
+
+/// One CDI device of a claim: its name, the device, what the container is told it is.
+type CdiDevice<'a> = (String, &'a Device, &'a [String]);
+
+/// The claim's devices as every CDI device of it tells the container.
+struct Visible {
+    /// `ACCEL_VISIBLE_DEVICES`.
+    all: String,
+    /// `NVIDIA_VISIBLE_DEVICES` (MIG UUIDs; unset when the claim has none).
+    mig: String,
+}
+
 /// Prepares and unprepares claims for one node; the gRPC services delegate here.
 pub struct Driver {
     node: String,
@@ -126,6 +148,8 @@ pub struct Driver {
     dra_metrics: Option<Arc<metrics::DraMetrics>>,
     /// Where the devices of unprepared claims are told to the slices' publisher.
     released: Option<Arc<taints::Released>>,
+    /// Makes and unmakes MIG devices (the agent's NVML); none: a MIG claim is refused.
+    partitioner: Option<Arc<dyn mig::Partitioner>>,
 }
 
 impl Driver {
@@ -145,7 +169,14 @@ impl Driver {
             metrics: None,
             dra_metrics: None,
             released: None,
+            partitioner: None,
         }
+    }
+
+    /// Makes the MIG devices claims are allocated through `p` (issue 45).
+    pub fn with_partitioner(mut self, p: Arc<dyn mig::Partitioner>) -> Driver {
+        self.partitioner = Some(p);
+        self
     }
 
     /// Tells `released` the devices of every claim unprepared (the publisher's
@@ -217,47 +248,74 @@ impl Driver {
         let found = tokio::task::spawn_blocking(move || source.devices())
             .await
             .map_err(ClaimError::Discovery)?;
-        let by_name: BTreeMap<String, Device> = found
-            .into_iter()
-            .map(|d| (device_name(&self.node, &d.id), d))
-            .collect();
+        let by_name = mig::targets(&self.node, found);
         // One entry per device, its requests gathered (a device serves one request,
         // but kubelet's message allows several).
-        let mut picked: BTreeMap<String, (Vec<String>, &Device, &str)> = BTreeMap::new();
+        let mut picked: BTreeMap<String, Picked> = BTreeMap::new();
         for r in ours {
             let name = &r.device;
-            let d = by_name
+            let t = by_name
                 .get(name)
                 .ok_or_else(|| ClaimError::NotOnNode(name.clone()))?;
+            if t.form == Some(partitions::Form::Vfio) {
+                tracing::warn!(claim = %claim.uid, device = %name, "a claim was allocated a GPU's VFIO form, which this driver does not prepare");
+                return Err(ClaimError::VfioForm(name.clone()));
+            }
             let conf = self
-                .configuration(d)
+                .configuration(&t.device)
                 .ok_or_else(|| ClaimError::NoConfiguration(name.clone()))?;
             picked
                 .entry(name.clone())
-                .or_insert_with(|| (Vec::new(), d, conf))
-                .0
+                .or_insert_with(|| Picked {
+                    requests: Vec::new(),
+                    target: t,
+                    conf,
+                    ids: t.device.pci_addresses.clone(),
+                })
+                .requests
                 .push(r.request.clone());
         }
-        let addresses: Vec<String> = picked.values().map(|(_, d, _)| d.id.clone()).collect();
-        self.record.prepare(&claim.uid, addresses).await?;
+        // Held whole on the server: the devices given whole. A MIG device is not: the
+        // server's ledger of partitions is not reached from here yet (docs/kubernetes.md).
+        let addresses: Vec<String> = picked
+            .values()
+            .filter(|p| !matches!(p.target.form, Some(partitions::Form::Mig { .. })))
+            .map(|p| p.target.device.id.clone())
+            .collect();
+        if !addresses.is_empty() {
+            self.record.prepare(&claim.uid, addresses).await?;
+        }
+        let mut mig_uuids = Vec::new();
+        for (name, p) in picked.iter_mut() {
+            if let Some(uuid) = self.make_mig(claim, name, p.target).await? {
+                p.ids = vec![uuid.clone()];
+                mig_uuids.push(uuid);
+            }
+        }
         // Every device of the claim carries the whole list, so whichever device's edits
-        // the runtime applies last, the container sees all of the claim's addresses.
+        // the runtime applies last, the container sees all of the claim's devices.
         let visible: Vec<&str> = picked
             .values()
-            .flat_map(|(_, d, _)| d.pci_addresses.iter().map(String::as_str))
+            .flat_map(|p| p.ids.iter().map(String::as_str))
             .collect();
-        let visible = visible.join(",");
-        let mut by_conf: BTreeMap<&str, Vec<(String, &Device)>> = BTreeMap::new();
+        let visible = Visible {
+            all: visible.join(","),
+            mig: mig_uuids.join(","),
+        };
+        let mut by_conf: BTreeMap<&str, Vec<CdiDevice>> = BTreeMap::new();
         let mut out = Vec::new();
-        for (name, (requests, d, conf)) in &picked {
+        for (name, p) in &picked {
             let cdi_name = format!("{}-{name}", claim.uid);
             out.push(PreparedDevice {
-                request_names: requests.clone(),
+                request_names: p.requests.clone(),
                 pool_name: self.node.clone(),
                 device_name: name.clone(),
-                cdi_device_ids: vec![crate::cdi::device_name(self.name(), conf, &cdi_name)],
+                cdi_device_ids: vec![crate::cdi::device_name(self.name(), p.conf, &cdi_name)],
             });
-            by_conf.entry(conf).or_default().push((cdi_name, d));
+            by_conf
+                .entry(p.conf)
+                .or_default()
+                .push((cdi_name, &p.target.device, &p.ids));
         }
         for (conf, devices) in by_conf {
             self.write_cdi(conf, &claim.uid, &devices, &visible)
@@ -269,8 +327,91 @@ impl Driver {
         Ok(out)
     }
 
+    /// Makes the MIG device a claim was allocated (its UUID), or nothing for a device
+    /// given whole; counted and logged either way.
+    async fn make_mig(
+        &self,
+        claim: &ClaimRef,
+        name: &str,
+        t: &mig::Target,
+    ) -> Result<Option<String>, ClaimError> {
+        let Some(partitions::Form::Mig {
+            profile_id,
+            profile,
+            placement,
+            uuid,
+        }) = &t.form
+        else {
+            return Ok(None);
+        };
+        let Some(p) = &self.partitioner else {
+            tracing::warn!(claim = %claim.uid, device = name, "a MIG device was allocated on a node without NVML");
+            self.count_mig("create_failed");
+            return Err(ClaimError::NoPartitioner(name.to_owned()));
+        };
+        let made = p
+            .create(
+                t.device.clone(),
+                *profile_id,
+                *placement,
+                uuid.clone(),
+                claim.uid.clone(),
+            )
+            .await;
+        match made {
+            Ok(uuid) => {
+                self.count_mig("created");
+                tracing::info!(claim = %claim.uid, device = name, profile = %profile, start = placement.start, %uuid, "MIG device made for a claim");
+                Ok(Some(uuid))
+            }
+            Err(source) => {
+                self.count_mig("create_failed");
+                tracing::warn!(claim = %claim.uid, device = name, profile = %profile, start = placement.start, cause = %source, "making a claim's MIG device failed");
+                Err(ClaimError::MigCreate {
+                    device: name.to_owned(),
+                    uid: claim.uid.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    fn count_mig(&self, outcome: &str) {
+        if let Some(m) = &self.dra_metrics {
+            m.mig_operation(outcome);
+        }
+    }
+
+    /// Destroys the claim's MIG devices, if any (replays find none).
+    async fn release_mig(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        let Some(p) = &self.partitioner else {
+            return Ok(());
+        };
+        let source = self.devices.clone();
+        let gpus = tokio::task::spawn_blocking(move || source.devices())
+            .await
+            .map_err(ClaimError::Discovery)?;
+        match p.release(claim.uid.clone(), gpus).await {
+            Ok(0) => Ok(()),
+            Ok(n) => {
+                self.count_mig("released");
+                tracing::info!(claim = %claim.uid, count = n, "a claim's MIG devices destroyed");
+                Ok(())
+            }
+            Err(source) => {
+                self.count_mig("release_failed");
+                tracing::warn!(claim = %claim.uid, cause = %source, "releasing a claim's MIG devices failed");
+                Err(ClaimError::MigRelease {
+                    uid: claim.uid.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
     /// Unprepares one claim: its devices freed on the server, its CDI files removed.
     async fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        self.release_mig(claim).await?;
         self.record.unprepare(&claim.uid).await?;
         for c in &self.config.configurations {
             let path = cdi_path(&self.config.cdi_dir, self.name(), &c.name, &claim.uid);
@@ -342,27 +483,28 @@ impl Driver {
         &self,
         conf: &str,
         uid: &str,
-        devices: &[(String, &Device)],
-        visible: &str,
+        devices: &[CdiDevice],
+        visible: &Visible,
     ) -> std::io::Result<()> {
         let dir = &self.config.cdi_dir;
         std::fs::create_dir_all(dir)?;
         let specs: Vec<Value> = devices
             .iter()
-            .map(|(name, d)| {
+            .map(|(name, d, ids)| {
                 let nodes: Vec<Value> = d
                     .device_nodes
                     .iter()
                     .map(|n| json!({"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}))
                     .collect();
                 let mut edits = serde_json::Map::new();
-                edits.insert(
-                    "env".into(),
-                    json!([
-                        format!("{}={}", crate::cdi::device_env(name), d.pci_addresses.join(",")),
-                        format!("{}={visible}", crate::plugin::VISIBLE_DEVICES_ENV),
-                    ]),
-                );
+                let mut env = vec![
+                    format!("{}={}", crate::cdi::device_env(name), ids.join(",")),
+                    format!("{}={}", crate::plugin::VISIBLE_DEVICES_ENV, visible.all),
+                ];
+                if !visible.mig.is_empty() {
+                    env.push(format!("{}={}", mig::NVIDIA_VISIBLE_DEVICES, visible.mig));
+                }
+                edits.insert("env".into(), json!(env));
                 if !nodes.is_empty() {
                     edits.insert("deviceNodes".into(), Value::Array(nodes));
                 }

@@ -69,6 +69,25 @@ pub struct ResourceSliceSpec {
     pub pool: ResourcePool,
     #[serde(default)]
     pub devices: Vec<SliceDevice>,
+    /// Counter sets the pool's devices draw from (a partitionable GPU's, issue 45);
+    /// from 1.35 only in a slice without devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_counters: Vec<CounterSet>,
+}
+
+/// A named set of counters (`sharedCounters[]`): at most 32 counters, DNS-label names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: IndexMap<String, DeviceCapacity>,
+}
+
+/// What a device draws from one counter set (`consumesCounters[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterConsumption {
+    pub counter_set: String,
+    pub counters: IndexMap<String, DeviceCapacity>,
 }
 
 /// A pool's name and generation, and how many slices it spans.
@@ -96,7 +115,11 @@ pub struct SliceDevice {
     /// them: `dra::taints`); none on a healthy device, so its bytes are as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<DeviceTaint>,
-    /// Fields the driver never writes (counters, binding conditions, ...): none on its
+    /// The counters a partition of a GPU draws (issue 45); none on a device given
+    /// whole without partitions, so its bytes are as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes_counters: Vec<CounterConsumption>,
+    /// Fields the driver never writes (binding conditions, ...): none on its
     /// own devices.
     #[serde(flatten)]
     pub other: Map<String, Value>,

@@ -37,7 +37,13 @@
 
 mod pool;
 mod run_loop;
-pub use pool::{desired, Marks};
+pub use pool::{desired, wanted, Marks, Part, Wanted};
+
+/// The pool cut into slices as [`Publisher`] writes them (tests).
+#[cfg(test)]
+pub(crate) fn cut_for_tests(w: Wanted) -> Vec<Part> {
+    pool::cut(w)
+}
 pub use run_loop::{run, HEALTH_INTERVAL, PRESENCE_INTERVAL, PUBLISH_INTERVAL};
 
 use super::metrics::DraMetrics;
@@ -45,6 +51,7 @@ use super::objects::{
     DeviceTaint, ObjectMeta, OwnerReference, ResourcePool, ResourceSlice, ResourceSliceSpec,
     SliceDevice, API_VERSION,
 };
+use super::partitions::Layout;
 use super::taints::{self, Released, Support};
 use super::{device_name, ApiError, BoxFuture};
 use crate::config::KubernetesConfig;
@@ -153,6 +160,8 @@ pub struct Publisher {
     released: Arc<Released>,
     /// Whether the cluster keeps the devices' taints.
     support: Support,
+    /// Whether the cluster keeps counters (partitionable devices), as last found out.
+    counters: Support,
     /// The highest pool generation seen or written.
     generation: i64,
     node_uid: Option<String>,
@@ -184,6 +193,7 @@ impl Publisher {
             held,
             released: Arc::default(),
             support: Support::Unknown,
+            counters: Support::Unknown,
             generation: 0,
             node_uid: None,
             listed_at: None,
@@ -310,6 +320,7 @@ impl Publisher {
             vm_held: held,
             prepared: observed.prepared,
             released,
+            layout: Layout::Auto,
         };
         let mut published = Published::Unchanged;
         // A second time only when the API server dropped the taints written the
@@ -338,13 +349,19 @@ impl Publisher {
         for s in &existing {
             self.generation = self.generation.max(s.spec.pool.generation);
         }
-        let mut devices = desired(&self.node, &self.config, found, marks, &existing);
+        let mut marks = marks.clone();
+        if found.iter().any(|d| d.partitions.is_some()) {
+            marks.layout = self.partition_layout().await;
+        }
+        let mut wanted = pool::wanted(&self.node, &self.config, found, &marks, &existing);
+        let mut devices = std::mem::take(&mut wanted.devices);
         taints::keep_time_added(&mut devices, &existing);
         if devices.iter().any(|d| !d.taints.is_empty()) && !self.taints_served(&devices).await {
             devices = taints::withdraw_tainted(devices);
         }
         let tainted: Vec<DeviceTaint> = devices.iter().flat_map(|d| d.taints.clone()).collect();
-        let pool = pool::cut(devices);
+        wanted.devices = devices;
+        let pool = pool::cut(wanted);
         if pool::same(&existing, &pool) {
             self.count_tainted(&tainted);
             return Ok((Published::Unchanged, false));
@@ -360,8 +377,9 @@ impl Publisher {
         let generation = self.generation + 1;
         let count = pool.len() as i64;
         let mut dropped = false;
-        for (i, devices) in pool.into_iter().enumerate() {
-            let spec = self.spec(driver.clone(), generation, count, devices);
+        for (i, part) in pool.into_iter().enumerate() {
+            let mut spec = self.spec(driver.clone(), generation, count, part.devices);
+            spec.shared_counters = part.counters;
             let sent = match existing.get(i) {
                 Some(old) => ResourceSlice {
                     spec,
@@ -442,6 +460,91 @@ impl Publisher {
         }
     }
 
+    /// The layout of partitionable GPUs: the configured one, or under `auto` whether
+    /// the API server keeps a counter set and a device consuming it, asked by a
+    /// dry-run create of each (never both in one slice, as 1.35+ requires). A failed
+    /// ask answers static, and is asked again at the next step.
+    async fn partition_layout(&mut self) -> Layout {
+        match self.config.partition_layout {
+            Layout::Auto => {}
+            fixed => return fixed,
+        }
+        match self.counters {
+            Support::Served => return Layout::Counters,
+            Support::Dropped(at) if at.elapsed() < taints::RECHECK => return Layout::Static,
+            _ => {}
+        }
+        let verdict = self.ask_counters().await;
+        let outcome = match &verdict {
+            Ok(true) => "served",
+            Ok(false) => "dropped",
+            Err(_) => "failed",
+        };
+        if let Some(m) = &self.metrics {
+            m.counter_check(outcome);
+        }
+        match verdict {
+            Ok(true) => {
+                self.counters = Support::Served;
+                tracing::info!(node = %self.node, "the API server keeps shared counters: partitionable GPUs publish every MIG profile at every placement");
+                Layout::Counters
+            }
+            Ok(false) => {
+                self.counters = Support::Dropped(tokio::time::Instant::now());
+                tracing::info!(node = %self.node, "the API server drops shared counters (before 1.36, or DRAPartitionableDevices off): partitionable GPUs publish only the MIG devices that exist");
+                Layout::Static
+            }
+            Err(e) => {
+                self.counters = Support::Unknown;
+                tracing::warn!(node = %self.node, error = %e, "asking the API server whether it keeps shared counters failed: the static MIG layout until it answers");
+                Layout::Static
+            }
+        }
+    }
+
+    /// One dry-run create of a counter set and one of a device drawing from it.
+    async fn ask_counters(&self) -> Result<bool, ApiError> {
+        use super::objects::{CounterConsumption, CounterSet, DeviceCapacity};
+        let driver = self.config.resource_domain.clone();
+        let set = CounterSet {
+            name: "accel-probe".into(),
+            counters: [("probe".to_owned(), DeviceCapacity { value: "1".into() })].into(),
+        };
+        let device = SliceDevice {
+            name: "accel-probe".into(),
+            attributes: Default::default(),
+            capacity: Default::default(),
+            taints: Vec::new(),
+            consumes_counters: vec![CounterConsumption {
+                counter_set: set.name.clone(),
+                counters: set.counters.clone(),
+            }],
+            other: Default::default(),
+        };
+        let probe = |spec: ResourceSliceSpec| ResourceSlice {
+            api_version: API_VERSION.into(),
+            kind: "ResourceSlice".into(),
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-{driver}-", self.node)),
+                ..ObjectMeta::default()
+            },
+            spec,
+        };
+        let mut counters = self.spec(driver.clone(), self.generation + 1, 2, Vec::new());
+        counters.shared_counters = vec![set];
+        let answer = self.api.dry_run_create(probe(counters)).await?;
+        if answer.spec.shared_counters.is_empty() {
+            return Ok(false);
+        }
+        let devices = self.spec(driver.clone(), self.generation + 1, 2, vec![device]);
+        let answer = self.api.dry_run_create(probe(devices)).await?;
+        Ok(answer
+            .spec
+            .devices
+            .first()
+            .is_some_and(|d| !d.consumes_counters.is_empty()))
+    }
+
     /// The taints the pool now holds (`accel_dra_tainted_devices`).
     fn count_tainted(&self, tainted: &[DeviceTaint]) {
         if let Some(m) = &self.metrics {
@@ -487,6 +590,7 @@ impl Publisher {
                 resource_slice_count: count,
             },
             devices,
+            shared_counters: Vec::new(),
         }
     }
 

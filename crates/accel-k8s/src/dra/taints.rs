@@ -80,7 +80,10 @@ pub fn taint(domain: &str, name: &str, value: &str, effect: &str) -> DeviceTaint
 
 /// The devices a slice may hold: fewer when any of `devices` has taints.
 pub fn per_slice(devices: &[SliceDevice]) -> usize {
-    if devices.iter().any(|d| !d.taints.is_empty()) {
+    if devices
+        .iter()
+        .any(|d| !d.taints.is_empty() || !d.consumes_counters.is_empty())
+    {
         MAX_DEVICES_WITH_TAINTS
     } else {
         MAX_DEVICES
@@ -209,6 +212,7 @@ mod tests {
 
     fn device(name: &str, taints: Vec<DeviceTaint>) -> SliceDevice {
         SliceDevice {
+            consumes_counters: Vec::new(),
             name: name.into(),
             attributes: Default::default(),
             capacity: Default::default(),
@@ -223,6 +227,7 @@ mod tests {
             kind: "ResourceSlice".into(),
             metadata: ObjectMeta::default(),
             spec: ResourceSliceSpec {
+                shared_counters: Vec::new(),
                 driver: "accel.dev".into(),
                 node_name: Some("n".into()),
                 pool: ResourcePool {

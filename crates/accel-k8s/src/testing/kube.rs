@@ -75,6 +75,10 @@ pub struct Slices {
     /// The cluster does not serve device taints (`DRADeviceTaints` off): they are
     /// dropped from what is kept and answered.
     pub drops_taints: bool,
+    /// The cluster does not serve partitionable devices (before 1.36, or
+    /// `DRAPartitionableDevices` off): `sharedCounters` and `consumesCounters` are
+    /// dropped from what is kept and answered.
+    pub drops_counters: bool,
     next: u64,
     events: Vec<(u64, &'static str, Value)>,
     written: tokio::sync::watch::Sender<u64>,
@@ -116,10 +120,18 @@ impl Slices {
             .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
+        if self.drops_counters {
+            if let Some(spec) = s["spec"].as_object_mut() {
+                spec.remove("sharedCounters");
+            }
+        }
         for d in s["spec"]["devices"].as_array_mut().into_iter().flatten() {
             let Some(device) = d.as_object_mut() else {
                 continue;
             };
+            if self.drops_counters {
+                device.remove("consumesCounters");
+            }
             if self.drops_taints {
                 device.remove("taints");
                 continue;
@@ -187,6 +199,15 @@ fn watch(st: SliceStore, from: u64, want: Vec<(String, String)>) -> axum::respon
 }
 
 pub type SliceStore = Arc<Mutex<Slices>>;
+
+/// An empty store of a cluster without partitionable devices (1.35 and older, or the
+/// gate off): counters dropped, taints served.
+pub fn store_without_counters() -> SliceStore {
+    Arc::new(Mutex::new(Slices {
+        drops_counters: true,
+        ..Slices::default()
+    }))
+}
 
 /// An empty store, of a cluster that serves device taints or (`drops_taints`) not.
 pub fn store(drops_taints: bool) -> SliceStore {
@@ -328,7 +349,10 @@ pub fn validate_slice(s: &Value) -> Result<(), String> {
         "spec.pool",
     )?;
     let devices = spec["devices"].as_array().ok_or("spec.devices")?;
-    let tainted = devices.iter().any(|d| d.get("taints").is_some());
+    validate_counter_sets(spec)?;
+    let tainted = devices
+        .iter()
+        .any(|d| d.get("taints").is_some() || d.get("consumesCounters").is_some());
     let most = if tainted {
         MAX_DEVICES_WITH_TAINTS
     } else {
@@ -382,6 +406,85 @@ pub fn validate_slice(s: &Value) -> Result<(), String> {
         if let Some(t) = d.get("taints") {
             validate_taints(t, &at)?;
         }
+        if let Some(c) = d.get("consumesCounters") {
+            let list = c.as_array().ok_or(format!("{at}.consumesCounters"))?;
+            if list.len() > MAX_DEVICE_COUNTER_SETS {
+                return Err(format!(
+                    "{at}.consumesCounters: Too many: {} > {MAX_DEVICE_COUNTER_SETS}",
+                    list.len()
+                ));
+            }
+            for (j, c) in list.iter().enumerate() {
+                let at = format!("{at}.consumesCounters[{j}]");
+                only(c, &["counterSet", "counters"], &at)?;
+                dns_label(c["counterSet"].as_str().unwrap_or_default(), &at)?;
+                counters(&c["counters"], &at)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `resource.k8s.io/v1`'s counter limits: at most 8 sets a slice, 32 counters a set,
+/// 2 sets a device draws from; set and counter names DNS labels.
+const MAX_COUNTER_SETS: usize = 8;
+const MAX_COUNTERS: usize = 32;
+const MAX_DEVICE_COUNTER_SETS: usize = 2;
+
+fn dns_label(name: &str, at: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{at}: {name:?} is not a DNS label"))
+    }
+}
+
+fn counters(c: &Value, at: &str) -> Result<(), String> {
+    let map = c.as_object().ok_or(format!("{at}.counters"))?;
+    if map.len() > MAX_COUNTERS {
+        return Err(format!(
+            "{at}.counters: Too many: {} > {MAX_COUNTERS}",
+            map.len()
+        ));
+    }
+    for (k, v) in map {
+        dns_label(k, &format!("{at}.counters"))?;
+        only(v, &["value"], &format!("{at}.counters[{k}]"))?;
+        if !v["value"].is_string() {
+            return Err(format!("{at}.counters[{k}].value: a quantity"));
+        }
+    }
+    Ok(())
+}
+
+/// A slice's counter sets: never beside devices (1.35+), within the limits.
+fn validate_counter_sets(spec: &Value) -> Result<(), String> {
+    let Some(sets) = spec.get("sharedCounters") else {
+        return Ok(());
+    };
+    let sets = sets.as_array().ok_or("spec.sharedCounters")?;
+    let has_devices = spec["devices"].as_array().is_some_and(|d| !d.is_empty());
+    if has_devices && !sets.is_empty() {
+        return Err("spec: only one of devices and sharedCounters may be set".into());
+    }
+    if sets.len() > MAX_COUNTER_SETS {
+        return Err(format!(
+            "spec.sharedCounters: Too many: {} > {MAX_COUNTER_SETS}",
+            sets.len()
+        ));
+    }
+    for (i, set) in sets.iter().enumerate() {
+        let at = format!("spec.sharedCounters[{i}]");
+        only(set, &["name", "counters"], &at)?;
+        dns_label(set["name"].as_str().unwrap_or_default(), &at)?;
+        counters(&set["counters"], &at)?;
     }
     Ok(())
 }

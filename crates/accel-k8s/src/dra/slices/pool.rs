@@ -5,7 +5,10 @@ use super::{PCIE_ROOT, PCI_BUS_ID};
 use crate::config::KubernetesConfig;
 use crate::device::Device;
 use crate::dra::device_name;
-use crate::dra::objects::{DeviceAttribute, DeviceCapacity, ResourceSlice, SliceDevice};
+use crate::dra::objects::{
+    CounterSet, DeviceAttribute, DeviceCapacity, ResourceSlice, SliceDevice,
+};
+use crate::dra::partitions::{self, Layout};
 use crate::dra::taints;
 use crate::slots::CLEANED_ON_RELEASE;
 use indexmap::IndexMap;
@@ -21,7 +24,27 @@ pub struct Marks {
     pub prepared: BTreeSet<String>,
     /// Slice names of the devices claims released to their cleaning.
     pub released: BTreeSet<String>,
+    /// How partitionable GPUs are published, as found for this cluster
+    /// ([`Layout::Auto`] reads as [`Layout::Static`]: nothing it may not keep).
+    pub layout: Layout,
 }
+
+/// The pool's counter sets and devices.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wanted {
+    pub counters: Vec<CounterSet>,
+    pub devices: Vec<SliceDevice>,
+}
+
+/// One slice's part of the pool: counter sets or devices, never both (1.35+).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Part {
+    pub counters: Vec<CounterSet>,
+    pub devices: Vec<SliceDevice>,
+}
+
+/// At most 8 counter sets in one slice (`ResourceSliceMaxCounterSets`).
+pub const MAX_COUNTER_SETS: usize = 8;
 
 /// The pool's devices, by name: every device of a configuration, but a healthy one the
 /// server withholds for a VM; with a taint when it is unhealthy (`NoExecute` when
@@ -35,6 +58,24 @@ pub fn desired(
     marks: &Marks,
     listed: &[ResourceSlice],
 ) -> Vec<SliceDevice> {
+    wanted(node, config, devices, marks, listed).devices
+}
+
+/// [`desired`]'s devices and the counter sets a partitioned GPU's devices draw from
+/// (the counter layout only): a GPU with partitions is its whole form, its VFIO form
+/// and its MIG devices, each with the GPU's taints ([`partitions`]).
+pub fn wanted(
+    node: &str,
+    config: &KubernetesConfig,
+    devices: Vec<Device>,
+    marks: &Marks,
+    listed: &[ResourceSlice],
+) -> Wanted {
+    let layout = match marks.layout {
+        Layout::Auto => Layout::Static,
+        l => l,
+    };
+    let mut counters = Vec::new();
     let domain = config.resource_domain.as_str();
     let string = |s: &str| DeviceAttribute::string(s);
     let mut out: Vec<SliceDevice> = Vec::new();
@@ -103,13 +144,26 @@ pub fn desired(
             })
             .into_iter()
             .collect();
-        out.push(SliceDevice {
+        let whole = SliceDevice {
             name,
             attributes,
             capacity,
             taints,
+            consumes_counters: Vec::new(),
             other: Default::default(),
-        });
+        };
+        match &d.partitions {
+            Some(p) => {
+                if layout == Layout::Counters {
+                    counters.push(partitions::counters(&whole.name, p));
+                }
+                for part in partitions::devices(&whole, p, layout) {
+                    found.insert(part.name.clone());
+                    out.push(part);
+                }
+            }
+            None => out.push(whole),
+        }
     }
     // A prepared device no longer found: its claims are told to let go.
     let before = listed.iter().flat_map(|s| s.spec.devices.iter());
@@ -130,27 +184,48 @@ pub fn desired(
         .collect();
     out.extend(gone);
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    counters.sort_by(|a, b| a.name.cmp(&b.name));
+    Wanted {
+        counters,
+        devices: out,
+    }
 }
 
-/// The pool's devices cut into slices (one, empty, when there are none).
-pub(super) fn cut(devices: Vec<SliceDevice>) -> Vec<Vec<SliceDevice>> {
+/// The pool cut into slices: the counter sets first (at most 8 a slice), then the
+/// devices (one, empty, when there is nothing at all).
+pub(super) fn cut(wanted: Wanted) -> Vec<Part> {
+    let Wanted { counters, devices } = wanted;
+    let mut parts: Vec<Part> = counters
+        .chunks(MAX_COUNTER_SETS)
+        .map(|c| Part {
+            counters: c.to_vec(),
+            devices: Vec::new(),
+        })
+        .collect();
     if devices.is_empty() {
-        return vec![Vec::new()];
+        if parts.is_empty() {
+            parts.push(Part::default());
+        }
+        return parts;
     }
     let per = taints::per_slice(&devices);
-    devices.chunks(per).map(<[SliceDevice]>::to_vec).collect()
+    parts.extend(devices.chunks(per).map(|d| Part {
+        counters: Vec::new(),
+        devices: d.to_vec(),
+    }));
+    parts
 }
 
 /// Whether `listed` (in [`in_order`]) already holds `pool`, slice by slice.
-pub(super) fn same(listed: &[ResourceSlice], pool: &[Vec<SliceDevice>]) -> bool {
+pub(super) fn same(listed: &[ResourceSlice], pool: &[Part]) -> bool {
     let count = pool.len() as i64;
     let generation = listed.first().map(|s| s.spec.pool.generation);
     listed.len() == pool.len()
         && listed.iter().zip(pool).all(|(s, devices)| {
             s.spec.pool.resource_slice_count == count
                 && Some(s.spec.pool.generation) == generation
-                && s.spec.devices == *devices
+                && s.spec.devices == devices.devices
+                && s.spec.shared_counters == devices.counters
         })
 }
 
@@ -158,7 +233,11 @@ pub(super) fn same(listed: &[ResourceSlice], pool: &[Vec<SliceDevice>]) -> bool 
 /// this is the order its parts are written in), then by name.
 pub(super) fn in_order(mut slices: Vec<ResourceSlice>) -> Vec<ResourceSlice> {
     slices.sort_by(|a, b| {
-        let first = |s: &ResourceSlice| s.spec.devices.first().map(|d| d.name.clone());
+        // Counter slices (no device) first, by their first set.
+        let first = |s: &ResourceSlice| {
+            let set = s.spec.shared_counters.first().map(|c| c.name.clone());
+            (s.spec.devices.first().map(|d| d.name.clone()), set)
+        };
         (first(a), &a.metadata.name).cmp(&(first(b), &b.metadata.name))
     });
     slices

@@ -82,6 +82,7 @@ fn a_lost_device_of_a_prepared_claim_is_no_execute_and_a_cleaning_one_no_schedul
         kind: "ResourceSlice".into(),
         metadata: ObjectMeta::default(),
         spec: ResourceSliceSpec {
+            shared_counters: Vec::new(),
             driver: "accel.dev".into(),
             node_name: Some("n".into()),
             pool: ResourcePool {
@@ -110,6 +111,7 @@ fn a_lost_device_of_a_prepared_claim_is_no_execute_and_a_cleaning_one_no_schedul
         ]
         .into(),
         released: [name("0000:31:00.0")].into(),
+        ..Marks::default()
     };
     let devices = vec![
         sick,
