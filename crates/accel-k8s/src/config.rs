@@ -57,7 +57,7 @@ pub struct KubernetesFile {
     /// set, and every MIG profile at every placement; Kubernetes >= 1.36), `static`
     /// (the MIG devices that exist; older clusters), or `auto` (default: counters when
     /// a dry-run create shows the API server keeps them).
-    pub partition_layout: Option<crate::dra::partitions::Layout>,
+    pub partition_layout: Option<Layout>,
 }
 
 /// How the devices are handed to kubelet (`[kubernetes] mode`).
@@ -111,7 +111,7 @@ pub struct KubernetesConfig {
     pub cdi_dir: PathBuf,
     pub configurations: Vec<Configuration>,
     pub mode: Mode,
-    pub partition_layout: crate::dra::partitions::Layout,
+    pub partition_layout: Layout,
 }
 
 /// One validated configuration.
@@ -156,7 +156,7 @@ impl Default for KubernetesConfig {
             cdi_dir: DEFAULT_CDI_DIR.into(),
             configurations: Vec::new(),
             mode: Mode::DevicePlugin,
-            partition_layout: crate::dra::partitions::Layout::Auto,
+            partition_layout: Layout::Auto,
         }
     }
 }
@@ -368,4 +368,19 @@ mod tests {
             KubernetesConfig::from_toml("[kubernetes]\nresource_domian = \"x.dev\"").unwrap_err();
         assert!(e.message.contains("resource_domian"), "{e}");
     }
+}
+
+/// How a partitionable GPU is published (`[kubernetes] partition_layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Counters when the API server keeps them (asked by a dry-run create), static
+    /// where it drops them.
+    #[default]
+    Auto,
+    /// Counters and every profile at every placement (Kubernetes >= 1.36, or 1.35
+    /// with `DRAPartitionableDevices` on).
+    Counters,
+    /// The MIG devices that exist, without counters.
+    Static,
 }

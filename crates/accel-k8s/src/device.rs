@@ -2,6 +2,7 @@
 //! through [`DeviceSource`], and how a configuration's selector picks them.
 
 use crate::config::Selector;
+use accel_core::partition::{Geometry, Span as Placement};
 
 /// One device node the container gets (a VFIO group, a render node, a vendor node).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +40,7 @@ pub struct Device {
     pub pcie_root: Option<String>,
     /// What the GPU can be split into (a GPU in MIG mode, issue 45): its DRA devices
     /// then draw from one counter set (`dra::partitions`).
-    pub partitions: Option<crate::dra::partitions::Partitioning>,
+    pub partitions: Option<Partitioning>,
 }
 
 /// Where the plugins get the node's devices from: the agent's discovery implements
@@ -89,6 +90,25 @@ pub fn instance_hash(node: &str, device_id: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{:08x}", (h ^ (h >> 32)) as u32)
+}
+
+/// A GPU in MIG mode as the agent found it: the ledger's `Geometry` (NVML's GPU
+/// instance profiles and placements, the engines; `accel_core::partition`, the model
+/// the server's ledger keeps) and the MIG devices that exist, with their UUIDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partitioning {
+    pub geometry: Geometry,
+    /// MIG devices that exist now.
+    pub instances: Vec<Instance>,
+}
+
+/// A MIG device that exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub profile_id: u32,
+    pub placement: Placement,
+    /// `MIG-<uuid>`.
+    pub uuid: String,
 }
 
 #[cfg(test)]

@@ -31,42 +31,10 @@ use super::objects::{
 };
 use indexmap::IndexMap;
 
-/// How a partitionable GPU is published (`[kubernetes] partition_layout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Layout {
-    /// Counters when the API server keeps them (asked by a dry-run create), static
-    /// where it drops them.
-    #[default]
-    Auto,
-    /// Counters and every profile at every placement (Kubernetes >= 1.36, or 1.35
-    /// with `DRAPartitionableDevices` on).
-    Counters,
-    /// The MIG devices that exist, without counters.
-    Static,
-}
-
+pub use crate::config::Layout;
+pub use crate::device::{Instance, Partitioning};
 use accel_core::partition::{Consumer, Counters};
 pub use accel_core::partition::{Engines, Geometry, Profile, Span as Placement};
-
-/// A GPU in MIG mode as the agent found it: the ledger's [`Geometry`] (NVML's GPU
-/// instance profiles and placements, the engines; `accel_core::partition`, the model
-/// the server's ledger keeps) and the MIG devices that exist, with their UUIDs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Partitioning {
-    pub geometry: Geometry,
-    /// MIG devices that exist now.
-    pub instances: Vec<Instance>,
-}
-
-/// A MIG device that exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    pub profile_id: u32,
-    pub placement: Placement,
-    /// `MIG-<uuid>`.
-    pub uuid: String,
-}
 
 /// What a device name of a partitioned GPU stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
