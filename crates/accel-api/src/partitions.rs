@@ -91,3 +91,66 @@ pub struct VgpuType {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_profile_id: Option<u32>,
 }
+
+impl GpuPartitions {
+    /// The same facts as the ledger's model (`accel_core::partition::Geometry`), which
+    /// the server's ledger and the agent's DRA slices both work from: the wire's names
+    /// stay at the wire.
+    pub fn geometry(&self) -> accel_core::partition::Geometry {
+        use accel_core::partition as core;
+        let engines = |e: &Engines| core::Engines {
+            memory_mib: e.memory_mib,
+            multiprocessors: e.multiprocessors,
+            copy_engines: e.copy_engines,
+            decoders: e.decoders,
+            encoders: e.encoders,
+            jpeg_engines: e.jpeg_engines,
+            ofa_engines: e.ofa_engines,
+        };
+        core::Geometry {
+            mig_enabled: self.mig_enabled,
+            memory_slices: self.memory_slices,
+            totals: engines(&self.totals),
+            profiles: self
+                .profiles
+                .iter()
+                .map(|m| core::Profile {
+                    id: m.id,
+                    name: m.name.clone(),
+                    compute_slices: m.compute_slices,
+                    engines: engines(&m.engines),
+                    placements: m.placements.iter().map(|s| s.span()).collect(),
+                })
+                .collect(),
+            standing: self
+                .instances
+                .iter()
+                .map(|i| core::Standing {
+                    profile_id: i.profile_id,
+                    at: i.placement.span(),
+                })
+                .collect(),
+            vgpu_types: self
+                .vgpu_types
+                .iter()
+                .map(|t| core::VgpuType {
+                    type_id: t.type_id.clone(),
+                    name: t.name.clone(),
+                    memory_mib: t.memory_mib,
+                    max_instances: t.max_instances,
+                    mig_profile_id: t.mig_profile_id,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl MigPlacement {
+    /// The ledger's name for it.
+    pub fn span(&self) -> accel_core::partition::Span {
+        accel_core::partition::Span {
+            start: self.start,
+            size: self.size,
+        }
+    }
+}

@@ -123,45 +123,9 @@ pub fn to_device(sysfs_root: &Path, d: &FoundDevice) -> Device {
 /// (`accel_core::partition`, as the server builds it from the same report) and the
 /// MIG devices that exist, with their UUIDs.
 pub fn partitioning(p: &accel_api::partitions::GpuPartitions) -> Partitioning {
-    use accel_core::partition::{self as core, Engines, Geometry, Span};
-    let engines = |e: &accel_api::partitions::Engines| Engines {
-        memory_mib: e.memory_mib,
-        multiprocessors: e.multiprocessors,
-        copy_engines: e.copy_engines,
-        decoders: e.decoders,
-        encoders: e.encoders,
-        jpeg_engines: e.jpeg_engines,
-        ofa_engines: e.ofa_engines,
-    };
-    let span = |m: &accel_api::partitions::MigPlacement| Span {
-        start: m.start,
-        size: m.size,
-    };
-    let geometry = Geometry {
-        mig_enabled: p.mig_enabled,
-        memory_slices: p.memory_slices,
-        totals: engines(&p.totals),
-        profiles: p
-            .profiles
-            .iter()
-            .map(|x| core::Profile {
-                id: x.id,
-                name: x.name.clone(),
-                compute_slices: x.compute_slices,
-                engines: engines(&x.engines),
-                placements: x.placements.iter().map(span).collect(),
-            })
-            .collect(),
-        standing: p
-            .instances
-            .iter()
-            .map(|i| core::Standing {
-                profile_id: i.profile_id,
-                at: span(&i.placement),
-            })
-            .collect(),
-        vgpu_types: Vec::new(),
-    };
+    let mut geometry = p.geometry();
+    // The slices publish MIG devices and the whole GPU; vGPU types are Placement's only.
+    geometry.vgpu_types.clear();
     Partitioning {
         geometry,
         instances: p
@@ -169,7 +133,7 @@ pub fn partitioning(p: &accel_api::partitions::GpuPartitions) -> Partitioning {
             .iter()
             .map(|i| Instance {
                 profile_id: i.profile_id,
-                placement: span(&i.placement),
+                placement: i.placement.span(),
                 uuid: i.uuid.clone(),
             })
             .collect(),

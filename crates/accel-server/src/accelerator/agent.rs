@@ -41,11 +41,10 @@ use crate::external::ExternalPlacement;
 use accel_api::agent::{
     self as wire, HostInfo, ProgramAnswer, ProgramRequest, Programs, ReportAnswer,
 };
-use accel_api::partitions::{self as wire_partitions, GpuPartitions};
+use accel_api::partitions::GpuPartitions;
 use accel_core::accelerator::{
     AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
-use accel_core::partition::{self, Geometry};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::binds;
 use accel_store::accelerator::report::Summary;
@@ -169,7 +168,7 @@ fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
         },
         health_reason: d.health_reason.filter(|r| !r.trim().is_empty()),
         deployables,
-        partitions: match d.partitions.map(geometry) {
+        partitions: match d.partitions.as_ref().map(GpuPartitions::geometry) {
             Some(g) => {
                 g.check().map_err(|e| bad(format!("partitions: {e}")))?;
                 Some(g)
@@ -177,59 +176,6 @@ fn device(d: wire::Device) -> AccelResult<ReportedDevice> {
             None => None,
         },
     })
-}
-
-/// A GPU's reported partitioning as the ledger's [`Geometry`]: the same facts, the
-/// wire's names for them kept at the wire.
-fn geometry(p: GpuPartitions) -> Geometry {
-    let engines = |e: wire_partitions::Engines| partition::Engines {
-        memory_mib: e.memory_mib,
-        multiprocessors: e.multiprocessors,
-        copy_engines: e.copy_engines,
-        decoders: e.decoders,
-        encoders: e.encoders,
-        jpeg_engines: e.jpeg_engines,
-        ofa_engines: e.ofa_engines,
-    };
-    let span = |s: wire_partitions::MigPlacement| partition::Span {
-        start: s.start,
-        size: s.size,
-    };
-    Geometry {
-        mig_enabled: p.mig_enabled,
-        memory_slices: p.memory_slices,
-        totals: engines(p.totals),
-        profiles: p
-            .profiles
-            .into_iter()
-            .map(|m| partition::Profile {
-                id: m.id,
-                name: m.name,
-                compute_slices: m.compute_slices,
-                engines: engines(m.engines),
-                placements: m.placements.into_iter().map(span).collect(),
-            })
-            .collect(),
-        standing: p
-            .instances
-            .into_iter()
-            .map(|i| partition::Standing {
-                profile_id: i.profile_id,
-                at: span(i.placement),
-            })
-            .collect(),
-        vgpu_types: p
-            .vgpu_types
-            .into_iter()
-            .map(|t| partition::VgpuType {
-                type_id: t.type_id,
-                name: t.name,
-                memory_mib: t.memory_mib,
-                max_instances: t.max_instances,
-                mig_profile_id: t.mig_profile_id,
-            })
-            .collect(),
-    }
 }
 
 pub(crate) async fn report(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
