@@ -37,6 +37,7 @@ PG_BASE="${PG_ADMIN%/*}"
 MYSQL_HOSTPORT="${MYSQL_ADMIN#*@}"; MYSQL_HOSTPORT="${MYSQL_HOSTPORT%%/*}"
 MYSQL_USER="${MYSQL_ADMIN#*://}"; MYSQL_USER="${MYSQL_USER%%@*}"
 [[ -x "$ACCEL_BIN" ]] || { echo "no accel binary at $ACCEL_BIN (cargo build -p accel-cli)" >&2; exit 2; }
+ACCEL_BIN="$(realpath "$ACCEL_BIN")"  # the walk-through's blocks run in $RUN with it on the PATH
 TAG="cyimp_$$"
 RUN="${TMPDIR:-/tmp}/accel-import-cyborg-$PORT"
 rm -rf "$RUN"; mkdir -p "$RUN"
