@@ -361,3 +361,23 @@ pub fn sample(registry: &prometheus_client::registry::Registry, series: &str) ->
         (name == series).then(|| value.parse().expect("a sample's value"))
     })
 }
+
+/// A DRA claim recorder that keeps what the server would be asked to hold: the
+/// addresses of each prepared claim, by uid.
+#[derive(Default)]
+pub struct Held(pub Mutex<std::collections::BTreeMap<String, Vec<String>>>);
+
+impl crate::dra::ClaimRecord for Held {
+    fn prepare(
+        &self,
+        uid: &str,
+        addresses: Vec<String>,
+    ) -> crate::dra::BoxFuture<'_, Result<(), crate::RecordError>> {
+        self.0.lock().unwrap().insert(uid.to_owned(), addresses);
+        Box::pin(async { Ok(()) })
+    }
+    fn unprepare(&self, uid: &str) -> crate::dra::BoxFuture<'_, Result<(), crate::RecordError>> {
+        self.0.lock().unwrap().remove(uid);
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -8,14 +8,13 @@
 
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::dra::objects::ResourceClaim;
-use accel_k8s::dra::{self, serve, ApiError, BoxFuture, ClaimApi, ClaimRecord, Driver};
+use accel_k8s::dra::{self, serve, ApiError, BoxFuture, ClaimApi, Driver};
 use accel_k8s::proto::{dra_v1 as v1, registration as reg};
-use accel_k8s::testing::device;
-use accel_k8s::RecordError;
+use accel_k8s::testing::{device, Held};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[path = "dra/counts.rs"]
@@ -35,21 +34,6 @@ impl ClaimApi for Api {
             )))),
         };
         Box::pin(async move { c })
-    }
-}
-
-/// The claims held, by uid.
-#[derive(Default)]
-struct Held(Mutex<BTreeMap<String, Vec<String>>>);
-
-impl ClaimRecord for Held {
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>> {
-        self.0.lock().unwrap().insert(uid.to_owned(), addresses);
-        Box::pin(async { Ok(()) })
-    }
-    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), RecordError>> {
-        self.0.lock().unwrap().remove(uid);
-        Box::pin(async { Ok(()) })
     }
 }
 

@@ -8,12 +8,10 @@ use accel_k8s::dra::metrics::DraMetrics;
 use accel_k8s::dra::mig::Partitioner;
 use accel_k8s::dra::objects::ResourceClaim;
 use accel_k8s::dra::partitions::{Partitioning, Placement};
-use accel_k8s::dra::{
-    device_name, ApiError, BoxFuture, ClaimApi, ClaimError, ClaimRecord, ClaimRef, Driver,
-};
+use accel_k8s::dra::{device_name, ApiError, BoxFuture, ClaimApi, ClaimError, ClaimRef, Driver};
 use accel_k8s::record::BoxError;
-use accel_k8s::testing::{device, sample};
-use accel_k8s::{Device, RecordError};
+use accel_k8s::testing::{device, sample, Held};
+use accel_k8s::Device;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -27,21 +25,6 @@ impl ClaimApi for Api {
     fn claim(&self, _ns: &str, name: &str) -> BoxFuture<'_, Result<ResourceClaim, ApiError>> {
         let c = serde_json::from_value(self.0[name].clone()).map_err(ApiError::client);
         Box::pin(async move { c })
-    }
-}
-
-/// The addresses the server was asked to hold, by claim.
-#[derive(Default)]
-struct Held(Mutex<BTreeMap<String, Vec<String>>>);
-
-impl ClaimRecord for Held {
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>> {
-        self.0.lock().unwrap().insert(uid.to_owned(), addresses);
-        Box::pin(async { Ok(()) })
-    }
-    fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), RecordError>> {
-        self.0.lock().unwrap().remove(uid);
-        Box::pin(async { Ok(()) })
     }
 }
 
