@@ -75,17 +75,14 @@ impl Client {
     }
 
     /// `PUT /v2/agent/hosts/{node}/kubernetes/claims/{uid}`: a DRA claim's devices
-    /// held in Placement.
+    /// held in Placement, its MIG devices in their GPUs' ledgers.
     pub async fn prepare_claim(
         &self,
         node: &str,
         uid: &str,
-        addresses: &[String],
+        body: &accel_api::agent::ClaimDevices,
     ) -> Result<(), ClientError> {
-        self.api
-            .prepare_claim(node, uid, addresses)
-            .await
-            .map(|_| ())
+        self.api.prepare_claim(node, uid, body).await.map(|_| ())
     }
 
     /// `DELETE /v2/agent/hosts/{node}/kubernetes/claims/{uid}`.

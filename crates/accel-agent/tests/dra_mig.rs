@@ -24,9 +24,15 @@ const H100: &str = "0000:3b:00.0";
 
 /// A node with one H100 in MIG mode, reported to `server`.
 async fn node(server: &TestServer, dir: &Path) -> (Node, FakeNvml) {
+    node_with(server, dir, "").await
+}
+
+/// [`node`], with more lines of the fake NVML's configuration (failures to inject).
+async fn node_with(server: &TestServer, dir: &Path, more: &str) -> (Node, FakeNvml) {
     let fs = FakeSysfs::new(dir.join("sys"));
     nvidia_gpu(&fs, H100, 0x2330).numa(0);
-    let nvml = FakeNvml::new(&dir.join("nvml"), "gpu bus=0000:3b:00.0 model=h100 mig=on");
+    let conf = format!("gpu bus=0000:3b:00.0 model=h100 mig=on\n{more}");
+    let nvml = FakeNvml::new(&dir.join("nvml"), &conf);
     let mut kubernetes = KubernetesConfig::from_toml(
         "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
     )
@@ -167,7 +173,28 @@ fn env(dir: &Path, uid: &str) -> Vec<String> {
 async fn prepare_makes_the_mig_device_a_conflicting_claim_fails_and_unprepare_frees_it() {
     let server = TestServer::spawn(Backend::Sqlite).await;
     let dir = tempfile::tempdir().unwrap();
-    let (node, _nvml) = node(&server, dir.path()).await;
+    // NVML refuses the first instance: the claim fails with NVML's code, and what the
+    // server was asked to hold for it is freed again.
+    let (node, _nvml) = node_with(
+        &server,
+        dir.path(),
+        "fail call=nvmlDeviceCreateGpuInstanceWithPlacement code=INSUFFICIENT_RESOURCES once",
+    )
+    .await;
+    let gpu_rp = accel_store::accelerator::report::provider_uuid(&format!("{NODE}_{H100}"));
+    let holders = || async {
+        let l = server
+            .store
+            .partitions()
+            .ledger(&gpu_rp)
+            .await
+            .unwrap()
+            .unwrap();
+        l.holders
+            .iter()
+            .map(|h| h.consumer.clone())
+            .collect::<Vec<_>>()
+    };
     let gpu = gpu_name();
     let claims: Claims = Arc::default();
     let uids = [
@@ -200,6 +227,13 @@ async fn prepare_makes_the_mig_device_a_conflicting_claim_fails_and_unprepare_fr
         uid: uids[i].into(),
         name: format!("c{i}"),
     };
+    let e = driver.prepare(&c(0)).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("creating MIG device {}", wants[0])),
+        "{e}"
+    );
+    assert!(e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{e}");
+    assert!(holders().await.is_empty());
     let mut uuids = Vec::new();
     for i in 0..2 {
         let prepared = driver.prepare(&c(i)).await.unwrap();
@@ -223,18 +257,21 @@ async fn prepare_makes_the_mig_device_a_conflicting_claim_fails_and_unprepare_fr
     assert!(env(dir.path(), uids[0]).contains(&format!("NVIDIA_VISIBLE_DEVICES={}", uuids[0])));
     let live = |node: &Node| node.agent().partitions().checkpoint().unwrap().mig.len();
     assert_eq!(live(&node), 2);
-
-    // A 2g over memory slices 0 and 1: both taken.
-    let e = driver.prepare(&c(2)).await.unwrap_err().to_string();
-    assert!(
-        e.contains(&format!("creating MIG device {}", wants[2])),
-        "{e}"
+    assert_eq!(
+        holders().await,
+        vec![uids[0].to_owned(), uids[1].to_owned()]
     );
-    assert!(e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{e}");
+
+    // A 2g over memory slices 0 and 1: both taken. The server's ledger refuses it
+    // before NVML is asked (the two claims are held there at their placements).
+    let taken = "MIG 2g.20gb at memory slice 0 of device 0000:3b:00.0 is held by another pod";
+    let e = driver.prepare(&c(2)).await.unwrap_err().to_string();
+    assert!(e.contains(taken), "{e}");
+    assert_eq!(live(&node), 2);
     driver.unprepare(&c(0)).await.unwrap();
     assert_eq!(live(&node), 1);
     let e = driver.prepare(&c(2)).await.unwrap_err().to_string();
-    assert!(e.contains("NVML_ERROR_INSUFFICIENT_RESOURCES"), "{e}");
+    assert!(e.contains(taken), "{e}");
     driver.unprepare(&c(1)).await.unwrap();
     assert_eq!(live(&node), 0);
     driver.prepare(&c(2)).await.unwrap();

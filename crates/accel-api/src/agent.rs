@@ -272,18 +272,47 @@ pub struct KubernetesShown {
 
 /// The agent's client of these endpoints (base: the accelerator API endpoint).
 /// `PUT .../kubernetes/claims/{uid}`'s body: the PCI addresses of the devices a
-/// Kubernetes DRA claim was allocated on this host.
+/// Kubernetes DRA claim was allocated on this host whole, and its MIG devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimDevices {
     pub devices: Vec<String>,
+    /// MIG devices at the placements the Kubernetes scheduler chose (issue 45): the
+    /// server holds them in the GPU's partition ledger, refusing one whose slices a VM
+    /// or another pod holds. Absent from a body without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<ClaimPartition>,
 }
 
-/// A prepared claim: its consumer (the claim uid) holds `devices` whole.
+impl ClaimDevices {
+    /// A claim of devices given whole, by PCI address.
+    pub fn whole(devices: Vec<String>) -> ClaimDevices {
+        ClaimDevices {
+            devices,
+            partitions: Vec::new(),
+        }
+    }
+}
+
+/// One MIG device of a claim: a GPU instance of profile `profile_id` (NVML's GPU
+/// instance profile id, `1g.10gb` is 19 on H100) starting at memory slice `start` of
+/// the GPU at PCI address `device`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimPartition {
+    pub device: String,
+    pub profile_id: u32,
+    pub start: u32,
+}
+
+/// A prepared claim: its consumer (the claim uid) holds `devices` whole and
+/// `partitions` at their placements.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimPrepared {
     pub claim: String,
     pub devices: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<ClaimPartition>,
     /// False when the claim already held exactly these devices (a replay).
     pub changed: bool,
 }
@@ -397,17 +426,15 @@ impl Client {
     }
 
     /// `PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices
-    /// allocated in Placement (409: one is held, with the reason).
+    /// allocated in Placement, its MIG devices held in their GPUs' ledgers (409: one
+    /// is held, with the reason).
     pub async fn prepare_claim(
         &self,
         host: &str,
         uid: &str,
-        devices: &[String],
+        body: &ClaimDevices,
     ) -> Result<ClaimPrepared, Error> {
-        let body = ClaimDevices {
-            devices: devices.to_vec(),
-        };
-        let r = Client::req(Method::PUT, host, &format!("/kubernetes/claims/{uid}")).json(&body);
+        let r = Client::req(Method::PUT, host, &format!("/kubernetes/claims/{uid}")).json(body);
         self.http.call(&r).await
     }
 

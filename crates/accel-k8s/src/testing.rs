@@ -362,18 +362,18 @@ pub fn sample(registry: &prometheus_client::registry::Registry, series: &str) ->
     })
 }
 
-/// A DRA claim recorder that keeps what the server would be asked to hold: the
-/// addresses of each prepared claim, by uid.
+/// A DRA claim recorder that keeps what the server would be asked to hold: each
+/// prepared claim's holds, by uid.
 #[derive(Default)]
-pub struct Held(pub Mutex<std::collections::BTreeMap<String, Vec<String>>>);
+pub struct Held(pub Mutex<std::collections::BTreeMap<String, crate::dra::ClaimHolds>>);
 
 impl crate::dra::ClaimRecord for Held {
     fn prepare(
         &self,
         uid: &str,
-        addresses: Vec<String>,
+        holds: crate::dra::ClaimHolds,
     ) -> crate::dra::BoxFuture<'_, Result<(), crate::RecordError>> {
-        self.0.lock().unwrap().insert(uid.to_owned(), addresses);
+        self.0.lock().unwrap().insert(uid.to_owned(), holds);
         Box::pin(async { Ok(()) })
     }
     fn unprepare(&self, uid: &str) -> crate::dra::BoxFuture<'_, Result<(), crate::RecordError>> {

@@ -135,7 +135,7 @@ async fn registration_and_prepare_over_the_sockets() {
         got.claims[uid].devices[0].cdi_device_ids,
         vec![format!("accel.dev/gpu={uid}-{name}")]
     );
-    assert_eq!(held.0.lock().unwrap()[uid], vec![gpu.id.clone()]);
+    assert_eq!(held.0.lock().unwrap()[uid].whole, vec![gpu.id.clone()]);
     // The container sees its devices as a device plugins' container does.
     let cdi = dra::cdi_path(&cdi_dir, "accel.dev", "gpu", uid);
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&cdi).unwrap()).unwrap();

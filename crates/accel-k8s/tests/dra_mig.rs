@@ -8,7 +8,9 @@ use accel_k8s::dra::metrics::DraMetrics;
 use accel_k8s::dra::mig::Partitioner;
 use accel_k8s::dra::objects::ResourceClaim;
 use accel_k8s::dra::partitions::{Partitioning, Placement};
-use accel_k8s::dra::{device_name, ApiError, BoxFuture, ClaimApi, ClaimError, ClaimRef, Driver};
+use accel_k8s::dra::{
+    device_name, ApiError, BoxFuture, ClaimApi, ClaimError, ClaimHolds, ClaimRef, Driver, MigHold,
+};
 use accel_k8s::record::BoxError;
 use accel_k8s::testing::{device, sample, Held};
 use accel_k8s::Device;
@@ -141,6 +143,8 @@ async fn a_mig_claim_gets_its_uuid_and_a_taken_slice_or_the_vfio_form_is_refused
     assert!(matches!(e, ClaimError::NoPartitioner(_)), "{e}");
     let failed = r#"accel_dra_mig_operations_total{outcome="create_failed"}"#;
     assert_eq!(sample(&registry, failed), Some(1.0));
+    // What the server was asked to hold was freed again: the claim has nothing.
+    assert_eq!(held.0.lock().unwrap().get("uid-a"), None);
 
     let slices = Arc::new(Slices::default());
     let driver = make(Some(slices.clone()));
@@ -163,8 +167,18 @@ async fn a_mig_claim_gets_its_uuid_and_a_taken_slice_or_the_vfio_form_is_refused
             .contains(&json!("ACCEL_VISIBLE_DEVICES=MIG-19-1")),
         "{env}"
     );
-    // The server holds nothing for it (its ledger of partitions is not reached yet).
-    assert_eq!(held.0.lock().unwrap().get("uid-a"), None);
+    // The server was asked to hold the MIG device at the scheduler's placement.
+    assert_eq!(
+        held.0.lock().unwrap()["uid-a"],
+        ClaimHolds {
+            whole: vec![],
+            mig: vec![MigHold {
+                gpu: GPU.to_owned(),
+                profile_id: 19,
+                start: 1
+            }],
+        }
+    );
     let created = r#"accel_dra_mig_operations_total{outcome="created"}"#;
     assert_eq!(sample(&registry, created), Some(1.0));
 
@@ -189,5 +203,5 @@ async fn a_mig_claim_gets_its_uuid_and_a_taken_slice_or_the_vfio_form_is_refused
     let e = driver.prepare(&refs("v")).await.unwrap_err();
     assert!(matches!(e, ClaimError::VfioForm(_)), "{e}");
     driver.prepare(&refs("w")).await.unwrap();
-    assert_eq!(held.0.lock().unwrap()["uid-w"], vec![GPU.to_owned()]);
+    assert_eq!(held.0.lock().unwrap()["uid-w"].whole, vec![GPU.to_owned()]);
 }

@@ -10,6 +10,7 @@ use accel_agent::config::{NodeProvider, Settings};
 use accel_agent::dra::KubeApi;
 use accel_agent::testing::{self, FakeSysfs};
 use accel_agent::{Agent, Node};
+use accel_api::agent::ClaimDevices;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::dra::{self, serve};
 use accel_k8s::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
@@ -369,7 +370,7 @@ async fn a_device_is_never_a_vms_and_a_claims_at_once() {
             let uid = format!("6f1c1a52-55b1-4d7f-9a39-3f1a4a0e{round:04x}");
             let vm = format!("0d5f7bd2-8d8e-4b0c-a9f4-c3c8cbbd{round:04x}");
             let path = format!("/allocations/{vm}");
-            let devices = [GPUS[0].to_string()];
+            let devices = ClaimDevices::whole(vec![GPUS[0].to_string()]);
             let nova = placement(
                 &srv,
                 reqwest::Method::PUT,
@@ -509,7 +510,7 @@ async fn the_nodes_resource_slice_follows_its_devices() {
         // tracks its own allocations).
         let uid = "6f1c1a52-55b1-4d7f-9a39-3f1a4a0e7a31";
         client
-            .prepare_claim(NODE, uid, &[GPUS[0].to_string()])
+            .prepare_claim(NODE, uid, &ClaimDevices::whole(vec![GPUS[0].to_string()]))
             .await
             .unwrap();
         assert_eq!(p.step().await.unwrap(), Published::Unchanged);

@@ -18,6 +18,7 @@ use accel_agent::cleaning::{validate, CleaningFile};
 use accel_agent::config::Settings;
 use accel_agent::kubernetes::ServerUsage;
 use accel_agent::{Agent, Node};
+use accel_api::agent::ClaimDevices;
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing::FakeKubelet;
 use accel_store::accelerator::report;
@@ -166,7 +167,11 @@ impl Path4 {
             }
             Path4::Dra(client) => {
                 match client
-                    .prepare_claim(NODE, &holder, &[ADDRESS.to_owned()])
+                    .prepare_claim(
+                        NODE,
+                        &holder,
+                        &ClaimDevices::whole(vec![ADDRESS.to_owned()]),
+                    )
                     .await
                 {
                     Ok(()) => Ok(holder),

@@ -70,21 +70,26 @@ fn gpu_name() -> String {
 }
 
 async fn report(srv: &Server, partitions: Value) -> (u16, Value) {
-    let body = json!({"devices": [{
+    report_gpus(srv, &[("3b", partitions)]).await
+}
+
+/// Reports H100s at `0000:<bus>:00.0`, each with its partitions.
+async fn report_gpus(srv: &Server, gpus: &[(&str, Value)]) -> (u16, Value) {
+    let devices: Vec<Value> = gpus.iter().map(|(bus, partitions)| json!({
         "type": "GPU", "vendor": "10de", "model": "H100",
         "controlpath_id": {"cpid_type": "PCI",
-            "cpid_info": "{\"domain\":\"0000\",\"bus\":\"3b\",\"device\":\"00\",\"function\":\"0\"}"},
-        "deployables": [{"name": gpu_name(), "num_accelerators": 1, "driver_name": "nvidia",
+            "cpid_info": format!("{{\"domain\":\"0000\",\"bus\":\"{bus}\",\"device\":\"00\",\"function\":\"0\"}}")},
+        "deployables": [{"name": format!("{NODE}_0000:{bus}:00.0"), "num_accelerators": 1, "driver_name": "nvidia",
             "attributes": [{"key": "rc", "value": "CUSTOM_ACCELERATOR_GPU"},
                            {"key": "trait0", "value": "CUSTOM_GPU_NVIDIA"}],
             "attach_handles": [{"attach_type": "PCI", "attach_info":
-                "{\"bus\": \"3b\", \"device\": \"00\", \"domain\": \"0000\", \"function\": \"0\"}"}]}],
+                format!("{{\"bus\": \"{bus}\", \"device\": \"00\", \"domain\": \"0000\", \"function\": \"0\"}}")}]}],
         "partitions": partitions,
-    }]});
+    })).collect();
     let r = reqwest::Client::new()
         .put(format!("{}/v2/agent/hosts/{NODE}/devices", srv.accel))
         .header("x-auth-token", "admin")
-        .json(&body)
+        .json(&json!({"devices": devices}))
         .send()
         .await
         .unwrap();
@@ -330,6 +335,213 @@ async fn a_vm_binds_a_vgpu_type_of_the_ledger() {
         assert_eq!(l.holders[0].consumer, POD_A);
         // The whole GPU is not offered beside the vGPU.
         assert!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.is_empty());
+        srv.stop().await;
+    }
+}
+
+/// `PUT /v2/agent/hosts/{NODE}/kubernetes/claims/{uid}` as the node's DRA driver sends
+/// it: (status, body).
+async fn dra_claim(srv: &Server, uid: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .put(format!(
+            "{}/v2/agent/hosts/{NODE}/kubernetes/claims/{uid}",
+            srv.accel
+        ))
+        .header("x-auth-token", "admin")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn mig(bus: &str, profile_id: u32, start: u32) -> Value {
+    json!({"device": format!("0000:{bus}:00.0"), "profile_id": profile_id, "start": start})
+}
+
+/// What the ledger of the GPU at `bus` holds: (consumer, profile or form, start).
+async fn holders(srv: &Server, bus: &str) -> Vec<(String, String)> {
+    let gpu = accel_store::accelerator::report::provider_uuid(&format!("{NODE}_0000:{bus}:00.0"));
+    let l = srv.store.partitions().ledger(&gpu).await.unwrap().unwrap();
+    let mut out: Vec<(String, String)> = l
+        .holders
+        .iter()
+        .map(|h| (h.consumer.clone(), format!("{:?}", h.holder)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 45: a pod's MIG device, placed by the Kubernetes scheduler, is held in the
+/// GPU's ledger at exactly that placement, so a VM is never offered (nor can claim) the
+/// GPU whose slices pods hold, and a pod is refused slices a VM or another pod holds.
+#[tokio::test]
+async fn a_pods_mig_claim_is_held_in_the_ledger_where_the_scheduler_placed_it() {
+    const CLAIM_A: &str = "d0000000-0000-4000-8000-00000000000a";
+    const CLAIM_B: &str = "d0000000-0000-4000-8000-00000000000b";
+    const CLAIM_C: &str = "d0000000-0000-4000-8000-00000000000c";
+    const VM: &str = "e0000000-0000-4000-8000-0000000000e1";
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        compute_node(&srv, NODE).await;
+        let g = json!(wire(&fixtures::h100_80gb()));
+        let (s, v) = report_gpus(&srv, &[("3b", g.clone()), ("5e", g)]).await;
+        assert_eq!(s, 200, "{v}");
+        let gpu_a =
+            accel_store::accelerator::report::provider_uuid(&format!("{NODE}_0000:3b:00.0"));
+        let gpu_b =
+            accel_store::accelerator::report::provider_uuid(&format!("{NODE}_0000:5e:00.0"));
+        let mut both = vec![gpu_a.clone(), gpu_b.clone()];
+        both.sort();
+        let whole = |o: Vec<(String, i64)>| o.into_iter().map(|(u, _)| u).collect::<Vec<_>>();
+        assert_eq!(whole(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await), both);
+
+        // Two 1g.10gb (profile 19) at slices 0 and 1 of GPU A, where the scheduler put
+        // them (the ledger itself would have started at slice 6).
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_A,
+            json!({"devices": [], "partitions": [mig("3b", 19, 0), mig("3b", 19, 1)]}),
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["changed"], true, "{v}");
+        assert_eq!(v["partitions"].as_array().unwrap().len(), 2, "{v}");
+        let held = holders(&srv, "3b").await;
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert!(held.iter().all(|(c, _)| c == CLAIM_A), "{held:?}");
+        assert!(held.iter().any(|(_, h)| h.contains("start: 0")), "{held:?}");
+        assert!(held.iter().any(|(_, h)| h.contains("start: 1")), "{held:?}");
+        // A replay changes nothing.
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_A,
+            json!({"devices": [], "partitions": [mig("3b", 19, 1), mig("3b", 19, 0)]}),
+        )
+        .await;
+        assert_eq!((s, &v["changed"]), (200, &json!(false)), "{v}");
+
+        // Nova's scheduler is offered GPU B only, and a VM's claim on GPU A is refused.
+        assert_eq!(
+            whole(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await),
+            vec![gpu_b.clone()]
+        );
+        let vm_claim = |rp: String| {
+            let srv = &srv;
+            async move {
+                placement(
+                    srv,
+                    reqwest::Method::PUT,
+                    &format!("/allocations/{VM}"),
+                    Some(json!({
+                        "allocations": {rp: {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+                        "project_id": "p", "user_id": "u", "consumer_generation": null,
+                        "consumer_type": "INSTANCE",
+                    })),
+                )
+                .await
+            }
+        };
+        let (s, v) = vm_claim(gpu_a.clone()).await;
+        assert_eq!(s, 409, "{v}");
+        // Five 1g.10gb are left on GPU A for the next pods.
+        let left: Vec<(String, i64)> = offered(&srv, "CUSTOM_MIG_1G_10GB").await;
+        let mig_a = accel_store::accelerator::report::provider_uuid(&format!(
+            "{NODE}_0000:3b:00.0_mig_1g.10gb"
+        ));
+        assert!(left.contains(&(mig_a.clone(), 5)), "{left:?}");
+
+        // Another pod's 2g.20gb (profile 14) over slice 0..1 is refused, naming a pod;
+        // at slices 2..3 it is held.
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_B,
+            json!({"devices": [], "partitions": [mig("3b", 14, 0)]}),
+        )
+        .await;
+        assert_eq!(s, 409, "{v}");
+        let words = v.to_string();
+        assert!(
+            words.contains(
+                "MIG 2g.20gb at memory slice 0 of device 0000:3b:00.0 is held by another pod"
+            ),
+            "{words}"
+        );
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_B,
+            json!({"devices": [], "partitions": [mig("3b", 14, 2)]}),
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+        // A placement the profile does not have, and a GPU without a ledger's profile.
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_C,
+            json!({"devices": [], "partitions": [mig("3b", 14, 3)]}),
+        )
+        .await;
+        assert_eq!(s, 409, "{v}");
+        assert!(
+            v.to_string().contains("cannot start at memory slice 3"),
+            "{v}"
+        );
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_C,
+            json!({"devices": [], "partitions": [mig("3b", 77, 0)]}),
+        )
+        .await;
+        assert_eq!(s, 409, "{v}");
+        assert!(v.to_string().contains("has no MIG profile 77"), "{v}");
+
+        // A VM takes GPU B whole: a pod's slice of it is refused, naming a VM.
+        let (s, v) = vm_claim(gpu_b.clone()).await;
+        assert_eq!(s, 204, "{v}");
+        let (s, v) = dra_claim(
+            &srv,
+            CLAIM_C,
+            json!({"devices": [], "partitions": [mig("5e", 19, 6)]}),
+        )
+        .await;
+        assert_eq!(s, 409, "{v}");
+        assert!(
+            v.to_string()
+                .contains("is held by a virtual machine (the whole GPU is held)"),
+            "{v}"
+        );
+        assert!(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await.is_empty());
+        assert!(holders(&srv, "5e").await.iter().all(|(c, _)| c == VM));
+
+        // The pods' claims unprepared: GPU A is whole again, for the VM's next claim.
+        delete_allocations(&srv, VM).await;
+        for uid in [CLAIM_A, CLAIM_B] {
+            let r = reqwest::Client::new()
+                .delete(format!(
+                    "{}/v2/agent/hosts/{NODE}/kubernetes/claims/{uid}",
+                    srv.accel
+                ))
+                .header("x-auth-token", "admin")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 204);
+        }
+        assert!(holders(&srv, "3b").await.is_empty());
+        assert_eq!(whole(offered(&srv, "CUSTOM_ACCELERATOR_GPU").await), both);
+
+        // A pod's claim of a partitioned GPU given whole takes the GPU's own provider
+        // only (not its profiles'), and the ledger then offers none of its slices.
+        let (s, v) = dra_claim(&srv, CLAIM_C, json!({"devices": ["0000:3b:00.0"]})).await;
+        assert_eq!(s, 200, "{v}");
+        let held = holders(&srv, "3b").await;
+        assert_eq!(held, vec![(CLAIM_C.to_owned(), "Whole".to_owned())]);
+        assert!(!offered(&srv, "CUSTOM_MIG_1G_10GB")
+            .await
+            .iter()
+            .any(|(u, _)| *u == mig_a));
         srv.stop().await;
     }
 }

@@ -309,7 +309,7 @@ async fn dra(store: &Store, prepare: bool) -> Result<bool, StoreError> {
             Box::pin(async move {
                 if prepare {
                     let prepared =
-                        claims::prepare(tx, HOST, CLAIM, &["FakeDevice".to_owned()]).await?;
+                        claims::prepare(tx, HOST, CLAIM, &["FakeDevice".to_owned()], &[]).await?;
                     Ok(prepared.is_ok())
                 } else {
                     claims::unprepare(tx, CLAIM).await

@@ -18,7 +18,7 @@ pub use client::{ConfigError, KubeApi, RequestError, WatchEnd, SERVICE_ACCOUNT_D
 
 use accel_k8s::dra::objects::{List, Node, ResourceClaim, ResourceSlice};
 use accel_k8s::dra::slices::{Held, SliceApi, SliceList};
-use accel_k8s::dra::{ApiError, BoxFuture, ClaimApi, ClaimRecord};
+use accel_k8s::dra::{ApiError, BoxFuture, ClaimApi, ClaimHolds, ClaimRecord};
 use accel_k8s::RecordError;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -202,11 +202,23 @@ impl ServerClaims {
 
 impl ClaimRecord for ServerClaims {
     /// A refusal is the server's message alone: kubelet shows it for the claim.
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>> {
+    fn prepare(&self, uid: &str, holds: ClaimHolds) -> BoxFuture<'_, Result<(), RecordError>> {
         let uid = uid.to_owned();
+        let body = accel_api::agent::ClaimDevices {
+            devices: holds.whole,
+            partitions: holds
+                .mig
+                .into_iter()
+                .map(|m| accel_api::agent::ClaimPartition {
+                    device: m.gpu,
+                    profile_id: m.profile_id,
+                    start: m.start,
+                })
+                .collect(),
+        };
         Box::pin(async move {
             self.client
-                .prepare_claim(&self.node, &uid, &addresses)
+                .prepare_claim(&self.node, &uid, &body)
                 .await
                 .map_err(|e| match e {
                     crate::client::ClientError::Status {

@@ -85,11 +85,29 @@ pub trait ClaimApi: Send + Sync {
     fn claim(&self, namespace: &str, name: &str) -> BoxFuture<'_, Result<ResourceClaim, ApiError>>;
 }
 
-/// Where a prepared claim's devices are held: the server (Placement), which refuses a
-/// device a VM or another pod holds.
+/// What a prepared claim holds on the server: devices given whole, by PCI address, and
+/// MIG devices at the placements the scheduler allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimHolds {
+    pub whole: Vec<String>,
+    pub mig: Vec<MigHold>,
+}
+
+/// One MIG device of a claim: the GPU's PCI address, NVML's GPU instance profile id and
+/// the first memory slice of its placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigHold {
+    pub gpu: String,
+    pub profile_id: u32,
+    pub start: u32,
+}
+
+/// Where a prepared claim's devices are held: the server (Placement, and a GPU's
+/// partition ledger for MIG devices), which refuses a device or slices a VM or another
+/// pod holds.
 pub trait ClaimRecord: Send + Sync {
-    /// Holds the devices at `addresses` for the claim `uid` (idempotent).
-    fn prepare(&self, uid: &str, addresses: Vec<String>) -> BoxFuture<'_, Result<(), RecordError>>;
+    /// Holds `holds` for the claim `uid` (idempotent).
+    fn prepare(&self, uid: &str, holds: ClaimHolds) -> BoxFuture<'_, Result<(), RecordError>>;
     /// Frees the claim's devices; an unknown claim is not an error.
     fn unprepare(&self, uid: &str) -> BoxFuture<'_, Result<(), RecordError>>;
 }
@@ -275,21 +293,39 @@ impl Driver {
                 .requests
                 .push(r.request.clone());
         }
-        // Held whole on the server: the devices given whole. A MIG device is not: the
-        // server's ledger of partitions is not reached from here yet (docs/kubernetes.md).
-        let addresses: Vec<String> = picked
-            .values()
-            .filter(|p| !matches!(p.target.form, Some(partitions::Form::Mig { .. })))
-            .map(|p| p.target.device.id.clone())
-            .collect();
-        if !addresses.is_empty() {
-            self.record.prepare(&claim.uid, addresses).await?;
+        // Held on the server before anything is made: the devices given whole, and the
+        // MIG devices at their placements in the GPU's ledger, so a VM's bind and this
+        // claim never both get the same slices.
+        let mut holds = ClaimHolds::default();
+        for p in picked.values() {
+            match &p.target.form {
+                Some(partitions::Form::Mig {
+                    profile_id,
+                    placement,
+                    ..
+                }) => holds.mig.push(MigHold {
+                    gpu: p.target.device.id.clone(),
+                    profile_id: *profile_id,
+                    start: placement.start,
+                }),
+                _ => holds.whole.push(p.target.device.id.clone()),
+            }
+        }
+        if holds != ClaimHolds::default() {
+            self.record.prepare(&claim.uid, holds).await?;
         }
         let mut mig_uuids = Vec::new();
         for (name, p) in picked.iter_mut() {
-            if let Some(uuid) = self.make_mig(claim, name, p.target).await? {
-                p.ids = vec![uuid.clone()];
-                mig_uuids.push(uuid);
+            match self.make_mig(claim, name, p.target).await {
+                Ok(Some(uuid)) => {
+                    p.ids = vec![uuid.clone()];
+                    mig_uuids.push(uuid);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.undo_prepare(claim).await;
+                    return Err(e);
+                }
             }
         }
         // Every device of the claim carries the whole list, so whichever device's edits
@@ -373,6 +409,19 @@ impl Driver {
                     source,
                 })
             }
+        }
+    }
+
+    /// After a MIG device of the claim could not be made: what was made is destroyed
+    /// and the server's hold freed, so the slices do not stay held for a claim that
+    /// has nothing (kubelet prepares it again, or unprepares it). Failures are logged:
+    /// the claim's own error is the one kubelet must see.
+    async fn undo_prepare(&self, claim: &ClaimRef) {
+        if let Err(e) = self.release_mig(claim).await {
+            tracing::warn!(claim = %claim.uid, cause = %e, "undoing a failed prepare: destroying its MIG devices failed");
+        }
+        if let Err(e) = self.record.unprepare(&claim.uid).await {
+            tracing::warn!(claim = %claim.uid, cause = %e, "undoing a failed prepare: freeing its hold on the server failed");
         }
     }
 

@@ -6,6 +6,9 @@
 //! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  {"devices": ["0000:3b:00.0"]}
 //! 200 {"claim": "<uid>", "devices": ["0000:3b:00.0"], "changed": true}
 //! 409 "Claim <uid>: device 0000:3b:00.0 is held by a virtual machine"
+//! PUT ...  {"devices": [], "partitions": [{"device": "0000:3b:00.0", "profile_id": 19, "start": 6}]}
+//! 409 "Claim <uid>: MIG 1g.10gb at memory slice 6 of device 0000:3b:00.0 is held by a
+//!      virtual machine (the whole GPU is held)"
 //! DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}   204 (also when unknown)
 //! ```
 //!
@@ -17,6 +20,7 @@ use super::error::{claim_refusal, AccelError, AccelResult};
 use super::{json_reply, AccelState, Reply, Req};
 use accel_api::agent::{ClaimDevices, ClaimPrepared};
 use accel_core::policy::cyborg as rules;
+use accel_store::partitions::Pin;
 use axum::http::StatusCode;
 use std::sync::Arc;
 
@@ -38,27 +42,45 @@ pub(crate) async fn prepare(st: Arc<AccelState>, req: Req) -> AccelResult<Reply>
     check_uid(uid)?;
     let body: ClaimDevices = serde_json::from_value(req.json_body()?).map_err(|e| {
         AccelError::bad_request(format!(
-            "Invalid claim: {e}; expected {{\"devices\": [\"<PCI address>\", ...]}}"
+            "Invalid claim: {e}; expected {{\"devices\": [\"<PCI address>\", ...], \
+             \"partitions\": [{{\"device\": \"<PCI address>\", \"profile_id\": <id>, \
+             \"start\": <memory slice>}}, ...]}}"
         ))
     })?;
-    if body.devices.is_empty() {
+    if body.devices.is_empty() && body.partitions.is_empty() {
         return Err(AccelError::bad_request("Invalid claim: no device"));
     }
+    let parts: Vec<(String, Pin)> = body
+        .partitions
+        .iter()
+        .map(|p| {
+            let pin = Pin {
+                profile_id: p.profile_id,
+                start: p.start,
+            };
+            (p.device.clone(), pin)
+        })
+        .collect();
     let changed = st
         .app
         .store
         .claims()
-        .prepare(host, uid, &body.devices)
+        .prepare(host, uid, &body.devices, &parts)
         .await?
-        .map_err(|r| AccelError::conflict(format!("Claim {uid}: {}", claim_refusal(&r))))?;
+        .map_err(|r| {
+            let words = claim_refusal(&r);
+            tracing::info!(host = %host, claim = %uid, reason = %words, "claim refused");
+            AccelError::conflict(format!("Claim {uid}: {words}"))
+        })?;
     if changed {
-        tracing::info!(host = %host, claim = %uid, devices = ?body.devices, "claim prepared");
+        tracing::info!(host = %host, claim = %uid, devices = ?body.devices, partitions = ?body.partitions, "claim prepared");
     }
     Ok(json_reply(
         StatusCode::OK,
         &ClaimPrepared {
             claim: uid.to_owned(),
             devices: body.devices,
+            partitions: body.partitions,
             changed,
         },
     ))

@@ -377,6 +377,28 @@ pub fn claim_refusal(r: &accel_store::accelerator::claims::ClaimRefusal) -> Stri
             "a device was taken by another consumer (a virtual machine or a pod) meanwhile; Placement refused the claim: {}",
             crate::placement::allocations::refusal_words(r)
         ),
+        C::NotPartitioned { device, profile_id } => format!(
+            "device {device} has no MIG profile {profile_id} (it is not reported partitioned, or its GPU lacks the profile)"
+        ),
+        C::NoPlacement {
+            device,
+            profile,
+            start,
+        } => format!("MIG {profile} cannot start at memory slice {start} of device {device}"),
+        C::PartitionHeld {
+            device,
+            profile,
+            start,
+            by_vm,
+            why,
+        } => format!(
+            "MIG {profile} at memory slice {start} of device {device} is held by {} ({why})",
+            if *by_vm {
+                "a virtual machine"
+            } else {
+                "another pod"
+            }
+        ),
     }
 }
 

@@ -7,24 +7,31 @@
 //! whichever asked first.
 //!
 //! ```text
-//! prepare(host, uid, addresses)                       one transaction
+//! prepare(host, uid, addresses, parts)                one transaction
+//!   each part (a MIG device: GPU address, profile, start) ──▶ the GPU's ledger locked
+//!                ──no ledger / profile / placement──▶ refused
 //!   each address ──not a device of host──▶ refused: unknown device
 //!                ──an ARQ, or another consumer's allocation──▶ refused: held (by whom)
 //!                ──reserved (unhealthy, vanished, maintaining)──▶ refused: unavailable
-//!   allocations of consumer uid == wanted ──▶ nothing written (a replay)
-//!   otherwise ──▶ replaced; a capacity refusal (a racing claimer) ──▶ refused: held
+//!   allocations of consumer uid == wanted, holders at the parts ──▶ nothing written
+//!   each part pinned in its ledger (partitions::pin) ──a holder in the way──▶ refused,
+//!                naming a VM or a pod
+//!   otherwise ──▶ replaced (the parts on their profile's provider, which settle keeps
+//!                at the pinned placement); a capacity refusal (a racing claimer) ──▶ refused: held
 //! unprepare(uid) ──▶ the consumer's allocations deleted (none: nothing to do); a
 //!                    consumer of another type is never touched
 //! ```
 //!
-//! The allocation is the whole record: a restarted agent replays the kubelet's calls
-//! and finds them done, so no table of its own is needed.
+//! The allocation (with, for a MIG device, the ledger's holder at its placement) is the
+//! whole record: a restarted agent replays the kubelet's calls and finds them done, so
+//! no table of its own is needed. A device given whole takes the GPU's own provider,
+//! never its profiles' (the whole form already takes every slice).
 
-use super::kubernetes::{held_by_vm, holds_exactly, host_devices, HostDevice};
+use super::kubernetes::{held_by_vm, holds_exactly, host_devices, whole_amounts, HostDevice};
+use crate::partitions::{self, Pin, PinRefusal};
 use crate::placement::allocations::{self, ConsumerWrite};
-use crate::placement::inventories;
 use crate::{Refusable, Store, StoreError, Tx};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The consumer type of a prepared claim's allocations (declared beside the pods' in
 /// [`super::kubernetes`], which tells the two apart).
@@ -45,17 +52,60 @@ pub enum ClaimRefusal {
     /// Placement refused the allocation: another claimer took a device meanwhile
     /// (a VM's or a pod's allocation committed between the check and the claim).
     Refused(allocations::Refusal),
+    /// The device has no partition ledger (not reported partitioned) or no such MIG
+    /// profile.
+    NotPartitioned { device: String, profile_id: u32 },
+    /// The profile cannot start at that memory slice on this GPU.
+    NoPlacement {
+        device: String,
+        profile: String,
+        start: u32,
+    },
+    /// Another holder of the GPU's ledger is in the way: a VM (`by_vm`) or a pod.
+    PartitionHeld {
+        device: String,
+        profile: String,
+        start: u32,
+        by_vm: bool,
+        why: String,
+    },
 }
 
-/// Allocates the devices at `addresses` of `host` to the consumer `uid`, whole; see the
-/// module doc. Answers whether anything was written.
+/// Allocates the devices at `addresses` of `host` to the consumer `uid`, whole, and
+/// the MIG devices `parts` (a GPU's address, where the Kubernetes scheduler put the
+/// instance: the node's driver makes it exactly there); see the module doc. Answers whether anything
+/// was written.
 pub async fn prepare(
     tx: &mut Tx,
     host: &str,
     uid: &str,
     addresses: &[String],
+    parts: &[(String, Pin)],
 ) -> Result<Result<bool, ClaimRefusal>, StoreError> {
     let devices = host_devices(tx, host).await?;
+    // The ledgers first: their row locks come before any provider's, as in every claim.
+    let mut by_gpu: BTreeMap<&str, Vec<Pin>> = BTreeMap::new();
+    for (device, pin) in parts {
+        if !devices.contains_key(device) {
+            return Ok(Err(ClaimRefusal::UnknownDevice(device.clone())));
+        }
+        by_gpu.entry(device).or_default().push(*pin);
+    }
+    let mut ledgers = Vec::with_capacity(by_gpu.len());
+    for (address, pins) in by_gpu {
+        let uuids: Vec<String> = devices[address]
+            .providers
+            .iter()
+            .map(|rp| rp.uuid.clone())
+            .collect();
+        let Some(l) = partitions::locked_ledger(tx, &uuids).await? else {
+            return Ok(Err(ClaimRefusal::NotPartitioned {
+                device: address.to_owned(),
+                profile_id: pins[0].profile_id,
+            }));
+        };
+        ledgers.push((address, pins, l));
+    }
     let mut wanted: Vec<(String, Vec<(String, i64)>)> = Vec::new();
     for address in addresses {
         let Some(d) = devices.get(address) else {
@@ -66,25 +116,38 @@ pub async fn prepare(
             Some(Holder::Pod) => return Ok(Err(ClaimRefusal::HeldByPod(address.clone()))),
             None => {}
         }
-        let mut any = false;
-        for rp in &d.providers {
-            let amounts: Vec<(String, i64)> = inventories::list(tx, rp.id)
-                .await?
-                .iter()
-                .map(|i| (i.rc_name.clone(), i.capacity().min(i.limits.max_unit)))
-                .filter(|(_, n)| *n > 0)
-                .collect();
-            if !amounts.is_empty() {
-                wanted.push((rp.uuid.clone(), amounts));
-                any = true;
-            }
-        }
-        if !any {
+        let amounts = whole_amounts(tx, d).await?;
+        if amounts.is_empty() {
             return Ok(Err(ClaimRefusal::Unavailable(address.clone())));
         }
+        wanted.extend(amounts);
     }
-    if holds_exactly(tx, uid, &wanted).await? {
-        return Ok(Ok(false));
+    // A replay: the claim holds exactly these placements and these allocations.
+    if ledgers
+        .iter()
+        .all(|(_, pins, l)| partitions::holds_pins(l, uid, pins))
+    {
+        let mut all = wanted.clone();
+        for (_, _, l) in &ledgers {
+            let held = l.holders.iter().filter(|h| h.consumer == uid);
+            all.extend(part_amounts(held.map(|h| {
+                let class = l
+                    .member(&h.rp_uuid)
+                    .and_then(|m| m.resource_class(&l.geometry));
+                (h.rp_uuid.clone(), class.unwrap_or_default())
+            })));
+        }
+        if holds_exactly(tx, uid, &all).await? {
+            return Ok(Ok(false));
+        }
+    }
+    for (address, pins, l) in &mut ledgers {
+        match partitions::pin(tx, l, uid, pins).await? {
+            Ok(pinned) => wanted.extend(part_amounts(
+                pinned.into_iter().map(|p| (p.member_rp, p.resource_class)),
+            )),
+            Err(r) => return Ok(Err(pin_refusal(tx, address, l, pins, r).await?)),
+        }
     }
     let write = ConsumerWrite {
         uuid: uid.to_owned(),
@@ -113,6 +176,58 @@ pub async fn prepare(
         }
     }
     Ok(Err(ClaimRefusal::Refused(r)))
+}
+
+/// One unit per (provider, class) named, gathered: what MIG holders allocate.
+fn part_amounts(held: impl Iterator<Item = (String, String)>) -> Vec<(String, Vec<(String, i64)>)> {
+    let mut n: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for (rp, class) in held {
+        *n.entry(rp).or_default().entry(class).or_insert(0) += 1;
+    }
+    n.into_iter()
+        .map(|(rp, c)| (rp, c.into_iter().collect()))
+        .collect()
+}
+
+/// The claim's words for a placement the ledger refused; a holder in the way is a VM
+/// unless its allocations are a pod's or a claim's.
+async fn pin_refusal(
+    tx: &mut Tx,
+    address: &str,
+    l: &partitions::Ledger,
+    pins: &[Pin],
+    r: PinRefusal,
+) -> Result<ClaimRefusal, StoreError> {
+    let device = address.to_owned();
+    let name = |id: u32| {
+        l.geometry
+            .profile(id)
+            .map_or_else(|| id.to_string(), |p| p.name.clone())
+    };
+    Ok(match r {
+        PinRefusal::NoProfile { profile_id } => ClaimRefusal::NotPartitioned { device, profile_id },
+        PinRefusal::NoPlacement { profile_id, start } => ClaimRefusal::NoPlacement {
+            device,
+            profile: name(profile_id),
+            start,
+        },
+        PinRefusal::Taken { by, why } => {
+            let pod = allocations::for_consumer(tx, &by).await?.iter().any(|a| {
+                matches!(
+                    a.consumer_type.as_deref(),
+                    Some(CONSUMER_TYPE) | Some(super::kubernetes::CONSUMER_TYPE)
+                )
+            });
+            let first = pins[0];
+            ClaimRefusal::PartitionHeld {
+                device,
+                profile: name(first.profile_id),
+                start: first.start,
+                by_vm: !pod,
+                why: why.to_string(),
+            }
+        }
+    })
 }
 
 enum Holder {
@@ -185,18 +300,23 @@ impl Store {
 }
 
 impl Claims<'_> {
-    /// Allocates the devices at `addresses` of `host` to claim `uid` ([`prepare`]);
-    /// answers whether anything was written, or why it was refused.
+    /// Allocates the devices at `addresses` of `host` to claim `uid`, and the MIG
+    /// placements `parts` (a GPU's address, the pin) ([`prepare`]); answers whether
+    /// anything was written, or why it was refused.
     pub async fn prepare(
         &self,
         host: &str,
         uid: &str,
         addresses: &[String],
+        parts: &[(String, Pin)],
     ) -> Refusable<bool, ClaimRefusal> {
         self.0
             .write_retrying(PREPARE_ATTEMPTS, || {
                 let (host, uid, addresses) = (host.to_owned(), uid.to_owned(), addresses.to_vec());
-                move |tx| Box::pin(async move { prepare(tx, &host, &uid, &addresses).await })
+                let parts = parts.to_vec();
+                move |tx| {
+                    Box::pin(async move { prepare(tx, &host, &uid, &addresses, &parts).await })
+                }
             })
             .await
     }

@@ -140,6 +140,31 @@ pub(super) async fn host_devices(
     Ok(out)
 }
 
+/// What a pod takes of a device given whole: every inventory of its providers, as much
+/// as each can give, but not a partitioned GPU's MIG-profile and vGPU-type providers
+/// (the ledger's members other than the GPU's own): the whole form already takes every
+/// slice, and allocating them too would ask the ledger for the GPU twice.
+pub(super) async fn whole_amounts(
+    tx: &mut Tx,
+    d: &HostDevice,
+) -> Result<ProviderAmounts, StoreError> {
+    let uuids: Vec<&str> = d.providers.iter().map(|rp| rp.uuid.as_str()).collect();
+    let parts = crate::partitions::partition_members(tx, &uuids).await?;
+    let mut out = Vec::new();
+    for rp in d.providers.iter().filter(|rp| !parts.contains(&rp.uuid)) {
+        let amounts: Vec<(String, i64)> = inventories::list(tx, rp.id)
+            .await?
+            .iter()
+            .map(|i| (i.rc_name.clone(), i.capacity().min(i.limits.max_unit)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        if !amounts.is_empty() {
+            out.push((rp.uuid.clone(), amounts));
+        }
+    }
+    Ok(out)
+}
+
 pub(super) async fn our_consumers(tx: &mut Tx, host: &str) -> Result<BTreeSet<String>, StoreError> {
     let rows: Vec<String> =
         sqlx::query_scalar("SELECT consumer_uuid FROM kubernetes_consumers WHERE hostname = $1")
@@ -253,7 +278,7 @@ type Row3 = (String, Option<String>, Option<String>);
 
 /// A consumer's allocations: `[(provider uuid, [(class, amount)])]`, the shape of
 /// [`ConsumerWrite::allocations`].
-type ProviderAmounts = Vec<(String, Vec<(String, i64)>)>;
+pub(super) type ProviderAmounts = Vec<(String, Vec<(String, i64)>)>;
 
 async fn stored_slots(tx: &mut Tx, host: &str) -> Result<BTreeMap<String, Row3>, StoreError> {
     let rows = sqlx::query(
@@ -380,22 +405,9 @@ pub async fn save(
             Some(pod) => pod_consumer(host, pod),
             None => slot_consumer(host, &cs[0].slot),
         };
-        let mut allocated = false;
-        for rp in &d.providers {
-            let amounts: Vec<(String, i64)> = inventories::list(tx, rp.id)
-                .await?
-                .iter()
-                .map(|i| (i.rc_name.clone(), i.capacity().min(i.limits.max_unit)))
-                .filter(|(_, n)| *n > 0)
-                .collect();
-            if !amounts.is_empty() {
-                wanted
-                    .entry(consumer.clone())
-                    .or_default()
-                    .push((rp.uuid.clone(), amounts));
-                allocated = true;
-            }
-        }
+        let amounts = whole_amounts(tx, d).await?;
+        let allocated = !amounts.is_empty();
+        wanted.entry(consumer.clone()).or_default().extend(amounts);
         if allocated {
             out.consumers
                 .entry(consumer)

@@ -13,6 +13,8 @@
 //!     ─▶ allocations written ─▶ [`settle`]: holders made to match the allocations on
 //!        the members (a new one placed by accel_core::partition, refused in capacity
 //!        words when it cannot be) ─▶ every member's reserved rewritten, touched
+//!  a pod's MIG device (DRA: the scheduler chose the placement) ─▶ [`pin`]: the
+//!        holder written at that placement before the allocation, which settle keeps
 //!  cleaning started on a GPU ─▶ [`refresh_gpu`]: every member reserved in full
 //! ```
 //!
@@ -28,10 +30,14 @@
 //! claim, a report); the cleaning hook runs last and takes it after its provider's, and
 //! a deadlock there is rerun like any other.
 
+mod pin;
 mod report;
 pub(crate) mod rows;
+pub(crate) use rows::partition_members;
 mod settle;
 
+pub(crate) use pin::{holds_pins, locked_ledger, pin};
+pub use pin::{Pin, PinRefusal, Pinned};
 pub use report::expand;
 pub(crate) use report::sync_report;
 pub use rows::{Holder, Ledger};

@@ -95,6 +95,32 @@ pub(crate) async fn lock(tx: &mut Tx, ids: &[i64]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Which of `rp_uuids` are a ledger's MIG-profile or vGPU-type members (not a GPU's
+/// own provider).
+pub(crate) async fn partition_members(
+    tx: &mut Tx,
+    rp_uuids: &[&str],
+) -> Result<std::collections::BTreeSet<String>, StoreError> {
+    let mut out = std::collections::BTreeSet::new();
+    for chunk in rp_uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT rp_uuid, member FROM gpu_ledger_members WHERE rp_uuid IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for u in chunk {
+            q = q.bind(u.to_string());
+        }
+        for r in q.fetch_all(&mut *tx).await? {
+            let key: String = r.try_get(1)?;
+            if Member::from_key(&key) != Some(Member::Whole) {
+                out.insert(r.try_get(0)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
 const LEDGER_COLUMNS: &str = "id, rp_uuid, hostname, geometry, generation";
 
 async fn complete(tx: &mut Tx, r: &sqlx::any::AnyRow) -> Result<Ledger, StoreError> {

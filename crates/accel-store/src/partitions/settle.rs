@@ -164,7 +164,7 @@ impl Settling {
     }
 }
 
-/// How a consumer takes a whole GPU: a pod (the device plugins, DRA) as a container
+/// How a consumer takes a whole GPU: a pod (the device plugins' pods, DRA claims) as a container
 /// device, anything else (Nova's instances) by passthrough, the VFIO form. Both take
 /// everything; the agent's wiring tells them apart.
 async fn whole_form(tx: &mut Tx, consumer: &str) -> Result<Want, StoreError> {
@@ -175,8 +175,9 @@ async fn whole_form(tx: &mut Tx, consumer: &str) -> Result<Want, StoreError> {
     .bind(consumer)
     .fetch_optional(&mut *tx)
     .await?;
+    use crate::accelerator::kubernetes::{CLAIM_CONSUMER_TYPE, CONSUMER_TYPE};
     Ok(match kind.as_deref() {
-        Some(crate::accelerator::kubernetes::CONSUMER_TYPE) => Want::Whole,
+        Some(CONSUMER_TYPE | CLAIM_CONSUMER_TYPE) => Want::Whole,
         _ => Want::Vfio,
     })
 }
