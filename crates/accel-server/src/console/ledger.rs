@@ -48,9 +48,10 @@ fn ledger(h: &mut String, l: &LedgerView) {
         gpu = name(&l.gpu_name),
     );
     slice_bar(h, l);
+    h.push_str("<div class=\"ledger-tables\">");
     holders(h, l);
     members(h, &l.members);
-    h.push_str("</section>");
+    h.push_str("</div></section>");
 }
 
 /// What occupies a run of slices: holders sharing it (a time-sliced vGPU type's
@@ -202,29 +203,27 @@ fn slices(s: Span) -> String {
     }
 }
 
+/// The holders by slice (a whole-GPU holder first), then by consumer.
 fn holders(h: &mut String, l: &LedgerView) {
     if l.holders.is_empty() {
         h.push_str("<p class=\"muted\" data-test=\"ledger-empty\">Nobody holds any of it.</p>");
         return;
     }
     let n = l.geometry.memory_slices;
+    let mut rows: Vec<(Span, &HolderView)> =
+        l.holders.iter().map(|x| (x.form.span(n), x)).collect();
+    rows.sort_by(|a, b| (a.0, &a.1.consumer).cmp(&(b.0, &b.1.consumer)));
     h.push_str(
         "<table class=\"holders\"><thead><tr><th>Holder</th><th>Consumer type</th><th>Takes</th>\
-         <th>Memory slices</th><th>Through</th></tr></thead><tbody>",
+         <th>Slices</th></tr></thead><tbody>",
     );
-    for holder in &l.holders {
-        let span = holder.form.span(n);
-        let through = l
-            .members
-            .iter()
-            .find(|m| m.rp_uuid == holder.rp_uuid)
-            .map_or_else(|| esc(&holder.rp_uuid), |m| name(&m.provider_name));
+    for (span, holder) in rows {
         let _ = write!(
             h,
             "<tr data-test=\"ledger-holder\" data-consumer=\"{u}\" data-type=\"{t}\" \
              data-form=\"{kind}\" data-start=\"{s}\" data-size=\"{size}\" data-provider=\"{rp}\">\
              <td><a href=\"/consumers?q={q}\"><code>{u}</code></a></td><td>{t}</td><td>{what}</td>\
-             <td>{sl}</td><td>{through}</td></tr>",
+             <td>{sl}</td></tr>",
             u = esc(&holder.consumer),
             q = esc(&qv(&holder.consumer)),
             t = esc(holder.consumer_type.as_deref().unwrap_or("")),
@@ -239,9 +238,11 @@ fn holders(h: &mut String, l: &LedgerView) {
     h.push_str("</tbody></table>");
 }
 
+/// Each way of taking the GPU, named by what it takes (its provider's name is the
+/// row's title: the tree above lists the providers).
 fn members(h: &mut String, members: &[MemberView]) {
     h.push_str(
-        "<table class=\"members\"><thead><tr><th>Provider</th><th>Takes</th><th>Class</th>\
+        "<table class=\"members\"><thead><tr><th>Takes</th><th>Class</th>\
          <th class=\"num\">Total</th><th class=\"num\">Reserved</th><th class=\"num\">Used</th>\
          <th class=\"num\">Free</th></tr></thead><tbody>",
     );
@@ -250,28 +251,26 @@ fn members(h: &mut String, members: &[MemberView]) {
         let _ = write!(
             h,
             "<tr data-test=\"ledger-member\" data-provider=\"{u}\" data-member=\"{key}\" \
-             data-label=\"{label}\" data-rc=\"{rc}\" data-held=\"{held}\"",
+             data-label=\"{label}\" data-rc=\"{rc}\" data-held=\"{held}\" title=\"{p}\"",
             u = esc(&m.rp_uuid),
             rc = esc(class),
             key = esc(&m.member.key()),
             label = esc(&m.label),
             held = m.held,
+            p = esc(&m.provider_name),
         );
         match m.inventory {
             Some(i) => {
-                let _ =
-                    write!(
+                let _ = write!(
                     h,
                     " data-total=\"{t}\" data-reserved=\"{r}\" data-used=\"{u}\" data-free=\"{f}\"\
-                     {cls}><td class=\"name\">{p}</td><td>{label}</td><td>{c}</td>\
-                     <td class=\"num\">{t}</td><td class=\"num\">{r}</td><td class=\"num\">{u}</td>\
-                     <td class=\"num\">{f}</td></tr>",
+                     {cls}><td>{label}</td><td>{c}</td><td class=\"num\">{t}</td>\
+                     <td class=\"num\">{r}</td><td class=\"num\">{u}</td><td class=\"num\">{f}</td></tr>",
                     t = i.total,
                     r = i.reserved,
                     u = i.used,
                     f = i.free,
                     cls = if i.free == 0 { " class=\"none-free\"" } else { "" },
-                    p = name(&m.provider_name),
                     label = name(&m.label),
                     c = name(class),
                 );
@@ -279,9 +278,8 @@ fn members(h: &mut String, members: &[MemberView]) {
             None => {
                 let _ = write!(
                     h,
-                    "><td class=\"name\">{p}</td><td>{label}</td><td>{c}</td>\
+                    "><td>{label}</td><td>{c}</td>\
                      <td class=\"num muted\" colspan=\"4\">no inventory</td></tr>",
-                    p = name(&m.provider_name),
                     label = name(&m.label),
                     c = name(class),
                 );

@@ -15,7 +15,7 @@ use super::bind_all;
 use super::hosts::{HostView, ProviderView};
 use crate::partitions::{rows, Ledger};
 use crate::{placeholders, StoreError, Tx};
-use accel_core::partition::{Consumer, Geometry, Member, Span};
+use accel_core::partition::{members, Consumer, Geometry, Member, Span};
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -35,7 +35,8 @@ pub struct LedgerView {
     /// slices until a claim of the same profile there adopts them. Profile name and
     /// placement.
     pub unheld: Vec<(String, Span)>,
-    /// The whole GPU first, then the MIG profiles and vGPU types (the ledger's order).
+    /// The whole GPU first, then the MIG profiles and vGPU types as the report lists
+    /// them (NVML's order: the smallest profile first).
     pub members: Vec<MemberView>,
 }
 
@@ -193,9 +194,11 @@ fn view(
             .map_or_else(|| uuid.to_owned(), |p| p.name.clone())
     };
     let held = l.held();
-    let members = l
-        .members
-        .iter()
+    let order = members(g);
+    let mut ordered: Vec<&(String, Member)> = l.members.iter().collect();
+    ordered.sort_by_key(|(_, m)| order.iter().position(|o| o == m).unwrap_or(order.len()));
+    let members = ordered
+        .into_iter()
         .map(|(uuid, m)| {
             let resource_class = match m {
                 Member::Whole => classes.get(&l.rp_uuid).cloned(),
