@@ -1096,11 +1096,13 @@ async fn host_page_shows_each_gpus_ledger() {
         );
         assert_eq!(num(whole_member[0], "data-used"), 1);
 
-        // A GPU's own page shows its ledger alone; a page of a host without partitioned
-        // GPUs, none.
-        let (_, _, one) = page(&c, &srv.console, &format!("/hosts/{}", gpus.whole)).await;
-        let shown: Vec<String> = hooks(&one, "ledger").iter().map(|t| gpu_of(t)).collect();
-        assert_eq!(shown, [gpus.whole.clone()]);
+        // A GPU's own page (its provider's or a partition's) shows its ledger alone; a
+        // page of a host without partitioned GPUs, none.
+        for (asked, gpu) in [(&gpus.whole, &gpus.whole), (&gpus.slice_rp, &gpus.sliced)] {
+            let (_, _, one) = page(&c, &srv.console, &format!("/hosts/{asked}")).await;
+            let shown: Vec<String> = hooks(&one, "ledger").iter().map(|t| gpu_of(t)).collect();
+            assert_eq!(shown.iter().collect::<Vec<_>>(), [gpu]);
+        }
         let other = compute_node(&srv, "cpu-1").await;
         let other = other["uuid"].as_str().unwrap();
         let (_, _, none) = page(&c, &srv.console, &format!("/hosts/{other}")).await;
