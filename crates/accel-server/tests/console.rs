@@ -4,7 +4,8 @@
 //! documents); paging and search; the security headers; noauth's banner; and, in
 //! keystone mode against the test kit's fake Keystone, login, a refused password, a
 //! cross-origin POST, the cookie's attributes, policy per page and a member who sees
-//! only its own project's ARQs.
+//! only its own project's ARQs; and a host's GPU ledgers (two H100s, one in seven
+//! `1g.10gb` slices, one given whole) against Placement.
 
 mod common;
 
@@ -13,6 +14,7 @@ use accel_server::auth::AuthStrategy;
 use accel_server::ServerConfig;
 use accel_testkit::server::TestServer;
 use common::accel::{compute_node, get, placement, workers, Server, TempDb};
+use common::gpus::TwoH100s;
 use common::keystone::{FakeKeystone, Subject};
 use common::BACKENDS;
 use reqwest::Method;
@@ -942,4 +944,175 @@ async fn kubernetes_page_shows_each_nodes_slots_as_the_agent_api_stores_them() {
         assert_eq!(with(&pods, "data-consumer", p).len(), 1);
     }
     srv.stop().await;
+}
+
+/// The ledger of each partitioned GPU on its host's page (issue 45), on every backend:
+/// an H100 fully sliced into seven `1g.10gb` instances shows seven holders, one on
+/// each of slices 0 to 6, and slice 7 free; an H100 given whole shows its holder across
+/// every slice; each holder is named with its consumer type; and every member
+/// provider's total, reserved, used and free are Placement's, none free on either GPU.
+#[tokio::test]
+async fn host_page_shows_each_gpus_ledger() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let gpus = TwoH100s::fill(&srv, "gpu-1").await;
+        let c = reqwest::Client::new();
+        let node = get(&srv, "/resource_providers?name=gpu-1").await;
+        let node = node["resource_providers"][0]["uuid"].as_str().unwrap();
+        let (s, _, html) = page(&c, &srv.console, &format!("/hosts/{node}")).await;
+        assert_eq!(s, 200, "{backend:?}");
+        assert_no_inline(&html, "the ledgers");
+        let ledgers = hooks(&html, "ledger");
+        let gpu_of = |t: &str| attr(t, "data-gpu").unwrap().to_owned();
+        assert_eq!(
+            ledgers.iter().map(|t| gpu_of(t)).collect::<Vec<_>>(),
+            [gpus.sliced.clone(), gpus.whole.clone()],
+            "{backend:?}"
+        );
+        // Each ledger's markup, to read its hooks apart from the other's.
+        let section = |gpu: &str| -> &str {
+            let start = html.find(&format!("data-gpu=\"{gpu}\"")).unwrap();
+            &html[start..start + html[start..].find("</section>").unwrap()]
+        };
+        let num = |t: &str, n: &str| -> i64 {
+            attr(t, n)
+                .unwrap_or_else(|| panic!("{n} on {t}"))
+                .parse()
+                .unwrap()
+        };
+
+        // The sliced GPU: a holder on each of slices 0..6, as the ledger placed them.
+        let sliced = section(&gpus.sliced);
+        let slices = num(ledgers[0], "data-slices");
+        assert_eq!(slices, 8);
+        assert_eq!(attr(ledgers[0], "data-mig"), Some("on"));
+        assert_eq!(num(ledgers[0], "data-holders"), 7);
+        let on_bar = hooks(sliced, "slice-holder");
+        let mut at: Vec<(i64, i64)> = on_bar
+            .iter()
+            .map(|t| (num(t, "data-start"), num(t, "data-size")))
+            .collect();
+        at.sort();
+        assert_eq!(at, (0..7).map(|i| (i, 1)).collect::<Vec<_>>());
+        assert!(on_bar.iter().all(|t| attr(t, "data-form") == Some("mig")));
+        let mut named: Vec<&str> = on_bar
+            .iter()
+            .map(|t| attr(t, "data-consumer").unwrap())
+            .collect();
+        named.sort();
+        let mut want: Vec<&str> = gpus.slice_holders.iter().map(String::as_str).collect();
+        want.sort();
+        assert_eq!(named, want);
+        assert!(!named.contains(&gpus.refused.as_str()));
+        let free: Vec<i64> = hooks(sliced, "slice-free")
+            .iter()
+            .map(|t| num(t, "data-slice"))
+            .collect();
+        assert_eq!(free, [7]);
+        let rows = hooks(sliced, "ledger-holder");
+        assert_eq!(rows.len(), 7);
+        for r in &rows {
+            assert_eq!(attr(r, "data-type"), Some("INSTANCE"), "{r}");
+            assert_eq!(attr(r, "data-provider"), Some(gpus.slice_rp.as_str()));
+            assert_eq!(attr(r, "data-form"), Some("mig"));
+        }
+        let texts = texts_of(sliced, "ledger-holder");
+        assert!(texts.iter().all(|t| t.contains("1g.10gb")), "{texts:?}");
+
+        // The GPU given whole: one holder across every slice, in the VFIO form (an
+        // instance's), nothing free.
+        let whole = section(&gpus.whole);
+        assert_eq!(num(ledgers[1], "data-holders"), 1);
+        let on_bar = hooks(whole, "slice-holder");
+        assert_eq!(on_bar.len(), 1);
+        assert_eq!(
+            attr(on_bar[0], "data-consumer"),
+            Some(gpus.whole_holder.as_str())
+        );
+        assert_eq!(attr(on_bar[0], "data-form"), Some("vfio"));
+        assert_eq!(
+            (num(on_bar[0], "data-start"), num(on_bar[0], "data-size")),
+            (0, slices)
+        );
+        assert!(hooks(whole, "slice-free").is_empty());
+        assert!(
+            row_text(whole, "data-test=\"ledger-holder\"").contains("whole GPU (VFIO)"),
+            "{whole}"
+        );
+
+        // Every member of each GPU, with Placement's figures: the GPU's provider and
+        // its children, nothing free on either.
+        for gpu in [&gpus.sliced, &gpus.whole] {
+            let members = hooks(section(gpu), "ledger-member");
+            let tree = get(&srv, &format!("/resource_providers?in_tree={gpu}")).await;
+            let mut in_tree: Vec<&str> = tree["resource_providers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["uuid"] == **gpu || p["parent_provider_uuid"] == **gpu)
+                .map(|p| p["uuid"].as_str().unwrap())
+                .collect();
+            in_tree.sort();
+            let mut shown: Vec<&str> = members
+                .iter()
+                .map(|m| attr(m, "data-provider").unwrap())
+                .collect();
+            shown.sort();
+            assert_eq!(shown, in_tree, "{backend:?}");
+            for m in &members {
+                let (rp, rc) = (
+                    attr(m, "data-provider").unwrap(),
+                    attr(m, "data-rc").unwrap(),
+                );
+                let inv = get(&srv, &format!("/resource_providers/{rp}/inventories/{rc}")).await;
+                let usage = get(&srv, &format!("/resource_providers/{rp}/usages")).await;
+                let (total, reserved) = (
+                    inv["total"].as_i64().unwrap(),
+                    inv["reserved"].as_i64().unwrap(),
+                );
+                let used = usage["usages"][rc].as_i64().unwrap_or(0);
+                let capacity =
+                    ((total - reserved) as f64 * inv["allocation_ratio"].as_f64().unwrap()) as i64;
+                assert_eq!(num(m, "data-total"), total, "{m}");
+                assert_eq!(num(m, "data-reserved"), reserved, "{m}");
+                assert_eq!(num(m, "data-used"), used, "{m}");
+                assert_eq!(num(m, "data-free"), capacity - used, "{m}");
+                assert_eq!(num(m, "data-free"), 0, "{backend:?}: {m}");
+            }
+        }
+        let slice_member = with(
+            &hooks(sliced, "ledger-member"),
+            "data-provider",
+            &gpus.slice_rp,
+        );
+        assert_eq!(attr(slice_member[0], "data-label"), Some("1g.10gb"));
+        assert_eq!(num(slice_member[0], "data-used"), 7);
+        assert_eq!(num(slice_member[0], "data-held"), 7);
+        let whole_member = with(&hooks(whole, "ledger-member"), "data-member", "whole");
+        assert_eq!(
+            attr(whole_member[0], "data-provider"),
+            Some(gpus.whole.as_str())
+        );
+        assert_eq!(num(whole_member[0], "data-used"), 1);
+
+        // A GPU's own page (its provider's or a partition's) shows its ledger alone; a
+        // page of a host without partitioned GPUs, none.
+        for (asked, gpu) in [(&gpus.whole, &gpus.whole), (&gpus.slice_rp, &gpus.sliced)] {
+            let (_, _, one) = page(&c, &srv.console, &format!("/hosts/{asked}")).await;
+            let shown: Vec<String> = hooks(&one, "ledger").iter().map(|t| gpu_of(t)).collect();
+            assert_eq!(shown.iter().collect::<Vec<_>>(), [gpu]);
+        }
+        let other = compute_node(&srv, "cpu-1").await;
+        let other = other["uuid"].as_str().unwrap();
+        let (_, _, none) = page(&c, &srv.console, &format!("/hosts/{other}")).await;
+        assert!(hooks(&none, "ledger").is_empty());
+
+        // A release gives the slices back: the bar says so at once.
+        common::accel::delete_allocations(&srv, &gpus.slice_holders[0]).await;
+        let (_, _, html) = page(&c, &srv.console, &format!("/hosts/{}", gpus.sliced)).await;
+        assert_eq!(hooks(&html, "slice-holder").len(), 6);
+        assert_eq!(hooks(&html, "slice-free").len(), 2);
+        srv.stop().await;
+    }
 }

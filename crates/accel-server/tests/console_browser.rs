@@ -15,6 +15,9 @@
 //!   accelerator API; the SQLite run saves the README's screenshots
 //!   (`console-{hosts,tree,history,overview,explain}.png`, in `docs/images` with
 //!   `ACCEL_SCREENSHOTS=docs/images`, see `images()`);
+//! - a host's GPU ledgers (issue 45), on SQLite: an H100 in seven `1g.10gb` slices and
+//!   one given whole, each holder's cell as wide as its slices, named and linked to
+//!   its consumer (`console-ledger.png`);
 //! - keystone, against the fake Keystone: the login form, the session cookie's
 //!   flags, a refused password, and a member of project A who sees A's ARQs and none
 //!   of project B's.
@@ -35,6 +38,7 @@ use accel_server::ServerConfig;
 use accel_testkit::browser::{Browser, Element};
 use accel_testkit::server::TestServer;
 use common::accel::{arq_uuids, compute_node, get, placement, workers, FakeNova, Server, TempDb};
+use common::gpus::TwoH100s;
 use common::keystone::{FakeKeystone, Subject};
 use common::BACKENDS;
 use serde_json::{json, Value};
@@ -1189,4 +1193,87 @@ async fn keystone_login_and_a_member_sees_its_own_projects_arqs() {
 
     b.close().await;
     server.stop().await;
+}
+
+/// An element's rendered width in CSS pixels.
+async fn width(b: &Browser, e: &Element) -> f64 {
+    b.execute("return arguments[0].getBoundingClientRect().width", &[e])
+        .await
+        .as_f64()
+        .expect("a width")
+}
+
+/// A host's GPU ledgers as a person sees them (issue 45), on SQLite (tests/console.rs
+/// checks the same page's numbers on every backend): an H100 in seven `1g.10gb`
+/// slices and one given whole. In the browser each holder's cell is as wide as its
+/// slices (a one-slice cell an eighth of the bar, the whole GPU's all of it), and
+/// every holder is named by its consumer and linked to it; the run saves
+/// `console-ledger.png`.
+#[tokio::test]
+async fn gpu_ledgers_as_a_person_sees_them() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let db = TempDb::fresh(BACKENDS[0]).await;
+    let srv = Server::start(&db.url, None, None).await;
+    let gpus = TwoH100s::fill(&srv, "gpu-1").await;
+    let node = get(&srv, "/resource_providers?name=gpu-1").await;
+    let node = node["resource_providers"][0]["uuid"].as_str().unwrap();
+    open(&b, &srv.console, &format!("/hosts/{node}"), true).await;
+
+    let ledgers = b.find_all("[data-test=ledger]").await;
+    assert_eq!(ledgers.len(), 2);
+    let mut holders = Vec::new();
+    for (ledger, gpu) in ledgers.iter().zip([&gpus.sliced, &gpus.whole]) {
+        assert_eq!(&attr(&b, ledger, "data-gpu").await, gpu);
+        let slices = num(&b, ledger, "data-slices").await;
+        let bar = b.find_in(ledger, "[data-test=slice-bar]").await;
+        let bar_width = width(&b, &bar).await;
+        let mut occupied = 0;
+        let mut here = Vec::new();
+        for cell in b.find_all_in(&bar, "[data-test=slice-cell]").await {
+            let size = num(&b, &cell, "data-size").await;
+            occupied += size;
+            // Equal columns (`table-layout: fixed`): a cell's share of the bar is its
+            // share of the slices.
+            let share = width(&b, &cell).await / bar_width;
+            let want = size as f64 / slices as f64;
+            assert!(
+                (share - want).abs() < 0.02,
+                "a cell of {size} slices takes {share:.3} of the bar, not {want:.3}"
+            );
+            for h in b.find_all_in(&cell, "[data-test=slice-holder]").await {
+                let consumer = attr(&b, &h, "data-consumer").await;
+                let text = b.text(&h).await;
+                assert!(
+                    text.starts_with(&consumer[..8]),
+                    "{text:?} does not name {consumer}"
+                );
+                assert_eq!(
+                    attr(&b, &h, "href").await,
+                    format!("/consumers?q={consumer}")
+                );
+                here.push((consumer, text));
+            }
+        }
+        let free = b.find_all_in(&bar, "[data-test=slice-free]").await;
+        assert_eq!(occupied + free.len() as i64, slices, "{gpu}");
+        holders.push(here);
+    }
+    // Seven one-slice holders of 1g.10gb; one holder of the other GPU, whole.
+    let sliced: BTreeSet<String> = holders[0].iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(sliced, gpus.slice_holders.iter().cloned().collect());
+    assert!(
+        holders[0].iter().all(|(_, t)| t.ends_with("1g.10gb")),
+        "{holders:?}"
+    );
+    assert_eq!(holders[1].len(), 1, "{holders:?}");
+    assert_eq!(holders[1][0].0, gpus.whole_holder);
+    assert!(holders[1][0].1.ends_with("whole GPU (VFIO)"), "{holders:?}");
+
+    b.scroll_to(&ledgers[0]).await;
+    b.save_screenshot(&images().join("console-ledger.png"))
+        .await;
+    srv.stop().await;
+    b.close().await;
 }

@@ -1,5 +1,6 @@
 //! One host's page (`/hosts/{uuid}`, from any provider of its tree): the tree with
-//! every inventory in detail, its devices' cleanings, the instances, pods and ARQs on
+//! every inventory in detail, its partitioned GPUs' ledgers ([`super::ledger`]: the
+//! asked GPU's alone on a GPU's page), its devices' cleanings, the instances, pods and ARQs on
 //! it, and the device history (`accel_store::accelerator::history`): one device's
 //! when the uuid is a device provider's, else all of the host's devices'. One store
 //! read (`Estate::host`, one snapshot), each list bounded ([`ON_HOST`]).
@@ -37,7 +38,9 @@ pub(crate) async fn tree(state: Shared, headers: HeaderMap, Path(uuid): Path<Str
     for (depth, p) in host.with_depth() {
         provider_row(&mut h, depth, p, true, now);
     }
-    h.push_str("</tbody></table><h2>Inventories in detail</h2><table class=\"inv\"><thead><tr>\
+    h.push_str("</tbody></table>");
+    super::ledger::ledgers(&mut h, &page.ledgers);
+    h.push_str("<h2>Inventories in detail</h2><table class=\"inv\"><thead><tr>\
         <th>Provider</th><th>Class</th><th>Total</th><th>Reserved</th><th>Used</th><th>Capacity</th>\
         <th>Min</th><th>Max</th><th>Step</th><th>Ratio</th></tr></thead><tbody>");
     for p in &host.providers {

@@ -56,7 +56,16 @@
 //!   `host-consumer` (`data-consumer`, `data-kind`) and `host-arq` (`data-arq`,
 //!   `data-state`) rows, and `history` with `history-row` (`data-kind`
 //!   report|health|bind|bind_failed|cleaning, `data-device` uuid, `data-epoch`) or
-//!   `history-empty`;
+//!   `history-empty` and, per partitioned GPU, `ledger` (`data-gpu` uuid,
+//!   `data-slices`, `data-mig` on|off, `data-holders`) with its `slice-bar`: a
+//!   `slice-cell` per occupied run (`data-start`, `data-size`) holding each
+//!   `slice-holder` (`data-consumer`, `data-form` whole|vfio|mig|vgpu, `data-start`,
+//!   `data-size`) or a `slice-standing` instance nobody holds (`data-profile`), and a
+//!   `slice-free` cell per free slice (`data-slice`); `ledger-holder` rows
+//!   (`data-consumer`, `data-type`, `data-form`, `data-start`, `data-size`,
+//!   `data-provider`) or `ledger-empty`; `ledger-member` rows (`data-provider`,
+//!   `data-member` whole|mig:<id>|vgpu:<type>, `data-label`, `data-rc`, `data-held`, and
+//!   `data-total`, `data-reserved`, `data-used`, `data-free` when it has an inventory);
 //! - times: `<time datetime>` in UTC, written with `UTC`, and `data-epoch`;
 //! - consumers: `consumer-row` (`data-consumer`, `data-kind` vm|pod),
 //!   `allocation` (`data-provider`, `data-rc`, `data-used`), `no-allocation` (an
@@ -76,6 +85,7 @@
 
 mod host;
 pub mod html;
+mod ledger;
 mod names;
 mod overview;
 mod pages;

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod accel;
+pub mod gpus;
 pub mod reply;
 
 pub use accel_testkit::keystone;

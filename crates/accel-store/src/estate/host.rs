@@ -1,11 +1,12 @@
-//! One host's page in one snapshot ([`Estate::host`]): its provider tree, its devices'
-//! cleanings, the consumers and ARQs on it, and the device history. The page is read
+//! One host's page in one snapshot ([`Estate::host`]): its provider tree, its GPUs'
+//! ledgers, its devices' cleanings, the consumers and ARQs on it, and the device history. The page is read
 //! as one because its lists name each other (a history row's provider is looked up in
 //! the tree, an ARQ's device too): read apart, a report landing between two reads
 //! would show a tree and a history that disagree.
 
 use super::activity::{self, ArqView, ConsumerFilter, ConsumerView};
 use super::hosts::{self, HostView};
+use super::ledgers::{self, LedgerView};
 use super::{Estate, Page, Window};
 use crate::accelerator::{cleaning, history};
 use crate::StoreError;
@@ -14,6 +15,9 @@ use crate::StoreError;
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostPage {
     pub tree: HostView,
+    /// The ledgers of the host's partitioned GPUs: the asked GPU's alone when `uuid`
+    /// is one of its providers', else every one, in the order they were reported.
+    pub ledgers: Vec<LedgerView>,
     /// Every device provider of the host with its cleaning, by name.
     pub cleanings: Vec<cleaning::DeviceCleaning>,
     /// The first consumers allocating from the tree or with an ARQ on the host.
@@ -38,6 +42,7 @@ impl Estate<'_> {
                     };
                     let root = tree.root();
                     let (root_uuid, root_name) = (root.uuid.as_str(), root.name.as_str());
+                    let ledgers = ledgers::of_host(tx, root_name, &tree, &uuid).await?;
                     let cleanings = cleaning::list(tx, Some(root_name)).await?;
                     let consumers = activity::consumers_where(
                         tx,
@@ -56,6 +61,7 @@ impl Estate<'_> {
                         history::of_devices(tx, &devices_shown(&tree, &uuid), shown as i64).await?;
                     Ok(Some(HostPage {
                         tree,
+                        ledgers,
                         cleanings,
                         consumers,
                         arqs,

@@ -1,6 +1,6 @@
 //! Read-only views of the whole estate for the operator's console: hosts with their
-//! provider trees, consumers with their allocations and ARQs, ARQs with their bind jobs
-//! and Nova events, Kubernetes slots.
+//! provider trees and GPU ledgers, consumers with their allocations and ARQs, ARQs with
+//! their bind jobs and Nova events, Kubernetes slots.
 //!
 //! Every list is paged in SQL (`ORDER BY .. LIMIT .. OFFSET ..` plus one `COUNT(*)`
 //! under the same filter), and the details of a page are read for that page's rows
@@ -18,6 +18,7 @@ use crate::{Store, StoreError, Tx};
 pub mod activity;
 mod host;
 pub mod hosts;
+pub mod ledgers;
 mod profiles;
 pub mod summary;
 
