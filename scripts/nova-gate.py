@@ -844,7 +844,82 @@ def boot_while_cleaning():
     verify(after, True, "compute-a")
 
 
-ALL = [boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
+H100_A, H100_B = "0000:3b:00.0", "0000:5e:00.0"   # compute-a's two MIG-mode H100s (fake NVML)
+POD_CLAIM = "7d1c0c2e-45a0-4b6e-9c1e-4d0a5e1f0a01"
+
+
+def pod_claim(uid, body):
+    """A pod's DRA claim as the node's driver sends it (no kubelet here: the gate sends
+    the driver's own request to the agent endpoint)."""
+    return accel.put(f"/agent/hosts/compute-a/kubernetes/claims/{uid}", json=body, raise_exc=False)
+
+
+def pod_release(uid):
+    r = accel.delete(f"/agent/hosts/compute-a/kubernetes/claims/{uid}", raise_exc=False)
+    check(r.status_code == 204, f"release claim {uid}: {r.status_code} {r.text[:200]}")
+
+
+@step("one GPU ledger for VMs and pods: Nova boots on a whole H100 while pods hold MIG slices of the other, and cannot get the held one")
+def mig_ledger():
+    verify()
+    def h100s():
+        return {d[0]: rp for rp, d in device_providers().items()
+                if d[0] in (f"compute-a_{H100_A}", f"compute-a_{H100_B}")}
+    wait("compute-a's two H100s in Placement", lambda: len(h100s()) == 2, 60)
+    rps = h100s()
+    gpu_a, gpu_b = rps[f"compute-a_{H100_A}"], rps[f"compute-a_{H100_B}"]
+    wait("their MIG profiles' providers", lambda: any(
+        p["name"] == f"compute-a_{H100_A}_mig_1g.10gb" for p in providers()), 60)
+    if "gate-h100" not in FLAVORS:
+        ok(accel.post("/device_profiles", json=[{"name": "gate-h100", "groups": [
+            {"resources:CUSTOM_ACCELERATOR_GPU": "1", "trait:CUSTOM_GPU_NVIDIA_HOPPER": "required"}]}],
+            raise_exc=False), "create profile gate-h100")
+        flavor("gate-h100", "gate-h100")
+    # Pods hold a 1g.10gb at slice 0 and a 3g.40gb at slice 4 of H100 A, where the
+    # Kubernetes scheduler put them.
+    r = pod_claim(POD_CLAIM, {"devices": [], "partitions": [
+        {"device": H100_A, "profile_id": 19, "start": 0},
+        {"device": H100_A, "profile_id": 9, "start": 4}]})
+    check(r.status_code == 200, f"pods' claim: {r.status_code} {r.text[:300]}")
+    try:
+        # Nova gets H100 B whole.
+        first = boot("gate-h100-vm", "gate-h100")
+        EXPECT[first] = 1
+        s = wait_server(first, "ACTIVE")
+        check(host_of(s) == "compute-a", f"H100 server on {host_of(s)}")
+        verify(first, True, "compute-a")
+        got = [a["device_rp_uuid"] for a in arqs(first)]
+        check(got == [gpu_b], f"H100 server bound to {got}, not H100 B {gpu_b} (A is {gpu_a})")
+        # A second whole H100: A's slices are held, so no host has one.
+        second = boot("gate-h100-none", "gate-h100")
+        EXPECT[second] = 1
+        s = wait_server(second, "ERROR", task_none=False)
+        fault = (s.get("fault") or {}).get("message", "")
+        check("No valid host" in fault, f"second H100 server: fault {fault!r}")
+        check(not records(second), "the driver was asked to spawn the second H100 server")
+        delete_errored(second)
+        # And a pod cannot take a slice of the GPU the VM holds.
+        r = pod_claim(str(uuid.uuid4()), {"devices": [], "partitions": [
+            {"device": H100_B, "profile_id": 19, "start": 6}]})
+        check(r.status_code == 409 and "held by a virtual machine" in r.text,
+              f"a pod's slice of the VM's GPU: {r.status_code} {r.text[:300]}")
+    finally:
+        pod_release(POD_CLAIM)
+    # The pods gone, H100 A is whole again: Nova gets it.
+    third = boot("gate-h100-after", "gate-h100")
+    EXPECT[third] = 1
+    wait_server(third, "ACTIVE")
+    verify(third, True, "compute-a")
+    check([a["device_rp_uuid"] for a in arqs(third)] == [gpu_a], f"third H100 server: {arqs(third)}")
+    for sid in (first, third):
+        ok(compute.delete(f"/servers/{sid}", raise_exc=False), "delete an H100 server")
+    for sid in (first, third):
+        wait_gone(sid)
+        verify(sid, False)
+        del EXPECT[sid]
+
+
+ALL = [mig_ledger, boot_one, boot_several, reboot_soft, reboot_hard, stop, start, pause, unpause, lock,
        unlock, rebuild, refused, shelve, shelve_offload, unshelve_other, unshelve_back,
        evacuate, evacuate_source_back, start_evacuated, bind_refused, reschedule, fpga_fails,
        fpga_programs, second_bind, boot_while_cleaning, delete_all]

@@ -345,12 +345,45 @@ EOF
 
 # --- the agents -------------------------------------------------------------------
 step "agents"
+# compute-a also has two NVIDIA H100s in MIG mode (issue 45: one ledger per GPU for VMs
+# and pods), found by the agent's real nvidia driver in a fake sysfs, through NVML as
+# accel-fake-nvml (real H100 MIG geometry) answers it.
+FAKE_NVML="${NOVA_GATE_FAKE_NVML:-$ROOT/target/fake-nvml/debug/libaccel_fake_nvml.so}"
+if [[ ! -f "$FAKE_NVML" ]]; then
+  (cd "$ROOT" && cargo build -q -p accel-fake-nvml --target-dir target/fake-nvml) \
+    || { echo "building accel-fake-nvml failed" >&2; exit 2; }
+fi
+mkdir -p "$DIR/nvml"
+cp "$FAKE_NVML" "$DIR/nvml/libnvidia-ml.so.1"
+echo boot-1 > "$DIR/nvml/boot_id"
+cat > "$DIR/nvml/accel-fake-nvml.conf" <<EOF
+gpu bus=0000:3b:00.0 model=h100 mig=on
+gpu bus=0000:5e:00.0 model=h100 mig=on
+state_file $DIR/nvml/fake-nvml.state
+boot_id_file $DIR/nvml/boot_id
+EOF
+for bdf in 0000:3b:00.0 0000:5e:00.0; do   # as the kernel shows an H100 PCIe (10de:2331)
+  d="$DIR/sysfs-a/bus/pci/devices/$bdf"
+  mkdir -p "$d" "$DIR/sysfs-a/bus/pci/drivers/nvidia"
+  echo 0x10de > "$d/vendor"; echo 0x2331 > "$d/device"; echo 0x030200 > "$d/class"
+  echo 0x10de > "$d/subsystem_vendor"; echo 0x0000 > "$d/subsystem_device"; echo 0 > "$d/numa_node"
+  ln -sfn ../../../bus/pci/drivers/nvidia "$d/driver"
+done
+
 agent_conf() {  # HOST
+  local drivers='"fake"' nvml=""
+  if [[ "$1" == compute-a ]]; then
+    drivers='"fake", "nvidia"'
+    nvml="nvml_library = \"$DIR/nvml/libnvidia-ml.so.1\"
+state_dir = \"$DIR/state-a\"
+boot_id_file = \"$DIR/nvml/boot_id\""
+  fi
   cat <<EOF
 server = "http://127.0.0.1:$APORT"
 node = "$1"
 node_provider = "nova"
-drivers = ["fake"]
+drivers = [$drivers]
+$nvml
 sysfs_root = "$DIR/sysfs-${1#compute-}"
 interval_seconds = 5
 program_interval_ms = ${NOVA_GATE_PROGRAM_INTERVAL_MS:-2000}

@@ -4,14 +4,16 @@
 //! holders of a GPU overlap, holders are exactly the allocations, every provider offers
 //! exactly what the ledger can still create (so every offered candidate can be held
 //! and nothing else can), and a release returns the ledger and the capacities to what
-//! they were. The seed is printed; `ACCEL_LEDGER_SEED=<n>` replays one run.
+//! they were. Among the claims, pods' DRA claims of a MIG device at a placement the
+//! Kubernetes scheduler chose (pinned): held exactly there when it fits beside every
+//! holder, refused otherwise. The seed is printed; `ACCEL_LEDGER_SEED=<n>` replays one run.
 
 use accel_core::accelerator::{
     AttachType, DeviceType, ReportedDeployable, ReportedDevice, ReportedHandle,
 };
 use accel_core::partition::{fixtures, members, Consumer, Geometry, Member};
 use accel_store::accelerator::report;
-use accel_store::partitions::Ledger;
+use accel_store::partitions::{Ledger, Pin};
 use accel_store::placement::allocations::{self as allocs, ConsumerWrite, Refusal};
 use accel_store::placement::world;
 use accel_store::testing::{self, each_backend};
@@ -258,9 +260,11 @@ async fn run(store: &Store, seed: u64, steps: usize) {
     let mut s = state(store).await;
     check(&s, &targets, &format!("seed {seed}, after the report"));
     let (mut won, mut refused) = (0, 0);
+    // The consumers that are pods' DRA claims (released as the driver does).
+    let mut claims = std::collections::BTreeSet::new();
     for step in 0..steps {
         let ctx = format!("seed {seed}, step {step}");
-        match rng.below(10) {
+        match rng.below(12) {
             // A claim of one target, one or two units.
             0..=5 => {
                 let t = &targets[rng.below(targets.len())];
@@ -308,10 +312,66 @@ async fn run(store: &Store, seed: u64, steps: usize) {
                 }
                 s = after;
             }
+            // A pod's DRA claim of one MIG device where the scheduler put it.
+            9 | 10 => {
+                let i = rng.below(s.ledgers.len());
+                let l = &s.ledgers[i];
+                if l.geometry.profiles.is_empty() {
+                    continue;
+                }
+                let p = &l.geometry.profiles[rng.below(l.geometry.profiles.len())];
+                let at = p.placements[rng.below(p.placements.len())];
+                let mig = Consumer::Mig { profile: p.id, at };
+                let fits = l.geometry.fits(&l.held(), &mig).is_ok();
+                let address = pci_address(&l.rp_uuid);
+                let pin = Pin {
+                    profile_id: p.id,
+                    start: at.start,
+                };
+                let uid = uuid::Uuid::new_v4().to_string();
+                let got = store
+                    .claims()
+                    .prepare(HOST, &uid, &[], &[(address, pin)])
+                    .await
+                    .unwrap();
+                assert_eq!(got.is_ok(), fits, "{ctx}: pinned {mig:?}: {got:?}");
+                let after = state(store).await;
+                if got.is_ok() {
+                    let l = after
+                        .ledgers
+                        .iter()
+                        .find(|x| x.rp_uuid == l.rp_uuid)
+                        .unwrap();
+                    let mine: Vec<&Consumer> = l
+                        .holders
+                        .iter()
+                        .filter(|h| h.consumer == uid)
+                        .map(|h| &h.holder)
+                        .collect();
+                    assert_eq!(mine, vec![&mig], "{ctx}: held where the scheduler put it");
+                    won += 1;
+                    claims.insert(uid.clone());
+                    held.push((uid, Some(s)));
+                } else {
+                    refused += 1;
+                    assert_eq!(after.holders, s.holders, "{ctx}: a refused pin wrote");
+                    assert_eq!(
+                        after.inventories, s.inventories,
+                        "{ctx}: a refused pin wrote"
+                    );
+                }
+                s = after;
+            }
             // The last claim released: everything as it was before it.
             7 | 8 if !held.is_empty() => {
                 let (consumer, before) = held.pop().unwrap();
-                release(store, &consumer, rng.below(2) == 0).await;
+                release(
+                    store,
+                    &consumer,
+                    rng.below(2) == 0,
+                    claims.remove(&consumer),
+                )
+                .await;
                 s = state(store).await;
                 if let Some(before) = before {
                     assert_eq!(s.holders, before.holders, "{ctx}: release of {consumer}");
@@ -324,7 +384,13 @@ async fn run(store: &Store, seed: u64, steps: usize) {
             // Any claim released.
             _ if !held.is_empty() => {
                 let (consumer, _) = held.remove(rng.below(held.len()));
-                release(store, &consumer, rng.below(2) == 0).await;
+                release(
+                    store,
+                    &consumer,
+                    rng.below(2) == 0,
+                    claims.remove(&consumer),
+                )
+                .await;
                 // Every "before" state is void now.
                 held.iter_mut().for_each(|h| h.1 = None);
                 s = state(store).await;
@@ -340,9 +406,21 @@ async fn run(store: &Store, seed: u64, steps: usize) {
     );
 }
 
-/// Releases `consumer` by `DELETE /allocations` or by an empty `PUT`.
-async fn release(store: &Store, consumer: &str, by_delete: bool) {
-    if by_delete {
+/// The PCI address of the GPU whose own provider is `rp_uuid`.
+fn pci_address(rp_uuid: &str) -> String {
+    (0..fleet().len())
+        .map(gpu_name)
+        .find(|n| report::provider_uuid(n) == rp_uuid)
+        .and_then(|n| n.strip_prefix(&format!("{HOST}_")).map(str::to_owned))
+        .unwrap()
+}
+
+/// Releases `consumer` by `DELETE /allocations` or by an empty `PUT`; a pod's DRA
+/// claim as its driver does.
+async fn release(store: &Store, consumer: &str, by_delete: bool, dra_claim: bool) {
+    if dra_claim {
+        assert!(store.claims().unprepare(consumer).await.unwrap());
+    } else if by_delete {
         assert!(store.allocations().delete_consumer(consumer).await.unwrap());
     } else {
         claim(store, consumer, &[]).await.unwrap();
@@ -617,8 +695,8 @@ async fn an_allocation_without_a_holder_blocks_no_one_else() {
         report_fleet(&store, devices.clone()).await;
         claim(&store, "b", &[(&g1, 1)]).await.unwrap();
         claim(&store, "c", &[(&g1, 1)]).await.unwrap();
-        release(&store, "b", true).await;
-        release(&store, "c", false).await;
+        release(&store, "b", true, false).await;
+        release(&store, "c", false, false).await;
         // Free again: the old allocation's holder is placed at the next settle.
         claim(&store, "d", &[(&g1, 1)]).await.unwrap_err();
         let s = state(&store).await;
