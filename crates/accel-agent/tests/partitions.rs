@@ -706,3 +706,107 @@ fn agent_check_shows_the_partitions_as_nvidia_smi_prints_placements() {
         made.uuid.as_str()
     );
 }
+
+/// Issue 45's "every offered candidate or allocated claim is created successfully by
+/// the agent": the server's ledger model (`accel_core::partition`, fed the geometry the
+/// agent reports) and NVML (the fake, whose rules come from the hardware's captures)
+/// must agree on every placement. Random steps on an H100 and an H200: the ledger
+/// places a profile where it would (or a pod's claim pins one at random); NVML creates
+/// it exactly when the ledger says it fits; when the ledger says a profile fits nowhere,
+/// NVML refuses it at every placement; releases destroy. The seed is printed;
+/// `ACCEL_LEDGER_SEED=<n>` replays one run.
+#[test]
+fn the_ledgers_placements_are_exactly_what_nvml_creates() {
+    use accel_core::partition::{Consumer, Want};
+    let seed: u64 = std::env::var("ACCEL_LEDGER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(45, |d| d.as_nanos() as u64)
+        });
+    eprintln!("ledger against NVML seed: {seed} (ACCEL_LEDGER_SEED={seed} replays it)");
+    let mut state = seed;
+    let mut below = |n: usize| {
+        // SplitMix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, nvml) = host(dir.path(), BOTH_MIG);
+    let p = partitions(&fs, &nvml);
+    let d = discover(&fs, &nvml);
+    let (mut made, mut refused) = (0, 0);
+    for gpu in [H100, H200] {
+        let g = partitions_of(&d, gpu).geometry();
+        assert!(g.mig_enabled && !g.profiles.is_empty(), "{gpu}: {g:?}");
+        // (ledger holder, MIG device uuid)
+        let mut held: Vec<(Consumer, String)> = Vec::new();
+        for step in 0..300 {
+            let ctx = format!("seed {seed}, {gpu}, step {step}, held {:?}", held);
+            let now: Vec<Consumer> = held.iter().map(|(c, _)| c.clone()).collect();
+            // A holder of its own each step (NVML's create answers the existing device
+            // to the same holder asking again for the same slot).
+            let holder = format!("claim-{step}");
+            let profile = &g.profiles[below(g.profiles.len())];
+            match below(5) {
+                // The ledger's own choice (a VM's or a device plugin pod's claim).
+                0 | 1 => match g.place(&now, &Want::Mig(profile.id)) {
+                    Ok(
+                        c @ Consumer::Mig {
+                            profile: id,
+                            at: span,
+                        },
+                    ) => {
+                        let got = p.create(addr(gpu), id, at(span.start, span.size), &holder);
+                        let i =
+                            got.unwrap_or_else(|e| panic!("{ctx}: ledger placed {c:?}, NVML: {e}"));
+                        held.push((c, i.uuid));
+                        made += 1;
+                    }
+                    Ok(other) => panic!("{ctx}: a MIG want placed as {other:?}"),
+                    Err(_) => {
+                        for span in &profile.placements {
+                            let got =
+                                p.create(addr(gpu), profile.id, at(span.start, span.size), &holder);
+                            assert!(got.is_err(), "{ctx}: the ledger has no room for {} but NVML made one at {span:?}", profile.name);
+                        }
+                        refused += 1;
+                    }
+                },
+                // A pod's claim pinned where the Kubernetes scheduler put it.
+                2 | 3 => {
+                    let span = profile.placements[below(profile.placements.len())];
+                    let c = Consumer::Mig {
+                        profile: profile.id,
+                        at: span,
+                    };
+                    let fits = g.fits(&now, &c);
+                    let got = p.create(addr(gpu), profile.id, at(span.start, span.size), &holder);
+                    match (fits, got) {
+                        (Ok(()), Ok(i)) => {
+                            held.push((c, i.uuid));
+                            made += 1;
+                        }
+                        (Err(_), Err(_)) => refused += 1,
+                        (fits, got) => panic!("{ctx}: {c:?}: ledger {fits:?}, NVML {got:?}"),
+                    }
+                }
+                _ if !held.is_empty() => {
+                    let (_, uuid) = held.remove(below(held.len()));
+                    p.destroy(&uuid)
+                        .unwrap_or_else(|e| panic!("{ctx}: destroy {uuid}: {e}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        made > 50 && refused > 20,
+        "seed {seed}: {made} made, {refused} refused"
+    );
+}
