@@ -81,6 +81,7 @@ async fn report_gpus(srv: &Server, gpus: &[(&str, Value)]) -> (u16, Value) {
             "cpid_info": format!("{{\"domain\":\"0000\",\"bus\":\"{bus}\",\"device\":\"00\",\"function\":\"0\"}}")},
         "deployables": [{"name": format!("{NODE}_0000:{bus}:00.0"), "num_accelerators": 1, "driver_name": "nvidia",
             "attributes": [{"key": "rc", "value": "CUSTOM_ACCELERATOR_GPU"},
+                           {"key": "inventory:CUSTOM_ACCELERATOR_MEMORY_HBM", "value": "81559"},
                            {"key": "trait0", "value": "CUSTOM_GPU_NVIDIA"}],
             "attach_handles": [{"attach_type": "PCI", "attach_info":
                 format!("{{\"bus\": \"{bus}\", \"device\": \"00\", \"domain\": \"0000\", \"function\": \"0\"}}")}]}],
@@ -542,6 +543,44 @@ async fn a_pods_mig_claim_is_held_in_the_ledger_where_the_scheduler_placed_it() 
             .await
             .iter()
             .any(|(u, _)| *u == mig_a));
+        srv.stop().await;
+    }
+}
+
+/// A VM given a partitioned GPU whole (the VFIO form) is bound: the ledger reserves the
+/// GPU's other inventories (its memory) in full while the VM holds it, which must not
+/// read as a withheld device at the bind.
+#[tokio::test]
+async fn a_vm_binds_a_partitioned_gpu_whole() {
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let nova = FakeNova::start(true).await;
+        let srv = Server::start(&db.url, None, Some(workers(Some(&nova)))).await;
+        compute_node(&srv, NODE).await;
+        let (s, v) = report(&srv, json!(wire(&fixtures::h100_80gb()))).await;
+        assert_eq!(s, 200, "{v}");
+        srv.create_profile("h100", json!([{"resources:CUSTOM_ACCELERATOR_GPU": "1"}]))
+            .await;
+        let arqs = srv.create_arqs("h100").await;
+        let gpu = accel_store::accelerator::report::provider_uuid(&gpu_name());
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &format!("/allocations/{POD_A}"),
+            Some(json!({
+                "allocations": {gpu.clone(): {"resources": {"CUSTOM_ACCELERATOR_GPU": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+        srv.bind(&arqs, NODE, &gpu, POD_A).await;
+        let bound = srv.wait_resolved(POD_A).await;
+        assert_eq!(bound[0]["state"], "Bound", "{bound:?}");
+        assert_eq!(bound[0]["attach_handle_type"], "PCI");
+        let l = srv.store.partitions().ledger(&gpu).await.unwrap().unwrap();
+        assert_eq!(format!("{:?}", l.holders[0].holder), "Vfio");
         srv.stop().await;
     }
 }

@@ -41,7 +41,9 @@ pub use pin::{Pin, PinRefusal, Pinned};
 pub use report::expand;
 pub(crate) use report::sync_report;
 pub use rows::{Holder, Ledger};
-pub(crate) use settle::{lock_for, refresh_gpu, reserves_of, settle, used_of, Settling};
+pub(crate) use settle::{
+    lock_for, member_withheld, refresh_gpu, reserves_of, settle, used_of, Settling,
+};
 
 use crate::{Store, StoreError};
 

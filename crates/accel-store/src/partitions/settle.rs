@@ -202,6 +202,27 @@ async fn withheld(tx: &mut Tx, gpu: &str) -> Result<bool, StoreError> {
     Ok(!uncleaned(tx, &[gpu]).await?.is_empty())
 }
 
+/// For a provider that is a member of a GPU's ledger, whether the GPU is out of
+/// service (maintaining, unhealthy, vanished) or being cleaned; `None` for any other
+/// provider. A member's `reserved` is the ledger's arithmetic (a whole-GPU holder
+/// reserves the GPU's other inventories in full), so it says nothing of this.
+pub(crate) async fn member_withheld(
+    tx: &mut Tx,
+    rp_uuid: &str,
+) -> Result<Option<bool>, StoreError> {
+    let gpu: Option<String> = sqlx::query_scalar(
+        "SELECT l.rp_uuid FROM gpu_ledger_members m JOIN gpu_ledgers l ON l.id = m.ledger_id \
+         WHERE m.rp_uuid = $1",
+    )
+    .bind(rp_uuid)
+    .fetch_optional(&mut *tx)
+    .await?;
+    match gpu {
+        Some(gpu) => Ok(Some(withheld(tx, &gpu).await?)),
+        None => Ok(None),
+    }
+}
+
 /// Each member provider's reservation as the ledger sees it (by provider uuid): the
 /// whole GPU's nothing while it could be given, all but its use while a holder has
 /// it, all otherwise; a profile's or type's what leaves exactly the instances that can

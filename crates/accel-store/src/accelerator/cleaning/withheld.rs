@@ -77,7 +77,8 @@ pub(crate) async fn cleaning_of(
 }
 
 /// Why the device provider `rp_uuid` may not be bound now, if it may not: its
-/// cleaning, or an inventory reserved in full. Takes the provider's row lock first,
+/// cleaning, or an inventory reserved in full (for a partitioned GPU's provider: the
+/// GPU out of service). Takes the provider's row lock first,
 /// as a claim and a release do.
 pub(crate) async fn for_bind(tx: &mut Tx, rp_uuid: &str) -> Result<Option<Withheld>, StoreError> {
     sqlx::query("UPDATE resource_providers SET updated_at = updated_at WHERE uuid = $1")
@@ -86,6 +87,11 @@ pub(crate) async fn for_bind(tx: &mut Tx, rp_uuid: &str) -> Result<Option<Withhe
         .await?;
     if let Some((_, why)) = cleaning_of(tx, &[rp_uuid]).await?.into_iter().next() {
         return Ok(Some(why));
+    }
+    // A partitioned GPU's provider: its reservations are the ledger's (a VM holding
+    // the GPU whole leaves its memory inventory reserved in full); ask the GPU itself.
+    if let Some(off) = crate::partitions::member_withheld(tx, rp_uuid).await? {
+        return Ok(off.then_some(Withheld::Reserved));
     }
     let reserved: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM inventories i JOIN resource_providers rp \
