@@ -26,7 +26,9 @@ KS = os.environ.get("NOVA_GATE_KS", "")
 STEPS = re.compile(os.environ.get("NOVA_GATE_STEPS", ".*"))
 RECORD = os.path.join(DIR, "driver-record.jsonl")
 HOSTS = ("compute-a", "compute-b")
-ACCEL_CLASS = re.compile(r"^CUSTOM_ACCELERATOR_")
+# The classes ARQs are bound to; a GPU's memory inventory (CUSTOM_ACCELERATOR_MEMORY_HBM,
+# from the nvidia driver) rides beside its GPU class and is never asked for here.
+ACCEL_CLASS = re.compile(r"^CUSTOM_ACCELERATOR_(?!MEMORY_)")
 
 
 class GateError(Exception):
