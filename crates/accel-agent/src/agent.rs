@@ -59,6 +59,9 @@ pub enum AgentError {
     DriversFailed(String),
     #[error("{server} is not the accelerator API: it answered the agent's compute node check with 404 ({message:?}) where the accelerator API names the compute node it lacks. Give --server the accelerator API's URL (accel serve --accelerator-listen, port 6666 by default), not the Placement API's (8778)")]
     NotAcceleratorApi { server: String, message: String },
+    /// Accounting for the node's GPU partitions failed (NVML, the checkpoint).
+    #[error("GPU partitions: {0}")]
+    Partitions(#[from] crate::partitions::PartitionError),
 }
 
 /// The agent's answer to a server without its compute node (issue 31 item 5): the
@@ -314,6 +317,68 @@ impl Agent {
                 None => p,
             }
         })
+    }
+
+    /// After the start (the server found): the node's MIG partitions accounted for
+    /// against what the server's ledgers hold ([`Partitions::after_boot`]: held ones
+    /// made again after a reboot or reported lost, ones no one holds destroyed). Skipped
+    /// when nothing is held and this agent never made any (no NVML is loaded then).
+    /// Every outcome is a log line; NVML's creates and destroys are counted by the
+    /// partitions manager.
+    ///
+    /// [`Partitions::after_boot`]: crate::partitions::Partitions::after_boot
+    pub async fn recover_partitions(&self) -> Result<(), AgentError> {
+        use crate::partitions::Held;
+        let node = self.settings.require_node()?;
+        let held = self.client.held_partitions(node).await?.held;
+        let ours = self
+            .partitions()
+            .checkpoint()
+            .map(|c| !c.mig.is_empty() || !c.mdevs.is_empty())
+            .unwrap_or(true);
+        if held.is_empty() && !ours {
+            return Ok(());
+        }
+        let mut wanted = Vec::with_capacity(held.len());
+        for h in held {
+            match h.device.parse() {
+                Ok(gpu) => wanted.push(Held::Mig {
+                    gpu,
+                    profile_id: h.profile_id,
+                    placement: accel_api::partitions::MigPlacement {
+                        start: h.start,
+                        size: h.size,
+                    },
+                    holder: h.consumer,
+                }),
+                Err(_) => {
+                    tracing::warn!(device = %h.device, consumer = %h.consumer, "the server holds a MIG partition on a device whose address this agent cannot read; left alone");
+                }
+            }
+        }
+        // A few NVML calls, once at the start: run in place.
+        match self.partitions().after_boot(&wanted) {
+            Ok(r) => {
+                for x in &r.recreated {
+                    tracing::warn!(gpu = %x.gpu, holder = %x.holder, old_uuid = ?x.old_uuid, uuid = %x.instance.uuid, "a held MIG partition was made again after a reboot: its consumer must be given the new UUID");
+                }
+                for x in &r.lost {
+                    tracing::error!(held = ?x.held, reason = %x.reason, "a held MIG partition could not be made again");
+                }
+                tracing::info!(
+                    rebooted = r.rebooted,
+                    kept = r.kept.len(),
+                    recreated = r.recreated.len(),
+                    lost = r.lost.len(),
+                    released = r.released.len(),
+                    mdevs_recreated = r.mdevs_recreated.len(),
+                    mdevs_released = r.mdevs_released.len(),
+                    "partitions accounted for after the start"
+                );
+                Ok(())
+            }
+            Err(e) => Err(AgentError::Partitions(e)),
+        }
     }
 
     /// The metrics of the probes this agent records in, if any.

@@ -85,6 +85,15 @@ impl Client {
         self.api.prepare_claim(node, uid, body).await.map(|_| ())
     }
 
+    /// `GET /v2/agent/hosts/{node}/partitions`: the MIG instances the server's ledgers
+    /// hold on this node.
+    pub async fn held_partitions(
+        &self,
+        node: &str,
+    ) -> Result<accel_api::agent::HeldPartitions, ClientError> {
+        self.api.held_partitions(node).await
+    }
+
     /// `DELETE /v2/agent/hosts/{node}/kubernetes/claims/{uid}`.
     pub async fn unprepare_claim(&self, node: &str, uid: &str) -> Result<(), ClientError> {
         self.api.unprepare_claim(node, uid).await

@@ -282,6 +282,21 @@ async fn prepare_makes_the_mig_device_a_conflicting_claim_fails_and_unprepare_fr
         (held[0].instance.profile_id, held[0].instance.placement.size),
         (14, 2)
     );
+    // The agent's start-up accounting (after a restart): it asks the server what its
+    // ledgers hold; the claim's 2g.20gb is held, so it is kept as it is.
+    let before = held[0].instance.clone();
+    node.agent().recover_partitions().await.unwrap();
+    let after = node.agent().partitions().checkpoint().unwrap().mig;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(
+        (after[0].holder.as_str(), &after[0].instance),
+        (uids[2], &before)
+    );
+    // The claim freed on the server while the agent was away (its unprepare never came
+    // through): at the next start no one holds the 2g this agent made, so it goes.
+    assert!(server.store.claims().unprepare(uids[2]).await.unwrap());
+    node.agent().recover_partitions().await.unwrap();
+    assert_eq!(live(&node), 0);
     // Unprepared twice: the second finds nothing to release.
     driver.unprepare(&c(2)).await.unwrap();
     driver.unprepare(&c(2)).await.unwrap();

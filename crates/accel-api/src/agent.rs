@@ -13,6 +13,7 @@
 //! GET /v2/agent/hosts/{host}/cleanings?agent=ID ─▶ Cleanings (taken by agent process ID)
 //! PUT /v2/agent/hosts/{host}/cleanings/{rp}     CleaningAnswer ─▶ DeviceCleaning
 //! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  ClaimDevices ─▶ ClaimPrepared
+//! GET /v2/agent/hosts/{host}/partitions               ─▶ HeldPartitions
 //! DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}              ─▶ 204
 //! ```
 //!
@@ -270,6 +271,26 @@ pub struct KubernetesShown {
     pub vm_held_devices: Vec<String>,
 }
 
+/// `GET /v2/agent/hosts/{host}/partitions`: the MIG partitions the server's ledgers
+/// hold on the host's GPUs, for the agent to make again after a reboot (MIG layouts do
+/// not survive one) or to release what no one holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldPartitions {
+    pub hostname: String,
+    pub held: Vec<HeldPartition>,
+}
+
+/// One MIG instance a consumer holds: on the GPU at PCI address `device`, of NVML
+/// profile `profile_id`, at memory slices `start..start + size`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldPartition {
+    pub device: String,
+    pub consumer: String,
+    pub profile_id: u32,
+    pub start: u32,
+    pub size: u32,
+}
+
 /// The agent's client of these endpoints (base: the accelerator API endpoint).
 /// `PUT .../kubernetes/claims/{uid}`'s body: the PCI addresses of the devices a
 /// Kubernetes DRA claim was allocated on this host whole, and its MIG devices.
@@ -436,6 +457,13 @@ impl Client {
     ) -> Result<ClaimPrepared, Error> {
         let r = Client::req(Method::PUT, host, &format!("/kubernetes/claims/{uid}")).json(body);
         self.http.call(&r).await
+    }
+
+    /// `GET /v2/agent/hosts/{host}/partitions`.
+    pub async fn held_partitions(&self, host: &str) -> Result<HeldPartitions, Error> {
+        self.http
+            .call(&Client::req(Method::GET, host, "/partitions"))
+            .await
     }
 
     /// `DELETE /v2/agent/hosts/{host}/kubernetes/claims/{uid}`: the claim's devices

@@ -311,6 +311,9 @@ impl Node {
         match found {
             Ok(Some(n)) => {
                 tracing::info!(node = %self.agent.settings.node, compute_node = %n.compute_node_uuid, "compute node found");
+                if let Err(e) = self.agent.recover_partitions().await {
+                    tracing::warn!(cause = %e, "accounting for the node's GPU partitions after the start failed; held MIG partitions a reboot removed are not made again until the next start");
+                }
                 workers::spawn(&self.agent, &mut sup);
                 stopped().await;
             }

@@ -272,6 +272,40 @@ pub(crate) async fn show_host(st: Arc<AccelState>, req: Req) -> AccelResult<Repl
     }
 }
 
+/// `GET /v2/agent/hosts/{host}/partitions`: the MIG instances the host's GPU ledgers
+/// hold, with their consumers and placements, for the agent's start-up (a rebooted
+/// node makes them again; docs/partitions.md).
+pub(crate) async fn held_partitions(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
+    let host = req.param(0);
+    req.authorize(&st, rules::AGENT_REPORT)?;
+    req.only_params(&[])?;
+    let prefix = format!("{host}_");
+    let held = st
+        .app
+        .store
+        .partitions()
+        .held_mig(host)
+        .await?
+        .into_iter()
+        .filter_map(|(gpu, consumer, profile_id, at)| {
+            Some(accel_api::agent::HeldPartition {
+                device: gpu.strip_prefix(&prefix)?.to_owned(),
+                consumer,
+                profile_id,
+                start: at.start,
+                size: at.size,
+            })
+        })
+        .collect();
+    Ok(json_reply(
+        StatusCode::OK,
+        &accel_api::agent::HeldPartitions {
+            hostname: host.to_owned(),
+            held,
+        },
+    ))
+}
+
 /// `PUT /v2/agent/hosts/{host}` with `{"node_provider": "own"}`: the node provider
 /// accel owns for `host`, created when absent (201) or as it is (200); 409 when a
 /// provider of that name is not accel's. Refused with an external Placement, where

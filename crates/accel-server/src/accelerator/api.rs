@@ -359,6 +359,10 @@ fn route(segs: &[&str], method: &Method) -> AccelResult<(Handler<Cyborg>, Vec<St
             M::PUT => (h!(kubernetes::save), vec![host]),
             _ => return refuse(&[M::GET, M::PUT]),
         },
+        ["agent", "hosts", host, "partitions"] => match m {
+            M::GET => (h!(agent::held_partitions), vec![host]),
+            _ => return refuse(&[M::GET]),
+        },
         ["agent", "hosts", host, "kubernetes", "claims", uid] => match m {
             M::PUT => (h!(claims::prepare), vec![host, uid]),
             M::DELETE => (h!(claims::unprepare), vec![host, uid]),

@@ -92,6 +92,36 @@ impl Partitions<'_> {
             .await
     }
 
+    /// The MIG instances held on `host`'s GPUs: (the GPU provider's name, consumer,
+    /// profile id, placement), by GPU then holder.
+    pub async fn held_mig(
+        &self,
+        host: &str,
+    ) -> Result<Vec<(String, String, u32, accel_core::partition::Span)>, StoreError> {
+        let h = host.to_owned();
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    let mut out = Vec::new();
+                    for l in rows::of_host(tx, &h).await? {
+                        let Some(gpu) = crate::placement::providers::get(tx, &l.rp_uuid).await?
+                        else {
+                            continue;
+                        };
+                        for holder in &l.holders {
+                            if let accel_core::partition::Consumer::Mig { profile, at } =
+                                holder.holder
+                            {
+                                out.push((gpu.name.clone(), holder.consumer.clone(), profile, at));
+                            }
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
     /// Every ledger of `host`'s GPUs.
     pub async fn of_host(&self, host: &str) -> Result<Vec<Ledger>, StoreError> {
         let h = host.to_owned();
