@@ -3,9 +3,11 @@
 //! `unprepare`, as `NodePrepareResources` and `NodeUnprepareResources` call them):
 //! the claim read over HTTP from the stand-in API server, the node's devices
 //! discovered (fake sysfs and the fake NVML's H100 in MIG mode, loaded through the
-//! agent's NVML code), what the server records of the claim (the real server, SQLite),
-//! the GPU instance and compute instance created at the claim's placement through the
-//! fake `libnvidia-ml.so` (checkpointed), the CDI spec written; and the reverse.
+//! agent's NVML code), whatever the prepare records on the server (the real server,
+//! SQLite; at the commit this was written a MIG device's claim is not recorded there
+//! yet, docs/kubernetes.md), the GPU instance and compute instance created at the
+//! claim's placement through the fake `libnvidia-ml.so` (checkpointed), the CDI spec
+//! written; and the reverse.
 //!
 //! Each round prepares a new claim of a `1g.10gb` at placement `round % 7`, after
 //! unpreparing the claim that held that placement seven rounds before; so from round
