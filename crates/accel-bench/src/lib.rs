@@ -12,6 +12,7 @@
 
 pub mod cloud;
 pub mod fake_nova;
+pub mod partitions;
 
 use accel_api::agent::{AttachHandle, ControlPathId, Deployable, Device, DeviceReport, KeyValue};
 use std::future::Future;

@@ -37,7 +37,7 @@
 //! (`--database`), the server's CPU seconds and peak RSS during the run.
 
 mod report;
-mod server;
+pub(crate) mod server;
 mod server_view;
 mod sim;
 mod wire;
