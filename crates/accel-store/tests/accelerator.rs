@@ -681,3 +681,36 @@ async fn state_and_job(store: &Store, uuid: &str) -> (ArqState, Option<String>) 
         .await
         .unwrap()
 }
+
+/// Many hosts' first reports at once, all naming a custom class no one has created
+/// yet: each is applied. (On PostgreSQL the losers were refused "Conflicting resource
+/// class already exists": their insert waited for the winner, then found the name.)
+#[tokio::test]
+async fn first_reports_racing_for_a_new_class_all_apply() {
+    each_backend(|store| async move {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let host = format!("race{i}");
+                let mut d = fake_device(&host);
+                for dep in &mut d.deployables {
+                    for (k, v) in &mut dep.attributes {
+                        if k == "rc" {
+                            *v = "CUSTOM_ACCELERATOR_RACE".into();
+                        }
+                    }
+                }
+                store
+                    .write(move |tx| {
+                        Box::pin(async move { report::replace_host(tx, &host, &[d], true).await })
+                    })
+                    .await
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    })
+    .await;
+}

@@ -21,6 +21,15 @@ pub(super) struct Names {
     classes: HashMap<String, (i64, String)>,
 }
 
+fn is_class_exists(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Refused(crate::Refused::Placement(
+            crate::refused::placement::Refused::ClassExists { .. }
+        ))
+    )
+}
+
 impl Names {
     async fn class(&mut self, tx: &mut Tx, rc: &str) -> Result<(i64, String), StoreError> {
         if let Some(c) = self.classes.get(rc) {
@@ -28,7 +37,17 @@ impl Names {
         }
         let class = match classes::get(tx, rc).await? {
             Some(c) => c,
-            None => classes::create(tx, rc).await?,
+            None => match classes::create(tx, rc).await {
+                Ok(c) => c,
+                // Another host's first report created it meanwhile: PostgreSQL's insert
+                // waited for that one to commit, and this statement now sees it. (A
+                // snapshot that still cannot see it refuses as before.)
+                Err(e) if is_class_exists(&e) => match classes::get(tx, rc).await? {
+                    Some(c) => c,
+                    None => return Err(e),
+                },
+                Err(e) => return Err(e),
+            },
         };
         let c = (class.id, class.name);
         self.classes.insert(rc.to_owned(), c.clone());
