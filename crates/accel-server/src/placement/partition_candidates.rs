@@ -71,16 +71,16 @@ pub async fn drop_unholdable(
             .get(id.0 as usize)
             .map(|p| p.uuid.clone())
     };
-    let mut ledgers: HashMap<ProviderId, Option<Ledger>> = HashMap::new();
-    for gpu in asks.iter().flat_map(|a| a.keys()) {
-        if !ledgers.contains_key(gpu) {
-            let l = match uuid(*gpu) {
-                Some(u) => store.partitions().ledger(&u).await?,
-                None => None,
-            };
-            ledgers.insert(*gpu, l);
-        }
-    }
+    // Every GPU named twice in some candidate, its ledger read in one snapshot.
+    let mut gpus: Vec<ProviderId> = asks.iter().flat_map(|a| a.keys().copied()).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let uuids: Vec<String> = gpus.iter().filter_map(|g| uuid(*g)).collect();
+    let mut found = store.partitions().ledgers(&uuids).await?;
+    let ledgers: HashMap<ProviderId, Option<Ledger>> = gpus
+        .iter()
+        .map(|g| (*g, uuid(*g).and_then(|u| found.remove(&u))))
+        .collect();
     let before = outcome.candidates.len();
     let mut keep = asks.iter().map(|by_gpu| {
         by_gpu.iter().all(|(gpu, parts)| match &ledgers[gpu] {

@@ -122,6 +122,27 @@ impl Partitions<'_> {
             .await
     }
 
+    /// The ledgers of the GPUs whose own providers are `rp_uuids`, in one snapshot, by
+    /// GPU provider uuid (a GPU without a ledger is absent).
+    pub async fn ledgers(
+        &self,
+        rp_uuids: &[String],
+    ) -> Result<std::collections::HashMap<String, Ledger>, StoreError> {
+        let u = rp_uuids.to_vec();
+        self.0
+            .read(move |tx| {
+                Box::pin(async move {
+                    let refs: Vec<&str> = u.iter().map(String::as_str).collect();
+                    Ok(rows::by_gpus(tx, &refs)
+                        .await?
+                        .into_iter()
+                        .map(|l| (l.rp_uuid.clone(), l))
+                        .collect())
+                })
+            })
+            .await
+    }
+
     /// Every ledger of `host`'s GPUs.
     pub async fn of_host(&self, host: &str) -> Result<Vec<Ledger>, StoreError> {
         let h = host.to_owned();

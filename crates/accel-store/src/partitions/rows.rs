@@ -124,44 +124,68 @@ pub(crate) async fn partition_members(
 const LEDGER_COLUMNS: &str = "id, rp_uuid, hostname, geometry, generation";
 
 async fn complete(tx: &mut Tx, r: &sqlx::any::AnyRow) -> Result<Ledger, StoreError> {
-    let id: i64 = r.try_get(0)?;
-    let mut members = Vec::new();
-    for m in sqlx::query("SELECT rp_uuid, member FROM gpu_ledger_members WHERE ledger_id = $1")
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        let key: String = m.try_get(1)?;
-        let member = Member::from_key(&key)
-            .ok_or_else(|| StoreError::Invalid(format!("stored ledger member {key:?}")))?;
-        members.push((m.try_get(0)?, member));
-    }
-    members.sort_by(|a, b| a.1.cmp(&b.1));
-    let mut holders = Vec::new();
-    for h in sqlx::query(
-        "SELECT id, consumer, rp_uuid, holder FROM gpu_ledger_holders WHERE ledger_id = $1 \
-         ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        holders.push(Holder {
-            id: h.try_get(0)?,
-            consumer: h.try_get(1)?,
-            rp_uuid: h.try_get(2)?,
-            holder: parse(&h.try_get::<String, _>(3)?)?,
+    let mut all = complete_all(tx, std::slice::from_ref(r)).await?;
+    Ok(all.remove(0))
+}
+
+/// The ledgers of `rows` (in their order) with their members and holders, read in a
+/// few batched statements rather than two per ledger (a candidate answer may ask a
+/// hundred GPUs' ledgers).
+async fn complete_all(tx: &mut Tx, rows: &[sqlx::any::AnyRow]) -> Result<Vec<Ledger>, StoreError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        out.push(Ledger {
+            id: r.try_get(0)?,
+            rp_uuid: r.try_get(1)?,
+            hostname: r.try_get(2)?,
+            geometry: parse(&r.try_get::<String, _>(3)?)?,
+            generation: r.try_get(4)?,
+            members: Vec::new(),
+            holders: Vec::new(),
         });
     }
-    Ok(Ledger {
-        id,
-        rp_uuid: r.try_get(1)?,
-        hostname: r.try_get(2)?,
-        geometry: parse(&r.try_get::<String, _>(3)?)?,
-        generation: r.try_get(4)?,
-        members,
-        holders,
-    })
+    let at: std::collections::HashMap<i64, usize> =
+        out.iter().enumerate().map(|(i, l)| (l.id, i)).collect();
+    let ids: Vec<i64> = out.iter().map(|l| l.id).collect();
+    for chunk in ids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT ledger_id, rp_uuid, member FROM gpu_ledger_members WHERE ledger_id IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for m in q.fetch_all(&mut *tx).await? {
+            let key: String = m.try_get(2)?;
+            let member = Member::from_key(&key)
+                .ok_or_else(|| StoreError::Invalid(format!("stored ledger member {key:?}")))?;
+            out[at[&m.try_get::<i64, _>(0)?]]
+                .members
+                .push((m.try_get(1)?, member));
+        }
+        let sql = format!(
+            "SELECT ledger_id, id, consumer, rp_uuid, holder FROM gpu_ledger_holders \
+             WHERE ledger_id IN ({}) ORDER BY id",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for h in q.fetch_all(&mut *tx).await? {
+            out[at[&h.try_get::<i64, _>(0)?]].holders.push(Holder {
+                id: h.try_get(1)?,
+                consumer: h.try_get(2)?,
+                rp_uuid: h.try_get(3)?,
+                holder: parse(&h.try_get::<String, _>(4)?)?,
+            });
+        }
+    }
+    for l in &mut out {
+        l.members.sort_by(|a, b| a.1.cmp(&b.1));
+    }
+    Ok(out)
 }
 
 pub(crate) async fn load(tx: &mut Tx, id: i64) -> Result<Option<Ledger>, StoreError> {
@@ -189,9 +213,23 @@ pub(crate) async fn by_gpu(tx: &mut Tx, rp_uuid: &str) -> Result<Option<Ledger>,
 pub(crate) async fn of_host(tx: &mut Tx, host: &str) -> Result<Vec<Ledger>, StoreError> {
     let sql = format!("SELECT {LEDGER_COLUMNS} FROM gpu_ledgers WHERE hostname = $1 ORDER BY id");
     let rows = sqlx::query(&sql).bind(host).fetch_all(&mut *tx).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        out.push(complete(tx, r).await?);
+    complete_all(tx, &rows).await
+}
+
+/// The ledgers of the GPUs whose own providers are `rp_uuids` (those that have one).
+pub(crate) async fn by_gpus(tx: &mut Tx, rp_uuids: &[&str]) -> Result<Vec<Ledger>, StoreError> {
+    let mut out = Vec::new();
+    for chunk in rp_uuids.chunks(crate::BATCH_ROWS) {
+        let sql = format!(
+            "SELECT {LEDGER_COLUMNS} FROM gpu_ledgers WHERE rp_uuid IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for u in chunk {
+            q = q.bind(u.to_string());
+        }
+        let rows = q.fetch_all(&mut *tx).await?;
+        out.extend(complete_all(tx, &rows).await?);
     }
     Ok(out)
 }
