@@ -188,7 +188,9 @@ impl Plugin {
             {
                 None => return Ok(grants),
                 Some(g) => AllocError::Withheld(
-                    g.mig.as_ref().map_or_else(|| g.device.id.clone(), |m| m.uuid.clone()),
+                    g.mig
+                        .as_ref()
+                        .map_or_else(|| g.device.id.clone(), |m| m.uuid.clone()),
                 ),
             },
             Some(Err(e)) => AllocError::Unconfirmed(e.to_string()),

@@ -306,9 +306,7 @@ impl SlotTable {
         }
         let unknown = || {
             AllocError::UnknownResource(match key {
-                ResourceKey::Instance(n) | ResourceKey::Pool(n) | ResourceKey::Mig(n) => {
-                    n.clone()
-                }
+                ResourceKey::Instance(n) | ResourceKey::Pool(n) | ResourceKey::Mig(n) => n.clone(),
             })
         };
         let p = self.pool_of(key).ok_or_else(unknown)?;

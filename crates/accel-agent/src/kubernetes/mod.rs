@@ -68,7 +68,9 @@
 
 use crate::client::{Client, ClientError};
 use crate::model::{FoundDevice, Health};
-use accel_api::agent::{ClaimPartition, KubernetesUsage, KubernetesUsageParts, SlotClaim, SlotPartition};
+use accel_api::agent::{
+    ClaimPartition, KubernetesUsage, KubernetesUsageParts, SlotClaim, SlotPartition,
+};
 use accel_k8s::dra::partitions::{Instance, Partitioning};
 use accel_k8s::usage::BoxFuture;
 use accel_k8s::{Device, DeviceNode, RecordError, Recorded, UsageRecord, UsageReport};

@@ -101,7 +101,9 @@ pub fn withheld_mig(gpu: &str, p: MigPlacement) -> String {
 
 /// Whether the device is a GPU in MIG mode with MIG devices: offered by them only.
 pub(super) fn cut_into_mig(d: &Device) -> bool {
-    d.partitions.as_ref().is_some_and(|p| !p.instances.is_empty())
+    d.partitions
+        .as_ref()
+        .is_some_and(|p| !p.instances.is_empty())
 }
 
 impl SlotTable {
@@ -372,7 +374,11 @@ impl SlotTable {
     }
 
     /// The MIG slots this node holds, with their GPU, placement and pod.
-    pub(super) fn mig_claims(&self, pods: &HashMap<(String, String), String>, out: &mut Vec<Claim>) {
+    pub(super) fn mig_claims(
+        &self,
+        pods: &HashMap<(String, String), String>,
+        out: &mut Vec<Claim>,
+    ) {
         for (name, m) in &self.mig {
             if !held_here(&m.slot.usage, &self.node) {
                 continue;
@@ -464,8 +470,14 @@ mod tests {
     fn each_profile_with_devices_is_a_resource_of_their_uuids_and_the_gpu_is_not_whole() {
         let t = table();
         let names: Vec<String> = t.resources().into_iter().map(|r| r.name).collect();
-        assert!(names.contains(&"accel.dev/mig-1g.10gb".to_string()), "{names:?}");
-        assert!(names.contains(&"accel.dev/mig-2g.20gb".to_string()), "{names:?}");
+        assert!(
+            names.contains(&"accel.dev/mig-1g.10gb".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"accel.dev/mig-2g.20gb".to_string()),
+            "{names:?}"
+        );
         assert!(!names.iter().any(|n| n.contains("3g")), "{names:?}");
         assert_eq!(
             listed(&t, &mig("1g.10gb")),
@@ -489,9 +501,7 @@ mod tests {
     fn a_grant_is_the_mig_device_claimed_at_its_placement_until_reclaimed() {
         let mut t = table();
         let now = Instant::now();
-        let g = t
-            .allocate(&mig("1g.10gb"), &[vec![uuid(2)]], now)
-            .unwrap();
+        let g = t.allocate(&mig("1g.10gb"), &[vec![uuid(2)]], now).unwrap();
         let m = g[0][0].mig.clone().unwrap();
         assert_eq!(m.uuid, uuid(2));
         let placement = MigPlacement {
