@@ -25,6 +25,9 @@
 //!   devices;
 //! - an Allocate is all or nothing.
 //!
+//! A GPU in MIG mode with MIG devices is offered through them instead, one resource per
+//! MIG profile (`mig.rs`).
+//!
 //! To keep IL and CL from racing for the same slot index, the pool takes a device's
 //! highest free slot and `GetPreferredAllocation` steers kubelet to the lowest.
 

@@ -33,6 +33,9 @@
 //!    stale consumers ─▶ allocations::delete_for_consumer; changed ─▶ prepare + apply
 //!    kubernetes_consumers ◀── the host's pod consumers
 //!    answer: vm_held_devices ─▶ SlotTable::set_vm_held (offered to nobody, like slots held elsewhere)
+//!            held_partitions (MIG devices, GPU + placement) ─▶ the same, as withheld_mig keys
+//! a MIG device's claim carries its placement (`partitions` beside the claims): the
+//!   server holds it in the GPU's ledger there (accel-store accelerator/kubernetes/mig.rs)
 //! cdi.rs: after each device change, one spec file per configuration in cdi_dir
 //! ```
 //!

@@ -14,6 +14,10 @@
 //!   consumers of the host no longer wanted ──▶ allocations::delete_for_consumer
 //!   changed ones ──▶ allocations::prepare + apply   (provider locks, capacity checks,
 //!                                                     change-log touches)
+//!   per MIG device claimed (a `partition`: profile, start; `mig.rs`): held in its
+//!     GPU's ledger at that placement for its pod's consumer (partitions::pin, the
+//!     ledgers locked before the deletes), one unit of the profile's provider
+//!     allocated; one the ledger refuses is left out and answered in held_partitions
 //!   kubernetes_consumers ◀── the host's consumers
 //!   answer: devices held by a VM = an ARQ on the device (bound, or binding to one of
 //!           its providers), or an allocation on its providers by any consumer that is
