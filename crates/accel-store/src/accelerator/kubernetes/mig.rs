@@ -25,13 +25,15 @@ use crate::{StoreError, Tx};
 use accel_core::partition::{Consumer, Member};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Per pod consumer, its slots' placements, in slot order.
+type ByConsumer = BTreeMap<String, Vec<(String, Pin)>>;
+
 /// One GPU's MIG devices in a save.
 struct Gpu {
     address: String,
     rp_uuids: Vec<String>,
     ledger: Ledger,
-    /// Per pod consumer, its slots' placements, in slot order.
-    by_consumer: BTreeMap<String, Vec<(String, Pin)>>,
+    by_consumer: ByConsumer,
 }
 
 /// The MIG devices of a save, as they go through it.
@@ -56,7 +58,7 @@ impl Parts {
         devices: &BTreeMap<String, HostDevice>,
         by_slot: &BTreeMap<&str, &SlotClaim>,
     ) -> Result<Parts, StoreError> {
-        let mut grouped: BTreeMap<&str, BTreeMap<String, Vec<(String, Pin)>>> = BTreeMap::new();
+        let mut grouped: BTreeMap<&str, ByConsumer> = BTreeMap::new();
         for c in by_slot.values() {
             let Some(pin) = c.partition else { continue };
             let consumer = match &c.pod {
