@@ -109,9 +109,9 @@ impl Client {
     pub async fn kubernetes_save(
         &self,
         node: &str,
-        body: &wire::KubernetesUsage,
+        body: &wire::KubernetesUsageParts,
     ) -> Result<wire::KubernetesSaved, ClientError> {
-        self.api.kubernetes_save(node, body).await
+        self.api.kubernetes_save_parts(node, body).await
     }
 
     /// Sends `body`; `force` makes the server apply it even when it equals the last one.

@@ -10,6 +10,7 @@
 //! PUT /v2/agent/hosts/{host}/programs/{id}     ProgramAnswer ─▶ ProgramRequest
 //! GET /v2/agent/hosts/{host}/kubernetes        ─▶ KubernetesShown
 //! PUT /v2/agent/hosts/{host}/kubernetes        KubernetesUsage ─▶ KubernetesSaved
+//!                                              (KubernetesUsageParts with MIG devices)
 //! GET /v2/agent/hosts/{host}/cleanings?agent=ID ─▶ Cleanings (taken by agent process ID)
 //! PUT /v2/agent/hosts/{host}/cleanings/{rp}     CleaningAnswer ─▶ DeviceCleaning
 //! PUT /v2/agent/hosts/{host}/kubernetes/claims/{uid}  ClaimDevices ─▶ ClaimPrepared
@@ -251,6 +252,33 @@ pub struct KubernetesUsage {
     pub claims: Vec<SlotClaim>,
 }
 
+/// Where a claimed slot's MIG device is (issue 45): the device plugins' MIG resources
+/// (`<domain>/mig-<profile>`) hand out MIG devices that exist, and the server holds
+/// each in its GPU's partition ledger at exactly this placement. `slot` is one of the
+/// body's `claims`, whose `device` is the GPU's PCI address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotPartition {
+    pub slot: String,
+    /// NVML's GPU instance profile id (`1g.10gb` is 19 on H100).
+    pub profile_id: u32,
+    /// The instance's first memory slice.
+    pub start: u32,
+}
+
+/// `PUT /v2/agent/hosts/{host}/kubernetes` with MIG devices: [`KubernetesUsage`]'s
+/// fields and, beside them, `partitions`, the placement of each claimed slot that is a
+/// MIG device (absent when there is none, so the body is then [`KubernetesUsage`]'s).
+/// A separate type rather than a field of [`SlotClaim`] so that code building the
+/// older body keeps compiling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesUsageParts {
+    #[serde(flatten)]
+    pub usage: KubernetesUsage,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<SlotPartition>,
+}
+
 /// The answer to a saved usage: the devices VMs hold, and pods' consumers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KubernetesSaved {
@@ -260,6 +288,12 @@ pub struct KubernetesSaved {
     #[serde(default)]
     pub consumers: BTreeMap<String, Vec<String>>,
     pub usage_changed: bool,
+    /// The MIG devices of the host's GPUs that no pod may be given (issue 45): their
+    /// memory slices are held in the GPU's ledger by someone other than this host's
+    /// pods (a VM, a claim), the ledger refused a pod's claim of them, or their GPU is
+    /// being cleaned. A GPU's whole form follows `vm_held_devices` as before.
+    #[serde(default)]
+    pub held_partitions: Vec<ClaimPartition>,
 }
 
 /// `GET /v2/agent/hosts/{host}/kubernetes`: the stored usage (a restarted agent
@@ -269,6 +303,9 @@ pub struct KubernetesShown {
     pub hostname: String,
     pub usage: BTreeMap<String, String>,
     pub vm_held_devices: Vec<String>,
+    /// As [`KubernetesSaved::held_partitions`].
+    #[serde(default)]
+    pub held_partitions: Vec<ClaimPartition>,
 }
 
 /// `GET /v2/agent/hosts/{host}/partitions`: the MIG partitions the server's ledgers
@@ -441,6 +478,16 @@ impl Client {
         &self,
         host: &str,
         body: &KubernetesUsage,
+    ) -> Result<KubernetesSaved, Error> {
+        let r = Client::req(Method::PUT, host, "/kubernetes").json(body);
+        self.http.call(&r).await
+    }
+
+    /// `PUT /v2/agent/hosts/{host}/kubernetes` with the placements of MIG devices.
+    pub async fn kubernetes_save_parts(
+        &self,
+        host: &str,
+        body: &KubernetesUsageParts,
     ) -> Result<KubernetesSaved, Error> {
         let r = Client::req(Method::PUT, host, "/kubernetes").json(body);
         self.http.call(&r).await

@@ -148,6 +148,7 @@ impl KubeletMetrics {
             Err(AllocError::Duplicate(_)) => "duplicate",
             Err(AllocError::SlotTaken { .. }) => "slot_taken",
             Err(AllocError::Unhealthy(_)) => "unhealthy",
+            Err(AllocError::MigUnavailable(_)) => "mig_unavailable",
             Err(AllocError::SameDevice(..)) => "same_device",
             Err(AllocError::NotEnoughDevices { .. }) => "not_enough_devices",
             Err(AllocError::Withheld(_)) => "withheld",

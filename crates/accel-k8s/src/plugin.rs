@@ -53,6 +53,7 @@ impl Plugin {
     fn resource_name(&self) -> String {
         match &self.key {
             ResourceKey::Instance(n) | ResourceKey::Pool(n) => format!("{}/{n}", self.domain),
+            ResourceKey::Mig(p) => format!("{}/{}", self.domain, crate::slots::mig_resource(p)),
         }
     }
 }
@@ -74,6 +75,9 @@ fn to_proto(list: &[Advertised]) -> pb::ListAndWatchResponse {
 
 /// One container's response: every granted device in it.
 pub fn container_response(domain: &str, grants: &[Grant]) -> pb::ContainerAllocateResponse {
+    if grants.iter().any(|g| g.mig.is_some()) {
+        return mig_response(grants);
+    }
     let mut addresses: Vec<&str> = Vec::new();
     let mut nodes = BTreeMap::new();
     let mut annotations = std::collections::HashMap::new();
@@ -117,6 +121,46 @@ pub fn container_response(domain: &str, grants: &[Grant]) -> pb::ContainerAlloca
     }
 }
 
+/// One container's response for MIG devices (issue 45), as a DRA claim's CDI edits
+/// give them: `NVIDIA_VISIBLE_DEVICES` and `ACCEL_VISIBLE_DEVICES` list the MIG
+/// devices' UUIDs (NVIDIA's container toolkit exposes exactly those), with their GPUs'
+/// device nodes. No CDI device is named: the configuration's spec files describe
+/// whole devices, whose edits would show the container the whole GPU.
+fn mig_response(grants: &[Grant]) -> pb::ContainerAllocateResponse {
+    let mut uuids: Vec<&str> = Vec::new();
+    let mut nodes = BTreeMap::new();
+    for g in grants {
+        if let Some(m) = &g.mig {
+            if !uuids.contains(&m.uuid.as_str()) {
+                uuids.push(&m.uuid);
+            }
+        }
+        for n in &g.device.device_nodes {
+            nodes
+                .entry(n.host_path.clone())
+                .or_insert_with(|| pb::DeviceSpec {
+                    container_path: n.container_path.clone(),
+                    host_path: n.host_path.clone(),
+                    permissions: n.permissions.clone(),
+                });
+        }
+    }
+    let list = uuids.join(",");
+    let envs = [
+        (VISIBLE_DEVICES_ENV.to_string(), list.clone()),
+        (crate::dra::mig::NVIDIA_VISIBLE_DEVICES.to_string(), list),
+    ]
+    .into_iter()
+    .collect();
+    pb::ContainerAllocateResponse {
+        envs,
+        mounts: Vec::new(),
+        devices: nodes.into_values().collect(),
+        annotations: Default::default(),
+        cdi_devices: Vec::new(),
+    }
+}
+
 impl Plugin {
     /// Saves `grants` through the run loop before kubelet hears of them: the server
     /// applies its one hand-out rule (a device being cleaned, reserved or a VM's is
@@ -140,10 +184,14 @@ impl Plugin {
             Some(Ok(held)) => match grants
                 .iter()
                 .flatten()
-                .find(|g| held.contains(&g.device.id))
+                .find(|g| held.contains(&g.withheld_key()))
             {
                 None => return Ok(grants),
-                Some(g) => AllocError::Withheld(g.device.id.clone()),
+                Some(g) => AllocError::Withheld(
+                    g.mig
+                        .as_ref()
+                        .map_or_else(|| g.device.id.clone(), |m| m.uuid.clone()),
+                ),
             },
             Some(Err(e)) => AllocError::Unconfirmed(e.to_string()),
         };
@@ -218,6 +266,7 @@ fn status(e: AllocError) -> Status {
         }
         AllocError::SlotTaken { .. }
         | AllocError::Unhealthy(_)
+        | AllocError::MigUnavailable(_)
         | AllocError::SameDevice(..)
         | AllocError::NotEnoughDevices { .. }
         | AllocError::Withheld(_)

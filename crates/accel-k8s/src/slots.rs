@@ -25,6 +25,9 @@
 //!   devices;
 //! - an Allocate is all or nothing.
 //!
+//! A GPU in MIG mode with MIG devices is offered through them instead, one resource per
+//! MIG profile (`mig.rs`).
+//!
 //! To keep IL and CL from racing for the same slot index, the pool takes a device's
 //! highest free slot and `GetPreferredAllocation` steers kubelet to the lowest.
 
@@ -33,9 +36,12 @@ use crate::device::{instance_hash, Device};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+mod mig;
 mod types;
+pub use mig::{mig_resource, mig_slot, withheld_mig};
 pub use types::{
-    Advertised, AllocError, Claim, Grant, ParseUsageError, Resource, ResourceKey, Usage,
+    Advertised, AllocError, Claim, Grant, MigGrant, MigPlacement, ParseUsageError, Resource,
+    ResourceKey, Usage,
 };
 
 #[derive(Debug, Clone)]
@@ -61,8 +67,9 @@ struct Instance {
 }
 
 impl Instance {
+    /// A GPU in MIG mode with MIG devices is offered through them only (`mig.rs`).
     fn offering(&self) -> bool {
-        self.present && self.device.healthy && !self.vm_held
+        self.present && self.device.healthy && !self.vm_held && !mig::cut_into_mig(&self.device)
     }
     /// After slots were freed: a device cleaned on release is held from its last
     /// slot's release until the server's answer says it is clean (issue 33).
@@ -91,6 +98,8 @@ pub struct SlotTable {
     node: String,
     domain: String,
     pools: Vec<Pool>,
+    /// The MIG devices of GPUs in MIG mode, by slot (`mig.rs`).
+    mig: BTreeMap<String, mig::MigSlot>,
 }
 
 impl SlotTable {
@@ -106,6 +115,7 @@ impl SlotTable {
                     instances: BTreeMap::new(),
                 })
                 .collect(),
+            mig: BTreeMap::new(),
         }
     }
 
@@ -166,6 +176,7 @@ impl SlotTable {
             }
         }
         changed |= self.drop_gone();
+        changed |= self.sync_mig();
         changed
     }
 
@@ -198,6 +209,12 @@ impl SlotTable {
                 });
             }
         }
+        for profile in self.mig_profiles() {
+            out.push(Resource {
+                name: format!("{}/{}", self.domain, mig_resource(&profile)),
+                key: ResourceKey::Mig(profile),
+            });
+        }
         out
     }
 
@@ -205,11 +222,15 @@ impl SlotTable {
         self.pools.iter().position(|p| match key {
             ResourceKey::Pool(c) => p.config.name == *c,
             ResourceKey::Instance(i) => p.instances.contains_key(i),
+            ResourceKey::Mig(_) => false,
         })
     }
 
     /// The ListAndWatch device list of one plugin (`None`: no such plugin any more).
     pub fn list(&self, key: &ResourceKey) -> Option<Vec<Advertised>> {
+        if let ResourceKey::Mig(profile) = key {
+            return self.list_mig(profile);
+        }
         let pool = &self.pools[self.pool_of(key)?];
         Some(match key {
             ResourceKey::Instance(name) => {
@@ -264,6 +285,7 @@ impl SlotTable {
                 out.sort_by_key(|a| vdev_number(&a.id));
                 out
             }
+            ResourceKey::Mig(_) => unreachable!("answered above"),
         })
     }
 
@@ -282,9 +304,12 @@ impl SlotTable {
         containers: &[Vec<String>],
         now: Instant,
     ) -> Result<Vec<Vec<Grant>>, AllocError> {
+        if let ResourceKey::Mig(profile) = key {
+            return self.allocate_mig(profile, containers, now);
+        }
         let unknown = || {
             AllocError::UnknownResource(match key {
-                ResourceKey::Instance(n) | ResourceKey::Pool(n) => n.clone(),
+                ResourceKey::Instance(n) | ResourceKey::Pool(n) | ResourceKey::Mig(n) => n.clone(),
             })
         };
         let p = self.pool_of(key).ok_or_else(unknown)?;
@@ -298,6 +323,7 @@ impl SlotTable {
             out.push(match key {
                 ResourceKey::Instance(name) => self.allocate_instance(&mut pool, name, ids, now)?,
                 ResourceKey::Pool(_) => self.allocate_pool(&mut pool, ids, now)?,
+                ResourceKey::Mig(_) => unreachable!("answered above"),
             });
         }
         self.pools[p] = pool;
@@ -341,6 +367,7 @@ impl SlotTable {
                 slot: id.clone(),
                 usage: slot.usage.clone(),
                 device: inst.device.clone(),
+                mig: None,
             });
         }
         Ok(grants)
@@ -431,6 +458,7 @@ impl SlotTable {
                     instance: name,
                     usage: inst.slots[i].usage.clone(),
                     device: inst.device.clone(),
+                    mig: None,
                 }
             })
             .collect())
@@ -454,6 +482,7 @@ impl SlotTable {
             match key {
                 ResourceKey::Instance(_) => id.rsplit('-').next().and_then(|n| n.parse().ok()),
                 ResourceKey::Pool(_) => vdev_number(id),
+                ResourceKey::Mig(_) => None,
             }
             .unwrap_or(u64::MAX)
         };
@@ -509,6 +538,7 @@ impl SlotTable {
                 }
             }
         }
+        changed |= self.reclaim_mig(in_use, now, grace);
         changed |= self.drop_gone();
         changed
     }
@@ -534,6 +564,7 @@ impl SlotTable {
             }
             changed |= freed;
         }
+        changed |= self.free_mig(slots);
         changed
     }
 
@@ -549,6 +580,7 @@ impl SlotTable {
                 });
                 (format!("{}/{}", self.domain, p.config.name), total, used)
             })
+            .chain(self.mig_counts())
             .collect()
     }
 
@@ -562,6 +594,7 @@ impl SlotTable {
                 }
             }
         }
+        self.mig_usage(&mut out);
         out
     }
 
@@ -581,13 +614,14 @@ impl SlotTable {
                 }
             }
         }
-        applied
+        applied + self.restore_mig(usage)
     }
 
-    /// Marks the devices (by [`Device::id`]) that virtual machines hold; the others
-    /// are unmarked. Returns whether anything kubelet sees changed.
+    /// Marks the devices (by [`Device::id`]) that virtual machines hold, and the MIG
+    /// devices the server withholds (by [`withheld_mig`]); the others are unmarked.
+    /// Returns whether anything kubelet sees changed.
     pub fn set_vm_held(&mut self, device_ids: &BTreeSet<String>) -> bool {
-        let mut changed = false;
+        let mut changed = self.set_mig_withheld(device_ids);
         for inst in self.pools.iter_mut().flat_map(|p| p.instances.values_mut()) {
             let held = device_ids.contains(&inst.device.id);
             changed |= inst.vm_held != held;
@@ -613,11 +647,13 @@ impl SlotTable {
                             slot: format!("{name}-{i}"),
                             device: inst.device.id.clone(),
                             pod: pods.get(&key).cloned(),
+                            partition: None,
                         });
                     }
                 }
             }
         }
+        self.mig_claims(pods, &mut out);
         out
     }
 

@@ -3,11 +3,13 @@
 //! Nova's candidates no longer offer, usage survives an agent restart, and devices a
 //! VM holds (another consumer's allocation, a bound ARQ) are not advertised. A node
 //! without Nova (`node_provider = "own"`, issue 30) gets its provider from the agent.
+//! A GPU in MIG mode (the fake NVML's H100) offers its MIG devices per profile, and a
+//! pod's MIG device is held in the GPU's ledger where it is (issue 45).
 
 mod common;
 
 use accel_agent::config::{NodeProvider, Settings};
-use accel_agent::testing::{self, FakeSysfs};
+use accel_agent::testing::{self, nvidia_gpu, FakeNvml, FakeSysfs};
 use accel_agent::{Agent, Node};
 use accel_k8s::config::KubernetesConfig;
 use accel_k8s::testing as kubelet;
@@ -483,4 +485,254 @@ async fn bad_usage_is_refused_whole() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     srv.stop().await;
+}
+
+const H100: &str = "0000:3b:00.0";
+const OTHER: &str = "0000:5e:00.0";
+
+/// An H100 of the fake NVML in MIG mode and an L4 (no MIG), and the agent's
+/// settings (device-plugin mode).
+fn mig_host(dir: &Path, srv: &Server) -> (Settings, FakeNvml) {
+    let fs = FakeSysfs::new(dir.join("sys"));
+    nvidia_gpu(&fs, H100, 0x2330).numa(0);
+    nvidia_gpu(&fs, OTHER, 0x27b8).numa(0);
+    let nvml = FakeNvml::new(
+        &dir.join("nvml"),
+        &format!("gpu bus={H100} model=h100 mig=on\ngpu bus={OTHER} model=l4\n"),
+    );
+    let mut kubernetes = KubernetesConfig::from_toml(
+        "[kubernetes]\nreclaim_grace_seconds = 2\n\
+         [[kubernetes.configurations]]\nname = \"gpu\"\n\
+         [kubernetes.configurations.selector]\ndevice_type = \"GPU\"\n",
+    )
+    .unwrap();
+    kubernetes.cdi_dir = dir.join("cdi");
+    let mut settings = Settings {
+        drivers: Some(vec!["nvidia".into()]),
+        kubernetes: Some(kubernetes),
+        ..Settings::new(&srv.accel, NODE, &fs.root)
+    };
+    settings.driver.nvml = true;
+    settings.driver.nvml_library = nvml.library.clone();
+    settings.partitions = nvml.partition_settings();
+    (settings, nvml)
+}
+
+/// The holders of the H100's ledger: (consumer, what it holds).
+async fn holders(srv: &Server) -> Vec<(String, String)> {
+    let l = srv
+        .store
+        .partitions()
+        .ledger(&provider(H100))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut out: Vec<(String, String)> = l
+        .holders
+        .iter()
+        .map(|h| (h.consumer.clone(), format!("{:?}", h.holder)))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn mig_devices_are_offered_per_profile_and_a_pods_is_held_in_the_gpus_ledger() {
+    const VM: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+    const VM2: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae8";
+    for backend in BACKENDS {
+        let db = TempDb::fresh(backend).await;
+        let srv = Server::start(&db.url, None, None).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (settings, _nvml) = mig_host(dir.path(), &srv);
+        compute_node(&srv, NODE).await;
+        // The operator's layout on the H100: two 1g.10gb (profile 19) and a 2g.20gb
+        // (profile 14), made through NVML, then reported.
+        let agent = agent_of(&settings);
+        let mut made = Vec::new();
+        for (profile, start, size) in [(19, 6, 1), (19, 5, 1), (14, 0, 2)] {
+            let m = agent
+                .partitions()
+                .create(
+                    H100.parse().unwrap(),
+                    profile,
+                    accel_api::partitions::MigPlacement { start, size },
+                    "operator",
+                )
+                .unwrap();
+            made.push(m.uuid);
+        }
+        assert_eq!(agent.step().await.unwrap().added, 2);
+        // A VM holds the other H100 whole.
+        allocate_gpu(&srv, VM, &provider(OTHER)).await;
+
+        let kdir = dir.path().join("kubelet");
+        std::fs::create_dir(&kdir).unwrap();
+        let kubelet = FakeKubelet::start(&kdir);
+        let plugins = Plugins::start(&settings, &kubelet);
+        let one_g = kubelet.plugin("accel.dev/mig-1g.10gb").await;
+        let mut want_1g = vec![
+            (made[0].clone(), "Healthy".to_string()),
+            (made[1].clone(), "Healthy".to_string()),
+        ];
+        want_1g.sort();
+        wait_list(&one_g, "the 1g.10gb devices", |d| ids(d) == want_1g).await;
+        let two_g = kubelet.plugin("accel.dev/mig-2g.20gb").await;
+        wait_list(&two_g, "the 2g.20gb device", |d| {
+            ids(d) == vec![(made[2].clone(), "Healthy".to_string())]
+        })
+        .await;
+        assert!(!kubelet
+            .registered()
+            .iter()
+            .any(|r| r.starts_with("accel.dev/mig-3g")));
+        // Neither H100 whole: one is cut into MIG devices, the VM holds the other.
+        let pool = kubelet.plugin(POOL).await;
+        wait_list(&pool, "no GPU whole", |d| d.is_empty()).await;
+
+        // A pod gets the 1g.10gb at slice 5: its UUID, as NVIDIA's toolkit reads it.
+        let resp = one_g.allocate(&[&made[1]]).await.unwrap();
+        let c = &resp.container_responses[0];
+        assert_eq!(c.envs["NVIDIA_VISIBLE_DEVICES"], made[1]);
+        assert_eq!(c.envs["ACCEL_VISIBLE_DEVICES"], made[1]);
+        assert!(c.cdi_devices.is_empty());
+        kubelet.set_pods(vec![(
+            "accel.dev/mig-1g.10gb".into(),
+            vec![made[1].clone()],
+        )]);
+        let consumer = pod_consumer(NODE, "default/pod");
+        let held_at_5 = vec![(
+            consumer.clone(),
+            "Mig { profile: 19, at: Span { start: 5, size: 1 } }".to_string(),
+        )];
+        until("the pod's MIG device in the ledger", || async {
+            let h = holders(&srv).await;
+            (h != held_at_5).then(|| format!("{h:?}"))
+        })
+        .await;
+        let member =
+            accel_store::accelerator::report::provider_uuid(&format!("{NODE}_{H100}_mig_1g.10gb"));
+        until("the pod's allocation on the profile's provider", || async {
+            let v = get(&srv, &format!("/allocations/{consumer}")).await;
+            let r = &v["allocations"][&member]["resources"]["CUSTOM_MIG_1G_10GB"];
+            (*r != json!(1)).then(|| v.to_string())
+        })
+        .await;
+        let v = get(&srv, &format!("/allocations/{consumer}")).await;
+        assert_eq!(v["consumer_type"], "KUBERNETES_POD");
+        assert_eq!(v["allocations"].as_object().unwrap().len(), 1, "{v}");
+        // Placement offers neither H100 whole; the VM keeps the other.
+        assert_eq!(candidates(&srv).await, Vec::<String>::new());
+        let vm = get(&srv, &format!("/allocations/{VM}")).await;
+        assert_eq!(
+            vm["allocations"][provider(OTHER)]["resources"]["CUSTOM_ACCELERATOR_GPU"],
+            1,
+            "{vm}"
+        );
+        // The other 1g.10gb stays offered; the pod's is its own.
+        wait_list(&one_g, "after the grant", |d| {
+            d.iter().all(|x| x.health == "Healthy")
+        })
+        .await;
+
+        // A VM's 2g.20gb on the H100 adopts the operator's 2g instance: the plugin
+        // withdraws it, and an Allocate of it is refused.
+        let member_2g =
+            accel_store::accelerator::report::provider_uuid(&format!("{NODE}_{H100}_mig_2g.20gb"));
+        let (s, v) = placement(
+            &srv,
+            reqwest::Method::PUT,
+            &format!("/allocations/{VM2}"),
+            Some(json!({
+                "allocations": {member_2g: {"resources": {"CUSTOM_MIG_2G_20GB": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": null,
+                "consumer_type": "INSTANCE",
+            })),
+        )
+        .await;
+        assert_eq!(s, 204, "{v}");
+        assert!(holders(&srv).await.contains(&(
+            VM2.to_string(),
+            "Mig { profile: 14, at: Span { start: 0, size: 2 } }".to_string()
+        )));
+        wait_list(&two_g, "the VM's 2g.20gb withdrawn", |d| {
+            ids(d) == vec![(made[2].clone(), "Unhealthy".to_string())]
+        })
+        .await;
+        let refused = two_g.allocate(&[&made[2]]).await.unwrap_err();
+        assert!(refused.message().contains(&made[2]), "{refused:?}");
+        let (_, shown) = srv
+            .admin_get(&format!("/v2/agent/hosts/{NODE}/kubernetes"))
+            .await;
+        assert_eq!(
+            shown["held_partitions"],
+            json!([{"device": H100, "profile_id": 14, "start": 0}]),
+            "{shown}"
+        );
+
+        // The pod ends: after the grace its MIG device is freed, and so is its holder.
+        kubelet.set_pods(vec![]);
+        until("the pod's holder gone", || async {
+            let h = holders(&srv).await;
+            h.iter()
+                .any(|(c, _)| *c == consumer)
+                .then(|| format!("{h:?}"))
+        })
+        .await;
+        let v = get(&srv, &format!("/allocations/{consumer}")).await;
+        assert_eq!(v["allocations"], json!({}));
+        wait_list(&one_g, "both 1g.10gb offered again", |d| ids(d) == want_1g).await;
+        let vm = get(&srv, &format!("/allocations/{VM}")).await;
+        assert_eq!(
+            vm["allocations"][provider(OTHER)]["resources"]["CUSTOM_ACCELERATOR_GPU"],
+            1
+        );
+        plugins.stop().await;
+
+        // A save naming both (an agent that had not heard of the VM yet): the 2g.20gb
+        // the VM holds is refused alone and answered held; the 1g.10gb is held.
+        let late = pod_consumer(NODE, "default/late");
+        let slot = |u: &str| accel_k8s::slots::mig_slot(u);
+        let body = json!({
+            "usage": {slot(&made[0]): NODE, slot(&made[2]): NODE},
+            "claims": [
+                {"slot": slot(&made[0]), "device": H100, "pod": "default/late"},
+                {"slot": slot(&made[2]), "device": H100, "pod": "default/late"},
+            ],
+            "partitions": [
+                {"slot": slot(&made[0]), "profile_id": 19, "start": 6},
+                {"slot": slot(&made[2]), "profile_id": 14, "start": 0},
+            ],
+        });
+        let r = reqwest::Client::new()
+            .put(format!("{}/v2/agent/hosts/{NODE}/kubernetes", srv.accel))
+            .header("x-auth-token", "admin")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let saved: Value = r.json().await.unwrap();
+        assert_eq!(
+            saved["held_partitions"],
+            json!([{"device": H100, "profile_id": 14, "start": 0}]),
+            "{saved}"
+        );
+        let v = get(&srv, &format!("/allocations/{late}")).await;
+        assert_eq!(
+            v["allocations"][&member]["resources"]["CUSTOM_MIG_1G_10GB"], 1,
+            "{v}"
+        );
+        assert_eq!(v["allocations"].as_object().unwrap().len(), 1, "{v}");
+        let h = holders(&srv).await;
+        assert!(h.contains(&(
+            late.clone(),
+            "Mig { profile: 19, at: Span { start: 6, size: 1 } }".to_string()
+        )));
+        assert!(h.contains(&(
+            VM2.to_string(),
+            "Mig { profile: 14, at: Span { start: 0, size: 2 } }".to_string()
+        )));
+        srv.stop().await;
+    }
 }

@@ -253,6 +253,7 @@ fn pod_usage(held: bool) -> (BTreeMap<String, String>, Vec<kubernetes::SlotClaim
             slot: "gpu-0".into(),
             device: "FakeDevice".into(),
             pod: Some("ns/pod".into()),
+            partition: None,
         }]
     } else {
         Vec::new()

@@ -33,6 +33,9 @@
 //!    stale consumers ─▶ allocations::delete_for_consumer; changed ─▶ prepare + apply
 //!    kubernetes_consumers ◀── the host's pod consumers
 //!    answer: vm_held_devices ─▶ SlotTable::set_vm_held (offered to nobody, like slots held elsewhere)
+//!            held_partitions (MIG devices, GPU + placement) ─▶ the same, as withheld_mig keys
+//! a MIG device's claim carries its placement (`partitions` beside the claims): the
+//!   server holds it in the GPU's ledger there (accel-store accelerator/kubernetes/mig.rs)
 //! cdi.rs: after each device change, one spec file per configuration in cdi_dir
 //! ```
 //!
@@ -68,7 +71,9 @@
 
 use crate::client::{Client, ClientError};
 use crate::model::{FoundDevice, Health};
-use accel_api::agent::{KubernetesUsage, SlotClaim};
+use accel_api::agent::{
+    ClaimPartition, KubernetesUsage, KubernetesUsageParts, SlotClaim, SlotPartition,
+};
 use accel_k8s::dra::partitions::{Instance, Partitioning};
 use accel_k8s::usage::BoxFuture;
 use accel_k8s::{Device, DeviceNode, RecordError, Recorded, UsageRecord, UsageReport};
@@ -250,24 +255,55 @@ impl ServerUsage {
 #[error(transparent)]
 struct Unusable(Arc<ClientError>);
 
-/// The body of `PUT /v2/agent/hosts/{node}/kubernetes`.
-pub fn save_body(report: &UsageReport) -> KubernetesUsage {
-    KubernetesUsage {
-        usage: report
-            .usage
-            .iter()
-            .map(|(slot, u)| (slot.clone(), u.to_string()))
-            .collect(),
-        claims: report
+/// The body of `PUT /v2/agent/hosts/{node}/kubernetes`: the usage, the claims, and
+/// where each claimed MIG device is on its GPU (the server holds it there).
+pub fn save_body(report: &UsageReport) -> KubernetesUsageParts {
+    KubernetesUsageParts {
+        usage: KubernetesUsage {
+            usage: report
+                .usage
+                .iter()
+                .map(|(slot, u)| (slot.clone(), u.to_string()))
+                .collect(),
+            claims: report
+                .claims
+                .iter()
+                .map(|c| SlotClaim {
+                    slot: c.slot.clone(),
+                    device: c.device.clone(),
+                    pod: c.pod.clone(),
+                })
+                .collect(),
+        },
+        partitions: report
             .claims
             .iter()
-            .map(|c| SlotClaim {
-                slot: c.slot.clone(),
-                device: c.device.clone(),
-                pod: c.pod.clone(),
+            .filter_map(|c| {
+                c.partition.map(|p| SlotPartition {
+                    slot: c.slot.clone(),
+                    profile_id: p.profile_id,
+                    start: p.start,
+                })
             })
             .collect(),
     }
+}
+
+/// What the plugins must not offer: the devices VMs hold, by address, and the MIG
+/// devices the server withholds, as `accel_k8s::slots::withheld_mig` names them.
+fn withheld(devices: Vec<String>, partitions: &[ClaimPartition]) -> BTreeSet<String> {
+    devices
+        .into_iter()
+        .chain(partitions.iter().map(|p| {
+            accel_k8s::slots::withheld_mig(
+                &p.device,
+                accel_k8s::slots::MigPlacement {
+                    profile_id: p.profile_id,
+                    start: p.start,
+                },
+            )
+        }))
+        .collect()
 }
 
 impl UsageRecord for ServerUsage {
@@ -287,7 +323,7 @@ impl UsageRecord for ServerUsage {
             }
             Ok(Recorded {
                 usage,
-                vm_held: shown.vm_held_devices.into_iter().collect(),
+                vm_held: withheld(shown.vm_held_devices, &shown.held_partitions),
             })
         })
     }
@@ -299,7 +335,7 @@ impl UsageRecord for ServerUsage {
                 .kubernetes_save(&self.node, &save_body(&report))
                 .await
                 .map_err(RecordError::unavailable)?;
-            Ok(saved.vm_held_devices.into_iter().collect())
+            Ok(withheld(saved.vm_held_devices, &saved.held_partitions))
         })
     }
 }

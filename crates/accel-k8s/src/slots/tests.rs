@@ -36,7 +36,7 @@ fn instances(t: &SlotTable) -> Vec<String> {
         .into_iter()
         .filter_map(|r| match r.key {
             ResourceKey::Instance(n) => Some(n),
-            ResourceKey::Pool(_) => None,
+            ResourceKey::Pool(_) | ResourceKey::Mig(_) => None,
         })
         .collect()
 }
@@ -299,7 +299,8 @@ fn devices_vms_hold_are_offered_to_nobody_and_claims_name_their_pods() {
         vec![Claim {
             slot: slot.clone(),
             device: on.clone(),
-            pod: None
+            pod: None,
+            partition: None,
         }]
     );
     let pods: HashMap<(String, String), String> = [(

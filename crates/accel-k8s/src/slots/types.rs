@@ -14,6 +14,17 @@ pub struct Claim {
     /// [`crate::device::Device::id`] (the device's PCI address).
     pub device: String,
     pub pod: Option<String>,
+    /// For a MIG device (a slot of `<domain>/mig-<profile>`): where its instance is on
+    /// the GPU `device`, which the server holds in the GPU's ledger.
+    pub partition: Option<MigPlacement>,
+}
+
+/// Where a MIG device is on its GPU: NVML's GPU instance profile id and the first
+/// memory slice of its placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MigPlacement {
+    pub profile_id: u32,
+    pub start: u32,
 }
 
 /// Who holds a slot (seed 001's `deviceUsage` value).
@@ -62,11 +73,13 @@ impl std::str::FromStr for Usage {
     }
 }
 
-/// Which plugin: one per device (by instance name) or one per configuration.
+/// Which plugin: one per device (by instance name), one per configuration, or one per
+/// MIG profile (by the profile's name, `1g.10gb`) across the node's GPUs in MIG mode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceKey {
     Instance(String),
     Pool(String),
+    Mig(String),
 }
 
 /// A plugin to serve: its key and the extended resource name kubelet knows it by.
@@ -94,7 +107,30 @@ pub struct Grant {
     /// `<instance>-<index>`.
     pub slot: String,
     pub usage: Usage,
+    /// The device; for a MIG device, its GPU.
     pub device: Device,
+    /// A MIG device: its UUID and placement (the container is given the UUID).
+    pub mig: Option<MigGrant>,
+}
+
+/// The MIG device a [`Grant`] hands out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigGrant {
+    /// `MIG-<uuid>`, what NVIDIA's container toolkit reads.
+    pub uuid: String,
+    pub placement: MigPlacement,
+}
+
+impl Grant {
+    /// How the server's answer names what it withholds of this grant: the device's
+    /// id, or for a MIG device [`withheld_mig`](crate::slots::withheld_mig) of its
+    /// GPU and placement.
+    pub fn withheld_key(&self) -> String {
+        match &self.mig {
+            None => self.device.id.clone(),
+            Some(m) => crate::slots::withheld_mig(&self.device.id, m.placement),
+        }
+    }
 }
 
 /// Why an Allocate is refused; the text goes to kubelet in the gRPC status.
@@ -110,6 +146,10 @@ pub enum AllocError {
     SlotTaken { slot: String, holder: String },
     #[error("device of {0:?} is unhealthy, gone, or held by a virtual machine")]
     Unhealthy(String),
+    /// A MIG device whose GPU is unhealthy or gone, whose slices a VM or another
+    /// consumer holds in the GPU's ledger, or whose GPU a pod holds whole.
+    #[error("MIG device {0:?} is unhealthy, gone, held by another consumer in its GPU's ledger, or its GPU is held whole")]
+    MigUnavailable(String),
     #[error("virtual ids {0:?} and {1:?} are both held on one device; a container needs distinct devices")]
     SameDevice(String, String),
     #[error("the request needs {needed} distinct devices but only {available} have a free slot")]

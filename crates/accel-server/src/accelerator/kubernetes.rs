@@ -12,17 +12,32 @@
 //!      "claims": [{"slot": "gpu-1a2b3c4d-0", "device": "0000:3b:00.0", "pod": "default/train"},
 //!                 {"slot": "gpu-99aa0b1c-1", "device": "0000:5e:00.0", "pod": null}]}
 //! 200 {"hostname": "node-a", "vm_held_devices": ["0000:af:00.0"],
-//!      "consumers": {"<uuid>": ["0000:3b:00.0"]}, "usage_changed": true}
+//!      "consumers": {"<uuid>": ["0000:3b:00.0"]}, "usage_changed": true,
+//!      "held_partitions": []}
 //! ```
+//!
+//! A claimed slot that is a MIG device (the device plugins' `<domain>/mig-<profile>`,
+//! issue 45) has its placement in `partitions`, beside the claims:
+//!
+//! ```json
+//! PUT {"usage": {"mig-6f1c1a52-...": "node-a"},
+//!      "claims": [{"slot": "mig-6f1c1a52-...", "device": "0000:3b:00.0", "pod": "default/infer"}],
+//!      "partitions": [{"slot": "mig-6f1c1a52-...", "profile_id": 19, "start": 6}]}
+//! ```
+//!
+//! The pod's consumer then holds that placement in the GPU's ledger and one unit of the
+//! profile's provider; `held_partitions` answers the MIG devices (GPU, profile,
+//! start) no pod may be given, the refused ones among them.
 //!
 //! Usage values are seed 001's: `""` (free), `<node>` or `C:<virtual id>:<node>`. The
 //! store does the work in one transaction (`accel_store::accelerator::kubernetes`).
 
 use super::error::{AccelError, AccelResult};
 use super::{json_reply, AccelState, Reply, Req};
-use accel_api::agent::{KubernetesSaved, KubernetesShown, KubernetesUsage};
+use accel_api::agent::{ClaimPartition, KubernetesSaved, KubernetesShown, KubernetesUsageParts};
 use accel_core::policy::cyborg as rules;
 use accel_store::accelerator::kubernetes::SlotClaim;
+use accel_store::partitions::Pin;
 use axum::http::StatusCode;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -92,21 +107,55 @@ fn check(body: &Value) -> AccelResult<()> {
         }
         Some(_) => return Err(bad("claims must be a list")),
     }
+    match body.get("partitions") {
+        None | Some(Value::Null) | Some(Value::Array(_)) => {}
+        Some(_) => return Err(bad("partitions must be a list")),
+    }
     Ok(())
 }
 
 fn parse(body: Value) -> AccelResult<(BTreeMap<String, String>, Vec<SlotClaim>)> {
     check(&body)?;
-    let KubernetesUsage { usage, claims } = serde_json::from_value(body).map_err(bad)?;
-    let claims = claims
+    let KubernetesUsageParts { usage, partitions } = serde_json::from_value(body).map_err(bad)?;
+    let mut pins: BTreeMap<String, Pin> = BTreeMap::new();
+    for p in partitions {
+        if !usage.claims.iter().any(|c| c.slot == p.slot) {
+            return Err(bad(format!(
+                "partitions: slot {} is not one of the claims",
+                p.slot
+            )));
+        }
+        let pin = Pin {
+            profile_id: p.profile_id,
+            start: p.start,
+        };
+        if pins.insert(p.slot.clone(), pin).is_some() {
+            return Err(bad(format!("partitions: slot {} appears twice", p.slot)));
+        }
+    }
+    let claims = usage
+        .claims
         .into_iter()
         .map(|c| SlotClaim {
+            partition: pins.get(&c.slot).copied(),
             slot: c.slot,
             device: c.device,
             pod: c.pod,
         })
         .collect();
-    Ok((usage, claims))
+    Ok((usage.usage, claims))
+}
+
+/// The wire form of the MIG devices no pod may be given.
+fn held(parts: Vec<(String, Pin)>) -> Vec<ClaimPartition> {
+    parts
+        .into_iter()
+        .map(|(device, p)| ClaimPartition {
+            device,
+            profile_id: p.profile_id,
+            start: p.start,
+        })
+        .collect()
 }
 
 pub(crate) async fn save(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
@@ -127,6 +176,7 @@ pub(crate) async fn save(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
             vm_held_devices: outcome.vm_held,
             consumers: outcome.consumers,
             usage_changed: outcome.usage_changed,
+            held_partitions: held(outcome.held_partitions),
         },
     ))
 }
@@ -142,6 +192,7 @@ pub(crate) async fn show(st: Arc<AccelState>, req: Req) -> AccelResult<Reply> {
             hostname: host.to_owned(),
             usage: saved.usage,
             vm_held_devices: saved.vm_held,
+            held_partitions: held(saved.held_partitions),
         },
     ))
 }

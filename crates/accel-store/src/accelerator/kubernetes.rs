@@ -14,6 +14,10 @@
 //!   consumers of the host no longer wanted ──▶ allocations::delete_for_consumer
 //!   changed ones ──▶ allocations::prepare + apply   (provider locks, capacity checks,
 //!                                                     change-log touches)
+//!   per MIG device claimed (a `partition`: profile, start; `mig.rs`): held in its
+//!     GPU's ledger at that placement for its pod's consumer (partitions::pin, the
+//!     ledgers locked before the deletes), one unit of the profile's provider
+//!     allocated; one the ledger refuses is left out and answered in held_partitions
 //!   kubernetes_consumers ◀── the host's consumers
 //!   answer: devices held by a VM = an ARQ on the device (bound, or binding to one of
 //!           its providers), or an allocation on its providers by any consumer that is
@@ -36,6 +40,7 @@
 
 use super::hardware::{self, DeviceColumn};
 use super::refused::Refused;
+use crate::partitions::Pin;
 use crate::placement::allocations::{self, ConsumerWrite};
 use crate::placement::{inventories, providers};
 use crate::{placeholders, Store, StoreError, Tx};
@@ -57,6 +62,9 @@ pub struct SlotClaim {
     pub device: String,
     /// `<namespace>/<name>`, once kubelet's pod-resources API lists the slot.
     pub pod: Option<String>,
+    /// A MIG device (issue 45): where its instance is on the GPU `device`; the pod's
+    /// consumer holds it there in the GPU's ledger (`mig.rs`).
+    pub partition: Option<Pin>,
 }
 
 /// What [`save`] did, and what the agent must not offer.
@@ -70,6 +78,9 @@ pub struct Outcome {
     pub usage_changed: bool,
     /// Consumers whose allocations were written or deleted.
     pub allocations_changed: usize,
+    /// MIG devices of the host's GPUs no pod may be given, by GPU address and
+    /// placement (`mig.rs`).
+    pub held_partitions: Vec<(String, Pin)>,
 }
 
 /// What [`load`] answers: the stored usage and the devices VMs hold.
@@ -77,6 +88,8 @@ pub struct Outcome {
 pub struct Saved {
     pub usage: BTreeMap<String, String>,
     pub vm_held: Vec<String>,
+    /// As [`Outcome::held_partitions`].
+    pub held_partitions: Vec<(String, Pin)>,
 }
 
 fn consumer_uuid(host: &str, what: &str) -> String {
@@ -306,6 +319,7 @@ pub(crate) async fn load(tx: &mut Tx, host: &str) -> Result<Saved, StoreError> {
     Ok(Saved {
         usage,
         vm_held: vm_held(tx, &devices, &ours).await?,
+        held_partitions: mig::withheld(tx, host, &devices, &ours, &BTreeSet::new()).await?,
     })
 }
 
@@ -388,9 +402,9 @@ pub async fn save(
     let devices = host_devices(tx, host).await?;
     out.vm_held = vm_held(tx, &devices, &ours).await?;
 
-    // Claims by device, in slot order (the map above is sorted).
+    // Claims by device, in slot order (the map above is sorted); MIG devices apart.
     let mut by_device: BTreeMap<&str, Vec<&SlotClaim>> = BTreeMap::new();
-    for c in by_slot.values() {
+    for c in by_slot.values().filter(|c| c.partition.is_none()) {
         by_device.entry(c.device.as_str()).or_default().push(c);
     }
     let mut wanted: BTreeMap<String, ProviderAmounts> = BTreeMap::new();
@@ -416,9 +430,28 @@ pub async fn save(
         }
     }
 
+    // MIG devices: held in their GPUs' ledgers where they are (the ledgers locked
+    // before the deletes below take any provider's lock).
+    let mut parts = mig::Parts::read(tx, host, &devices, &by_slot).await?;
+    for c in parts.consumers() {
+        wanted.entry(c).or_default();
+    }
+    if parts.changed() {
+        parts.lock(tx).await?;
+    }
     for gone in ours.iter().filter(|c| !wanted.contains_key(*c)) {
         if allocations::delete_for_consumer(tx, gone).await? {
             out.allocations_changed += 1;
+        }
+    }
+    for (consumer, (address, amounts)) in parts.pin(tx).await? {
+        let allocated = !amounts.is_empty();
+        wanted.entry(consumer.clone()).or_default().extend(amounts);
+        if allocated {
+            let held = out.consumers.entry(consumer).or_default();
+            if !held.contains(&address) {
+                held.push(address);
+            }
         }
     }
     let mut writes = Vec::new();
@@ -461,6 +494,7 @@ pub async fn save(
     }
 
     let now: BTreeSet<String> = wanted.keys().cloned().collect();
+    out.held_partitions = mig::withheld(tx, host, &devices, &now, &parts.refused).await?;
     if now != ours {
         sqlx::query("DELETE FROM kubernetes_consumers WHERE hostname = $1")
             .bind(host)
@@ -501,6 +535,8 @@ pub(super) async fn holds_exactly(
         .collect();
     Ok(have == want)
 }
+
+mod mig;
 
 /// Runs of a slot-usage save: a lost provider-generation race or a deadlock reruns it,
 /// as a Placement allocation write is.
