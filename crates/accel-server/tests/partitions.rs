@@ -584,3 +584,24 @@ async fn a_vm_binds_a_partitioned_gpu_whole() {
         srv.stop().await;
     }
 }
+
+/// A MIG-capable GPU with MIG off (NVML describes no profiles, 0 memory slices) is
+/// reported and handed out whole; its report used to be refused.
+#[tokio::test]
+async fn a_gpu_with_mig_off_is_reported_and_offered_whole() {
+    let db = TempDb::fresh(BACKENDS[0]).await;
+    let srv = Server::start(&db.url, None, None).await;
+    compute_node(&srv, NODE).await;
+    let mut g = fixtures::h100_80gb();
+    g.mig_enabled = false;
+    g.profiles.clear();
+    g.memory_slices = 0;
+    let (s, v) = report(&srv, json!(wire(&g))).await;
+    assert_eq!(s, 200, "{v}");
+    let gpu = accel_store::accelerator::report::provider_uuid(&gpu_name());
+    assert_eq!(
+        offered(&srv, "CUSTOM_ACCELERATOR_GPU").await,
+        vec![(gpu, 1)]
+    );
+    srv.stop().await;
+}

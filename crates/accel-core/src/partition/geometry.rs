@@ -166,9 +166,11 @@ pub enum BadGeometry {
 
 impl Geometry {
     /// Whether the facts can be a ledger: slices a placement can count in, placements
-    /// inside them, each profile and type once.
+    /// inside them, each profile and type once. A GPU without profiles (MIG off: NVML
+    /// then describes none, and says 0 memory slices) has nothing to place in slices.
     pub fn check(&self) -> Result<(), BadGeometry> {
-        if !(1..=32).contains(&self.memory_slices) {
+        let none_needed = self.memory_slices == 0 && self.profiles.is_empty();
+        if !none_needed && !(1..=32).contains(&self.memory_slices) {
             return Err(BadGeometry::Slices(self.memory_slices));
         }
         let mut ids = std::collections::HashSet::new();

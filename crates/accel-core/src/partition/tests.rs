@@ -406,3 +406,22 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_gpu_with_mig_off_and_no_profiles_is_a_ledger_without_slices() {
+    // NVML describes no profiles while MIG is off, and the agent reports 0 slices.
+    let mut g = h100_80gb();
+    g.mig_enabled = false;
+    g.profiles.clear();
+    g.memory_slices = 0;
+    assert_eq!(g.check(), Ok(()));
+    assert_eq!(g.fits(&[], &Consumer::Vfio), Ok(()));
+    assert_eq!(
+        g.fits(&[Consumer::Vfio], &Consumer::Whole),
+        Err(Conflict::PartlyHeld)
+    );
+    // Profiles need slices to be placed in.
+    let mut bad = h100_80gb();
+    bad.memory_slices = 0;
+    assert_eq!(bad.check(), Err(BadGeometry::Slices(0)));
+}
