@@ -93,6 +93,57 @@ pub struct VgpuType {
 }
 
 impl GpuPartitions {
+    /// The ledger's model of a GPU in the agent protocol's words (the reverse of
+    /// [`GpuPartitions::geometry`]), as the `nvidia` driver reports what NVML lists;
+    /// without MIG devices (the model's standing instances carry no ids or UUIDs).
+    /// Tests and benchmarks report fixture GPUs with it.
+    pub fn from_geometry(g: &accel_core::partition::Geometry) -> GpuPartitions {
+        let e = |e: accel_core::partition::Engines| Engines {
+            memory_mib: e.memory_mib,
+            multiprocessors: e.multiprocessors,
+            copy_engines: e.copy_engines,
+            decoders: e.decoders,
+            encoders: e.encoders,
+            jpeg_engines: e.jpeg_engines,
+            ofa_engines: e.ofa_engines,
+        };
+        GpuPartitions {
+            mig_enabled: g.mig_enabled,
+            memory_slices: g.memory_slices,
+            totals: e(g.totals),
+            profiles: g
+                .profiles
+                .iter()
+                .map(|p| MigProfile {
+                    id: p.id,
+                    name: p.name.clone(),
+                    compute_slices: p.compute_slices,
+                    engines: e(p.engines),
+                    placements: p
+                        .placements
+                        .iter()
+                        .map(|s| MigPlacement {
+                            start: s.start,
+                            size: s.size,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            instances: Vec::new(),
+            vgpu_types: g
+                .vgpu_types
+                .iter()
+                .map(|t| VgpuType {
+                    type_id: t.type_id.clone(),
+                    name: t.name.clone(),
+                    memory_mib: t.memory_mib,
+                    max_instances: t.max_instances,
+                    mig_profile_id: t.mig_profile_id,
+                })
+                .collect(),
+        }
+    }
+
     /// The same facts as the ledger's model (`accel_core::partition::Geometry`), which
     /// the server's ledger and the agent's DRA slices both work from: the wire's names
     /// stay at the wire.

@@ -28,7 +28,7 @@ use accel_agent::model::{FoundDevice, Handle, Health, Memory, Report};
 use accel_agent::pci::PciAddress;
 use accel_api::agent;
 use accel_api::http::{Http, Method, Request};
-use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile};
+use accel_api::partitions::GpuPartitions;
 use accel_core::accelerator::DeviceType;
 use accel_core::partition::{fixtures, members, Geometry, Member};
 use anyhow::{bail, Context};
@@ -124,40 +124,7 @@ fn h200() -> Model {
 /// The ledger's model of a GPU in the agent protocol's words (the reverse of
 /// [`GpuPartitions::geometry`]), as the `nvidia` driver reports what NVML lists.
 pub fn wire(g: &Geometry) -> GpuPartitions {
-    let e = |e: accel_core::partition::Engines| Engines {
-        memory_mib: e.memory_mib,
-        multiprocessors: e.multiprocessors,
-        copy_engines: e.copy_engines,
-        decoders: e.decoders,
-        encoders: e.encoders,
-        jpeg_engines: e.jpeg_engines,
-        ofa_engines: e.ofa_engines,
-    };
-    GpuPartitions {
-        mig_enabled: g.mig_enabled,
-        memory_slices: g.memory_slices,
-        totals: e(g.totals),
-        profiles: g
-            .profiles
-            .iter()
-            .map(|p| MigProfile {
-                id: p.id,
-                name: p.name.clone(),
-                compute_slices: p.compute_slices,
-                engines: e(p.engines),
-                placements: p
-                    .placements
-                    .iter()
-                    .map(|s| MigPlacement {
-                        start: s.start,
-                        size: s.size,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        instances: Vec::new(),
-        vgpu_types: Vec::new(),
-    }
+    GpuPartitions::from_geometry(g)
 }
 
 fn address(gpu: usize) -> PciAddress {

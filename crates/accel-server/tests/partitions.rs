@@ -5,7 +5,7 @@
 
 mod common;
 
-use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile, VgpuType};
+use accel_api::partitions::{GpuPartitions, MigPlacement};
 use accel_core::partition::{fixtures, Geometry};
 use common::accel::{
     compute_node, delete_allocations, get, placement, workers, FakeNova, Server, TempDb,
@@ -19,50 +19,7 @@ const POD_B: &str = "b0000000-0000-4000-8000-000000000002";
 const POD_C: &str = "c0000000-0000-4000-8000-000000000003";
 
 fn wire(g: &Geometry) -> GpuPartitions {
-    let e = |e: accel_core::partition::Engines| Engines {
-        memory_mib: e.memory_mib,
-        multiprocessors: e.multiprocessors,
-        copy_engines: e.copy_engines,
-        decoders: e.decoders,
-        encoders: e.encoders,
-        jpeg_engines: e.jpeg_engines,
-        ofa_engines: e.ofa_engines,
-    };
-    GpuPartitions {
-        mig_enabled: g.mig_enabled,
-        memory_slices: g.memory_slices,
-        totals: e(g.totals),
-        profiles: g
-            .profiles
-            .iter()
-            .map(|p| MigProfile {
-                id: p.id,
-                name: p.name.clone(),
-                compute_slices: p.compute_slices,
-                engines: e(p.engines),
-                placements: p
-                    .placements
-                    .iter()
-                    .map(|s| MigPlacement {
-                        start: s.start,
-                        size: s.size,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        instances: Vec::new(),
-        vgpu_types: g
-            .vgpu_types
-            .iter()
-            .map(|t| VgpuType {
-                type_id: t.type_id.clone(),
-                name: t.name.clone(),
-                memory_mib: t.memory_mib,
-                max_instances: t.max_instances,
-                mig_profile_id: t.mig_profile_id,
-            })
-            .collect(),
-    }
+    GpuPartitions::from_geometry(g)
 }
 
 fn gpu_name() -> String {

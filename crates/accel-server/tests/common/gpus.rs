@@ -3,56 +3,13 @@
 //! the estate the console's ledger view is checked (and photographed) against.
 
 use super::accel::{compute_node, placement, Server};
-use accel_api::partitions::{Engines, GpuPartitions, MigPlacement, MigProfile, VgpuType};
+use accel_api::partitions::GpuPartitions;
 use accel_core::partition::{fixtures, Geometry, Member};
 use serde_json::{json, Value};
 
 /// What the agent reports of `g`.
 pub fn wire(g: &Geometry) -> GpuPartitions {
-    let e = |e: accel_core::partition::Engines| Engines {
-        memory_mib: e.memory_mib,
-        multiprocessors: e.multiprocessors,
-        copy_engines: e.copy_engines,
-        decoders: e.decoders,
-        encoders: e.encoders,
-        jpeg_engines: e.jpeg_engines,
-        ofa_engines: e.ofa_engines,
-    };
-    GpuPartitions {
-        mig_enabled: g.mig_enabled,
-        memory_slices: g.memory_slices,
-        totals: e(g.totals),
-        profiles: g
-            .profiles
-            .iter()
-            .map(|p| MigProfile {
-                id: p.id,
-                name: p.name.clone(),
-                compute_slices: p.compute_slices,
-                engines: e(p.engines),
-                placements: p
-                    .placements
-                    .iter()
-                    .map(|s| MigPlacement {
-                        start: s.start,
-                        size: s.size,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        instances: Vec::new(),
-        vgpu_types: g
-            .vgpu_types
-            .iter()
-            .map(|t| VgpuType {
-                type_id: t.type_id.clone(),
-                name: t.name.clone(),
-                memory_mib: t.memory_mib,
-                max_instances: t.max_instances,
-                mig_profile_id: t.mig_profile_id,
-            })
-            .collect(),
-    }
+    GpuPartitions::from_geometry(g)
 }
 
 /// The GPU's deployable and provider name: `<node>_0000:<bus>:00.0`.
