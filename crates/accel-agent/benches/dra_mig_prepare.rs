@@ -18,11 +18,7 @@
 //! fake NVML answers in microseconds where a real GPU's create takes what the driver
 //! takes: this measures accel's part of the path, not NVIDIA's.
 
-use accel_agent::config::{NodeProvider, Settings};
 use accel_agent::dra::KubeApi;
-use accel_agent::testing::{nvidia_gpu, FakeNvml, FakeSysfs};
-use accel_agent::Node;
-use accel_k8s::config::KubernetesConfig;
 use accel_k8s::dra::ClaimRef;
 use accel_k8s::testing::kube::{claim, claim_api, Claims};
 use accel_k8s::testing::{bench_count, latency_summary};
@@ -40,29 +36,8 @@ async fn main() {
     let rounds = bench_count(700);
     let server = TestServer::spawn(Backend::Sqlite).await;
     let dir = tempfile::tempdir().unwrap();
-    let fs = FakeSysfs::new(dir.path().join("sys"));
-    nvidia_gpu(&fs, H100, 0x2330).numa(0);
-    let nvml = FakeNvml::new(
-        &dir.path().join("nvml"),
-        "gpu bus=0000:3b:00.0 model=h100 mig=on",
-    );
-    let mut kubernetes = KubernetesConfig::from_toml(
-        "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
-    )
-    .unwrap();
-    kubernetes.cdi_dir = dir.path().join("cdi");
-    let mut settings = Settings {
-        drivers: Some(vec!["nvidia".into()]),
-        node_provider: NodeProvider::Own,
-        kubernetes: Some(kubernetes),
-        ..Settings::new(&server.accel, NODE, &fs.root)
-    };
-    settings.driver.nvml = true;
-    settings.driver.nvml_library = nvml.library.clone();
-    settings.partitions = nvml.partition_settings();
-    let node = Node::builder(settings).build().unwrap();
-    node.agent().check_node().await.unwrap();
-    node.agent().step().await.unwrap();
+    let (node, _nvml) =
+        accel_agent::testing::dra_mig_node(&server.accel, NODE, dir.path(), "").await;
 
     let claims: Claims = Arc::default();
     let (addr, _stop) = accel_testkit::serve_fake(claim_api(claims.clone())).await;

@@ -569,3 +569,41 @@ pub fn nvidia_gpu(fs: &FakeSysfs, address: &str, device: u16) -> Function {
     fs.function(address, 0x10de, device, 0x030200)
         .driver("nvidia")
 }
+
+/// A node with one H100 SXM5 (`0000:3b:00.0`, MIG on) in a fake sysfs under `dir` and on
+/// the fake NVML (`more`: further lines of its configuration, failures to inject),
+/// serving DRA with one configuration, `gpu` (CDI specs in `dir/cdi`), named `node`
+/// (which it owns) and reported once to the accelerator API at `server`: what the DRA
+/// MIG tests and benchmark start from.
+pub async fn dra_mig_node(
+    server: &str,
+    node: &str,
+    dir: &Path,
+    more: &str,
+) -> (crate::Node, FakeNvml) {
+    use crate::config::{NodeProvider, Settings};
+    let fs = FakeSysfs::new(dir.join("sys"));
+    nvidia_gpu(&fs, "0000:3b:00.0", 0x2330).numa(0);
+    let conf = format!("gpu bus=0000:3b:00.0 model=h100 mig=on\n{more}");
+    let nvml = FakeNvml::new(&dir.join("nvml"), &conf);
+    let mut kubernetes = accel_k8s::config::KubernetesConfig::from_toml(
+        "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
+    )
+    .expect("the DRA configuration");
+    kubernetes.cdi_dir = dir.join("cdi");
+    let mut settings = Settings {
+        drivers: Some(vec!["nvidia".into()]),
+        node_provider: NodeProvider::Own,
+        kubernetes: Some(kubernetes),
+        ..Settings::new(server, node, &fs.root)
+    };
+    settings.driver.nvml = true;
+    settings.driver.nvml_library = nvml.library.clone();
+    settings.partitions = nvml.partition_settings();
+    let n = crate::Node::builder(settings)
+        .build()
+        .expect("build the node");
+    n.agent().check_node().await.expect("the node's provider");
+    n.agent().step().await.expect("the node's first report");
+    (n, nvml)
+}

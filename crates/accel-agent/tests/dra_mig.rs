@@ -6,11 +6,9 @@
 //! server (with and without partitionable devices), which keeps what it was sent for
 //! scripts/dra-check.sh's schema check.
 
-use accel_agent::config::{NodeProvider, Settings};
 use accel_agent::dra::KubeApi;
-use accel_agent::testing::{nvidia_gpu, FakeNvml, FakeSysfs};
+use accel_agent::testing::FakeNvml;
 use accel_agent::Node;
-use accel_k8s::config::KubernetesConfig;
 use accel_k8s::dra::slices::Published;
 use accel_k8s::dra::ClaimRef;
 use accel_k8s::testing::kube::{self, claim, claim_api, slice_api, Claims, SliceStore};
@@ -29,28 +27,7 @@ async fn node(server: &TestServer, dir: &Path) -> (Node, FakeNvml) {
 
 /// [`node`], with more lines of the fake NVML's configuration (failures to inject).
 async fn node_with(server: &TestServer, dir: &Path, more: &str) -> (Node, FakeNvml) {
-    let fs = FakeSysfs::new(dir.join("sys"));
-    nvidia_gpu(&fs, H100, 0x2330).numa(0);
-    let conf = format!("gpu bus=0000:3b:00.0 model=h100 mig=on\n{more}");
-    let nvml = FakeNvml::new(&dir.join("nvml"), &conf);
-    let mut kubernetes = KubernetesConfig::from_toml(
-        "[kubernetes]\nmode = \"dra\"\n[[kubernetes.configurations]]\nname = \"gpu\"\n",
-    )
-    .unwrap();
-    kubernetes.cdi_dir = dir.join("cdi");
-    let mut settings = Settings {
-        drivers: Some(vec!["nvidia".into()]),
-        node_provider: NodeProvider::Own,
-        kubernetes: Some(kubernetes),
-        ..Settings::new(&server.accel, NODE, &fs.root)
-    };
-    settings.driver.nvml = true;
-    settings.driver.nvml_library = nvml.library.clone();
-    settings.partitions = nvml.partition_settings();
-    let node = Node::builder(settings).build().unwrap();
-    node.agent().check_node().await.unwrap();
-    node.agent().step().await.unwrap();
-    (node, nvml)
+    accel_agent::testing::dra_mig_node(&server.accel, NODE, dir, more).await
 }
 
 fn slices(store: &SliceStore) -> Vec<Value> {
