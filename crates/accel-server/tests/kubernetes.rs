@@ -520,20 +520,7 @@ fn mig_host(dir: &Path, srv: &Server) -> (Settings, FakeNvml) {
 
 /// The holders of the H100's ledger: (consumer, what it holds).
 async fn holders(srv: &Server) -> Vec<(String, String)> {
-    let l = srv
-        .store
-        .partitions()
-        .ledger(&provider(H100))
-        .await
-        .unwrap()
-        .unwrap();
-    let mut out: Vec<(String, String)> = l
-        .holders
-        .iter()
-        .map(|h| (h.consumer.clone(), format!("{:?}", h.holder)))
-        .collect();
-    out.sort();
-    out
+    common::gpus::holders(srv, &provider(H100)).await
 }
 
 #[tokio::test]

@@ -321,14 +321,7 @@ fn mig(bus: &str, profile_id: u32, start: u32) -> Value {
 /// What the ledger of the GPU at `bus` holds: (consumer, profile or form, start).
 async fn holders(srv: &Server, bus: &str) -> Vec<(String, String)> {
     let gpu = accel_store::accelerator::report::provider_uuid(&format!("{NODE}_0000:{bus}:00.0"));
-    let l = srv.store.partitions().ledger(&gpu).await.unwrap().unwrap();
-    let mut out: Vec<(String, String)> = l
-        .holders
-        .iter()
-        .map(|h| (h.consumer.clone(), format!("{:?}", h.holder)))
-        .collect();
-    out.sort();
-    out
+    common::gpus::holders(srv, &gpu).await
 }
 
 /// Issue 45: a pod's MIG device, placed by the Kubernetes scheduler, is held in the

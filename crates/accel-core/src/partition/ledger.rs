@@ -25,8 +25,9 @@ impl Consumer {
         matches!(self, Consumer::Whole | Consumer::Vfio)
     }
 
-    /// The MIG instance this consumer needs (profile, placement), if any.
-    fn instance(&self, g: &Geometry) -> Option<(u32, Span)> {
+    /// The MIG instance this consumer needs (profile, placement), if any: its own, or
+    /// a MIG-backed vGPU's profile at its placement.
+    pub fn instance(&self, g: &Geometry) -> Option<(u32, Span)> {
         match self {
             Consumer::Mig { profile, at } => Some((*profile, *at)),
             Consumer::Vgpu {

@@ -7,6 +7,25 @@ use accel_api::partitions::GpuPartitions;
 use accel_core::partition::{fixtures, Geometry, Member};
 use serde_json::{json, Value};
 
+/// Who holds what of the GPU whose own provider is `gpu_rp`: (consumer, the holder's
+/// form as `Debug` writes it), sorted.
+pub async fn holders(srv: &Server, gpu_rp: &str) -> Vec<(String, String)> {
+    let l = srv
+        .store
+        .partitions()
+        .ledger(gpu_rp)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut out: Vec<(String, String)> = l
+        .holders
+        .iter()
+        .map(|h| (h.consumer.clone(), format!("{:?}", h.holder)))
+        .collect();
+    out.sort();
+    out
+}
+
 /// What the agent reports of `g`.
 pub fn wire(g: &Geometry) -> GpuPartitions {
     GpuPartitions::from_geometry(g)

@@ -231,20 +231,7 @@ fn view(
         .collect();
     // The instance each holder has (a MIG-backed vGPU's is its profile's); a standing
     // instance none of them has is an operator's, occupying its slices.
-    let mut adopted: Vec<(u32, Span)> = held
-        .iter()
-        .filter_map(|c| match c {
-            Consumer::Mig { profile, at } => Some((*profile, *at)),
-            Consumer::Vgpu {
-                type_id,
-                at: Some(at),
-            } => g
-                .vgpu_type(type_id)
-                .and_then(|t| t.mig_profile_id)
-                .map(|p| (p, *at)),
-            _ => None,
-        })
-        .collect();
+    let mut adopted: Vec<(u32, Span)> = held.iter().filter_map(|c| c.instance(g)).collect();
     let mut unheld = Vec::new();
     for s in &g.standing {
         match adopted.iter().position(|a| *a == (s.profile_id, s.at)) {
