@@ -52,6 +52,11 @@ pub struct Prepared {
     pub rc_ids: Arc<HashMap<String, i64>>,
     pub trait_ids: Arc<HashMap<String, i64>>,
     names: Arc<Names>,
+    /// Every provider uuid, class name and trait name of the picture needs no JSON
+    /// escaping (no `"`, `\` or control character), so answers copy them without
+    /// scanning each. The API validates them all on the way in; this holds whatever
+    /// the database holds (a row written by other means), checked once per build.
+    pub plain: bool,
     /// The size of the last candidates answer rendered from this picture: the next
     /// one's buffer starts that large.
     pub answer_size: AtomicUsize,
@@ -112,6 +117,11 @@ fn sorted_names(names: &HashMap<i64, String>) -> Vec<(i64, String)> {
     let mut v: Vec<(i64, String)> = names.iter().map(|(id, n)| (*id, n.clone())).collect();
     v.sort_unstable();
     v
+}
+
+/// Whether `s` is written in JSON as is, between quotes.
+fn needs_no_escape(s: &str) -> bool {
+    !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 fn lookup(names: &[(i64, String)], id: i64) -> Option<&str> {
@@ -187,6 +197,9 @@ impl Prepared {
             .enumerate()
             .map(|(i, rp)| (rp.uuid.clone(), i as u32))
             .collect();
+        let plain = world.providers.iter().all(|rp| needs_no_escape(&rp.uuid))
+            && world.rc_names.values().all(|n| needs_no_escape(n))
+            && world.trait_names.values().all(|n| needs_no_escape(n));
         let rc_names = sorted_names(&world.rc_names);
         let names = Names {
             rc_dense: dense(&rc_names),
@@ -205,6 +218,7 @@ impl Prepared {
             rc_ids: Arc::new(rc_ids),
             trait_ids: Arc::new(trait_ids),
             names: Arc::new(names),
+            plain,
             answer_size: AtomicUsize::new(0),
         })
     }
@@ -260,7 +274,9 @@ impl Prepared {
             by_uuid: self.by_uuid.clone(),
             rc_ids: self.rc_ids.clone(),
             trait_ids: self.trait_ids.clone(),
+            // A patch keeps every uuid and name.
             names: self.names.clone(),
+            plain: self.plain,
             answer_size: AtomicUsize::new(self.answer_size.load(Ordering::Relaxed)),
         })
     }
@@ -527,6 +543,7 @@ mod tests {
 
     fn assert_same(got: &Prepared, want: &Prepared) {
         assert_eq!(got.version, want.version);
+        assert_eq!(got.plain, want.plain);
         assert_eq!(got.world, want.world);
         assert_eq!(got.snapshot, want.snapshot);
         assert_eq!(got.by_uuid, want.by_uuid);
@@ -543,6 +560,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `plain` holds only when every uuid and name needs no JSON escaping.
+    #[test]
+    fn a_name_to_escape_anywhere_makes_the_picture_not_plain() {
+        let world = cloud(3, 2);
+        assert!(Prepared::build([0; 16], world.clone()).unwrap().plain);
+        let mut quoted_trait = world.clone();
+        quoted_trait.trait_names.insert(999, "CUSTOM_\"Q".into());
+        assert!(!Prepared::build([0; 16], quoted_trait).unwrap().plain);
+        let mut backslash_class = world.clone();
+        backslash_class.rc_names.insert(999, "CUSTOM_\\B".into());
+        assert!(!Prepared::build([0; 16], backslash_class).unwrap().plain);
+        let mut control_uuid = world;
+        control_uuid.providers[1].uuid.push('\n');
+        assert!(!Prepared::build([0; 16], control_uuid).unwrap().plain);
     }
 
     /// Random claims, deletes, inventory updates, trait changes, new and deleted
