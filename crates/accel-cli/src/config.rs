@@ -128,8 +128,9 @@ accel_settings::settings! {
         /// bind_timeout).
         bind_timeout_seconds: i64 = value(60),
             flag(long = "bind-timeout", env = "ACCEL_BIND_TIMEOUT", value_name = "SECONDS");
-        /// Instances the bind worker binds at once, and Nova events it sends at once
-        /// (1 to 64; each in its own transactions, taken round-robin across hosts).
+        /// Instances the bind worker binds at once (1 to 64; each in its own
+        /// transactions, taken round-robin across hosts); Nova events are posted this
+        /// many at once, at least 16.
         bind_concurrency: usize = optional("1 on SQLite (one writer), 4 on PostgreSQL and MariaDB/MySQL"),
             flag(long = "bind-concurrency", env = "ACCEL_BIND_CONCURRENCY", value_name = "N");
         /// Nova's compute API root (e.g. http://nova:8774/v2.1) for the

@@ -871,3 +871,59 @@ async fn events_of(store: &Store, instance: &str) -> events::NovaEvent {
     assert_eq!(evs.len(), 1, "{evs:?}");
     evs.pop().unwrap()
 }
+
+/// A busy Nova (each POST answered after 100 ms) does not hold the events one after
+/// another: the sender posts [`binder::POSTS_AT_ONCE`] at once whatever the bind
+/// concurrency (1 on SQLite), and records what ended, refusals included, in the
+/// database.
+#[tokio::test]
+async fn a_busy_nova_gets_events_posted_at_once_and_every_outcome_recorded() {
+    for backend in BACKENDS {
+        let nova = FakeNova::start(true).await;
+        *nova.delay.lock().unwrap() = std::time::Duration::from_millis(100);
+        let db = TempDb::fresh(backend).await;
+        let store = Store::connect(&db.url).await.unwrap();
+        let now = accel_store::now();
+        let instances: Vec<String> = (0..40).map(|_| instance()).collect();
+        // A fake host has 16 handles: 16, 16 and 8 instances on three.
+        for (i, some) in instances.chunks(16).enumerate() {
+            recorded_events(&store, &format!("busy{i}"), some, now).await;
+        }
+        let sender = EventSender::new(
+            store.clone(),
+            &WorkerConfig {
+                concurrency: binder::default_concurrency(Some(&db.url)),
+                ..WorkerConfig::new(Some(nova.endpoint()))
+            },
+        );
+        let s = sender.step(now).await.unwrap();
+        assert_eq!((s.delivered, s.retrying), (40, 0), "{backend:?}: {s:?}");
+        assert_eq!(
+            nova.in_flight.lock().unwrap().1,
+            binder::POSTS_AT_ONCE,
+            "{backend:?}: the most POSTs at once"
+        );
+        for inst in &instances {
+            let ev = events_of(&store, inst).await;
+            assert_eq!(ev.delivery, Delivery::Delivered, "{backend:?}: {ev:?}");
+        }
+
+        // Nova down: every attempt is recorded as a retry, with its reason.
+        nova.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        let more: Vec<String> = (0..20).map(|_| instance()).collect();
+        recorded_events(&store, "busy3", &more[..16], now).await;
+        recorded_events(&store, "busy4", &more[16..], now).await;
+        let s = sender.step(now).await.unwrap();
+        assert_eq!((s.delivered, s.retrying), (0, 20), "{backend:?}: {s:?}");
+        for inst in &more {
+            let ev = events_of(&store, inst).await;
+            assert_eq!(ev.delivery, Delivery::Pending, "{backend:?}: {ev:?}");
+            assert!(ev.next_attempt > now, "{ev:?}");
+            assert!(
+                ev.last_error.as_deref().unwrap_or_default().contains("503"),
+                "{ev:?}"
+            );
+        }
+        store.close().await;
+    }
+}

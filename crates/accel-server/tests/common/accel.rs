@@ -149,6 +149,10 @@ pub struct FakeNova {
     pub tokens: Arc<Mutex<Vec<String>>>,
     /// Tokens answered with 401 (a token Keystone revoked).
     pub refuse_tokens: Arc<Mutex<Vec<String>>>,
+    /// How long each POST waits before it is answered (a busy Nova).
+    pub delay: Arc<Mutex<Duration>>,
+    /// POSTs being answered now, and the most there were at once.
+    pub in_flight: Arc<Mutex<(usize, usize)>>,
     _stop: Arc<oneshot::Sender<()>>,
 }
 
@@ -162,6 +166,8 @@ impl FakeNova {
             up: Arc::new(AtomicBool::new(up)),
             tokens: Default::default(),
             refuse_tokens: Default::default(),
+            delay: Default::default(),
+            in_flight: Default::default(),
             _stop: Arc::new(oneshot::channel().0),
         };
         let n = nova.clone();
@@ -171,6 +177,14 @@ impl FakeNova {
                 move |headers: axum::http::HeaderMap, axum::Json(body): axum::Json<Value>| {
                     let n = n.clone();
                     async move {
+                        {
+                            let mut f = n.in_flight.lock().unwrap();
+                            f.0 += 1;
+                            f.1 = f.1.max(f.0);
+                        }
+                        let delay = *n.delay.lock().unwrap();
+                        tokio::time::sleep(delay).await;
+                        n.in_flight.lock().unwrap().0 -= 1;
                         let token = headers
                             .get("x-auth-token")
                             .and_then(|v| v.to_str().ok())

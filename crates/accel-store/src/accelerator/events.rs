@@ -258,31 +258,44 @@ pub async fn claim_for_delivery(
         .await
 }
 
-/// [`settle`] as its own transaction, after the attempt.
-pub async fn record_attempt(
+/// One attempt's result, for [`record_attempts`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempted {
+    pub id: i64,
+    pub delivery: Delivery,
+    pub next_attempt: i64,
+    pub error: Option<String>,
+}
+
+/// [`settle`] for several attempts by `owner` in one transaction (one commit, and on
+/// SQLite one turn of the writer, however many events): how many were settled (an
+/// attempt whose lease was taken over records nothing).
+pub async fn record_attempts(
     store: &Store,
-    id: i64,
     owner: &str,
-    delivery: Delivery,
-    next_attempt: i64,
-    error: Option<String>,
+    attempts: &[Attempted],
     now: i64,
-) -> Result<bool, StoreError> {
+) -> Result<usize, StoreError> {
     store
         .write_rerunning(|| {
-            let (owner, error) = (owner.to_owned(), error.clone());
+            let (owner, attempts) = (owner.to_owned(), attempts.to_vec());
             move |tx| {
                 Box::pin(async move {
-                    settle(
-                        tx,
-                        id,
-                        &owner,
-                        delivery,
-                        next_attempt,
-                        error.as_deref(),
-                        now,
-                    )
-                    .await
+                    let mut settled = 0;
+                    for a in attempts {
+                        let done = settle(
+                            tx,
+                            a.id,
+                            &owner,
+                            a.delivery,
+                            a.next_attempt,
+                            a.error.as_deref(),
+                            now,
+                        )
+                        .await?;
+                        settled += usize::from(done);
+                    }
+                    Ok(settled)
                 })
             }
         })

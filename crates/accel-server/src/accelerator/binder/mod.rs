@@ -33,9 +33,9 @@
 //! time per instance on PostgreSQL, a quarter of SQLite's rate). Instances share
 //! nothing but attach handles (taken with a compare-and-swap) and the guarantees below
 //! are per transaction, so a step runs up to `concurrency` instances at once, each in
-//! its own transactions, and the event sender delivers as many events at once. SQLite's
-//! single writer connection serialises the transactions anyway; the reads between them
-//! still overlap. The due list is taken round-robin across hostnames
+//! its own transactions, and the event sender posts at least as many events at once
+//! ([`POSTS_AT_ONCE`]). SQLite's single writer connection serialises the
+//! transactions anyway; the reads between them still overlap. The due list is taken round-robin across hostnames
 //! (`accel_store::accelerator::binds::due`), so a host with many instances waiting
 //! cannot fill every step while another host's boot waits.
 //!
@@ -85,6 +85,7 @@ mod workers;
 
 pub use nova::{
     handoff, render_events, EventSender, Handed, HandedEvent, Handoff, NovaEndpoint, SendStep,
+    POSTS_AT_ONCE,
 };
 
 use accel_store::accelerator::binds::{self, Outcome};
@@ -117,8 +118,9 @@ pub struct WorkerConfig {
     /// How long after its last beat this process counts as dead and its leases as
     /// free to others (seconds; a few beats, so one slow beat is not a death).
     pub heartbeat_ttl_secs: i64,
-    /// Instances the bind worker performs at once, and Nova events the sender
-    /// delivers at once (`bind_concurrency`); 1 is one at a time.
+    /// Instances the bind worker performs at once (`bind_concurrency`; 1 is one at a
+    /// time); the sender posts this many Nova events at once, at least
+    /// [`POSTS_AT_ONCE`].
     pub concurrency: usize,
 }
 
@@ -210,35 +212,6 @@ impl BindStep {
         self.skipped += o.skipped;
         self.events += o.events;
     }
-}
-
-/// Runs `work` on every item, at most `limit` at once, and returns what each run
-/// gave (in completion order) and the first error; later errors are logged with
-/// `what`, so none goes unseen.
-pub(crate) async fn bounded<I, T, F, Fut>(
-    items: I,
-    limit: usize,
-    what: &'static str,
-    work: F,
-) -> (Vec<T>, Option<StoreError>)
-where
-    I: IntoIterator,
-    F: FnMut(I::Item) -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    use futures::StreamExt;
-    let mut runs = futures::stream::iter(items)
-        .map(work)
-        .buffer_unordered(limit.max(1));
-    let (mut done, mut first) = (Vec::new(), None);
-    while let Some(r) = runs.next().await {
-        match r {
-            Ok(v) => done.push(v),
-            Err(e) if first.is_none() => first = Some(e),
-            Err(e) => tracing::warn!(error = %e, "{what} failed"),
-        }
-    }
-    (done, first)
 }
 
 /// Decrements the in-flight gauge when a run ends, however it ends.
@@ -509,49 +482,4 @@ struct Pass {
     queue: std::collections::VecDeque<(Option<String>, Vec<i64>)>,
     jobs: usize,
     instances: usize,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bounded;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Every run waits for the others to get going (it yields a few times), so without
-    /// a limit all ten would be in flight at once.
-    async fn peak_with(limit: usize) -> (usize, Vec<usize>, Option<String>) {
-        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let (mut done, error) = bounded(0..10usize, limit, "test run", |i| {
-            let (now, peak) = (&now, &peak);
-            async move {
-                peak.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                now.fetch_sub(1, Ordering::SeqCst);
-                if i == 7 {
-                    return Err(accel_store::StoreError::Invalid("seven".into()));
-                }
-                Ok(i)
-            }
-        })
-        .await;
-        done.sort();
-        (
-            peak.load(Ordering::SeqCst),
-            done,
-            error.map(|e| e.to_string()),
-        )
-    }
-
-    #[tokio::test]
-    async fn at_most_the_limit_runs_at_once_and_a_failure_stops_no_other() {
-        for limit in [1, 3, 8] {
-            let (peak, done, error) = peak_with(limit).await;
-            assert_eq!(peak, limit, "limit {limit}");
-            assert_eq!(done, [0, 1, 2, 3, 4, 5, 6, 8, 9]);
-            assert!(error.unwrap().contains("seven"));
-        }
-        // 0 is taken as 1: the worker never stalls.
-        assert_eq!(peak_with(0).await.0, 1);
-    }
 }

@@ -4,26 +4,34 @@
 //!
 //! Apart from the bind worker ([`super::Binder`]) because it talks HTTP, not SQL: the
 //! store side is `accel_store::accelerator::events` (the outbox and its leases). Events
-//! are independent of each other (one per instance), so a step delivers up to
-//! `concurrency` of them at once; each is still claimed by a lease compare-and-swap
-//! first and settled only while this owner holds it.
+//! are independent of each other (one per instance), so a step posts up to
+//! [`POSTS_AT_ONCE`] of them at once (more when `bind_concurrency` is higher); each is
+//! still claimed by a lease compare-and-swap first and settled only while this owner
+//! holds it. A step's outcomes are recorded together in one transaction, so posting
+//! many at once does not cost SQLite's one writer a turn per event.
 //!
 //! **Handed-over events.** The bind transaction that resolves an instance records its
 //! event already leased to this server (`binds::take_and_perform`), and the binder
-//! hands it over through a channel ([`Handoff`]): the sender posts it and settles it,
-//! one commit, with no due query and no claim transaction. Should the event not be
+//! hands it over through a channel ([`Handoff`]): the sender posts it and settles it
+//! (with the others that ended together), with no due query and no claim transaction. Should the event not be
 //! posted (the process dies, the sender restarts mid-delivery), its lease runs out (or
 //! this server's heartbeat does) and it is due again for any sender, so the outbox's
 //! at-least-once delivery is unchanged. An event whose lease is about to run out is
 //! left to that path rather than posted late.
 
-use super::{bounded, WorkerConfig, BATCH};
+use super::{WorkerConfig, BATCH};
 use accel_core::accelerator::ArqState;
 use accel_keystone::Session;
-use accel_store::accelerator::events::{self, Delivery, NovaEvent};
+use accel_store::accelerator::events::{self, Attempted, Delivery, NovaEvent};
 use accel_store::{Store, StoreError};
+use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
+
+/// Events a sender posts at once, whatever `bind_concurrency` says. At one at a time
+/// (SQLite's default concurrency) delivery was bounded by Nova's answer time: 200
+/// binds a second with a busy Nova left events 11-20 s behind (docs/benchmarks.md).
+pub const POSTS_AT_ONCE: usize = 16;
 
 /// Nova's API endpoint for external events.
 #[derive(Debug, Clone)]
@@ -173,22 +181,62 @@ impl EventSender {
             .into_iter()
             .map(Work::Handed)
             .chain(ids.into_iter().map(Work::Due));
-        let (tried, error) = bounded(work, self.concurrency, "delivery of a Nova event", |w| {
-            self.deliver(w, now)
-        })
-        .await;
+        // Recorded together once every attempt has ended: a due event's claim holds
+        // the writer while it runs, so recording while such a claim waits unpolled
+        // would wait for itself.
+        let tried: Vec<_> = futures::stream::iter(work)
+            .map(|w| self.deliver(w, now))
+            .buffer_unordered(self.posts_at_once())
+            .collect()
+            .await;
         let mut report = SendStep::default();
-        for delivery in tried.into_iter().flatten() {
-            match delivery {
-                Delivery::Delivered => report.delivered += 1,
-                Delivery::Pending => report.retrying += 1,
-                _ => report.given_up += 1,
+        let mut error = None;
+        let mut attempts = Vec::with_capacity(tried.len());
+        for r in tried {
+            match r {
+                Ok(Some(a)) => attempts.push(a),
+                Ok(None) => {}
+                Err(e) if error.is_none() => error = Some(e),
+                Err(e) => tracing::warn!(error = %e, "delivery of a Nova event failed"),
+            }
+        }
+        if !attempts.is_empty() {
+            let recorded = events::record_attempts(
+                &self.store,
+                &self.owner,
+                &attempts,
+                accel_store::now().max(now),
+            )
+            .await;
+            match recorded {
+                Ok(_) => {
+                    for a in &attempts {
+                        match a.delivery {
+                            Delivery::Delivered => report.delivered += 1,
+                            Delivery::Pending => report.retrying += 1,
+                            _ => report.given_up += 1,
+                        }
+                    }
+                }
+                // Posted but not recorded: their leases run out and they are posted
+                // again (delivery is at least once).
+                Err(e) => {
+                    tracing::warn!(error = %e, events = attempts.len(), "recording Nova event attempts failed; they are posted again after their lease");
+                    error.get_or_insert(e);
+                }
             }
         }
         match error {
             Some(e) => Err(e),
             None => Ok(report),
         }
+    }
+
+    /// Events posted at once: at least [`POSTS_AT_ONCE`], since a post waits on Nova,
+    /// not on the database (its outcome is recorded with others' in one transaction),
+    /// so SQLite's one writer is no reason to post one at a time.
+    fn posts_at_once(&self) -> usize {
+        self.concurrency.max(POSTS_AT_ONCE)
     }
 
     /// The handed-over events queued now (at most a batch), less those whose lease
@@ -211,9 +259,9 @@ impl EventSender {
         out
     }
 
-    /// Tries one event once (a due one claimed first): how it was left, or `None`
-    /// when another sender had it.
-    async fn deliver(&self, work: Work, now: i64) -> Result<Option<Delivery>, StoreError> {
+    /// Tries one event once (a due one claimed first): how it was left, for the
+    /// caller to record, or `None` when another sender had it.
+    async fn deliver(&self, work: Work, now: i64) -> Result<Option<Attempted>, StoreError> {
         let ev = match work {
             Work::Handed(ev) => ev,
             Work::Due(id) => {
@@ -270,17 +318,12 @@ impl EventSender {
             .nova_events
             .get_or_create(&crate::metrics::OutcomeLabel { outcome })
             .inc();
-        events::record_attempt(
-            &self.store,
+        Ok(Some(Attempted {
             id,
-            &self.owner,
             delivery,
-            next,
+            next_attempt: next,
             error,
-            accel_store::now().max(now),
-        )
-        .await?;
-        Ok(Some(delivery))
+        }))
     }
 
     /// `POST /os-server-external-events` at compute microversion 2.82, one event per
