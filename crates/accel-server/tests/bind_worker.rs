@@ -927,3 +927,74 @@ async fn a_busy_nova_gets_events_posted_at_once_and_every_outcome_recorded() {
         store.close().await;
     }
 }
+
+/// On SQLite the worker binds up to [`binder::default_together`] instances in one
+/// transaction (one turn of the single writer): all of them or none. When one of them
+/// fails (here a trigger refuses its job's update), the group is rolled back and the
+/// worker binds the instances one by one, so only the failing one is left for its
+/// lease.
+#[tokio::test]
+async fn on_sqlite_instances_bind_together_and_a_failing_one_holds_back_no_other() {
+    let db = TempDb::fresh(common::Backend::Sqlite).await;
+    let store = Store::connect(&db.url).await.unwrap();
+    let instances: Vec<String> = (0..3).map(|_| instance()).collect();
+    let arqs = seed_jobs(
+        &store,
+        "tg1",
+        profile("tg", &[("resources:FPGA", "1")]),
+        &instances,
+    )
+    .await;
+    let trigger = format!(
+        "CREATE TRIGGER refuse_one BEFORE UPDATE ON bind_jobs WHEN OLD.arq_uuid = '{}' \
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        arqs[1]
+    );
+    store
+        .write(move |tx| Box::pin(async move { accel_store::testing::execute(tx, &trigger).await }))
+        .await
+        .unwrap();
+    let now = accel_store::now();
+
+    // Together: the refused instance rolls back the two others with it.
+    let takes: Vec<binds::Take> = binds::due_now(&store, now, 64)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| binds::Take {
+            owner: "w".into(),
+            instance: j.instance_uuid,
+            ids: vec![j.id],
+            now,
+            lease_until: now + 30,
+            deliver_until: None,
+        })
+        .collect();
+    assert_eq!(takes.len(), 3);
+    let mut runs = 0;
+    let err = binds::take_and_perform_together(&store, &takes, &mut runs)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("refused by the test"), "{err}");
+    let states = arq_states(&store, &arqs).await;
+    assert!(
+        states.iter().all(|(s, _)| *s == ArqState::BindStarted),
+        "{states:?}"
+    );
+
+    // The worker: its group fails, then the instances go one by one.
+    let w = Binder::new(store.clone(), "w", 30);
+    assert_eq!(w.together, 16);
+    let err = w.step(now).await.unwrap_err();
+    assert!(err.to_string().contains("refused by the test"), "{err}");
+    let states: Vec<ArqState> = arq_states(&store, &arqs)
+        .await
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        states,
+        [ArqState::Bound, ArqState::BindStarted, ArqState::Bound]
+    );
+    store.close().await;
+}

@@ -177,6 +177,13 @@ where
     }
 }
 
+/// Runs one SQL statement in `tx` as it is written, for tests that shape the database
+/// beyond what the store's operations allow (a trigger that makes one write fail, say):
+/// the rows it changed.
+pub async fn execute(tx: &mut crate::Tx, sql: &str) -> Result<u64, StoreError> {
+    Ok(sqlx::query(sql).execute(&mut *tx).await?.rows_affected())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,10 @@
 //! performing them in another cost a commit and a dozen round trips more per instance;
 //! with the take inside the performing transaction, no other worker can see a taken job
 //! between the two, and a rolled-back transaction leaves the job free (a failed one is
-//! then leased for a lease's length so it is not retried in a tight loop).
+//! then leased for a lease's length so it is not retried in a tight loop). On SQLite
+//! several instances share one such transaction ([`default_together`]): its one writer
+//! serialises every transaction anyway, and an instance alone waited its turn behind
+//! the API's writes; a group that fails is bound again one instance at a time.
 //!
 //! **Why instances run in parallel.** A bind is a handful of statements per ARQ, and on
 //! a server database every statement is a network round trip: performed one instance
@@ -164,6 +167,18 @@ pub fn default_concurrency(database: Option<&str>) -> usize {
     }
 }
 
+/// Instances the bind worker performs in one transaction on `backend`: 16 on SQLite,
+/// whose one writer serialises every transaction, so each instance alone waited its
+/// turn behind the API's writes (200 binds a second left binds seconds behind,
+/// docs/benchmarks.md); 1 on a server database, where instances run in parallel in
+/// their own transactions instead.
+pub fn default_together(backend: accel_store::Backend) -> usize {
+    match backend {
+        accel_store::Backend::Sqlite => 16,
+        _ => 1,
+    }
+}
+
 /// Performs bind jobs.
 pub struct Binder {
     store: Store,
@@ -178,6 +193,10 @@ pub struct Binder {
     pub concurrency: usize,
     /// Jobs taken per step.
     pub batch: i64,
+    /// Instances performed in one transaction ([`default_together`]): one writer
+    /// turn for several on SQLite, where the bind worker otherwise waited behind
+    /// every API write for each instance.
+    pub together: usize,
     /// Rung when a bind is accepted (the API's `bind_wakeup`): a running step looks
     /// for due jobs at once when it has a free slot, instead of when an instance ends.
     pub wake: Option<Arc<Notify>>,
@@ -234,6 +253,7 @@ impl Drop for InFlight<'_> {
 impl Binder {
     pub fn new(store: Store, owner: impl Into<String>, lease_secs: i64) -> Binder {
         Binder {
+            together: default_together(store.backend()),
             store,
             owner: owner.into(),
             lease_secs,
@@ -247,8 +267,9 @@ impl Binder {
     }
 
     /// One pass at time `now` (epoch seconds): takes the due jobs (round-robin across
-    /// hosts, [`binds::due`]) and performs them, the jobs of one instance in one
-    /// transaction, up to [`Binder::concurrency`] instances at once. When a bind is
+    /// hosts, [`binds::due`]) and performs them, the jobs of one instance (or of
+    /// [`Binder::together`] instances) in one transaction, up to
+    /// [`Binder::concurrency`] transactions at once. When a bind is
     /// accepted ([`Binder::wake`]) while a slot is free, or an instance finishes after
     /// a look the batch cut short, it looks for due jobs again (instances this pass
     /// has not taken yet), so a slot is refilled at once rather than when the slowest
@@ -270,10 +291,12 @@ impl Binder {
         let wake = self.wake.as_deref().unwrap_or(&idle);
         loop {
             while running.len() < self.concurrency.max(1) {
-                let Some((instance, ids)) = pass.queue.pop_front() else {
+                let n = pass.queue.len().min(self.together.max(1));
+                if n == 0 {
                     break;
-                };
-                running.push(self.bind_instance(instance, ids, now));
+                }
+                let group: Vec<_> = pass.queue.drain(..n).collect();
+                running.push(self.bind_group(group, now));
             }
             if running.is_empty() {
                 break;
@@ -361,6 +384,71 @@ impl Binder {
     ) -> Result<BindStep, StoreError> {
         let _in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, ids.len());
         let done = self.perform(instance, ids, now).await?;
+        Ok(self.account(done, now))
+    }
+
+    /// Takes and performs the due jobs of `group` (instances and their job ids), all
+    /// in one transaction when there are several ([`binds::take_and_perform_together`]);
+    /// should that fail, one transaction per instance, so a failing instance holds
+    /// back no other.
+    async fn bind_group(
+        &self,
+        mut group: Vec<(Option<String>, Vec<i64>)>,
+        now: i64,
+    ) -> Result<BindStep, StoreError> {
+        if group.len() == 1 {
+            let (instance, ids) = group.remove(0);
+            return self.bind_instance(instance, ids, now).await;
+        }
+        let jobs: usize = group.iter().map(|(_, ids)| ids.len()).sum();
+        let in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, jobs);
+        let lease_until = now + self.lease_secs;
+        let takes: Vec<binds::Take> = group
+            .iter()
+            .map(|(instance, ids)| binds::Take {
+                owner: self.owner.clone(),
+                instance: instance.clone(),
+                ids: ids.clone(),
+                now,
+                lease_until,
+                deliver_until: self.handoff.as_ref().map(|_| lease_until),
+            })
+            .collect();
+        let mut runs = 0;
+        let mut report = BindStep::default();
+        match binds::take_and_perform_together(&self.store, &takes, &mut runs).await {
+            Ok(dones) => {
+                if runs > 1 {
+                    self.count_failures("retried", runs - 1);
+                }
+                for done in dones {
+                    report.add(self.account(done, now));
+                }
+                Ok(report)
+            }
+            Err(e) => {
+                self.count_failures("retried", runs.saturating_sub(1));
+                tracing::info!(error = %e, instances = group.len(), "binding instances together failed; binding them one by one");
+                drop(in_flight);
+                let mut first = None;
+                for (instance, ids) in group {
+                    match self.bind_instance(instance, ids, now).await {
+                        Ok(r) => report.add(r),
+                        Err(e) if first.is_none() => first = Some(e),
+                        Err(e) => tracing::warn!(error = %e, "bind of an instance failed"),
+                    }
+                }
+                match first {
+                    Some(e) => Err(e),
+                    None => Ok(report),
+                }
+            }
+        }
+    }
+
+    /// What one instance's transaction did, counted in the report and the metrics,
+    /// logged, and its event handed to the sender.
+    fn account(&self, done: binds::InstanceBind, now: i64) -> BindStep {
         let mut report = BindStep {
             skipped: done.not_taken,
             ..Default::default()
@@ -407,7 +495,7 @@ impl Binder {
                 self.events_wake.notify_one();
             }
         }
-        Ok(report)
+        report
     }
 
     /// [`binds::take_and_perform`] (which reruns its transaction after a deadlock or
@@ -421,14 +509,7 @@ impl Binder {
         ids: Vec<i64>,
         now: i64,
     ) -> Result<binds::InstanceBind, StoreError> {
-        let count = |outcome: &'static str, n: u32| {
-            if n > 0 {
-                self.metrics
-                    .bind_transaction_failures
-                    .get_or_create(&crate::metrics::OutcomeLabel { outcome })
-                    .inc_by(u64::from(n));
-            }
-        };
+        let count = |outcome: &'static str, n: u32| self.count_failures(outcome, n);
         let lease_until = now + self.lease_secs;
         let take = binds::Take {
             owner: self.owner.clone(),
@@ -460,6 +541,17 @@ impl Binder {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// `accel_bind_transaction_failures_total{outcome}`: reruns after a race
+    /// (`retried`) and transactions that failed (`failed`).
+    fn count_failures(&self, outcome: &'static str, n: u32) {
+        if n > 0 {
+            self.metrics
+                .bind_transaction_failures
+                .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                .inc_by(u64::from(n));
         }
     }
 

@@ -518,6 +518,38 @@ pub async fn take_and_perform(
         .await
 }
 
+/// [`take_and_perform`] for several instances in one transaction, each taken and
+/// performed exactly as alone (its ARQ rows locked first, its event recorded with its
+/// resolution): one commit, and on SQLite one turn of the single writer, for all of
+/// them. Any failure rolls back every instance of the batch; the caller then performs
+/// them one by one, so one failing instance costs the others only the retry.
+pub async fn take_and_perform_together(
+    store: &Store,
+    takes: &[Take],
+    runs: &mut u32,
+) -> Result<Vec<InstanceBind>, StoreError> {
+    store
+        .rerun(
+            PERFORM_ATTEMPTS,
+            StoreError::is_retryable,
+            || {
+                *runs += 1;
+                let takes = takes.to_vec();
+                move |tx| {
+                    Box::pin(async move {
+                        let mut out = Vec::with_capacity(takes.len());
+                        for take in takes {
+                            out.push(take_and_perform_once(tx, take).await?);
+                        }
+                        Ok(out)
+                    })
+                }
+            },
+            |_| true,
+        )
+        .await
+}
+
 /// One run of [`take_and_perform`]'s transaction.
 async fn take_and_perform_once(tx: &mut Tx, take: Take) -> Result<InstanceBind, StoreError> {
     let Take {
