@@ -176,7 +176,7 @@ accel_settings::settings! {
             flag(long, env = "ACCEL_ADMISSION_AGENTS", value_name = "N");
         /// Milliseconds a request waits for a place in its class before the 503 (writes
         /// and binds, a boot's later steps, wait three times as long).
-        admission_wait_ms: u64 = value(100),
+        admission_wait_ms: u64 = value(30),
             flag(long, env = "ACCEL_ADMISSION_WAIT_MS", value_name = "MS");
         /// The Retry-After seconds of an admission 503.
         admission_retry_after_seconds: u64 = value(1),

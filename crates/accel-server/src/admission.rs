@@ -126,7 +126,7 @@ impl Default for Limits {
             writes: 0,
             binds: 0,
             agents: 0,
-            wait: Duration::from_millis(100),
+            wait: Duration::from_millis(30),
             retry_after_secs: 1,
         }
     }
