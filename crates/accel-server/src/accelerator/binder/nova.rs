@@ -13,8 +13,9 @@
 //! **Handed-over events.** The bind transaction that resolves an instance records its
 //! event already leased to this server (`binds::take_and_perform`), and the binder
 //! hands it over through a channel ([`Handoff`]): the sender posts it and settles it
-//! (with the others that ended together), with no due query and no claim transaction. Should the event not be
-//! posted (the process dies, the sender restarts mid-delivery), its lease runs out (or
+//! (with the step's other attempts), with no due query and no claim transaction.
+//! Should the event not be posted (the process dies, the sender restarts
+//! mid-delivery), its lease runs out (or
 //! this server's heartbeat does) and it is due again for any sender, so the outbox's
 //! at-least-once delivery is unchanged. An event whose lease is about to run out is
 //! left to that path rather than posted late.
