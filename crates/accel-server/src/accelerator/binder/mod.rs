@@ -38,9 +38,9 @@
 //! are per transaction, so a step runs up to `concurrency` instances at once, each in
 //! its own transactions, and the event sender posts at least as many events at once
 //! ([`POSTS_AT_ONCE`]). SQLite's single writer connection serialises the
-//! transactions anyway; the reads between them still overlap. The due list is taken round-robin across hostnames
-//! (`accel_store::accelerator::binds::due`), so a host with many instances waiting
-//! cannot fill every step while another host's boot waits.
+//! transactions anyway; the reads between them still overlap. The due list is taken
+//! round-robin across hostnames (`accel_store::accelerator::binds::due`), so a host with
+//! many instances waiting cannot fill every step while another host's boot waits.
 //!
 //! Invariants:
 //!
@@ -402,17 +402,9 @@ impl Binder {
         }
         let jobs: usize = group.iter().map(|(_, ids)| ids.len()).sum();
         let in_flight = InFlight::new(&self.metrics.bind_jobs_in_flight, jobs);
-        let lease_until = now + self.lease_secs;
         let takes: Vec<binds::Take> = group
             .iter()
-            .map(|(instance, ids)| binds::Take {
-                owner: self.owner.clone(),
-                instance: instance.clone(),
-                ids: ids.clone(),
-                now,
-                lease_until,
-                deliver_until: self.handoff.as_ref().map(|_| lease_until),
-            })
+            .map(|(instance, ids)| self.take(instance.clone(), ids.clone(), now))
             .collect();
         let mut runs = 0;
         let mut report = BindStep::default();
@@ -510,15 +502,8 @@ impl Binder {
         now: i64,
     ) -> Result<binds::InstanceBind, StoreError> {
         let count = |outcome: &'static str, n: u32| self.count_failures(outcome, n);
-        let lease_until = now + self.lease_secs;
-        let take = binds::Take {
-            owner: self.owner.clone(),
-            instance,
-            ids,
-            now,
-            lease_until,
-            deliver_until: self.handoff.as_ref().map(|_| lease_until),
-        };
+        let take = self.take(instance, ids, now);
+        let lease_until = take.lease_until;
         let mut runs = 0;
         let done = binds::take_and_perform(&self.store, &take, &mut runs).await;
         let ids = take.ids;
@@ -541,6 +526,21 @@ impl Binder {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// One instance's due jobs as this worker takes them at `now`: leased for a
+    /// lease's length, and its event (when it resolves) taken for this server's
+    /// sender when there is a hand-over.
+    fn take(&self, instance: Option<String>, ids: Vec<i64>, now: i64) -> binds::Take {
+        let lease_until = now + self.lease_secs;
+        binds::Take {
+            owner: self.owner.clone(),
+            instance,
+            ids,
+            now,
+            lease_until,
+            deliver_until: self.handoff.as_ref().map(|_| lease_until),
         }
     }
 
