@@ -39,7 +39,7 @@
 #
 # Env: KEYSTONE_VENV (${TMPDIR:-/tmp}/accel-keystone-venv; created from
 #      scripts/keystone.txt on first use, or when the pins change),
-#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1; gunicorn threads: 4),
+#      ADMIN_PASSWORD (admin-secret), KEYSTONE_WORKERS (1), KEYSTONE_THREADS (1: see below),
 #      KEYSTONE_SERVICE_USERS (the service users to create; default "placement accel
 #      nova glance cyborg"; empty: none).
 set -euo pipefail
@@ -159,6 +159,12 @@ start() {
     pb=$!
   fi
 
+  # One request at a time by default: Keystone writes user.last_active_at on each user's
+  # first sign-in of the (UTC) day, and on SQLite two such writes from two threads at once
+  # fail the second with "database is locked" (its read lock cannot be upgraded while the
+  # other holds the write lock; no busy wait helps), a 500 to the client. Services that
+  # start together (the Nova gate's) sign in together; one of them died of it (CI, stop
+  # 50). Keystone's requests are short and Python's GIL serialises them anyway.
   # keystone's WSGI entry point parses sys.argv with oslo.config, which would read
   # gunicorn's own arguments: a wrapper hands it none.
   cat >"$dir/keystone_wsgi.py" <<'EOF'
@@ -168,7 +174,8 @@ from keystone.server import wsgi  # noqa: E402
 application = wsgi.initialize_public_application()
 EOF
   OS_KEYSTONE_CONFIG_FILES="$dir/keystone.conf" PYTHONWARNINGS=ignore \
-    "$VENV/bin/gunicorn" --bind "127.0.0.1:$port" --workers "${KEYSTONE_WORKERS:-1}" --threads 4 \
+    "$VENV/bin/gunicorn" --bind "127.0.0.1:$port" --workers "${KEYSTONE_WORKERS:-1}" \
+    -k gthread --threads "${KEYSTONE_THREADS:-1}" \
     --chdir "$dir" --pythonpath "$dir" --pid "$dir/keystone.pid" --no-control-socket \
     --access-logfile "$dir/access.log" --access-logformat '%(m)s %(U)s %(s)s' \
     --error-logfile "$dir/gunicorn.log" keystone_wsgi:application >>"$dir/gunicorn.log" 2>&1 &

@@ -103,6 +103,13 @@ stall_report() {
     echo "--- $f.log: its last lines" >&2
     tail -3 "$DIR/$f.log" 2>/dev/null | cut -c1-400 >&2 || true
   done
+  echo "--- services no longer running" >&2
+  for f in nova-api nova-conductor nova-scheduler nova-compute-a nova-compute-b glance accel; do
+    [[ -f "$DIR/$f.pid" ]] && ! kill -0 "$(cat "$DIR/$f.pid")" 2>/dev/null && echo "$f" >&2
+  done
+  echo "--- Keystone: requests it failed (5xx) and its last errors" >&2
+  grep -E " 5[0-9][0-9]$" "$DIR/keystone/access.log" 2>/dev/null | tail -5 >&2 || true
+  grep -E "Error|ERROR" "$DIR/keystone/gunicorn.log" 2>/dev/null | tail -5 | cut -c1-400 >&2 || true
   if [[ -n "$VHOST" ]]; then
     echo "--- RabbitMQ vhost $VHOST: queues (name, consumers, messages)" >&2
     rabbitmqctl -q list_queues -p "$VHOST" name consumers messages 2>&1 | head -20 >&2 || true
