@@ -100,7 +100,7 @@ impl App {
         // The workers resume what a previous (or crashed) server left in the database.
         let workers = self
             .workers
-            .map(|(cfg, backoff)| binder::spawn_with(&self.accel, cfg, backoff));
+            .map(|(cfg, backoff)| binder::spawn_with(&self.state, &self.accel, cfg, backoff));
         // The drain deadline covers the workers too: it starts when shutdown does.
         let drain = self.state.config.http.shutdown_timeout;
         let deadline = Arc::new(std::sync::OnceLock::new());

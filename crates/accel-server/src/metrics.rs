@@ -150,6 +150,8 @@ pub struct Metrics {
     pub candidates_anchors: Counter,
     pub candidates_option_checks: Counter,
     pub index_refreshes: Family<KindLabel, Counter>,
+    /// The index keeper's steps by outcome (current, waiting, refreshed, failed).
+    pub index_keeper_steps: Family<OutcomeLabel, Counter>,
     pub usage_answers: Family<KindLabel, Counter>,
     pub combined_creates: Family<OutcomeLabel, Counter>,
     pub combined_create_size: Histogram,
@@ -228,6 +230,7 @@ impl Metrics {
             candidates_anchors: Counter::default(),
             candidates_option_checks: Counter::default(),
             index_refreshes: Family::default(),
+            index_keeper_steps: Family::default(),
             usage_answers: Family::default(),
             combined_creates: Family::default(),
             combined_create_size: counts(),
@@ -322,6 +325,11 @@ impl Metrics {
             "accel_placement_index_refreshes",
             "Refreshes of the in-memory candidate index, by kind (full: everything re-read; incremental: the changed providers)",
             m.index_refreshes.clone(),
+        );
+        r.register(
+            "accel_placement_index_keeper_steps",
+            "Steps of the background index keeper, by outcome (current: nothing to do; waiting: stale while writes go on; refreshed: built or brought up to date; failed: the database could not be read)",
+            m.index_keeper_steps.clone(),
         );
         r.register(
             "accel_placement_usage_answers",

@@ -1,7 +1,8 @@
 //! Two accel servers on one PostgreSQL database (and one MariaDB/MySQL database when
 //! `ACCEL_TEST_MYSQL` is set): each one's in-memory candidate index and remembered
 //! usage totals follow the other's writes, and concurrent claims through both never
-//! over-allocate.
+//! over-allocate. And on every backend, the index keeper that brings a server's index
+//! up to date before a request needs it.
 
 mod common;
 
@@ -353,4 +354,78 @@ async fn two_replicas_and_32_clients_never_over_allocate_on(backend: Backend) {
         won.load(Ordering::SeqCst),
         lost.load(Ordering::SeqCst)
     );
+}
+
+/// The index keeper (`index::Keeper`, one step a second in every server): it builds
+/// the picture at start-up, waits while writes go on, refreshes once they pause or
+/// after `PATIENCE` stale steps, and leaves the next request a picture it need not
+/// refresh.
+#[tokio::test]
+async fn the_index_keeper_builds_at_start_waits_out_writes_and_refreshes_when_they_pause() {
+    use accel_server::placement::index::{Index, Keeper, Kept, PATIENCE};
+    for backend in BACKENDS {
+        let store = accel_testkit::server::store(backend).await;
+        let app = TestApp::spawn_on(store.clone(), config(), false).await;
+        compute(&app, "cn1", 8).await;
+        // A server with its background workers on that database: its keeper builds
+        // the picture with no request asking for one.
+        let workers = accel_server::accelerator::binder::WorkerConfig::new(None);
+        let srv = accel_testkit::server::TestServer::start(
+            accel_testkit::server::builder(store.clone()).workers(Some(workers)),
+        )
+        .await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let label = accel_server::metrics::OutcomeLabel {
+            outcome: "refreshed",
+        };
+        let refreshed = || {
+            srv.state
+                .metrics
+                .index_keeper_steps
+                .get_or_create(&label)
+                .get()
+        };
+        while refreshed() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend:?}: no picture in 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let stats = &srv.state.placement_index.stats;
+        assert_eq!(stats.full.load(Ordering::Relaxed), 1, "built once, in full");
+
+        // A keeper of the test's own, over the same store, stepped by hand.
+        let (index, store) = (Index::default(), &app.state.store);
+        let mut keeper = Keeper::default();
+        let mut step = async || keeper.step(&index, store).await.unwrap();
+        assert_eq!(step().await, Kept::Refreshed { full: true }, "{backend:?}");
+        assert_eq!(step().await, Kept::Current);
+        compute(&app, "cn2", 8).await;
+        assert_eq!(
+            step().await,
+            Kept::Waiting,
+            "the version moved: writes go on"
+        );
+        assert_eq!(step().await, Kept::Refreshed { full: false }, "they paused");
+        // The request after it finds the picture current: a hit, no refresh.
+        let (hits, incremental) = (
+            index.stats.hits.load(Ordering::Relaxed),
+            index.stats.incremental.load(Ordering::Relaxed),
+        );
+        assert_eq!(index.current(store).await.unwrap().world.providers.len(), 2);
+        assert_eq!(index.stats.hits.load(Ordering::Relaxed), hits + 1);
+        assert_eq!(index.stats.incremental.load(Ordering::Relaxed), incremental);
+        // Writes that never pause: refreshed after PATIENCE stale steps anyway.
+        for i in 1..PATIENCE {
+            compute(&app, &format!("w{i}"), 1).await;
+            assert_eq!(step().await, Kept::Waiting, "{backend:?}: stale step {i}");
+        }
+        compute(&app, "w-last", 1).await;
+        assert_eq!(step().await, Kept::Refreshed { full: false });
+        let picture = index.current(store).await.unwrap();
+        assert_eq!(picture.world.providers.len(), 2 + PATIENCE as usize);
+        assert_eq!(step().await, Kept::Current);
+        srv.stop().await; // closes the shared store: last
+    }
 }

@@ -17,7 +17,17 @@ use std::time::{Duration, Instant};
 /// Placement microversions Nova 34 sends: the scheduler's candidates (1.36: consumer
 /// types are 1.38 and Nova asks no more than it needs), its claims and the report
 /// client's reads.
-const CANDIDATES_MV: &str = "placement 1.36";
+pub(super) const CANDIDATES_MV: &str = "placement 1.36";
+
+/// A boot's `GET /allocation_candidates` query: the flavor, the profile's group, and
+/// the scheduler's limit.
+pub(super) const BOOT_QUERY: [(&str, &str); 5] = [
+    ("resources", "VCPU:1,MEMORY_MB:512,DISK_GB:1"),
+    ("resources1", "FPGA:1"),
+    ("required1", "CUSTOM_FAKE_DEVICE"),
+    ("group_policy", "none"),
+    ("limit", "1000"),
+];
 const CLAIM_MV: &str = "placement 1.36";
 const READ_MV: &str = "placement 1.14";
 
@@ -219,13 +229,12 @@ impl Sim {
     pub async fn boot(&self, rng_seed: u64, due: Instant) -> Option<String> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(rng_seed);
         let instance = uuid::Uuid::from_u128(rng.gen()).to_string();
-        let req = Call::get("/allocation_candidates")
-            .microversion(CANDIDATES_MV)
-            .query("resources", "VCPU:1,MEMORY_MB:512,DISK_GB:1")
-            .query("resources1", "FPGA:1")
-            .query("required1", "CUSTOM_FAKE_DEVICE")
-            .query("group_policy", "none")
-            .query("limit", "1000");
+        let req = BOOT_QUERY
+            .iter()
+            .fold(Call::get("/allocation_candidates"), |r, (k, v)| {
+                r.query(k, v)
+            })
+            .microversion(CANDIDATES_MV);
         let body = match self
             .call("candidates", &self.placement, due, req, |a| {
                 serde_json::from_slice::<Candidates>(&a.body)

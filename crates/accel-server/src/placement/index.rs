@@ -368,6 +368,68 @@ impl Index {
     }
 }
 
+/// The index keeper's memory between two of its steps ([`Keeper::step`]); the server
+/// runs one step a second ([`KEEP_EVERY`]) beside its other background workers.
+///
+/// Without it the picture is built by the first request that needs it: after a start
+/// on a large database, or after a burst of registrations, that request pays the
+/// whole build (about a second at 50,000 providers) and every request arriving
+/// meanwhile waits behind it (issue 46: the candidates p99.9). The keeper builds the
+/// picture at start-up, and brings a stale one up to date once the writes pause (the
+/// version stood still for a step), or when it has been stale for [`PATIENCE`] steps
+/// with nobody asking (so an idle cloud whose agents keep reporting is never far
+/// behind). While writes go on and requests come, the requests refresh it as before
+/// and the keeper only reads the version: it never builds a picture nobody waits for
+/// while the writes that would outdate it are still coming.
+#[derive(Debug, Default)]
+pub struct Keeper {
+    last: Option<Version>,
+    stale_for: u32,
+}
+
+/// How often the server runs [`Keeper::step`].
+pub const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Steps a picture may stay stale while writes continue before the keeper refreshes
+/// it anyway.
+pub const PATIENCE: u32 = 10;
+
+/// What one [`Keeper::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// The picture was current.
+    Current,
+    /// Stale, but the version moved since the last step: writes are going on.
+    Waiting,
+    /// Built or refreshed (`full`: everything re-read).
+    Refreshed { full: bool },
+}
+
+impl Keeper {
+    /// Checks the version (one statement) and builds or refreshes the picture when
+    /// the rules above say so.
+    pub async fn step(&mut self, index: &Index, store: &Store) -> Result<Kept, StoreError> {
+        let now = store.placement_version().await?;
+        let picture = index.current.lock().await.as_ref().map(|p| p.version);
+        let still = self.last == Some(now);
+        self.last = Some(now);
+        if picture == Some(now) {
+            self.stale_for = 0;
+            return Ok(Kept::Current);
+        }
+        self.stale_for += 1;
+        if picture.is_some() && !still && self.stale_for < PATIENCE {
+            return Ok(Kept::Waiting);
+        }
+        let full = index.stats.full.load(Ordering::Relaxed);
+        index.current(store).await?;
+        self.stale_for = 0;
+        Ok(Kept::Refreshed {
+            full: index.stats.full.load(Ordering::Relaxed) > full,
+        })
+    }
+}
+
 impl Index {
     /// Whether `p` is the data as of now (one statement); counts a hit when it is.
     async fn fresh(&self, store: &Store, p: &Prepared) -> Result<bool, StoreError> {

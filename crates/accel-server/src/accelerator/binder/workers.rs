@@ -1,12 +1,14 @@
 //! Running the background workers of one server under one [`Supervisor`]: the bind
 //! worker (its loop is here), and beside it the Nova event sender
-//! ([`nova::send_loop`]), the heartbeat ([`crate::heartbeat`]) and, with an external
-//! Placement, the pusher ([`crate::external::worker::run_loop`]); each a loop around
-//! its testable `step`, woken by a [`Notify`] and a poll.
+//! ([`nova::send_loop`]), the heartbeat ([`crate::heartbeat`]), the candidate index's
+//! keeper ([`index::Keeper`], its loop here too) and, with an external Placement, the
+//! pusher ([`crate::external::worker::run_loop`]); each a loop around its testable
+//! `step`, woken by a [`Notify`] and a poll.
 
 use super::nova::{self, EventSender};
 use super::{Binder, WorkerConfig, BATCH};
 use crate::accelerator::AccelState;
+use crate::placement::{index, AppState};
 use crate::supervisor::{Backoff, Stop, Supervisor};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +22,20 @@ pub struct Workers {
 }
 
 /// Starts the bind worker and the event sender for `state`'s store, woken by
-/// `state.bind_wakeup`, and with an external Placement the pusher
-/// ([`crate::external::Pusher`]), which first marks every host once.
-pub fn spawn(state: &Arc<AccelState>, cfg: WorkerConfig) -> Workers {
-    spawn_with(state, cfg, Backoff::default())
+/// `state.bind_wakeup`, the keeper of `placement`'s candidate index, and with an
+/// external Placement the pusher ([`crate::external::Pusher`]), which first marks
+/// every host once.
+pub fn spawn(placement: &Arc<AppState>, state: &Arc<AccelState>, cfg: WorkerConfig) -> Workers {
+    spawn_with(placement, state, cfg, Backoff::default())
 }
 
 /// [`spawn`] with the supervisor's restart backoff chosen.
-pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) -> Workers {
+pub fn spawn_with(
+    placement: &Arc<AppState>,
+    state: &Arc<AccelState>,
+    cfg: WorkerConfig,
+    backoff: Backoff,
+) -> Workers {
     let mut supervisor = Supervisor::new(backoff);
     let store = state.app.store.clone();
     if let Some(ext) = &state.external {
@@ -70,6 +78,10 @@ pub fn spawn_with(state: &Arc<AccelState>, cfg: WorkerConfig, backoff: Backoff) 
             crate::heartbeat::run(store.clone(), cfg.clone(), wakes.clone(), stop)
         });
     }
+    {
+        let app = placement.clone();
+        supervisor.spawn("index keeper", move |stop| keep_loop(app.clone(), stop));
+    }
     let metrics = state.app.metrics.clone();
     supervisor.spawn("nova event sender", move |stop| {
         let sender = EventSender {
@@ -102,6 +114,44 @@ async fn bind_loop(
         tokio::select! {
             _ = bind_wake.notified() => {}
             _ = tokio::time::sleep(poll) => {}
+            _ = stop.stopped() => return Ok(()),
+        }
+    }
+}
+
+/// Runs [`index::Keeper::step`] every [`index::KEEP_EVERY`]: the first step builds
+/// the picture at start-up. A step that cannot read the database is logged and
+/// counted, and the next one tries again (the requests meanwhile refresh as before).
+async fn keep_loop(app: Arc<AppState>, mut stop: Stop) -> anyhow::Result<()> {
+    let mut keeper = index::Keeper::default();
+    loop {
+        let started = std::time::Instant::now();
+        let outcome = match keeper.step(&app.placement_index, &app.store).await {
+            Ok(index::Kept::Current) => "current",
+            Ok(index::Kept::Waiting) => "waiting",
+            Ok(index::Kept::Refreshed { full }) => {
+                let ms = started.elapsed().as_millis() as u64;
+                if full {
+                    tracing::info!(duration_ms = ms, "index keeper built the candidate index");
+                } else {
+                    tracing::debug!(
+                        duration_ms = ms,
+                        "index keeper refreshed the candidate index"
+                    );
+                }
+                "refreshed"
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "index keeper could not read the placement data; next step in a second");
+                "failed"
+            }
+        };
+        app.metrics
+            .index_keeper_steps
+            .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+            .inc();
+        tokio::select! {
+            _ = tokio::time::sleep(index::KEEP_EVERY) => {}
             _ = stop.stopped() => return Ok(()),
         }
     }
