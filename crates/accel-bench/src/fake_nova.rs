@@ -7,11 +7,12 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 /// Nova's `os-server-external-events` on `listen` (`127.0.0.1:0`: a free port): calls `on_event` with each
-/// event's server uuid and answers every event 200, as Nova does for an instance it
-/// knows. Returns the compute API root to give accel (`--nova-url`).
+/// event's server uuid and whether it says bound (`status` `completed`; `failed`
+/// when the bind was refused), and answers every event 200, as Nova does for an
+/// instance it knows. Returns the compute API root to give accel (`--nova-url`).
 pub async fn serve(
     listen: &str,
-    on_event: impl Fn(&str) + Clone + Send + Sync + 'static,
+    on_event: impl Fn(&str, bool) + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -38,7 +39,8 @@ pub async fn serve(
                 async move {
                     let mut events = body["events"].as_array().cloned().unwrap_or_default();
                     for e in &mut events {
-                        on_event(e["server_uuid"].as_str().unwrap_or_default());
+                        let bound = e["status"] == "completed";
+                        on_event(e["server_uuid"].as_str().unwrap_or_default(), bound);
                         e["code"] = 200.into();
                     }
                     axum::Json(json!({ "events": events }))

@@ -349,7 +349,7 @@ pub async fn run(args: PartitionsArgs) -> anyhow::Result<()> {
     }
     let started = match &args.database {
         Some(db) => {
-            let nova = crate::fake_nova::serve("127.0.0.1:0", |_: &str| {}).await?;
+            let nova = crate::fake_nova::serve("127.0.0.1:0", |_: &str, _| {}).await?;
             Some(
                 crate::cloud::server::Server::start(db, args.accel_bin.as_deref(), &nova, None)
                     .await?,

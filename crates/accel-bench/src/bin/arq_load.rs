@@ -335,7 +335,7 @@ impl Driver {
 /// Counts the `accelerator-request-bound` events Nova would receive and wakes the
 /// cycle waiting for each.
 async fn fake_nova(addr: &str, nova: Arc<Nova>) -> anyhow::Result<()> {
-    accel_bench::fake_nova::serve(addr, move |instance: &str| {
+    accel_bench::fake_nova::serve(addr, move |instance: &str, _bound| {
         nova.received.fetch_add(1, Ordering::SeqCst);
         if let Some(w) = nova.waiters.lock().unwrap().remove(instance) {
             let _ = w.send(());

@@ -332,9 +332,9 @@ pub async fn run(args: CloudArgs) -> anyhow::Result<()> {
     // The fake Nova reaches the simulation through this cell once it exists.
     let sim_cell: Arc<std::sync::OnceLock<Arc<Sim>>> = Arc::default();
     let cell = sim_cell.clone();
-    let on_event = move |instance: &str| {
+    let on_event = move |instance: &str, bound: bool| {
         if let Some(sim) = cell.get() {
-            sim.event(instance);
+            sim.event(instance, bound);
         }
     };
     let nova = match (&args.nova_listen, &args.database) {

@@ -69,12 +69,20 @@ pub struct Record {
     pub boots_failed: BTreeMap<String, usize>,
 }
 
+/// How many times a delete is sent while the server's admission refuses it.
+const DELETE_TRIES: usize = 10;
+
+/// The first 300 characters of an answer's body, for an error.
+fn body_start(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(300).collect()
+}
+
 /// Why a call failed.
 #[derive(Debug)]
 pub enum CallError {
     Unanswered(WireError),
-    /// 503 with `Retry-After`: refused by the server's admission.
-    Shed(u16),
+    /// 503 with `Retry-After` (its seconds): refused by the server's admission.
+    Shed(u64),
     Status(u16, String),
     Parse(String),
 }
@@ -83,7 +91,7 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CallError::Unanswered(e) => write!(f, "no answer: {e}"),
-            CallError::Shed(s) => write!(f, "{s} with Retry-After (shed)"),
+            CallError::Shed(s) => write!(f, "503 with Retry-After: {s} (shed)"),
             CallError::Status(s, body) => write!(f, "{s} {body}"),
             CallError::Parse(e) => write!(f, "unreadable answer: {e}"),
         }
@@ -117,11 +125,16 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// The fake Nova received `instance`'s event.
-    pub fn event(&self, instance: &str) {
+    /// The fake Nova received `instance`'s event (`bound`: status `completed`).
+    pub fn event(&self, instance: &str, bound: bool) {
         let Some(sent) = self.binding.lock().unwrap().remove(instance) else {
             return;
         };
+        if !bound {
+            // The server refused the bind after accepting it (Nova would put the
+            // server in ERROR): a failed boot, e.g. "no free attach handle".
+            self.boot_failed("bind_failed");
+        }
         if self.measuring.load(Ordering::Relaxed) {
             let wire = sent.elapsed();
             let mut rec = self.record.lock().unwrap();
@@ -164,11 +177,11 @@ impl Sim {
                 let out = match a.status {
                     200..=299 => parse(&a),
                     s if Some(s) == a.also_done => parse(&a),
-                    503 if a.retry_after.is_some() => Err(CallError::Shed(a.status)),
-                    s => Err(CallError::Status(
-                        s,
-                        String::from_utf8_lossy(&a.body).chars().take(300).collect(),
-                    )),
+                    503 => match a.retry_after {
+                        Some(after) => Err(CallError::Shed(after)),
+                        None => Err(CallError::Status(503, body_start(&a.body))),
+                    },
+                    s => Err(CallError::Status(s, body_start(&a.body))),
                 };
                 let s = Sample {
                     queued: a.timing.queued,
@@ -337,22 +350,39 @@ impl Sim {
     /// Nova's delete: the ARQs by instance, then the allocations (404: none left).
     pub async fn delete(&self, instance: &str) {
         let arqs =
-            Call::new(Method::DELETE, "/v2/accelerator_requests").query("instance", instance);
-        let _ = self
-            .call("delete", &self.nova, Instant::now(), arqs, |_| Ok(()))
-            .await;
-        let allocs = Call::new(Method::DELETE, format!("/allocations/{instance}"))
-            .microversion(CLAIM_MV)
-            .done_on(404);
-        let _ = self
-            .call(
-                "delete",
-                &self.placement,
-                Instant::now(),
-                allocs,
-                |_| Ok(()),
-            )
-            .await;
+            || Call::new(Method::DELETE, "/v2/accelerator_requests").query("instance", instance);
+        // The allocations go only once the ARQs (and their attach handles) are gone:
+        // freed first, the device would be claimed again while its handle is still
+        // held, and that boot's bind refused ("no free attach handle").
+        if !self.until_admitted(&self.nova, arqs).await {
+            return;
+        }
+        let allocs = || {
+            Call::new(Method::DELETE, format!("/allocations/{instance}"))
+                .microversion(CLAIM_MV)
+                .done_on(404)
+        };
+        self.until_admitted(&self.placement, allocs).await;
+    }
+
+    /// A delete, sent again after the server's admission refused it (503, waiting its
+    /// `Retry-After`), as OpenStack's clients retry; at most [`DELETE_TRIES`] times.
+    /// Whether the server took it (any answer but a refusal; a failure is recorded
+    /// under `delete` as before).
+    async fn until_admitted(&self, wire: &Wire, req: impl Fn() -> Call) -> bool {
+        for _ in 0..DELETE_TRIES {
+            match self
+                .call("delete", wire, Instant::now(), req(), |_| Ok(()))
+                .await
+            {
+                Ok(()) => return true,
+                Err(CallError::Shed(after)) => {
+                    tokio::time::sleep(Duration::from_secs(after.clamp(1, 10))).await;
+                }
+                Err(_) => return true,
+            }
+        }
+        false
     }
 
     /// One run of a node's resource tracker, due since `due`; `full` adds the 300 s
