@@ -323,13 +323,18 @@ pub struct Index {
 impl Index {
     /// The picture of the database as of now (see the module docs).
     pub async fn current(&self, store: &Store) -> Result<Arc<Prepared>, StoreError> {
+        Ok(self.load(store).await?.0)
+    }
+
+    /// [`Index::current`], and how the picture came to be.
+    async fn load(&self, store: &Store) -> Result<(Arc<Prepared>, Source), StoreError> {
         // Fast path: one statement, with the lock held only to copy the `Arc`, so
         // concurrent requests check the version in parallel. Equal means the cached
         // picture is the data as of that statement's snapshot.
         let seen = self.current.lock().await.clone();
         if let Some(p) = &seen {
             if self.fresh(store, p).await? {
-                return Ok(p.clone());
+                return Ok((p.clone(), Source::Cached));
             }
         }
         let mut guard = self.current.lock().await;
@@ -338,14 +343,14 @@ impl Index {
         if let Some(p) = guard.as_ref() {
             let same = seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, p));
             if !same && self.fresh(store, p).await? {
-                return Ok(p.clone());
+                return Ok((p.clone(), Source::Cached));
             }
         }
         let step = store.world().refresh(known).await?;
-        let prepared = match step {
+        let (prepared, source) = match step {
             Refresh::Full { version, world } => {
                 self.stats.full.fetch_add(1, Ordering::Relaxed);
-                Prepared::build(version, world)?
+                (Prepared::build(version, world)?, Source::Full)
             }
             Refresh::Changed {
                 version,
@@ -359,13 +364,24 @@ impl Index {
                 if patched {
                     self.stats.patched.fetch_add(1, Ordering::Relaxed);
                 }
-                prepared
+                (prepared, Source::Incremental)
             }
         };
         let prepared = Arc::new(prepared);
         *guard = Some(prepared.clone());
-        Ok(prepared)
+        Ok((prepared, source))
     }
+}
+
+/// How [`Index::load`] came by its picture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The cached one was current (possibly refreshed meanwhile by another caller).
+    Cached,
+    /// Everything re-read.
+    Full,
+    /// The changed providers re-read.
+    Incremental,
 }
 
 /// The index keeper's memory between two of its steps ([`Keeper::step`]); the server
@@ -397,7 +413,7 @@ pub const PATIENCE: u32 = 10;
 /// What one [`Keeper::step`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kept {
-    /// The picture was current.
+    /// The picture was current (or a request brought it up to date meanwhile).
     Current,
     /// Stale, but the version moved since the last step: writes are going on.
     Waiting,
@@ -421,11 +437,13 @@ impl Keeper {
         if picture.is_some() && !still && self.stale_for < PATIENCE {
             return Ok(Kept::Waiting);
         }
-        let full = index.stats.full.load(Ordering::Relaxed);
-        index.current(store).await?;
+        let (_, source) = index.load(store).await?;
         self.stale_for = 0;
-        Ok(Kept::Refreshed {
-            full: index.stats.full.load(Ordering::Relaxed) > full,
+        Ok(match source {
+            // A request refreshed it while this step waited for the lock.
+            Source::Cached => Kept::Current,
+            Source::Full => Kept::Refreshed { full: true },
+            Source::Incremental => Kept::Refreshed { full: false },
         })
     }
 }
